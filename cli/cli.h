@@ -1,0 +1,32 @@
+/*
+ * cli.h: the `tessera` command's subcommands.  Each lives in its own file
+ * (cli/cmd_NAME.c) and returns the process exit status:
+ *   0 success, 1 a check or verification failed, 2 usage or input error.
+ * Errors go to stderr as one line, "tessera NAME: <what failed>".
+ */
+#ifndef TSR_CLI_H
+#define TSR_CLI_H
+
+#include "tessera.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+int cmd_run(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_corpus(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_db(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+/* Prints "tessera <cmd>: <msg>" to stderr. */
+void cli_errorf(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Parses "BQ" or "BQxBK" (positive integers). Returns 0 on success. */
+int cli_parse_pair(const char *s, int64_t *a, int64_t *b);
+/* Parses a positive (or, when allow_zero, non-negative) integer. */
+int cli_parse_i64(const char *s, int64_t *v, int allow_zero);
+
+#endif

@@ -1,0 +1,1 @@
+# man/local.mk: roff pages shipped in the tarball.

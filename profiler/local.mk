@@ -1,0 +1,1 @@
+# profiler/local.mk

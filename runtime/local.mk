@@ -1,0 +1,26 @@
+# libtessera: the runtime library (prefix tsr_).
+lib_LTLIBRARIES += libtessera.la
+include_HEADERS += runtime/tessera.h
+libtessera_la_CPPFLAGS = $(AM_CPPFLAGS) $(SQLITE_CFLAGS) $(JANSSON_CFLAGS)
+libtessera_la_LIBADD = $(SQLITE_LIBS) $(JANSSON_LIBS)
+libtessera_la_LDFLAGS = -version-info 0:0:0 -no-undefined
+libtessera_la_SOURCES = \
+	runtime/tessera.h runtime/plan_layout.h \
+	runtime/status.c
+
+# foundation: .npy I/O, geometry, masks, problems, CPU reference
+libtessera_la_SOURCES += \
+	runtime/npy.c runtime/geom.c runtime/mask.c runtime/problem.c runtime/ref.c
+
+# planning: physical mapping, task organisation, verification, CPU executor
+libtessera_la_SOURCES += \
+	runtime/plan.c
+
+# mask corpus
+
+# GPU: driver loading, bundles, launches
+libtessera_la_SOURCES += \
+	runtime/gpu.c
+
+# lookup database and plan selection
+

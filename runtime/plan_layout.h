@@ -1,0 +1,108 @@
+/*
+ * plan_layout.h: the plan's device-facing records and the kernel parameter
+ * block, shared verbatim by the host planner (C11) and the kernel templates
+ * (CUDA C compiled by NVRTC).  This header is the contract between
+ * runtime/ (which fills the arrays) and templates/ (which read them); change
+ * both sides together and bump TSR_PLAN_LAYOUT_VERSION.
+ *
+ * Geometry of the physical grid: query tile t covers query tokens
+ * [t*BM, min((t+1)*BM, seq_q)); key tile u covers [u*BN, min((u+1)*BN, seq_k)).
+ * BM and BN are compile-time constants of the kernel variant.
+ *
+ * Membership of a partial tile (tile.mem >= 0): the rows of query tile t fall
+ * into nseg = qblk[last row] - qblk[first row] + 1 logical query-block
+ * segments; row r belongs to segment qblk[t*BM + r] - qblk[t*BM].  For each
+ * segment s the pool holds BN/32 words of column bits at
+ *     membership[tile.mem + s * (BN/32) + c/32] >> (c % 32) & 1
+ * saying whether key column u*BN + c is selected for rows of that segment.
+ * Columns past seq_k are never selected.  A full tile (mem == -1) has every
+ * in-bounds pair selected; kernels still mask columns >= seq_k.
+ *
+ * Tasks: a task walks tiles[tile_begin, tile_end) for each of its members
+ * (n_members >= 1; members[member_begin + i]); members of one task share the
+ * key tiles and their membership words exactly (GQA heads of one KV head with
+ * identical mask rows, or query tiles whose tiles are all full), so the
+ * kernel may load each K/V tile once for all members.  A task with
+ * tile_begin == tile_end writes zeros and lse = -inf for its members.
+ * partial < 0: the task writes o and lse directly.  partial >= 0: member i
+ * writes its unnormalised output, row max and row sum (base-2 exponent
+ * domain, see below) to slot partial + i; a merge record later combines the
+ * slots of one (batch, head, q tile) row with the log-sum-exp rule.
+ *
+ * Softmax domain: kernels keep m and l in base 2: p = exp2(s * scale_log2 - m),
+ * so lse (natural log) = (m + log2(l)) * ln 2.  Partial slots store that m
+ * and l; m = -inf and l = 0 for a row with nothing selected in its chunk.
+ */
+#ifndef TSR_PLAN_LAYOUT_H
+#define TSR_PLAN_LAYOUT_H
+
+#define TSR_PLAN_LAYOUT_VERSION 1
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+typedef int tsr_i32;
+typedef unsigned int tsr_u32;
+typedef long long tsr_i64;
+#define TSR_ALIGN64 __align__(64)
+#else
+#include <stdint.h>
+typedef int32_t tsr_i32;
+typedef uint32_t tsr_u32;
+typedef int64_t tsr_i64;
+#define TSR_ALIGN64 _Alignas(64)
+#endif
+
+typedef struct {
+  tsr_i32 batch;
+  tsr_i32 head;        /* query head of the first member */
+  tsr_i32 q_tile;      /* query tile of the first member */
+  tsr_i32 tile_begin;  /* [tile_begin, tile_end) into tiles[] */
+  tsr_i32 tile_end;
+  tsr_i32 member_begin;/* into members[] */
+  tsr_i32 n_members;   /* >= 1 */
+  tsr_i32 partial;     /* -1 direct; else first partial slot */
+} tsr_task_rec;
+
+typedef struct {
+  tsr_i32 k_tile;      /* key tile index */
+  tsr_i32 mem;         /* -1 full tile; else word offset into membership[] */
+} tsr_tile_rec;
+
+typedef struct {
+  tsr_i32 batch, head, q_tile, pad;
+} tsr_member_rec;
+
+typedef struct {
+  tsr_i32 batch, head, q_tile;
+  tsr_i32 slot_begin;  /* slots [slot_begin, slot_begin + n_slots) */
+  tsr_i32 n_slots;
+  tsr_i32 pad[3];
+} tsr_merge_rec;
+
+/* Opaque 128-byte TMA descriptor (CUtensorMap), filled on the host with
+ * cuTensorMapEncodeTiled; unused by the sm_80 family. */
+typedef struct TSR_ALIGN64 {
+  unsigned long long opaque[16];
+} tsr_tmap;
+
+/* Passed by value (__grid_constant__) to every attention and merge kernel. */
+typedef struct TSR_ALIGN64 {
+  tsr_tmap tma_q, tma_k, tma_v;
+  const void *q, *k, *v;  /* bf16 / fp16 elements */
+  void *o;                /* same dtype as q */
+  float *lse;             /* [B, Hq, Sq] natural-log lse, may be NULL */
+  tsr_i64 q_stride[4], k_stride[4], v_stride[4], o_stride[4]; /* b, h, s, d */
+  tsr_i32 batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+  float scale_log2;       /* scale * log2(e) */
+  tsr_i32 n_tasks, n_merges, n_q_tiles;
+  const tsr_task_rec *tasks;
+  const tsr_tile_rec *tiles;
+  const tsr_member_rec *members;
+  const tsr_u32 *membership;
+  const tsr_i32 *qblk;    /* [seq_q] logical query block of each token */
+  const tsr_merge_rec *merges;
+  float *part_o;          /* [slots][BM][D] unnormalised */
+  float *part_m;          /* [slots][BM] base-2 row max */
+  float *part_l;          /* [slots][BM] row sum */
+} tsr_kernel_params;
+
+#endif /* TSR_PLAN_LAYOUT_H */

@@ -1,0 +1,19 @@
+# Tests: one Check suite per module (check_<module>), shell tests for the
+# commands, and GPU tests that exit 77 (skip) where no GPU is present.
+TESTS_ENVIRONMENT = \
+	TSR_TOP_SRCDIR='$(abs_top_srcdir)' TSR_TOP_BUILDDIR='$(abs_top_builddir)'; \
+	export TSR_TOP_SRCDIR TSR_TOP_BUILDDIR;
+TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+EXTRA_DIST += tests/util.h
+
+# foundation
+
+# planning
+
+# corpus
+
+# gpu and generator
+
+# database and selection
+
