@@ -127,13 +127,6 @@ tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_pl
   st = tsr_problem_check(&pl->problem, err);
   if (st)
     goto fail;
-  if (tsr_geom_seq_q(p->geom) != pl->problem.seq_q || tsr_geom_seq_k(p->geom) != pl->problem.seq_k) {
-    st = tsr_error_set(err, TSR_ERR_SHAPE,
-                       "cannot plan: geometry covers %lldx%lld tokens, problem has %lldx%lld",
-                       (long long)tsr_geom_seq_q(p->geom), (long long)tsr_geom_seq_k(p->geom),
-                       (long long)pl->problem.seq_q, (long long)pl->problem.seq_k);
-    goto fail;
-  }
   st = tsr_mask_check(m, p->geom, pl->problem.batch, pl->problem.heads_q, NULL, err);
   if (st)
     goto fail;

@@ -113,7 +113,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int pack_empty = pack_gqa, pack_qtile = mode == TSR_TASKS_PACK;
   int64_t nr = rows->n_rows, nqt = pl->n_q_tiles, group = p->heads_q / p->heads_kv;
   int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
-  int64_t nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
+  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
   unit *units = NULL;
   proto *protos = NULL, *sorted = NULL;
@@ -284,13 +284,15 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   }
 
   /* 5. Longest first: stable counting sort on tiles walked, descending. */
-  for (i = 0; i < n_proto; i++)
+  for (i = 0; i < n_proto; i++) {
     if (protos[i].key > maxkey)
       maxkey = protos[i].key;
+    n_mem += protos[i].n; /* a split row has a member record per chunk */
+  }
   count = calloc((size_t)maxkey + 2, sizeof *count);
   sorted = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
   pl->tasks = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
-  pl->members = malloc((size_t)(nr ? nr : 1) * sizeof *pl->members);
+  pl->members = malloc((size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
   heap = malloc((size_t)pl->num_sms * sizeof *heap);
   if (!count || !sorted || !pl->tasks || !pl->members || !heap)
     goto nomem;

@@ -33,6 +33,21 @@ tests_check_ref_LDADD = $(TSR_CHECK_DEPS)
 tests_check_ref_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # planning
+EXTRA_DIST += tests/plan_cases.h tests/plan.sh
+check_PROGRAMS += tests/check_map tests/check_plan tests/check_exec
+TESTS += tests/check_map tests/check_plan tests/check_exec tests/plan.sh
+tests_check_map_SOURCES = tests/check_map.c tests/plan_cases.h tests/util.h
+tests_check_map_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_map_LDADD = $(TSR_CHECK_DEPS)
+tests_check_map_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_plan_SOURCES = tests/check_plan.c tests/plan_cases.h tests/util.h
+tests_check_plan_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_plan_LDADD = $(TSR_CHECK_DEPS)
+tests_check_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_exec_SOURCES = tests/check_exec.c tests/plan_cases.h tests/util.h
+tests_check_exec_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
+tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
 
