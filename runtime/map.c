@@ -40,22 +40,26 @@ static void block_text(const tsr_geom *g, char *buf, size_t n)
     snprintf(buf, n, "variable");
 }
 
-/* Whether some tile of size `tile` spans several blocks (combined) and some
- * block spans several tiles (subdivided), along one axis; O(blocks). */
+/* Along one axis: whether some tile holds tokens of several blocks
+ * (combined), and whether some tile lies inside a larger block, so that the
+ * block spans several tiles (subdivided).  Neither means the tiles are the
+ * blocks (retain).  A 96-token block straddling a 128-token tile boundary is
+ * combined, not subdivided: no tile lies inside it.  O(blocks + tiles). */
 static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combined,
                           int *subdivided)
 {
-  int64_t n = is_q ? tsr_geom_nq(g) : tsr_geom_nk(g);
-  int64_t i;
-  for (i = 0; i < n; i++) {
-    int64_t a = is_q ? tsr_geom_q_start(g, i) : tsr_geom_k_start(g, i);
-    int64_t b = is_q ? tsr_geom_q_start(g, i + 1) : tsr_geom_k_start(g, i + 1);
-    /* A block whose ends are not both tile boundaries shares a tile with a
-     * neighbour (combined); one that crosses a boundary is subdivided. */
-    if (a / tile != (b - 1) / tile)
-      *subdivided = 1;
-    if ((a % tile != 0 && i > 0) || (b % tile != 0 && i + 1 < n))
+  int64_t seq = is_q ? tsr_geom_seq_q(g) : tsr_geom_seq_k(g), a, i = 0;
+  for (a = 0; a < seq; a += tile) {
+    int64_t b = a + tile < seq ? a + tile : seq, i0, e0, s0;
+    while ((is_q ? tsr_geom_q_start(g, i + 1) : tsr_geom_k_start(g, i + 1)) <= a)
+      i++;
+    i0 = i;
+    s0 = is_q ? tsr_geom_q_start(g, i0) : tsr_geom_k_start(g, i0);
+    e0 = is_q ? tsr_geom_q_start(g, i0 + 1) : tsr_geom_k_start(g, i0 + 1);
+    if (e0 < b)
       *combined = 1;
+    else if (b - a == tile && e0 - s0 > tile) /* a ragged last tile does not count */
+      *subdivided = 1;
   }
 }
 
