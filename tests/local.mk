@@ -6,6 +6,8 @@ TESTS_ENVIRONMENT = \
 TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 EXTRA_DIST += tests/util.h
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = $(SHELL)
 
 # foundation
 check_PROGRAMS += tests/check_npy tests/check_geom tests/check_mask tests/check_problem \
@@ -31,6 +33,13 @@ tests_check_ref_SOURCES = tests/check_ref.c tests/util.h
 tests_check_ref_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_ref_LDADD = $(TSR_CHECK_DEPS)
 tests_check_ref_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+check_PROGRAMS += tests/cli_attn
+tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
+tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 
 # planning
 EXTRA_DIST += tests/plan_cases.h tests/plan.sh
