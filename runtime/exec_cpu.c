@@ -195,8 +195,8 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
     memset(out, 0, sizeof *out);
   if (lse)
     memset(lse, 0, sizeof *lse);
-  if (!pl || !out || !lse)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot execute plan: plan and outputs are required");
+  if (!pl || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot execute plan: plan and output are required");
   p = &pl->problem;
   B = p->batch;
   Hq = p->heads_q;
@@ -254,30 +254,24 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
   for (i = 0; i < pl->n_merges; i++)
     run_merge(&x, &pl->merges[i]);
 
-  out->dtype = TSR_DT_F32;
-  lse->dtype = TSR_DT_F32;
-  if (q->ndim == 4) {
-    out->ndim = 4;
-    out->shape[0] = B;
-    out->shape[1] = Hq;
-    out->shape[2] = Sq;
-    out->shape[3] = D;
-    lse->ndim = 3;
-    lse->shape[0] = B;
-    lse->shape[1] = Hq;
-    lse->shape[2] = Sq;
-  } else {
-    out->ndim = 3;
-    out->shape[0] = Hq;
-    out->shape[1] = Sq;
-    out->shape[2] = D;
-    lse->ndim = 2;
-    lse->shape[0] = Hq;
-    lse->shape[1] = Sq;
+  {
+    /* out and lse mirror q's dimensions, as tsr_ref_attention's do. */
+    int64_t shape[4] = {B, Hq, Sq, D}, off = q->ndim == 4 ? 0 : 1;
+    out->dtype = TSR_DT_F32;
+    out->ndim = (int)(4 - off);
+    memcpy(out->shape, shape + off, (size_t)out->ndim * sizeof *shape);
+    if (lse) {
+      lse->dtype = TSR_DT_F32;
+      lse->ndim = (int)(3 - off);
+      memcpy(lse->shape, shape + off, (size_t)lse->ndim * sizeof *shape);
+    }
   }
   out->data = fo;
-  lse->data = fl;
-  fo = fl = NULL;
+  fo = NULL;
+  if (lse) {
+    lse->data = fl;
+    fl = NULL;
+  }
 
 done:
   free((void *)x.q);

@@ -197,6 +197,15 @@ static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
   }
 }
 
+/* Population count without a libgcc call (no -mpopcnt in portable builds). */
+static int64_t pop64(uint64_t x)
+{
+  x = x - ((x >> 1) & 0x5555555555555555ULL);
+  x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  return (int64_t)((x * 0x0101010101010101ULL) >> 56);
+}
+
 static int bit_at(const uint64_t *b, int64_t j) { return (int)(b[j >> 6] >> (j & 63) & 1); }
 
 /* Whether bits a..b (inclusive) are all set. */
@@ -233,6 +242,7 @@ typedef struct {
   tsr_i32 *kt0, *kt1;           /* per k block: first / last k tile */
   int64_t *kcols;               /* per k tile: columns in bounds */
   int k_retain;                 /* key tiles are the key blocks */
+  int k_uniform;                /* key blocks uniform (last one may be short) */
   uint64_t *bits;               /* packed planes [planes][nq][W] */
   uint64_t *orb, *andb;         /* per-row scratch, W words each */
   int64_t cap_tiles, cap_mem;
@@ -241,6 +251,8 @@ typedef struct {
 static int grow_tiles(map_ctx *c, int64_t need)
 {
   tsr_plan *pl = c->pl;
+  if (pl->n_tiles + need > INT32_MAX)
+    return -1; /* tile_begin / tile_end are 32-bit */
   if (pl->n_tiles + need > c->cap_tiles) {
     int64_t cap = c->cap_tiles * 2 > pl->n_tiles + need ? c->cap_tiles * 2 : pl->n_tiles + need;
     tsr_tile_rec *t = realloc(pl->tiles, (size_t)cap * sizeof *t);
@@ -281,14 +293,37 @@ typedef struct {
   int64_t partial, cols;
 } prow;
 
-/* Emits the tiles of query tile t for the packed plane `plane`. */
+/* Writes the membership words of partial tile u (segments i0..i0+nseg-1)
+ * and returns its offset, or -1 when out of memory. */
+static tsr_i32 partial_words(map_ctx *c, const uint64_t *plane, int64_t i0, int64_t nseg,
+                             int64_t u)
+{
+  int64_t wn = c->pl->tile_n / 32, base = u * c->pl->tile_n, end = base + c->kcols[u], s, jj;
+  tsr_i32 off;
+  tsr_u32 *words = alloc_words(c, nseg * wn, &off);
+  if (!words)
+    return -2;
+  for (s = 0; s < nseg; s++) {
+    const uint64_t *r = plane + (i0 + s) * c->W;
+    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++)
+      if (bit_at(r, jj))
+        set_range32(words + s * wn, (c->ks[jj] > base ? c->ks[jj] : base) - base,
+                    (c->ks[jj + 1] < end ? c->ks[jj + 1] : end) - base);
+  }
+  return off;
+}
+
+/* Emits the tiles of query tile t for the packed plane `plane`.  The tile
+ * array is grown once per row (a row emits at most n_k_tiles tiles), so the
+ * inner loops only store. */
 static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
 {
   tsr_plan *pl = c->pl;
   int64_t i0 = c->i0[t], i1 = c->i1[t], nseg = i1 - i0 + 1, W = c->W, w, s;
-  int64_t wn = pl->tile_n / 32, last = -1, BN = pl->tile_n;
+  int64_t last = -1, cols = 0, partial = 0, n;
   const uint64_t *orb, *andb;
-  int64_t any = 0;
+  tsr_tile_rec *tiles;
+  uint64_t any = 0;
 
   if (nseg == 1) {
     orb = andb = plane + i0 * W;
@@ -310,70 +345,89 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
   out->full = 1;
   out->partial = out->cols = 0;
   for (w = 0; w < W; w++)
-    any |= (int64_t)(orb[w] != 0);
+    any |= orb[w];
   if (!any)
     return 0;
-  for (w = 0; w < W; w++) {
-    uint64_t x = orb[w];
-    while (x) {
-      int64_t j = w * 64 + __builtin_ctzll(x), u, u0, u1;
-      x &= x - 1;
-      u0 = c->kt0[j] > last ? c->kt0[j] : last + 1;
-      u1 = c->kt1[j];
-      if (u0 > u1)
-        continue;
-      if (grow_tiles(c, u1 - u0 + 1))
-        return -1;
-      for (u = u0; u <= u1; u++) {
-        tsr_tile_rec *tr = &pl->tiles[pl->n_tiles++];
-        int64_t a = c->kb0[u], b = c->kb1[u];
-        tr->k_tile = (tsr_i32)u;
-        out->cols += c->kcols[u];
-        if (c->k_retain ? bit_at(andb, u) : all_set(andb, a, b)) {
-          tr->mem = -1;
+  if (grow_tiles(c, c->nkt))
+    return -1;
+  tiles = pl->tiles + pl->n_tiles;
+  n = 0;
+  if (c->k_retain) {
+    /* Key tiles are the key blocks: one tile per set bit. */
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w], full = andb[w];
+      while (x) {
+        int64_t j = w * 64 + __builtin_ctzll(x);
+        tiles[n].k_tile = (tsr_i32)j;
+        cols += c->kcols[j];
+        if (full >> (j & 63) & 1) {
+          tiles[n].mem = -1;
         } else {
-          tsr_i32 off;
-          tsr_u32 *words = alloc_words(c, nseg * wn, &off);
-          int64_t base = u * BN, jj;
-          if (!words)
+          tsr_i32 off = partial_words(c, plane, i0, nseg, j);
+          if (off < -1)
             return -1;
-          tr = &pl->tiles[pl->n_tiles - 1];
-          tr->mem = off;
-          for (s = 0; s < nseg; s++) {
-            const uint64_t *r = plane + (i0 + s) * W;
-            for (jj = a; jj <= b; jj++) {
-              if (bit_at(r, jj)) {
-                int64_t lo = c->ks[jj] > base ? c->ks[jj] : base;
-                int64_t hi = c->ks[jj + 1] < base + c->kcols[u] ? c->ks[jj + 1] : base + c->kcols[u];
-                set_range32(words + s * wn, lo - base, hi - base);
-              }
-            }
-          }
-          out->full = 0;
-          out->partial++;
+          tiles[n].mem = off;
+          partial++;
         }
+        n++;
+        x &= x - 1;
       }
-      last = u1;
+    }
+  } else {
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w];
+      while (x) {
+        int64_t j = w * 64 + __builtin_ctzll(x), u, u1 = c->kt1[j];
+        x &= x - 1;
+        for (u = c->kt0[j] > last ? c->kt0[j] : last + 1; u <= u1; u++) {
+          tiles[n].k_tile = (tsr_i32)u;
+          cols += c->kcols[u];
+          if (all_set(andb, c->kb0[u], c->kb1[u])) {
+            tiles[n].mem = -1;
+          } else {
+            tsr_i32 off = partial_words(c, plane, i0, nseg, u);
+            if (off < -1)
+              return -1;
+            tiles[n].mem = off;
+            partial++;
+          }
+          n++;
+        }
+        if (u1 > last)
+          last = u1;
+      }
     }
   }
+  pl->n_tiles += n;
   out->te = (tsr_i32)pl->n_tiles;
+  out->full = partial == 0;
+  out->partial = partial;
+  out->cols = cols;
   return 0;
 }
 
-/* Selected token pairs of one packed plane. */
+/* Selected token pairs of one packed plane: per row, the selected key
+ * tokens (a popcount when key blocks are uniform) times the block's rows. */
 static double plane_selected(const map_ctx *c, const uint64_t *plane)
 {
   double total = 0;
-  int64_t i, w;
+  int64_t i, w, bk = c->ks[1] - c->ks[0], last = c->nk - 1;
+  int64_t short_by = bk - (c->ks[c->nk] - c->ks[last]); /* ragged last block */
   for (i = 0; i < c->nq; i++) {
     const uint64_t *r = plane + i * c->W;
     int64_t cols = 0;
-    for (w = 0; w < c->W; w++) {
-      uint64_t x = r[w];
-      while (x) {
-        int64_t j = w * 64 + __builtin_ctzll(x);
-        x &= x - 1;
-        cols += c->ks[j + 1] - c->ks[j];
+    if (c->k_uniform) {
+      for (w = 0; w < c->W; w++)
+        cols += pop64(r[w]);
+      cols = cols * bk - (bit_at(r, last) ? short_by : 0);
+    } else {
+      for (w = 0; w < c->W; w++) {
+        uint64_t x = r[w];
+        while (x) {
+          int64_t j = w * 64 + __builtin_ctzll(x);
+          x &= x - 1;
+          cols += c->ks[j + 1] - c->ks[j];
+        }
       }
     }
     total += (double)cols * (double)(c->qs[i + 1] - c->qs[i]);
@@ -429,6 +483,10 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     c->i1[t] = pl->qblk[last - 1];
   }
   /* Key tiles <-> key blocks, one merge walk over both boundary lists. */
+  {
+    int64_t bq, bk;
+    c->k_uniform = tsr_geom_is_uniform(g, &bq, &bk);
+  }
   c->k_retain = c->nk == c->nkt;
   for (u = 0, j = 0; u < c->nkt; u++) {
     int64_t a = u * BN, b = (u + 1) * BN < sk ? (u + 1) * BN : sk;
@@ -470,7 +528,7 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   tsr_status st = TSR_OK;
   const tsr_problem *p = &pl->problem;
   int64_t mb = tsr_mask_batch(m), mh = tsr_mask_heads(m), np, pi, t, b, h;
-  int64_t group = p->heads_q / p->heads_kv;
+  int64_t group = p->heads_q / p->heads_kv, pop = 0;
   prow *pr = NULL;
   double *psel = NULL;
 
@@ -508,6 +566,15 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     for (i = 0; i < c.nq; i++)
       pack_bits(bytes + i * c.nk, c.nk, plane + i * c.W);
     psel[pi] = plane_selected(&c, plane);
+    for (i = 0; i < c.nq * c.W; i++)
+      pop += pop64(plane[i]);
+  }
+  /* One tile per selected block is exact for retained keys and a fair
+   * first guess otherwise: the tile array is then allocated once. */
+  if (grow_tiles(&c, pop + c.nkt)) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld tiles",
+                       (long long)(pop + c.nkt));
+    goto done;
   }
 
   for (pi = 0; pi < np; pi++) {

@@ -115,6 +115,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
   int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
+  tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
   unit *units = NULL;
   proto *protos = NULL, *sorted = NULL;
   int64_t *count = NULL, *heap = NULL;
@@ -123,10 +124,25 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   next = malloc((size_t)nr * sizeof *next);
   unit_of = malloc((size_t)nr * sizeof *unit_of);
   units = malloc((size_t)nr * sizeof *units);
-  if (!next || !unit_of || !units) {
+  rec = malloc((size_t)nr * sizeof *rec);
+  if (!next || !unit_of || !units || !rec) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
                        (long long)nr);
     goto done;
+  }
+
+  {
+    tsr_member_rec x = {0, 0, 0, 0};
+    for (r = 0; r < nr; r++) {
+      rec[r] = x;
+      if (++x.q_tile == nqt) {
+        x.q_tile = 0;
+        if (++x.head == p->heads_q) {
+          x.head = 0;
+          x.batch++;
+        }
+      }
+    }
   }
 
   /* 1. Units: rows, GQA twins, empty rows. */
@@ -190,8 +206,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         hsh = (hsh ^ (uint64_t)(uint32_t)pl->tiles[k].k_tile) * 1099511628211ULL;
       cs[nc].key = x->te - x->tb;
       cs[nc].hash = hsh;
-      cs[nc].b = (tsr_i32)(x->first / (p->heads_q * nqt));
-      cs[nc].kvh = (tsr_i32)((x->first / nqt) % p->heads_q / group);
+      cs[nc].b = rec[x->first].batch;
+      cs[nc].kvh = (tsr_i32)(rec[x->first].head / group);
       cs[nc].u = (tsr_i32)i;
       nc++;
     }
@@ -259,9 +275,9 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         }
         mg = &pl->merges[pl->n_merges++];
         memset(mg, 0, sizeof *mg);
-        mg->batch = (tsr_i32)(row / (p->heads_q * nqt));
-        mg->head = (tsr_i32)((row / nqt) % p->heads_q);
-        mg->q_tile = (tsr_i32)(row % nqt);
+        mg->batch = rec[row].batch;
+        mg->head = rec[row].head;
+        mg->q_tile = rec[row].q_tile;
         mg->slot_begin = (tsr_i32)pl->n_slots;
         mg->n_slots = (tsr_i32)nch;
         split_rows++;
@@ -310,20 +326,16 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     const proto *q = &sorted[i];
     tsr_task_rec *t = &pl->tasks[i];
     tsr_i32 row = q->first, k;
-    t->batch = (tsr_i32)(row / (p->heads_q * nqt));
-    t->head = (tsr_i32)((row / nqt) % p->heads_q);
-    t->q_tile = (tsr_i32)(row % nqt);
+    t->batch = rec[row].batch;
+    t->head = rec[row].head;
+    t->q_tile = rec[row].q_tile;
     t->tile_begin = q->tb;
     t->tile_end = q->te;
     t->member_begin = (tsr_i32)pl->n_members;
     t->n_members = q->n;
     t->partial = q->partial;
     for (k = 0; k < q->n; k++, row = next[row]) {
-      tsr_member_rec *mr = &pl->members[pl->n_members++];
-      mr->batch = (tsr_i32)(row / (p->heads_q * nqt));
-      mr->head = (tsr_i32)((row / nqt) % p->heads_q);
-      mr->q_tile = (tsr_i32)(row % nqt);
-      mr->pad = 0;
+      pl->members[pl->n_members++] = rec[row];
     }
   }
 
@@ -347,6 +359,7 @@ done:
   free(next);
   free(unit_of);
   free(units);
+  free(rec);
   free(protos);
   free(sorted);
   free(count);

@@ -305,7 +305,9 @@ tsr_status tsr_plan_verify(const tsr_plan *pl, const tsr_mask *m, tsr_error *err
 
 /* Executes the plan tile by tile on the CPU with the online softmax and the
  * split-row merges the GPU uses (float32 arithmetic as the kernels do).
- * Arrays as for tsr_ref_attention. */
+ * Arrays as for tsr_ref_attention (out and lse mirror q's dimensions; lse
+ * may be NULL).  The plan must come from tsr_plan_create (or pass
+ * tsr_plan_verify): its indices are trusted. */
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse,
                            tsr_error *err);

@@ -43,7 +43,11 @@ EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 
 # planning
 EXTRA_DIST += tests/plan_cases.h tests/plan.sh
-check_PROGRAMS += tests/check_map tests/check_plan tests/check_exec
+check_PROGRAMS += tests/check_map tests/check_plan tests/check_exec tests/plan_masks
+tests_plan_masks_SOURCES = tests/plan_masks.c tests/util.h
+tests_plan_masks_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_plan_masks_LDADD = $(TSR_LIBS)
+tests_plan_masks_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/check_map tests/check_plan tests/check_exec tests/plan.sh
 tests_check_map_SOURCES = tests/check_map.c tests/plan_cases.h tests/util.h
 tests_check_map_CPPFLAGS = $(TSR_CHECK_INCS)
