@@ -14,7 +14,7 @@ libtessera_la_SOURCES += \
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
-	runtime/plan.c
+	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
 
 # mask corpus
 

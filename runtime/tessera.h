@@ -252,6 +252,8 @@ typedef struct {
   int num_sms;         /* persistent grid size; 0 = 132 (H200) */
   const char *arch;    /* "sm_90a", ...; NULL = "sm_90a" */
   const char *variant; /* kernel variant name; NULL = choose */
+  int split_tiles;     /* most key tiles per split chunk; 0 = planner's choice
+                          (AUTO: from the balance target, SPLIT: the mean row) */
 } tsr_plan_opts;
 
 typedef struct tsr_plan tsr_plan;
@@ -277,7 +279,20 @@ typedef struct {
   double wasted_fraction; /* (computed - selected) / selected */
   double balance;         /* max SM load / mean SM load over the persistent grid */
   char variant[96];
+  int combined;           /* some tile spans (parts of) several logical blocks */
+  int subdivided;         /* some logical block spans several tiles */
+  int64_t members;        /* member records (rows written by tasks) */
+  int64_t merges;         /* merge records (split rows) */
+  int64_t slots;          /* partial slots */
+  int64_t membership_words;
 } tsr_plan_summary;
+
+/* "retain", "combine", "subdivide", "auto"; "row", "split", "pack", "auto". */
+const char *tsr_plan_mapping_name(tsr_mapping m);
+const char *tsr_plan_tasks_name(tsr_tasks t);
+/* Parses those names; returns 0 on success, -1 for an unknown name. */
+int tsr_plan_parse_mapping(const char *s, tsr_mapping *out);
+int tsr_plan_parse_tasks(const char *s, tsr_tasks *out);
 
 void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s);
 /* Plan as JSON text (malloc'ed; caller frees).  detail 0 = summary only,
@@ -290,7 +305,9 @@ tsr_status tsr_plan_verify(const tsr_plan *pl, const tsr_mask *m, tsr_error *err
 
 /* Executes the plan tile by tile on the CPU with the online softmax and the
  * split-row merges the GPU uses (float32 arithmetic as the kernels do).
- * Arrays as for tsr_ref_attention. */
+ * Arrays as for tsr_ref_attention (out and lse mirror q's dimensions; lse
+ * may be NULL).  The plan must come from tsr_plan_create (or pass
+ * tsr_plan_verify): its indices are trusted. */
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse,
                            tsr_error *err);

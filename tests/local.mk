@@ -42,6 +42,25 @@ TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 
 # planning
+EXTRA_DIST += tests/plan_cases.h tests/plan.sh
+check_PROGRAMS += tests/check_map tests/check_plan tests/check_exec tests/plan_masks
+tests_plan_masks_SOURCES = tests/plan_masks.c tests/util.h
+tests_plan_masks_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_plan_masks_LDADD = $(TSR_LIBS)
+tests_plan_masks_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/check_map tests/check_plan tests/check_exec tests/plan.sh
+tests_check_map_SOURCES = tests/check_map.c tests/plan_cases.h tests/util.h
+tests_check_map_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_map_LDADD = $(TSR_CHECK_DEPS)
+tests_check_map_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_plan_SOURCES = tests/check_plan.c tests/plan_cases.h tests/util.h
+tests_check_plan_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_plan_LDADD = $(TSR_CHECK_DEPS)
+tests_check_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_exec_SOURCES = tests/check_exec.c tests/plan_cases.h tests/util.h
+tests_check_exec_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
+tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
 
