@@ -159,8 +159,8 @@ const char *tsr_corpus_preset_help(int i)
   if (i == 0)
     return "2,376 masks: 7 model settings x their published methods x 8 layers x 9 steps";
   if (i == 1)
-    return "32 masks of a 2,304-token clip, every method, 4 heads (CPU-sized)";
-  return i >= 2 && i < 2 + N_MODELS ? "this model's methods x 2 layers x 3 steps" : NULL;
+    return "48 masks of a 2,304-token clip, every method, 4 heads (CPU-sized)";
+  return i >= 2 && i < 2 + N_MODELS ? "this model's methods x 3 layers x 3 steps" : NULL;
 }
 
 /* ---- The plan: one record per mask file ------------------------------------------- */
@@ -258,7 +258,7 @@ static void plan_pair(uint64_t seed, int mi, int fam, int nl, int ns, plan_entry
       e->fam = fam;
       e->step = step;
       e->layer = layer;
-      e->eval = (a + eval_off) % 4 == 0;
+      e->eval = a % 4 == eval_off % (nl < 4 ? nl : 4);
       if (step < warm) {
         e->fam = TSR_FAM_DENSE;
         e->reason = "warm-up step";
@@ -294,7 +294,7 @@ static tsr_status plan_preset(const char *preset, uint64_t seed, plan_entry **ou
   } else if (!strcmp(preset, "demo")) {
     mi = (int)(tsr_corpus_model_find("demo-9x16x16") - model_tab);
     for (fam = 0; fam < TSR_FAM_DENSE; fam++)
-      plan_pair(seed, mi, fam, 1, 4, *out, n);
+      plan_pair(seed, mi, fam, 2, 3, *out, n);
   } else {
     const tsr_corpus_model *m = tsr_corpus_model_find(preset);
     if (!m) {
@@ -307,7 +307,7 @@ static tsr_status plan_preset(const char *preset, uint64_t seed, plan_entry **ou
     mi = (int)(m - model_tab);
     for (fam = 0; fam < TSR_FAM_DENSE; fam++)
       if (m->families & (1u << fam))
-        plan_pair(seed, mi, fam, 2, 3, *out, n);
+        plan_pair(seed, mi, fam, 3, 3, *out, n);
   }
   return TSR_OK;
 }

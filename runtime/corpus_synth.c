@@ -41,9 +41,15 @@
 /* Scale of the shared, object and noise parts.  Chosen so that token logits
  * peak near 8-10 on the diagonal (as measured DiT heads do) and the pooled
  * families land in the published density ranges of MASKS.md. */
-#define SYNTH_ALPHA 1.25
+#ifndef SYNTH_ALPHA
+#define SYNTH_ALPHA 2.0
+#endif
+#ifndef SYNTH_GAMMA
 #define SYNTH_GAMMA 0.9
+#endif
+#ifndef SYNTH_BETA
 #define SYNTH_BETA 1.0
+#endif
 #define SYNTH_ROPE_BASE 10000.0
 
 /* ---- PRNG ---------------------------------------------------------------- */
