@@ -63,6 +63,12 @@ tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
 tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
+check_PROGRAMS += tests/check_corpus
+TESTS += tests/check_corpus
+tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
+tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
+tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # gpu and generator
 
