@@ -16,4 +16,9 @@ EXTRA_DIST += tests/util.h
 # gpu and generator
 
 # database and selection
-
+check_PROGRAMS += tests/check_db
+TESTS += tests/check_db
+tests_check_db_SOURCES = tests/check_db.c
+tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
+tests_check_db_LDADD = $(TSR_CHECK_DEPS)
+tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
