@@ -610,3 +610,30 @@ done:
     *inserted = 0;
   return st;
 }
+
+tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
+                               const tsr_features *f, tsr_error *err)
+{
+  const char *names[TSR_FEATURES_MAX];
+  double values[TSR_FEATURES_MAX];
+  int n, i, own;
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  n = tsr_features_list(f, names, values);
+  own = sqlite3_get_autocommit(db->h);
+  if (own && (st = tsr_db_begin(db, err)) != TSR_OK)
+    return st;
+  for (i = 0; i < n && st == TSR_OK; i++)
+    st = run(db, err, NULL, NULL,
+             "INSERT OR REPLACE INTO mask_features (mask_id, gpu_id, version, name, value) "
+             "VALUES (?,?,?,?,?)",
+             "iiitd", mask_id, gpu_id, (int64_t)TSR_FEATURES_VERSION, names[i], values[i]);
+  if (own) {
+    if (st == TSR_OK)
+      st = tsr_db_commit(db, err);
+    else
+      tsr_db_rollback(db);
+  }
+  return st;
+}

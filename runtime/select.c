@@ -230,12 +230,15 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
     if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
         sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
         sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024) {
-      sqlite3_finalize(st);
+      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
+                                     "cannot read lookup table from '%s': row %" PRId64
+                                     " is malformed (dtype '%s', mapping '%s', tasks '%s', "
+                                     "level %d)",
+                                     tsr_db_path(db), id, dt ? dt : "", mp ? mp : "",
+                                     tk ? tk : "", level);
+      sqlite3_finalize(st); /* after the message: it invalidates the texts */
       tsr_select_destroy(s);
-      return tsr_error_set(err, TSR_ERR_DB,
-                           "cannot read lookup table from '%s': row %" PRId64
-                           " is malformed (dtype '%s', mapping '%s', tasks '%s', level %d)",
-                           tsr_db_path(db), id, dt ? dt : "", mp ? mp : "", tk ? tk : "", level);
+      return bad;
     }
     if (s->n == cap) {
       int64_t nc = cap ? cap * 2 : 64;

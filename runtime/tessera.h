@@ -446,6 +446,10 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
 int tsr_features_list(const tsr_features *f, const char **names, double *values);
 /* Sets the feature `name` (as tsr_features_list names it); 0 if unknown. */
 int tsr_features_set(tsr_features *f, const char *name, double value);
+/* Stores a mask's features as computed for a GPU, one row per name,
+ * replacing earlier values (runtime/db.c). */
+tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
+                               const tsr_features *f, tsr_error *err);
 
 /* ---- Plan selection (runtime/select.c) --------------------------------- */
 
