@@ -97,6 +97,11 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
 tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
                              tsr_error *err);
 
+/* Writes the GPU's lookup rows (and GPU and meta rows) as SQL INSERTs that
+ * load over db/schema.sql: the format of db/h200.sql.  gpu NULL = all. */
+tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *rows,
+                              tsr_error *err);
+
 /* ---- PNG writer (png.c) ------------------------------------------------ */
 
 /* An RGB canvas. */

@@ -325,3 +325,90 @@ done:
   tsrp_build_free(&ev);
   return s;
 }
+
+/* ---- Export ------------------------------------------------------------ */
+
+/* Prints a value as an SQL literal. */
+static void sql_value(FILE *f, sqlite3_stmt *st, int i)
+{
+  switch (sqlite3_column_type(st, i)) {
+  case SQLITE_INTEGER:
+    fprintf(f, "%lld", (long long)sqlite3_column_int64(st, i));
+    break;
+  case SQLITE_FLOAT:
+    fprintf(f, "%.17g", sqlite3_column_double(st, i));
+    break;
+  case SQLITE_NULL:
+    fputs("NULL", f);
+    break;
+  default: {
+    const unsigned char *s = sqlite3_column_text(st, i);
+    fputc('\'', f);
+    for (; s && *s; s++) {
+      if (*s == '\'')
+        fputc('\'', f);
+      fputc(*s, f);
+    }
+    fputc('\'', f);
+  }
+  }
+}
+
+/* Dumps the rows of `sql` as INSERTs into `table`; returns rows or -1. */
+static long dump(FILE *f, sqlite3 *h, const char *table, const char *sql, const char *gpu)
+{
+  sqlite3_stmt *st;
+  long n = 0;
+  int rc, i, cols;
+  if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  if (gpu)
+    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  cols = sqlite3_column_count(st);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    fprintf(f, "INSERT OR IGNORE INTO %s (", table);
+    for (i = 0; i < cols; i++)
+      fprintf(f, "%s%s", i ? ", " : "", sqlite3_column_name(st, i));
+    fputs(") VALUES (", f);
+    for (i = 0; i < cols; i++) {
+      if (i)
+        fputs(", ", f);
+      sql_value(f, st, i);
+    }
+    fputs(");\n", f);
+    n++;
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? n : -1;
+}
+
+tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *rows,
+                              tsr_error *err)
+{
+  long a, b, c;
+  fprintf(f, "-- Lookup table exported by tessera-profile from a sweep's database.\n"
+             "-- Load over db/schema.sql (tessera-profile init --sql FILE).\n");
+  /* GPU rows for the record (name, clocks, driver as found), then the table. */
+  a = dump(f, tsr_db_sqlite(db), "gpus",
+           "SELECT name, arch, multiprocessors, memory_bytes, l2_bytes, driver, clock_sm_khz, "
+           "clock_mem_khz FROM gpus WHERE (?1 IS NULL OR name = ?1) AND name IN (SELECT "
+           "gpu_name FROM lookup) ORDER BY id",
+           gpu);
+  b = dump(f, tsr_db_sqlite(db), "lookup_meta",
+           "SELECT gpu_name, multiprocessors, feature_version, built, masks, measurements, note "
+           "FROM lookup_meta WHERE (?1 IS NULL OR gpu_name = ?1) ORDER BY gpu_name",
+           gpu);
+  c = dump(f, tsr_db_sqlite(db), "lookup",
+           "SELECT gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, "
+           "bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
+           "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR gpu_name = ?1) "
+           "ORDER BY gpu_name, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
+           "spread_bin, fill_bin",
+           gpu);
+  if (a < 0 || b < 0 || c < 0 || ferror(f))
+    return tsr_error_set(err, TSR_ERR_DB, "cannot export lookup table from '%s': %s",
+                         tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+  if (rows)
+    *rows = c;
+  return TSR_OK;
+}

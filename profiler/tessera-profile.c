@@ -151,60 +151,6 @@ static int cmd_report(int argc, char **argv)
 
 /* ---- export ------------------------------------------------------------ */
 
-/* Prints a value as an SQL literal. */
-static void sql_value(FILE *f, sqlite3_stmt *st, int i)
-{
-  switch (sqlite3_column_type(st, i)) {
-  case SQLITE_INTEGER:
-    fprintf(f, "%lld", (long long)sqlite3_column_int64(st, i));
-    break;
-  case SQLITE_FLOAT:
-    fprintf(f, "%.17g", sqlite3_column_double(st, i));
-    break;
-  case SQLITE_NULL:
-    fputs("NULL", f);
-    break;
-  default: {
-    const unsigned char *s = sqlite3_column_text(st, i);
-    fputc('\'', f);
-    for (; s && *s; s++) {
-      if (*s == '\'')
-        fputc('\'', f);
-      fputc(*s, f);
-    }
-    fputc('\'', f);
-  }
-  }
-}
-
-/* Dumps the rows of `sql` as INSERTs into `table`; returns rows or -1. */
-static long dump(FILE *f, sqlite3 *h, const char *table, const char *sql, const char *gpu)
-{
-  sqlite3_stmt *st;
-  long n = 0;
-  int rc, i, cols;
-  if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK)
-    return -1;
-  if (gpu)
-    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
-  cols = sqlite3_column_count(st);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    fprintf(f, "INSERT OR IGNORE INTO %s (", table);
-    for (i = 0; i < cols; i++)
-      fprintf(f, "%s%s", i ? ", " : "", sqlite3_column_name(st, i));
-    fputs(") VALUES (", f);
-    for (i = 0; i < cols; i++) {
-      if (i)
-        fputs(", ", f);
-      sql_value(f, st, i);
-    }
-    fputs(");\n", f);
-    n++;
-  }
-  sqlite3_finalize(st);
-  return rc == SQLITE_DONE ? n : -1;
-}
-
 static int cmd_export(int argc, char **argv)
 {
   static const struct option lo[] = {{"db", 1, 0, 'd'}, {"out", 1, 0, 'o'}, {"gpu", 1, 0, 'g'},
@@ -214,7 +160,7 @@ static int cmd_export(int argc, char **argv)
   tsr_error err = {0};
   tsr_db *db;
   FILE *f = stdout;
-  long a, b, c2;
+  int64_t c2 = 0;
   int c, ok;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (c == 'd')
@@ -246,29 +192,9 @@ static int cmd_export(int argc, char **argv)
       return EXIT_USAGE;
     }
   }
-  fprintf(f, "-- Lookup table exported by tessera-profile %s from a sweep's database.\n"
-             "-- Load over db/schema.sql (tessera-profile init --sql FILE).\n",
-          PACKAGE_VERSION);
-  /* GPU rows for the record (name, clocks, driver as found), then the table. */
-  a = dump(f, tsr_db_sqlite(db), "gpus",
-           "SELECT name, arch, multiprocessors, memory_bytes, l2_bytes, driver, clock_sm_khz, "
-           "clock_mem_khz FROM gpus WHERE (?1 IS NULL OR name = ?1) AND name IN (SELECT "
-           "gpu_name FROM lookup) ORDER BY id",
-           gpu);
-  b = dump(f, tsr_db_sqlite(db), "lookup_meta",
-           "SELECT gpu_name, multiprocessors, feature_version, built, masks, measurements, note "
-           "FROM lookup_meta WHERE (?1 IS NULL OR gpu_name = ?1) ORDER BY gpu_name",
-           gpu);
-  c2 = dump(f, tsr_db_sqlite(db), "lookup",
-            "SELECT gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, "
-            "bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
-            "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR gpu_name = ?1) "
-            "ORDER BY gpu_name, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
-            "spread_bin, fill_bin",
-            gpu);
-  ok = a >= 0 && b >= 0 && c2 >= 0;
+  ok = tsrp_report_export(db, gpu, f, &c2, &err) == TSR_OK;
   if (!ok)
-    errorf("export", "cannot read '%s': %s", dbp, sqlite3_errmsg(tsr_db_sqlite(db)));
+    errorf("export", "%s", err.text);
   tsr_db_close(db);
   if (out) {
     ok &= fclose(f) == 0;
@@ -280,7 +206,7 @@ static int cmd_export(int argc, char **argv)
     }
   }
   if (ok)
-    fprintf(stderr, "exported %ld lookup rows\n", c2);
+    fprintf(stderr, "exported %lld lookup rows\n", (long long)c2);
   return ok ? EXIT_OK : EXIT_USAGE;
 }
 

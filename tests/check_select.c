@@ -615,6 +615,64 @@ START_TEST(test_eval_and_report)
 }
 END_TEST
 
+/* The shipped format: a table exported as SQL text and loaded into a fresh
+ * database selects exactly as the original. */
+START_TEST(test_export_roundtrip)
+{
+  tu_rng rng = {base_seed + 83};
+  char path[300];
+  fixture fx;
+  tsrp_build_opts bo = {NULL, NULL};
+  tsrp_build_stats bs;
+  tsr_selector *a = NULL, *b = NULL;
+  tsr_db *db2 = NULL;
+  tsr_error err = {0};
+  char *text = NULL;
+  size_t len = 0;
+  int64_t rows = -1;
+  FILE *f;
+  int i;
+  snprintf(path, sizeof path, "%s/x.db", tmpdir);
+  build_fixture(&fx, path, &rng, 3);
+  ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
+  f = open_memstream(&text, &len);
+  ck_assert_int_eq(tsrp_report_export(fx.db, "NVIDIA Test", f, &rows, &err), TSR_OK);
+  fclose(f);
+  ck_assert_int_eq(rows, bs.rows);
+  ck_assert_ptr_nonnull(strstr(text, "INSERT OR IGNORE INTO lookup ("));
+  ck_assert_ptr_null(strstr(text, "INSERT OR IGNORE INTO samples"));
+  snprintf(path, sizeof path, "%s/y.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db2, &err), TSR_OK);
+  ck_assert_msg(tsr_db_exec(db2, text, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_db_exec(db2, text, &err), TSR_OK); /* loading twice adds nothing */
+  ck_assert_int_eq(count_db(db2, "SELECT count(*) FROM lookup"), bs.rows);
+  ck_assert_int_eq(count_db(db2, "SELECT count(*) FROM gpus"), 1);
+  ck_assert_int_eq(tsr_select_load(fx.db, NULL, 0, &a, &err), TSR_OK);
+  ck_assert_int_eq(tsr_select_load(db2, NULL, 0, &b, &err), TSR_OK);
+  for (i = 0; i < 30; i++) {
+    tsr_features fe;
+    tsr_selection sa, sb;
+    kind_features(&rng, i % 3, &fe);
+    if (i % 5 == 4)
+      fe.head_dim = 64;
+    ck_assert_int_eq(tsr_select_plan(a, &fe, &sa, &err), TSR_OK);
+    ck_assert_int_eq(tsr_select_plan(b, &fe, &sb, &err), TSR_OK);
+    ck_assert_int_eq(sa.opts.mapping, sb.opts.mapping);
+    ck_assert_int_eq(sa.opts.tile_m, sb.opts.tile_m);
+    ck_assert_int_eq(sa.opts.tile_n, sb.opts.tile_n);
+    ck_assert_int_eq(sa.opts.tasks, sb.opts.tasks);
+    ck_assert_str_eq(sa.variant, sb.variant);
+    ck_assert_int_eq(sa.level, sb.level);
+    ck_assert_int_eq(sa.from_table, i % 5 != 4);
+  }
+  tsr_select_destroy(a);
+  tsr_select_destroy(b);
+  tsr_db_close(db2);
+  tsr_db_close(fx.db);
+  free(text);
+}
+END_TEST
+
 /* Selection cost on top of features: a binary search per level. */
 START_TEST(test_select_time)
 {
@@ -810,6 +868,7 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_build_and_select);
   tcase_add_test(tc, test_stale_variant);
   tcase_add_test(tc, test_eval_and_report);
+  tcase_add_test(tc, test_export_roundtrip);
   tcase_add_test(tc, test_select_time);
   tcase_add_test(tc, test_open_errors);
   tcase_add_test(tc, test_png);
