@@ -25,4 +25,7 @@ libtessera_la_SOURCES += \
 	runtime/gpu.c
 
 # lookup database and plan selection
+libtessera_la_SOURCES += \
+	runtime/db.c runtime/features.c runtime/select.c
+nodist_libtessera_la_SOURCES = db/embedded.c
 
