@@ -86,6 +86,11 @@ static void make(tcase *c, uint64_t seed, const char *mode)
   }
 }
 
+static void release(tcase *c)
+{
+  free(c->qb), free(c->kb), free(c->q), free(c->k), free(c->v), free(c->mask);
+}
+
 static void write_tensor(const char *dir, const char *name, const tcase *c, int64_t H, int64_t S,
                          const float *x)
 {
@@ -132,6 +137,7 @@ static int gen(const char *dir, uint64_t seed, const char *mode)
   } else {
     printf("%lldx%lld\n", (long long)c.bq, (long long)c.bk);
   }
+  release(&c);
   return 0;
 }
 
@@ -147,18 +153,19 @@ static int check(const char *dir, uint64_t seed, const char *mode, double scale)
   nout = c.B * c.Hq * c.Sq * c.D;
   nlse = c.B * c.Hq * c.Sq;
   snprintf(p, sizeof p, "%s/out.npy", dir);
-  if (tsr_npy_load(p, &out, &err)) {
+  memset(&lse, 0, sizeof lse);
+  if (tsr_npy_load(p, &out, &err) ||
+      (snprintf(p, sizeof p, "%s/lse.npy", dir), tsr_npy_load(p, &lse, &err))) {
     fprintf(stderr, "%s\n", err.text);
-    return 1;
-  }
-  snprintf(p, sizeof p, "%s/lse.npy", dir);
-  if (tsr_npy_load(p, &lse, &err)) {
-    fprintf(stderr, "%s\n", err.text);
+    tsr_npy_free(&out);
+    release(&c);
     return 1;
   }
   if (out.dtype != TSR_DT_F32 || lse.dtype != TSR_DT_F32 || tsr_array_numel(&out) != nout ||
       tsr_array_numel(&lse) != nlse || out.ndim != 3 + c.four || lse.ndim != 2 + c.four) {
     fprintf(stderr, "cli_attn: output has the wrong dtype or shape\n");
+    tsr_npy_free(&out), tsr_npy_free(&lse);
+    release(&c);
     return 1;
   }
   want = malloc((size_t)nout * sizeof *want);
@@ -169,6 +176,9 @@ static int check(const char *dir, uint64_t seed, const char *mode, double scale)
   e2 = tu_rel_err(lse.data, want_lse, (size_t)nlse);
   printf("cli_attn %s seed %llu: out rel err %.3g, lse rel err %.3g\n", mode,
          (unsigned long long)seed, e1, e2);
+  tsr_npy_free(&out), tsr_npy_free(&lse);
+  free(want), free(want_lse);
+  release(&c);
   return e1 <= 1e-5 && e2 <= 1e-5 ? 0 : 1;
 }
 
@@ -176,7 +186,7 @@ static int check(const char *dir, uint64_t seed, const char *mode, double scale)
 static int bad(const char *dir)
 {
   char p[600];
-  float x[3 * 64 * 16];
+  float x[4 * 64 * 16];
   const size_t n2 = 2 * 64 * 16 * sizeof(float); /* bytes of a [2, 64, 16] array */
   int64_t s3[3] = {2, 64, 16}, s2[2] = {64, 16}, s3k[3] = {3, 64, 16}, m3[3] = {2, 3, 4};
   uint8_t bits[64] = {1};
@@ -193,7 +203,7 @@ static int bad(const char *dir)
   tu_write_npy_raw(P("fortran.npy"), NULL, 1,
                    "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 64, 16), }\n", x, n2);
   tu_write_npy(P("twodim.npy"), "<f4", 2, s2, x, n2 / 2);
-  tu_write_npy(P("k3.npy"), "<f4", 3, s3k, x, sizeof x); /* 2 query heads, 3 kv heads */
+  tu_write_npy(P("k3.npy"), "<f4", 3, s3k, x, n2 / 2 * 3); /* 2 query heads, 3 kv heads */
   tu_write_npy(P("mask_wrong.npy"), "|b1", 3, m3, bits, 24); /* 3x4 blocks, 4x4 expected */
   tu_write_npy(P("mask_f32.npy"), "<f4", 3, m3, x, 24 * 4);
   {

@@ -63,8 +63,25 @@ tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
 tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
+check_PROGRAMS += tests/check_corpus
+TESTS += tests/check_corpus
+tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
+tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
+tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # gpu and generator
 
 # database and selection
-
+check_PROGRAMS += tests/check_db tests/check_select
+TESTS += tests/check_db tests/check_select
+tests_check_db_SOURCES = tests/check_db.c
+tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
+tests_check_db_LDADD = $(TSR_CHECK_DEPS)
+tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_select_SOURCES = tests/check_select.c
+tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
+tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS)
+tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/profile_cli.sh
+EXTRA_DIST += tests/profile_cli.sh
