@@ -62,6 +62,27 @@ expect_ok "arch sm_80" $M96 --arch sm_80 --sms 108
 }
 "$T" plan --help | grep -q -- "--mapping" || bad "--help lacks --mapping"
 
+# --- tessera run --backend cpu (the plan executor) matches the reference ----
+if [ -x "$B/tests/cli_attn" ]; then
+  R="$D/run"
+  mkdir -p "$R"
+  i=0
+  for mode in uniform batch variable f16; do
+    i=$((i + 1))
+    blk=$("$B/tests/cli_attn" gen "$R" $((SEED + i)) "$mode") || { bad "cli_attn gen $mode"; continue; }
+    if [ "$blk" = - ]; then geo="--q-blocks $R/qs.npy --k-blocks $R/ks.npy"; else geo="--block $blk"; fi
+    for tk in auto row split pack; do
+      for tile in 64x64 128x128 16x32; do
+        # shellcheck disable=SC2086
+        "$B/tessera" run --backend cpu --tasks $tk --tile $tile --mask "$R/mask.npy" $geo \
+          --q "$R/q.npy" --k "$R/k.npy" --v "$R/v.npy" --out "$R/o.npy" --lse "$R/l.npy" \
+          --check 1e-5 >"$R/stdout" 2>"$R/stderr" \
+          || bad "run --backend cpu $mode $tk $tile: $(cat "$R/stderr")"
+      done
+    done
+  done
+fi
+
 # --- verification failures exit 1, naming the violation ---------------------
 for how in drop dup bit; do
   # shellcheck disable=SC2086
