@@ -181,6 +181,7 @@ void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s)
   *s = pl->summary;
   /* The variant may be chosen after planning (gpu.c fills pl->variant). */
   memcpy(s->variant, pl->variant, sizeof s->variant);
+  s->balance = tsr_tasks_balance(pl);
 }
 
 /* Adds a [n][k] integer array of records to `obj` under `key`. */
@@ -223,7 +224,7 @@ static int add_words(json_t *obj, const char *key, const tsr_u32 *w, int64_t n)
 
 char *tsr_plan_explain_json(const tsr_plan *pl, int detail)
 {
-  const tsr_plan_summary *s;
+  tsr_plan_summary sb, *s = &sb;
   json_t *root, *sum, *prob;
   char *text = NULL;
   const char *mapping_text;
@@ -231,7 +232,7 @@ char *tsr_plan_explain_json(const tsr_plan *pl, int detail)
 
   if (!pl)
     return NULL;
-  s = &pl->summary;
+  tsr_plan_summarize(pl, &sb);
   root = json_object();
   sum = json_object();
   prob = json_object();

@@ -34,7 +34,9 @@ struct tsr_plan {
   tsr_merge_rec *merges;     int64_t n_merges;
   int64_t n_slots;           /* partial slots (split rows) */
 
-  tsr_plan_summary summary;  /* filled when the plan is built */
+  tsr_plan_summary summary;  /* filled when the plan is built, except balance
+                                (computed by tsr_plan_summarize: it is a
+                                diagnostic, kept off the planning path) */
 
   void *gpu;                 /* device copies (gpu.c), or NULL */
   void (*gpu_free)(void *);  /* releases `gpu`; set by gpu.c */
@@ -73,9 +75,14 @@ void tsr_map_rows_free(tsr_map_rows *rows);
 
 /* Groups rows into tasks per opts->tasks (row / split / pack / auto), orders
  * them longest-first, allocates partial slots and merge records, fills
- * pl->tasks, members, merges, n_slots, task_layout and summary.balance. */
+ * pl->tasks, members, merges, n_slots, task_layout and the task counts of
+ * the summary. */
 tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
                            const tsr_plan_opts *o, tsr_error *err);
+/* Expected balance of the plan's tasks over its persistent grid: max / mean
+ * multiprocessor load under list scheduling in launch order (a key tile
+ * costs 4, a member's Q load and store 1); -1 when out of memory. */
+double tsr_tasks_balance(const tsr_plan *pl);
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 

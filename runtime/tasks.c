@@ -14,8 +14,10 @@
  * count) for the persistent grid, whose balance is estimated by list
  * scheduling: each task goes to the multiprocessor that frees up first.
  *
- * Cost: O(rows + tasks * log(num_sms)) plus, in pack mode only, a sort of
- * the all-full units by a hash of their key lists.
+ * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
+ * units by a hash of their key lists.  The balance estimate, O(tasks x
+ * log(num_sms)), is a diagnostic and runs only when asked for
+ * (tsr_plan_summarize, explain), not on the planning path.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -68,10 +70,13 @@ static int cand_cmp(const void *a, const void *b)
 }
 
 /* Greedy list scheduling of task costs (in launch order) onto num_sms
- * multiprocessors; returns max load / mean load. */
-static double balance_estimate(const tsr_plan *pl, int64_t *heap)
+ * multiprocessors; returns max load / mean load, or -1 without memory. */
+double tsr_tasks_balance(const tsr_plan *pl)
 {
-  int64_t n = pl->num_sms, i, total = 0, maxload = 0;
+  int64_t n = pl->num_sms > 0 ? pl->num_sms : 1, i, total = 0, maxload = 0;
+  int64_t *heap = malloc((size_t)n * sizeof *heap);
+  if (!heap)
+    return -1.0;
   for (i = 0; i < n; i++)
     heap[i] = 0;
   for (i = 0; i < pl->n_tasks; i++) {
@@ -99,6 +104,7 @@ static double balance_estimate(const tsr_plan *pl, int64_t *heap)
     }
     heap[pos] = v;
   }
+  free(heap);
   if (total == 0)
     return 1.0;
   return (double)maxload / ((double)total / (double)n);
@@ -118,7 +124,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
   unit *units = NULL;
   proto *protos = NULL, *sorted = NULL;
-  int64_t *count = NULL, *heap = NULL;
+  int64_t *count = NULL;
   tsr_status st = TSR_OK;
 
   next = malloc((size_t)nr * sizeof *next);
@@ -309,8 +315,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   sorted = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
   pl->tasks = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
   pl->members = malloc((size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
-  heap = malloc((size_t)pl->num_sms * sizeof *heap);
-  if (!count || !sorted || !pl->tasks || !pl->members || !heap)
+  if (!count || !sorted || !pl->tasks || !pl->members)
     goto nomem;
   for (i = 0; i < n_proto; i++)
     count[maxkey - protos[i].key + 1]++;
@@ -349,7 +354,6 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   pl->summary.members = pl->n_members;
   pl->summary.merges = pl->n_merges;
   pl->summary.slots = pl->n_slots;
-  pl->summary.balance = balance_estimate(pl, heap);
   goto done;
 
 nomem:
@@ -363,6 +367,5 @@ done:
   free(protos);
   free(sorted);
   free(count);
-  free(heap);
   return st;
 }
