@@ -264,6 +264,13 @@ void tsr_plan_opts_init(tsr_plan_opts *o);
 tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m,
                            const tsr_plan_opts *o, tsr_plan **out, tsr_error *err);
 void tsr_plan_destroy(tsr_plan *pl);
+/* Replans into an existing plan (a new mask, problem or options), reusing
+ * its memory: once its buffers have grown to the problem, planning makes no
+ * allocation and touches no fresh page.  Device copies made by
+ * tsr_gpu_upload are dropped (upload again).  On failure the plan is left
+ * empty, still valid to update again or destroy. */
+tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m,
+                           const tsr_plan_opts *o, tsr_error *err);
 
 typedef struct {
   int tile_m, tile_n;
