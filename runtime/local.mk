@@ -14,7 +14,7 @@ libtessera_la_SOURCES += \
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
-	runtime/plan.c
+	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
 
 # mask corpus
 libtessera_la_SOURCES += \
@@ -22,7 +22,11 @@ libtessera_la_SOURCES += \
 
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
-	runtime/gpu.c
+	runtime/variant.h runtime/variant.c runtime/bundle.h runtime/bundle.c \
+	runtime/cuda_impl.h runtime/cuda.c runtime/gpu.c
 
 # lookup database and plan selection
+libtessera_la_SOURCES += \
+	runtime/db.c runtime/features.c runtime/select.c
+nodist_libtessera_la_SOURCES = db/embedded.c
 
