@@ -69,6 +69,8 @@ tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
 tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
 tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/corpus-cli.sh
+EXTRA_DIST += tests/corpus-cli.sh
 
 # gpu and generator
 
