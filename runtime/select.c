@@ -29,6 +29,7 @@ typedef struct {
   int32_t masks;
   float regret, speedup;
   char variant[96];
+  char why[160]; /* the reason text of a hit, made once at load */
 } row;
 
 struct tsr_selector {
@@ -270,7 +271,15 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   if (rc != SQLITE_DONE)
     goto dbfail;
   sqlite3_finalize(st);
-  qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
+  if (s->n > 0)
+    qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
+  for (cap = 0; cap < s->n; cap++) {
+    row *r = &s->rows[cap];
+    snprintf(r->why, sizeof r->why,
+             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
+             "regret %.3f, speed-up %.2fx over the base plan",
+             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
+  }
   if (s->n == 0) {
     if (!s->gpu[0])
       snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
@@ -360,19 +369,62 @@ void tsr_select_base(const tsr_features *f, tsr_plan_opts *o)
   o->num_sms = f->num_sms;
 }
 
-static void region_text(const tsr_region *r, char *buf, size_t n)
+/* Appends to a bounded text without printf: selection stays well under a
+ * microsecond even on a miss (and under sanitizers, which slow printf). */
+typedef struct {
+  char *p;
+  size_t n, len;
+} text;
+
+static void put_s(text *t, const char *s)
 {
-  snprintf(buf, n, "%s d%d %dx%d seq %d density %d spread %d fill %d",
-           tsr_dtype_name((tsr_dtype)r->dtype), r->head_dim, r->bq, r->bk, r->seq_bin,
-           r->density_bin, r->spread_bin, r->fill_bin);
+  while (*s && t->len + 1 < t->n)
+    t->p[t->len++] = *s++;
+  t->p[t->len] = '\0';
+}
+
+static void put_i(text *t, int64_t v)
+{
+  char buf[24];
+  int i = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    buf[i++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    buf[i++] = '-';
+  while (i > 0 && t->len + 1 < t->n)
+    t->p[t->len++] = buf[--i];
+  t->p[t->len] = '\0';
+}
+
+static void region_text(text *t, const tsr_region *r)
+{
+  put_s(t, tsr_dtype_name((tsr_dtype)r->dtype));
+  put_s(t, " d");
+  put_i(t, r->head_dim);
+  put_s(t, " ");
+  put_i(t, r->bq);
+  put_s(t, "x");
+  put_i(t, r->bk);
+  put_s(t, " seq ");
+  put_i(t, r->seq_bin);
+  put_s(t, " density ");
+  put_i(t, r->density_bin);
+  put_s(t, " spread ");
+  put_i(t, r->spread_bin);
+  put_s(t, " fill ");
+  put_i(t, r->fill_bin);
 }
 
 tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
                            tsr_error *err)
 {
   int level;
-  char rejected[120] = "";
-  char rtext[96];
+  const row *skipped = NULL;
+  const char *skipped_why = NULL;
+  text t;
   if (!f || !out)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
                          !f ? "features" : "output");
@@ -381,7 +433,9 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
                          "cannot select a plan: features describe an empty problem (%" PRId64
                          "x%" PRId64 ", head dim %" PRId64 ")",
                          f->seq_q, f->seq_k, f->head_dim);
-  memset(out, 0, sizeof *out);
+  memset(&out->opts, 0, sizeof out->opts);
+  out->variant[0] = '\0';
+  out->from_table = 0;
   tsr_select_region(f, &out->region);
   for (level = 0; s && level < TSR_SELECT_LEVELS; level++) {
     int32_t key[KEY_LEN];
@@ -394,9 +448,10 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         const row *r = &s->rows[mid];
         const char *why;
         if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why)) {
-          if (!rejected[0])
-            snprintf(rejected, sizeof rejected, "; row %" PRId64 " (%s %dx%d) skipped: %.60s", r->id,
-                     tsr_select_mapping_name((tsr_mapping)r->mapping), r->tile_m, r->tile_n, why);
+          if (!skipped) {
+            skipped = r;
+            skipped_why = why;
+          }
           break;
         }
         out->opts.mapping = (tsr_mapping)r->mapping;
@@ -404,15 +459,12 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         out->opts.tile_n = r->tile_n;
         out->opts.tasks = (tsr_tasks)r->tasks;
         out->opts.num_sms = f->num_sms;
-        snprintf(out->variant, sizeof out->variant, "%s", r->variant);
+        memcpy(out->variant, r->variant, sizeof out->variant);
         out->opts.variant = out->variant[0] ? out->variant : NULL;
         out->from_table = 1;
         out->level = level;
         out->row_id = r->id;
-        snprintf(out->reason, sizeof out->reason,
-                 "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
-                 "regret %.3f, speed-up %.2fx over the base plan",
-                 r->id, level, s->gpu, (int)r->masks, r->regret, r->speedup);
+        memcpy(out->reason, r->why, sizeof r->why);
         return TSR_OK;
       }
       if (c < 0)
@@ -424,14 +476,32 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   tsr_select_base(f, &out->opts);
   out->level = -1;
   out->row_id = -1;
-  region_text(&out->region, rtext, sizeof rtext);
-  if (!s)
-    snprintf(out->reason, sizeof out->reason, "no lookup table: base plan");
-  else if (s->n == 0)
-    snprintf(out->reason, sizeof out->reason, "%.180s: base plan", s->note);
-  else
-    snprintf(out->reason, sizeof out->reason, "no usable row for %.70s at any level%.100s: base plan",
-             rtext, rejected);
+  t.p = out->reason;
+  t.n = sizeof out->reason;
+  t.len = 0;
+  out->reason[0] = '\0';
+  if (!s) {
+    put_s(&t, "no lookup table");
+  } else if (s->n == 0) {
+    put_s(&t, s->note);
+  } else {
+    put_s(&t, "no usable row for ");
+    region_text(&t, &out->region);
+    put_s(&t, " at any level");
+    if (skipped) {
+      put_s(&t, "; row ");
+      put_i(&t, skipped->id);
+      put_s(&t, " (");
+      put_s(&t, tsr_select_mapping_name((tsr_mapping)skipped->mapping));
+      put_s(&t, " ");
+      put_i(&t, skipped->tile_m);
+      put_s(&t, "x");
+      put_i(&t, skipped->tile_n);
+      put_s(&t, ") skipped: ");
+      put_s(&t, skipped_why);
+    }
+  }
+  put_s(&t, ": base plan");
   return TSR_OK;
 }
 
