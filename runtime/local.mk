@@ -14,9 +14,11 @@ libtessera_la_SOURCES += \
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
-	runtime/plan.c
+	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
 
 # mask corpus
+libtessera_la_SOURCES += \
+	runtime/corpus_impl.h runtime/corpus.c runtime/corpus_families.c runtime/corpus_synth.c
 
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \

@@ -252,6 +252,8 @@ typedef struct {
   int num_sms;         /* persistent grid size; 0 = 132 (H200) */
   const char *arch;    /* "sm_90a", ...; NULL = "sm_90a" */
   const char *variant; /* kernel variant name; NULL = choose */
+  int split_tiles;     /* most key tiles per split chunk; 0 = planner's choice
+                          (AUTO: from the balance target, SPLIT: the mean row) */
 } tsr_plan_opts;
 
 typedef struct tsr_plan tsr_plan;
@@ -277,7 +279,20 @@ typedef struct {
   double wasted_fraction; /* (computed - selected) / selected */
   double balance;         /* max SM load / mean SM load over the persistent grid */
   char variant[96];
+  int combined;           /* some tile spans (parts of) several logical blocks */
+  int subdivided;         /* some logical block spans several tiles */
+  int64_t members;        /* member records (rows written by tasks) */
+  int64_t merges;         /* merge records (split rows) */
+  int64_t slots;          /* partial slots */
+  int64_t membership_words;
 } tsr_plan_summary;
+
+/* "retain", "combine", "subdivide", "auto"; "row", "split", "pack", "auto". */
+const char *tsr_plan_mapping_name(tsr_mapping m);
+const char *tsr_plan_tasks_name(tsr_tasks t);
+/* Parses those names; returns 0 on success, -1 for an unknown name. */
+int tsr_plan_parse_mapping(const char *s, tsr_mapping *out);
+int tsr_plan_parse_tasks(const char *s, tsr_tasks *out);
 
 void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s);
 /* Plan as JSON text (malloc'ed; caller frees).  detail 0 = summary only,
@@ -290,10 +305,99 @@ tsr_status tsr_plan_verify(const tsr_plan *pl, const tsr_mask *m, tsr_error *err
 
 /* Executes the plan tile by tile on the CPU with the online softmax and the
  * split-row merges the GPU uses (float32 arithmetic as the kernels do).
- * Arrays as for tsr_ref_attention. */
+ * Arrays as for tsr_ref_attention (out and lse mirror q's dimensions; lse
+ * may be NULL).  The plan must come from tsr_plan_create (or pass
+ * tsr_plan_verify): its indices are trusted. */
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse,
                            tsr_error *err);
+
+/* ---- Mask corpus (runtime/corpus.c, corpus_families.c, corpus_synth.c) --- */
+
+/* A corpus is a folder of block masks synthesised by the published rule of
+ * each sparse-attention family (Sparse VideoGen, Sliding Tile, Radial, VSA,
+ * SpargeAttn, XAttention, Jenga, Sparse-vDiT, dense warm-up) over the real
+ * shapes of video diffusion models, plus manifest.json.  One mask file is
+ * one (model, method, step, layer) with a group of that layer's heads:
+ * bool [H, NQ, NK] in the method's token order and block geometry.  See
+ * tessera-corpus(1). */
+typedef struct tsr_corpus tsr_corpus;
+
+/* One manifest entry: everything needed to build the problem of a mask.
+ * Strings belong to the corpus handle. */
+typedef struct {
+  const char *file;        /* mask .npy path (corpus folder joined) */
+  const char *model;       /* preset model name, e.g. "wan2.1-1.3b-480p" */
+  const char *family;      /* "svg", "sta", "radial", "vsa", "sparge", "xattn",
+                              "jenga", "svdit" or "dense" */
+  const char *split;       /* "profile" or "eval" */
+  const char *token_order; /* "frame-major", "tile-6x8x8", "cube-4x4x4", "hilbert-3d"
+                              (per-head overrides: tsr_corpus_head_order) */
+  int64_t step, layer;
+  int64_t head_first;      /* model head of the file's head 0 */
+  int64_t heads_q, heads_kv, model_heads, head_dim;
+  int64_t seq_q, seq_k;    /* video tokens (text tokens of joint models excluded) */
+  int64_t nq, nk;          /* logical blocks */
+  int64_t bq, bk;          /* uniform blocks (last ragged); 0 when variable */
+  const char *q_sizes;     /* variable geometry: int64 .npy of block sizes, else NULL */
+  const char *k_sizes;
+  double density;          /* selected block pairs / all, over the file's heads */
+  uint64_t seed;           /* the entry's own seed (derived from the corpus seed) */
+} tsr_corpus_entry;
+
+/* Reads DIR/manifest.json; checks its format and every entry's fields. */
+tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err);
+void tsr_corpus_close(tsr_corpus *c);
+int64_t tsr_corpus_count(const tsr_corpus *c);
+/* Entry i (0 <= i < count), or NULL when out of range. */
+const tsr_corpus_entry *tsr_corpus_get(const tsr_corpus *c, int64_t i);
+/* The corpus seed and preset recorded in the manifest. */
+uint64_t tsr_corpus_seed(const tsr_corpus *c);
+const char *tsr_corpus_preset(const tsr_corpus *c);
+/* Per-head kind ("spatial", "temporal", "window", "topk", "cdf", "dense", ...)
+ * and token order of head h of entry i; NULL when out of range. */
+const char *tsr_corpus_head_kind(const tsr_corpus *c, int64_t i, int64_t h);
+const char *tsr_corpus_head_order(const tsr_corpus *c, int64_t i, int64_t h);
+/* Loads entry i's mask and checks it against the entry (heads, nq, nk). */
+tsr_status tsr_corpus_load_mask(const tsr_corpus *c, int64_t i, tsr_mask **out,
+                                tsr_error *err);
+/* Builds entry i's block geometry (uniform, or from its size files). */
+tsr_status tsr_corpus_load_geom(const tsr_corpus *c, int64_t i, tsr_geom **out,
+                                tsr_error *err);
+
+/* Generation.  Deterministic in (preset, seed): the same call writes the same
+ * bytes, whatever `jobs`. */
+typedef struct {
+  const char *preset;  /* "paper", "demo" or a model name (tsr_corpus_preset_name) */
+  const char *out_dir; /* created when missing (parents too) */
+  uint64_t seed;       /* default 1 */
+  int64_t limit;       /* at most this many entries (0 = all) */
+  int jobs;            /* worker threads (default 1) */
+  /* Called after each entry (from the calling thread's lock; may be NULL). */
+  void (*progress)(void *ud, int64_t done, int64_t total);
+  void *progress_ud;
+} tsr_corpus_gen_opts;
+
+void tsr_corpus_gen_opts_init(tsr_corpus_gen_opts *o);
+/* Writes OUT_DIR/masks/NAME.npy, OUT_DIR/geom/NAME.npy and OUT_DIR/manifest.json
+ * (last, atomically).  *written (may be NULL) receives the entry count. */
+tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written,
+                               tsr_error *err);
+/* Presets: "paper", "demo" and one per model; help is one line. */
+int tsr_corpus_preset_count(void);
+const char *tsr_corpus_preset_name(int i);
+const char *tsr_corpus_preset_help(int i);
+
+/* Features of one [nq][nk] plane, for corpus statistics. */
+typedef struct {
+  double density;      /* selected / (nq * nk) */
+  double row_cv;       /* row-length spread: std / mean of selected blocks per row */
+  double contiguity;   /* selected blocks whose left neighbour is selected / selected */
+  int64_t empty_rows;
+} tsr_corpus_features;
+
+void tsr_corpus_plane_features(const uint8_t *plane, int64_t nq, int64_t nk,
+                               tsr_corpus_features *f);
 
 /* ---- GPU execution (runtime/cuda.c, bundle.c, gpu.c) ------------------- */
 
