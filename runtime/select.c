@@ -281,7 +281,11 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
              r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
   }
   if (s->n == 0) {
-    if (!s->gpu[0])
+    if (!strcmp(tsr_db_path(db), ":memory:"))
+      snprintf(s->note, sizeof s->note,
+               "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
+               s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
+    else if (!s->gpu[0])
       snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
                tsr_db_path(db), TSR_FEATURES_VERSION);
     else
