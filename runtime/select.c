@@ -40,39 +40,6 @@ struct tsr_selector {
   char note[160]; /* why the table is empty, for explanations */
 };
 
-/* ---- Names ------------------------------------------------------------- */
-
-static const char *const mapping_names[] = {"auto", "retain", "combine", "subdivide"};
-static const char *const tasks_names[] = {"auto", "row", "split", "pack"};
-
-const char *tsr_select_mapping_name(tsr_mapping m)
-{
-  return (unsigned)m < 4 ? mapping_names[m] : "unknown";
-}
-
-const char *tsr_select_tasks_name(tsr_tasks t)
-{
-  return (unsigned)t < 4 ? tasks_names[t] : "unknown";
-}
-
-int tsr_select_mapping_parse(const char *s)
-{
-  int i;
-  for (i = 0; s && i < 4; i++)
-    if (!strcmp(s, mapping_names[i]))
-      return i;
-  return -1;
-}
-
-int tsr_select_tasks_parse(const char *s)
-{
-  int i;
-  for (i = 0; s && i < 4; i++)
-    if (!strcmp(s, tasks_names[i]))
-      return i;
-  return -1;
-}
-
 /* ---- Regions ----------------------------------------------------------- */
 
 /* Bin edges.  Chosen where the plan preference is expected to change:
@@ -225,7 +192,10 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
     const char *tk = (const char *)sqlite3_column_text(st, 13);
     const char *va = (const char *)sqlite3_column_text(st, 14);
     int dti = dt ? dtype_parse(dt) : -1;
-    int mpi = tsr_select_mapping_parse(mp), tki = tsr_select_tasks_parse(tk), level, i;
+    tsr_mapping mpe = TSR_MAP_AUTO;
+    tsr_tasks tke = TSR_TASKS_AUTO;
+    int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
+    int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
     int64_t id = sqlite3_column_int64(st, 0);
     level = sqlite3_column_int(st, 1);
     if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
@@ -331,24 +301,40 @@ const char *tsr_select_gpu(const tsr_selector *s) { return s ? s->gpu : ""; }
 
 /* ---- Selection --------------------------------------------------------- */
 
+/* How tiles of edge t relate to uniform blocks of edge b over s tokens,
+ * exactly as the planner's map.c sees it: combined when some tile holds a
+ * block boundary (a boundary k*b < s that is not a multiple of t),
+ * subdivided when some whole tile lies inside a block larger than it (the
+ * first block, min(b, s) tokens, is the largest). */
+static void axis_relation(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
+{
+  if (b % t != 0 && b < s)
+    *combined = 1;
+  if ((b < s ? b : s) > t)
+    *subdivided = 1;
+}
+
 int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, int tile_n,
                         const char **why)
 {
   const char *w = NULL;
-  if (tile_m <= 0 || tile_n <= 0)
+  int comb = 0, sub = 0;
+  if (tile_m <= 0 || tile_n <= 0) {
     w = "the tile is not positive";
-  else if (mapping == TSR_MAP_RETAIN) {
-    if (!f->bq)
+  } else if (!f->bq || !f->bk) {
+    /* Variable blocks: only the planner can tell; it reports a mapping that
+     * does not fit as unsupported and the caller falls back. */
+    if (mapping == TSR_MAP_RETAIN)
       w = "retain needs uniform blocks, the geometry is variable";
-    else if (f->bq != tile_m || f->bk != tile_n)
+  } else {
+    axis_relation(f->bq, tile_m, f->seq_q, &comb, &sub);
+    axis_relation(f->bk, tile_n, f->seq_k, &comb, &sub);
+    if (mapping == TSR_MAP_RETAIN && (comb || sub))
       w = "retain needs blocks equal to the tile";
-  } else if (mapping == TSR_MAP_SUBDIVIDE) {
-    if (!f->bq)
-      w = "subdivide needs uniform blocks, the geometry is variable";
-    else if (f->bq % tile_m || f->bk % tile_n || (f->bq == tile_m && f->bk == tile_n))
-      w = "subdivide needs blocks that are multiples of the tile and larger";
-  } else if (mapping != TSR_MAP_COMBINE) {
-    w = "the mapping is not resolved";
+    else if (mapping == TSR_MAP_COMBINE && !comb)
+      w = "combine needs tiles that span several blocks";
+    else if (mapping == TSR_MAP_SUBDIVIDE && !sub)
+      w = "subdivide needs blocks larger than the tile";
   }
   if (why)
     *why = w;
@@ -359,18 +345,26 @@ void tsr_select_base(const tsr_features *f, tsr_plan_opts *o)
 {
   int i, tm, tn;
   memset(o, 0, sizeof *o);
-  o->mapping = TSR_MAP_COMBINE;
   o->tile_m = o->tile_n = 128;
   o->tasks = TSR_TASKS_ROW;
+  o->num_sms = f->num_sms;
   for (i = 0; i < TSR_FEATURE_TILES; i++) {
     tsr_features_tile(i, &tm, &tn);
     if (f->bq == tm && f->bk == tn) {
       o->mapping = TSR_MAP_RETAIN;
       o->tile_m = tm;
       o->tile_n = tn;
+      return;
     }
   }
-  o->num_sms = f->num_sms;
+  /* 128x128 tiles: combined over small or unaligned blocks, subdivided
+   * inside large aligned ones; for variable blocks the planner decides. */
+  if (tsr_select_eligible(f, TSR_MAP_COMBINE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_COMBINE;
+  else if (tsr_select_eligible(f, TSR_MAP_SUBDIVIDE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_SUBDIVIDE;
+  else
+    o->mapping = TSR_MAP_AUTO;
 }
 
 /* Appends to a bounded text without printf: selection stays well under a
@@ -496,7 +490,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       put_s(&t, "; row ");
       put_i(&t, skipped->id);
       put_s(&t, " (");
-      put_s(&t, tsr_select_mapping_name((tsr_mapping)skipped->mapping));
+      put_s(&t, tsr_plan_mapping_name((tsr_mapping)skipped->mapping));
       put_s(&t, " ");
       put_i(&t, skipped->tile_m);
       put_s(&t, "x");
@@ -526,10 +520,10 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
   json_object_set_new(rg, "density_bin", json_integer(sel->region.density_bin));
   json_object_set_new(rg, "spread_bin", json_integer(sel->region.spread_bin));
   json_object_set_new(rg, "fill_bin", json_integer(sel->region.fill_bin));
-  json_object_set_new(pl, "mapping", json_string(tsr_select_mapping_name(sel->opts.mapping)));
+  json_object_set_new(pl, "mapping", json_string(tsr_plan_mapping_name(sel->opts.mapping)));
   json_object_set_new(pl, "tile_m", json_integer(sel->opts.tile_m));
   json_object_set_new(pl, "tile_n", json_integer(sel->opts.tile_n));
-  json_object_set_new(pl, "tasks", json_string(tsr_select_tasks_name(sel->opts.tasks)));
+  json_object_set_new(pl, "tasks", json_string(tsr_plan_tasks_name(sel->opts.tasks)));
   json_object_set_new(pl, "variant", json_string(sel->variant));
   json_object_set_new(o, "features", fe);
   json_object_set_new(o, "feature_version", json_integer(TSR_FEATURES_VERSION));
