@@ -614,11 +614,6 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m,
 void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
 /* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
-const char *tsr_select_mapping_name(tsr_mapping m); /* "retain", ... */
-const char *tsr_select_tasks_name(tsr_tasks t);     /* "row", ... */
-/* Name -> enum; -1 when unknown. */
-int tsr_select_mapping_parse(const char *s);
-int tsr_select_tasks_parse(const char *s);
 
 #ifdef __cplusplus
 }
