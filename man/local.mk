@@ -4,3 +4,4 @@ dist_man_MANS += man/tessera-plan.1
 dist_man_MANS += man/tessera-profile.1
 dist_man_MANS += man/tessera-corpus.1
 dist_man_MANS += man/tessera-profile.1 man/tessera-db.1
+dist_man_MANS += man/tessera-gen.1
