@@ -64,6 +64,11 @@
 #ifndef TSR_MEMBERSHIP
 #define TSR_MEMBERSHIP 1
 #endif
+/* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
+ * not part of the variant name). */
+#ifndef TSR_SM90_PINGPONG
+#define TSR_SM90_PINGPONG 0
+#endif
 
 #if TSR_DTYPE_F16
 #define TSR_WG_T "f16"
@@ -244,6 +249,17 @@ static __device__ __forceinline__ tsr_u32 tsr_pack2(float lo, float hi) {
   return r;
 }
 
+/* Named barriers 1 and 2 order the two consumer warpgroups' turns at the
+ * tensor cores (FA3's ping-pong): a warpgroup issues its GEMMs only after the
+ * other one has issued its own, so one's softmax overlaps the other's
+ * products instead of both contending at once. */
+static __device__ __forceinline__ void tsr_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void tsr_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 /* ---- consumer pieces ------------------------------------------------------ */
 
 /* Masks S (this thread's two rows, columns 8j + 2t + e) to -inf where the
@@ -318,6 +334,20 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
   }
   l0 = l0 * a0 + r0;
   l1 = l1 * a1 + r1;
+}
+
+/* O *= alpha per row; once the row maxima settle alpha is 1 for whole
+ * warps and the multiplies are skipped. */
+static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1) {
+  if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+    for (int j = 0; j < TSR_D / 8; ++j) {
+      o[4 * j] *= a0;
+      o[4 * j + 1] *= a0;
+      o[4 * j + 2] *= a1;
+      o[4 * j + 3] *= a1;
+    }
+  }
 }
 
 /* Writes one member's result rows of this thread: o (normalised) and lse, or
@@ -458,6 +488,15 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
     const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
     const tsr_u64 dk = tsr_desc(sk, 16, 1024);
     const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+    const int my_turn = 1 + c, other_turn = 2 - c;
+#define TSR_TURN_BEGIN() tsr_bar_sync(my_turn, 256)
+#define TSR_TURN_END() tsr_bar_arrive(other_turn, 256)
+    if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
+#else
+#define TSR_TURN_BEGIN() ((void)0)
+#define TSR_TURN_END() ((void)0)
+#endif
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_D / 2];
     tsr_u32 pf[TSR_BN / 4];
@@ -494,10 +533,11 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         tsr_u32 ph = (it / TSR_STAGES) & 1;
         tsr_tile_rec tr = p.tiles[tk.tile_begin];
         tsr_mbar_wait(TSR_K_FULL(st), ph);
+        TSR_TURN_BEGIN();
         tsr_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TSR_D / 16; ++kk) {
-          const tsr_u32 off = (kk / 4) * 0 + (kk % 4) * 32;
+          const tsr_u32 off = (kk % 4) * 32;
 #if TSR_BN == 128
           tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
                             dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
@@ -507,6 +547,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
         }
         tsr_wg_commit();
+        TSR_TURN_END();
         tsr_wg_wait<0>();
         tsr_fence_regs<TSR_BN / 2>(s);
         if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
@@ -521,6 +562,8 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           const tsr_u32 phn = ((it + 1) / TSR_STAGES) & 1;
           tr = p.tiles[tk.tile_begin + ti];
           tsr_mbar_wait(TSR_K_FULL(sn), phn);
+          tsr_mbar_wait(TSR_V_FULL(st), ph);
+          TSR_TURN_BEGIN();
           tsr_wg_fence();
 #pragma unroll
           for (int kk = 0; kk < TSR_D / 16; ++kk) {
@@ -534,7 +577,9 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
           }
           tsr_wg_commit();
-          tsr_mbar_wait(TSR_V_FULL(st), ph);
+          /* the previous tile's rescale runs while S = Q K^T is computed */
+          tsr_rescale(o, a0, a1);
+          tsr_wg_fence();
 #pragma unroll
           for (int kk = 0; kk < TSR_BN / 16; ++kk) {
 #if TSR_D == 128
@@ -544,6 +589,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
           }
           tsr_wg_commit();
+          TSR_TURN_END();
           tsr_wg_wait<1>();
           tsr_fence_regs<TSR_BN / 2>(s);
           if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
@@ -555,13 +601,6 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_fence_regs_u<TSR_BN / 4>(pf);
           if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
 #pragma unroll
-          for (int j = 0; j < TSR_D / 8; ++j) {
-            o[4 * j] *= a0;
-            o[4 * j + 1] *= a0;
-            o[4 * j + 2] *= a1;
-            o[4 * j + 3] *= a1;
-          }
-#pragma unroll
           for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
           st = sn;
           ph = phn;
@@ -569,6 +608,8 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         }
         /* last tile's O += P V */
         tsr_mbar_wait(TSR_V_FULL(st), ph);
+        TSR_TURN_BEGIN();
+        tsr_rescale(o, a0, a1);
         tsr_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TSR_BN / 16; ++kk) {
@@ -579,6 +620,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
         }
         tsr_wg_commit();
+        TSR_TURN_END();
         tsr_wg_wait<0>();
         tsr_fence_regs<TSR_D / 2>(o);
         tsr_fence_regs_u<TSR_BN / 4>(pf);
@@ -592,6 +634,13 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
       }
     }
+    /* warpgroup 1's first arrival is still pending on warpgroup 0's turn
+     * barrier: consume it so no barrier is left half-arrived at exit */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+    if (c == 0) TSR_TURN_BEGIN();
+#endif
+#undef TSR_TURN_BEGIN
+#undef TSR_TURN_END
   }
 #undef TSR_K_FULL
 #undef TSR_K_EMPTY

@@ -190,8 +190,10 @@ static void build_plan(const problem &pr, int BM, int BN, plan &pl) {
           }
           list.push_back(tr);
         }
-        /* shuffle tile order: kernels must not depend on ascending k tiles */
-        for (size_t i = list.size(); i > 1; --i) std::swap(list[i - 1], list[rnd() % i]);
+        /* shuffle tile order (kernels must not depend on ascending k tiles)
+           unless SM90_SHUFFLE=0 */
+        if (!getenv("SM90_SHUFFLE") || atoi(getenv("SM90_SHUFFLE")))
+          for (size_t i = list.size(); i > 1; --i) std::swap(list[i - 1], list[rnd() % i]);
         const int mb = (int)pl.members.size();
         for (int m = 0; m < nmem; ++m) pl.members.push_back({b, h + m, qt, 0});
         const int per = pr.split > 0 ? pr.split : (int)std::max<size_t>(list.size(), 1);
@@ -224,9 +226,18 @@ static void build_plan(const problem &pr, int BM, int BN, plan &pl) {
           }
       }
     }
-  std::stable_sort(pl.tasks.begin(), pl.tasks.end(), [](const tsr_task_rec &a, const tsr_task_rec &b) {
-    return (a.tile_end - a.tile_begin) * a.n_members > (b.tile_end - b.tile_begin) * b.n_members;
-  });
+  /* SM90_ORDER: 0 longest-first over everything, 1 head-major (creation
+     order), 2 longest-first within each (batch, head) */
+  const int order = getenv("SM90_ORDER") ? atoi(getenv("SM90_ORDER")) : 0;
+  if (order == 0)
+    std::stable_sort(pl.tasks.begin(), pl.tasks.end(), [](const tsr_task_rec &a, const tsr_task_rec &b) {
+      return (a.tile_end - a.tile_begin) * a.n_members > (b.tile_end - b.tile_begin) * b.n_members;
+    });
+  else if (order == 2)
+    std::stable_sort(pl.tasks.begin(), pl.tasks.end(), [](const tsr_task_rec &a, const tsr_task_rec &b) {
+      if (a.batch != b.batch || a.head != b.head) return a.batch != b.batch ? a.batch < b.batch : a.head < b.head;
+      return (a.tile_end - a.tile_begin) * a.n_members > (b.tile_end - b.tile_begin) * b.n_members;
+    });
 }
 
 /* ---- tensor maps ---- */
@@ -481,10 +492,14 @@ int main(int argc, char **argv) {
       ++seed;
     }
   } else if (!strcmp(mode, "bench")) {
-    /* bench S H D bm bn stages mb lb densities... */
+    /* bench S H D bm bn stages mb lb densities... ; SM90_SUFFIX picks an
+       alternative build of the same variant (cubin name + suffix) */
     const int S = atoi(argv[2]), H = atoi(argv[3]), D = atoi(argv[4]), bm = atoi(argv[5]), bn = atoi(argv[6]),
               st = atoi(argv[7]), mb = atoi(argv[8]), lb = atoi(argv[9]);
-    const variant *v = find_variant(0, D, bm, bn, st, mb);
+    variant vv = *find_variant(0, D, bm, bn, st, mb);
+    static char nm[128];
+    if (getenv("SM90_SUFFIX")) { snprintf(nm, sizeof nm, "%s%s", vv.name, getenv("SM90_SUFFIX")); vv.name = nm; }
+    const variant *v = &vv;
     for (int a = 10; a < argc; ++a) {
       problem pr = {1, H, H, S, S, D, 0, 1, lb, lb, atof(argv[a]), 0, 0, 0.0};
       result r = run_case(pr, *v, 48, 10, 7 + a, false);
