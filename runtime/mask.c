@@ -1,27 +1,219 @@
-/* runtime/mask.c: STUB, to be written by the foundation work. Returns TSR_ERR_UNSUPPORTED. */
+/*
+ * mask.c: logical block masks, one byte (0 or 1) per (batch, head, query
+ * block, key block).
+ *
+ * A byte per pair rather than a bit: masks are small next to the tensors
+ * (a 1024 x 1024 block mask is 1 MiB per head), and the planner reads them
+ * row by row many times, so direct indexing beats packing.  Batch or head
+ * extent 1 broadcasts.  Cost: B*H*NQ*NK bytes; tsr_mask_check is O(1),
+ * density O(size).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "tessera.h"
 
-tsr_status tsr_mask_load(const char *path, tsr_mask **out, tsr_error *err) { (void)path; *out = 0; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+struct tsr_mask {
+  int64_t batch, heads, nq, nk;
+  uint8_t *bits;
+};
 
-tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t nk, const uint8_t *bits, tsr_mask **out, tsr_error *err) { (void)batch; (void)heads; (void)nq; (void)nk; (void)bits; *out = 0; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+/* Largest mask accepted: 2^34 pairs (16 GiB) is far beyond any real
+ * request and keeps every size computation clear of overflow. */
+#define MASK_MAX_PAIRS ((int64_t)1 << 34)
 
-tsr_status tsr_mask_save(const char *path, const tsr_mask *m, tsr_error *err) { (void)path; (void)m; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
+                           const char *name, tsr_mask **out, tsr_error *err)
+{
+  const int64_t dims[4] = {batch, heads, nq, nk};
+  const char *names[4] = {"batch", "heads", "query blocks", "key blocks"};
+  int64_t n = 1;
+  tsr_mask *m;
+  int i;
+  for (i = 0; i < 4; i++) {
+    if (dims[i] < 1)
+      return name ? tsr_error_set(err, TSR_ERR_SHAPE, "cannot read mask '%s': %s is %lld, must be positive",
+                                  name, names[i], (long long)dims[i])
+                  : tsr_error_set(err, TSR_ERR_SHAPE, "invalid mask: %s is %lld, must be positive",
+                                  names[i], (long long)dims[i]);
+    if (dims[i] > MASK_MAX_PAIRS / n)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "invalid mask%s%s%s: more than %lld block pairs",
+                           name ? " '" : "", name ? name : "", name ? "'" : "",
+                           (long long)MASK_MAX_PAIRS);
+    n *= dims[i];
+  }
+  m = calloc(1, sizeof *m);
+  if (m)
+    m->bits = malloc((size_t)n);
+  if (!m || !m->bits) {
+    free(m);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot make mask: out of memory for %lld pairs",
+                         (long long)n);
+  }
+  m->batch = batch;
+  m->heads = heads;
+  m->nq = nq;
+  m->nk = nk;
+  *out = m;
+  return TSR_OK;
+}
 
-void tsr_mask_destroy(tsr_mask *m) { (void)m; }
+static int64_t mask_size(const tsr_mask *m)
+{
+  return m->batch * m->heads * m->nq * m->nk;
+}
 
-int64_t tsr_mask_batch(const tsr_mask *m) { (void)m; return 0; }
+tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
+                               const uint8_t *bits, tsr_mask **out, tsr_error *err)
+{
+  tsr_mask *m;
+  tsr_status s;
+  int64_t i, n;
+  if (!out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_from_bytes: null argument");
+  *out = NULL;
+  if (!bits)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_from_bytes: null bits");
+  s = mask_new(batch, heads, nq, nk, NULL, &m, err);
+  if (s != TSR_OK)
+    return s;
+  n = mask_size(m);
+  for (i = 0; i < n; i++)
+    m->bits[i] = bits[i] != 0;
+  *out = m;
+  return TSR_OK;
+}
 
-int64_t tsr_mask_heads(const tsr_mask *m) { (void)m; return 0; }
+tsr_status tsr_mask_load(const char *path, tsr_mask **out, tsr_error *err)
+{
+  tsr_array a;
+  tsr_mask *m = NULL;
+  tsr_status s;
+  int64_t i, n, b = 1;
+  int off;
+  if (!out || !path)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_load: null argument");
+  *out = NULL;
+  s = tsr_npy_load(path, &a, err);
+  if (s != TSR_OK)
+    return s;
+  if (a.dtype != TSR_DT_BOOL && a.dtype != TSR_DT_U8) {
+    s = tsr_error_set(err, TSR_ERR_DTYPE, "cannot read mask '%s': expected bool or uint8, got %s",
+                      path, tsr_dtype_name(a.dtype));
+    goto done;
+  }
+  if (a.ndim != 3 && a.ndim != 4) {
+    s = tsr_error_set(err, TSR_ERR_SHAPE,
+                      "cannot read mask '%s': expected 3 or 4 dimensions ([H, NQ, NK] or "
+                      "[B, H, NQ, NK]), got %d",
+                      path, a.ndim);
+    goto done;
+  }
+  off = a.ndim - 3;
+  if (off)
+    b = a.shape[0];
+  s = mask_new(b, a.shape[off], a.shape[off + 1], a.shape[off + 2], path, &m, err);
+  if (s != TSR_OK)
+    goto done;
+  n = mask_size(m);
+  for (i = 0; i < n; i++)
+    m->bits[i] = ((const uint8_t *)a.data)[i] != 0;
+  *out = m;
+done:
+  tsr_npy_free(&a);
+  return s;
+}
 
-int64_t tsr_mask_nq(const tsr_mask *m) { (void)m; return 0; }
+tsr_status tsr_mask_save(const char *path, const tsr_mask *m, tsr_error *err)
+{
+  tsr_array a;
+  if (!path || !m)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_save: null argument");
+  memset(&a, 0, sizeof a);
+  a.dtype = TSR_DT_BOOL;
+  a.ndim = 4;
+  a.shape[0] = m->batch;
+  a.shape[1] = m->heads;
+  a.shape[2] = m->nq;
+  a.shape[3] = m->nk;
+  a.data = m->bits;
+  return tsr_npy_save(path, &a, err);
+}
 
-int64_t tsr_mask_nk(const tsr_mask *m) { (void)m; return 0; }
+void tsr_mask_destroy(tsr_mask *m)
+{
+  if (m) {
+    free(m->bits);
+    free(m);
+  }
+}
 
-const uint8_t *tsr_mask_bits(const tsr_mask *m) { (void)m; return 0; }
+int64_t tsr_mask_batch(const tsr_mask *m) { return m->batch; }
+int64_t tsr_mask_heads(const tsr_mask *m) { return m->heads; }
+int64_t tsr_mask_nq(const tsr_mask *m) { return m->nq; }
+int64_t tsr_mask_nk(const tsr_mask *m) { return m->nk; }
+const uint8_t *tsr_mask_bits(const tsr_mask *m) { return m->bits; }
 
-const uint8_t *tsr_mask_plane(const tsr_mask *m, int64_t b, int64_t h) { (void)m; (void)b; (void)h; return 0; }
+const uint8_t *tsr_mask_plane(const tsr_mask *m, int64_t b, int64_t h)
+{
+  int64_t bb = m->batch == 1 ? 0 : b, hh = m->heads == 1 ? 0 : h;
+  if (b < 0 || h < 0 || bb >= m->batch || hh >= m->heads)
+    return NULL;
+  return m->bits + (bb * m->heads + hh) * m->nq * m->nk;
+}
 
-double tsr_mask_density(const tsr_mask *m) { (void)m; return 0; }
+double tsr_mask_density(const tsr_mask *m)
+{
+  int64_t i, n = mask_size(m), ones = 0;
+  for (i = 0; i < n; i++)
+    ones += m->bits[i];
+  return (double)ones / (double)n;
+}
 
-tsr_status tsr_mask_check(const tsr_mask *m, const tsr_geom *g, int64_t batch, int64_t heads_q, const char *name, tsr_error *err) { (void)m; (void)g; (void)batch; (void)heads_q; (void)name; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+/* Describes how a geometry's block count arises, for error messages. */
+static void describe(char *buf, size_t cap, const tsr_geom *g, int query)
+{
+  int64_t bq, bk;
+  int64_t seq = query ? tsr_geom_seq_q(g) : tsr_geom_seq_k(g);
+  if (tsr_geom_is_uniform(g, &bq, &bk))
+    snprintf(buf, cap, "%s length %lld in blocks of %lld", query ? "query" : "key",
+             (long long)seq, (long long)(query ? bq : bk));
+  else
+    snprintf(buf, cap, "%s length %lld in variable blocks", query ? "query" : "key",
+             (long long)seq);
+}
 
+tsr_status tsr_mask_check(const tsr_mask *m, const tsr_geom *g, int64_t batch, int64_t heads_q,
+                          const char *name, tsr_error *err)
+{
+  char subj[300], how[120];
+  if (!m || !g)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_check: null argument");
+  if (name)
+    snprintf(subj, sizeof subj, "mask '%s'", name);
+  else
+    snprintf(subj, sizeof subj, "mask");
+  if (m->nq != tsr_geom_nq(g)) {
+    describe(how, sizeof how, g, 1);
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "%s does not match the geometry: %lld query blocks, but %s gives %lld",
+                         subj, (long long)m->nq, how, (long long)tsr_geom_nq(g));
+  }
+  if (m->nk != tsr_geom_nk(g)) {
+    describe(how, sizeof how, g, 0);
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "%s does not match the geometry: %lld key blocks, but %s gives %lld",
+                         subj, (long long)m->nk, how, (long long)tsr_geom_nk(g));
+  }
+  if (m->batch != 1 && m->batch != batch)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "%s does not match the problem: batch %lld, expected 1 or %lld", subj,
+                         (long long)m->batch, (long long)batch);
+  if (m->heads != 1 && m->heads != heads_q)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "%s does not match the problem: %lld heads, expected 1 or %lld (query "
+                         "heads)",
+                         subj, (long long)m->heads, (long long)heads_q);
+  return TSR_OK;
+}

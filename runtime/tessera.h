@@ -130,6 +130,9 @@ uint16_t tsr_float_to_bf16(float f);
  * sequence lengths. */
 typedef struct tsr_geom tsr_geom;
 
+/* Kernels index tokens with 32-bit integers: longer sequences are refused. */
+#define TSR_GEOM_MAX_SEQ ((int64_t)INT32_MAX)
+
 tsr_status tsr_geom_uniform(int64_t seq_q, int64_t seq_k, int64_t bq, int64_t bk,
                             tsr_geom **out, tsr_error *err);
 tsr_status tsr_geom_variable(const int64_t *q_sizes, int64_t nq,
@@ -141,7 +144,8 @@ int64_t tsr_geom_seq_q(const tsr_geom *g);
 int64_t tsr_geom_seq_k(const tsr_geom *g);
 int64_t tsr_geom_nq(const tsr_geom *g);  /* number of query blocks */
 int64_t tsr_geom_nk(const tsr_geom *g);  /* number of key blocks */
-/* Block i spans tokens [q_start(i), q_start(i+1)); q_start(nq) == seq_q. */
+/* Block i spans tokens [q_start(i), q_start(i+1)); q_start(nq) == seq_q.
+ * An index outside [0, nq] (or [0, nk]) gives -1. */
 int64_t tsr_geom_q_start(const tsr_geom *g, int64_t i);
 int64_t tsr_geom_k_start(const tsr_geom *g, int64_t j);
 /* Nonzero when the geometry was made by tsr_geom_uniform; then *bq, *bk are set. */
@@ -197,16 +201,33 @@ typedef struct {
 
 /* Validates sizes, head ratio, scale; fills in the default scale. */
 tsr_status tsr_problem_check(tsr_problem *p, tsr_error *err);
+/* Fills p's batch, heads_q, heads_kv, seq_q, seq_k and head_dim from CPU
+ * arrays q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (3-D arrays mean B = 1)
+ * after checking them: float32 or float16, 3 or 4 dimensions, positive and
+ * agreeing sizes, Hq a multiple of Hkv.  names (NULL, or three strings such
+ * as file names) name the arrays in messages.  Other fields are untouched. */
+tsr_status tsr_problem_from_arrays(tsr_problem *p, const tsr_array *q, const tsr_array *k,
+                                   const tsr_array *v, const char *const names[3],
+                                   tsr_error *err);
 
 /* ---- CPU reference attention (runtime/ref.c) --------------------------- */
 
 /* q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (float32 or float16 arrays, 3-D
  * arrays mean B = 1); out [B, Hq, Sq, D] float32 and lse [B, Hq, Sq] float32
- * are allocated here.  Accumulates in double.  scale 0 = 1/sqrt(D). */
+ * are allocated here.  Accumulates in double.  scale 0 = 1/sqrt(D).
+ * Query head h reads key/value head h / (Hq / Hkv) and mask plane (b, h).
+ * out and lse have q's number of dimensions (a 3-D q gives [Hq, Sq, D] and
+ * [Hq, Sq]); lse is the natural log-sum-exp of the scaled scores; lse may be
+ * NULL (not computed).  Free them with tsr_npy_free. */
 tsr_status tsr_ref_attention(const tsr_geom *g, const tsr_mask *m,
                              const tsr_array *q, const tsr_array *k, const tsr_array *v,
                              double scale, tsr_array *out, tsr_array *lse,
                              tsr_error *err);
+/* Normwise relative difference max|got - want| / max|want| between two
+ * float arrays (float16/32/64) of equal element count; infinities must agree
+ * exactly (lse of empty rows).  A count, NaN or infinity mismatch gives
+ * INFINITY; an all-zero `want` gives the absolute difference. */
+double tsr_ref_max_rel_error(const tsr_array *got, const tsr_array *want);
 
 /* ---- Plans (runtime/plan.c, map.c, tasks.c, verify.c) ----------------- */
 

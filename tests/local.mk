@@ -8,6 +8,29 @@ TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 EXTRA_DIST += tests/util.h
 
 # foundation
+check_PROGRAMS += tests/check_npy tests/check_geom tests/check_mask tests/check_problem \
+	tests/check_ref
+TESTS += tests/check_npy tests/check_geom tests/check_mask tests/check_problem tests/check_ref
+tests_check_npy_SOURCES = tests/check_npy.c tests/util.h
+tests_check_npy_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_npy_LDADD = $(TSR_CHECK_DEPS)
+tests_check_npy_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_geom_SOURCES = tests/check_geom.c tests/util.h
+tests_check_geom_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_geom_LDADD = $(TSR_CHECK_DEPS)
+tests_check_geom_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_mask_SOURCES = tests/check_mask.c tests/util.h
+tests_check_mask_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_mask_LDADD = $(TSR_CHECK_DEPS)
+tests_check_mask_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_problem_SOURCES = tests/check_problem.c tests/util.h
+tests_check_problem_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_problem_LDADD = $(TSR_CHECK_DEPS)
+tests_check_problem_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_ref_SOURCES = tests/check_ref.c tests/util.h
+tests_check_ref_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_ref_LDADD = $(TSR_CHECK_DEPS)
+tests_check_ref_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # planning
 
