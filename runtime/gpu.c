@@ -1,13 +1,449 @@
-/* runtime/gpu.c: STUB, to be written by the gpu work. Returns TSR_ERR_UNSUPPORTED. */
-#include "tessera.h"
+/*
+ * gpu.c: GPU execution of a plan.  A context loads the driver, picks the
+ * bundle's target for the device (sm_90a on the H200) and loads a variant's
+ * module on its first use.  tsr_gpu_upload chooses the plan's variant and
+ * copies the plan arrays to the device once; tsr_gpu_launch fills the
+ * kernel parameter block and enqueues the attention kernel and, when the
+ * plan splits rows, the merge kernel on the caller's stream, with no host
+ * synchronisation, so launches can be captured in a CUDA graph.
+ *
+ * Cost: upload is a handful of cuMemAlloc + synchronous copies of the plan
+ * arrays (kilobytes to a few megabytes); a launch is host work of a few
+ * microseconds (two TMA encodes per tensor for TMA variants) plus one or two
+ * cuLaunchKernel calls.
+ *
+ * Lifetime: a plan's device copies hold a reference on the context, so the
+ * context outlives them whichever of tsr_plan_destroy and
+ * tsr_context_destroy comes first.
+ */
+#include "bundle.h"
+#include "cuda_impl.h"
+#include "plan_impl.h"
+#include "variant.h"
 
-void tsr_context_opts_init(tsr_context_opts *o) { o->device = 0; o->bundle_dir = 0; o->db_path = 0; }
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_error *err) { (void)o; *out = 0; return tsr_error_set(err, TSR_ERR_NO_DEVICE, "GPU support not implemented yet"); }
+#ifndef TSR_PKGLIBDIR
+#define TSR_PKGLIBDIR "/usr/local/lib/tessera"
+#endif
 
-void tsr_context_destroy(tsr_context *ctx) { (void)ctx; }
+_Static_assert(sizeof(tsr_tmap) == sizeof(CUtensorMap), "tsr_tmap must match CUtensorMap");
 
-tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err) { (void)ctx; (void)pl; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+typedef struct {
+  CUmodule mod;
+  CUfunction attn, merge;
+  int occupancy; /* resident CTAs a multiprocessor */
+} loaded_t;
 
-tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_tensors *t, void *stream, tsr_error *err) { (void)ctx; (void)pl; (void)t; (void)stream; return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "not implemented yet"); }
+struct tsr_context {
+  tsr_cu cu;
+  CUdevice dev;
+  CUcontext pctx;
+  int refs;       /* the caller's handle + plans holding device copies */
+  char arch[16];
+  int cc_major, cc_minor, num_sms;
+  int64_t smem_optin;
+  tsr_bundle bundle;
+  loaded_t *mods; /* per bundle entry, loaded on first use */
+};
 
+typedef struct {
+  tsr_context *ctx;
+  long variant;   /* bundle index */
+  CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
+  unsigned grid, merge_grid;
+} gpu_plan;
+
+void tsr_context_opts_init(tsr_context_opts *o)
+{
+  o->device = 0;
+  o->bundle_dir = NULL;
+  o->db_path = NULL;
+}
+
+const tsr_cu *tsr_context_cu(const tsr_context *ctx) { return &ctx->cu; }
+CUdevice tsr_context_device(const tsr_context *ctx) { return ctx->dev; }
+const char *tsr_context_arch(const tsr_context *ctx) { return ctx->arch; }
+int tsr_context_num_sms(const tsr_context *ctx) { return ctx->num_sms; }
+
+tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err)
+{
+  return tsr_cu_check(&ctx->cu, ctx->cu.cuCtxSetCurrent(ctx->pctx), "cuCtxSetCurrent", err);
+}
+
+static void context_release(tsr_context *ctx)
+{
+  size_t i;
+  if (!ctx || --ctx->refs > 0) return;
+  if (ctx->pctx) {
+    ctx->cu.cuCtxSetCurrent(ctx->pctx);
+    for (i = 0; ctx->mods && i < ctx->bundle.n; i++)
+      if (ctx->mods[i].mod) ctx->cu.cuModuleUnload(ctx->mods[i].mod);
+    ctx->cu.cuDevicePrimaryCtxRelease(ctx->dev);
+  }
+  free(ctx->mods);
+  tsr_bundle_free(&ctx->bundle);
+  tsr_cu_close(&ctx->cu);
+  free(ctx);
+}
+
+void tsr_context_destroy(tsr_context *ctx)
+{
+  context_release(ctx);
+}
+
+tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_error *err)
+{
+  tsr_context_opts def;
+  tsr_context *ctx;
+  tsr_status st;
+  int count = 0, smem = 0;
+  const char *arch, *dir;
+  char name[128];
+
+  *out = NULL;
+  if (!o) {
+    tsr_context_opts_init(&def);
+    o = &def;
+  }
+  ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
+  ctx->refs = 1;
+  st = tsr_cu_open(&ctx->cu, err);
+  if (st) goto fail;
+  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuInit(0), "cuInit", err))) goto fail;
+  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGetCount(&count), "cuDeviceGetCount", err))) goto fail;
+  if (o->device < 0 || o->device >= count) {
+    st = tsr_error_set(err, TSR_ERR_NO_DEVICE, "no CUDA device %d: %d device(s) present", o->device, count);
+    goto fail;
+  }
+  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGet(&ctx->dev, o->device), "cuDeviceGet", err))) goto fail;
+  ctx->cu.cuDeviceGetAttribute(&ctx->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev);
+  ctx->cu.cuDeviceGetAttribute(&ctx->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev);
+  ctx->cu.cuDeviceGetAttribute(&ctx->num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev);
+  ctx->cu.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev);
+  ctx->smem_optin = smem;
+  arch = tsr_arch_for_cc(ctx->cc_major, ctx->cc_minor);
+  if (!arch) {
+    if (ctx->cu.cuDeviceGetName(name, sizeof name, ctx->dev) != CUDA_SUCCESS) strcpy(name, "?");
+    st = tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                       "no kernel target for device '%s' of compute capability %d.%d", name,
+                       ctx->cc_major, ctx->cc_minor);
+    goto fail;
+  }
+  snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
+  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDevicePrimaryCtxRetain(&ctx->pctx, ctx->dev),
+                         "cuDevicePrimaryCtxRetain", err)))
+    goto fail;
+  if ((st = tsr_context_make_current(ctx, err))) goto fail;
+
+  /* The bundle: the caller's folder, then $TESSERA_BUNDLE, then the
+   * installed one. */
+  dir = o->bundle_dir;
+  if (!dir || !*dir) dir = getenv("TESSERA_BUNDLE");
+  if (!dir || !*dir) dir = TSR_PKGLIBDIR "/bundle";
+  if ((st = tsr_bundle_load(dir, &ctx->bundle, err))) goto fail;
+  ctx->mods = calloc(ctx->bundle.n + 1, sizeof *ctx->mods);
+  if (!ctx->mods) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
+    goto fail;
+  }
+  *out = ctx;
+  return TSR_OK;
+fail:
+  context_release(ctx);
+  return st;
+}
+
+/* Loads variant idx's module and functions on first use. */
+static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
+{
+  loaded_t *m = &ctx->mods[idx];
+  const tsr_bundle_entry *e = &ctx->bundle.items[idx];
+  char mname[TSR_VARIANT_NAME_MAX + 8];
+  void *data;
+  size_t size;
+  tsr_status st;
+  if (m->mod) return TSR_OK;
+  if ((st = tsr_bundle_read_cubin(&ctx->bundle, (size_t)idx, ctx->arch, &data, &size, err))) return st;
+  st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(&m->mod, data), "cuModuleLoadData", err);
+  free(data);
+  if (st) {
+    m->mod = NULL;
+    return st;
+  }
+  snprintf(mname, sizeof mname, "%s_merge", e->name);
+  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->attn, m->mod, e->name),
+                         "cuModuleGetFunction", err)) ||
+      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->merge, m->mod, mname),
+                         "cuModuleGetFunction", err)) ||
+      (st = tsr_cu_check(&ctx->cu,
+                         ctx->cu.cuFuncSetAttribute(m->attn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    (int)e->smem),
+                         "cuFuncSetAttribute", err)) ||
+      (st = tsr_cu_check(&ctx->cu,
+                         ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&m->occupancy, m->attn,
+                                                                             e->threads, (size_t)e->smem),
+                         "cuOccupancyMaxActiveBlocksPerMultiprocessor", err))) {
+    ctx->cu.cuModuleUnload(m->mod);
+    memset(m, 0, sizeof *m);
+    return st;
+  }
+  if (m->occupancy < 1) m->occupancy = 1;
+  return TSR_OK;
+}
+
+static void gpu_plan_free(void *p)
+{
+  gpu_plan *g = p;
+  tsr_context *ctx;
+  if (!g) return;
+  ctx = g->ctx;
+  if (ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) {
+    CUdeviceptr *ptrs[] = { &g->tasks, &g->tiles, &g->members, &g->membership, &g->qblk,
+                            &g->merges, &g->part_o, &g->part_m, &g->part_l };
+    size_t i;
+    for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+      if (*ptrs[i]) ctx->cu.cuMemFree(*ptrs[i]);
+  }
+  free(g);
+  context_release(ctx);
+}
+
+static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *src, size_t bytes,
+                               const char *what, tsr_error *err)
+{
+  tsr_status st;
+  *dst = 0;
+  if (bytes == 0) return TSR_OK;
+  st = tsr_cu_check(&ctx->cu, ctx->cu.cuMemAlloc(dst, bytes), "cuMemAlloc", err);
+  if (st) {
+    *dst = 0;
+    return tsr_error_set(err, st, "cannot upload plan %s (%zu bytes)", what, bytes);
+  }
+  if (src) return tsr_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(*dst, src, bytes), "cuMemcpyHtoD", err);
+  return TSR_OK;
+}
+
+/* Fills pl->variant (or checks the one named there). */
+static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, long *idx, tsr_error *err)
+{
+  tsr_variant_need need;
+  const char *dt = tsr_variant_dtype_name(pl->problem.dtype);
+  need.dtype = pl->problem.dtype;
+  need.head_dim = (int)pl->problem.head_dim;
+  need.bm = pl->tile_m;
+  need.bn = pl->tile_n;
+  need.membership = pl->n_membership > 0;
+  if (!dt)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
+                         tsr_dtype_name(pl->problem.dtype));
+  if (pl->variant[0]) {
+    long i = tsr_bundle_find(&ctx->bundle, pl->variant);
+    int a = tsr_arch_index(ctx->arch);
+    if (i < 0 || !(ctx->bundle.items[i].targets & (1u << a)))
+      return tsr_error_set(err, TSR_ERR_NO_VARIANT, "kernel variant '%s' is not in the %s bundle '%s'",
+                           pl->variant, ctx->arch, ctx->bundle.dir);
+    if (!tsr_variant_serves(&ctx->bundle.items[i].v, ctx->arch, &need))
+      return tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                           "kernel variant '%s' does not fit the plan (%s, head dim %d, tile %dx%d%s)",
+                           pl->variant, dt, need.head_dim, need.bm, need.bn,
+                           need.membership ? ", membership masks" : "");
+    *idx = i;
+    return TSR_OK;
+  }
+  *idx = tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
+  if (*idx < 0)
+    return tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                         "no kernel variant for head dim %d, %s, tile %dx%d%s on %s",
+                         need.head_dim, dt, need.bm, need.bn,
+                         need.membership ? " with membership masks" : "", ctx->arch);
+  snprintf(pl->variant, sizeof pl->variant, "%s", ctx->bundle.items[*idx].name);
+  snprintf(pl->summary.variant, sizeof pl->summary.variant, "%s", pl->variant);
+  return TSR_OK;
+}
+
+tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
+{
+  gpu_plan *g;
+  long idx = -1;
+  tsr_status st;
+  const tsr_bundle_entry *e;
+  loaded_t *m;
+  size_t slots;
+
+  if (!ctx || !pl) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_upload: null context or plan");
+  if (pl->gpu) {
+    if (pl->gpu_free == gpu_plan_free && ((gpu_plan *)pl->gpu)->ctx == ctx) return TSR_OK;
+    if (pl->gpu_free) pl->gpu_free(pl->gpu);
+    pl->gpu = NULL;
+    pl->gpu_free = NULL;
+  }
+  if ((st = tsr_context_make_current(ctx, err))) return st;
+  if ((st = choose_variant(ctx, pl, &idx, err))) return st;
+  if ((st = load_variant(ctx, idx, err))) return st;
+  e = &ctx->bundle.items[idx];
+  m = &ctx->mods[idx];
+
+  g = calloc(1, sizeof *g);
+  if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot upload plan: out of memory");
+  g->ctx = ctx;
+  ctx->refs++;
+  g->variant = idx;
+  slots = (size_t)pl->n_slots;
+  if ((st = upload_array(ctx, &g->tasks, pl->tasks, (size_t)pl->n_tasks * sizeof *pl->tasks, "tasks", err)) ||
+      (st = upload_array(ctx, &g->tiles, pl->tiles, (size_t)pl->n_tiles * sizeof *pl->tiles, "tiles", err)) ||
+      (st = upload_array(ctx, &g->members, pl->members, (size_t)pl->n_members * sizeof *pl->members,
+                         "members", err)) ||
+      (st = upload_array(ctx, &g->membership, pl->membership,
+                         (size_t)pl->n_membership * sizeof *pl->membership, "membership", err)) ||
+      (st = upload_array(ctx, &g->qblk, pl->qblk, (size_t)pl->n_qblk * sizeof *pl->qblk, "qblk", err)) ||
+      (st = upload_array(ctx, &g->merges, pl->merges, (size_t)pl->n_merges * sizeof *pl->merges,
+                         "merges", err)) ||
+      (st = upload_array(ctx, &g->part_o, NULL, slots * (size_t)e->v.bm * (size_t)e->v.head_dim * 4,
+                         "partial outputs", err)) ||
+      (st = upload_array(ctx, &g->part_m, NULL, slots * (size_t)e->v.bm * 4, "partial maxima", err)) ||
+      (st = upload_array(ctx, &g->part_l, NULL, slots * (size_t)e->v.bm * 4, "partial sums", err))) {
+    gpu_plan_free(g);
+    return st;
+  }
+  if (e->v.layout == TSR_TL_PERS) {
+    int64_t resident = (int64_t)ctx->num_sms * m->occupancy;
+    g->grid = (unsigned)(pl->n_tasks < resident ? pl->n_tasks : resident);
+  } else {
+    g->grid = (unsigned)pl->n_tasks;
+  }
+  g->merge_grid = (unsigned)(pl->n_merges < 8LL * ctx->num_sms ? pl->n_merges : 8LL * ctx->num_sms);
+  pl->gpu = g;
+  pl->gpu_free = gpu_plan_free;
+  return TSR_OK;
+}
+
+/* A 4-D tiled tensor map over [b][h][s][d] with the box {box_d, rows, 1, 1};
+ * see plan_layout.h for the coordinate convention. */
+static tsr_status encode_tmap(tsr_context *ctx, tsr_tmap *map, uint64_t ptr, const int64_t *stride,
+                              int64_t b, int64_t h, int64_t s, int64_t d, int box_d, int rows,
+                              CUtensorMapDataType dt, const char *what, tsr_error *err)
+{
+  cuuint64_t dims[4] = { (cuuint64_t)d, (cuuint64_t)s, (cuuint64_t)h, (cuuint64_t)b };
+  cuuint64_t strides[3] = { (cuuint64_t)stride[2] * 2, (cuuint64_t)stride[1] * 2, (cuuint64_t)stride[0] * 2 };
+  cuuint32_t box[4] = { (cuuint32_t)box_d, (cuuint32_t)rows, 1, 1 };
+  cuuint32_t estr[4] = { 1, 1, 1, 1 };
+  CUtensorMapSwizzle sw = box_d * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                          : box_d * 2 == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                            : CU_TENSOR_MAP_SWIZZLE_32B;
+  char what2[64];
+  /* A broadcast head or batch (stride 0) is legal for plain loads but TMA
+   * strides must be positive multiples of 16 bytes. */
+  if (b == 1) strides[2] = strides[1] * (cuuint64_t)h;
+  if (h == 1 && strides[1] == 0) strides[1] = strides[0] * (cuuint64_t)s;
+  snprintf(what2, sizeof what2, "cuTensorMapEncodeTiled(%s)", what);
+  return tsr_cu_check(&ctx->cu,
+                      ctx->cu.cuTensorMapEncodeTiled((CUtensorMap *)map, dt, 4, (void *)(uintptr_t)ptr,
+                                                     dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                     sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                      what2, err);
+}
+
+static tsr_status check_tensor(const char *name, uint64_t ptr, const int64_t *stride, tsr_error *err)
+{
+  int i;
+  if (!ptr) return tsr_error_set(err, TSR_ERR_INVALID, "GPU tensor %s: null device pointer", name);
+  if (ptr % 16)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "GPU tensor %s: address must be 16-byte aligned", name);
+  if (stride[3] != 1)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "GPU tensor %s: head-dim stride must be 1, got %lld", name, (long long)stride[3]);
+  for (i = 0; i < 3; i++)
+    if (stride[i] < 0 || stride[i] % 8)
+      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                           "GPU tensor %s: stride %d must be a non-negative multiple of 8 elements, got %lld",
+                           name, i, (long long)stride[i]);
+  return TSR_OK;
+}
+
+tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_tensors *t, void *stream,
+                          tsr_error *err)
+{
+  const gpu_plan *g;
+  const tsr_bundle_entry *e;
+  const loaded_t *m;
+  tsr_kernel_params p;
+  tsr_status st;
+  double scale;
+  void *args[1];
+  CUstream s = (CUstream)stream;
+
+  if (!ctx || !pl || !t) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_launch: null argument");
+  g = pl->gpu;
+  if (!g || pl->gpu_free != gpu_plan_free || g->ctx != ctx)
+    return tsr_error_set(err, TSR_ERR_INVALID, "plan was not uploaded to this context (call tsr_gpu_upload)");
+  e = &ctx->bundle.items[g->variant];
+  m = &ctx->mods[g->variant];
+  if ((st = check_tensor("q", t->q, t->q_stride, err)) || (st = check_tensor("k", t->k, t->k_stride, err)) ||
+      (st = check_tensor("v", t->v, t->v_stride, err)) || (st = check_tensor("o", t->o, t->o_stride, err)))
+    return st;
+  if ((st = tsr_context_make_current(ctx, err))) return st;
+
+  memset(&p, 0, sizeof p);
+  p.q = (const void *)(uintptr_t)t->q;
+  p.k = (const void *)(uintptr_t)t->k;
+  p.v = (const void *)(uintptr_t)t->v;
+  p.o = (void *)(uintptr_t)t->o;
+  p.lse = (float *)(uintptr_t)t->lse;
+  memcpy(p.q_stride, t->q_stride, sizeof p.q_stride);
+  memcpy(p.k_stride, t->k_stride, sizeof p.k_stride);
+  memcpy(p.v_stride, t->v_stride, sizeof p.v_stride);
+  memcpy(p.o_stride, t->o_stride, sizeof p.o_stride);
+  p.batch = (tsr_i32)pl->problem.batch;
+  p.heads_q = (tsr_i32)pl->problem.heads_q;
+  p.heads_kv = (tsr_i32)pl->problem.heads_kv;
+  p.seq_q = (tsr_i32)pl->problem.seq_q;
+  p.seq_k = (tsr_i32)pl->problem.seq_k;
+  p.head_dim = (tsr_i32)pl->problem.head_dim;
+  scale = pl->problem.scale > 0 ? pl->problem.scale : 1.0 / sqrt((double)pl->problem.head_dim);
+  p.scale_log2 = (float)(scale * 1.4426950408889634);
+  p.n_tasks = (tsr_i32)pl->n_tasks;
+  p.n_merges = (tsr_i32)pl->n_merges;
+  p.n_q_tiles = (tsr_i32)pl->n_q_tiles;
+  p.tasks = (const tsr_task_rec *)(uintptr_t)g->tasks;
+  p.tiles = (const tsr_tile_rec *)(uintptr_t)g->tiles;
+  p.members = (const tsr_member_rec *)(uintptr_t)g->members;
+  p.membership = (const tsr_u32 *)(uintptr_t)g->membership;
+  p.qblk = (const tsr_i32 *)(uintptr_t)g->qblk;
+  p.merges = (const tsr_merge_rec *)(uintptr_t)g->merges;
+  p.part_o = (float *)(uintptr_t)g->part_o;
+  p.part_m = (float *)(uintptr_t)g->part_m;
+  p.part_l = (float *)(uintptr_t)g->part_l;
+
+  if (e->v.tma_box > 0) {
+    CUtensorMapDataType dt =
+        e->v.dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const tsr_problem *pr = &pl->problem;
+    if ((st = encode_tmap(ctx, &p.tma_q, t->q, t->q_stride, pr->batch, pr->heads_q, pr->seq_q, pr->head_dim,
+                          e->v.tma_box, e->v.bm, dt, "q", err)) ||
+        (st = encode_tmap(ctx, &p.tma_k, t->k, t->k_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                          e->v.tma_box, e->v.bn, dt, "k", err)) ||
+        (st = encode_tmap(ctx, &p.tma_v, t->v, t->v_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                          e->v.tma_box, e->v.bn, dt, "v", err)))
+      return st;
+  }
+
+  args[0] = &p;
+  if (g->grid > 0 &&
+      (st = tsr_cu_check(&ctx->cu,
+                         ctx->cu.cuLaunchKernel(m->attn, g->grid, 1, 1, (unsigned)e->threads, 1, 1,
+                                                (unsigned)e->smem, s, args, NULL),
+                         "cuLaunchKernel(attention)", err)))
+    return st;
+  if (g->merge_grid > 0 &&
+      (st = tsr_cu_check(&ctx->cu,
+                         ctx->cu.cuLaunchKernel(m->merge, g->merge_grid, 1, 1, 256, 1, 1, 0, s, args, NULL),
+                         "cuLaunchKernel(merge)", err)))
+    return st;
+  return TSR_OK;
+}

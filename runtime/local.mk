@@ -20,7 +20,8 @@ libtessera_la_SOURCES += \
 
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
-	runtime/gpu.c
+	runtime/variant.h runtime/variant.c runtime/bundle.h runtime/bundle.c \
+	runtime/cuda_impl.h runtime/cuda.c runtime/gpu.c
 
 # lookup database and plan selection
 

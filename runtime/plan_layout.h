@@ -42,7 +42,7 @@
 typedef int tsr_i32;
 typedef unsigned int tsr_u32;
 typedef long long tsr_i64;
-#define TSR_ALIGN64 __align__(64)
+#define TSR_ALIGN64 alignas(64)
 #else
 #include <stdint.h>
 typedef int32_t tsr_i32;
@@ -80,12 +80,13 @@ typedef struct {
 
 /* Opaque 128-byte TMA descriptor (CUtensorMap), filled on the host with
  * cuTensorMapEncodeTiled; unused by the sm_80 family. */
-typedef struct TSR_ALIGN64 {
-  unsigned long long opaque[16];
+typedef struct {
+  TSR_ALIGN64 unsigned long long opaque[16];
 } tsr_tmap;
 
-/* Passed by value (__grid_constant__) to every attention and merge kernel. */
-typedef struct TSR_ALIGN64 {
+/* Passed by value (__grid_constant__) to every attention and merge kernel;
+ * 64-byte aligned through its first member. */
+typedef struct {
   tsr_tmap tma_q, tma_k, tma_v;
   const void *q, *k, *v;  /* bf16 / fp16 elements */
   void *o;                /* same dtype as q */

@@ -1,0 +1,670 @@
+/*
+ * tessera-gen: renders the kernel templates for every variant of the
+ * catalog, compiles each with NVRTC for each target it fits, and writes
+ * the bundle that libtessera loads (see runtime/bundle.h).
+ *
+ *   tessera-gen --catalog gen/catalog.json --templates templates \
+ *               --layout runtime/plan_layout.h --out bundle [-j 2]
+ *
+ * Cost: one NVRTC compile (seconds) per (variant, target) whose hash
+ * changed; everything else is reused.  The hash covers the generated source,
+ * the headers it reads, the generator version, the NVRTC version, the
+ * target and the options.  With $TESSERA_GEN_CACHE set, cubins are also
+ * looked up in and stored into that folder by hash, so several build trees
+ * share one set of compiles.  Each compile runs in a child process: NVRTC
+ * has been seen to crash on some inputs, and a crash then names the variant
+ * instead of killing the build.
+ */
+#include "bundle.h"
+#include "catalog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <nvrtc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_HEADERS 32
+
+typedef struct {
+  char *name;   /* include name, e.g. "attn_sm80.cuh" */
+  char *text;
+} header_t;
+
+typedef struct {
+  size_t var;           /* catalog index */
+  int arch;             /* index into tsr_variant_archs */
+  char hash[17];
+  char opts[256];
+  pid_t pid;
+  enum { J_PENDING, J_RUNNING, J_BUILT, J_REUSED, J_FAILED } state;
+} job_t;
+
+typedef struct {
+  const char *out;
+  header_t hdr[MAX_HEADERS];
+  int nhdr;
+  char nvrtc[16];
+  char **src;           /* generated source per catalog entry */
+  tsr_catalog cat;
+  int verbose;
+} gen_t;
+
+static void die_usage(const char *msg)
+{
+  fprintf(stderr, "tessera-gen: %s\n", msg);
+  fprintf(stderr, "usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
+                  "[-j JOBS] [--list] [-v]\n");
+  exit(2);
+}
+
+static char *read_text(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf;
+  long n;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+      !(buf = malloc((size_t)n + 1))) {
+    fclose(f);
+    return NULL;
+  }
+  if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    fclose(f);
+    free(buf);
+    return NULL;
+  }
+  fclose(f);
+  buf[n] = 0;
+  return buf;
+}
+
+/* Writes `len` bytes to path through a temporary file and rename(2). */
+static int write_atomic(const char *path, const void *data, size_t len)
+{
+  char tmp[4096];
+  FILE *f;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  f = fopen(tmp, "wb");
+  if (!f) return -1;
+  if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  if (rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Writes only when the content differs, so make sees no change otherwise. */
+static int write_if_changed(const char *path, const char *text)
+{
+  char *old = read_text(path);
+  int same = old && strcmp(old, text) == 0;
+  free(old);
+  return same ? 0 : write_atomic(path, text, strlen(text));
+}
+
+static int copy_file(const char *from, const char *to)
+{
+  FILE *f = fopen(from, "rb");
+  char *buf;
+  long n;
+  int rc;
+  if (!f) return -1;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0 ||
+      !(buf = malloc((size_t)n))) {
+    fclose(f);
+    return -1;
+  }
+  rc = fread(buf, 1, (size_t)n, f) == (size_t)n ? write_atomic(to, buf, (size_t)n) : -1;
+  fclose(f);
+  free(buf);
+  return rc;
+}
+
+static int mkdirs(const char *path)
+{
+  char buf[4096];
+  size_t i, n = strlen(path);
+  if (n >= sizeof buf) return -1;
+  memcpy(buf, path, n + 1);
+  for (i = 1; i <= n; i++) {
+    if (buf[i] == '/' || buf[i] == 0) {
+      char c = buf[i];
+      buf[i] = 0;
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+      buf[i] = c;
+    }
+  }
+  return 0;
+}
+
+/* FNV-1a, 64 bits: a content key for the cache, not a security measure. */
+static uint64_t fnv(uint64_t h, const char *s)
+{
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ULL;
+  }
+  /* A separator byte, so that ("ab", "c") and ("a", "bc") differ. */
+  h ^= 0xff;
+  h *= 1099511628211ULL;
+  return h;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int load_headers(gen_t *g, const char *tdir, const char *layout)
+{
+  DIR *d = opendir(tdir);
+  struct dirent *de;
+  char *names[MAX_HEADERS];
+  int n = 0, i;
+  if (!d) {
+    fprintf(stderr, "tessera-gen: cannot open templates folder '%s': %s\n", tdir, strerror(errno));
+    return -1;
+  }
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    if (l > 4 && strcmp(de->d_name + l - 4, ".cuh") == 0 && n < MAX_HEADERS - 1)
+      names[n++] = strdup(de->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_str);
+  g->hdr[0].name = strdup("plan_layout.h");
+  g->hdr[0].text = read_text(layout);
+  if (!g->hdr[0].text) {
+    fprintf(stderr, "tessera-gen: cannot read plan layout '%s': %s\n", layout, strerror(errno));
+    return -1;
+  }
+  g->nhdr = 1;
+  for (i = 0; i < n; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tdir, names[i]);
+    g->hdr[g->nhdr].name = names[i];
+    g->hdr[g->nhdr].text = read_text(path);
+    if (!g->hdr[g->nhdr].text) {
+      fprintf(stderr, "tessera-gen: cannot read template '%s': %s\n", path, strerror(errno));
+      return -1;
+    }
+    g->nhdr++;
+  }
+  return 0;
+}
+
+static int find_header(const gen_t *g, const char *name)
+{
+  int i;
+  for (i = 0; i < g->nhdr; i++)
+    if (strcmp(g->hdr[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* The generated source: constants, then the hand-written bodies. */
+static char *render(const tsr_catalog_entry *e, const char *tmpl)
+{
+  const tsr_variant *v = &e->v;
+  char *s = malloc(4096);
+  if (!s) return NULL;
+  snprintf(s, 4096,
+           "/* Generated by tessera-gen %s from templates/%s: do not edit. */\n"
+           "#define TSR_KERNEL_NAME %s\n"
+           "#define TSR_MERGE_NAME %s_merge\n"
+           "#define TSR_FAMILY_SM80 %d\n"
+           "#define TSR_FAMILY_SM90 %d\n"
+           "#define TSR_DTYPE_BF16 %d\n"
+           "#define TSR_DTYPE_FP16 %d\n"
+           "#define TSR_HEAD_DIM %d\n"
+           "#define TSR_BM %d\n"
+           "#define TSR_BN %d\n"
+           "#define TSR_STAGES %d\n"
+           "#define TSR_WARPS %d\n"
+           "#define TSR_WARPGROUPS %d\n"
+           "#define TSR_THREADS %d\n"
+           "#define TSR_MEMBERSHIP %d\n"
+           "#define TSR_TMA_BOX %d\n"
+           "#define TSR_SMEM_BYTES %lld\n"
+           "#include \"plan_layout.h\"\n"
+           "#include \"%s\"\n"
+           "#include \"merge.cuh\"\n",
+           TSR_GEN_VERSION, tmpl, e->name, e->name, v->family == TSR_FAMILY_SM80,
+           v->family == TSR_FAMILY_SM90, v->dtype == TSR_DT_BF16, v->dtype == TSR_DT_F16,
+           v->head_dim, v->bm, v->bn, v->stages, v->warps, v->warpgroups, tsr_variant_threads(v),
+           v->membership, v->tma_box, (long long)tsr_variant_smem_bytes(v), tmpl);
+  return s;
+}
+
+static void template_name(const tsr_variant *v, char *buf, size_t n)
+{
+  snprintf(buf, n, "attn_%s.cuh", tsr_variant_family_name(v->family));
+}
+
+static void job_hash(const gen_t *g, job_t *j)
+{
+  const tsr_catalog_entry *e = &g->cat.items[j->var];
+  char tmpl[64];
+  uint64_t h = 1469598103934665603ULL;
+  int i;
+  template_name(&e->v, tmpl, sizeof tmpl);
+  h = fnv(h, g->src[j->var]);
+  /* Headers this variant reads: the layout, its own family's template and
+   * the shared ones; another family's template does not invalidate it. */
+  for (i = 0; i < g->nhdr; i++) {
+    const char *nm = g->hdr[i].name;
+    if (strncmp(nm, "attn_", 5) == 0 && strcmp(nm, tmpl) != 0) continue;
+    h = fnv(h, nm);
+    h = fnv(h, g->hdr[i].text);
+  }
+  h = fnv(h, "tessera-gen " TSR_GEN_VERSION);
+  h = fnv(h, g->nvrtc);
+  h = fnv(h, tsr_variant_archs[j->arch]);
+  h = fnv(h, j->opts);
+  snprintf(j->hash, sizeof j->hash, "%016llx", (unsigned long long)h);
+}
+
+static void job_opts(job_t *j)
+{
+  snprintf(j->opts, sizeof j->opts, "--gpu-architecture=%s --std=c++17 --dopt=on",
+           tsr_variant_archs[j->arch]);
+}
+
+/* Splits the options string into argv form (space separated, no quoting). */
+static int split_opts(char *s, const char **argv, int max)
+{
+  int n = 0;
+  char *tok = strtok(s, " ");
+  while (tok && n < max) {
+    argv[n++] = tok;
+    tok = strtok(NULL, " ");
+  }
+  return n;
+}
+
+static void path_of(const gen_t *g, const job_t *j, const char *ext, char *buf, size_t n)
+{
+  snprintf(buf, n, "%s/%s/%s%s", g->out, tsr_variant_archs[j->arch], g->cat.items[j->var].name, ext);
+}
+
+/* Runs in the child: compile, write the log and the cubin, _exit.  _exit
+ * skips atexit handlers (leak checkers among them) that belong to the
+ * parent. */
+static void child_compile(const gen_t *g, const job_t *j)
+{
+  const tsr_catalog_entry *e = &g->cat.items[j->var];
+  const char *hnames[MAX_HEADERS], *htexts[MAX_HEADERS], *argv[16];
+  char opts[256], srcname[TSR_VARIANT_NAME_MAX + 8], path[4096];
+  nvrtcProgram prog;
+  nvrtcResult r;
+  size_t logsz = 0, cubsz = 0;
+  char *log, *cubin;
+  int i, argc;
+  FILE *f;
+
+  for (i = 0; i < g->nhdr; i++) {
+    hnames[i] = g->hdr[i].name;
+    htexts[i] = g->hdr[i].text;
+  }
+  snprintf(opts, sizeof opts, "%s", j->opts);
+  argc = split_opts(opts, argv, 16);
+  snprintf(srcname, sizeof srcname, "%s.cu", e->name);
+  if (nvrtcCreateProgram(&prog, g->src[j->var], srcname, g->nhdr, htexts, hnames) != NVRTC_SUCCESS)
+    _exit(3);
+  r = nvrtcCompileProgram(prog, argc, argv);
+  nvrtcGetProgramLogSize(prog, &logsz);
+  log = malloc(logsz + 1);
+  if (log && nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS) {
+    log[logsz] = 0;
+    path_of(g, j, ".log", path, sizeof path);
+    write_atomic(path, log, strlen(log));
+  }
+  if (r != NVRTC_SUCCESS) _exit(1);
+  if (nvrtcGetCUBINSize(prog, &cubsz) != NVRTC_SUCCESS || cubsz == 0) _exit(4);
+  cubin = malloc(cubsz);
+  if (!cubin || nvrtcGetCUBIN(prog, cubin) != NVRTC_SUCCESS) _exit(4);
+  path_of(g, j, ".cubin.part", path, sizeof path);
+  f = fopen(path, "wb");
+  if (!f || fwrite(cubin, 1, cubsz, f) != cubsz || fclose(f) != 0) _exit(5);
+  _exit(0);
+}
+
+static int start_job(const gen_t *g, job_t *j)
+{
+  pid_t pid;
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) child_compile(g, j);
+  j->pid = pid;
+  j->state = J_RUNNING;
+  return 0;
+}
+
+/* Parent side of a finished compile. */
+static void finish_job(const gen_t *g, job_t *j, int status)
+{
+  const char *name = g->cat.items[j->var].name, *arch = tsr_variant_archs[j->arch];
+  char part[4096], cub[4096], hpath[4096], lpath[4096];
+  path_of(g, j, ".cubin.part", part, sizeof part);
+  path_of(g, j, ".cubin", cub, sizeof cub);
+  path_of(g, j, ".hash", hpath, sizeof hpath);
+  path_of(g, j, ".log", lpath, sizeof lpath);
+  if (WIFSIGNALED(status)) {
+    fprintf(stderr, "tessera-gen: nvrtc crashed (signal %d, %s) compiling variant '%s' for %s\n",
+            WTERMSIG(status), strsignal(WTERMSIG(status)), name, arch);
+    j->state = J_FAILED;
+  } else if (WEXITSTATUS(status) != 0) {
+    char *log = read_text(lpath);
+    fprintf(stderr, "tessera-gen: cannot compile variant '%s' for %s (exit %d); NVRTC log:\n%s\n",
+            name, arch, WEXITSTATUS(status), log && *log ? log : "(empty)");
+    free(log);
+    j->state = J_FAILED;
+  } else if (rename(part, cub) != 0 || write_atomic(hpath, j->hash, 16) != 0) {
+    fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", cub, strerror(errno));
+    j->state = J_FAILED;
+  } else {
+    const char *cache = getenv("TESSERA_GEN_CACHE");
+    j->state = J_BUILT;
+    if (cache && *cache) {
+      char cpath[4096];
+      snprintf(cpath, sizeof cpath, "%s/%s.cubin", cache, j->hash);
+      if (mkdirs(cache) != 0 || copy_file(cub, cpath) != 0)
+        fprintf(stderr, "tessera-gen: warning: cannot store '%s' in the cache '%s'\n", name, cache);
+    }
+    if (g->verbose) {
+      char *log = read_text(lpath);
+      printf("tessera-gen: compiled %s for %s%s%s", name, arch, log && *log ? ":\n" : "\n",
+             log ? log : "");
+      free(log);
+    }
+  }
+  unlink(part);
+}
+
+/* Reuses a cubin whose stored hash matches, from the tree or the cache. */
+static int try_reuse(const gen_t *g, job_t *j)
+{
+  char cub[4096], hpath[4096];
+  const char *cache = getenv("TESSERA_GEN_CACHE");
+  char *old;
+  struct stat st;
+  int ok;
+  path_of(g, j, ".cubin", cub, sizeof cub);
+  path_of(g, j, ".hash", hpath, sizeof hpath);
+  old = read_text(hpath);
+  ok = old && strcmp(old, j->hash) == 0 && stat(cub, &st) == 0 && st.st_size > 0;
+  free(old);
+  if (ok) return 1;
+  if (cache && *cache) {
+    char cpath[4096];
+    snprintf(cpath, sizeof cpath, "%s/%s.cubin", cache, j->hash);
+    if (stat(cpath, &st) == 0 && st.st_size > 0 && copy_file(cpath, cub) == 0 &&
+        write_atomic(hpath, j->hash, 16) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
+{
+  json_t *root = json_object(), *vars = json_array();
+  char path[4096], *text;
+  size_t i, k;
+  int rc;
+  json_object_set_new(root, "format", json_integer(TSR_BUNDLE_FORMAT));
+  json_object_set_new(root, "generator", json_string(TSR_GEN_VERSION));
+  json_object_set_new(root, "nvrtc", json_string(g->nvrtc));
+  json_object_set_new(root, "layout_version", json_integer(TSR_PLAN_LAYOUT_VERSION));
+  for (i = 0; i < g->cat.n; i++) {
+    const tsr_catalog_entry *e = &g->cat.items[i];
+    json_t *o = json_object(), *t = json_object();
+    for (k = 0; k < njobs; k++) {
+      const job_t *j = &jobs[k];
+      char rel[256];
+      json_t *x;
+      if (j->var != i || (j->state != J_BUILT && j->state != J_REUSED)) continue;
+      snprintf(rel, sizeof rel, "%s/%s.cubin", tsr_variant_archs[j->arch], e->name);
+      x = json_object();
+      json_object_set_new(x, "cubin", json_string(rel));
+      json_object_set_new(x, "hash", json_string(j->hash));
+      json_object_set_new(x, "options", json_string(j->opts));
+      json_object_set_new(t, tsr_variant_archs[j->arch], x);
+    }
+    if (json_object_size(t) == 0) {
+      json_decref(o);
+      json_decref(t);
+      continue;
+    }
+    json_object_set_new(o, "name", json_string(e->name));
+    json_object_set_new(o, "family", json_string(tsr_variant_family_name(e->v.family)));
+    json_object_set_new(o, "dtype", json_string(tsr_variant_dtype_name(e->v.dtype)));
+    json_object_set_new(o, "head_dim", json_integer(e->v.head_dim));
+    json_object_set_new(o, "bm", json_integer(e->v.bm));
+    json_object_set_new(o, "bn", json_integer(e->v.bn));
+    json_object_set_new(o, "stages", json_integer(e->v.stages));
+    json_object_set_new(o, "warps", json_integer(e->v.warps));
+    json_object_set_new(o, "warpgroups", json_integer(e->v.warpgroups));
+    json_object_set_new(o, "layout", json_string(tsr_variant_layout_name(e->v.layout)));
+    json_object_set_new(o, "membership", json_boolean(e->v.membership));
+    json_object_set_new(o, "tma_box", json_integer(e->v.tma_box));
+    json_object_set_new(o, "threads", json_integer(tsr_variant_threads(&e->v)));
+    json_object_set_new(o, "smem", json_integer(tsr_variant_smem_bytes(&e->v)));
+    json_object_set_new(o, "targets", t);
+    json_array_append_new(vars, o);
+  }
+  json_object_set_new(root, "variants", vars);
+  text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (!text) return -1;
+  snprintf(path, sizeof path, "%s/registry.json", g->out);
+  rc = write_atomic(path, text, strlen(text));
+  free(text);
+  return rc;
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+  static const struct option lopts[] = {
+    { "catalog", required_argument, 0, 'c' }, { "templates", required_argument, 0, 't' },
+    { "layout", required_argument, 0, 'l' },  { "out", required_argument, 0, 'o' },
+    { "jobs", required_argument, 0, 'j' },    { "list", no_argument, 0, 'L' },
+    { "verbose", no_argument, 0, 'v' },       { "help", no_argument, 0, 'h' },
+    { 0, 0, 0, 0 }
+  };
+  const char *catalog = NULL, *tdir = NULL, *layout = NULL;
+  gen_t g;
+  tsr_error err;
+  job_t *jobs;
+  size_t njobs = 0, i, done = 0;
+  int maxjobs = 2, list = 0, running = 0, failed = 0, built = 0, reused = 0, opt, a, nmaj, nmin;
+  double t0 = now_s();
+
+  memset(&g, 0, sizeof g);
+  while ((opt = getopt_long(argc, argv, "c:t:l:o:j:Lvh", lopts, NULL)) != -1) {
+    switch (opt) {
+    case 'c': catalog = optarg; break;
+    case 't': tdir = optarg; break;
+    case 'l': layout = optarg; break;
+    case 'o': g.out = optarg; break;
+    case 'j':
+      maxjobs = atoi(optarg);
+      if (maxjobs < 1 || maxjobs > 64) die_usage("--jobs must be 1 to 64");
+      break;
+    case 'L': list = 1; break;
+    case 'v': g.verbose = 1; break;
+    case 'h':
+      printf("usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
+             "[-j JOBS] [--list] [-v]\n");
+      return 0;
+    default: die_usage("unknown option");
+    }
+  }
+  if (optind != argc) die_usage("unexpected argument");
+  if (!catalog) die_usage("missing --catalog");
+  tsr_error_clear(&err);
+  if (tsr_catalog_load(catalog, &g.cat, &err) != TSR_OK) {
+    fprintf(stderr, "tessera-gen: %s\n", err.text);
+    return 2;
+  }
+  if (list) {
+    for (i = 0; i < g.cat.n; i++) {
+      printf("%s", g.cat.items[i].name);
+      for (a = 0; a < TSR_N_ARCHS; a++) {
+        char why[160];
+        if (tsr_variant_fits(&g.cat.items[i].v, tsr_variant_archs[a], why))
+          printf(" %s", tsr_variant_archs[a]);
+      }
+      printf("\n");
+    }
+    tsr_catalog_free(&g.cat);
+    return 0;
+  }
+  if (!tdir || !layout || !g.out) die_usage("missing --templates, --layout or --out");
+  if (load_headers(&g, tdir, layout) != 0) return 2;
+  if (nvrtcVersion(&nmaj, &nmin) != NVRTC_SUCCESS) {
+    fprintf(stderr, "tessera-gen: cannot query the NVRTC version\n");
+    return 2;
+  }
+  snprintf(g.nvrtc, sizeof g.nvrtc, "%d.%d", nmaj, nmin);
+
+  g.src = calloc(g.cat.n, sizeof *g.src);
+  jobs = calloc(g.cat.n * TSR_N_ARCHS + 1, sizeof *jobs);
+  if (!g.src || !jobs) {
+    fprintf(stderr, "tessera-gen: out of memory\n");
+    return 2;
+  }
+  if (mkdirs(g.out) != 0) {
+    fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", g.out, strerror(errno));
+    return 2;
+  }
+  for (a = 0; a < TSR_N_ARCHS; a++) {
+    char d[4096];
+    snprintf(d, sizeof d, "%s/%s", g.out, tsr_variant_archs[a]);
+    if (mkdirs(d) != 0) {
+      fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", d, strerror(errno));
+      return 2;
+    }
+  }
+  {
+    char d[4096];
+    snprintf(d, sizeof d, "%s/src", g.out);
+    mkdirs(d);
+  }
+
+  /* Render every variant, prune what cannot fit, and queue the rest. */
+  for (i = 0; i < g.cat.n; i++) {
+    const tsr_catalog_entry *e = &g.cat.items[i];
+    char tmpl[64], spath[4096];
+    int fits = 0;
+    template_name(&e->v, tmpl, sizeof tmpl);
+    if (find_header(&g, tmpl) < 0) {
+      fprintf(stderr, "tessera-gen: variant '%s': template '%s/%s' not found\n", e->name, tdir, tmpl);
+      return 2;
+    }
+    g.src[i] = render(e, tmpl);
+    if (!g.src[i]) {
+      fprintf(stderr, "tessera-gen: out of memory\n");
+      return 2;
+    }
+    snprintf(spath, sizeof spath, "%s/src/%s.cu", g.out, e->name);
+    if (write_if_changed(spath, g.src[i]) != 0) {
+      fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", spath, strerror(errno));
+      return 2;
+    }
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      char why[160];
+      job_t *j;
+      if (!tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) {
+        if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
+          printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
+        continue;
+      }
+      fits = 1;
+      j = &jobs[njobs++];
+      j->var = i;
+      j->arch = a;
+      job_opts(j);
+      job_hash(&g, j);
+      if (try_reuse(&g, j)) {
+        j->state = J_REUSED;
+        reused++;
+        done++;
+      }
+    }
+    if (!fits) printf("tessera-gen: pruned %s: fits no target\n", e->name);
+  }
+
+  /* Compile the rest, `maxjobs` children at a time. */
+  while (done < njobs) {
+    int status;
+    pid_t pid;
+    for (i = 0; i < njobs && running < maxjobs; i++) {
+      if (jobs[i].state != J_PENDING) continue;
+      if (start_job(&g, &jobs[i]) != 0) {
+        fprintf(stderr, "tessera-gen: cannot fork: %s\n", strerror(errno));
+        jobs[i].state = J_FAILED;
+        done++;
+        failed++;
+        continue;
+      }
+      running++;
+    }
+    pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "tessera-gen: waitpid: %s\n", strerror(errno));
+      return 2;
+    }
+    for (i = 0; i < njobs; i++) {
+      if (jobs[i].state == J_RUNNING && jobs[i].pid == pid) {
+        finish_job(&g, &jobs[i], status);
+        if (jobs[i].state == J_FAILED) failed++;
+        else built++;
+        running--;
+        done++;
+      }
+    }
+  }
+  if (failed) {
+    fprintf(stderr, "tessera-gen: %d of %zu compiles failed; bundle not written\n", failed, njobs);
+    return 1;
+  }
+  if (write_registry(&g, jobs, njobs) != 0) {
+    fprintf(stderr, "tessera-gen: cannot write '%s/registry.json': %s\n", g.out, strerror(errno));
+    return 1;
+  }
+  printf("tessera-gen: %zu variants, %zu cubins (%d compiled, %d reused) with NVRTC %s in %.1f s\n",
+         g.cat.n, njobs, built, reused, g.nvrtc, now_s() - t0);
+  for (i = 0; i < g.cat.n; i++) free(g.src[i]);
+  free(g.src);
+  for (a = 0; a < g.nhdr; a++) {
+    free(g.hdr[a].name);
+    free(g.hdr[a].text);
+  }
+  free(jobs);
+  tsr_catalog_free(&g.cat);
+  return 0;
+}

@@ -1,0 +1,55 @@
+/*
+ * bundle.h: the kernel bundle that tessera-gen writes and libtessera loads:
+ *     <dir>/registry.json              variants, parameters, per-target hashes
+ *     <dir>/<arch>/<variant>.cubin     the plain ELF that NVRTC returned
+ * Not installed.
+ *
+ * registry.json: {"format": 1, "generator": "1", "nvrtc": "13.0",
+ *   "layout_version": 1, "variants": [{"name", "family", "dtype",
+ *   "head_dim", "bm", "bn", "stages", "warps", "warpgroups", "layout",
+ *   "membership", "tma_box", "threads", "smem",
+ *   "targets": {"sm_90a": {"cubin": "sm_90a/<name>.cubin",
+ *                          "hash": "<16 hex>", "options": "..."}, ...}}]}
+ * The loader checks that each name parses and agrees with its fields.
+ */
+#ifndef TSR_BUNDLE_H
+#define TSR_BUNDLE_H
+
+#include "plan_layout.h"
+#include "variant.h"
+
+#include <stddef.h>
+
+#define TSR_BUNDLE_FORMAT 1
+
+typedef struct {
+  tsr_variant v;
+  char name[TSR_VARIANT_NAME_MAX];
+  int threads;
+  int64_t smem;
+  unsigned targets;                   /* bit i: tsr_variant_archs[i] built */
+  char hash[TSR_N_ARCHS][17];
+} tsr_bundle_entry;
+
+typedef struct {
+  char *dir;
+  char nvrtc[16];
+  char generator[16];
+  tsr_bundle_entry *items;
+  size_t n;
+} tsr_bundle;
+
+/* Reads <dir>/registry.json. */
+tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err);
+void tsr_bundle_free(tsr_bundle *b);
+/* Index of the variant called `name`, or -1. */
+long tsr_bundle_find(const tsr_bundle *b, const char *name);
+/* Best variant serving `need` on `arch` within `smem_limit` bytes, or -1. */
+long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
+                     int64_t smem_limit);
+/* Path of a cubin (malloc'ed), and the cubin's bytes (malloc'ed). */
+char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch);
+tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch,
+                                 void **data, size_t *size, tsr_error *err);
+
+#endif

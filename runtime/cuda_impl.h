@@ -1,0 +1,58 @@
+/*
+ * cuda_impl.h: the CUDA driver API as libtessera sees it: a table of
+ * function pointers resolved with dlopen("libcuda.so.1") on first use, so
+ * nothing links against the driver and machines without one still run the
+ * library, the tools and the tests (GPU calls then fail with
+ * TSR_ERR_NO_DEVICE).  Also the context's internals that other internal
+ * modules (the profiler) need to time launches with events.  Not installed.
+ *
+ * Use: const tsr_cu *cu = tsr_context_cu(ctx);
+ *      tsr_cu_check(cu, cu->cuEventRecord(ev, stream), "cuEventRecord", err);
+ * Names are the cuda.h macros, so cu->cuMemAlloc is cuMemAlloc_v2.
+ */
+#ifndef TSR_CUDA_IMPL_H
+#define TSR_CUDA_IMPL_H
+
+#include <cuda.h>
+
+#include "tessera.h"
+
+/* Every driver entry point libtessera uses. */
+#define TSR_CU_FUNCS(X)                                                          \
+  X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount)        \
+  X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName)                      \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)    \
+  X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload)   \
+  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute)             \
+  X(cuLaunchKernel) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)               \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                      \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD32Async) X(cuMemsetD8)    \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                    \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)      \
+  X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)
+
+typedef struct {
+  void *lib; /* dlopen handle */
+#define TSR_CU_MEMBER(f) __typeof__(f) *f;
+  TSR_CU_FUNCS(TSR_CU_MEMBER)
+#undef TSR_CU_MEMBER
+} tsr_cu;
+
+/* Opens the driver and resolves every function; TSR_ERR_NO_DEVICE (with
+ * the dlerror text) when libcuda.so.1 or a symbol is missing. */
+tsr_status tsr_cu_open(tsr_cu *cu, tsr_error *err);
+void tsr_cu_close(tsr_cu *cu);
+/* TSR_OK for CUDA_SUCCESS; otherwise records "<what> failed: <driver text>"
+ * as TSR_ERR_CUDA (TSR_ERR_NO_DEVICE for no device / no driver). */
+tsr_status tsr_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err);
+
+/* The context's driver table, device and properties (gpu.c). */
+const tsr_cu *tsr_context_cu(const tsr_context *ctx);
+CUdevice tsr_context_device(const tsr_context *ctx);
+/* Compile target of the device ("sm_90a"), multiprocessor count. */
+const char *tsr_context_arch(const tsr_context *ctx);
+int tsr_context_num_sms(const tsr_context *ctx);
+/* Makes the context's primary context current on the calling thread. */
+tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err);
+
+#endif

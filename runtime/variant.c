@@ -1,0 +1,289 @@
+/*
+ * variant.c: canonical variant names, their parameters, and the fit rules
+ * that prune variants before anything is compiled.  Shared by tessera-gen
+ * and libtessera; pure string and integer work, no allocation.
+ *
+ * The shared-memory formula here is the contract with the templates: the
+ * generator passes TSR_SMEM_BYTES = tsr_variant_smem_bytes() to every
+ * kernel, which static_asserts that its layout fits, and the runtime asks
+ * the driver for exactly that much dynamic shared memory.
+ */
+#include "variant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const tsr_variant_archs[TSR_N_ARCHS] = {
+  "sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"
+};
+
+static const char *const family_names[TSR_FAMILY_COUNT] = { "sm80", "sm90" };
+static const char *const layout_names[TSR_TL_COUNT] = { "pers", "flat" };
+
+const char *tsr_variant_family_name(tsr_family f)
+{
+  return (unsigned)f < TSR_FAMILY_COUNT ? family_names[f] : "?";
+}
+
+const char *tsr_variant_layout_name(tsr_task_layout l)
+{
+  return (unsigned)l < TSR_TL_COUNT ? layout_names[l] : "?";
+}
+
+const char *tsr_variant_dtype_name(tsr_dtype d)
+{
+  if (d == TSR_DT_BF16) return "bf16";
+  if (d == TSR_DT_F16) return "fp16";
+  return NULL;
+}
+
+void tsr_variant_format(const tsr_variant *v, char *buf)
+{
+  const char *dt = tsr_variant_dtype_name(v->dtype);
+  int n = snprintf(buf, TSR_VARIANT_NAME_MAX, "tsr_%s_%s_d%d_m%dn%d_s%d_%c%d_%s_%s",
+                   tsr_variant_family_name(v->family), dt ? dt : "?", v->head_dim,
+                   v->bm, v->bn, v->stages, v->family == TSR_FAMILY_SM90 ? 'g' : 'w',
+                   v->family == TSR_FAMILY_SM90 ? v->warpgroups : v->warps,
+                   tsr_variant_layout_name(v->layout), v->membership ? "mb" : "nm");
+  if (v->tma_box > 0 && n > 0 && n < TSR_VARIANT_NAME_MAX)
+    snprintf(buf + n, (size_t)(TSR_VARIANT_NAME_MAX - n), "_tma%d", v->tma_box);
+}
+
+/* Reads a positive decimal integer of at most 5 digits at *p. */
+static int read_int(const char **p, int *out)
+{
+  const char *s = *p;
+  int v = 0, n = 0;
+  while (*s >= '0' && *s <= '9' && n < 6) {
+    v = v * 10 + (*s - '0');
+    s++;
+    n++;
+  }
+  if (n == 0 || n > 5) return 0;
+  *p = s;
+  *out = v;
+  return 1;
+}
+
+/* Matches the literal `lit` at *p. */
+static int eat(const char **p, const char *lit)
+{
+  size_t n = strlen(lit);
+  if (strncmp(*p, lit, n) != 0) return 0;
+  *p += n;
+  return 1;
+}
+
+tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
+{
+  tsr_variant x;
+  const char *p = name;
+  const char *what = "prefix 'tsr_'";
+  int i, found;
+  char back[TSR_VARIANT_NAME_MAX];
+
+  memset(&x, 0, sizeof x);
+  if (!name) return tsr_error_set(err, TSR_ERR_INVALID, "variant name is null");
+  if (!eat(&p, "tsr_")) goto bad;
+  what = "family";
+  for (found = 0, i = 0; i < TSR_FAMILY_COUNT && !found; i++)
+    if (eat(&p, family_names[i])) { x.family = (tsr_family)i; found = 1; }
+  if (!found || !eat(&p, "_")) goto bad;
+  what = "dtype";
+  if (eat(&p, "bf16_")) x.dtype = TSR_DT_BF16;
+  else if (eat(&p, "fp16_")) x.dtype = TSR_DT_F16;
+  else goto bad;
+  what = "head dim 'd<D>'";
+  if (!eat(&p, "d") || !read_int(&p, &x.head_dim) || !eat(&p, "_")) goto bad;
+  what = "tile 'm<BM>n<BN>'";
+  if (!eat(&p, "m") || !read_int(&p, &x.bm) || !eat(&p, "n") || !read_int(&p, &x.bn) ||
+      !eat(&p, "_")) goto bad;
+  what = "stages 's<n>'";
+  if (!eat(&p, "s") || !read_int(&p, &x.stages) || !eat(&p, "_")) goto bad;
+  if (x.family == TSR_FAMILY_SM90) {
+    what = "warpgroups 'g<n>'";
+    if (!eat(&p, "g") || !read_int(&p, &x.warpgroups) || !eat(&p, "_")) goto bad;
+    x.warps = 4 * x.warpgroups;
+  } else {
+    what = "warps 'w<n>'";
+    if (!eat(&p, "w") || !read_int(&p, &x.warps) || !eat(&p, "_")) goto bad;
+  }
+  what = "task layout";
+  for (found = 0, i = 0; i < TSR_TL_COUNT && !found; i++)
+    if (eat(&p, layout_names[i])) { x.layout = (tsr_task_layout)i; found = 1; }
+  if (!found || !eat(&p, "_")) goto bad;
+  what = "membership 'mb' or 'nm'";
+  if (eat(&p, "mb")) x.membership = 1;
+  else if (eat(&p, "nm")) x.membership = 0;
+  else goto bad;
+  if (*p) {
+    what = "suffix '_tma<box>'";
+    if (!eat(&p, "_tma") || !read_int(&p, &x.tma_box) || *p) goto bad;
+  }
+  tsr_variant_format(&x, back);
+  if (strcmp(back, name) != 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "variant name '%s' is not canonical: expected '%s'", name, back);
+  *v = x;
+  return TSR_OK;
+bad:
+  return tsr_error_set(err, TSR_ERR_INVALID, "bad variant name '%s': cannot read the %s at '%s'",
+                       name, what, p);
+}
+
+int tsr_variant_threads(const tsr_variant *v)
+{
+  return 32 * v->warps;
+}
+
+int64_t tsr_variant_smem_bytes(const tsr_variant *v)
+{
+  /* Q tile once, K and V tiles per pipeline stage, 2-byte elements.  The
+   * sm90 family adds 1 KiB for mbarriers and the 1024-byte alignment that
+   * 128-byte TMA swizzling needs. */
+  int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
+  int64_t bytes = elems * 2;
+  if (v->family == TSR_FAMILY_SM90) bytes += 1024;
+  return bytes;
+}
+
+int tsr_variant_reg_estimate(const tsr_variant *v)
+{
+  /* Accumulators per thread: each consumer thread holds its share of the
+   * O tile (BM x D) and the S tile (BM x BN) in fp32, plus ~32 registers of
+   * addresses, softmax state and fragments. */
+  int consumers = v->family == TSR_FAMILY_SM90 ? 128 * (v->warpgroups - 1) : 32 * v->warps;
+  if (consumers <= 0) return 1 << 20;
+  return (int)(((int64_t)v->bm * (v->head_dim + v->bn)) / consumers) + 32;
+}
+
+tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
+{
+  char name[TSR_VARIANT_NAME_MAX];
+  tsr_variant_format(v, name);
+  if ((unsigned)v->family >= TSR_FAMILY_COUNT)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': unknown family %d", name, (int)v->family);
+  if (!tsr_variant_dtype_name(v->dtype))
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': dtype must be bf16 or fp16", name);
+  if (v->head_dim < 64 || v->head_dim > 256 || v->head_dim % 64 != 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "variant '%s': head dim must be 64, 128, 192 or 256, got %d", name, v->head_dim);
+  if (v->bn < 32 || v->bn > 256 || v->bn % 32 != 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "variant '%s': BN must be a multiple of 32 in [32, 256], got %d", name, v->bn);
+  if (v->bm < 16 || v->bm > 256 || v->bm % 16 != 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "variant '%s': BM must be a multiple of 16 in [16, 256], got %d", name, v->bm);
+  if ((unsigned)v->layout >= TSR_TL_COUNT)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': unknown task layout", name);
+  if (v->membership != 0 && v->membership != 1)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': membership must be 0 or 1", name);
+  if (v->family == TSR_FAMILY_SM80) {
+    if (v->warps != 2 && v->warps != 4 && v->warps != 8)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': sm80 warps must be 2, 4 or 8, got %d", name, v->warps);
+    if (v->warpgroups != 0)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm80 has no warpgroups", name);
+    if (v->bm % (16 * v->warps) != 0)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': BM %d is not a multiple of 16 rows x %d warps",
+                           name, v->bm, v->warps);
+    if (v->bm / (16 * v->warps) > 2)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': at most 32 rows a warp, got %d", name, v->bm / v->warps);
+    if (v->stages < 2 || v->stages > 4)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': sm80 stages must be 2 to 4, got %d", name, v->stages);
+    if (v->tma_box != 0)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the sm80 family does not use TMA", name);
+  } else {
+    if (v->warpgroups < 2 || v->warpgroups > 4 || v->warps != 4 * v->warpgroups)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': sm90 warpgroups must be 2 to 4, got %d", name, v->warpgroups);
+    if (v->bm % 64 != 0)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': sm90 BM must be a multiple of 64, got %d", name, v->bm);
+    if (v->stages < 1 || v->stages > 4)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': sm90 stages must be 1 to 4, got %d", name, v->stages);
+    if (v->tma_box != 0 && v->tma_box != 16 && v->tma_box != 32 && v->tma_box != 64)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': TMA box must be 16, 32 or 64 elements, got %d", name, v->tma_box);
+    if (v->tma_box != 0 && v->head_dim % v->tma_box != 0)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "variant '%s': TMA box %d does not divide head dim %d", name, v->tma_box,
+                           v->head_dim);
+  }
+  return TSR_OK;
+}
+
+int tsr_arch_index(const char *arch)
+{
+  int i;
+  for (i = 0; arch && i < TSR_N_ARCHS; i++)
+    if (strcmp(arch, tsr_variant_archs[i]) == 0) return i;
+  return -1;
+}
+
+int64_t tsr_arch_smem_limit(const char *arch)
+{
+  /* Opt-in dynamic shared memory per block (CUDA programming guide). */
+  static const int64_t limit[TSR_N_ARCHS] = { 166912, 101376, 232448, 232448, 101376 };
+  int i = tsr_arch_index(arch);
+  return i < 0 ? 0 : limit[i];
+}
+
+const char *tsr_arch_for_cc(int major, int minor)
+{
+  if (major == 8 && minor == 9) return "sm_89";
+  if (major == 8) return "sm_80";   /* sm_86 / sm_87 run sm_80 cubins */
+  if (major == 9 && minor == 0) return "sm_90a";
+  if (major == 10 && minor == 0) return "sm_100a";
+  if (major == 12) return "sm_120";
+  return NULL;
+}
+
+int tsr_variant_fits(const tsr_variant *v, const char *arch, char *why)
+{
+  int64_t smem = tsr_variant_smem_bytes(v), lim = tsr_arch_smem_limit(arch);
+  int regs = tsr_variant_reg_estimate(v);
+  if (tsr_arch_index(arch) < 0) {
+    if (why) snprintf(why, 160, "unknown arch '%s'", arch ? arch : "(null)");
+    return 0;
+  }
+  if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") != 0) {
+    if (why) snprintf(why, 160, "the sm90 family needs sm_90a, not %s", arch);
+    return 0;
+  }
+  if (smem > lim) {
+    if (why)
+      snprintf(why, 160, "needs %lld bytes of shared memory, %s has %lld",
+               (long long)smem, arch, (long long)lim);
+    return 0;
+  }
+  if (regs > 240) {
+    if (why) snprintf(why, 160, "needs about %d accumulator registers a thread, more than 240", regs);
+    return 0;
+  }
+  return 1;
+}
+
+int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
+{
+  if (!tsr_variant_fits(v, arch, NULL)) return 0;
+  if (v->dtype != need->dtype || v->head_dim != need->head_dim) return 0;
+  if (v->bm != need->bm || v->bn != need->bn) return 0;
+  if (need->membership && !v->membership) return 0;
+  return 1;
+}
+
+int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
+{
+  int r = 0;
+  if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") == 0) r += 1000;
+  if (!need->membership && !v->membership) r += 100;
+  r += 10 * v->stages;
+  if (v->layout == TSR_TL_PERS) r += 1;
+  return r;
+}

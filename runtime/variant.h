@@ -1,0 +1,102 @@
+/*
+ * variant.h: kernel variants, shared by tessera-gen (which compiles them)
+ * and libtessera (which loads and picks them).  Not installed.
+ *
+ * A variant is one instantiation of a kernel template with constants only.
+ * Its canonical name encodes every parameter and is its key everywhere: the
+ * kernel symbol, the cubin file name, the registry and the database:
+ *
+ *     tsr_<family>_<dtype>_d<D>_m<BM>n<BN>_s<stages>_<w|g><n>_<layout>_<mb|nm>[_tma<box>]
+ *     tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb
+ *     tsr_sm90_fp16_d64_m128n128_s2_g3_pers_mb_tma64
+ *
+ *  family  sm80 (mma.sync + ldmatrix + cp.async; runs on sm_80, sm_89,
+ *          sm_90a, sm_100a, sm_120) or sm90 (wgmma + TMA; sm_90a only)
+ *  w<n>    warps per CTA (sm80 family); g<n> warpgroups per CTA (sm90)
+ *  layout  how tasks map to CTAs: pers = a persistent grid of resident CTAs
+ *          striding over the task list (task = blockIdx.x + i*gridDim.x),
+ *          flat = one CTA per task.  Kernels run the same loop either way;
+ *          the host picks gridDim.x from it.
+ *  mb/nm   membership masking compiled in (mb) or not (nm: only plans
+ *          without partial tiles may use it)
+ *  tma<b>  the host fills tma_q/tma_k/tma_v (see plan_layout.h) with a box
+ *          b elements wide in the head dimension
+ *
+ * The merge kernel of a variant is the symbol <name>_merge in the same
+ * module.  The merge works on BM-row partial slots of the variant.
+ */
+#ifndef TSR_VARIANT_H
+#define TSR_VARIANT_H
+
+#include "tessera.h"
+
+#define TSR_VARIANT_NAME_MAX 96
+#define TSR_GEN_VERSION "1"
+
+typedef enum { TSR_FAMILY_SM80, TSR_FAMILY_SM90, TSR_FAMILY_COUNT } tsr_family;
+typedef enum { TSR_TL_PERS, TSR_TL_FLAT, TSR_TL_COUNT } tsr_task_layout;
+
+/* The compile targets, in registry order. */
+#define TSR_N_ARCHS 5
+extern const char *const tsr_variant_archs[TSR_N_ARCHS];
+
+typedef struct {
+  tsr_family family;
+  tsr_dtype dtype;       /* TSR_DT_BF16 or TSR_DT_F16 */
+  int head_dim;
+  int bm, bn;
+  int stages;
+  int warps;             /* sm80: warps per CTA; sm90: warpgroups * 4 */
+  int warpgroups;        /* sm90 only; 0 for sm80 */
+  tsr_task_layout layout;
+  int membership;        /* 1 = mb, 0 = nm */
+  int tma_box;           /* 0 = no TMA; else box width in elements of D */
+} tsr_variant;
+
+const char *tsr_variant_family_name(tsr_family f);
+const char *tsr_variant_layout_name(tsr_task_layout l);
+/* "bf16" / "fp16"; NULL for other dtypes. */
+const char *tsr_variant_dtype_name(tsr_dtype d);
+
+/* Canonical name into buf (TSR_VARIANT_NAME_MAX bytes). */
+void tsr_variant_format(const tsr_variant *v, char *buf);
+/* Parses a canonical name; rejects anything tsr_variant_format would not
+ * print (so names round-trip exactly), naming the offending part. */
+tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err);
+
+/* Threads per CTA and dynamic shared memory in bytes. */
+int tsr_variant_threads(const tsr_variant *v);
+int64_t tsr_variant_smem_bytes(const tsr_variant *v);
+/* Accumulator registers per thread, a lower bound used for pruning. */
+int tsr_variant_reg_estimate(const tsr_variant *v);
+
+/* Structural checks independent of the target (tile multiples, supported
+ * head dims and dtypes, warp counts); names the first violation. */
+tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err);
+/* Whether the variant can be built for and runs on `arch` ("sm_80", ...):
+ * family support, shared memory and register budget.  On 0 fills `why`
+ * (if not NULL, 160 bytes) with the reason. */
+int tsr_variant_fits(const tsr_variant *v, const char *arch, char *why);
+/* Largest dynamic shared memory per block for a compile target. */
+int64_t tsr_arch_smem_limit(const char *arch);
+/* Index of arch in tsr_variant_archs, or -1. */
+int tsr_arch_index(const char *arch);
+/* The compile target of a device of compute capability major.minor, or
+ * NULL when no target runs there. */
+const char *tsr_arch_for_cc(int major, int minor);
+
+/* A request for a kernel: what a plan needs. */
+typedef struct {
+  tsr_dtype dtype;
+  int head_dim;
+  int bm, bn;
+  int membership;       /* plan has partial tiles */
+} tsr_variant_need;
+
+/* Whether v serves `need` on `arch`. */
+int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
+/* Preference among serving variants (higher is better): the sm90 family on
+ * sm_90a, then no membership code when not needed, then deeper pipelines. */
+int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
+
+#endif
