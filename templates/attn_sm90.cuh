@@ -12,9 +12,10 @@
  *   TSR_KERNEL_NAME  the entry symbol (the variant's canonical name)
  *   TSR_BM           query rows per CTA: 64 or 128 (64 per consumer warpgroup)
  *   TSR_BN           key columns per tile: 64 or 128
- *   TSR_D            head dimension: 64 or 128 (a multiple of 64)
+ *   TSR_D            head dimension: 64 or 128 (or TSR_HEAD_DIM)
  *   TSR_STAGES       K/V ring depth: 2 or 3
- *   TSR_DTYPE_F16    1 for fp16 q/k/v/o, 0 (default) for bf16
+ *   TSR_DTYPE_F16    1 for fp16 q/k/v/o, 0 (default) for bf16 (or
+ *                    TSR_DTYPE_FP16)
  *   TSR_MEMBERSHIP   1 to compile the membership-word masking of partial
  *                    tiles, 0 when every tile of every plan run with the
  *                    variant is full (tile.mem == -1)
@@ -52,6 +53,14 @@
  */
 #include "plan_layout.h"
 
+/* tessera-gen's own spellings of the same constants */
+#if !defined(TSR_D) && defined(TSR_HEAD_DIM)
+#define TSR_D TSR_HEAD_DIM
+#endif
+#if !defined(TSR_DTYPE_F16) && defined(TSR_DTYPE_FP16)
+#define TSR_DTYPE_F16 TSR_DTYPE_FP16
+#endif
+
 #ifndef TSR_BM
 #error "TSR_BM not defined"
 #endif
@@ -82,6 +91,18 @@
 #define TSR_SM90_THREADS (128 * (1 + TSR_SM90_NC))
 #define TSR_SM90_SMEM_BYTES \
   (1024 + TSR_BM * TSR_D * 2 + 2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256)
+
+/* tessera-gen also passes what it computed from the variant name: they must
+ * agree with this template's own layout. */
+#ifdef TSR_THREADS
+static_assert(TSR_THREADS == TSR_SM90_THREADS, "TSR_THREADS disagrees with attn_sm90.cuh");
+#endif
+#ifdef TSR_SMEM_BYTES
+static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small for attn_sm90.cuh");
+#endif
+#if defined(TSR_TMA_BOX) && TSR_TMA_BOX != 64
+#error "attn_sm90.cuh loads TMA boxes 64 elements wide"
+#endif
 
 #if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \
     (TSR_D != 64 && TSR_D != 128)
