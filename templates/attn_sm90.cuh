@@ -79,13 +79,15 @@
 #define TSR_SM90_PINGPONG 0
 #endif
 
+#ifndef TSR_DTYPE_BF16
+#define TSR_DTYPE_BF16 (!TSR_DTYPE_F16)
+#endif
 #if TSR_DTYPE_F16
 #define TSR_WG_T "f16"
-#define TSR_CVT_X2 "cvt.rn.f16x2.f32"
 #else
 #define TSR_WG_T "bf16"
-#define TSR_CVT_X2 "cvt.rn.bf16x2.f32"
 #endif
+#include "tsr_common.cuh" /* tsr_ex2, tsr_pack2 (by TSR_DTYPE_BF16) */
 
 #define TSR_SM90_NC (TSR_BM / 64)
 #define TSR_SM90_THREADS (128 * (1 + TSR_SM90_NC))
@@ -258,16 +260,6 @@ static __device__ __forceinline__ void tsr_tma_load(tsr_u32 dst, const tsr_tmap 
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"((tsr_u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
-}
-static __device__ __forceinline__ float tsr_ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-static __device__ __forceinline__ tsr_u32 tsr_pack2(float lo, float hi) {
-  tsr_u32 r;
-  asm(TSR_CVT_X2 " %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 /* Named barriers 1 and 2 order the two consumer warpgroups' turns at the
