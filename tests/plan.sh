@@ -57,7 +57,7 @@ expect_ok "22 empty rows" --mask "$D/empty.npy" --block 96 --seq 700 --head-dim 
 expect_ok "700 x 760 tokens" --mask "$D/m96.npy" --block 96 --seq 700 --seq-k 760 --head-dim 64 --verify
 expect_ok '"wasted_fraction"' $M96 --json
 expect_ok '"membership"' $M96 --json --detail
-expect_ok "bench: planning" $M96 --bench
+expect_ok "bench: replanning" $M96 --bench
 expect_ok "arch sm_80" $M96 --arch sm_80 --sms 108
 }
 "$T" plan --help | grep -q -- "--mapping" || bad "--help lacks --mapping"
