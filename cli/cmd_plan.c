@@ -67,38 +67,9 @@ static int int_opt(const char *val, const char *name, int64_t max, int64_t *out)
   return 0;
 }
 
-/* Block sizes from a 1-D int32/int64 .npy into a malloc'ed int64 array. */
-static int load_block_sizes(const char *path, const char *opt, int64_t **sizes, int64_t *n)
-{
-  tsr_array a;
-  tsr_error err = {0};
-  int64_t i;
-  if (tsr_npy_load(path, &a, &err) != TSR_OK) {
-    cli_errorf("plan", "%s", err.text);
-    return -1;
-  }
-  if ((a.dtype != TSR_DT_I32 && a.dtype != TSR_DT_I64) || a.ndim != 1 || a.shape[0] < 1) {
-    cli_errorf("plan", "cannot use %s '%s': expected a non-empty 1-D int32 or int64 array, got "
-               "%s with %d dimensions", opt, path, tsr_dtype_name(a.dtype), a.ndim);
-    tsr_npy_free(&a);
-    return -1;
-  }
-  *n = a.shape[0];
-  *sizes = malloc((size_t)*n * sizeof **sizes);
-  for (i = 0; *sizes && i < *n; i++)
-    (*sizes)[i] = a.dtype == TSR_DT_I32 ? ((int32_t *)a.data)[i] : ((int64_t *)a.data)[i];
-  tsr_npy_free(&a);
-  if (!*sizes) {
-    cli_errorf("plan", "out of memory");
-    return -1;
-  }
-  return 0;
-}
-
 /* The geometry from --block + --seq[/--seq-k] or --q-blocks + --k-blocks. */
 static int make_geom(const char **val, tsr_geom **g)
 {
-  tsr_error err = {0};
   int64_t sq = 0, sk = 0;
   if (val[O_SEQ] && int_opt(val[O_SEQ], "--seq", INT32_MAX, &sq))
     return -1;
@@ -106,56 +77,12 @@ static int make_geom(const char **val, tsr_geom **g)
     return -1;
   if (!sk)
     sk = sq;
-  if (val[O_BLOCK]) {
-    int64_t bq, bk;
-    if (val[O_QBLOCKS] || val[O_KBLOCKS]) {
-      cli_errorf("plan", "--block and --q-blocks/--k-blocks exclude each other");
-      return -1;
-    }
-    if (cli_parse_pair(val[O_BLOCK], &bq, &bk)) {
-      cli_errorf("plan", "invalid --block '%s': expected BQ or BQxBK, positive integers",
-                 val[O_BLOCK]);
-      return -1;
-    }
-    if (!sq) {
-      cli_errorf("plan", "missing --seq S: --block needs the sequence length");
-      return -1;
-    }
-    if (tsr_geom_uniform(sq, sk, bq, bk, g, &err) != TSR_OK) {
-      cli_errorf("plan", "invalid --block '%s': %s", val[O_BLOCK], err.text);
-      return -1;
-    }
-    return 0;
-  }
-  if (!val[O_QBLOCKS] || !val[O_KBLOCKS]) {
-    cli_errorf("plan", "missing --block BQ[xBK] (or both --q-blocks and --k-blocks)");
+  if (val[O_BLOCK] && !sq && !val[O_QBLOCKS] && !val[O_KBLOCKS]) {
+    cli_errorf("plan", "missing --seq S: --block needs the sequence length");
     return -1;
   }
-  {
-    int64_t *qs = NULL, *ks = NULL, nq = 0, nk = 0;
-    int rc = -1;
-    if (!load_block_sizes(val[O_QBLOCKS], "--q-blocks", &qs, &nq) &&
-        !load_block_sizes(val[O_KBLOCKS], "--k-blocks", &ks, &nk)) {
-      if (tsr_geom_variable(qs, nq, ks, nk, g, &err) != TSR_OK)
-        cli_errorf("plan", "cannot use block sizes '%s', '%s': %s", val[O_QBLOCKS],
-                   val[O_KBLOCKS], err.text);
-      else if (sq && tsr_geom_seq_q(*g) != sq)
-        cli_errorf("plan", "--q-blocks '%s' cover %lld tokens, but --seq is %lld", val[O_QBLOCKS],
-                   (long long)tsr_geom_seq_q(*g), (long long)sq);
-      else if (sk && tsr_geom_seq_k(*g) != sk)
-        cli_errorf("plan", "--k-blocks '%s' cover %lld tokens, but the key length is %lld",
-                   val[O_KBLOCKS], (long long)tsr_geom_seq_k(*g), (long long)sk);
-      else
-        rc = 0;
-    }
-    free(qs);
-    free(ks);
-    if (rc) {
-      tsr_geom_destroy(*g);
-      *g = NULL;
-    }
-    return rc;
-  }
+  return cli_make_geom("plan", val[O_BLOCK], val[O_QBLOCKS], val[O_KBLOCKS], sq, sk, "--seq",
+                       val[O_SEQK] ? "--seq-k" : "--seq", g);
 }
 
 /* Options into tsr_plan_opts; 0 on success. */
