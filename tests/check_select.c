@@ -511,7 +511,8 @@ START_TEST(test_build_and_select)
   ck_assert_int_eq(bs.masks, 18);
   ck_assert_int_eq(bs.measurements, 18 * N_PLANS);
   ck_assert_int_eq(bs.rows, count_db(fx.db, "SELECT count(*) FROM lookup"));
-  ck_assert_int_ge(bs.rows, 3 + 3 + 1);
+  ck_assert_int_eq(bs.rows, 3 + 1); /* a region per kind, one for the geometry */
+  ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup WHERE level = 1"), 0);
   ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup WHERE level = 2"), 1);
   ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup_meta"), 1);
   /* Building again replaces, never duplicates. */
@@ -535,6 +536,31 @@ START_TEST(test_build_and_select)
       ck_assert_int_eq(s.level, 0);
       assert_plan(&s, expected_plan[kind]);
     }
+  /* A region nobody profiled (density bin 7): the nearest region's row,
+   * that of the dense kind (density bin 6, same spread and fill). */
+  {
+    tsr_features f;
+    tsr_selection s;
+    kind_features(&rng, 1, &f);
+    f.density = 0.8;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.region.density_bin, 7);
+    ck_assert_int_eq(s.from_table, 1);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_ROW);
+    ck_assert_ptr_nonnull(strstr(s.reason, "nearest region: table row"));
+    /* Uneven rows move it to the split kind instead (spread and fill). */
+    f.density = 0.35;
+    f.row_cv = 0.9;
+    f.fill[TSR_FEATURE_TILES - 1] = 0.3;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 0);
+    assert_plan(&s, P_COMB128_SPLIT);
+    f.density = 0.5;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_SPLIT);
+  }
   /* A head dim the table never saw: base plan (retain at the 64x64 blocks). */
   {
     tsr_features f;
@@ -824,6 +850,8 @@ START_TEST(test_open_errors)
     if (tsr_select_rows(sel) == 0) {
       ck_assert_int_eq(s.from_table, 0);
       ck_assert_ptr_nonnull(strstr(s.reason, "has no rows"));
+    } else {
+      ck_assert_str_eq(tsr_select_gpu(sel), "NVIDIA H200");
     }
     ck_assert_int_eq(s.opts.mapping, s.from_table ? s.opts.mapping : TSR_MAP_RETAIN);
   }
