@@ -264,6 +264,13 @@ void tsr_plan_opts_init(tsr_plan_opts *o);
 tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m,
                            const tsr_plan_opts *o, tsr_plan **out, tsr_error *err);
 void tsr_plan_destroy(tsr_plan *pl);
+/* Replans into an existing plan (a new mask, problem or options), reusing
+ * its memory: once its buffers have grown to the problem, planning makes no
+ * allocation and touches no fresh page.  Device copies made by
+ * tsr_gpu_upload are dropped (upload again).  On failure the plan is left
+ * empty, still valid to update again or destroy. */
+tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m,
+                           const tsr_plan_opts *o, tsr_error *err);
 
 typedef struct {
   int tile_m, tile_n;
@@ -616,11 +623,6 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m,
 void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
 /* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
-const char *tsr_select_mapping_name(tsr_mapping m); /* "retain", ... */
-const char *tsr_select_tasks_name(tsr_tasks t);     /* "row", ... */
-/* Name -> enum; -1 when unknown. */
-int tsr_select_mapping_parse(const char *s);
-int tsr_select_tasks_parse(const char *s);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,8 @@ tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
 tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
 tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/corpus-cli.sh
+EXTRA_DIST += tests/corpus-cli.sh
 
 # gpu and generator
 # check_gen: variant names, catalog parsing and pruning, the built bundle's
@@ -101,5 +103,5 @@ tests_check_select_SOURCES = tests/check_select.c
 tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
 tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-TESTS += tests/profile_cli.sh
-EXTRA_DIST += tests/profile_cli.sh
+TESTS += tests/profile_cli.sh tests/gpu_profile.sh
+EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh
