@@ -7,6 +7,8 @@
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
+#include <stdio.h>
+
 #include "tessera.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -28,5 +30,24 @@ void cli_errorf(const char *cmd, const char *fmt, ...)
 int cli_parse_pair(const char *s, int64_t *a, int64_t *b);
 /* Parses a positive (or, when allow_zero, non-negative) integer. */
 int cli_parse_i64(const char *s, int64_t *v, int allow_zero);
+
+/* Option tables: {name ("--mask"), argument placeholder ("M.npy", NULL for
+ * a flag), one-line help}, ended by {NULL}.  cli_parse fills values[i] with
+ * option i's argument ("1" for a flag, NULL when absent); accepts
+ * "--opt VALUE" and "--opt=VALUE"; prints help on --help or -h.  Returns 0
+ * to go on, 1 after printing help (exit 0), -1 after printing an error
+ * (exit CLI_USAGE). */
+typedef struct {
+  const char *name;
+  const char *arg;
+  const char *help;
+} cli_opt;
+
+int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
+              int argc, char **argv);
+void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
+/* Exit status for a library status: TSR_ERR_VERIFY is a failed check (1);
+ * anything else is a usage, input or environment error (2). */
+int cli_status_exit(tsr_status s);
 
 #endif

@@ -1,10 +1,160 @@
-/* cmd_db.c: STUB for `tessera db`; to be written. */
+/*
+ * cmd_db.c: `tessera db`, inspecting lookup databases.
+ *
+ *   tessera db tables [--db FILE]                    one line per GPU table
+ *   tessera db show   [--db FILE] [--gpu NAME] [--level N]   the rows
+ *
+ * Without --db it reads the embedded default that libtessera carries.
+ * Read-only; costs one query.
+ */
+#include <getopt.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+
+static void usage(FILE *f)
+{
+  fprintf(f, "usage: tessera db tables [--db FILE]\n"
+             "       tessera db show [--db FILE] [--gpu NAME] [--level N]\n"
+             "Without --db, the embedded default database is read.\n");
+}
+
+static int tables(tsr_db *db)
+{
+  sqlite3_stmt *st;
+  int n = 0, rc;
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "SELECT l.gpu_name, l.multiprocessors, l.feature_version, count(*), "
+                         "(SELECT built FROM lookup_meta m WHERE m.gpu_name = l.gpu_name AND "
+                         "m.multiprocessors = l.multiprocessors AND m.feature_version = "
+                         "l.feature_version), (SELECT masks FROM lookup_meta m WHERE m.gpu_name = "
+                         "l.gpu_name AND m.multiprocessors = l.multiprocessors AND "
+                         "m.feature_version = l.feature_version) FROM lookup l GROUP BY "
+                         "l.gpu_name, l.multiprocessors, l.feature_version ORDER BY l.gpu_name",
+                         -1, &st, NULL) != SQLITE_OK) {
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    return CLI_USAGE;
+  }
+  printf("%-28s %4s %8s %6s %7s  %s\n", "gpu", "sms", "features", "rows", "masks", "built");
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const unsigned char *built = sqlite3_column_text(st, 4);
+    printf("%-28s %4d %8d %6d %7d  %s%s\n", (const char *)sqlite3_column_text(st, 0),
+           sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
+           sqlite3_column_int(st, 5), built ? (const char *)built : "-",
+           sqlite3_column_int(st, 2) == TSR_FEATURES_VERSION ? "" : "  (other feature version: "
+                                                                     "not used)");
+    n++;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    return CLI_USAGE;
+  }
+  if (n == 0)
+    printf("(no lookup tables in %s: every selection uses the base plan)\n",
+           strcmp(tsr_db_path(db), ":memory:") ? tsr_db_path(db) : "the embedded default");
+  return CLI_OK;
+}
+
+static int show(tsr_db *db, const char *gpu, int level)
+{
+  sqlite3_stmt *st;
+  int n = 0, rc;
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "SELECT id, gpu_name, level, dtype, head_dim, bq, bk, seq_bin, "
+                         "density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
+                         "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR "
+                         "gpu_name = ?1) AND (?2 < 0 OR level = ?2) ORDER BY gpu_name, level, "
+                         "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin",
+                         -1, &st, NULL) != SQLITE_OK) {
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    return CLI_USAGE;
+  }
+  if (gpu)
+    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, level);
+  printf("%5s %-16s %3s %-5s %4s %8s %4s %4s %4s %4s  %-26s %5s %7s %7s  %s\n", "row", "gpu", "lvl",
+         "dtype", "dim", "blocks", "seq", "dens", "sprd", "fill", "plan", "masks", "regret",
+         "speedup", "variant");
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    char blocks[24], plan[48];
+    snprintf(blocks, sizeof blocks, "%dx%d", sqlite3_column_int(st, 5), sqlite3_column_int(st, 6));
+    snprintf(plan, sizeof plan, "%s %dx%d %s", (const char *)sqlite3_column_text(st, 11),
+             sqlite3_column_int(st, 12), sqlite3_column_int(st, 13),
+             (const char *)sqlite3_column_text(st, 14));
+    printf("%5d %-16.16s %3d %-5s %4d %8s %4d %4d %4d %4d  %-26s %5d %7.4f %7.3f  %s\n",
+           sqlite3_column_int(st, 0), (const char *)sqlite3_column_text(st, 1),
+           sqlite3_column_int(st, 2), (const char *)sqlite3_column_text(st, 3),
+           sqlite3_column_int(st, 4), blocks, sqlite3_column_int(st, 7),
+           sqlite3_column_int(st, 8), sqlite3_column_int(st, 9), sqlite3_column_int(st, 10), plan,
+           sqlite3_column_int(st, 16), sqlite3_column_double(st, 17),
+           sqlite3_column_double(st, 18), (const char *)sqlite3_column_text(st, 15));
+    n++;
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    return CLI_USAGE;
+  }
+  printf("%d row(s)%s\n", n, n ? "" : ": selection falls back to the base plan");
+  return CLI_OK;
+}
 
 int cmd_db(int argc, char **argv)
 {
-  (void)argc;
-  (void)argv;
-  cli_errorf("db", "not implemented yet");
-  return CLI_USAGE;
+  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"gpu", 1, 0, 'g'}, {"level", 1, 0, 'l'},
+                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  const char *path = NULL, *gpu = NULL, *sub;
+  int64_t level = -1;
+  tsr_error err = {0};
+  tsr_db *db;
+  int c, rc;
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  sub = argv[1];
+  if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  if (strcmp(sub, "tables") && strcmp(sub, "show")) {
+    cli_errorf("db", "unknown subcommand '%s' (tables, show)", sub);
+    return CLI_USAGE;
+  }
+  optind = 1;
+  while ((c = getopt_long(argc - 1, argv + 1, "", lo, NULL)) != -1) {
+    if (c == 'd')
+      path = optarg;
+    else if (c == 'g')
+      gpu = optarg;
+    else if (c == 'l') {
+      if (cli_parse_i64(optarg, &level, 1) || level >= TSR_SELECT_LEVELS) {
+        cli_errorf("db", "invalid level '%s': expected 0..%d", optarg, TSR_SELECT_LEVELS - 1);
+        return CLI_USAGE;
+      }
+    } else if (c == 'h') {
+      usage(stdout);
+      return CLI_OK;
+    } else
+      return CLI_USAGE;
+  }
+  if (optind != argc - 1) {
+    cli_errorf("db", "unexpected argument '%s'", argv[optind + 1]);
+    return CLI_USAGE;
+  }
+  if (!strcmp(sub, "tables") && (gpu || level >= 0)) {
+    cli_errorf("db", "--gpu and --level apply to 'show'");
+    return CLI_USAGE;
+  }
+  if (tsr_db_open(path, TSR_DB_READONLY, &db, &err) != TSR_OK) {
+    cli_errorf("db", "%s", err.text);
+    return CLI_USAGE;
+  }
+  rc = !strcmp(sub, "tables") ? tables(db) : show(db, gpu, (int)level);
+  tsr_db_close(db);
+  return rc;
 }

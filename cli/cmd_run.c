@@ -1,10 +1,372 @@
-/* cmd_run.c: STUB for `tessera run`; to be written. */
+/*
+ * cmd_run.c: `tessera run`, attention over a logical mask from .npy files,
+ * on the CPU reference, the CPU plan executor or the GPU.
+ *
+ * Everything the user hands in is checked here, before any work, with the
+ * offending file named: tensors and mask are loaded, their sizes read into a
+ * problem, the geometry built from the block sizes and the tensors' lengths,
+ * and the mask checked against both.  Outputs are written atomically (the
+ * library's .npy writer); if the second output fails the first is removed,
+ * so a failed run leaves no result behind.  Cost: reading the inputs, the
+ * chosen computation, and with --check one reference computation more.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli.h"
+
+enum {
+  O_BACKEND, O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_Q, O_K, O_V, O_OUT, O_LSE, O_SCALE,
+  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_COUNT
+};
+
+static const cli_opt run_opts[] = {
+    [O_BACKEND] = {"--backend", "ref|cpu|gpu", "where to compute (default ref, the CPU reference)"},
+    [O_MASK] = {"--mask", "M.npy", "logical block mask, bool/uint8 [H,NQ,NK] or [B,H,NQ,NK]"},
+    [O_BLOCK] = {"--block", "BQ[xBK]", "uniform logical blocks of BQ x BK tokens (last one ragged)"},
+    [O_QBLOCKS] = {"--q-blocks", "QS.npy", "variable query block sizes, 1-D int32/int64 (with --k-blocks)"},
+    [O_KBLOCKS] = {"--k-blocks", "KS.npy", "variable key block sizes, 1-D int32/int64 (with --q-blocks)"},
+    [O_Q] = {"--q", "Q.npy", "queries, float32/float16 [Hq,Sq,D] or [B,Hq,Sq,D]"},
+    [O_K] = {"--k", "K.npy", "keys, [Hkv,Sk,D] or [B,Hkv,Sk,D]; Hq a multiple of Hkv"},
+    [O_V] = {"--v", "V.npy", "values, same shape as the keys"},
+    [O_OUT] = {"--out", "O.npy", "output, float32, shaped like the queries"},
+    [O_LSE] = {"--lse", "L.npy", "also write the log-sum-exp, float32 [Hq,Sq] or [B,Hq,Sq]"},
+    [O_SCALE] = {"--scale", "S", "score scale, a finite number (default and 0: 1/sqrt(D))"},
+    [O_TILE] = {"--tile", "BMxBN", "cpu/gpu: physical tile (default: the planner chooses)"},
+    [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "cpu/gpu: physical mapping"},
+    [O_TASKS] = {"--tasks", "auto|row|split|pack", "cpu/gpu: task organisation"},
+    [O_CHECK] = {"--check", "TOL", "compare with the CPU reference; exit 1 above TOL"},
+    [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for float16 inputs, else bf16)"},
+    {NULL, NULL, NULL},
+};
+
+static const char synopsis[] =
+    "[--backend ref|cpu|gpu] --mask M.npy (--block BQ[xBK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
+    "       --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--scale S] [--check TOL]\n"
+    "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]\n"
+    "       [--dtype bf16|fp16]";
+
+static int pick(const char *val, const char *const *names, int n)
+{
+  int i;
+  for (i = 0; i < n; i++)
+    if (!strcmp(val, names[i]))
+      return i;
+  return -1;
+}
+
+/* Parses a finite floating-point number; 0 on success. */
+static int parse_finite(const char *s, double *out)
+{
+  char *end;
+  double v;
+  errno = 0;
+  v = strtod(s, &end);
+  if (!*s || *end || errno || !isfinite(v))
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* Block sizes from a 1-D int32/int64 .npy into a malloc'ed int64 array. */
+static int load_sizes(const char *path, const char *opt, int64_t **sizes, int64_t *n)
+{
+  tsr_array a;
+  tsr_error err = {0};
+  int64_t i;
+  if (tsr_npy_load(path, &a, &err) != TSR_OK) {
+    cli_errorf("run", "%s", err.text);
+    return -1;
+  }
+  if ((a.dtype != TSR_DT_I32 && a.dtype != TSR_DT_I64) || a.ndim != 1 || a.shape[0] < 1) {
+    cli_errorf("run", "cannot use %s '%s': expected a non-empty 1-D int32 or int64 array, got %s with %d dimensions",
+               opt, path, tsr_dtype_name(a.dtype), a.ndim);
+    tsr_npy_free(&a);
+    return -1;
+  }
+  *n = a.shape[0];
+  *sizes = malloc((size_t)*n * sizeof **sizes);
+  for (i = 0; *sizes && i < *n; i++)
+    (*sizes)[i] = a.dtype == TSR_DT_I32 ? ((int32_t *)a.data)[i] : ((int64_t *)a.data)[i];
+  tsr_npy_free(&a);
+  if (!*sizes) {
+    cli_errorf("run", "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+/* Builds the geometry from --block or --q-blocks/--k-blocks and checks it
+ * covers the tensors' lengths. */
+static int make_geom(const char **val, const tsr_problem *p, tsr_geom **g)
+{
+  tsr_error err = {0};
+  if (val[O_BLOCK]) {
+    int64_t bq, bk;
+    if (val[O_QBLOCKS] || val[O_KBLOCKS]) {
+      cli_errorf("run", "--block and --q-blocks/--k-blocks exclude each other");
+      return -1;
+    }
+    if (cli_parse_pair(val[O_BLOCK], &bq, &bk)) {
+      cli_errorf("run", "invalid --block '%s': expected BQ or BQxBK, positive integers",
+                 val[O_BLOCK]);
+      return -1;
+    }
+    if (tsr_geom_uniform(p->seq_q, p->seq_k, bq, bk, g, &err) != TSR_OK) {
+      cli_errorf("run", "invalid --block '%s': %s", val[O_BLOCK], err.text);
+      return -1;
+    }
+    return 0;
+  }
+  if (!val[O_QBLOCKS] || !val[O_KBLOCKS]) {
+    cli_errorf("run", "missing --block BQ[xBK] (or both --q-blocks and --k-blocks)");
+    return -1;
+  }
+  {
+    int64_t *qs = NULL, *ks = NULL, nq = 0, nk = 0;
+    int rc = -1;
+    if (!load_sizes(val[O_QBLOCKS], "--q-blocks", &qs, &nq) &&
+        !load_sizes(val[O_KBLOCKS], "--k-blocks", &ks, &nk)) {
+      if (tsr_geom_variable(qs, nq, ks, nk, g, &err) != TSR_OK)
+        cli_errorf("run", "cannot use block sizes '%s', '%s': %s", val[O_QBLOCKS],
+                   val[O_KBLOCKS], err.text);
+      else if (tsr_geom_seq_q(*g) != p->seq_q)
+        cli_errorf("run", "--q-blocks '%s' cover %lld tokens, but q '%s' has %lld",
+                   val[O_QBLOCKS], (long long)tsr_geom_seq_q(*g), val[O_Q], (long long)p->seq_q);
+      else if (tsr_geom_seq_k(*g) != p->seq_k)
+        cli_errorf("run", "--k-blocks '%s' cover %lld tokens, but k '%s' has %lld",
+                   val[O_KBLOCKS], (long long)tsr_geom_seq_k(*g), val[O_K], (long long)p->seq_k);
+      else
+        rc = 0;
+    }
+    free(qs);
+    free(ks);
+    if (rc) {
+      tsr_geom_destroy(*g);
+      *g = NULL;
+    }
+    return rc;
+  }
+}
+
+/* Plan options from --tile, --mapping and --tasks. */
+static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
+{
+  static const char *const mappings[] = {"auto", "retain", "combine", "subdivide"};
+  static const char *const tasks[] = {"auto", "row", "split", "pack"};
+  tsr_plan_opts o;
+  tsr_plan_opts_init(&o);
+  if (val[O_TILE]) {
+    int64_t bm, bn;
+    if (cli_parse_pair(val[O_TILE], &bm, &bn) || bm > 4096 || bn > 4096)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "invalid --tile '%s': expected BMxBN, positive integers up to 4096",
+                           val[O_TILE]);
+    o.tile_m = (int)bm;
+    o.tile_n = (int)bn;
+  }
+  if (val[O_MAPPING]) {
+    int i = pick(val[O_MAPPING], mappings, 4);
+    if (i < 0)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "invalid --mapping '%s': expected auto, retain, combine or subdivide",
+                           val[O_MAPPING]);
+    o.mapping = (tsr_mapping)i;
+  }
+  if (val[O_TASKS]) {
+    int i = pick(val[O_TASKS], tasks, 4);
+    if (i < 0)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "invalid --tasks '%s': expected auto, row, split or pack", val[O_TASKS]);
+    o.tasks = (tsr_tasks)i;
+  }
+  *po = o;
+  return TSR_OK;
+}
+
+/* The CPU plan path: problem check, plan, execute. */
+static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
+                          const tsr_array *q, const tsr_array *k, const tsr_array *v,
+                          tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_status s = plan_opts(val, &o, err);
+  if (s == TSR_OK)
+    s = tsr_problem_check(p, err);
+  if (s == TSR_OK)
+    s = tsr_plan_create(p, m, &o, &pl, err);
+  if (s == TSR_OK)
+    s = tsr_cpu_execute(pl, q, k, v, out, lse, err);
+  tsr_plan_destroy(pl);
+  return s;
+}
+
+/* The GPU path: context (driver, bundle), plan for the device's target,
+ * upload, launch, download (tsr_gpu_run_arrays). */
+static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
+                          const tsr_array *q, const tsr_array *k, const tsr_array *v,
+                          tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  tsr_context_opts co;
+  tsr_context *ctx = NULL;
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_status s = plan_opts(val, &o, err);
+  if (s == TSR_OK)
+    s = tsr_problem_check(p, err);
+  if (s != TSR_OK)
+    return s;
+  tsr_context_opts_init(&co);
+  s = tsr_context_create(&co, &ctx, err);
+  if (s == TSR_OK)
+    s = tsr_plan_create(p, m, &o, &pl, err);
+  if (s == TSR_OK)
+    s = tsr_gpu_run_arrays(ctx, pl, q, k, v, out, lse, err);
+  if (s == TSR_OK) {
+    tsr_plan_summary sum;
+    tsr_plan_summarize(pl, &sum);
+    printf("gpu: kernel %s, tile %dx%d, %lld tasks\n", sum.variant, sum.tile_m, sum.tile_n,
+           (long long)sum.tasks_count);
+  }
+  tsr_plan_destroy(pl);
+  tsr_context_destroy(ctx);
+  return s;
+}
 
 int cmd_run(int argc, char **argv)
 {
-  (void)argc;
-  (void)argv;
-  cli_errorf("run", "not implemented yet");
-  return CLI_USAGE;
+  static const char *const backends[] = {"ref", "cpu", "gpu"};
+  const char *val[O_COUNT];
+  const char *names[3];
+  tsr_array q, k, v, out, lse;
+  tsr_mask *m = NULL;
+  tsr_geom *g = NULL;
+  tsr_problem p;
+  tsr_error err = {0};
+  tsr_status s;
+  double scale = 0, tol = 0;
+  int backend = 0, rc = CLI_USAGE, i;
+
+  memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&v, 0, sizeof v);
+  memset(&out, 0, sizeof out), memset(&lse, 0, sizeof lse);
+  i = cli_parse("run", synopsis, run_opts, val, argc, argv);
+  if (i)
+    return i > 0 ? CLI_OK : CLI_USAGE;
+  for (i = O_MASK; i <= O_OUT; i++)
+    if (!val[i] && i != O_BLOCK && i != O_QBLOCKS && i != O_KBLOCKS) {
+      cli_errorf("run", "missing %s %s (try --help)", run_opts[i].name, run_opts[i].arg);
+      return CLI_USAGE;
+    }
+  if (val[O_BACKEND] && (backend = pick(val[O_BACKEND], backends, 3)) < 0) {
+    cli_errorf("run", "invalid --backend '%s': expected ref, cpu or gpu", val[O_BACKEND]);
+    return CLI_USAGE;
+  }
+  if (val[O_SCALE] && parse_finite(val[O_SCALE], &scale)) {
+    cli_errorf("run", "invalid --scale '%s': expected a finite number", val[O_SCALE]);
+    return CLI_USAGE;
+  }
+  if (val[O_CHECK] && (parse_finite(val[O_CHECK], &tol) || tol < 0)) {
+    cli_errorf("run", "invalid --check '%s': expected a non-negative tolerance", val[O_CHECK]);
+    return CLI_USAGE;
+  }
+  if (backend == 0 && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
+    cli_errorf("run", "--tile, --mapping and --tasks need --backend cpu or gpu");
+    return CLI_USAGE;
+  }
+  if (val[O_DTYPE] && strcmp(val[O_DTYPE], "bf16") && strcmp(val[O_DTYPE], "fp16")) {
+    cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
+    return CLI_USAGE;
+  }
+  if (val[O_DTYPE] && backend != 2) {
+    cli_errorf("run", "--dtype needs --backend gpu");
+    return CLI_USAGE;
+  }
+  if (val[O_LSE] && !strcmp(val[O_LSE], val[O_OUT])) {
+    cli_errorf("run", "--out and --lse name the same file '%s'", val[O_OUT]);
+    return CLI_USAGE;
+  }
+
+  names[0] = val[O_Q], names[1] = val[O_K], names[2] = val[O_V];
+  memset(&p, 0, sizeof p);
+  if (tsr_npy_load(val[O_Q], &q, &err) || tsr_npy_load(val[O_K], &k, &err) ||
+      tsr_npy_load(val[O_V], &v, &err) || tsr_problem_from_arrays(&p, &q, &k, &v, names, &err) ||
+      tsr_mask_load(val[O_MASK], &m, &err)) {
+    cli_errorf("run", "%s", err.text);
+    goto done;
+  }
+  if (make_geom(val, &p, &g))
+    goto done;
+  if (tsr_mask_check(m, g, p.batch, p.heads_q, val[O_MASK], &err)) {
+    cli_errorf("run", "%s", err.text);
+    goto done;
+  }
+  p.scale = scale;
+  p.dtype = q.dtype == TSR_DT_F16 ? TSR_DT_F16 : TSR_DT_BF16;
+  if (val[O_DTYPE])
+    p.dtype = !strcmp(val[O_DTYPE], "fp16") ? TSR_DT_F16 : TSR_DT_BF16;
+  p.layout = TSR_LAYOUT_BHSD;
+  p.geom = g;
+
+  if (backend == 0) {
+    s = tsr_ref_attention(g, m, &q, &k, &v, scale, &out, val[O_LSE] ? &lse : NULL, &err);
+  } else if (backend == 1) {
+    s = run_cpu(val, &p, m, &q, &k, &v, &out, val[O_LSE] ? &lse : NULL, &err);
+  } else {
+    s = run_gpu(val, &p, m, &q, &k, &v, &out, val[O_LSE] ? &lse : NULL, &err);
+  }
+  if (s != TSR_OK) {
+    cli_errorf("run", "%s backend failed: %s", backends[backend], err.text);
+    rc = cli_status_exit(s);
+    goto done;
+  }
+  if (val[O_CHECK]) {
+    tsr_array ro, rl;
+    double e_out, e_lse = 0;
+    s = tsr_ref_attention(g, m, &q, &k, &v, scale, &ro, val[O_LSE] ? &rl : NULL, &err);
+    if (s != TSR_OK) {
+      cli_errorf("run", "reference failed: %s", err.text);
+      goto done;
+    }
+    e_out = tsr_ref_max_rel_error(&out, &ro);
+    if (val[O_LSE])
+      e_lse = tsr_ref_max_rel_error(&lse, &rl);
+    tsr_npy_free(&ro);
+    if (val[O_LSE])
+      tsr_npy_free(&rl);
+    printf("max relative error vs reference: out %.3g%s", e_out, val[O_LSE] ? "" : "\n");
+    if (val[O_LSE])
+      printf(", lse %.3g\n", e_lse);
+    if (!(e_out <= tol && e_lse <= tol)) {
+      cli_errorf("run", "check failed: relative error %.3g exceeds %g",
+                 e_out > e_lse ? e_out : e_lse, tol);
+      rc = CLI_FAIL;
+      goto done;
+    }
+  }
+  if (tsr_npy_save(val[O_OUT], &out, &err)) {
+    cli_errorf("run", "%s", err.text);
+    goto done;
+  }
+  if (val[O_LSE] && tsr_npy_save(val[O_LSE], &lse, &err)) {
+    unlink(val[O_OUT]); /* no half of a result */
+    cli_errorf("run", "%s", err.text);
+    goto done;
+  }
+  printf("%s: batch %lld, heads %lld/%lld, %lld x %lld tokens, head dim %lld, %lld x %lld blocks, "
+         "density %.4f; wrote '%s'%s%s%s\n",
+         backends[backend], (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv,
+         (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim, (long long)tsr_geom_nq(g),
+         (long long)tsr_geom_nk(g), tsr_mask_density(m), val[O_OUT],
+         val[O_LSE] ? " and '" : "", val[O_LSE] ? val[O_LSE] : "", val[O_LSE] ? "'" : "");
+  rc = CLI_OK;
+done:
+  tsr_npy_free(&q), tsr_npy_free(&k), tsr_npy_free(&v);
+  tsr_npy_free(&out), tsr_npy_free(&lse);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+  return rc;
 }

@@ -14,9 +14,11 @@ libtessera_la_SOURCES += \
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
-	runtime/plan.c
+	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
 
 # mask corpus
+libtessera_la_SOURCES += \
+	runtime/corpus_impl.h runtime/corpus.c runtime/corpus_families.c runtime/corpus_synth.c
 
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
@@ -24,4 +26,7 @@ libtessera_la_SOURCES += \
 	runtime/cuda_impl.h runtime/cuda.c runtime/gpu.c
 
 # lookup database and plan selection
+libtessera_la_SOURCES += \
+	runtime/db.c runtime/features.c runtime/select.c
+nodist_libtessera_la_SOURCES = db/embedded.c
 

@@ -252,6 +252,8 @@ typedef struct {
   int num_sms;         /* persistent grid size; 0 = 132 (H200) */
   const char *arch;    /* "sm_90a", ...; NULL = "sm_90a" */
   const char *variant; /* kernel variant name; NULL = choose */
+  int split_tiles;     /* most key tiles per split chunk; 0 = planner's choice
+                          (AUTO: from the balance target, SPLIT: the mean row) */
 } tsr_plan_opts;
 
 typedef struct tsr_plan tsr_plan;
@@ -262,6 +264,13 @@ void tsr_plan_opts_init(tsr_plan_opts *o);
 tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m,
                            const tsr_plan_opts *o, tsr_plan **out, tsr_error *err);
 void tsr_plan_destroy(tsr_plan *pl);
+/* Replans into an existing plan (a new mask, problem or options), reusing
+ * its memory: once its buffers have grown to the problem, planning makes no
+ * allocation and touches no fresh page.  Device copies made by
+ * tsr_gpu_upload are dropped (upload again).  On failure the plan is left
+ * empty, still valid to update again or destroy. */
+tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m,
+                           const tsr_plan_opts *o, tsr_error *err);
 
 typedef struct {
   int tile_m, tile_n;
@@ -277,7 +286,20 @@ typedef struct {
   double wasted_fraction; /* (computed - selected) / selected */
   double balance;         /* max SM load / mean SM load over the persistent grid */
   char variant[96];
+  int combined;           /* some tile spans (parts of) several logical blocks */
+  int subdivided;         /* some logical block spans several tiles */
+  int64_t members;        /* member records (rows written by tasks) */
+  int64_t merges;         /* merge records (split rows) */
+  int64_t slots;          /* partial slots */
+  int64_t membership_words;
 } tsr_plan_summary;
+
+/* "retain", "combine", "subdivide", "auto"; "row", "split", "pack", "auto". */
+const char *tsr_plan_mapping_name(tsr_mapping m);
+const char *tsr_plan_tasks_name(tsr_tasks t);
+/* Parses those names; returns 0 on success, -1 for an unknown name. */
+int tsr_plan_parse_mapping(const char *s, tsr_mapping *out);
+int tsr_plan_parse_tasks(const char *s, tsr_tasks *out);
 
 void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s);
 /* Plan as JSON text (malloc'ed; caller frees).  detail 0 = summary only,
@@ -290,10 +312,99 @@ tsr_status tsr_plan_verify(const tsr_plan *pl, const tsr_mask *m, tsr_error *err
 
 /* Executes the plan tile by tile on the CPU with the online softmax and the
  * split-row merges the GPU uses (float32 arithmetic as the kernels do).
- * Arrays as for tsr_ref_attention. */
+ * Arrays as for tsr_ref_attention (out and lse mirror q's dimensions; lse
+ * may be NULL).  The plan must come from tsr_plan_create (or pass
+ * tsr_plan_verify): its indices are trusted. */
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse,
                            tsr_error *err);
+
+/* ---- Mask corpus (runtime/corpus.c, corpus_families.c, corpus_synth.c) --- */
+
+/* A corpus is a folder of block masks synthesised by the published rule of
+ * each sparse-attention family (Sparse VideoGen, Sliding Tile, Radial, VSA,
+ * SpargeAttn, XAttention, Jenga, Sparse-vDiT, dense warm-up) over the real
+ * shapes of video diffusion models, plus manifest.json.  One mask file is
+ * one (model, method, step, layer) with a group of that layer's heads:
+ * bool [H, NQ, NK] in the method's token order and block geometry.  See
+ * tessera-corpus(1). */
+typedef struct tsr_corpus tsr_corpus;
+
+/* One manifest entry: everything needed to build the problem of a mask.
+ * Strings belong to the corpus handle. */
+typedef struct {
+  const char *file;        /* mask .npy path (corpus folder joined) */
+  const char *model;       /* preset model name, e.g. "wan2.1-1.3b-480p" */
+  const char *family;      /* "svg", "sta", "radial", "vsa", "sparge", "xattn",
+                              "jenga", "svdit" or "dense" */
+  const char *split;       /* "profile" or "eval" */
+  const char *token_order; /* "frame-major", "tile-6x8x8", "cube-4x4x4", "hilbert-3d"
+                              (per-head overrides: tsr_corpus_head_order) */
+  int64_t step, layer;
+  int64_t head_first;      /* model head of the file's head 0 */
+  int64_t heads_q, heads_kv, model_heads, head_dim;
+  int64_t seq_q, seq_k;    /* video tokens (text tokens of joint models excluded) */
+  int64_t nq, nk;          /* logical blocks */
+  int64_t bq, bk;          /* uniform blocks (last ragged); 0 when variable */
+  const char *q_sizes;     /* variable geometry: int64 .npy of block sizes, else NULL */
+  const char *k_sizes;
+  double density;          /* selected block pairs / all, over the file's heads */
+  uint64_t seed;           /* the entry's own seed (derived from the corpus seed) */
+} tsr_corpus_entry;
+
+/* Reads DIR/manifest.json; checks its format and every entry's fields. */
+tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err);
+void tsr_corpus_close(tsr_corpus *c);
+int64_t tsr_corpus_count(const tsr_corpus *c);
+/* Entry i (0 <= i < count), or NULL when out of range. */
+const tsr_corpus_entry *tsr_corpus_get(const tsr_corpus *c, int64_t i);
+/* The corpus seed and preset recorded in the manifest. */
+uint64_t tsr_corpus_seed(const tsr_corpus *c);
+const char *tsr_corpus_preset(const tsr_corpus *c);
+/* Per-head kind ("spatial", "temporal", "window", "topk", "cdf", "dense", ...)
+ * and token order of head h of entry i; NULL when out of range. */
+const char *tsr_corpus_head_kind(const tsr_corpus *c, int64_t i, int64_t h);
+const char *tsr_corpus_head_order(const tsr_corpus *c, int64_t i, int64_t h);
+/* Loads entry i's mask and checks it against the entry (heads, nq, nk). */
+tsr_status tsr_corpus_load_mask(const tsr_corpus *c, int64_t i, tsr_mask **out,
+                                tsr_error *err);
+/* Builds entry i's block geometry (uniform, or from its size files). */
+tsr_status tsr_corpus_load_geom(const tsr_corpus *c, int64_t i, tsr_geom **out,
+                                tsr_error *err);
+
+/* Generation.  Deterministic in (preset, seed): the same call writes the same
+ * bytes, whatever `jobs`. */
+typedef struct {
+  const char *preset;  /* "paper", "demo" or a model name (tsr_corpus_preset_name) */
+  const char *out_dir; /* created when missing (parents too) */
+  uint64_t seed;       /* default 1 */
+  int64_t limit;       /* at most this many entries (0 = all) */
+  int jobs;            /* worker threads (default 1) */
+  /* Called after each entry (from the calling thread's lock; may be NULL). */
+  void (*progress)(void *ud, int64_t done, int64_t total);
+  void *progress_ud;
+} tsr_corpus_gen_opts;
+
+void tsr_corpus_gen_opts_init(tsr_corpus_gen_opts *o);
+/* Writes OUT_DIR/masks/NAME.npy, OUT_DIR/geom/NAME.npy and OUT_DIR/manifest.json
+ * (last, atomically).  *written (may be NULL) receives the entry count. */
+tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written,
+                               tsr_error *err);
+/* Presets: "paper", "demo" and one per model; help is one line. */
+int tsr_corpus_preset_count(void);
+const char *tsr_corpus_preset_name(int i);
+const char *tsr_corpus_preset_help(int i);
+
+/* Features of one [nq][nk] plane, for corpus statistics. */
+typedef struct {
+  double density;      /* selected / (nq * nk) */
+  double row_cv;       /* row-length spread: std / mean of selected blocks per row */
+  double contiguity;   /* selected blocks whose left neighbour is selected / selected */
+  int64_t empty_rows;
+} tsr_corpus_features;
+
+void tsr_corpus_plane_features(const uint8_t *plane, int64_t nq, int64_t nk,
+                               tsr_corpus_features *f);
 
 /* ---- GPU execution (runtime/cuda.c, bundle.c, gpu.c) ------------------- */
 
@@ -324,6 +435,194 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err);
  * host synchronisation: capturable in a CUDA graph. */
 tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_tensors *t,
                           void *stream, tsr_error *err);
+/* Convenience for tools and tests, synchronous: converts host q, k, v
+ * (float32 or float16, [B, H, S, D] or [H, S, D]) to the plan's dtype,
+ * uploads them in the plan's layout (BHSD or BSHD strides), uploads the plan
+ * if needed, launches on a private stream, waits, and returns out (float32,
+ * shaped like q) and, when lse is not NULL, lse (float32 [B, Hq, Sq], or
+ * [Hq, Sq] for 3-D q), allocated here.  Frees its device buffers. */
+tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q,
+                              const tsr_array *k, const tsr_array *v, tsr_array *out,
+                              tsr_array *lse, tsr_error *err);
+
+/* ---- Lookup database (runtime/db.c) ------------------------------------ */
+
+/* The profiling and lookup database of db/schema.sql in SQLite.  Writable
+ * handles use WAL and a busy timeout, so two writers (two sweeps) serialise
+ * instead of failing or corrupting the file; each record call is one
+ * transaction.  Opening a writable handle migrates an older schema through
+ * PRAGMA user_version.  One handle must not be used from two threads. */
+typedef struct tsr_db tsr_db;
+
+#define TSR_DB_SCHEMA_VERSION 2
+
+enum {
+  TSR_DB_READONLY = 1, /* open an existing file for reading only */
+  TSR_DB_CREATE = 2    /* create the file (and its schema) when absent */
+};
+
+/* path NULL: a private in-memory database holding the embedded default
+ * (db/schema.sql and the shipped tables, compiled into the library).
+ * A missing file (without TSR_DB_CREATE), a file that is not SQLite, or a
+ * schema newer than this library is an error naming the path. */
+tsr_status tsr_db_open(const char *path, int flags, tsr_db **out, tsr_error *err);
+void tsr_db_close(tsr_db *db);
+/* Creates a new database file holding the schema only up to `version`
+ * (1..TSR_DB_SCHEMA_VERSION): for migration tests and tools. */
+tsr_status tsr_db_create_at(const char *path, int version, tsr_error *err);
+int tsr_db_version(const tsr_db *db);
+const char *tsr_db_path(const tsr_db *db); /* ":memory:" for the default */
+/* The underlying connection, for tools that run their own queries. */
+struct sqlite3 *tsr_db_sqlite(tsr_db *db);
+/* The shipped tables (db/h200.sql) as embedded SQL text; the schema itself
+ * is applied by tsr_db_open. */
+const char *tsr_db_default_sql(void);
+
+tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err);
+/* BEGIN IMMEDIATE (takes the write lock now, waiting up to the busy timeout). */
+tsr_status tsr_db_begin(tsr_db *db, tsr_error *err);
+tsr_status tsr_db_commit(tsr_db *db, tsr_error *err);
+void tsr_db_rollback(tsr_db *db);
+
+/* Insert-or-find records; *id receives the row id. */
+typedef struct {
+  const char *name, *arch, *driver;
+  int multiprocessors;
+  int64_t memory_bytes, l2_bytes;
+  int clock_sm_khz, clock_mem_khz;
+} tsr_db_gpu;
+typedef struct {
+  const char *name, *params, *template_hash, *generator, *nvrtc_version, *nvrtc_options;
+} tsr_db_variant;
+typedef struct {
+  const char *corpus, *path, *split, *family, *model, *geometry, *dtype;
+  int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
+  uint64_t content_hash;
+} tsr_db_mask;
+typedef struct {
+  tsr_mapping mapping; /* never AUTO */
+  int tile_m, tile_n;
+  tsr_tasks tasks;     /* never AUTO */
+  const char *variant;
+} tsr_db_plan;
+
+tsr_status tsr_db_put_gpu(tsr_db *db, const tsr_db_gpu *g, int64_t *id, tsr_error *err);
+tsr_status tsr_db_put_variant(tsr_db *db, const tsr_db_variant *v, int64_t *id, tsr_error *err);
+tsr_status tsr_db_put_mask(tsr_db *db, const tsr_db_mask *m, int64_t *id, tsr_error *err);
+tsr_status tsr_db_put_plan(tsr_db *db, const tsr_db_plan *p, int64_t *id, tsr_error *err);
+/* Starts a sweep record; tsr_db_finish_sweep stamps its end. */
+tsr_status tsr_db_start_sweep(tsr_db *db, int64_t gpu_id, const char *corpus,
+                              const char *command, int64_t *id, tsr_error *err);
+tsr_status tsr_db_finish_sweep(tsr_db *db, int64_t sweep_id, tsr_error *err);
+
+/* One timed (or skipped) candidate.  status "ok" needs n_samples >= 1. */
+typedef struct {
+  int64_t gpu_id, mask_id, plan_id, variant_id, sweep_id;
+  const char *status; /* "ok", "ineligible", "failed" */
+  const char *detail; /* why not timed; may be NULL */
+  int warmup;
+  int n_samples;
+  const double *samples_ms;
+} tsr_db_measurement;
+
+/* *found = 1 when (gpu, mask, plan, variant) already has a measurement. */
+tsr_status tsr_db_has_measurement(tsr_db *db, int64_t gpu_id, int64_t mask_id,
+                                  int64_t plan_id, int64_t variant_id, int *found,
+                                  tsr_error *err);
+/* Writes the measurement and all its samples in one transaction (or inside
+ * the caller's); *inserted = 0 when another writer recorded it first. */
+tsr_status tsr_db_record(tsr_db *db, const tsr_db_measurement *m, int *inserted,
+                         tsr_error *err);
+
+/* ---- Mask features (runtime/features.c) -------------------------------- */
+
+#define TSR_FEATURES_VERSION 1
+/* Candidate physical tiles, in this order: 64x64, 64x128, 128x64, 128x128. */
+#define TSR_FEATURE_TILES 4
+/* Tile i (0 <= i < TSR_FEATURE_TILES) as tile_m x tile_n. */
+void tsr_features_tile(int i, int *tile_m, int *tile_n);
+
+/* Cheap features of a mask for one problem.  Token-weighted over the mask's
+ * own planes (broadcast planes count once). */
+typedef struct {
+  double density;          /* selected / all query-key token pairs */
+  double block_density;    /* selected / all logical block pairs */
+  double row_cv;           /* std / mean of selected key tokens per logical row */
+  double empty_rows;       /* fraction of logical rows with nothing selected */
+  double fill[TSR_FEATURE_TILES];    /* selected pairs / pairs of touched tiles */
+  int64_t touched[TSR_FEATURE_TILES];/* touched tiles (over planes) */
+  double rows_per_sm;      /* batch * heads_q * ceil(seq_q / 128) / num_sms */
+  int64_t bq, bk;          /* uniform block sizes; 0 when variable */
+  int64_t seq_q, seq_k, head_dim;
+  tsr_dtype dtype;
+  int num_sms;
+} tsr_features;
+
+/* num_sms 0 = 132 (H200).  The mask must fit the problem (tsr_mask_check). */
+tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num_sms,
+                                tsr_features *f, tsr_error *err);
+/* Features as (name, value) pairs for storage; returns the count (<= 32). */
+#define TSR_FEATURES_MAX 32
+int tsr_features_list(const tsr_features *f, const char **names, double *values);
+/* Sets the feature `name` (as tsr_features_list names it); 0 if unknown. */
+int tsr_features_set(tsr_features *f, const char *name, double value);
+/* Stores a mask's features as computed for a GPU, one row per name,
+ * replacing earlier values (runtime/db.c). */
+tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
+                               const tsr_features *f, tsr_error *err);
+
+/* ---- Plan selection (runtime/select.c) --------------------------------- */
+
+/* A lookup table for one GPU, loaded once into a compact sorted array; a
+ * lookup is a binary search per level.  Safe to share between threads after
+ * loading (read only). */
+typedef struct tsr_selector tsr_selector;
+
+/* Region of feature space: the binned features the table is keyed on. */
+typedef struct {
+  int dtype, head_dim, bq, bk;  /* exact */
+  int seq_bin, density_bin, spread_bin, fill_bin;
+} tsr_region;
+#define TSR_SELECT_LEVELS 3
+void tsr_select_region(const tsr_features *f, tsr_region *r);
+/* The key of level `level` (coarser levels set bins to -1). */
+void tsr_select_region_at(const tsr_region *r, int level, tsr_region *out);
+
+/* gpu: the device's name ("NVIDIA H200") and multiprocessor count; NULL /
+ * 0 = the only GPU of the table (the first by name when several).  A table
+ * with no rows for the GPU loads as empty: every selection falls back. */
+tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors,
+                           tsr_selector **out, tsr_error *err);
+/* db_path NULL = the embedded default database. */
+tsr_status tsr_select_open(const char *db_path, const char *gpu, int multiprocessors,
+                           tsr_selector **out, tsr_error *err);
+void tsr_select_destroy(tsr_selector *s);
+int64_t tsr_select_rows(const tsr_selector *s);
+const char *tsr_select_gpu(const tsr_selector *s); /* "" when empty */
+
+typedef struct {
+  tsr_plan_opts opts;    /* ready for tsr_plan_create; opts.variant -> variant */
+  char variant[96];      /* "" = the planner chooses */
+  int from_table;        /* 1 = a table row, 0 = base plan */
+  int level;             /* level of the row hit; -1 on fallback */
+  int64_t row_id;        /* lookup.id of the row hit; -1 on fallback */
+  tsr_region region;
+  char reason[256];      /* why this plan: row hit, or why it fell back */
+} tsr_selection;
+
+/* Picks the plan for the features.  s may be NULL (base plan).  Never fails
+ * for a valid problem: a miss, an ineligible row or an empty table falls
+ * back to the base plan (retain when the geometry is uniform with a block
+ * shape that is a candidate tile, else combine at 128x128, row tasks). */
+tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f,
+                           tsr_selection *out, tsr_error *err);
+/* Whether (mapping, tile) applies to the features' geometry; 0 with *why set. */
+int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m,
+                        int tile_n, const char **why);
+/* The base plan for the features (what tsr_select_plan falls back to). */
+void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
+/* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
+char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
 
 #ifdef __cplusplus
 }

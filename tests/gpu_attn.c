@@ -16,7 +16,9 @@
  * relative error of 1e-2 or more in o, or an lse off by 1e-2 fails.
  * One case is also captured into a CUDA graph and replayed.
  *
- *   gpu_attn [--quick] [--seed N]     (--quick: a subset, for sanitizers)
+ *   gpu_attn [--quick | --bench] [--seed N]
+ *   --quick: a subset, for the sanitizers; --bench: time every variant on a
+ *   Wan2.1-sized problem (no correctness check).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -245,6 +247,34 @@ static void free_problem(prob *P)
 {
   free(P->qs); free(P->ks); free(P->qblk); free(P->kblk); free(P->mask);
   free(P->q); free(P->k); free(P->v); free(P->ref_o); free(P->ref_lse);
+}
+
+
+/* The library's geometry and mask for a problem. */
+static int make_geom_mask(const prob *P, tsr_geom **g, tsr_mask **m, tsr_error *err)
+{
+  const tcase *c = P->c;
+  tsr_status st;
+  *g = NULL;
+  *m = NULL;
+  if (c->bq) {
+    st = tsr_geom_uniform(c->Sq, c->Sk, c->bq, c->bk, g, err);
+  } else {
+    int64_t *qs = malloc((size_t)P->nq * sizeof *qs), *ks = malloc((size_t)P->nk * sizeof *ks);
+    int i;
+    for (i = 0; i < P->nq; i++) qs[i] = P->qs[i + 1] - P->qs[i];
+    for (i = 0; i < P->nk; i++) ks[i] = P->ks[i + 1] - P->ks[i];
+    st = tsr_geom_variable(qs, P->nq, ks, P->nk, g, err);
+    free(qs);
+    free(ks);
+  }
+  if (st == TSR_OK) st = tsr_mask_from_bytes(c->B, c->Hq, P->nq, P->nk, P->mask, m, err);
+  if (st != TSR_OK) {
+    tsr_geom_destroy(*g);
+    *g = NULL;
+    return 1;
+  }
+  return 0;
 }
 
 /* ---- the test's own plan builder ---------------------------------------- */
@@ -548,11 +578,12 @@ static int run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_pl
     pl->gpu = NULL;
     pl->gpu_free = NULL;
   }
-  snprintf(pl->variant, sizeof pl->variant, "%s", name);
+  if (name) snprintf(pl->variant, sizeof pl->variant, "%s", name);
   if (tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
-    printf("  %-44s upload failed: %s  FAIL\n", name, err.text);
+    printf("  %-44s upload failed: %s  FAIL\n", name ? name : "(chosen)", err.text);
     return 1;
   }
+  name = pl->variant;
   poison(cu, db);
   if (tsr_gpu_launch(ctx, pl, &db->t, stream, &err) != TSR_OK) {
     printf("  %-44s launch failed: %s  FAIL\n", name, err.text);
@@ -611,6 +642,270 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
   return fails;
 }
 
+
+/* ---- plans from the planner (tsr_plan_create) ----------------------------- */
+
+/* The test's reference against the library's (tsr_ref_attention). */
+static int cross_check_ref(const prob *P)
+{
+  const tcase *c = P->c;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_array q, k, v, o, l;
+  tsr_error err;
+  size_t i, n = (size_t)c->B * c->Hq * c->Sq * c->D, nr = (size_t)c->B * c->Hq * c->Sq;
+  double eo = 0, el = 0, mo = 0;
+  int bad = 0;
+  tsr_error_clear(&err);
+  if (make_geom_mask(P, &g, &m, &err)) {
+    printf("  reference cross-check: %s  FAIL\n", err.text);
+    return 1;
+  }
+  memset(&q, 0, sizeof q);
+  q.dtype = TSR_DT_F32; q.ndim = 4; q.shape[0] = c->B; q.shape[1] = c->Hq; q.shape[2] = c->Sq; q.shape[3] = c->D;
+  q.data = P->q;
+  k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
+  v = k; v.data = P->v;
+  if (tsr_ref_attention(g, m, &q, &k, &v, P->scale, &o, &l, &err) != TSR_OK) {
+    printf("  reference cross-check: tsr_ref_attention: %s  FAIL\n", err.text);
+    tsr_geom_destroy(g);
+    tsr_mask_destroy(m);
+    return 1;
+  }
+  for (i = 0; i < n; i++) {
+    double r = P->ref_o[i], x = ((float *)o.data)[i];
+    if (fabs(r) > mo) mo = fabs(r);
+    if (fabs(x - r) > eo) eo = fabs(x - r);
+  }
+  for (i = 0; i < nr; i++) {
+    double r = P->ref_lse[i], x = ((float *)l.data)[i];
+    if (isinf(r) || isinf(x)) bad += r != x;
+    else if (fabs(x - r) > el) el = fabs(x - r);
+  }
+  eo = mo > 0 ? eo / mo : eo;
+  printf("  %-44s rel diff o %.2e  lse %.2e  inf mismatch %d  %s\n", "(test reference vs tsr_ref_attention)", eo, el,
+         bad, eo < 1e-5 && el < 1e-5 && !bad ? "ok" : "FAIL");
+  tsr_npy_free(&o);
+  tsr_npy_free(&l);
+  tsr_geom_destroy(g);
+  tsr_mask_destroy(m);
+  return eo < 1e-5 && el < 1e-5 && !bad ? 0 : 1;
+}
+
+static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbufs *db, CUstream stream,
+                        int quick, int *ran)
+{
+  static const struct {
+    tsr_mapping map;
+    int use_tile;
+  } maps[] = { { TSR_MAP_AUTO, 0 }, { TSR_MAP_AUTO, 1 }, { TSR_MAP_RETAIN, 0 }, { TSR_MAP_COMBINE, 1 },
+               { TSR_MAP_SUBDIVIDE, 0 } };
+  static const char *const map_names[] = { "auto", "retain", "combine", "subdivide" };
+  static const char *const task_names[] = { "auto", "row", "split", "pack" };
+  const tcase *c = P->c;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem pr;
+  tsr_error err;
+  size_t mi;
+  int t, fails = 0;
+  tsr_error_clear(&err);
+  if (make_geom_mask(P, &g, &m, &err)) {
+    printf("  planner: %s  FAIL\n", err.text);
+    return 1;
+  }
+  memset(&pr, 0, sizeof pr);
+  pr.batch = c->B; pr.heads_q = c->Hq; pr.heads_kv = c->Hkv; pr.seq_q = c->Sq; pr.seq_k = c->Sk;
+  pr.head_dim = c->D; pr.scale = P->scale; pr.dtype = c->dt;
+  pr.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
+  pr.geom = g;
+  if (tsr_problem_check(&pr, &err) != TSR_OK) {
+    printf("  planner: problem: %s  FAIL\n", err.text);
+    tsr_geom_destroy(g);
+    tsr_mask_destroy(m);
+    return 1;
+  }
+  for (mi = 0; mi < sizeof maps / sizeof *maps; mi++)
+    for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK; t++) {
+      tsr_plan_opts o;
+      tsr_plan *pl = NULL;
+      char label[160];
+      tsr_status st;
+      if (quick && t != TSR_TASKS_SPLIT) continue;
+      tsr_plan_opts_init(&o);
+      o.mapping = maps[mi].map;
+      o.tasks = (tsr_tasks)t;
+      o.arch = tsr_context_arch(ctx);
+      o.num_sms = tsr_context_num_sms(ctx);
+      if (maps[mi].use_tile) {
+        o.tile_m = c->tm;
+        o.tile_n = c->tn;
+      }
+      tsr_error_clear(&err);
+      st = tsr_plan_create(&pr, m, &o, &pl, &err);
+      if (st == TSR_ERR_UNSUPPORTED) {
+        printf("  planner %s%s/%s: n/a (%s)\n", map_names[o.mapping], maps[mi].use_tile ? "+tile" : "",
+               task_names[t], err.text);
+        continue;
+      }
+      if (st != TSR_OK) {
+        printf("  planner %s/%s: %s  FAIL\n", map_names[o.mapping], task_names[t], err.text);
+        fails++;
+        continue;
+      }
+      if (tsr_plan_verify(pl, m, &err) != TSR_OK) {
+        printf("  planner %s/%s: verify: %s  FAIL\n", map_names[o.mapping], task_names[t], err.text);
+        fails++;
+        tsr_plan_destroy(pl);
+        continue;
+      }
+      snprintf(label, sizeof label, "planner %s%s/%s tile %dx%d: %lld tasks %lld merges", map_names[pl->mapping],
+               maps[mi].use_tile ? "+tile" : "", task_names[pl->task_layout], pl->tile_m, pl->tile_n,
+               (long long)pl->n_tasks, (long long)pl->n_merges);
+      printf("  %s\n", label);
+      {
+        tsr_error e2;
+        tsr_error_clear(&e2);
+        if (tsr_gpu_upload(ctx, pl, &e2) == TSR_ERR_NO_VARIANT) {
+          printf("    no variant in the bundle: %s\n", e2.text);
+          tsr_plan_destroy(pl);
+          continue;
+        }
+      }
+      fails += run_variant(ctx, cu, P, pl, db, stream, NULL, 0);
+      (*ran)++;
+      tsr_plan_destroy(pl);
+    }
+  tsr_geom_destroy(g);
+  tsr_mask_destroy(m);
+  return fails;
+}
+
+
+/* ---- --bench: time every serving variant on a video-DiT-sized problem ---- */
+
+static int cmp_float(const void *a, const void *b)
+{
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Wan2.1-1.3B 480p: S = 32760, 12 heads, D = 128, bf16, BSHD, random
+ * 128 x 128 block masks per head.  Median of 10 event-timed launches after
+ * 3 warm-ups; eff. TFLOP/s = 4 * selected pairs * D / time. */
+static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream)
+{
+  const int S = 32760, H = 12, D = 128, blk = 128;
+  const double dens[] = { 0.10, 0.25, 0.50 };
+  const int nb = (S + blk - 1) / blk;
+  size_t n = (size_t)S * H * D, i, di;
+  uint16_t *host = malloc(n * 2);
+  CUdeviceptr dq, dk, dv, dout;
+  tsr_gpu_tensors t;
+  CUevent e0, e1;
+  tsr_error err;
+  int fails = 0;
+  tsr_error_clear(&err);
+  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  CK(cu->cuMemAlloc(&dq, n * 2));
+  CK(cu->cuMemAlloc(&dk, n * 2));
+  CK(cu->cuMemAlloc(&dv, n * 2));
+  CK(cu->cuMemAlloc(&dout, n * 2));
+  CK(cu->cuMemcpyHtoD(dq, host, n * 2));
+  CK(cu->cuMemcpyHtoD(dk, host, n * 2));
+  CK(cu->cuMemcpyHtoD(dv, host, n * 2));
+  free(host);
+  memset(&t, 0, sizeof t);
+  t.q = dq; t.k = dk; t.v = dv; t.o = dout;
+  t.q_stride[0] = (int64_t)S * H * D; t.q_stride[1] = D; t.q_stride[2] = (int64_t)H * D; t.q_stride[3] = 1;
+  memcpy(t.k_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.v_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
+  CK(cu->cuEventCreate(&e0, 0));
+  CK(cu->cuEventCreate(&e1, 0));
+  printf("bench: S=%d H=%d D=%d bf16 BSHD, random %dx%d block masks, tile 128x128\n", S, H, D, blk, blk);
+  for (di = 0; di < sizeof dens / sizeof *dens; di++) {
+    uint8_t *bits = malloc((size_t)H * nb * nb);
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem pr;
+    tsr_plan_opts o;
+    tsr_plan *pl = NULL;
+    double pairs = 0;
+    int h, a, b2, a_arch = tsr_arch_index(tsr_context_arch(ctx));
+    size_t vi;
+    for (i = 0; i < (size_t)H * nb * nb; i++) bits[i] = urand() < dens[di];
+    for (h = 0; h < H; h++)
+      for (a = 0; a < nb; a++)
+        for (b2 = 0; b2 < nb; b2++)
+          if (bits[((size_t)h * nb + a) * nb + b2]) {
+            int qa = a * blk, qb = qa + blk < S ? qa + blk : S, ka = b2 * blk, kb = ka + blk < S ? ka + blk : S;
+            pairs += (double)(qb - qa) * (kb - ka);
+          }
+    memset(&pr, 0, sizeof pr);
+    pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
+    pr.dtype = TSR_DT_BF16; pr.layout = TSR_LAYOUT_BSHD;
+    if (tsr_geom_uniform(S, S, blk, blk, &g, &err) || tsr_mask_from_bytes(1, H, nb, nb, bits, &m, &err) ||
+        (pr.geom = g, tsr_problem_check(&pr, &err))) {
+      printf("bench: %s  FAIL\n", err.text);
+      return 1;
+    }
+    tsr_plan_opts_init(&o);
+    o.tile_m = 128;
+    o.tile_n = 128;
+    o.arch = tsr_context_arch(ctx);
+    o.num_sms = tsr_context_num_sms(ctx);
+    if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
+      printf("bench: plan: %s  FAIL\n", err.text);
+      return 1;
+    }
+    for (vi = 0; vi < bundle->n; vi++) {
+      const tsr_bundle_entry *e = &bundle->items[vi];
+      tsr_variant_need need = { TSR_DT_BF16, D, 128, 128, pl->n_membership > 0 };
+      float ms[10];
+      int r;
+      if (!(e->targets & (1u << a_arch)) || !tsr_variant_serves(&e->v, tsr_context_arch(ctx), &need)) continue;
+      if (pl->gpu) {
+        pl->gpu_free(pl->gpu);
+        pl->gpu = NULL;
+        pl->gpu_free = NULL;
+      }
+      snprintf(pl->variant, sizeof pl->variant, "%s", e->name);
+      if (tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
+        printf("bench: upload %s: %s  FAIL\n", e->name, err.text);
+        fails++;
+        continue;
+      }
+      for (r = 0; r < 3; r++)
+        if (tsr_gpu_launch(ctx, pl, &t, stream, &err) != TSR_OK) break;
+      for (r = 0; r < 10 && !err.status; r++) {
+        CK(cu->cuEventRecord(e0, stream));
+        tsr_gpu_launch(ctx, pl, &t, stream, &err);
+        CK(cu->cuEventRecord(e1, stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(&ms[r], e0, e1));
+      }
+      if (err.status) {
+        printf("bench: launch %s: %s  FAIL\n", e->name, err.text);
+        fails++;
+        continue;
+      }
+      qsort(ms, 10, sizeof *ms, cmp_float);
+      printf("bench: density %.2f  %-48s %8.3f ms  %6.1f TFLOP/s  (%lld tasks, %lld merges)\n", dens[di], e->name,
+             (ms[4] + ms[5]) / 2, 4.0 * pairs * D / ((ms[4] + ms[5]) / 2 * 1e-3) / 1e12, (long long)pl->n_tasks,
+             (long long)pl->n_merges);
+    }
+    tsr_plan_destroy(pl);
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+    free(bits);
+  }
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
+  return fails;
+}
+
 int main(int argc, char **argv)
 {
   tsr_context_opts o;
@@ -622,14 +917,15 @@ int main(int argc, char **argv)
   const char *dir = getenv("TESSERA_BUNDLE");
   char dirbuf[4096];
   unsigned long seed = 20261129;
-  int quick = 0, i, fails = 0, ran = 0;
+  int quick = 0, do_bench = 0, i, fails = 0, ran = 0;
   size_t ci;
 
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) quick = 1;
+    else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick] [--seed N]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench] [--seed N]\n");
       return 2;
     }
   }
@@ -658,6 +954,13 @@ int main(int argc, char **argv)
   printf("gpu_attn: seed %lu, target %s, %d SMs, bundle '%s' (%zu variants)%s\n", seed, tsr_context_arch(ctx),
          tsr_context_num_sms(ctx), dir, bundle.n, quick ? ", quick" : "");
   rng_state = seed;
+  if (do_bench) {
+    fails = bench(ctx, cu, &bundle, stream);
+    cu->cuStreamDestroy(stream);
+    tsr_bundle_free(&bundle);
+    tsr_context_destroy(ctx);
+    return fails ? 1 : 0;
+  }
 
   for (ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
     const tcase *c = &cases[ci];
@@ -675,6 +978,8 @@ int main(int argc, char **argv)
            (long long)pl->n_tiles, (long long)pl->n_membership, (long long)pl->n_merges);
     fails += run_all_variants(ctx, cu, &bundle, &P, pl, &db, stream, quick, ci == 0, &ran);
     free_own_plan(pl);
+    fails += cross_check_ref(&P);
+    fails += planner_runs(ctx, cu, &P, &db, stream, quick, &ran);
     free_devbufs(cu, &db);
     free_problem(&P);
   }

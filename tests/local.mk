@@ -6,6 +6,8 @@ TESTS_ENVIRONMENT = \
 TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 EXTRA_DIST += tests/util.h
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = $(SHELL)
 
 # foundation
 check_PROGRAMS += tests/check_npy tests/check_geom tests/check_mask tests/check_problem \
@@ -31,10 +33,44 @@ tests_check_ref_SOURCES = tests/check_ref.c tests/util.h
 tests_check_ref_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_ref_LDADD = $(TSR_CHECK_DEPS)
 tests_check_ref_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+check_PROGRAMS += tests/cli_attn
+tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
+tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 
 # planning
+EXTRA_DIST += tests/plan_cases.h tests/plan.sh
+check_PROGRAMS += tests/check_map tests/check_plan tests/check_exec tests/plan_masks
+tests_plan_masks_SOURCES = tests/plan_masks.c tests/util.h
+tests_plan_masks_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_plan_masks_LDADD = $(TSR_LIBS)
+tests_plan_masks_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/check_map tests/check_plan tests/check_exec tests/plan.sh
+tests_check_map_SOURCES = tests/check_map.c tests/plan_cases.h tests/util.h
+tests_check_map_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_map_LDADD = $(TSR_CHECK_DEPS)
+tests_check_map_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_plan_SOURCES = tests/check_plan.c tests/plan_cases.h tests/util.h
+tests_check_plan_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_plan_LDADD = $(TSR_CHECK_DEPS)
+tests_check_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_exec_SOURCES = tests/check_exec.c tests/plan_cases.h tests/util.h
+tests_check_exec_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
+tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
+check_PROGRAMS += tests/check_corpus
+TESTS += tests/check_corpus
+tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
+tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
+tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/corpus-cli.sh
+EXTRA_DIST += tests/corpus-cli.sh
 
 # gpu and generator
 # check_gen: variant names, catalog parsing and pruning, the built bundle's
@@ -57,4 +93,15 @@ tests_gpu_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # database and selection
-
+check_PROGRAMS += tests/check_db tests/check_select
+TESTS += tests/check_db tests/check_select
+tests_check_db_SOURCES = tests/check_db.c
+tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
+tests_check_db_LDADD = $(TSR_CHECK_DEPS)
+tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_select_SOURCES = tests/check_select.c
+tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
+tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS)
+tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/profile_cli.sh tests/gpu_profile.sh
+EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh

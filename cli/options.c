@@ -1,0 +1,82 @@
+/*
+ * options.c: one option table per command, used both to parse argv and to
+ * print --help, so the two cannot drift apart (tests/man-options.sh then
+ * checks the man page against --help).  Cost: O(argc * options).
+ */
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_opt *find(const cli_opt *opts, const char *name, size_t len)
+{
+  for (; opts->name; opts++)
+    if (strlen(opts->name) == len && !strncmp(opts->name, name, len))
+      return opts;
+  return NULL;
+}
+
+void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts)
+{
+  fprintf(f, "usage: tessera %s %s\n\noptions:\n", cmd, synopsis);
+  for (; opts->name; opts++) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", opts->name, opts->arg ? " " : "",
+             opts->arg ? opts->arg : "");
+    fprintf(f, "  %-24s %s\n", left, opts->help);
+  }
+  fprintf(f, "  %-24s %s\n", "--help", "print this help and exit");
+  fprintf(f, "\nSee man tessera-%s(1).\n", cmd);
+}
+
+int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
+              int argc, char **argv)
+{
+  int i, n = 0;
+  const cli_opt *o;
+  for (o = opts; o->name; o++)
+    values[n++] = NULL;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *eq, *val;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      cli_help(stdout, cmd, synopsis, opts);
+      return 1;
+    }
+    if (strncmp(a, "--", 2)) {
+      cli_errorf(cmd, "unexpected argument '%s' (try --help)", a);
+      return -1;
+    }
+    eq = strchr(a, '=');
+    o = find(opts, a, eq ? (size_t)(eq - a) : strlen(a));
+    if (!o) {
+      cli_errorf(cmd, "unknown option '%.*s' (try --help)", eq ? (int)(eq - a) : (int)strlen(a), a);
+      return -1;
+    }
+    if (!o->arg) {
+      if (eq) {
+        cli_errorf(cmd, "option %s takes no value", o->name);
+        return -1;
+      }
+      val = "1";
+    } else if (eq) {
+      val = eq + 1;
+    } else if (i + 1 < argc) {
+      val = argv[++i];
+    } else {
+      cli_errorf(cmd, "option %s needs a value %s", o->name, o->arg);
+      return -1;
+    }
+    if (values[o - opts]) {
+      cli_errorf(cmd, "option %s given twice", o->name);
+      return -1;
+    }
+    values[o - opts] = val;
+  }
+  return 0;
+}
+
+int cli_status_exit(tsr_status s)
+{
+  if (s == TSR_OK)
+    return CLI_OK;
+  return s == TSR_ERR_VERIFY ? CLI_FAIL : CLI_USAGE;
+}

@@ -1,0 +1,8 @@
+-- db/h200.sql: the lookup table shipped for the NVIDIA H200 (sm_90a, 132
+-- multiprocessors), as SQL text over db/schema.sql.  The build compiles it
+-- into libtessera as the embedded default and installs it as tessera.db.
+--
+-- Only real measurements go here: this file is written by
+--   tessera-profile export --db FILE --gpu 'NVIDIA H200' > db/h200.sql
+-- after a sweep on the card.  Until one has run it holds no rows, and the
+-- runtime's selection falls back to the base plan for every mask.

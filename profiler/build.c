@@ -1,0 +1,539 @@
+/*
+ * build.c: derives the lookup table from the timings of a sweep.
+ *
+ * For each GPU: the masks of the profiling split with their stored features
+ * and the medians of every candidate plan timed with the current build of
+ * its variant.  Masks are grouped into regions (tsr_select_region) at each
+ * level of coarseness; a region's row is the plan that was timed on most of
+ * its masks and, among those, has the smallest geometric-mean ratio to each
+ * mask's best time.  Cost: masks x plans x levels, milliseconds for
+ * thousands of masks; the rows replace the GPU's old rows in one
+ * transaction, so a reader never sees half a table.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+
+static tsr_status sql_fail(tsr_db *db, tsr_error *err)
+{
+  return tsr_error_set(err, TSR_ERR_DB, "cannot derive lookup table in '%s': %s", tsr_db_path(db),
+                       sqlite3_errmsg(tsr_db_sqlite(db)));
+}
+
+void tsrp_build_free(tsrp_dataset *ds)
+{
+  int64_t i;
+  for (i = 0; i < ds->n_masks; i++) {
+    free(ds->masks[i].plan_ids);
+    free(ds->masks[i].ms);
+  }
+  free(ds->masks);
+  free(ds->plans);
+  memset(ds, 0, sizeof *ds);
+}
+
+static int64_t mask_index(const tsrp_dataset *ds, int64_t id)
+{
+  int64_t lo = 0, hi = ds->n_masks - 1;
+  while (lo <= hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (ds->masks[mid].mask_id == id)
+      return mid;
+    if (ds->masks[mid].mask_id < id)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
+int64_t tsrp_build_plan_index(const tsrp_dataset *ds, int64_t plan_id)
+{
+  int64_t lo = 0, hi = ds->n_plans - 1;
+  while (lo <= hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (ds->plans[mid].id == plan_id)
+      return mid;
+    if (ds->plans[mid].id < plan_id)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
+double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id)
+{
+  int i;
+  for (i = 0; i < m->n; i++)
+    if (m->plan_ids[i] == plan_id)
+      return m->ms[i];
+  return 0;
+}
+
+double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id)
+{
+  double best = 0;
+  int i;
+  if (plan_id)
+    *plan_id = -1;
+  for (i = 0; i < m->n; i++)
+    if (best == 0 || m->ms[i] < best) {
+      best = m->ms[i];
+      if (plan_id)
+        *plan_id = m->plan_ids[i];
+    }
+  return best;
+}
+
+double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                          const tsr_plan_opts *o)
+{
+  /* AUTO resolves as the planner does: combine, else subdivide, else retain. */
+  static const tsr_mapping order[] = {TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE, TSR_MAP_RETAIN};
+  int k;
+  for (k = 0; k < 3; k++) {
+    tsr_mapping want = o->mapping == TSR_MAP_AUTO ? order[k] : o->mapping;
+    double t = 0;
+    int i;
+    for (i = 0; i < m->n; i++) {
+      int64_t pi = tsrp_build_plan_index(ds, m->plan_ids[i]);
+      const tsrp_plan_row *p;
+      if (pi < 0)
+        continue;
+      p = &ds->plans[pi];
+      if (p->mapping == want && p->tile_m == o->tile_m && p->tile_n == o->tile_n &&
+          p->tasks == o->tasks && (!o->variant || !strcmp(o->variant, p->variant)))
+        if (t == 0 || m->ms[i] < t)
+          t = m->ms[i];
+    }
+    if (t > 0 || o->mapping != TSR_MAP_AUTO)
+      return t;
+  }
+  return 0;
+}
+
+static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
+{
+  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3_stmt *st = NULL;
+  int64_t cap = 0;
+  int rc;
+  if (sqlite3_prepare_v2(h, "SELECT id, mapping, tile_m, tile_n, tasks, variant FROM plans "
+                            "ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+    return sql_fail(db, err);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    tsrp_plan_row *p;
+    tsr_mapping mpe = TSR_MAP_AUTO;
+    tsr_tasks tke = TSR_TASKS_AUTO;
+    int mp = tsr_plan_parse_mapping((const char *)sqlite3_column_text(st, 1), &mpe) ? -1
+                                                                                  : (int)mpe;
+    int tk = tsr_plan_parse_tasks((const char *)sqlite3_column_text(st, 4), &tke) ? -1
+                                                                                 : (int)tke;
+    if (mp <= 0 || tk <= 0) {
+      int64_t id = sqlite3_column_int64(st, 0);
+      sqlite3_finalize(st);
+      return tsr_error_set(err, TSR_ERR_DB,
+                           "cannot derive lookup table in '%s': plan %" PRId64
+                           " has an unknown mapping or task layout", tsr_db_path(db), id);
+    }
+    if (ds->n_plans == cap) {
+      int64_t nc = cap ? 2 * cap : 32;
+      tsrp_plan_row *np = realloc(ds->plans, sizeof *np * (size_t)nc);
+      if (!np) {
+        sqlite3_finalize(st);
+        return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading plans");
+      }
+      ds->plans = np;
+      cap = nc;
+    }
+    p = &ds->plans[ds->n_plans++];
+    p->id = sqlite3_column_int64(st, 0);
+    p->mapping = (tsr_mapping)mp;
+    p->tile_m = sqlite3_column_int(st, 2);
+    p->tile_n = sqlite3_column_int(st, 3);
+    p->tasks = (tsr_tasks)tk;
+    snprintf(p->variant, sizeof p->variant, "%s", (const char *)sqlite3_column_text(st, 5));
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? TSR_OK : sql_fail(db, err);
+}
+
+#define GPU_GROUP "SELECT id FROM gpus WHERE name = ?1 AND multiprocessors = ?2"
+
+tsr_status tsrp_build_load(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
+                           tsrp_dataset *ds, tsr_error *err)
+{
+  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3_stmt *st = NULL;
+  tsr_status s;
+  int64_t cap = 0, last_mask = -1, last_plan = -1;
+  int rc;
+  memset(ds, 0, sizeof *ds);
+  snprintf(ds->gpu, sizeof ds->gpu, "%s", gpu);
+  ds->multiprocessors = multiprocessors;
+  if (!split)
+    split = "profile";
+  if ((s = load_plans(db, ds, err)) != TSR_OK)
+    goto fail;
+  /* Masks with features, sorted by id. */
+  if (sqlite3_prepare_v2(h,
+                         "SELECT DISTINCT f.mask_id, k.path, k.family FROM mask_features f "
+                         "JOIN masks k ON k.id = f.mask_id WHERE f.gpu_id IN (" GPU_GROUP ") "
+                         "AND f.version = ?3 AND k.split = ?4 ORDER BY f.mask_id",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, multiprocessors);
+  sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
+  sqlite3_bind_text(st, 4, split, -1, SQLITE_TRANSIENT);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    tsrp_mask_times *m;
+    if (ds->n_masks == cap) {
+      int64_t nc = cap ? 2 * cap : 64;
+      tsrp_mask_times *nm = realloc(ds->masks, sizeof *nm * (size_t)nc);
+      if (!nm)
+        goto nomem;
+      ds->masks = nm;
+      cap = nc;
+    }
+    m = &ds->masks[ds->n_masks++];
+    memset(m, 0, sizeof *m);
+    m->mask_id = sqlite3_column_int64(st, 0);
+    snprintf(m->path, sizeof m->path, "%s", (const char *)sqlite3_column_text(st, 1));
+    snprintf(m->family, sizeof m->family, "%s", (const char *)sqlite3_column_text(st, 2));
+  }
+  if (rc != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  st = NULL;
+  /* Features. */
+  if (sqlite3_prepare_v2(h,
+                         "SELECT mask_id, name, value FROM mask_features WHERE gpu_id IN "
+                         "(" GPU_GROUP ") AND version = ?3",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, multiprocessors);
+  sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t mi = mask_index(ds, sqlite3_column_int64(st, 0));
+    if (mi >= 0)
+      tsr_features_set(&ds->masks[mi].f, (const char *)sqlite3_column_text(st, 1),
+                       sqlite3_column_double(st, 2));
+  }
+  if (rc != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  st = NULL;
+  /* Medians of the current builds: a variant row superseded by a newer row
+   * of the same name (new template hash, compiler or options) is skipped. */
+  if (sqlite3_prepare_v2(h,
+                         "SELECT m.mask_id, m.plan_id, m.median_ms FROM measurements m "
+                         "JOIN masks k ON k.id = m.mask_id WHERE m.gpu_id IN (" GPU_GROUP ") "
+                         "AND m.status = 'ok' AND k.split = ?3 AND (m.variant_id = 0 OR "
+                         "m.variant_id IN (SELECT max(id) FROM variants GROUP BY name)) "
+                         "ORDER BY m.mask_id, m.plan_id, m.id DESC",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, multiprocessors);
+  sqlite3_bind_text(st, 3, split, -1, SQLITE_TRANSIENT);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t mid = sqlite3_column_int64(st, 0), pid = sqlite3_column_int64(st, 1);
+    int64_t mi = mask_index(ds, mid);
+    tsrp_mask_times *m;
+    if (mi < 0 || (mid == last_mask && pid == last_plan))
+      continue; /* no features, or an older GPU row's timing of the same pair */
+    last_mask = mid;
+    last_plan = pid;
+    m = &ds->masks[mi];
+    if (m->n == 0 || (m->n >= 8 && (m->n & (m->n - 1)) == 0)) { /* 8, 16, 32, ... */
+      int nc = m->n ? 2 * m->n : 8;
+      int64_t *np = realloc(m->plan_ids, sizeof *np * (size_t)nc);
+      double *nt;
+      if (!np)
+        goto nomem;
+      m->plan_ids = np;
+      nt = realloc(m->ms, sizeof *nt * (size_t)nc);
+      if (!nt)
+        goto nomem;
+      m->ms = nt;
+    }
+    m->plan_ids[m->n] = pid;
+    m->ms[m->n] = sqlite3_column_double(st, 2);
+    m->n++;
+    ds->measurements++;
+  }
+  if (rc != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  return TSR_OK;
+nomem:
+  s = tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading timings");
+  goto fail;
+dbfail:
+  s = sql_fail(db, err);
+fail:
+  sqlite3_finalize(st);
+  tsrp_build_free(ds);
+  return s;
+}
+
+/* ---- Derivation -------------------------------------------------------- */
+
+typedef struct {
+  int32_t key[9];
+  int64_t mask;
+} keyed;
+
+static int keyed_cmp(const void *a, const void *b)
+{
+  const keyed *x = a, *y = b;
+  int i;
+  for (i = 0; i < 9; i++)
+    if (x->key[i] != y->key[i])
+      return x->key[i] < y->key[i] ? -1 : 1;
+  return (x->mask > y->mask) - (x->mask < y->mask);
+}
+
+static void key_of(const tsr_features *f, int level, int32_t *k)
+{
+  tsr_region r, x;
+  tsr_select_region(f, &r);
+  tsr_select_region_at(&r, level, &x);
+  k[0] = level;
+  k[1] = x.dtype;
+  k[2] = x.head_dim;
+  k[3] = x.bq;
+  k[4] = x.bk;
+  k[5] = x.seq_bin;
+  k[6] = x.density_bin;
+  k[7] = x.spread_bin;
+  k[8] = x.fill_bin;
+}
+
+static const char *dtype_text(int dt)
+{
+  return dt == TSR_DT_BF16 ? "bf16" : dt == TSR_DT_F16 ? "f16" : "f32";
+}
+
+/* Picks the plan for masks idx[0..n) and inserts its row. */
+static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
+                           const keyed *group, int64_t n, int64_t *rows, tsr_error *err)
+{
+  int64_t p, i, best = -1, best_cover = 0;
+  double best_score = 0, sp_sum = 0;
+  int sp_n = 0;
+  const tsrp_plan_row *pr;
+  sqlite3_stmt *st = NULL;
+  for (p = 0; p < ds->n_plans; p++) {
+    int64_t cover = 0;
+    double score = 0;
+    for (i = 0; i < n; i++) {
+      const tsrp_mask_times *m = &ds->masks[group[i].mask];
+      double t = tsrp_build_time(m, ds->plans[p].id), b = tsrp_build_best(m, NULL);
+      if (t > 0 && b > 0) {
+        cover++;
+        score += log(t / b);
+      }
+    }
+    if (cover == 0)
+      continue;
+    if (cover > best_cover || (cover == best_cover && score / cover < best_score / best_cover)) {
+      best = p;
+      best_cover = cover;
+      best_score = score;
+    }
+  }
+  if (best < 0)
+    return TSR_OK; /* nothing timed in this region */
+  pr = &ds->plans[best];
+  for (i = 0; i < n; i++) {
+    const tsrp_mask_times *m = &ds->masks[group[i].mask];
+    tsr_plan_opts base;
+    double t = tsrp_build_time(m, pr->id), tb;
+    tsr_select_base(&m->f, &base);
+    tb = tsrp_build_time_of(ds, m, &base);
+    if (t > 0 && tb > 0) {
+      sp_sum += log(tb / t);
+      sp_n++;
+    }
+  }
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, "
+                         "level, dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, "
+                         "fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, "
+                         "speedup) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         -1, &st, NULL) != SQLITE_OK)
+    return sql_fail(db, err);
+  sqlite3_bind_text(st, 1, ds->gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, arch, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 3, ds->multiprocessors);
+  sqlite3_bind_int(st, 4, TSR_FEATURES_VERSION);
+  sqlite3_bind_int(st, 5, group[0].key[0]);
+  sqlite3_bind_text(st, 6, dtype_text(group[0].key[1]), -1, SQLITE_STATIC);
+  for (i = 2; i < 9; i++)
+    sqlite3_bind_int(st, (int)i + 5, group[0].key[i]);
+  sqlite3_bind_text(st, 14, tsr_plan_mapping_name(pr->mapping), -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 15, pr->tile_m);
+  sqlite3_bind_int(st, 16, pr->tile_n);
+  sqlite3_bind_text(st, 17, tsr_plan_tasks_name(pr->tasks), -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 18, pr->variant, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 19, n);
+  sqlite3_bind_double(st, 20, exp(best_score / (double)best_cover));
+  sqlite3_bind_double(st, 21, sp_n ? exp(sp_sum / sp_n) : 1.0);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    tsr_status s = sql_fail(db, err);
+    sqlite3_finalize(st);
+    return s;
+  }
+  sqlite3_finalize(st);
+  (*rows)++;
+  return TSR_OK;
+}
+
+static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *split,
+                            tsrp_build_stats *stats, tsr_error *err)
+{
+  tsrp_dataset ds;
+  keyed *k = NULL;
+  char arch[32] = "";
+  int64_t i, rows = 0, used = 0;
+  int level;
+  sqlite3_stmt *st = NULL;
+  tsr_status s = tsrp_build_load(db, gpu, sms, split, &ds, err);
+  if (s != TSR_OK)
+    return s;
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT arch FROM gpus WHERE name=? ORDER BY id DESC",
+                         -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW)
+      snprintf(arch, sizeof arch, "%s", (const char *)sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  k = malloc(sizeof *k * (size_t)(ds.n_masks ? ds.n_masks : 1));
+  if (!k) {
+    tsrp_build_free(&ds);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory deriving lookup table");
+  }
+  if ((s = tsr_db_begin(db, err)) != TSR_OK)
+    goto done;
+  st = NULL;
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "DELETE FROM lookup WHERE gpu_name=? AND multiprocessors=? AND "
+                         "feature_version=?",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, sms);
+  sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  st = NULL;
+  for (i = 0; i < ds.n_masks; i++)
+    used += ds.masks[i].n > 0;
+  for (level = 0; level < TSR_SELECT_LEVELS; level++) {
+    int64_t n = 0, a, b;
+    for (i = 0; i < ds.n_masks; i++)
+      if (ds.masks[i].n > 0) {
+        key_of(&ds.masks[i].f, level, k[n].key);
+        k[n++].mask = i;
+      }
+    qsort(k, (size_t)n, sizeof *k, keyed_cmp);
+    for (a = 0; a < n; a = b) {
+      for (b = a + 1; b < n && !memcmp(k[a].key, k[b].key, sizeof k[a].key); b++)
+        ;
+      if ((s = emit_row(db, &ds, arch, k + a, b - a, &rows, err)) != TSR_OK)
+        goto fail;
+    }
+  }
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "INSERT OR REPLACE INTO lookup_meta (gpu_name, multiprocessors, "
+                         "feature_version, built, masks, measurements, note) VALUES "
+                         "(?, ?, ?, strftime('%Y-%m-%dT%H:%M:%SZ','now'), ?, ?, ?)",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, sms);
+  sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
+  sqlite3_bind_int64(st, 4, used);
+  sqlite3_bind_int64(st, 5, ds.measurements);
+  sqlite3_bind_text(st, 6, split ? split : "profile", -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  st = NULL;
+  if ((s = tsr_db_commit(db, err)) != TSR_OK)
+    goto done;
+  stats->gpus++;
+  stats->masks += used;
+  stats->measurements += ds.measurements;
+  stats->rows += rows;
+  goto done;
+dbfail:
+  s = sql_fail(db, err);
+fail:
+  sqlite3_finalize(st);
+  tsr_db_rollback(db);
+done:
+  free(k);
+  tsrp_build_free(&ds);
+  return s;
+}
+
+tsr_status tsrp_build_run(tsr_db *db, const tsrp_build_opts *o, tsrp_build_stats *stats,
+                          tsr_error *err)
+{
+  sqlite3_stmt *st = NULL;
+  char (*names)[128] = NULL;
+  int *sms = NULL, n = 0, cap = 0, i, rc;
+  tsr_status s = TSR_OK;
+  memset(stats, 0, sizeof *stats);
+  /* GPUs (name, multiprocessors) that have ok measurements. */
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "SELECT DISTINCT g.name, g.multiprocessors FROM gpus g JOIN "
+                         "measurements m ON m.gpu_id = g.id WHERE m.status = 'ok' AND "
+                         "(?1 IS NULL OR g.name = ?1) ORDER BY g.name, g.multiprocessors",
+                         -1, &st, NULL) != SQLITE_OK)
+    return sql_fail(db, err);
+  if (o->gpu)
+    sqlite3_bind_text(st, 1, o->gpu, -1, SQLITE_TRANSIENT);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n == cap) {
+      int nc = cap ? 2 * cap : 4;
+      void *nn = realloc(names, sizeof *names * (size_t)nc), *ns;
+      if (!nn) {
+        s = tsr_error_set(err, TSR_ERR_NOMEM, "out of memory");
+        break;
+      }
+      names = nn;
+      ns = realloc(sms, sizeof *sms * (size_t)nc);
+      if (!ns) {
+        s = tsr_error_set(err, TSR_ERR_NOMEM, "out of memory");
+        break;
+      }
+      sms = ns;
+      cap = nc;
+    }
+    snprintf(names[n], sizeof names[n], "%s", (const char *)sqlite3_column_text(st, 0));
+    sms[n++] = sqlite3_column_int(st, 1);
+  }
+  if (s == TSR_OK && rc != SQLITE_DONE)
+    s = sql_fail(db, err);
+  sqlite3_finalize(st);
+  if (s == TSR_OK && n == 0)
+    s = tsr_error_set(err, TSR_ERR_INVALID,
+                      "cannot derive lookup table in '%s': no timings%s%s%s", tsr_db_path(db),
+                      o->gpu ? " for '" : "", o->gpu ? o->gpu : "", o->gpu ? "'" : "");
+  for (i = 0; s == TSR_OK && i < n; i++)
+    s = build_gpu(db, names[i], sms[i], o->split, stats, err);
+  free(names);
+  free(sms);
+  return s;
+}

@@ -1,0 +1,124 @@
+/*
+ * profile.h: internals of tessera-profile, shared by its command (main),
+ * the sweep, the table derivation, the report and the tests.  Not installed.
+ *
+ * Prefixes: tsrp_sweep_* (sweep.c), tsrp_build_* (build.c), tsrp_eval_* and
+ * tsrp_report_* (report.c), tsrp_png_* (png.c).
+ */
+#ifndef TSRP_PROFILE_H
+#define TSRP_PROFILE_H
+
+#include <stdio.h>
+
+#include "tessera.h"
+
+/* ---- Derivation of the lookup table (build.c) -------------------------- */
+
+typedef struct {
+  const char *gpu;   /* GPU name; NULL = every GPU with measurements */
+  const char *split; /* masks the table is derived from; NULL = "profile" */
+} tsrp_build_opts;
+
+typedef struct {
+  int gpus;          /* tables written */
+  int64_t masks;     /* masks with features and timings used */
+  int64_t measurements;
+  int64_t rows;      /* lookup rows written */
+} tsrp_build_stats;
+
+/* Derives the lookup table for each GPU from its current measurements
+ * (timings of superseded variant builds are ignored) and replaces that GPU's
+ * rows in one transaction. */
+tsr_status tsrp_build_run(tsr_db *db, const tsrp_build_opts *o, tsrp_build_stats *stats,
+                          tsr_error *err);
+
+/* One mask's timings as the derivation and the evaluation see them. */
+typedef struct {
+  int64_t mask_id;
+  char path[256], family[64];
+  tsr_features f;
+  int64_t *plan_ids; /* measured ok, current variant builds */
+  double *ms;        /* median per plan */
+  int n;
+} tsrp_mask_times;
+
+typedef struct {
+  int64_t id;
+  tsr_mapping mapping;
+  int tile_m, tile_n;
+  tsr_tasks tasks;
+  char variant[96];
+} tsrp_plan_row;
+
+typedef struct {
+  char gpu[128];
+  int multiprocessors;
+  tsrp_mask_times *masks;
+  int64_t n_masks;
+  tsrp_plan_row *plans;
+  int64_t n_plans;
+  int64_t measurements;
+} tsrp_dataset;
+
+/* Loads the current timings of one GPU (name, multiprocessors) for masks of
+ * `split` that have features.  Free with tsrp_build_free. */
+tsr_status tsrp_build_load(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
+                           tsrp_dataset *ds, tsr_error *err);
+void tsrp_build_free(tsrp_dataset *ds);
+/* Index into ds->plans of a plan id; -1 if unknown. */
+int64_t tsrp_build_plan_index(const tsrp_dataset *ds, int64_t plan_id);
+/* Median of plan `plan_id` for mask m; 0 when not measured. */
+double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id);
+/* Time of the best measured plan of m; 0 when none. */
+double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id);
+/* Time of the plan matching opts (mapping, tile, tasks; variant when set). */
+double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                          const tsr_plan_opts *o);
+
+/* ---- Evaluation and report (report.c) ---------------------------------- */
+
+typedef struct {
+  int64_t masks;           /* eval masks with timings */
+  int64_t unmeasured;      /* eval masks whose selected plan was not timed */
+  int64_t from_table;      /* selections that hit a table row */
+  double within5;          /* fraction of masks with t(selected) <= 1.05 t(best) */
+  double geo_regret;       /* geometric mean of t(selected) / t(best) - 1 */
+  double geo_speedup;      /* geometric mean of t(direct) / t(selected) */
+  double geo_best_speedup; /* the same for the best plan (the ceiling) */
+} tsrp_eval_stats;
+
+/* Selects a plan for each mask of `split` through the lookup table in db
+ * and compares it with the best measured plan and the direct (base) plan.
+ * csv (may be NULL) receives one line per mask. */
+tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
+                         FILE *csv, tsrp_eval_stats *st, tsr_error *err);
+
+/* Writes regime.png, speedup.png and selection.csv (and stats) into dir. */
+tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
+                             tsr_error *err);
+
+/* Writes the GPU's lookup rows (and GPU and meta rows) as SQL INSERTs that
+ * load over db/schema.sql: the format of db/h200.sql.  gpu NULL = all. */
+tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *rows,
+                              tsr_error *err);
+
+/* ---- PNG writer (png.c) ------------------------------------------------ */
+
+/* An RGB canvas. */
+typedef struct {
+  int w, h;
+  unsigned char *px; /* w * h * 3 */
+} tsrp_png_image;
+
+tsr_status tsrp_png_new(tsrp_png_image *im, int w, int h, tsr_error *err);
+void tsrp_png_free(tsrp_png_image *im);
+void tsrp_png_rect(tsrp_png_image *im, int x, int y, int w, int h, unsigned rgb);
+/* 5x7 bitmap text (digits, letters, a few symbols), scale >= 1. */
+void tsrp_png_text(tsrp_png_image *im, int x, int y, int scale, unsigned rgb, const char *s);
+/* Writes an 8-bit RGB PNG (stored deflate blocks) atomically. */
+tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error *err);
+/* The zlib checksums, exposed for tests. */
+uint32_t tsrp_png_crc32(const unsigned char *p, size_t n);
+uint32_t tsrp_png_adler32(const unsigned char *p, size_t n);
+
+#endif

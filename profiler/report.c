@@ -1,0 +1,414 @@
+/*
+ * report.c: how good the lookup table is, and pictures of it.
+ *
+ * The evaluation replays run-time selection (tsr_select_plan on the stored
+ * features) for every mask of a split and compares the selected plan's
+ * measured median with the best measured candidate of that mask (exhaustive
+ * sweep, same GPU) and with the direct plan (the base plan: retain where the
+ * geometry allows).  The report writes selection.csv (one line a mask),
+ * regime.png (which plan wins where, by density and 128x128 fill) and
+ * speedup.png (geometric-mean speed-ups per mask family).  Cost: one pass
+ * over the timings; the PNGs are about 1.5 MB each (stored deflate).
+ */
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "profile.h"
+
+static void plan_text(const tsrp_dataset *ds, int64_t plan_id, char *buf, size_t n)
+{
+  int64_t i = tsrp_build_plan_index(ds, plan_id);
+  if (i < 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  snprintf(buf, n, "%s %dx%d %s", tsr_plan_mapping_name(ds->plans[i].mapping),
+           ds->plans[i].tile_m, ds->plans[i].tile_n, tsr_plan_tasks_name(ds->plans[i].tasks));
+}
+
+/* Finds the GPU (name, multiprocessors) to report on: the one named, else
+ * the first with timings. */
+static tsr_status pick_gpu(tsr_db *db, const char *gpu, char *name, size_t n, int *sms,
+                           tsr_error *err)
+{
+  sqlite3_stmt *st = NULL;
+  int rc;
+  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+                         "SELECT g.name, g.multiprocessors FROM gpus g WHERE (?1 IS NULL OR "
+                         "g.name = ?1) AND EXISTS (SELECT 1 FROM measurements m WHERE m.gpu_id = "
+                         "g.id AND m.status = 'ok') ORDER BY g.name LIMIT 1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return tsr_error_set(err, TSR_ERR_DB, "cannot read '%s': %s", tsr_db_path(db),
+                         sqlite3_errmsg(tsr_db_sqlite(db)));
+  if (gpu)
+    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    snprintf(name, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    *sms = sqlite3_column_int(st, 1);
+  }
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW)
+    return tsr_error_set(err, TSR_ERR_INVALID, "no timings in '%s'%s%s%s", tsr_db_path(db),
+                         gpu ? " for '" : "", gpu ? gpu : "", gpu ? "'" : "");
+  return TSR_OK;
+}
+
+tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
+                         FILE *csv, tsrp_eval_stats *out, tsr_error *err)
+{
+  tsrp_dataset ds;
+  tsr_selector *sel = NULL;
+  tsr_status s;
+  int64_t i, within = 0, sp_n = 0;
+  double lr = 0, ls = 0, lb = 0;
+  memset(out, 0, sizeof *out);
+  if ((s = tsrp_build_load(db, gpu, multiprocessors, split, &ds, err)) != TSR_OK)
+    return s;
+  if ((s = tsr_select_load(db, gpu, multiprocessors, &sel, err)) != TSR_OK) {
+    tsrp_build_free(&ds);
+    return s;
+  }
+  if (csv)
+    fprintf(csv, "mask,family,density,row_cv,fill_128x128,bq,bk,selected,level,t_selected_ms,"
+                 "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct\n");
+  for (i = 0; i < ds.n_masks; i++) {
+    const tsrp_mask_times *m = &ds.masks[i];
+    tsr_selection c;
+    tsr_plan_opts direct;
+    int64_t best_id;
+    double tb = tsrp_build_best(m, &best_id), ts, td;
+    char bt[64];
+    if (tb <= 0)
+      continue;
+    if ((s = tsr_select_plan(sel, &m->f, &c, err)) != TSR_OK)
+      break;
+    ts = tsrp_build_time_of(&ds, m, &c.opts);
+    tsr_select_base(&m->f, &direct);
+    td = tsrp_build_time_of(&ds, m, &direct);
+    if (ts <= 0) {
+      out->unmeasured++;
+      continue;
+    }
+    out->masks++;
+    out->from_table += c.from_table;
+    within += ts <= 1.05 * tb;
+    lr += log(ts / tb);
+    if (td > 0) {
+      ls += log(td / ts);
+      lb += log(td / tb);
+      sp_n++;
+    }
+    plan_text(&ds, best_id, bt, sizeof bt);
+    if (csv)
+      fprintf(csv, "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f\n",
+              m->path, m->family, m->f.density, m->f.row_cv, m->f.fill[TSR_FEATURE_TILES - 1],
+              (long long)m->f.bq, (long long)m->f.bk, tsr_plan_mapping_name(c.opts.mapping),
+              c.opts.tile_m, c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.level, ts, bt,
+              tb, td, ts / tb - 1, td > 0 ? td / ts : 0);
+  }
+  if (s == TSR_OK && out->masks > 0) {
+    out->within5 = (double)within / (double)out->masks;
+    out->geo_regret = exp(lr / (double)out->masks) - 1;
+    out->geo_speedup = sp_n ? exp(ls / (double)sp_n) : 0;
+    out->geo_best_speedup = sp_n ? exp(lb / (double)sp_n) : 0;
+  }
+  tsr_select_destroy(sel);
+  tsrp_build_free(&ds);
+  return s;
+}
+
+/* ---- Plots ------------------------------------------------------------- */
+
+static const unsigned palette[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd, 0x8c564b,
+                                   0xe377c2, 0x7f7f7f, 0xbcbd22, 0x17becf, 0x393b79, 0xad494a};
+#define NPAL (sizeof palette / sizeof palette[0])
+
+/* Scatter of the profiling masks: x = log10 density, y = fill at 128x128,
+ * colour = the plan that was fastest on that mask. */
+static tsr_status draw_regime(const tsrp_dataset *ds, const char *path, tsr_error *err)
+{
+  tsrp_png_image im;
+  const int W = 960, H = 640, X0 = 80, Y0 = 60, PW = 560, PH = 500;
+  int64_t i, *used = calloc((size_t)(ds->n_plans + 1), sizeof *used);
+  int k, nleg = 0;
+  tsr_status s;
+  char buf[96];
+  if (!used)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory drawing '%s'", path);
+  if ((s = tsrp_png_new(&im, W, H, err)) != TSR_OK) {
+    free(used);
+    return s;
+  }
+  snprintf(buf, sizeof buf, "BEST PLAN PER MASK - %.60s", ds->gpu);
+  tsrp_png_text(&im, X0, 20, 2, 0x000000, buf);
+  tsrp_png_rect(&im, X0, Y0, PW, PH, 0xf4f4f4);
+  for (k = 0; k <= 3; k++) { /* density 0.001 .. 1 on a log axis */
+    int x = X0 + k * PW / 3;
+    tsrp_png_rect(&im, x, Y0, 1, PH, 0xcccccc);
+    snprintf(buf, sizeof buf, "%g", pow(10, k - 3));
+    tsrp_png_text(&im, x - 10, Y0 + PH + 8, 1, 0x000000, buf);
+  }
+  for (k = 0; k <= 4; k++) {
+    int y = Y0 + PH - k * PH / 4;
+    tsrp_png_rect(&im, X0, y, PW, 1, 0xcccccc);
+    snprintf(buf, sizeof buf, "%.2f", k / 4.0);
+    tsrp_png_text(&im, X0 - 40, y - 3, 1, 0x000000, buf);
+  }
+  tsrp_png_text(&im, X0 + PW / 2 - 60, Y0 + PH + 24, 1, 0x000000, "DENSITY (LOG)");
+  tsrp_png_text(&im, 8, Y0 - 14, 1, 0x000000, "FILL AT 128X128");
+  for (i = 0; i < ds->n_masks; i++) {
+    const tsrp_mask_times *m = &ds->masks[i];
+    int64_t best, pi;
+    double d, x, y;
+    if (tsrp_build_best(m, &best) <= 0)
+      continue;
+    pi = tsrp_build_plan_index(ds, best);
+    d = m->f.density > 1e-3 ? m->f.density : 1e-3;
+    x = X0 + (log10(d) + 3) / 3 * PW;
+    y = Y0 + PH - m->f.fill[TSR_FEATURE_TILES - 1] * PH;
+    tsrp_png_rect(&im, (int)x - 3, (int)y - 3, 7, 7, palette[pi % NPAL]);
+    used[pi] = 1;
+  }
+  for (i = 0; i < ds->n_plans && nleg < 24; i++)
+    if (used[i]) {
+      int y = Y0 + nleg * 18;
+      plan_text(ds, ds->plans[i].id, buf, sizeof buf);
+      tsrp_png_rect(&im, X0 + PW + 20, y, 10, 10, palette[i % NPAL]);
+      tsrp_png_text(&im, X0 + PW + 36, y + 2, 1, 0x000000, buf);
+      nleg++;
+    }
+  free(used);
+  s = tsrp_png_write(&im, path, err);
+  tsrp_png_free(&im);
+  return s;
+}
+
+/* Bars per family: geometric-mean speed-up over the direct plan of the
+ * selected plan (dark) and of the best plan (light). */
+static tsr_status draw_speedup(tsr_db *db, const tsrp_dataset *ds, const char *path,
+                               tsr_error *err)
+{
+  enum { MAXF = 16 };
+  char fam[MAXF][64];
+  double sel_log[MAXF] = {0}, best_log[MAXF] = {0}, top = 1;
+  int cnt[MAXF] = {0}, nf = 0, k;
+  int64_t i;
+  tsr_selector *sel = NULL;
+  tsrp_png_image im;
+  tsr_status s;
+  const int W = 960, H = 560, X0 = 80, Y0 = 60, PH = 400;
+  char buf[96];
+  if ((s = tsr_select_load(db, ds->gpu, ds->multiprocessors, &sel, err)) != TSR_OK)
+    return s;
+  for (i = 0; i < ds->n_masks; i++) {
+    const tsrp_mask_times *m = &ds->masks[i];
+    tsr_selection c;
+    tsr_plan_opts direct;
+    double tb = tsrp_build_best(m, NULL), ts, td;
+    tsr_select_plan(sel, &m->f, &c, NULL);
+    tsr_select_base(&m->f, &direct);
+    ts = tsrp_build_time_of(ds, m, &c.opts);
+    td = tsrp_build_time_of(ds, m, &direct);
+    if (tb <= 0 || ts <= 0 || td <= 0)
+      continue;
+    for (k = 0; k < nf && strcmp(fam[k], m->family); k++)
+      ;
+    if (k == nf) {
+      if (nf == MAXF)
+        continue;
+      snprintf(fam[nf++], sizeof fam[0], "%s", m->family);
+    }
+    sel_log[k] += log(td / ts);
+    best_log[k] += log(td / tb);
+    cnt[k]++;
+  }
+  tsr_select_destroy(sel);
+  for (k = 0; k < nf; k++) {
+    sel_log[k] = exp(sel_log[k] / cnt[k]);
+    best_log[k] = exp(best_log[k] / cnt[k]);
+    if (best_log[k] > top)
+      top = best_log[k];
+    if (sel_log[k] > top)
+      top = sel_log[k];
+  }
+  top = ceil(top * 2) / 2;
+  if ((s = tsrp_png_new(&im, W, H, err)) != TSR_OK)
+    return s;
+  snprintf(buf, sizeof buf, "SPEED-UP OVER DIRECT PLAN - %.60s", ds->gpu);
+  tsrp_png_text(&im, X0, 20, 2, 0x000000, buf);
+  for (k = 0; k <= (int)(top * 2); k++) {
+    int y = Y0 + PH - (int)(k * 0.5 / top * PH);
+    tsrp_png_rect(&im, X0, y, W - X0 - 20, 1, k == 2 ? 0x000000 : 0xdddddd);
+    snprintf(buf, sizeof buf, "%.1fX", k * 0.5);
+    tsrp_png_text(&im, X0 - 44, y - 3, 1, 0x000000, buf);
+  }
+  for (k = 0; k < nf; k++) {
+    int slot = (W - X0 - 40) / (nf ? nf : 1), x = X0 + 10 + k * slot, bw = slot / 3;
+    int hs = (int)(sel_log[k] / top * PH), hb = (int)(best_log[k] / top * PH);
+    tsrp_png_rect(&im, x, Y0 + PH - hs, bw, hs, 0x1f77b4);
+    tsrp_png_rect(&im, x + bw + 2, Y0 + PH - hb, bw, hb, 0xaec7e8);
+    tsrp_png_text(&im, x, Y0 + PH + 8, 1, 0x000000, fam[k]);
+    snprintf(buf, sizeof buf, "%.2f", sel_log[k]);
+    tsrp_png_text(&im, x, Y0 + PH - hs - 10, 1, 0x000000, buf);
+  }
+  tsrp_png_rect(&im, X0, H - 30, 10, 10, 0x1f77b4);
+  tsrp_png_text(&im, X0 + 16, H - 28, 1, 0x000000, "SELECTED");
+  tsrp_png_rect(&im, X0 + 120, H - 30, 10, 10, 0xaec7e8);
+  tsrp_png_text(&im, X0 + 136, H - 28, 1, 0x000000, "BEST (EXHAUSTIVE)");
+  s = tsrp_png_write(&im, path, err);
+  tsrp_png_free(&im);
+  return s;
+}
+
+tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
+                             tsr_error *err)
+{
+  char name[128], path[1200], tmp[1300];
+  int sms = 0;
+  tsrp_dataset prof, ev;
+  tsrp_eval_stats st;
+  const char *split = "eval";
+  FILE *csv;
+  tsr_status s;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return tsr_error_set(err, TSR_ERR_IO, "cannot create report folder '%s': %s", dir,
+                         strerror(errno));
+  if ((s = pick_gpu(db, gpu, name, sizeof name, &sms, err)) != TSR_OK)
+    return s;
+  if ((s = tsrp_build_load(db, name, sms, "profile", &prof, err)) != TSR_OK)
+    return s;
+  if ((s = tsrp_build_load(db, name, sms, "eval", &ev, err)) != TSR_OK) {
+    tsrp_build_free(&prof);
+    return s;
+  }
+  if (ev.measurements == 0)
+    split = "profile"; /* no evaluation sweep: report on the profiling masks */
+  snprintf(path, sizeof path, "%s/selection.csv", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  csv = fopen(tmp, "w");
+  if (!csv) {
+    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    goto done;
+  }
+  s = tsrp_eval_run(db, name, sms, split, csv, &st, err);
+  if (fclose(csv) != 0 && s == TSR_OK)
+    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s'", tmp);
+  if (s != TSR_OK || rename(tmp, path) != 0) {
+    unlink(tmp);
+    if (s == TSR_OK)
+      s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    goto done;
+  }
+  if (log)
+    fprintf(log,
+            "%s (%d SMs), %s split: %lld masks (%lld not timed for the selected plan), "
+            "%lld from the table\n"
+            "  selected within 5%% of best: %.1f%%\n"
+            "  geometric-mean regret: %.2f%%\n"
+            "  geometric-mean speed-up over the direct plan: %.3fx (best possible %.3fx)\n",
+            name, sms, split, (long long)st.masks, (long long)st.unmeasured,
+            (long long)st.from_table, 100 * st.within5, 100 * st.geo_regret, st.geo_speedup,
+            st.geo_best_speedup);
+  snprintf(path, sizeof path, "%s/regime.png", dir);
+  if ((s = draw_regime(&prof, path, err)) != TSR_OK)
+    goto done;
+  snprintf(path, sizeof path, "%s/speedup.png", dir);
+  s = draw_speedup(db, ev.measurements ? &ev : &prof, path, err);
+done:
+  tsrp_build_free(&prof);
+  tsrp_build_free(&ev);
+  return s;
+}
+
+/* ---- Export ------------------------------------------------------------ */
+
+/* Prints a value as an SQL literal. */
+static void sql_value(FILE *f, sqlite3_stmt *st, int i)
+{
+  switch (sqlite3_column_type(st, i)) {
+  case SQLITE_INTEGER:
+    fprintf(f, "%lld", (long long)sqlite3_column_int64(st, i));
+    break;
+  case SQLITE_FLOAT:
+    fprintf(f, "%.17g", sqlite3_column_double(st, i));
+    break;
+  case SQLITE_NULL:
+    fputs("NULL", f);
+    break;
+  default: {
+    const unsigned char *s = sqlite3_column_text(st, i);
+    fputc('\'', f);
+    for (; s && *s; s++) {
+      if (*s == '\'')
+        fputc('\'', f);
+      fputc(*s, f);
+    }
+    fputc('\'', f);
+  }
+  }
+}
+
+/* Dumps the rows of `sql` as INSERTs into `table`; returns rows or -1. */
+static long dump(FILE *f, sqlite3 *h, const char *table, const char *sql, const char *gpu)
+{
+  sqlite3_stmt *st;
+  long n = 0;
+  int rc, i, cols;
+  if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  if (gpu)
+    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  cols = sqlite3_column_count(st);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    fprintf(f, "INSERT OR IGNORE INTO %s (", table);
+    for (i = 0; i < cols; i++)
+      fprintf(f, "%s%s", i ? ", " : "", sqlite3_column_name(st, i));
+    fputs(") VALUES (", f);
+    for (i = 0; i < cols; i++) {
+      if (i)
+        fputs(", ", f);
+      sql_value(f, st, i);
+    }
+    fputs(");\n", f);
+    n++;
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? n : -1;
+}
+
+tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *rows,
+                              tsr_error *err)
+{
+  long a, b, c;
+  fprintf(f, "-- Lookup table exported by tessera-profile from a sweep's database.\n"
+             "-- Load over db/schema.sql (tessera-profile init --sql FILE).\n");
+  /* GPU rows for the record (name, clocks, driver as found), then the table. */
+  a = dump(f, tsr_db_sqlite(db), "gpus",
+           "SELECT name, arch, multiprocessors, memory_bytes, l2_bytes, driver, clock_sm_khz, "
+           "clock_mem_khz FROM gpus WHERE (?1 IS NULL OR name = ?1) AND name IN (SELECT "
+           "gpu_name FROM lookup) ORDER BY id",
+           gpu);
+  b = dump(f, tsr_db_sqlite(db), "lookup_meta",
+           "SELECT gpu_name, multiprocessors, feature_version, built, masks, measurements, note "
+           "FROM lookup_meta WHERE (?1 IS NULL OR gpu_name = ?1) ORDER BY gpu_name",
+           gpu);
+  c = dump(f, tsr_db_sqlite(db), "lookup",
+           "SELECT gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, "
+           "bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
+           "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR gpu_name = ?1) "
+           "ORDER BY gpu_name, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
+           "spread_bin, fill_bin",
+           gpu);
+  if (a < 0 || b < 0 || c < 0 || ferror(f))
+    return tsr_error_set(err, TSR_ERR_DB, "cannot export lookup table from '%s': %s",
+                         tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+  if (rows)
+    *rows = c;
+  return TSR_OK;
+}

@@ -1,0 +1,326 @@
+/*
+ * tessera-profile.c: the per-GPU profiling tool.
+ *
+ *   tessera-profile sweep  --corpus DIR --db FILE [--device N] [--budget S] [--variants GLOB]
+ *   tessera-profile build  --db FILE [--gpu NAME] [--split NAME]
+ *   tessera-profile report --db FILE --out DIR [--gpu NAME]
+ *   tessera-profile export --db FILE [--gpu NAME] [--out FILE]
+ *   tessera-profile init   --db FILE [--sql FILE]
+ *
+ * Exit status: 0 success, 1 a quality or sweep step failed, 2 usage or
+ * input error; errors are one line "tessera-profile CMD: ...".
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "profile.h"
+#include "sweep.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+static void errorf(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void errorf(const char *cmd, const char *fmt, ...)
+{
+  va_list ap;
+  fprintf(stderr, "tessera-profile %s: ", cmd);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static int status_exit(tsr_status s)
+{
+  return s == TSR_ERR_INVALID || s == TSR_ERR_IO || s == TSR_ERR_FORMAT || s == TSR_ERR_DB
+             ? EXIT_USAGE
+             : EXIT_FAIL;
+}
+
+static const char *usage_text =
+    "usage: tessera-profile COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  sweep   --corpus DIR --db FILE [--device N] [--budget SECONDS] [--variants GLOB]\n"
+    "          [--split NAME] [--repeats N] [--warmup N] [--limit N]\n"
+    "          time every eligible candidate plan of every mask on this GPU\n"
+    "  build   --db FILE [--gpu NAME] [--split NAME]\n"
+    "          derive the lookup table from the timings\n"
+    "  report  --db FILE --out DIR [--gpu NAME]\n"
+    "          selection quality, regime map and speed-ups (PNG, CSV)\n"
+    "  export  --db FILE [--gpu NAME] [--out FILE]\n"
+    "          the lookup table as SQL text (what db/h200.sql holds)\n"
+    "  init    --db FILE [--sql FILE]\n"
+    "          create a database holding the shipped tables (or FILE's SQL)\n"
+    "\n"
+    "man tessera-profile(1) describes every option.\n";
+
+/* ---- build ------------------------------------------------------------- */
+
+static int cmd_build(int argc, char **argv)
+{
+  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"gpu", 1, 0, 'g'}, {"split", 1, 0, 's'},
+                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  const char *dbp = NULL;
+  tsrp_build_opts o = {NULL, NULL};
+  tsrp_build_stats st;
+  tsr_error err = {0};
+  tsr_db *db;
+  int c;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    if (c == 'd')
+      dbp = optarg;
+    else if (c == 'g')
+      o.gpu = optarg;
+    else if (c == 's')
+      o.split = optarg;
+    else if (c == 'h') {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    } else
+      return EXIT_USAGE;
+  }
+  if (!dbp || optind != argc) {
+    errorf("build", "expected --db FILE and no other arguments");
+    return EXIT_USAGE;
+  }
+  if (tsr_db_open(dbp, 0, &db, &err) != TSR_OK) {
+    errorf("build", "%s", err.text);
+    return EXIT_USAGE;
+  }
+  if (tsrp_build_run(db, &o, &st, &err) != TSR_OK) {
+    errorf("build", "%s", err.text);
+    tsr_db_close(db);
+    return status_exit(err.status);
+  }
+  tsr_db_close(db);
+  printf("derived %lld lookup rows for %d GPU(s) from %lld masks, %lld timings\n",
+         (long long)st.rows, st.gpus, (long long)st.masks, (long long)st.measurements);
+  return EXIT_OK;
+}
+
+/* ---- report ------------------------------------------------------------ */
+
+static int cmd_report(int argc, char **argv)
+{
+  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"out", 1, 0, 'o'}, {"gpu", 1, 0, 'g'},
+                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  const char *dbp = NULL, *out = NULL, *gpu = NULL;
+  tsr_error err = {0};
+  tsr_db *db;
+  int c;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    if (c == 'd')
+      dbp = optarg;
+    else if (c == 'o')
+      out = optarg;
+    else if (c == 'g')
+      gpu = optarg;
+    else if (c == 'h') {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    } else
+      return EXIT_USAGE;
+  }
+  if (!dbp || !out || optind != argc) {
+    errorf("report", "expected --db FILE --out DIR");
+    return EXIT_USAGE;
+  }
+  if (tsr_db_open(dbp, TSR_DB_READONLY, &db, &err) != TSR_OK) {
+    errorf("report", "%s", err.text);
+    return EXIT_USAGE;
+  }
+  if (tsrp_report_write(db, gpu, out, stdout, &err) != TSR_OK) {
+    errorf("report", "%s", err.text);
+    tsr_db_close(db);
+    return status_exit(err.status);
+  }
+  tsr_db_close(db);
+  printf("wrote %s/selection.csv, %s/regime.png, %s/speedup.png\n", out, out, out);
+  return EXIT_OK;
+}
+
+/* ---- export ------------------------------------------------------------ */
+
+static int cmd_export(int argc, char **argv)
+{
+  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"out", 1, 0, 'o'}, {"gpu", 1, 0, 'g'},
+                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  const char *dbp = NULL, *out = NULL, *gpu = NULL;
+  char tmp[1100];
+  tsr_error err = {0};
+  tsr_db *db;
+  FILE *f = stdout;
+  int64_t c2 = 0;
+  int c, ok;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    if (c == 'd')
+      dbp = optarg;
+    else if (c == 'o')
+      out = optarg;
+    else if (c == 'g')
+      gpu = optarg;
+    else if (c == 'h') {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    } else
+      return EXIT_USAGE;
+  }
+  if (!dbp || optind != argc) {
+    errorf("export", "expected --db FILE");
+    return EXIT_USAGE;
+  }
+  if (tsr_db_open(dbp, TSR_DB_READONLY, &db, &err) != TSR_OK) {
+    errorf("export", "%s", err.text);
+    return EXIT_USAGE;
+  }
+  if (out) {
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    f = fopen(tmp, "w");
+    if (!f) {
+      errorf("export", "cannot write '%s': %s", tmp, strerror(errno));
+      tsr_db_close(db);
+      return EXIT_USAGE;
+    }
+  }
+  ok = tsrp_report_export(db, gpu, f, &c2, &err) == TSR_OK;
+  if (!ok)
+    errorf("export", "%s", err.text);
+  tsr_db_close(db);
+  if (out) {
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, out) != 0) {
+      unlink(tmp);
+      if (ok)
+        errorf("export", "cannot write '%s': %s", out, strerror(errno));
+      return EXIT_USAGE;
+    }
+  }
+  if (ok)
+    fprintf(stderr, "exported %lld lookup rows\n", (long long)c2);
+  return ok ? EXIT_OK : EXIT_USAGE;
+}
+
+/* ---- init -------------------------------------------------------------- */
+
+static char *read_file(const char *path, tsr_error *err)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  long n;
+  if (!f) {
+    tsr_error_set(err, TSR_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (buf = malloc((size_t)n + 1)) != NULL) {
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+      free(buf);
+      buf = NULL;
+    } else
+      buf[n] = '\0';
+  }
+  fclose(f);
+  if (!buf)
+    tsr_error_set(err, TSR_ERR_IO, "cannot read '%s'", path);
+  return buf;
+}
+
+static int cmd_init(int argc, char **argv)
+{
+  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"sql", 1, 0, 's'}, {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  const char *dbp = NULL, *sqlp = NULL;
+  char tmp[1100];
+  char *text = NULL;
+  tsr_error err = {0};
+  tsr_db *db;
+  int c;
+  tsr_status s;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    if (c == 'd')
+      dbp = optarg;
+    else if (c == 's')
+      sqlp = optarg;
+    else if (c == 'h') {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    } else
+      return EXIT_USAGE;
+  }
+  if (!dbp || optind != argc) {
+    errorf("init", "expected --db FILE");
+    return EXIT_USAGE;
+  }
+  if (access(dbp, F_OK) == 0) {
+    errorf("init", "cannot create '%s': file exists", dbp);
+    return EXIT_USAGE;
+  }
+  if (sqlp && !(text = read_file(sqlp, &err))) {
+    errorf("init", "%s", err.text);
+    return EXIT_USAGE;
+  }
+  /* Built beside the target and renamed, so a failure leaves no file. */
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld", dbp, (long)getpid());
+  s = tsr_db_open(tmp, TSR_DB_CREATE, &db, &err);
+  if (s == TSR_OK) {
+    s = tsr_db_exec(db, text ? text : tsr_db_default_sql(), &err);
+    if (s == TSR_OK)
+      s = tsr_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err);
+    tsr_db_close(db);
+  }
+  free(text);
+  if (s != TSR_OK || rename(tmp, dbp) != 0) {
+    char aux[1200];
+    if (s == TSR_OK)
+      errorf("init", "cannot create '%s': %s", dbp, strerror(errno));
+    else
+      errorf("init", "%s", err.text);
+    unlink(tmp);
+    snprintf(aux, sizeof aux, "%s-wal", tmp);
+    unlink(aux);
+    snprintf(aux, sizeof aux, "%s-shm", tmp);
+    unlink(aux);
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    fputs(usage_text, stdout);
+    return EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("tessera-profile %s\n", PACKAGE_VERSION);
+    return EXIT_OK;
+  }
+  if (!strcmp(argv[1], "sweep"))
+    return tsrp_sweep_main(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "build"))
+    return cmd_build(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "report"))
+    return cmd_report(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "export"))
+    return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "init"))
+    return cmd_init(argc - 1, argv + 1);
+  fprintf(stderr, "tessera-profile: unknown command '%s'\n", argv[1]);
+  fputs(usage_text, stderr);
+  return EXIT_USAGE;
+}

@@ -1,0 +1,639 @@
+/*
+ * db.c: the profiling and lookup database (db/schema.sql) in SQLite.
+ *
+ * Used rarely and in bulk: the runtime opens it once per context to load a
+ * lookup table (runtime/select.c), tessera-profile writes one measurement
+ * (a handful of rows) per timed candidate, which costs one fsync-free WAL
+ * commit, far below the seconds a GPU timing takes.
+ *
+ * Crash safety and concurrency come from SQLite: writable handles run in WAL
+ * mode with a busy timeout; every record call is one BEGIN IMMEDIATE
+ * transaction whose unique keys make a second writer (a resumed or parallel
+ * sweep) skip rows that are already there instead of duplicating them.
+ *
+ * The schema is applied in "-- @version N" sections of db/schema.sql, which
+ * the build embeds (with the shipped tables, db/h200.sql) as C strings in a
+ * generated file; PRAGMA user_version records how far a file has come.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tessera.h"
+
+/* Generated at build time from db/schema.sql and db/h200.sql (db/local.mk). */
+extern const char tsr_db_embedded_schema[];
+extern const char tsr_db_embedded_tables[];
+
+/* Milliseconds a writer waits for another's lock before giving up. */
+#define DB_BUSY_MS 30000
+
+struct tsr_db {
+  sqlite3 *h;
+  int version;
+  int readonly;
+  char path[1024];
+};
+
+const char *tsr_db_default_sql(void) { return tsr_db_embedded_tables; }
+
+static tsr_status db_fail(tsr_db *db, tsr_error *err, const char *what)
+{
+  return tsr_error_set(err, TSR_ERR_DB, "cannot %s lookup database '%s': %s", what, db->path,
+                       db->h ? sqlite3_errmsg(db->h) : "out of memory");
+}
+
+tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err)
+{
+  char *msg = NULL;
+  tsr_status st = TSR_OK;
+  if (sqlite3_exec(db->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    st = tsr_error_set(err, TSR_ERR_DB, "cannot update lookup database '%s': %s", db->path,
+                       msg ? msg : sqlite3_errmsg(db->h));
+  }
+  sqlite3_free(msg);
+  return st;
+}
+
+tsr_status tsr_db_begin(tsr_db *db, tsr_error *err)
+{
+  if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+    return db_fail(db, err, "lock");
+  return TSR_OK;
+}
+
+tsr_status tsr_db_commit(tsr_db *db, tsr_error *err)
+{
+  if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    tsr_status st = db_fail(db, err, "commit to");
+    tsr_db_rollback(db);
+    return st;
+  }
+  return TSR_OK;
+}
+
+void tsr_db_rollback(tsr_db *db)
+{
+  if (db && db->h && !sqlite3_get_autocommit(db->h))
+    sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int tsr_db_version(const tsr_db *db) { return db ? db->version : 0; }
+const char *tsr_db_path(const tsr_db *db) { return db ? db->path : ""; }
+struct sqlite3 *tsr_db_sqlite(tsr_db *db) { return db ? db->h : NULL; }
+
+/* Reads a single integer (PRAGMA or SELECT); -1 on error. */
+static int64_t query_int(sqlite3 *h, const char *sql)
+{
+  sqlite3_stmt *st = NULL;
+  int64_t v = -1;
+  if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+/* Finds section `version` of the schema text: [*begin, *end).  0 if absent. */
+static int schema_section(int version, const char **begin, const char **end)
+{
+  char tag[32];
+  const char *p, *q;
+  snprintf(tag, sizeof tag, "-- @version %d\n", version);
+  p = strstr(tsr_db_embedded_schema, tag);
+  if (!p)
+    return 0;
+  p += strlen(tag);
+  q = strstr(p, "-- @version ");
+  *begin = p;
+  *end = q ? q : p + strlen(p);
+  return 1;
+}
+
+/* Brings the schema from its current version up to `target` in one write
+ * transaction, so two processes opening a fresh file never both apply it. */
+static tsr_status migrate(tsr_db *db, int target, tsr_error *err)
+{
+  int64_t v;
+  int n;
+  tsr_status st;
+  if ((st = tsr_db_begin(db, err)) != TSR_OK)
+    return st;
+  v = query_int(db->h, "PRAGMA user_version");
+  if (v < 0) {
+    st = db_fail(db, err, "read");
+    goto fail;
+  }
+  if (v > TSR_DB_SCHEMA_VERSION) {
+    st = tsr_error_set(err, TSR_ERR_DB,
+                       "cannot use lookup database '%s': schema version %" PRId64
+                       " is newer than this library's %d",
+                       db->path, v, TSR_DB_SCHEMA_VERSION);
+    goto fail;
+  }
+  if (v == 0 && query_int(db->h, "SELECT count(*) FROM sqlite_master") > 0) {
+    st = tsr_error_set(err, TSR_ERR_DB,
+                       "cannot use lookup database '%s': it holds tables but no tessera schema "
+                       "version",
+                       db->path);
+    goto fail;
+  }
+  for (n = (int)v + 1; n <= target; n++) {
+    const char *b, *e;
+    char *text;
+    if (!schema_section(n, &b, &e)) {
+      st = tsr_error_set(err, TSR_ERR_DB, "embedded schema lacks version %d", n);
+      goto fail;
+    }
+    text = malloc((size_t)(e - b) + 1);
+    if (!text) {
+      st = tsr_error_set(err, TSR_ERR_NOMEM, "out of memory migrating '%s'", db->path);
+      goto fail;
+    }
+    memcpy(text, b, (size_t)(e - b));
+    text[e - b] = '\0';
+    st = tsr_db_exec(db, text, err);
+    free(text);
+    if (st != TSR_OK)
+      goto fail;
+  }
+  if (target > v) {
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", target);
+    if ((st = tsr_db_exec(db, sql, err)) != TSR_OK)
+      goto fail;
+  }
+  if ((st = tsr_db_commit(db, err)) != TSR_OK)
+    return st;
+  db->version = target > v ? target : (int)v;
+  return TSR_OK;
+fail:
+  tsr_db_rollback(db);
+  return st;
+}
+
+static tsr_status db_new(const char *path, tsr_db **out, tsr_error *err)
+{
+  tsr_db *db = calloc(1, sizeof *db);
+  if (!db)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory opening lookup database");
+  snprintf(db->path, sizeof db->path, "%s", path ? path : ":memory:");
+  *out = db;
+  return TSR_OK;
+}
+
+/* Opens the connection; a file that is not a database shows up here or at
+ * the first read, and both name the path. */
+static tsr_status db_connect(tsr_db *db, const char *path, int flags, tsr_error *err)
+{
+  int rc = sqlite3_open_v2(path, &db->h, flags, NULL);
+  if (rc != SQLITE_OK)
+    return db_fail(db, err, "open");
+  sqlite3_extended_result_codes(db->h, 1);
+  sqlite3_busy_timeout(db->h, DB_BUSY_MS);
+  return TSR_OK;
+}
+
+/* Switches a writable file to WAL; confirms the file is a database. */
+static tsr_status db_setup_writable(tsr_db *db, tsr_error *err)
+{
+  sqlite3_stmt *st = NULL;
+  int ok = 0;
+  if (sqlite3_prepare_v2(db->h, "PRAGMA journal_mode=WAL", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char *mode = sqlite3_column_text(st, 0);
+    ok = mode && !strcmp((const char *)mode, "wal");
+  }
+  sqlite3_finalize(st);
+  if (!ok)
+    return db_fail(db, err, "open");
+  if (sqlite3_exec(db->h, "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL", NULL, NULL,
+                   NULL) != SQLITE_OK)
+    return db_fail(db, err, "open");
+  return TSR_OK;
+}
+
+static tsr_status open_default(tsr_db *db, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = db_connect(db, ":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err)) != TSR_OK)
+    return st;
+  if ((st = migrate(db, TSR_DB_SCHEMA_VERSION, err)) != TSR_OK)
+    return st;
+  return tsr_db_exec(db, tsr_db_embedded_tables, err);
+}
+
+static tsr_status open_file(tsr_db *db, const char *path, int flags, tsr_error *err)
+{
+  struct stat sb;
+  tsr_status st;
+  int64_t v;
+  if (stat(path, &sb) != 0) {
+    if (errno != ENOENT || (flags & TSR_DB_READONLY) || !(flags & TSR_DB_CREATE))
+      return tsr_error_set(err, TSR_ERR_IO, "cannot open lookup database '%s': %s", path,
+                           strerror(errno));
+  } else if (!S_ISREG(sb.st_mode)) {
+    return tsr_error_set(err, TSR_ERR_IO, "cannot open lookup database '%s': not a regular file",
+                         path);
+  }
+  if (flags & TSR_DB_READONLY) {
+    db->readonly = 1;
+    if ((st = db_connect(db, path, SQLITE_OPEN_READONLY, err)) != TSR_OK)
+      return st;
+    v = query_int(db->h, "PRAGMA user_version");
+    if (v < 0)
+      return db_fail(db, err, "read");
+    if (v == 0)
+      return tsr_error_set(err, TSR_ERR_DB,
+                           "cannot use lookup database '%s': not a tessera database (schema "
+                           "version 0)",
+                           path);
+    if (v > TSR_DB_SCHEMA_VERSION)
+      return tsr_error_set(err, TSR_ERR_DB,
+                           "cannot use lookup database '%s': schema version %" PRId64
+                           " is newer than this library's %d",
+                           path, v, TSR_DB_SCHEMA_VERSION);
+    if (v < TSR_DB_SCHEMA_VERSION)
+      return tsr_error_set(err, TSR_ERR_DB,
+                           "cannot use lookup database '%s': schema version %" PRId64
+                           " is older than %d; open it once with tessera-profile to migrate",
+                           path, v, TSR_DB_SCHEMA_VERSION);
+    /* A cheap structural check: a truncated or overwritten file fails here
+     * rather than in the middle of a lookup. */
+    if (query_int(db->h, "SELECT count(*) FROM lookup") < 0)
+      return db_fail(db, err, "read");
+    db->version = (int)v;
+    return TSR_OK;
+  }
+  if ((st = db_connect(db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err)) != TSR_OK)
+    return st;
+  if ((st = db_setup_writable(db, err)) != TSR_OK)
+    return st;
+  return migrate(db, TSR_DB_SCHEMA_VERSION, err);
+}
+
+tsr_status tsr_db_open(const char *path, int flags, tsr_db **out, tsr_error *err)
+{
+  tsr_db *db = NULL;
+  tsr_status st;
+  if (!out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_db_open: out is NULL");
+  *out = NULL;
+  if (path && !*path)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot open lookup database: empty path");
+  if ((st = db_new(path, &db, err)) != TSR_OK)
+    return st;
+  st = path ? open_file(db, path, flags, err) : open_default(db, err);
+  if (st != TSR_OK) {
+    tsr_db_close(db);
+    return st;
+  }
+  *out = db;
+  return TSR_OK;
+}
+
+tsr_status tsr_db_create_at(const char *path, int version, tsr_error *err)
+{
+  tsr_db *db = NULL;
+  tsr_status st;
+  struct stat sb;
+  if (!path || version < 1 || version > TSR_DB_SCHEMA_VERSION)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot create lookup database: version %d outside 1..%d", version,
+                         TSR_DB_SCHEMA_VERSION);
+  if (stat(path, &sb) == 0)
+    return tsr_error_set(err, TSR_ERR_IO, "cannot create lookup database '%s': file exists",
+                         path);
+  if ((st = db_new(path, &db, err)) != TSR_OK)
+    return st;
+  st = db_connect(db, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err);
+  if (st == TSR_OK)
+    st = db_setup_writable(db, err);
+  if (st == TSR_OK)
+    st = migrate(db, version, err);
+  tsr_db_close(db);
+  return st;
+}
+
+void tsr_db_close(tsr_db *db)
+{
+  if (!db)
+    return;
+  tsr_db_rollback(db);
+  sqlite3_close(db->h);
+  free(db);
+}
+
+/* ---- Parameterised statements ---------------------------------------- */
+
+/* Prepares `sql` and binds the arguments by `types`: 't' text (NULL binds
+ * NULL), 'i' int64_t, 'd' double. */
+static sqlite3_stmt *prep(tsr_db *db, const char *sql, const char *types, va_list ap)
+{
+  sqlite3_stmt *st = NULL;
+  int i;
+  if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK)
+    return NULL;
+  for (i = 0; types[i]; i++) {
+    int rc;
+    if (types[i] == 't') {
+      const char *s = va_arg(ap, const char *);
+      rc = s ? sqlite3_bind_text(st, i + 1, s, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, i + 1);
+    } else if (types[i] == 'i') {
+      rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+    } else {
+      rc = sqlite3_bind_double(st, i + 1, va_arg(ap, double));
+    }
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(st);
+      return NULL;
+    }
+  }
+  return st;
+}
+
+/* Runs one statement.  *row_id (may be NULL) gets the first column of the
+ * first row, or -1 when none; *changes (may be NULL) the rows changed. */
+static tsr_status run(tsr_db *db, tsr_error *err, int64_t *row_id, int *changes, const char *sql,
+                      const char *types, ...)
+{
+  va_list ap;
+  sqlite3_stmt *st;
+  int rc;
+  va_start(ap, types);
+  st = prep(db, sql, types, ap);
+  va_end(ap);
+  if (!st)
+    return db_fail(db, err, "query");
+  if (row_id)
+    *row_id = -1;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    if (row_id && *row_id < 0)
+      *row_id = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE)
+    return db_fail(db, err, "update");
+  if (changes)
+    *changes = sqlite3_changes(db->h);
+  return TSR_OK;
+}
+
+static tsr_status need_writable(tsr_db *db, tsr_error *err)
+{
+  if (!db)
+    return tsr_error_set(err, TSR_ERR_INVALID, "no lookup database given");
+  if (db->readonly)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot write lookup database '%s': opened read-only",
+                         db->path);
+  return TSR_OK;
+}
+
+static const char *str_or(const char *s, const char *dflt) { return s ? s : dflt; }
+
+tsr_status tsr_db_put_gpu(tsr_db *db, const tsr_db_gpu *g, int64_t *id, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  if (!g->name || !g->arch || g->multiprocessors <= 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot record gpu '%s': name, arch and "
+                         "multiprocessors are required", str_or(g->name, "(null)"));
+  st = run(db, err, NULL, NULL,
+           "INSERT OR IGNORE INTO gpus (name, arch, multiprocessors, memory_bytes, l2_bytes, "
+           "driver, clock_sm_khz, clock_mem_khz) VALUES (?,?,?,?,?,?,?,?)",
+           "ttiiitii", g->name, g->arch, (int64_t)g->multiprocessors, g->memory_bytes, g->l2_bytes,
+           str_or(g->driver, ""), (int64_t)g->clock_sm_khz, (int64_t)g->clock_mem_khz);
+  if (st == TSR_OK)
+    st = run(db, err, id, NULL,
+             "SELECT id FROM gpus WHERE name=? AND arch=? AND multiprocessors=? AND "
+             "memory_bytes=? AND l2_bytes=? AND driver=? AND clock_sm_khz=? AND clock_mem_khz=?",
+             "ttiiitii", g->name, g->arch, (int64_t)g->multiprocessors, g->memory_bytes,
+             g->l2_bytes, str_or(g->driver, ""), (int64_t)g->clock_sm_khz,
+             (int64_t)g->clock_mem_khz);
+  return st;
+}
+
+tsr_status tsr_db_put_variant(tsr_db *db, const tsr_db_variant *v, int64_t *id, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  if (!v->name || !*v->name || !v->template_hash || !*v->template_hash)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot record variant '%s': name and template hash are required",
+                         str_or(v->name, "(null)"));
+  st = run(db, err, NULL, NULL,
+           "INSERT OR IGNORE INTO variants (name, params, template_hash, generator, "
+           "nvrtc_version, nvrtc_options) VALUES (?,?,?,?,?,?)",
+           "tttttt", v->name, str_or(v->params, "{}"), v->template_hash, str_or(v->generator, ""),
+           str_or(v->nvrtc_version, ""), str_or(v->nvrtc_options, ""));
+  if (st == TSR_OK)
+    st = run(db, err, id, NULL,
+             "SELECT id FROM variants WHERE name=? AND template_hash=? AND generator=? AND "
+             "nvrtc_version=? AND nvrtc_options=?",
+             "ttttt", v->name, v->template_hash, str_or(v->generator, ""),
+             str_or(v->nvrtc_version, ""), str_or(v->nvrtc_options, ""));
+  return st;
+}
+
+tsr_status tsr_db_put_mask(tsr_db *db, const tsr_db_mask *m, int64_t *id, tsr_error *err)
+{
+  char hash[17];
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  if (!m->corpus || !m->path)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot record mask: corpus and path are required");
+  snprintf(hash, sizeof hash, "%016" PRIx64, m->content_hash);
+  st = run(db, err, NULL, NULL,
+           "INSERT OR IGNORE INTO masks (corpus, path, split, family, model, geometry, batch, "
+           "heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, content_hash) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           "ttttttiiiiiitt", m->corpus, m->path, str_or(m->split, "profile"),
+           str_or(m->family, ""), str_or(m->model, ""), str_or(m->geometry, ""), m->batch,
+           m->heads_q, m->heads_kv, m->seq_q, m->seq_k, m->head_dim, str_or(m->dtype, "bf16"),
+           hash);
+  if (st == TSR_OK)
+    st = run(db, err, id, NULL,
+             "SELECT id FROM masks WHERE corpus=? AND path=? AND content_hash=?", "ttt",
+             m->corpus, m->path, hash);
+  return st;
+}
+
+tsr_status tsr_db_put_plan(tsr_db *db, const tsr_db_plan *p, int64_t *id, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  if (p->mapping == TSR_MAP_AUTO || p->tasks == TSR_TASKS_AUTO || p->tile_m <= 0 ||
+      p->tile_n <= 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot record plan %dx%d: mapping, task layout and tile must be "
+                         "resolved",
+                         p->tile_m, p->tile_n);
+  st = run(db, err, NULL, NULL,
+           "INSERT OR IGNORE INTO plans (mapping, tile_m, tile_n, tasks, variant) "
+           "VALUES (?,?,?,?,?)",
+           "tiitt", tsr_plan_mapping_name(p->mapping), (int64_t)p->tile_m, (int64_t)p->tile_n,
+           tsr_plan_tasks_name(p->tasks), str_or(p->variant, ""));
+  if (st == TSR_OK)
+    st = run(db, err, id, NULL,
+             "SELECT id FROM plans WHERE mapping=? AND tile_m=? AND tile_n=? AND tasks=? AND "
+             "variant=?",
+             "tiitt", tsr_plan_mapping_name(p->mapping), (int64_t)p->tile_m,
+             (int64_t)p->tile_n, tsr_plan_tasks_name(p->tasks), str_or(p->variant, ""));
+  return st;
+}
+
+tsr_status tsr_db_start_sweep(tsr_db *db, int64_t gpu_id, const char *corpus, const char *command,
+                              int64_t *id, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  st = run(db, err, NULL, NULL,
+           "INSERT INTO sweeps (gpu_id, corpus, started, command) "
+           "VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%SZ','now'), ?)",
+           "itt", gpu_id, str_or(corpus, ""), str_or(command, ""));
+  if (st == TSR_OK)
+    *id = sqlite3_last_insert_rowid(db->h);
+  return st;
+}
+
+tsr_status tsr_db_finish_sweep(tsr_db *db, int64_t sweep_id, tsr_error *err)
+{
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  return run(db, err, NULL, NULL,
+             "UPDATE sweeps SET finished = strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id = ?",
+             "i", sweep_id);
+}
+
+tsr_status tsr_db_has_measurement(tsr_db *db, int64_t gpu_id, int64_t mask_id, int64_t plan_id,
+                                  int64_t variant_id, int *found, tsr_error *err)
+{
+  int64_t id;
+  tsr_status st = run(db, err, &id, NULL,
+                      "SELECT id FROM measurements WHERE gpu_id=? AND mask_id=? AND plan_id=? "
+                      "AND variant_id=?",
+                      "iiii", gpu_id, mask_id, plan_id, variant_id);
+  *found = st == TSR_OK && id >= 0;
+  return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of n > 0 values (mean of the middle two for even n). */
+static double median(const double *v, int n, tsr_status *st)
+{
+  double *c = malloc(sizeof *c * (size_t)n), m;
+  if (!c) {
+    *st = TSR_ERR_NOMEM;
+    return 0;
+  }
+  memcpy(c, v, sizeof *c * (size_t)n);
+  qsort(c, (size_t)n, sizeof *c, cmp_double);
+  m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  free(c);
+  return m;
+}
+
+tsr_status tsr_db_record(tsr_db *db, const tsr_db_measurement *m, int *inserted, tsr_error *err)
+{
+  tsr_status st;
+  int own, changes = 0, i, ok;
+  double med = 0;
+  int64_t mid;
+  if (inserted)
+    *inserted = 0;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  ok = m->status && !strcmp(m->status, "ok");
+  if (!m->status || (!ok && strcmp(m->status, "ineligible") && strcmp(m->status, "failed")))
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot record measurement: status '%s' is not "
+                         "ok, ineligible or failed", str_or(m->status, "(null)"));
+  if (ok && (m->n_samples < 1 || !m->samples_ms))
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot record measurement of plan %" PRId64 ": no samples", m->plan_id);
+  for (i = 0; i < m->n_samples; i++)
+    if (!(m->samples_ms[i] > 0) || m->samples_ms[i] != m->samples_ms[i] ||
+        m->samples_ms[i] > 1e9)
+      return tsr_error_set(err, TSR_ERR_INVALID,
+                           "cannot record measurement of plan %" PRId64 ": sample %d is %g ms",
+                           m->plan_id, i, m->samples_ms[i]);
+  if (m->n_samples > 0) {
+    st = TSR_OK;
+    med = median(m->samples_ms, m->n_samples, &st);
+    if (st != TSR_OK)
+      return tsr_error_set(err, st, "out of memory recording a measurement");
+  }
+  own = sqlite3_get_autocommit(db->h);
+  if (own && (st = tsr_db_begin(db, err)) != TSR_OK)
+    return st;
+  if (ok)
+    st = run(db, err, NULL, &changes,
+             "INSERT OR IGNORE INTO measurements (gpu_id, mask_id, plan_id, variant_id, sweep_id, "
+             "status, detail, median_ms, warmup, repeats) VALUES (?,?,?,?,?,?,?,?,?,?)",
+             "iiiiittdii", m->gpu_id, m->mask_id, m->plan_id, m->variant_id, m->sweep_id,
+             m->status, str_or(m->detail, ""), med, (int64_t)m->warmup, (int64_t)m->n_samples);
+  else
+    st = run(db, err, NULL, &changes,
+             "INSERT OR IGNORE INTO measurements (gpu_id, mask_id, plan_id, variant_id, sweep_id, "
+             "status, detail, median_ms, warmup, repeats) VALUES (?,?,?,?,?,?,?,NULL,0,0)",
+             "iiiiitt", m->gpu_id, m->mask_id, m->plan_id, m->variant_id, m->sweep_id, m->status,
+             str_or(m->detail, ""));
+  if (st != TSR_OK || changes == 0)
+    goto done;
+  mid = sqlite3_last_insert_rowid(db->h);
+  for (i = 0; i < m->n_samples && st == TSR_OK; i++)
+    st = run(db, err, NULL, NULL, "INSERT INTO samples (measurement_id, rep, ms) VALUES (?,?,?)",
+             "iid", mid, (int64_t)i, m->samples_ms[i]);
+  if (st == TSR_OK && inserted)
+    *inserted = 1;
+done:
+  if (own) {
+    if (st == TSR_OK)
+      st = tsr_db_commit(db, err);
+    else
+      tsr_db_rollback(db);
+  }
+  if (st != TSR_OK && inserted)
+    *inserted = 0;
+  return st;
+}
+
+tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
+                               const tsr_features *f, tsr_error *err)
+{
+  const char *names[TSR_FEATURES_MAX];
+  double values[TSR_FEATURES_MAX];
+  int n, i, own;
+  tsr_status st;
+  if ((st = need_writable(db, err)) != TSR_OK)
+    return st;
+  n = tsr_features_list(f, names, values);
+  own = sqlite3_get_autocommit(db->h);
+  if (own && (st = tsr_db_begin(db, err)) != TSR_OK)
+    return st;
+  for (i = 0; i < n && st == TSR_OK; i++)
+    st = run(db, err, NULL, NULL,
+             "INSERT OR REPLACE INTO mask_features (mask_id, gpu_id, version, name, value) "
+             "VALUES (?,?,?,?,?)",
+             "iiitd", mask_id, gpu_id, (int64_t)TSR_FEATURES_VERSION, names[i], values[i]);
+  if (own) {
+    if (st == TSR_OK)
+      st = tsr_db_commit(db, err);
+    else
+      tsr_db_rollback(db);
+  }
+  return st;
+}

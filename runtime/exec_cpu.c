@@ -1,0 +1,290 @@
+/*
+ * exec_cpu.c: tsr_cpu_execute, the plan run tile by tile on the CPU with the
+ * kernels' arithmetic: float32 scores p = exp2(s * scale_log2 - m) in the
+ * base-2 domain of plan_layout.h, the online softmax update per key tile
+ * (a row with nothing selected in a tile leaves m and l untouched),
+ * membership bits per query-block segment, partial slots for split rows and
+ * the log-sum-exp merge.  Any plan bug (a tile dropped, duplicated or
+ * mis-masked, a slot mixed up) changes the output, so plans are tested on
+ * any machine against tsr_ref_attention.
+ *
+ * Cost: O(computed pairs x D) flops, single threaded; meant for tests and
+ * `tessera run --backend cpu`, not for speed.  Memory: float32 copies of
+ * q, k, v and the partial slots (n_slots x BM x (D + 2) floats).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_impl.h"
+
+/* Checks a [B, H, S, D] (or [H, S, D] with B = 1) float32/float16 array. */
+static tsr_status check_tensor(const tsr_array *a, const char *name, int64_t batch, int64_t heads,
+                               int64_t seq, int64_t dim, tsr_error *err)
+{
+  int64_t want[4] = {batch, heads, seq, dim}, i, off;
+  if (!a || !a->data)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot execute plan: %s is missing", name);
+  if (a->dtype != TSR_DT_F32 && a->dtype != TSR_DT_F16)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "cannot execute plan: %s has dtype %s, expected "
+                         "float32 or float16", name, tsr_dtype_name(a->dtype));
+  if (a->ndim != 4 && !(a->ndim == 3 && batch == 1))
+    return tsr_error_set(err, TSR_ERR_SHAPE, "cannot execute plan: %s has %d dimensions, "
+                         "expected 4 (or 3 with batch 1)", name, a->ndim);
+  off = 4 - a->ndim;
+  for (i = 0; i < a->ndim; i++)
+    if (a->shape[i] != want[i + off])
+      return tsr_error_set(err, TSR_ERR_SHAPE,
+                           "cannot execute plan: %s dimension %lld is %lld, expected %lld", name,
+                           (long long)i, (long long)a->shape[i], (long long)want[i + off]);
+  return TSR_OK;
+}
+
+/* float32 copy of a float32 / float16 array (NULL when out of memory). */
+static float *to_float(const tsr_array *a)
+{
+  int64_t n = tsr_array_numel(a), i;
+  float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+  if (!f)
+    return NULL;
+  if (a->dtype == TSR_DT_F32) {
+    memcpy(f, a->data, (size_t)n * sizeof *f);
+  } else {
+    const uint16_t *h = a->data;
+    for (i = 0; i < n; i++)
+      f[i] = tsr_half_to_float(h[i]);
+  }
+  return f;
+}
+
+typedef struct {
+  const tsr_plan *pl;
+  const float *q, *k, *v;
+  float *o, *lse;
+  float *part_o, *part_m, *part_l;
+  float *acc, *m, *l, *s;
+  float scale_log2;
+  int64_t D;
+} exec_ctx;
+
+/* One member of one task: the kernel's loop over key tiles. */
+static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec *mr, int64_t slot)
+{
+  const tsr_plan *pl = x->pl;
+  const tsr_problem *p = &pl->problem;
+  int64_t BM = pl->tile_m, BN = pl->tile_n, WN = BN / 32, D = x->D;
+  int64_t r0 = (int64_t)mr->q_tile * BM, nr = r0 + BM < p->seq_q ? BM : p->seq_q - r0;
+  int64_t kvh = mr->head / (p->heads_q / p->heads_kv), rr, c, d, ti;
+  const float *qb = x->q + (((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0) * D;
+  const float *kb = x->k + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
+  const float *vb = x->v + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
+
+  for (rr = 0; rr < nr; rr++) {
+    x->m[rr] = -INFINITY;
+    x->l[rr] = 0.0f;
+  }
+  memset(x->acc, 0, (size_t)(nr * D) * sizeof *x->acc);
+  for (ti = t->tile_begin; ti < t->tile_end; ti++) {
+    const tsr_tile_rec *tr = &pl->tiles[ti];
+    int64_t c0 = (int64_t)tr->k_tile * BN, nc = c0 + BN < p->seq_k ? BN : p->seq_k - c0;
+    for (rr = 0; rr < nr; rr++) {
+      int64_t seg = pl->qblk[r0 + rr] - pl->qblk[r0];
+      const tsr_u32 *w = tr->mem >= 0 ? pl->membership + tr->mem + seg * WN : NULL;
+      const float *qr = qb + rr * D;
+      float *ar = x->acc + rr * D, mx = -INFINITY, mnew, alpha;
+      for (c = 0; c < nc; c++) {
+        float sc = -INFINITY;
+        if (!w || (w[c >> 5] >> (c & 31) & 1u)) {
+          const float *kr = kb + (c0 + c) * D;
+          float dot = 0.0f;
+          for (d = 0; d < D; d++)
+            dot += qr[d] * kr[d];
+          sc = dot * x->scale_log2;
+          if (sc > mx)
+            mx = sc;
+        }
+        x->s[c] = sc;
+      }
+      if (mx == -INFINITY)
+        continue; /* nothing selected here: m and l stay as they are */
+      mnew = x->m[rr] > mx ? x->m[rr] : mx;
+      alpha = exp2f(x->m[rr] - mnew);
+      x->l[rr] *= alpha;
+      for (d = 0; d < D; d++)
+        ar[d] *= alpha;
+      for (c = 0; c < nc; c++) {
+        if (x->s[c] != -INFINITY) {
+          float pr = exp2f(x->s[c] - mnew);
+          const float *vr = vb + (c0 + c) * D;
+          x->l[rr] += pr;
+          for (d = 0; d < D; d++)
+            ar[d] += pr * vr[d];
+        }
+      }
+      x->m[rr] = mnew;
+    }
+  }
+
+  for (rr = 0; rr < nr; rr++) {
+    const float *ar = x->acc + rr * D;
+    if (slot >= 0) {
+      float *po = x->part_o + (slot * BM + rr) * D;
+      memcpy(po, ar, (size_t)D * sizeof *po);
+      x->part_m[slot * BM + rr] = x->m[rr];
+      x->part_l[slot * BM + rr] = x->l[rr];
+    } else {
+      int64_t row = ((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr;
+      float *orow = x->o + row * D;
+      if (x->l[rr] == 0.0f) {
+        memset(orow, 0, (size_t)D * sizeof *orow);
+        x->lse[row] = -INFINITY;
+      } else {
+        float inv = 1.0f / x->l[rr];
+        for (d = 0; d < D; d++)
+          orow[d] = ar[d] * inv;
+        x->lse[row] = (x->m[rr] + log2f(x->l[rr])) * 0.69314718055994530942f;
+      }
+    }
+  }
+}
+
+/* The merge kernel: log-sum-exp combine of a split row's slots. */
+static void run_merge(exec_ctx *x, const tsr_merge_rec *mg)
+{
+  const tsr_plan *pl = x->pl;
+  const tsr_problem *p = &pl->problem;
+  int64_t BM = pl->tile_m, D = x->D, r0 = (int64_t)mg->q_tile * BM;
+  int64_t nr = r0 + BM < p->seq_q ? BM : p->seq_q - r0, rr, s, d;
+  for (rr = 0; rr < nr; rr++) {
+    int64_t row = ((int64_t)mg->batch * p->heads_q + mg->head) * p->seq_q + r0 + rr;
+    float *orow = x->o + row * D, M = -INFINITY, L = 0.0f;
+    for (s = mg->slot_begin; s < mg->slot_begin + mg->n_slots; s++)
+      if (x->part_m[s * BM + rr] > M)
+        M = x->part_m[s * BM + rr];
+    memset(orow, 0, (size_t)D * sizeof *orow);
+    if (M == -INFINITY) {
+      x->lse[row] = -INFINITY;
+      continue;
+    }
+    for (s = mg->slot_begin; s < mg->slot_begin + mg->n_slots; s++) {
+      float ms = x->part_m[s * BM + rr], w;
+      const float *po = x->part_o + (s * BM + rr) * D;
+      if (ms == -INFINITY)
+        continue;
+      w = exp2f(ms - M);
+      L += x->part_l[s * BM + rr] * w;
+      for (d = 0; d < D; d++)
+        orow[d] += po[d] * w;
+    }
+    for (d = 0; d < D; d++)
+      orow[d] /= L;
+    x->lse[row] = (M + log2f(L)) * 0.69314718055994530942f;
+  }
+}
+
+tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                           const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  exec_ctx x;
+  const tsr_problem *p;
+  tsr_status st = TSR_OK;
+  int64_t B, Hq, Sq, D, n_o, n_l, i, ti;
+  float *fo = NULL, *fl = NULL;
+
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (lse)
+    memset(lse, 0, sizeof *lse);
+  if (!pl || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot execute plan: plan and output are required");
+  p = &pl->problem;
+  B = p->batch;
+  Hq = p->heads_q;
+  Sq = p->seq_q;
+  D = p->head_dim;
+  st = check_tensor(q, "q", B, Hq, Sq, D, err);
+  if (!st)
+    st = check_tensor(k, "k", B, p->heads_kv, p->seq_k, D, err);
+  if (!st)
+    st = check_tensor(v, "v", B, p->heads_kv, p->seq_k, D, err);
+  if (st)
+    return st;
+
+  memset(&x, 0, sizeof x);
+  x.pl = pl;
+  x.D = D;
+  x.scale_log2 = (float)(p->scale * 1.4426950408889634074);
+  n_o = B * Hq * Sq * D;
+  n_l = B * Hq * Sq;
+  x.q = to_float(q);
+  x.k = to_float(k);
+  x.v = to_float(v);
+  fo = malloc((size_t)(n_o ? n_o : 1) * sizeof *fo);
+  fl = malloc((size_t)(n_l ? n_l : 1) * sizeof *fl);
+  x.part_o = malloc((size_t)(pl->n_slots * pl->tile_m * D + 1) * sizeof(float));
+  x.part_m = malloc((size_t)(pl->n_slots * pl->tile_m + 1) * sizeof(float));
+  x.part_l = malloc((size_t)(pl->n_slots * pl->tile_m + 1) * sizeof(float));
+  x.acc = malloc((size_t)(pl->tile_m * D) * sizeof(float));
+  x.m = malloc((size_t)pl->tile_m * sizeof(float));
+  x.l = malloc((size_t)pl->tile_m * sizeof(float));
+  x.s = malloc((size_t)pl->tile_n * sizeof(float));
+  if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
+      !x.m || !x.l || !x.s) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
+                       (long long)n_o);
+    goto done;
+  }
+  /* Poison: a row the plan forgets stays NaN and fails any comparison. */
+  for (i = 0; i < n_o; i++)
+    fo[i] = NAN;
+  for (i = 0; i < n_l; i++)
+    fl[i] = NAN;
+  for (i = 0; i < pl->n_slots * pl->tile_m; i++) {
+    x.part_m[i] = NAN;
+    x.part_l[i] = NAN;
+  }
+  x.o = fo;
+  x.lse = fl;
+
+  for (ti = 0; ti < pl->n_tasks; ti++) {
+    const tsr_task_rec *t = &pl->tasks[ti];
+    for (i = 0; i < t->n_members; i++)
+      run_member(&x, t, &pl->members[t->member_begin + i], t->partial >= 0 ? t->partial + i : -1);
+  }
+  for (i = 0; i < pl->n_merges; i++)
+    run_merge(&x, &pl->merges[i]);
+
+  {
+    /* out and lse mirror q's dimensions, as tsr_ref_attention's do. */
+    int64_t shape[4] = {B, Hq, Sq, D}, off = q->ndim == 4 ? 0 : 1;
+    out->dtype = TSR_DT_F32;
+    out->ndim = (int)(4 - off);
+    memcpy(out->shape, shape + off, (size_t)out->ndim * sizeof *shape);
+    if (lse) {
+      lse->dtype = TSR_DT_F32;
+      lse->ndim = (int)(3 - off);
+      memcpy(lse->shape, shape + off, (size_t)lse->ndim * sizeof *shape);
+    }
+  }
+  out->data = fo;
+  fo = NULL;
+  if (lse) {
+    lse->data = fl;
+    fl = NULL;
+  }
+
+done:
+  free((void *)x.q);
+  free((void *)x.k);
+  free((void *)x.v);
+  free(fo);
+  free(fl);
+  free(x.part_o);
+  free(x.part_m);
+  free(x.part_l);
+  free(x.acc);
+  free(x.m);
+  free(x.l);
+  free(x.s);
+  return st;
+}

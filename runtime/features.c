@@ -1,0 +1,252 @@
+/*
+ * features.c: cheap features of a logical mask for plan selection.
+ *
+ * Runs on every request before the lookup, so it must cost far less than
+ * planning: one pass over the mask bytes per plane to pack each logical row
+ * into 64-bit words and sum selected key tokens, then per candidate tile
+ * shape one OR of the packed rows that a query tile overlaps and one range
+ * test per key tile.  Roughly nq*nk/8 bytes touched per tile shape per plane;
+ * no plan is built.  The tile counts are exactly those a plan at that tile
+ * would emit (a tile is touched when any selected logical block overlaps it),
+ * so fill[] is the fraction of computed pairs that are selected.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+static const int tile_m_of[TSR_FEATURE_TILES] = {64, 64, 128, 128};
+static const int tile_n_of[TSR_FEATURE_TILES] = {64, 128, 64, 128};
+
+void tsr_features_tile(int i, int *tile_m, int *tile_n)
+{
+  if (i < 0 || i >= TSR_FEATURE_TILES)
+    i = TSR_FEATURE_TILES - 1;
+  *tile_m = tile_m_of[i];
+  *tile_n = tile_n_of[i];
+}
+
+/* Any bit set in words[] at positions lo..hi inclusive. */
+static int any_bits(const uint64_t *w, int64_t lo, int64_t hi)
+{
+  int64_t a = lo >> 6, b = hi >> 6, i;
+  uint64_t lo_mask = ~0ULL << (lo & 63), hi_mask = ~0ULL >> (63 - (hi & 63));
+  if (a == b)
+    return (w[a] & lo_mask & hi_mask) != 0;
+  if (w[a] & lo_mask)
+    return 1;
+  for (i = a + 1; i < b; i++)
+    if (w[i])
+      return 1;
+  return (w[b] & hi_mask) != 0;
+}
+
+/* Logical block holding token t, given block starts s[0..n] (binary search;
+ * geometries are small). */
+static int64_t block_of(const int64_t *s, int64_t n, int64_t t)
+{
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    if (s[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+typedef struct {
+  int64_t nq, nk, words;
+  int64_t *qs, *ks;                     /* block starts, nq+1 / nk+1 */
+  int64_t *t_qlo[TSR_FEATURE_TILES], *t_qhi[TSR_FEATURE_TILES]; /* per query tile */
+  int64_t *t_klo[TSR_FEATURE_TILES], *t_khi[TSR_FEATURE_TILES]; /* per key tile */
+  int64_t n_qt[TSR_FEATURE_TILES], n_kt[TSR_FEATURE_TILES];
+  uint64_t *rows;                       /* nq * words packed bits of a plane */
+  uint64_t *acc;                        /* words */
+} scratch;
+
+static void scratch_free(scratch *s)
+{
+  int t;
+  free(s->qs);
+  free(s->ks);
+  for (t = 0; t < TSR_FEATURE_TILES; t++) {
+    free(s->t_qlo[t]);
+    free(s->t_qhi[t]);
+    free(s->t_klo[t]);
+    free(s->t_khi[t]);
+  }
+  free(s->rows);
+  free(s->acc);
+}
+
+static int scratch_init(scratch *s, const tsr_geom *g)
+{
+  int64_t i, sq = tsr_geom_seq_q(g), sk = tsr_geom_seq_k(g);
+  int t;
+  memset(s, 0, sizeof *s);
+  s->nq = tsr_geom_nq(g);
+  s->nk = tsr_geom_nk(g);
+  s->words = (s->nk + 63) / 64;
+  s->qs = malloc(sizeof(int64_t) * (size_t)(s->nq + 1));
+  s->ks = malloc(sizeof(int64_t) * (size_t)(s->nk + 1));
+  s->rows = calloc((size_t)(s->nq * s->words), sizeof(uint64_t));
+  s->acc = malloc(sizeof(uint64_t) * (size_t)s->words);
+  if (!s->qs || !s->ks || !s->rows || !s->acc)
+    return -1;
+  for (i = 0; i <= s->nq; i++)
+    s->qs[i] = tsr_geom_q_start(g, i);
+  for (i = 0; i <= s->nk; i++)
+    s->ks[i] = tsr_geom_k_start(g, i);
+  for (t = 0; t < TSR_FEATURE_TILES; t++) {
+    int64_t tm = tile_m_of[t], tn = tile_n_of[t];
+    s->n_qt[t] = (sq + tm - 1) / tm;
+    s->n_kt[t] = (sk + tn - 1) / tn;
+    s->t_qlo[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
+    s->t_qhi[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
+    s->t_klo[t] = malloc(sizeof(int64_t) * (size_t)s->n_kt[t]);
+    s->t_khi[t] = malloc(sizeof(int64_t) * (size_t)s->n_kt[t]);
+    if (!s->t_qlo[t] || !s->t_qhi[t] || !s->t_klo[t] || !s->t_khi[t])
+      return -1;
+    for (i = 0; i < s->n_qt[t]; i++) {
+      int64_t end = (i + 1) * tm < sq ? (i + 1) * tm : sq;
+      s->t_qlo[t][i] = block_of(s->qs, s->nq, i * tm);
+      s->t_qhi[t][i] = block_of(s->qs, s->nq, end - 1);
+    }
+    for (i = 0; i < s->n_kt[t]; i++) {
+      int64_t end = (i + 1) * tn < sk ? (i + 1) * tn : sk;
+      s->t_klo[t][i] = block_of(s->ks, s->nk, i * tn);
+      s->t_khi[t][i] = block_of(s->ks, s->nk, end - 1);
+    }
+  }
+  return 0;
+}
+
+tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num_sms,
+                                tsr_features *f, tsr_error *err)
+{
+  scratch s;
+  tsr_status st;
+  int64_t planes, b, h, i, j, sq, sk, sel_blocks = 0, empty = 0;
+  int64_t touched[TSR_FEATURE_TILES] = {0};
+  double area[TSR_FEATURE_TILES] = {0};
+  double sel_pairs = 0, row_sum = 0, row_sq = 0;
+  int t;
+  if (!p || !m || !f || !p->geom)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot compute mask features: %s is NULL",
+                         !p ? "problem" : !m ? "mask" : !f ? "output" : "problem geometry");
+  if (num_sms < 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot compute mask features: %d multiprocessors", num_sms);
+  if ((st = tsr_mask_check(m, p->geom, p->batch, p->heads_q, NULL, err)) != TSR_OK)
+    return st;
+  if (p->head_dim <= 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot compute mask features: head dim %lld",
+                         (long long)p->head_dim);
+  memset(f, 0, sizeof *f);
+  if (scratch_init(&s, p->geom) != 0) {
+    scratch_free(&s);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory computing mask features");
+  }
+  sq = tsr_geom_seq_q(p->geom);
+  sk = tsr_geom_seq_k(p->geom);
+  planes = tsr_mask_batch(m) * tsr_mask_heads(m);
+  for (b = 0; b < tsr_mask_batch(m); b++)
+    for (h = 0; h < tsr_mask_heads(m); h++) {
+      const uint8_t *pl = tsr_mask_plane(m, b, h);
+      memset(s.rows, 0, sizeof(uint64_t) * (size_t)(s.nq * s.words));
+      for (i = 0; i < s.nq; i++) {
+        const uint8_t *r = pl + i * s.nk;
+        uint64_t *w = s.rows + i * s.words;
+        double tok = 0;
+        for (j = 0; j < s.nk; j++)
+          if (r[j]) {
+            w[j >> 6] |= 1ULL << (j & 63);
+            tok += (double)(s.ks[j + 1] - s.ks[j]);
+            sel_blocks++;
+          }
+        sel_pairs += tok * (double)(s.qs[i + 1] - s.qs[i]);
+        row_sum += tok;
+        row_sq += tok * tok;
+        empty += tok == 0;
+      }
+      for (t = 0; t < TSR_FEATURE_TILES; t++) {
+        int64_t tm = tile_m_of[t], tn = tile_n_of[t], r, u, w;
+        for (r = 0; r < s.n_qt[t]; r++) {
+          int64_t rows_in = (r + 1) * tm < sq ? tm : sq - r * tm;
+          memcpy(s.acc, s.rows + s.t_qlo[t][r] * s.words, sizeof(uint64_t) * (size_t)s.words);
+          for (i = s.t_qlo[t][r] + 1; i <= s.t_qhi[t][r]; i++)
+            for (w = 0; w < s.words; w++)
+              s.acc[w] |= s.rows[i * s.words + w];
+          for (u = 0; u < s.n_kt[t]; u++)
+            if (any_bits(s.acc, s.t_klo[t][u], s.t_khi[t][u])) {
+              int64_t cols_in = (u + 1) * tn < sk ? tn : sk - u * tn;
+              touched[t]++;
+              area[t] += (double)rows_in * (double)cols_in;
+            }
+        }
+      }
+    }
+  {
+    double nrows = (double)(planes * s.nq), mean = row_sum / nrows;
+    double var = row_sq / nrows - mean * mean;
+    int sms = num_sms ? num_sms : 132;
+    f->density = sel_pairs / ((double)planes * (double)sq * (double)sk);
+    f->block_density = (double)sel_blocks / ((double)planes * (double)s.nq * (double)s.nk);
+    f->row_cv = mean > 0 ? sqrt(var > 0 ? var : 0) / mean : 0;
+    f->empty_rows = (double)empty / nrows;
+    for (t = 0; t < TSR_FEATURE_TILES; t++) {
+      f->fill[t] = area[t] > 0 ? sel_pairs / area[t] : 1.0;
+      f->touched[t] = touched[t];
+    }
+    f->rows_per_sm = (double)p->batch * (double)p->heads_q * (double)((sq + 127) / 128) / sms;
+    if (!tsr_geom_is_uniform(p->geom, &f->bq, &f->bk))
+      f->bq = f->bk = 0;
+    f->seq_q = sq;
+    f->seq_k = sk;
+    f->head_dim = p->head_dim;
+    f->dtype = p->dtype;
+    f->num_sms = sms;
+  }
+  scratch_free(&s);
+  return TSR_OK;
+}
+
+/* One table for both directions, so stored names and fields never drift. */
+#define FEATURE_FIELDS(X)                                                  \
+  X("density", density, double) X("block_density", block_density, double)  \
+  X("row_cv", row_cv, double) X("empty_rows", empty_rows, double)          \
+  X("fill_64x64", fill[0], double) X("fill_64x128", fill[1], double)       \
+  X("fill_128x64", fill[2], double) X("fill_128x128", fill[3], double)     \
+  X("touched_64x64", touched[0], int64_t)                                  \
+  X("touched_64x128", touched[1], int64_t)                                 \
+  X("touched_128x64", touched[2], int64_t)                                 \
+  X("touched_128x128", touched[3], int64_t)                                \
+  X("rows_per_sm", rows_per_sm, double) X("bq", bq, int64_t)               \
+  X("bk", bk, int64_t) X("seq_q", seq_q, int64_t) X("seq_k", seq_k, int64_t) \
+  X("head_dim", head_dim, int64_t) X("dtype", dtype, tsr_dtype)            \
+  X("num_sms", num_sms, int)
+
+int tsr_features_list(const tsr_features *f, const char **names, double *values)
+{
+  int n = 0;
+#define X_LIST(nm, field, type) names[n] = nm, values[n] = (double)f->field, n++;
+  FEATURE_FIELDS(X_LIST)
+#undef X_LIST
+  return n;
+}
+
+int tsr_features_set(tsr_features *f, const char *name, double value)
+{
+#define X_SET(nm, field, type)     \
+  if (!strcmp(name, nm)) {         \
+    f->field = (type)value;        \
+    return 1;                      \
+  }
+  FEATURE_FIELDS(X_SET)
+#undef X_SET
+  return 0;
+}

@@ -1,0 +1,626 @@
+/*
+ * map.c: physical mapping, the logical block mask onto BM x BN tiles.
+ *
+ * One algorithm covers retain, combine and subdivide: a tile is the
+ * intersection of the physical grid with the selected logical blocks.  For
+ * query tile t, the rows fall into logical query blocks i0..i1 (segments);
+ * for key tile u, the columns into key blocks kb0[u]..kb1[u].  The tile is
+ * emitted when any segment selects any of those key blocks, is full when
+ * every segment selects all of them, and is partial otherwise, with BN/32
+ * column words per segment (plan_layout.h).
+ *
+ * Cost: each mask plane is packed once into row bitsets over key blocks
+ * (16 mask bytes per SSE2 instruction), then every (plane, query tile) is
+ * one OR/AND over its segments' bitsets and one walk over the set bits, so
+ * planning is O(mask bytes / 16 + emitted tiles + membership words), with
+ * no per-token loop except the qblk array the contract asks for.  Rows that
+ * are identical (a batch- or head-broadcast mask, GQA heads with identical
+ * rows) share one tile range instead of being emitted again.  All arrays
+ * live in the plan's reusable buffers (tsr_plan_buf): replanning into the
+ * same plan allocates nothing once the buffers are large enough.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "plan_impl.h"
+
+static int valid_tile_m(int v) { return v >= 16 && v <= 512 && v % 16 == 0; }
+static int valid_tile_n(int v) { return v >= 32 && v <= 512 && v % 32 == 0; }
+
+/* Block sizes as text for messages: "96x96" or "variable". */
+static void block_text(const tsr_geom *g, char *buf, size_t n)
+{
+  int64_t bq, bk;
+  if (tsr_geom_is_uniform(g, &bq, &bk))
+    snprintf(buf, n, "%lldx%lld", (long long)bq, (long long)bk);
+  else
+    snprintf(buf, n, "variable");
+}
+
+/* Along one axis: whether some tile holds tokens of several blocks
+ * (combined), and whether some tile lies inside a larger block, so that the
+ * block spans several tiles (subdivided).  Neither means the tiles are the
+ * blocks (retain).  A 96-token block straddling a 128-token tile boundary is
+ * combined, not subdivided: no tile lies inside it.  O(blocks + tiles). */
+static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combined,
+                          int *subdivided)
+{
+  int64_t seq = is_q ? tsr_geom_seq_q(g) : tsr_geom_seq_k(g), a, i = 0;
+  for (a = 0; a < seq; a += tile) {
+    int64_t b = a + tile < seq ? a + tile : seq, i0, e0, s0;
+    while ((is_q ? tsr_geom_q_start(g, i + 1) : tsr_geom_k_start(g, i + 1)) <= a)
+      i++;
+    i0 = i;
+    s0 = is_q ? tsr_geom_q_start(g, i0) : tsr_geom_k_start(g, i0);
+    e0 = is_q ? tsr_geom_q_start(g, i0 + 1) : tsr_geom_k_start(g, i0 + 1);
+    if (e0 < b)
+      *combined = 1;
+    else if (b - a == tile && e0 - s0 > tile) /* a ragged last tile does not count */
+      *subdivided = 1;
+  }
+}
+
+tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
+{
+  const tsr_geom *g = pl->problem.geom;
+  int64_t bq = 0, bk = 0;
+  int uniform = tsr_geom_is_uniform(g, &bq, &bk);
+  int tm = o->tile_m, tn = o->tile_n;
+  int combined = 0, subdivided = 0;
+  char blocks[64];
+
+  block_text(g, blocks, sizeof blocks);
+  if (tm < 0 || tn < 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid tile %dx%d: sizes must not be negative",
+                         tm, tn);
+  if (tm == 0 && tn == 0) {
+    switch (o->mapping) {
+    case TSR_MAP_RETAIN:
+      if (!uniform || !valid_tile_m((int)(bq < 1024 ? bq : 0)) ||
+          !valid_tile_n((int)(bk < 1024 ? bk : 0)))
+        return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                             "mapping 'retain' needs uniform blocks usable as a tile "
+                             "(rows a multiple of 16, columns of 32, at most 512), got blocks %s",
+                             blocks);
+      tm = (int)bq;
+      tn = (int)bk;
+      break;
+    case TSR_MAP_AUTO:
+      /* Retain when the blocks are a tile shape kernels are built for. */
+      if (uniform && (bq == 64 || bq == 128) && (bk == 64 || bk == 128)) {
+        tm = (int)bq;
+        tn = (int)bk;
+      } else {
+        tm = tn = 128;
+      }
+      break;
+    case TSR_MAP_COMBINE:
+      tm = tn = 128;
+      break;
+    case TSR_MAP_SUBDIVIDE:
+      /* The largest common tile edge below the block edge. */
+      tm = uniform && bq > 128 ? 128 : 64;
+      tn = uniform && bk > 128 ? 128 : 64;
+      break;
+    }
+  }
+  if (tm == 0)
+    tm = 128;
+  if (tn == 0)
+    tn = 128;
+  if (!valid_tile_m(tm) || !valid_tile_n(tn))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "tile %dx%d is not supported: rows must be a multiple of 16 and "
+                         "columns a multiple of 32, each at most 512",
+                         tm, tn);
+
+  axis_relation(g, 1, tm, &combined, &subdivided);
+  axis_relation(g, 0, tn, &combined, &subdivided);
+  switch (o->mapping) {
+  case TSR_MAP_RETAIN:
+    if (combined || subdivided)
+      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                           "mapping 'retain' needs the tile to equal the logical block, "
+                           "got tile %dx%d and blocks %s",
+                           tm, tn, blocks);
+    pl->mapping = TSR_MAP_RETAIN;
+    break;
+  case TSR_MAP_COMBINE:
+    if (!combined)
+      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                           "mapping 'combine' needs tiles that span several logical blocks, "
+                           "got tile %dx%d and blocks %s",
+                           tm, tn, blocks);
+    pl->mapping = TSR_MAP_COMBINE;
+    break;
+  case TSR_MAP_SUBDIVIDE:
+    if (!subdivided)
+      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                           "mapping 'subdivide' needs logical blocks larger than the tile, "
+                           "got tile %dx%d and blocks %s",
+                           tm, tn, blocks);
+    pl->mapping = TSR_MAP_SUBDIVIDE;
+    break;
+  default:
+    pl->mapping = combined ? TSR_MAP_COMBINE : subdivided ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN;
+    break;
+  }
+  pl->tile_m = tm;
+  pl->tile_n = tn;
+  pl->n_q_tiles = (pl->problem.seq_q + tm - 1) / tm;
+  pl->n_k_tiles = (pl->problem.seq_k + tn - 1) / tn;
+  pl->summary.combined = combined;
+  pl->summary.subdivided = subdivided;
+  return TSR_OK;
+}
+
+/* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words. */
+static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64;
+  for (w = 0; w < nw; w++) {
+    const uint8_t *p = src + w * 64;
+    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+    uint64_t x = 0;
+    int64_t c = 0;
+#if defined(__SSE2__)
+    /* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather
+     * 16 of them at once. */
+    for (; c + 16 <= len; c += 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+    }
+#else
+    for (; c + 8 <= len; c += 8) {
+      uint64_t v;
+      memcpy(&v, p + c, 8);
+      x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
+    }
+#endif
+    for (; c < len; c++)
+      x |= (uint64_t)(p[c] & 1) << c;
+    dst[w] = x;
+  }
+}
+
+/* Population count without a libgcc call (no -mpopcnt in portable builds). */
+static int64_t pop64(uint64_t x)
+{
+  x = x - ((x >> 1) & 0x5555555555555555ULL);
+  x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  return (int64_t)((x * 0x0101010101010101ULL) >> 56);
+}
+
+static int bit_at(const uint64_t *b, int64_t j) { return (int)(b[j >> 6] >> (j & 63) & 1); }
+
+/* Whether bits a..b (inclusive) are all set. */
+static int all_set(const uint64_t *bits, int64_t a, int64_t b)
+{
+  while (a <= b) {
+    int64_t w = a >> 6, lo = a & 63, hi = (b >> 6) == w ? (b & 63) : 63;
+    uint64_t want = (hi - lo == 63) ? ~0ULL : (((1ULL << (hi - lo + 1)) - 1) << lo);
+    if ((bits[w] & want) != want)
+      return 0;
+    a = (w << 6) + hi + 1;
+  }
+  return 1;
+}
+
+/* Sets bits [a, b) of 32-bit words. */
+static void set_range32(tsr_u32 *w, int64_t a, int64_t b)
+{
+  while (a < b) {
+    int64_t i = a >> 5, lo = a & 31, hi = (b - 1) >> 5 == i ? ((b - 1) & 31) : 31;
+    tsr_u32 m = (hi - lo == 31) ? 0xffffffffu : (tsr_u32)(((1u << (hi - lo + 1)) - 1) << lo);
+    w[i] |= m;
+    a = (i << 5) + hi + 1;
+  }
+}
+
+/* Scratch and tables for one tsr_map_build call. */
+typedef struct {
+  tsr_plan *pl;
+  int64_t nq, nk, nqt, nkt, W;  /* W: 64-bit words per packed mask row */
+  int64_t *qs, *ks;             /* block starts, [n + 1] */
+  tsr_i32 *i0, *i1;             /* per q tile: first / last q block */
+  tsr_i32 *kb0, *kb1;           /* per k tile: first / last k block */
+  tsr_i32 *kt0, *kt1;           /* per k block: first / last k tile */
+  int64_t *kcols;               /* per k tile: columns in bounds */
+  int k_retain;                 /* key tiles are the key blocks */
+  int k_uniform;                /* key blocks uniform (last one may be short) */
+  uint64_t *bits;               /* packed planes [planes][nq][W] */
+  uint64_t *orb, *andb;         /* per-row scratch, W words each */
+  int64_t cap_tiles, cap_mem;
+} map_ctx;
+
+static int grow_tiles(map_ctx *c, int64_t need)
+{
+  tsr_plan *pl = c->pl;
+  if (pl->n_tiles + need > INT32_MAX)
+    return -1; /* tile_begin / tile_end are 32-bit */
+  if (pl->n_tiles + need > c->cap_tiles) {
+    tsr_tile_rec *t = tsr_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
+    if (!t)
+      return -1;
+    pl->tiles = t;
+    c->cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *t);
+  }
+  return 0;
+}
+
+static tsr_u32 *alloc_words(map_ctx *c, int64_t n, tsr_i32 *offset)
+{
+  tsr_plan *pl = c->pl;
+  tsr_u32 *w;
+  if (pl->n_membership + n > INT32_MAX)
+    return NULL;
+  if (pl->n_membership + n > c->cap_mem) {
+    tsr_u32 *m = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, (size_t)(pl->n_membership + n) * sizeof *m);
+    if (!m)
+      return NULL;
+    pl->membership = m;
+    c->cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *m);
+  }
+  *offset = (tsr_i32)pl->n_membership;
+  w = pl->membership + pl->n_membership;
+  memset(w, 0, (size_t)n * sizeof *w);
+  pl->n_membership += n;
+  return w;
+}
+
+/* Per (plane, q tile) results. */
+typedef struct {
+  tsr_i32 tb, te;
+  tsr_i32 twin_head; /* mask head whose identical row this reuses, or -1 */
+  uint8_t full;
+  int64_t partial, cols;
+} prow;
+
+/* Writes the membership words of partial tile u (segments i0..i0+nseg-1)
+ * and returns its offset, or -1 when out of memory. */
+static tsr_i32 partial_words(map_ctx *c, const uint64_t *plane, int64_t i0, int64_t nseg,
+                             int64_t u)
+{
+  int64_t wn = c->pl->tile_n / 32, base = u * c->pl->tile_n, end = base + c->kcols[u], s, jj;
+  tsr_i32 off;
+  tsr_u32 *words = alloc_words(c, nseg * wn, &off);
+  if (!words)
+    return -2;
+  for (s = 0; s < nseg; s++) {
+    const uint64_t *r = plane + (i0 + s) * c->W;
+    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++)
+      if (bit_at(r, jj))
+        set_range32(words + s * wn, (c->ks[jj] > base ? c->ks[jj] : base) - base,
+                    (c->ks[jj + 1] < end ? c->ks[jj + 1] : end) - base);
+  }
+  return off;
+}
+
+/* Emits the tiles of query tile t for the packed plane `plane`.  The tile
+ * array is grown once per row (a row emits at most n_k_tiles tiles), so the
+ * inner loops only store. */
+static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
+{
+  tsr_plan *pl = c->pl;
+  int64_t i0 = c->i0[t], i1 = c->i1[t], nseg = i1 - i0 + 1, W = c->W, w, s;
+  int64_t last = -1, cols = 0, partial = 0, n;
+  const uint64_t *orb, *andb;
+  tsr_tile_rec *tiles;
+  uint64_t any = 0;
+
+  if (nseg == 1) {
+    orb = andb = plane + i0 * W;
+  } else {
+    const uint64_t *r = plane + i0 * W;
+    memcpy(c->orb, r, (size_t)W * 8);
+    memcpy(c->andb, r, (size_t)W * 8);
+    for (s = 1; s < nseg; s++) {
+      r = plane + (i0 + s) * W;
+      for (w = 0; w < W; w++) {
+        c->orb[w] |= r[w];
+        c->andb[w] &= r[w];
+      }
+    }
+    orb = c->orb;
+    andb = c->andb;
+  }
+  out->tb = out->te = (tsr_i32)pl->n_tiles;
+  out->full = 1;
+  out->partial = out->cols = 0;
+  for (w = 0; w < W; w++)
+    any |= orb[w];
+  if (!any)
+    return 0;
+  if (grow_tiles(c, c->nkt))
+    return -1;
+  tiles = pl->tiles + pl->n_tiles;
+  n = 0;
+  if (c->k_retain && orb == andb) {
+    /* Retained keys and one query segment: every tile is full, one per set
+     * bit; the columns follow from the count (only the last tile is short). */
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w];
+      while (x) {
+        tiles[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(x));
+        tiles[n].mem = -1;
+        n++;
+        x &= x - 1;
+      }
+    }
+    cols = n * pl->tile_n;
+    if (bit_at(orb, c->nkt - 1))
+      cols -= pl->tile_n - c->kcols[c->nkt - 1];
+  } else if (c->k_retain) {
+    /* Key tiles are the key blocks: one tile per set bit. */
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w], full = andb[w];
+      while (x) {
+        int64_t j = w * 64 + __builtin_ctzll(x);
+        tiles[n].k_tile = (tsr_i32)j;
+        cols += c->kcols[j];
+        if (full >> (j & 63) & 1) {
+          tiles[n].mem = -1;
+        } else {
+          tsr_i32 off = partial_words(c, plane, i0, nseg, j);
+          if (off < -1)
+            return -1;
+          tiles[n].mem = off;
+          partial++;
+        }
+        n++;
+        x &= x - 1;
+      }
+    }
+  } else {
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w];
+      while (x) {
+        int64_t j = w * 64 + __builtin_ctzll(x), u, u1 = c->kt1[j];
+        x &= x - 1;
+        for (u = c->kt0[j] > last ? c->kt0[j] : last + 1; u <= u1; u++) {
+          tiles[n].k_tile = (tsr_i32)u;
+          cols += c->kcols[u];
+          if (all_set(andb, c->kb0[u], c->kb1[u])) {
+            tiles[n].mem = -1;
+          } else {
+            tsr_i32 off = partial_words(c, plane, i0, nseg, u);
+            if (off < -1)
+              return -1;
+            tiles[n].mem = off;
+            partial++;
+          }
+          n++;
+        }
+        if (u1 > last)
+          last = u1;
+      }
+    }
+  }
+  pl->n_tiles += n;
+  out->te = (tsr_i32)pl->n_tiles;
+  out->full = partial == 0;
+  out->partial = partial;
+  out->cols = cols;
+  return 0;
+}
+
+/* Selected token pairs of one packed plane: per row, the selected key
+ * tokens (a popcount when key blocks are uniform) times the block's rows. */
+static double plane_selected(const map_ctx *c, const uint64_t *plane)
+{
+  double total = 0;
+  int64_t i, w, bk = c->ks[1] - c->ks[0], last = c->nk - 1;
+  int64_t short_by = bk - (c->ks[c->nk] - c->ks[last]); /* ragged last block */
+  for (i = 0; i < c->nq; i++) {
+    const uint64_t *r = plane + i * c->W;
+    int64_t cols = 0;
+    if (c->k_uniform) {
+      for (w = 0; w < c->W; w++)
+        cols += pop64(r[w]);
+      cols = cols * bk - (bit_at(r, last) ? short_by : 0);
+    } else {
+      for (w = 0; w < c->W; w++) {
+        uint64_t x = r[w];
+        while (x) {
+          int64_t j = w * 64 + __builtin_ctzll(x);
+          x &= x - 1;
+          cols += c->ks[j + 1] - c->ks[j];
+        }
+      }
+    }
+    total += (double)cols * (double)(c->qs[i + 1] - c->qs[i]);
+  }
+  return total;
+}
+
+static tsr_status build_tables(map_ctx *c, tsr_error *err)
+{
+  tsr_plan *pl = c->pl;
+  const tsr_geom *g = pl->problem.geom;
+  int64_t i, j, t, u, BM = pl->tile_m, BN = pl->tile_n;
+  int64_t sq = pl->problem.seq_q, sk = pl->problem.seq_k;
+
+  c->nq = tsr_geom_nq(g);
+  c->nk = tsr_geom_nk(g);
+  c->nqt = pl->n_q_tiles;
+  c->nkt = pl->n_k_tiles;
+  c->W = (c->nk + 63) / 64;
+  if (c->nqt > INT32_MAX || c->nkt > INT32_MAX || sq > INT32_MAX)
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "cannot plan %lld query tokens: plans index tokens and tiles with "
+                         "32-bit integers",
+                         (long long)sq);
+  c->qs = tsr_plan_buf(pl, TSR_BUF_QS, (size_t)(c->nq + 1) * sizeof *c->qs);
+  c->ks = tsr_plan_buf(pl, TSR_BUF_KS, (size_t)(c->nk + 1) * sizeof *c->ks);
+  c->i0 = tsr_plan_buf(pl, TSR_BUF_I0, (size_t)c->nqt * sizeof *c->i0);
+  c->i1 = tsr_plan_buf(pl, TSR_BUF_I1, (size_t)c->nqt * sizeof *c->i1);
+  c->kb0 = tsr_plan_buf(pl, TSR_BUF_KB0, (size_t)c->nkt * sizeof *c->kb0);
+  c->kb1 = tsr_plan_buf(pl, TSR_BUF_KB1, (size_t)c->nkt * sizeof *c->kb1);
+  c->kt0 = tsr_plan_buf(pl, TSR_BUF_KT0, (size_t)c->nk * sizeof *c->kt0);
+  c->kt1 = tsr_plan_buf(pl, TSR_BUF_KT1, (size_t)c->nk * sizeof *c->kt1);
+  c->kcols = tsr_plan_buf(pl, TSR_BUF_KCOLS, (size_t)c->nkt * sizeof *c->kcols);
+  c->orb = tsr_plan_buf(pl, TSR_BUF_ORAND, (size_t)c->W * 16);
+  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)sq * sizeof *pl->qblk);
+  if (!c->qs || !c->ks || !c->i0 || !c->i1 || !c->kb0 || !c->kb1 || !c->kt0 || !c->kt1 ||
+      !c->kcols || !c->orb || !pl->qblk)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
+  c->andb = c->orb + c->W;
+  pl->n_qblk = sq;
+  for (i = 0; i <= c->nq; i++)
+    c->qs[i] = tsr_geom_q_start(g, i);
+  for (j = 0; j <= c->nk; j++)
+    c->ks[j] = tsr_geom_k_start(g, j);
+  for (i = 0; i < c->nq; i++) {
+    int64_t x;
+    for (x = c->qs[i]; x < c->qs[i + 1]; x++)
+      pl->qblk[x] = (tsr_i32)i;
+  }
+  for (t = 0; t < c->nqt; t++) {
+    int64_t last = (t + 1) * BM < sq ? (t + 1) * BM : sq;
+    c->i0[t] = pl->qblk[t * BM];
+    c->i1[t] = pl->qblk[last - 1];
+  }
+  /* Key tiles <-> key blocks, one merge walk over both boundary lists. */
+  {
+    int64_t bq, bk;
+    c->k_uniform = tsr_geom_is_uniform(g, &bq, &bk);
+  }
+  c->k_retain = c->nk == c->nkt;
+  for (u = 0, j = 0; u < c->nkt; u++) {
+    int64_t a = u * BN, b = (u + 1) * BN < sk ? (u + 1) * BN : sk;
+    while (c->ks[j + 1] <= a)
+      j++;
+    c->kb0[u] = (tsr_i32)j;
+    while (c->ks[j + 1] < b)
+      j++;
+    c->kb1[u] = (tsr_i32)j;
+    c->kcols[u] = b - a;
+    if (c->kb0[u] != u || c->kb1[u] != u || c->ks[u] != a || c->ks[u + 1] != b)
+      c->k_retain = 0;
+  }
+  for (j = 0; j < c->nk; j++) {
+    c->kt0[j] = (tsr_i32)(c->ks[j] / BN);
+    c->kt1[j] = (tsr_i32)((c->ks[j + 1] - 1) / BN);
+  }
+  return TSR_OK;
+}
+
+tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, tsr_error *err)
+{
+  map_ctx c;
+  tsr_status st = TSR_OK;
+  const tsr_problem *p = &pl->problem;
+  int64_t mb = tsr_mask_batch(m), mh = tsr_mask_heads(m), np, pi, t, b, h;
+  int64_t group = p->heads_q / p->heads_kv, pop = 0;
+  prow *pr = NULL;
+  double *psel = NULL;
+
+  memset(&c, 0, sizeof c);
+  memset(rows, 0, sizeof *rows);
+  c.pl = pl;
+  st = build_tables(&c, err);
+  if (st)
+    goto done;
+  np = mb * mh;
+  c.bits = tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
+  psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
+  rows->n_rows = p->batch * p->heads_q * c.nqt;
+  rows->tile_begin = tsr_plan_buf(pl, TSR_BUF_ROW_TB, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->tile_end = tsr_plan_buf(pl, TSR_BUF_ROW_TE, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->all_full = tsr_plan_buf(pl, TSR_BUF_ROW_FULL, (size_t)rows->n_rows);
+  rows->twin = tsr_plan_buf(pl, TSR_BUF_ROW_TWIN, (size_t)rows->n_rows * sizeof(tsr_i32));
+  pl->tiles = tsr_plan_buf(pl, TSR_BUF_TILES, 1024 * sizeof *pl->tiles);
+  pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
+  c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
+  c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
+  if (!c.bits || !pr || !psel || !rows->tile_begin || !rows->tile_end || !rows->all_full ||
+      !rows->twin || !pl->tiles || !pl->membership) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld mask planes",
+                       (long long)np);
+    goto done;
+  }
+
+  for (pi = 0; pi < np; pi++) {
+    const uint8_t *bytes = tsr_mask_plane(m, pi / mh, pi % mh);
+    uint64_t *plane = c.bits + pi * c.nq * c.W;
+    int64_t i;
+    for (i = 0; i < c.nq; i++)
+      pack_bits(bytes + i * c.nk, c.nk, plane + i * c.W);
+    psel[pi] = plane_selected(&c, plane);
+    for (i = 0; i < c.nq * c.W; i++)
+      pop += pop64(plane[i]);
+  }
+  /* One tile per selected block is exact for retained keys and a fair
+   * first guess otherwise: the tile array is then allocated once. */
+  if (grow_tiles(&c, pop + c.nkt)) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld tiles",
+                       (long long)(pop + c.nkt));
+    goto done;
+  }
+
+  for (pi = 0; pi < np; pi++) {
+    const uint64_t *plane = c.bits + pi * c.nq * c.W;
+    int64_t head = pi % mh;
+    for (t = 0; t < c.nqt; t++) {
+      prow *o = &pr[pi * c.nqt + t];
+      o->twin_head = -1;
+      /* A GQA head whose rows equal an earlier head's (of the same group)
+       * reuses that head's tiles, which also lets tasks.c pack them. */
+      if (mh > 1 && group > 1 && head % group) {
+        int64_t h0, span = (int64_t)(c.i1[t] - c.i0[t] + 1) * c.W;
+        for (h0 = head - head % group; h0 < head; h0++) {
+          const prow *e = &pr[(pi - head + h0) * c.nqt + t];
+          const uint64_t *other = c.bits + (pi - head + h0) * c.nq * c.W;
+          if (e->twin_head < 0 &&
+              !memcmp(plane + c.i0[t] * c.W, other + c.i0[t] * c.W, (size_t)span * 8)) {
+            *o = *e;
+            o->twin_head = (tsr_i32)h0;
+            break;
+          }
+        }
+        if (o->twin_head >= 0)
+          continue;
+      }
+      if (emit_row(&c, plane, t, o)) {
+        st = tsr_error_set(err, TSR_ERR_NOMEM,
+                           "cannot plan: out of memory after %lld tiles and %lld membership words",
+                           (long long)pl->n_tiles, (long long)pl->n_membership);
+        goto done;
+      }
+    }
+  }
+
+  /* Problem rows from plane rows, honouring broadcast. */
+  for (b = 0; b < p->batch; b++) {
+    for (h = 0; h < p->heads_q; h++) {
+      int64_t pidx = (mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h);
+      int64_t rbase = (b * p->heads_q + h) * c.nqt;
+      rows->selected_pairs += psel[pidx];
+      for (t = 0; t < c.nqt; t++) {
+        const prow *o = &pr[pidx * c.nqt + t];
+        int64_t r = rbase + t, rows_t = ((t + 1) * pl->tile_m < p->seq_q ? pl->tile_m
+                                                                          : p->seq_q - t * pl->tile_m);
+        rows->tile_begin[r] = o->tb;
+        rows->tile_end[r] = o->te;
+        rows->all_full[r] = o->full;
+        rows->twin[r] = -1;
+        if (o->twin_head >= 0)
+          rows->twin[r] = (tsr_i32)((b * p->heads_q + o->twin_head) * c.nqt + t);
+        else if (mh == 1 && group > 1 && h % group)
+          rows->twin[r] = (tsr_i32)((b * p->heads_q + h - h % group) * c.nqt + t);
+        rows->tiles += o->te - o->tb;
+        rows->partial_tiles += o->partial;
+        rows->computed_pairs += (double)o->cols * (double)rows_t;
+      }
+    }
+  }
+
+done:
+  return st;
+}

@@ -1,0 +1,539 @@
+/*
+ * select.c: picks a plan (mapping, tile, task layout, variant) for a mask
+ * from its features and the lookup table tessera-profile derived.
+ *
+ * The table is read from SQLite once (tsr_select_load) into a compact array
+ * sorted by (level, region key); a selection bins the features, then runs
+ * one binary search per level, finest first: a few dozen integer
+ * comparisons, well under a microsecond.  A miss at every level, a row whose
+ * mapping does not apply to the mask's geometry, or an empty table falls back
+ * to the base plan, which every geometry admits and `plan verify` proves.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+#define KEY_LEN 9 /* level + 8 region fields */
+
+typedef struct {
+  int32_t key[KEY_LEN];
+  int64_t id;
+  int16_t tile_m, tile_n;
+  uint8_t mapping, tasks;
+  int32_t masks;
+  float regret, speedup;
+  char variant[96];
+  char why[160]; /* the reason text of a hit, made once at load */
+} row;
+
+struct tsr_selector {
+  row *rows;
+  int64_t n;
+  char gpu[128];
+  int multiprocessors;
+  char note[160]; /* why the table is empty, for explanations */
+};
+
+/* ---- Regions ----------------------------------------------------------- */
+
+/* Bin edges.  Chosen where the plan preference is expected to change:
+ * density decides between many small tiles and few large ones, row spread
+ * decides whether long rows are split, and fill at 128x128 says how much a
+ * combined 128x128 tile would waste on finer blocks. */
+static const double density_edges[] = {0.03, 0.06, 0.12, 0.2, 0.3, 0.45, 0.65};
+static const double spread_edges[] = {0.15, 0.5};
+static const double fill_edges[] = {0.5, 0.8};
+
+static int bin(double v, const double *edges, int n)
+{
+  int i = 0;
+  while (i < n && v >= edges[i])
+    i++;
+  return i;
+}
+
+void tsr_select_region(const tsr_features *f, tsr_region *r)
+{
+  int64_t s = f->seq_q > 0 ? f->seq_q : 1;
+  int sb = 0;
+  while (s > 1) {
+    s >>= 1;
+    sb++;
+  }
+  r->dtype = (int)f->dtype;
+  r->head_dim = (int)f->head_dim;
+  r->bq = (int)f->bq;
+  r->bk = (int)f->bk;
+  r->seq_bin = sb;
+  r->density_bin = bin(f->density, density_edges, 7);
+  r->spread_bin = bin(f->row_cv, spread_edges, 2);
+  r->fill_bin = bin(f->fill[TSR_FEATURE_TILES - 1], fill_edges, 2);
+}
+
+void tsr_select_region_at(const tsr_region *r, int level, tsr_region *out)
+{
+  *out = *r;
+  if (level >= 1) {
+    out->seq_bin = -1;
+    out->spread_bin = -1;
+  }
+  if (level >= 2) {
+    out->density_bin = -1;
+    out->fill_bin = -1;
+  }
+}
+
+static void make_key(const tsr_region *r, int level, int32_t *k)
+{
+  tsr_region x;
+  tsr_select_region_at(r, level, &x);
+  k[0] = level;
+  k[1] = x.dtype;
+  k[2] = x.head_dim;
+  k[3] = x.bq;
+  k[4] = x.bk;
+  k[5] = x.seq_bin;
+  k[6] = x.density_bin;
+  k[7] = x.spread_bin;
+  k[8] = x.fill_bin;
+}
+
+static int key_cmp(const int32_t *a, const int32_t *b)
+{
+  int i;
+  for (i = 0; i < KEY_LEN; i++)
+    if (a[i] != b[i])
+      return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+  return key_cmp(((const row *)a)->key, ((const row *)b)->key);
+}
+
+/* ---- Loading ----------------------------------------------------------- */
+
+static tsr_status load_fail(tsr_db *db, tsr_error *err)
+{
+  return tsr_error_set(err, TSR_ERR_DB, "cannot read lookup table from '%s': %s", tsr_db_path(db),
+                       sqlite3_errmsg(tsr_db_sqlite(db)));
+}
+
+/* dtype names as stored in the lookup table. */
+static int dtype_parse(const char *s)
+{
+  if (!strcmp(s, "bf16"))
+    return TSR_DT_BF16;
+  if (!strcmp(s, "f16"))
+    return TSR_DT_F16;
+  if (!strcmp(s, "f32"))
+    return TSR_DT_F32;
+  return -1;
+}
+
+tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr_selector **out,
+                           tsr_error *err)
+{
+  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3_stmt *st = NULL;
+  tsr_selector *s;
+  int64_t cap = 0;
+  int rc;
+  if (!out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_select_load: out is NULL");
+  *out = NULL;
+  if (!h)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot load lookup table: no database");
+  s = calloc(1, sizeof *s);
+  if (!s)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
+  /* Which GPU: the one asked for, else the first the table knows. */
+  if (gpu && *gpu) {
+    snprintf(s->gpu, sizeof s->gpu, "%s", gpu);
+    s->multiprocessors = multiprocessors;
+  } else {
+    if (sqlite3_prepare_v2(h,
+                           "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
+                           "ORDER BY gpu_name, multiprocessors LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+      goto dbfail;
+    sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      snprintf(s->gpu, sizeof s->gpu, "%s", (const char *)sqlite3_column_text(st, 0));
+      s->multiprocessors = sqlite3_column_int(st, 1);
+    } else if (rc != SQLITE_DONE) {
+      goto dbfail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+  }
+  if (sqlite3_prepare_v2(h,
+                         "SELECT id, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
+                         "spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, "
+                         "regret, speedup FROM lookup WHERE gpu_name=? AND "
+                         "(?2 = 0 OR multiprocessors=?2) AND feature_version=?",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, s->gpu, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 2, s->multiprocessors);
+  sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    row *r;
+    const char *dt = (const char *)sqlite3_column_text(st, 2);
+    const char *mp = (const char *)sqlite3_column_text(st, 10);
+    const char *tk = (const char *)sqlite3_column_text(st, 13);
+    const char *va = (const char *)sqlite3_column_text(st, 14);
+    int dti = dt ? dtype_parse(dt) : -1;
+    tsr_mapping mpe = TSR_MAP_AUTO;
+    tsr_tasks tke = TSR_TASKS_AUTO;
+    int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
+    int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
+    int64_t id = sqlite3_column_int64(st, 0);
+    level = sqlite3_column_int(st, 1);
+    if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
+        sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
+        sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024) {
+      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
+                                     "cannot read lookup table from '%s': row %" PRId64
+                                     " is malformed (dtype '%s', mapping '%s', tasks '%s', "
+                                     "level %d)",
+                                     tsr_db_path(db), id, dt ? dt : "", mp ? mp : "",
+                                     tk ? tk : "", level);
+      sqlite3_finalize(st); /* after the message: it invalidates the texts */
+      tsr_select_destroy(s);
+      return bad;
+    }
+    if (s->n == cap) {
+      int64_t nc = cap ? cap * 2 : 64;
+      row *nr = realloc(s->rows, sizeof *nr * (size_t)nc);
+      if (!nr) {
+        sqlite3_finalize(st);
+        tsr_select_destroy(s);
+        return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
+      }
+      s->rows = nr;
+      cap = nc;
+    }
+    r = &s->rows[s->n++];
+    memset(r, 0, sizeof *r);
+    r->id = id;
+    r->key[0] = level;
+    r->key[1] = dti;
+    for (i = 2; i < KEY_LEN; i++)
+      r->key[i] = sqlite3_column_int(st, i + 1);
+    r->mapping = (uint8_t)mpi;
+    r->tile_m = (int16_t)sqlite3_column_int(st, 11);
+    r->tile_n = (int16_t)sqlite3_column_int(st, 12);
+    r->tasks = (uint8_t)tki;
+    snprintf(r->variant, sizeof r->variant, "%s", va ? va : "");
+    r->masks = sqlite3_column_int(st, 15);
+    r->regret = (float)sqlite3_column_double(st, 16);
+    r->speedup = (float)sqlite3_column_double(st, 17);
+  }
+  if (rc != SQLITE_DONE)
+    goto dbfail;
+  sqlite3_finalize(st);
+  if (s->n > 0)
+    qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
+  for (cap = 0; cap < s->n; cap++) {
+    row *r = &s->rows[cap];
+    snprintf(r->why, sizeof r->why,
+             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
+             "regret %.3f, speed-up %.2fx over the base plan",
+             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
+  }
+  if (s->n == 0) {
+    if (!strcmp(tsr_db_path(db), ":memory:"))
+      snprintf(s->note, sizeof s->note,
+               "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
+               s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
+    else if (!s->gpu[0])
+      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
+               tsr_db_path(db), TSR_FEATURES_VERSION);
+    else
+      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows for '%.40s' (%d SMs)",
+               tsr_db_path(db), s->gpu, s->multiprocessors);
+  }
+  *out = s;
+  return TSR_OK;
+dbfail:
+  {
+    tsr_status r = load_fail(db, err);
+    sqlite3_finalize(st);
+    tsr_select_destroy(s);
+    return r;
+  }
+}
+
+tsr_status tsr_select_open(const char *db_path, const char *gpu, int multiprocessors,
+                           tsr_selector **out, tsr_error *err)
+{
+  tsr_db *db;
+  tsr_status st = tsr_db_open(db_path, TSR_DB_READONLY, &db, err);
+  if (st != TSR_OK) {
+    if (out)
+      *out = NULL;
+    return st;
+  }
+  st = tsr_select_load(db, gpu, multiprocessors, out, err);
+  tsr_db_close(db);
+  return st;
+}
+
+void tsr_select_destroy(tsr_selector *s)
+{
+  if (!s)
+    return;
+  free(s->rows);
+  free(s);
+}
+
+int64_t tsr_select_rows(const tsr_selector *s) { return s ? s->n : 0; }
+const char *tsr_select_gpu(const tsr_selector *s) { return s ? s->gpu : ""; }
+
+/* ---- Selection --------------------------------------------------------- */
+
+/* How tiles of edge t relate to uniform blocks of edge b over s tokens,
+ * exactly as the planner's map.c sees it: combined when some tile holds a
+ * block boundary (a boundary k*b < s that is not a multiple of t),
+ * subdivided when some whole tile lies inside a block larger than it (the
+ * first block, min(b, s) tokens, is the largest). */
+static void axis_relation(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
+{
+  if (b % t != 0 && b < s)
+    *combined = 1;
+  if ((b < s ? b : s) > t)
+    *subdivided = 1;
+}
+
+int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, int tile_n,
+                        const char **why)
+{
+  const char *w = NULL;
+  int comb = 0, sub = 0;
+  if (tile_m <= 0 || tile_n <= 0) {
+    w = "the tile is not positive";
+  } else if (!f->bq || !f->bk) {
+    /* Variable blocks: only the planner can tell; it reports a mapping that
+     * does not fit as unsupported and the caller falls back. */
+    if (mapping == TSR_MAP_RETAIN)
+      w = "retain needs uniform blocks, the geometry is variable";
+  } else {
+    axis_relation(f->bq, tile_m, f->seq_q, &comb, &sub);
+    axis_relation(f->bk, tile_n, f->seq_k, &comb, &sub);
+    if (mapping == TSR_MAP_RETAIN && (comb || sub))
+      w = "retain needs blocks equal to the tile";
+    else if (mapping == TSR_MAP_COMBINE && !comb)
+      w = "combine needs tiles that span several blocks";
+    else if (mapping == TSR_MAP_SUBDIVIDE && !sub)
+      w = "subdivide needs blocks larger than the tile";
+  }
+  if (why)
+    *why = w;
+  return w == NULL;
+}
+
+void tsr_select_base(const tsr_features *f, tsr_plan_opts *o)
+{
+  int i, tm, tn;
+  memset(o, 0, sizeof *o);
+  o->tile_m = o->tile_n = 128;
+  o->tasks = TSR_TASKS_ROW;
+  o->num_sms = f->num_sms;
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    tsr_features_tile(i, &tm, &tn);
+    if (f->bq == tm && f->bk == tn) {
+      o->mapping = TSR_MAP_RETAIN;
+      o->tile_m = tm;
+      o->tile_n = tn;
+      return;
+    }
+  }
+  /* 128x128 tiles: combined over small or unaligned blocks, subdivided
+   * inside large aligned ones; for variable blocks the planner decides. */
+  if (tsr_select_eligible(f, TSR_MAP_COMBINE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_COMBINE;
+  else if (tsr_select_eligible(f, TSR_MAP_SUBDIVIDE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_SUBDIVIDE;
+  else
+    o->mapping = TSR_MAP_AUTO;
+}
+
+/* Appends to a bounded text without printf: selection stays well under a
+ * microsecond even on a miss (and under sanitizers, which slow printf). */
+typedef struct {
+  char *p;
+  size_t n, len;
+} text;
+
+static void put_s(text *t, const char *s)
+{
+  while (*s && t->len + 1 < t->n)
+    t->p[t->len++] = *s++;
+  t->p[t->len] = '\0';
+}
+
+static void put_i(text *t, int64_t v)
+{
+  char buf[24];
+  int i = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    buf[i++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    buf[i++] = '-';
+  while (i > 0 && t->len + 1 < t->n)
+    t->p[t->len++] = buf[--i];
+  t->p[t->len] = '\0';
+}
+
+static void region_text(text *t, const tsr_region *r)
+{
+  put_s(t, tsr_dtype_name((tsr_dtype)r->dtype));
+  put_s(t, " d");
+  put_i(t, r->head_dim);
+  put_s(t, " ");
+  put_i(t, r->bq);
+  put_s(t, "x");
+  put_i(t, r->bk);
+  put_s(t, " seq ");
+  put_i(t, r->seq_bin);
+  put_s(t, " density ");
+  put_i(t, r->density_bin);
+  put_s(t, " spread ");
+  put_i(t, r->spread_bin);
+  put_s(t, " fill ");
+  put_i(t, r->fill_bin);
+}
+
+tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
+                           tsr_error *err)
+{
+  int level;
+  const row *skipped = NULL;
+  const char *skipped_why = NULL;
+  text t;
+  if (!f || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
+                         !f ? "features" : "output");
+  if (f->seq_q <= 0 || f->seq_k <= 0 || f->head_dim <= 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot select a plan: features describe an empty problem (%" PRId64
+                         "x%" PRId64 ", head dim %" PRId64 ")",
+                         f->seq_q, f->seq_k, f->head_dim);
+  memset(&out->opts, 0, sizeof out->opts);
+  out->variant[0] = '\0';
+  out->from_table = 0;
+  tsr_select_region(f, &out->region);
+  for (level = 0; s && level < TSR_SELECT_LEVELS; level++) {
+    int32_t key[KEY_LEN];
+    int64_t lo = 0, hi = s->n - 1;
+    make_key(&out->region, level, key);
+    while (lo <= hi) {
+      int64_t mid = (lo + hi) / 2;
+      int c = key_cmp(s->rows[mid].key, key);
+      if (c == 0) {
+        const row *r = &s->rows[mid];
+        const char *why;
+        if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why)) {
+          if (!skipped) {
+            skipped = r;
+            skipped_why = why;
+          }
+          break;
+        }
+        out->opts.mapping = (tsr_mapping)r->mapping;
+        out->opts.tile_m = r->tile_m;
+        out->opts.tile_n = r->tile_n;
+        out->opts.tasks = (tsr_tasks)r->tasks;
+        out->opts.num_sms = f->num_sms;
+        memcpy(out->variant, r->variant, sizeof out->variant);
+        out->opts.variant = out->variant[0] ? out->variant : NULL;
+        out->from_table = 1;
+        out->level = level;
+        out->row_id = r->id;
+        memcpy(out->reason, r->why, sizeof r->why);
+        return TSR_OK;
+      }
+      if (c < 0)
+        lo = mid + 1;
+      else
+        hi = mid - 1;
+    }
+  }
+  tsr_select_base(f, &out->opts);
+  out->level = -1;
+  out->row_id = -1;
+  t.p = out->reason;
+  t.n = sizeof out->reason;
+  t.len = 0;
+  out->reason[0] = '\0';
+  if (!s) {
+    put_s(&t, "no lookup table");
+  } else if (s->n == 0) {
+    put_s(&t, s->note);
+  } else {
+    put_s(&t, "no usable row for ");
+    region_text(&t, &out->region);
+    put_s(&t, " at any level");
+    if (skipped) {
+      put_s(&t, "; row ");
+      put_i(&t, skipped->id);
+      put_s(&t, " (");
+      put_s(&t, tsr_plan_mapping_name((tsr_mapping)skipped->mapping));
+      put_s(&t, " ");
+      put_i(&t, skipped->tile_m);
+      put_s(&t, "x");
+      put_i(&t, skipped->tile_n);
+      put_s(&t, ") skipped: ");
+      put_s(&t, skipped_why);
+    }
+  }
+  put_s(&t, ": base plan");
+  return TSR_OK;
+}
+
+char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
+{
+  json_t *o = json_object(), *fe = json_object(), *rg = json_object(), *pl = json_object();
+  const char *names[TSR_FEATURES_MAX];
+  double values[TSR_FEATURES_MAX];
+  char *text;
+  int i, n = tsr_features_list(f, names, values);
+  for (i = 0; i < n; i++)
+    json_object_set_new(fe, names[i], json_real(values[i]));
+  json_object_set_new(rg, "dtype", json_string(tsr_dtype_name((tsr_dtype)sel->region.dtype)));
+  json_object_set_new(rg, "head_dim", json_integer(sel->region.head_dim));
+  json_object_set_new(rg, "bq", json_integer(sel->region.bq));
+  json_object_set_new(rg, "bk", json_integer(sel->region.bk));
+  json_object_set_new(rg, "seq_bin", json_integer(sel->region.seq_bin));
+  json_object_set_new(rg, "density_bin", json_integer(sel->region.density_bin));
+  json_object_set_new(rg, "spread_bin", json_integer(sel->region.spread_bin));
+  json_object_set_new(rg, "fill_bin", json_integer(sel->region.fill_bin));
+  json_object_set_new(pl, "mapping", json_string(tsr_plan_mapping_name(sel->opts.mapping)));
+  json_object_set_new(pl, "tile_m", json_integer(sel->opts.tile_m));
+  json_object_set_new(pl, "tile_n", json_integer(sel->opts.tile_n));
+  json_object_set_new(pl, "tasks", json_string(tsr_plan_tasks_name(sel->opts.tasks)));
+  json_object_set_new(pl, "variant", json_string(sel->variant));
+  json_object_set_new(o, "features", fe);
+  json_object_set_new(o, "feature_version", json_integer(TSR_FEATURES_VERSION));
+  json_object_set_new(o, "region", rg);
+  json_object_set_new(o, "from_table", json_boolean(sel->from_table));
+  json_object_set_new(o, "level", json_integer(sel->level));
+  json_object_set_new(o, "row", json_integer(sel->row_id));
+  json_object_set_new(o, "plan", pl);
+  json_object_set_new(o, "reason", json_string(sel->reason));
+  text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  return text;
+}

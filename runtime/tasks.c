@@ -1,0 +1,367 @@
+/*
+ * tasks.c: task organisation, from the row table of map.c to the task,
+ * member and merge records of plan_layout.h.
+ *
+ * A unit is a set of rows (batch, query head, query tile) that one task can
+ * serve because they share their key tiles and membership words exactly:
+ * GQA heads of one KV head with identical rows (map.c's twins), query tiles
+ * of one head group whose tiles are all full with identical key lists (pack
+ * mode), or empty rows (pack and auto modes: a zero-output task writes up to
+ * TSR_PLAN_MAX_MEMBERS of them).  Units longer than the chunk limit are
+ * unpacked and their rows split into near-equal chunks whose partial
+ * results go to consecutive slots, merged by one merge record per row.
+ * Tasks are then ordered longest-first (a stable counting sort on tile
+ * count) for the persistent grid, whose balance is estimated by list
+ * scheduling: each task goes to the multiprocessor that frees up first.
+ *
+ * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
+ * units by a hash of their key lists.  The balance estimate, O(tasks x
+ * log(num_sms)), is a diagnostic and runs only when asked for
+ * (tsr_plan_summarize, explain), not on the planning path.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_impl.h"
+
+/* Fewest tiles an automatic split leaves in a chunk: below this the merge
+ * (an extra read and write of BM x D floats per chunk) costs more than the
+ * balance it buys. */
+#define MIN_AUTO_CHUNK 4
+/* Query tiles packed into one task in pack mode (K/V loaded once for two
+ * query tiles, as a 2*BM-row tile would, without the register cost of more). */
+#define QTILE_PACK 2
+/* Balance cost model, in quarter tiles: a key tile costs 4, and each member
+ * 1 more for loading Q and storing its output. */
+#define COST_TILE 4
+#define COST_MEMBER 1
+
+typedef struct {
+  tsr_i32 tb, te;
+  tsr_i32 first, last; /* member rows, chained through next[] */
+  tsr_i32 n;
+  uint8_t full, dead, qpacked;
+} unit;
+
+typedef struct {
+  tsr_i32 tb, te, first, n, partial;
+  int64_t key; /* tiles walked: n * (te - tb) */
+} proto;
+
+typedef struct {
+  int64_t key;
+  uint64_t hash;
+  tsr_i32 b, kvh, u;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+  const cand *x = a, *y = b;
+  if (x->b != y->b)
+    return x->b < y->b ? -1 : 1;
+  if (x->kvh != y->kvh)
+    return x->kvh < y->kvh ? -1 : 1;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  if (x->hash != y->hash)
+    return x->hash < y->hash ? -1 : 1;
+  return x->u < y->u ? -1 : x->u > y->u;
+}
+
+/* Greedy list scheduling of task costs (in launch order) onto num_sms
+ * multiprocessors; returns max load / mean load, or -1 without memory. */
+double tsr_tasks_balance(const tsr_plan *pl)
+{
+  int64_t n = pl->num_sms > 0 ? pl->num_sms : 1, i, total = 0, maxload = 0;
+  int64_t *heap = malloc((size_t)n * sizeof *heap);
+  if (!heap)
+    return -1.0;
+  for (i = 0; i < n; i++)
+    heap[i] = 0;
+  for (i = 0; i < pl->n_tasks; i++) {
+    const tsr_task_rec *t = &pl->tasks[i];
+    int64_t w = (int64_t)t->n_members * ((t->tile_end - t->tile_begin) * COST_TILE + COST_MEMBER);
+    int64_t pos = 0, v;
+    total += w;
+    /* Replace the minimum (the root) and sift down. */
+    v = heap[0] + w;
+    if (v > maxload)
+      maxload = v;
+    for (;;) {
+      int64_t l = 2 * pos + 1, r = l + 1, m = pos;
+      int64_t mv = v;
+      if (l < n && heap[l] < mv) {
+        m = l;
+        mv = heap[l];
+      }
+      if (r < n && heap[r] < mv)
+        m = r;
+      if (m == pos)
+        break;
+      heap[pos] = heap[m];
+      pos = m;
+    }
+    heap[pos] = v;
+  }
+  free(heap);
+  if (total == 0)
+    return 1.0;
+  return (double)maxload / ((double)total / (double)n);
+}
+
+tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_plan_opts *o,
+                           tsr_error *err)
+{
+  const tsr_problem *p = &pl->problem;
+  tsr_tasks mode = o->tasks;
+  int pack_gqa = mode == TSR_TASKS_PACK || mode == TSR_TASKS_AUTO;
+  int pack_empty = pack_gqa, pack_qtile = mode == TSR_TASKS_PACK;
+  int64_t nr = rows->n_rows, nqt = pl->n_q_tiles, group = p->heads_q / p->heads_kv;
+  int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
+  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
+  tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
+  tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
+  unit *units = NULL;
+  proto *protos = NULL, *sorted = NULL;
+  int64_t *count = NULL;
+  tsr_status st = TSR_OK;
+
+  pl->merges = pl->bufs[TSR_BUF_MERGES].p; /* grown below, as split rows appear */
+  next = tsr_plan_buf(pl, TSR_BUF_NEXT, (size_t)nr * sizeof *next);
+  unit_of = tsr_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)nr * sizeof *unit_of);
+  units = tsr_plan_buf(pl, TSR_BUF_UNITS, (size_t)nr * sizeof *units);
+  rec = tsr_plan_buf(pl, TSR_BUF_REC, (size_t)nr * sizeof *rec);
+  if (!next || !unit_of || !units || !rec) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
+                       (long long)nr);
+    goto done;
+  }
+
+  {
+    tsr_member_rec x = {0, 0, 0, 0};
+    for (r = 0; r < nr; r++) {
+      rec[r] = x;
+      if (++x.q_tile == nqt) {
+        x.q_tile = 0;
+        if (++x.head == p->heads_q) {
+          x.head = 0;
+          x.batch++;
+        }
+      }
+    }
+  }
+
+  /* 1. Units: rows, GQA twins, empty rows. */
+  for (r = 0; r < nr; r++) {
+    tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r], u = -1;
+    next[r] = -1;
+    unit_of[r] = -1;
+    if (te == tb) {
+      empty_rows++;
+      if (pack_empty && empty_unit >= 0 && units[empty_unit].n < TSR_PLAN_MAX_MEMBERS)
+        u = empty_unit;
+    } else {
+      nonempty++;
+      total += te - tb;
+      if (pack_gqa && rows->twin[r] >= 0) {
+        tsr_i32 cu = unit_of[rows->twin[r]];
+        if (cu >= 0 && units[cu].n < TSR_PLAN_MAX_MEMBERS)
+          u = cu;
+      }
+    }
+    if (u >= 0) {
+      next[units[u].last] = (tsr_i32)r;
+      units[u].last = (tsr_i32)r;
+      units[u].n++;
+    } else {
+      unit *x = &units[n_units];
+      x->tb = tb;
+      x->te = te;
+      x->first = x->last = (tsr_i32)r;
+      x->n = 1;
+      x->full = rows->all_full[r];
+      x->dead = x->qpacked = 0;
+      u = (tsr_i32)n_units++;
+      if (te == tb)
+        empty_unit = u;
+    }
+    /* Later twins join the newest unit of their root. */
+    if (te != tb) {
+      tsr_i32 root = rows->twin[r] >= 0 ? rows->twin[r] : (tsr_i32)r;
+      unit_of[root] = u;
+    }
+  }
+
+  /* 2. Pack mode: all-full units of one batch and KV head with identical
+   * key lists share a task, two query tiles' worth at most. */
+  if (pack_qtile) {
+    cand *cs = tsr_plan_buf(pl, TSR_BUF_CANDS, (size_t)(n_units ? n_units : 1) * sizeof *cs);
+    int64_t nc = 0, a;
+    if (!cs) {
+      st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot pack %lld units: out of memory",
+                         (long long)n_units);
+      goto done;
+    }
+    for (i = 0; i < n_units; i++) {
+      unit *x = &units[i];
+      uint64_t hsh = 1469598103934665603ULL;
+      tsr_i32 k;
+      if (x->te == x->tb || !x->full)
+        continue;
+      for (k = x->tb; k < x->te; k++)
+        hsh = (hsh ^ (uint64_t)(uint32_t)pl->tiles[k].k_tile) * 1099511628211ULL;
+      cs[nc].key = x->te - x->tb;
+      cs[nc].hash = hsh;
+      cs[nc].b = rec[x->first].batch;
+      cs[nc].kvh = (tsr_i32)(rec[x->first].head / group);
+      cs[nc].u = (tsr_i32)i;
+      nc++;
+    }
+    qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
+    for (a = 0; a + 1 < nc; a++) {
+      unit *x = &units[cs[a].u], *y = &units[cs[a + 1].u];
+      if (cs[a].b != cs[a + 1].b || cs[a].kvh != cs[a + 1].kvh || cs[a].key != cs[a + 1].key ||
+          cs[a].hash != cs[a + 1].hash || x->n + y->n > TSR_PLAN_MAX_MEMBERS ||
+          memcmp(&pl->tiles[x->tb], &pl->tiles[y->tb], (size_t)(x->te - x->tb) * sizeof(tsr_tile_rec)))
+        continue;
+      next[x->last] = y->first;
+      x->last = y->last;
+      x->n += y->n;
+      x->qpacked = 1;
+      y->dead = 1;
+      a++; /* QTILE_PACK == 2: each unit joins at most one other */
+    }
+  }
+
+  /* 3. Chunk limit. */
+  if (mode == TSR_TASKS_AUTO)
+    chunk = o->split_tiles > 0 ? o->split_tiles
+                               : (total + 2 * pl->num_sms - 1) / (2 * pl->num_sms);
+  else if (mode == TSR_TASKS_SPLIT)
+    chunk = o->split_tiles > 0 ? o->split_tiles : nonempty ? (total + nonempty - 1) / nonempty : 1;
+  if (mode == TSR_TASKS_AUTO && o->split_tiles <= 0 && chunk < MIN_AUTO_CHUNK)
+    chunk = MIN_AUTO_CHUNK;
+  if (chunk < 1)
+    chunk = 1;
+
+  /* 4. Proto tasks: units, unpacked and split where too long. */
+  cap_proto = n_units;
+  protos = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto ? cap_proto : 1) * sizeof *protos);
+  if (!protos)
+    goto nomem;
+  for (i = 0; i < n_units; i++) {
+    unit *x = &units[i];
+    int64_t len = x->te - x->tb;
+    tsr_i32 row;
+    if (x->dead)
+      continue;
+    if ((int64_t)x->n * len <= chunk) {
+      if (n_proto == cap_proto) {
+        proto *q = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto + 1) * sizeof *protos);
+        if (!q)
+          goto nomem;
+        protos = q;
+        cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
+      }
+      protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, (int64_t)x->n * len};
+      if (x->n > 1 && len > 0)
+        any_pack = 1;
+      continue;
+    }
+    /* Unpack, then split each row longer than the limit. */
+    for (row = x->first; row >= 0; row = next[row]) {
+      int64_t nch = (len + chunk - 1) / chunk, k;
+      if (nch > 1) {
+        tsr_merge_rec *mg;
+        if ((size_t)(pl->n_merges + 1) * sizeof *pl->merges > pl->bufs[TSR_BUF_MERGES].cap) {
+          tsr_merge_rec *q = tsr_plan_buf(pl, TSR_BUF_MERGES, (size_t)(pl->n_merges + 1) * sizeof *q);
+          if (!q)
+            goto nomem;
+          pl->merges = q;
+        }
+        mg = &pl->merges[pl->n_merges++];
+        memset(mg, 0, sizeof *mg);
+        mg->batch = rec[row].batch;
+        mg->head = rec[row].head;
+        mg->q_tile = rec[row].q_tile;
+        mg->slot_begin = (tsr_i32)pl->n_slots;
+        mg->n_slots = (tsr_i32)nch;
+        split_rows++;
+      }
+      for (k = 0; k < nch; k++) {
+        if (n_proto == cap_proto) {
+          proto *q = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto + 1) * sizeof *protos);
+          if (!q)
+            goto nomem;
+          protos = q;
+          cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
+        }
+        protos[n_proto++] = (proto){(tsr_i32)(x->tb + k * len / nch),
+                                    (tsr_i32)(x->tb + (k + 1) * len / nch), row, 1,
+                                    nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, 0};
+        protos[n_proto - 1].key = protos[n_proto - 1].te - protos[n_proto - 1].tb;
+      }
+      if (nch > 1)
+        pl->n_slots += nch;
+    }
+  }
+
+  /* 5. Longest first: stable counting sort on tiles walked, descending. */
+  for (i = 0; i < n_proto; i++) {
+    if (protos[i].key > maxkey)
+      maxkey = protos[i].key;
+    n_mem += protos[i].n; /* a split row has a member record per chunk */
+  }
+  count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)maxkey + 2) * sizeof *count);
+  sorted = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
+  pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
+  pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
+  if (!count || !sorted || !pl->tasks || !pl->members)
+    goto nomem;
+  memset(count, 0, ((size_t)maxkey + 2) * sizeof *count);
+  for (i = 0; i < n_proto; i++)
+    count[maxkey - protos[i].key + 1]++;
+  for (i = 1; i <= maxkey + 1; i++)
+    count[i] += count[i - 1];
+  for (i = 0; i < n_proto; i++)
+    sorted[count[maxkey - protos[i].key]++] = protos[i];
+
+  /* 6. Records. */
+  pl->n_tasks = n_proto;
+  pl->n_members = 0;
+  for (i = 0; i < n_proto; i++) {
+    const proto *q = &sorted[i];
+    tsr_task_rec *t = &pl->tasks[i];
+    tsr_i32 row = q->first, k;
+    t->batch = rec[row].batch;
+    t->head = rec[row].head;
+    t->q_tile = rec[row].q_tile;
+    t->tile_begin = q->tb;
+    t->tile_end = q->te;
+    t->member_begin = (tsr_i32)pl->n_members;
+    t->n_members = q->n;
+    t->partial = q->partial;
+    for (k = 0; k < q->n; k++, row = next[row]) {
+      pl->members[pl->n_members++] = rec[row];
+    }
+  }
+
+  if (mode != TSR_TASKS_AUTO)
+    pl->task_layout = mode;
+  else
+    pl->task_layout = split_rows ? TSR_TASKS_SPLIT : any_pack ? TSR_TASKS_PACK : TSR_TASKS_ROW;
+  pl->summary.tasks_count = pl->n_tasks;
+  pl->summary.split_rows = split_rows;
+  pl->summary.empty_rows = empty_rows;
+  pl->summary.members = pl->n_members;
+  pl->summary.merges = pl->n_merges;
+  pl->summary.slots = pl->n_slots;
+  goto done;
+
+nomem:
+  st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
+                     (long long)nr);
+done:
+  return st;
+}

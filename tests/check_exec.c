@@ -1,0 +1,224 @@
+/*
+ * check_exec.c: the CPU plan executor (tsr_cpu_execute) against the CPU
+ * reference (tsr_ref_attention, float64 accumulation) over random problems:
+ * every geometry kind, tile shape, mapping and task layout, GQA, broadcast
+ * masks, empty rows and heads, cross lengths.  Outputs must agree within
+ * 1e-5 relative (max |diff| / max |ref|) and lse likewise, with -inf in
+ * exactly the same places; a row the plan forgets stays NaN (the executor
+ * poisons its outputs) and fails.
+ */
+#include <check.h>
+
+#include "plan_cases.h"
+#include "plan_impl.h"
+
+static void rand_array(tu_rng *r, tsr_array *a, int64_t b, int64_t h, int64_t s, int64_t d)
+{
+  memset(a, 0, sizeof *a);
+  a->dtype = TSR_DT_F32;
+  a->ndim = 4;
+  a->shape[0] = b;
+  a->shape[1] = h;
+  a->shape[2] = s;
+  a->shape[3] = d;
+  a->data = tu_rand_f32(r, (size_t)(b * h * s * d), 1.0);
+}
+
+static double rel_err_f32(const tsr_array *got, const tsr_array *want)
+{
+  int64_t n = tsr_array_numel(want), i;
+  double *w = malloc((size_t)n * sizeof *w), e;
+  for (i = 0; i < n; i++)
+    w[i] = ((const float *)want->data)[i];
+  e = tu_rel_err(got->data, w, (size_t)n);
+  free(w);
+  return e;
+}
+
+/* Plans with (tile, mapping, tasks, split), executes, compares with ref.
+ * Returns 1 when the combination ran, 0 when the mapping did not fit. */
+static int run_combo(const pc_case *c, const tsr_array *q, const tsr_array *k, const tsr_array *v,
+                     const tsr_array *ro, const tsr_array *rl, int ti, tsr_mapping mp, tsr_tasks tk,
+                     int split, int sms)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_array out, lse;
+  tsr_status st;
+  double eo, el;
+  tsr_plan_opts_init(&o);
+  o.tile_m = pc_tiles[ti][0];
+  o.tile_n = pc_tiles[ti][1];
+  o.mapping = mp;
+  o.tasks = tk;
+  o.split_tiles = split;
+  o.num_sms = sms;
+  st = tsr_plan_create(&c->p, c->m, &o, &pl, &err);
+  if (st == TSR_ERR_UNSUPPORTED && mp != TSR_MAP_AUTO)
+    return 0;
+  ck_assert_msg(st == TSR_OK, "%s tile %dx%d %s/%s: plan failed: %s", c->what, o.tile_m, o.tile_n,
+                tsr_plan_mapping_name(mp), tsr_plan_tasks_name(tk), err.text);
+  st = tsr_plan_verify(pl, c->m, &err);
+  ck_assert_msg(st == TSR_OK, "%s tile %dx%d %s/%s: verify: %s", c->what, o.tile_m, o.tile_n,
+                tsr_plan_mapping_name(mp), tsr_plan_tasks_name(tk), err.text);
+  st = tsr_cpu_execute(pl, q, k, v, &out, &lse, &err);
+  ck_assert_msg(st == TSR_OK, "execute: %s", err.text);
+  ck_assert_int_eq(tsr_array_numel(&out), tsr_array_numel(ro));
+  ck_assert_int_eq(tsr_array_numel(&lse), tsr_array_numel(rl));
+  eo = rel_err_f32(&out, ro);
+  el = rel_err_f32(&lse, rl);
+  ck_assert_msg(eo <= 1e-5 && el <= 1e-5,
+                "%s tile %dx%d %s/%s split %d: output rel err %g, lse rel err %g (tiles %lld, "
+                "tasks %lld, split rows %lld)",
+                c->what, pl->tile_m, pl->tile_n, tsr_plan_mapping_name(mp),
+                tsr_plan_tasks_name(tk), split, eo, el, (long long)pl->summary.tiles,
+                (long long)pl->n_tasks, (long long)pl->summary.split_rows);
+  tsr_npy_free(&out);
+  tsr_npy_free(&lse);
+  tsr_plan_destroy(pl);
+  return 1;
+}
+
+START_TEST(test_exec_random)
+{
+  tu_rng r = {tu_seed("exec_random", 4242) + 7919u * (uint64_t)_i};
+  pc_case c;
+  tsr_array q, k, v, ro, rl;
+  tsr_error err = {0};
+  int n, ran = 0;
+  ck_assert_int_eq(pc_make(&r, &c, 260), 0);
+  rand_array(&r, &q, c.B, c.Hq, c.Sq, c.D);
+  rand_array(&r, &k, c.B, c.Hkv, c.Sk, c.D);
+  rand_array(&r, &v, c.B, c.Hkv, c.Sk, c.D);
+  ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "ref: %s",
+                err.text);
+  /* The planner's defaults, then random combinations. */
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
+  for (n = 0; n < 6; n++) {
+    int ti = (int)tu_range(&r, 0, PC_NTILES - 1);
+    tsr_mapping mp = (tsr_mapping)tu_range(&r, 0, 3);
+    tsr_tasks tk = (tsr_tasks)tu_range(&r, 0, 3);
+    int split = tu_uniform(&r) < 0.5 ? 0 : (int)tu_range(&r, 1, 3);
+    int sms = tu_uniform(&r) < 0.5 ? 0 : (int)tu_range(&r, 1, 8);
+    ran += run_combo(&c, &q, &k, &v, &ro, &rl, ti, mp, tk, split, sms);
+  }
+  ck_assert_int_ge(ran, 1);
+  tsr_npy_free(&q);
+  tsr_npy_free(&k);
+  tsr_npy_free(&v);
+  tsr_npy_free(&ro);
+  tsr_npy_free(&rl);
+  pc_free(&c);
+}
+END_TEST
+
+/* float16 inputs and 3-D arrays take the same path as float32 4-D ones. */
+START_TEST(test_exec_f16_3d)
+{
+  tu_rng r = {tu_seed("exec_f16_3d", 77)};
+  int64_t S = 200, D = 16, H = 2, i, n = H * S * D;
+  uint8_t bits[2 * 4 * 4];
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem p = {0};
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_array q = {0}, k = {0}, v = {0}, o, l, ro, rl;
+  tsr_array *arrs[3] = {&q, &k, &v};
+  for (i = 0; i < (int64_t)sizeof bits; i++)
+    bits[i] = tu_uniform(&r) < 0.5;
+  ck_assert_int_eq(tsr_geom_uniform(S, S, 64, 64, &g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, H, 4, 4, bits, &m, &err), TSR_OK);
+  for (i = 0; i < 3; i++) {
+    uint16_t *h = malloc((size_t)n * 2);
+    int64_t j;
+    for (j = 0; j < n; j++)
+      h[j] = tsr_float_to_half((float)tu_normal(&r));
+    arrs[i]->dtype = TSR_DT_F16;
+    arrs[i]->ndim = 3;
+    arrs[i]->shape[0] = H;
+    arrs[i]->shape[1] = S;
+    arrs[i]->shape[2] = D;
+    arrs[i]->data = h;
+  }
+  p.batch = 1, p.heads_q = H, p.heads_kv = H, p.seq_q = S, p.seq_k = S, p.head_dim = D;
+  p.dtype = TSR_DT_F16;
+  p.geom = g;
+  ck_assert_int_eq(tsr_plan_create(&p, m, NULL, &pl, &err), TSR_OK);
+  ck_assert_int_eq(tsr_cpu_execute(pl, &q, &k, &v, &o, &l, &err), TSR_OK);
+  ck_assert_int_eq(tsr_ref_attention(g, m, &q, &k, &v, 0, &ro, &rl, &err), TSR_OK);
+  ck_assert_int_eq(o.ndim, 3);
+  ck_assert_int_eq(l.ndim, 2);
+  ck_assert(rel_err_f32(&o, &ro) <= 1e-5);
+  ck_assert(rel_err_f32(&l, &rl) <= 1e-5);
+  tsr_npy_free(&o);
+  tsr_npy_free(&l);
+  tsr_npy_free(&ro);
+  tsr_npy_free(&rl);
+  for (i = 0; i < 3; i++)
+    tsr_npy_free(arrs[i]);
+  tsr_plan_destroy(pl);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+END_TEST
+
+/* Wrong inputs are refused with a message, and the outputs stay empty. */
+START_TEST(test_exec_rejects)
+{
+  tu_rng r = {tu_seed("exec_rejects", 5)};
+  uint8_t bits[4] = {1, 0, 1, 1};
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem p = {0};
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_array q, k, v, o, l;
+  ck_assert_int_eq(tsr_geom_uniform(100, 100, 64, 64, &g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 1, 2, 2, bits, &m, &err), TSR_OK);
+  p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seq_q = 100, p.seq_k = 100, p.head_dim = 16;
+  p.dtype = TSR_DT_BF16;
+  p.geom = g;
+  ck_assert_int_eq(tsr_plan_create(&p, m, NULL, &pl, &err), TSR_OK);
+  rand_array(&r, &q, 1, 2, 100, 16);
+  rand_array(&r, &k, 1, 2, 100, 16); /* 2 KV heads, the problem has 1 */
+  rand_array(&r, &v, 1, 1, 100, 16);
+  ck_assert_int_eq(tsr_cpu_execute(pl, &q, &k, &v, &o, &l, &err), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(err.text, "k dimension 1 is 2, expected 1") != NULL, "%s", err.text);
+  ck_assert_ptr_null(o.data);
+  tsr_error_clear(&err);
+  k.shape[1] = 1;
+  q.dtype = TSR_DT_I32;
+  ck_assert_int_eq(tsr_cpu_execute(pl, &q, &k, &v, &o, &l, &err), TSR_ERR_DTYPE);
+  ck_assert_msg(strstr(err.text, "q has dtype") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  q.dtype = TSR_DT_F32;
+  ck_assert_int_eq(tsr_cpu_execute(pl, &q, &k, NULL, &o, &l, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "v is missing") != NULL, "%s", err.text);
+  tsr_npy_free(&q);
+  tsr_npy_free(&k);
+  tsr_npy_free(&v);
+  tsr_plan_destroy(pl);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("exec");
+  TCase *tc = tcase_create("exec");
+  SRunner *sr;
+  int failed;
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_exec_random, 0, 60);
+  tcase_add_test(tc, test_exec_f16_3d);
+  tcase_add_test(tc, test_exec_rejects);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,414 @@
+/*
+ * check_map.c: physical mapping and task organisation (map.c, tasks.c)
+ * against facts the test derives itself from token-level masks:
+ *  - a tile is emitted exactly when it holds a selected pair, it is full
+ *    (no membership words) exactly when every in-bounds pair is selected;
+ *  - the summary's tiles, partial tiles, selected and computed pairs and
+ *    wasted fraction equal brute-force counts;
+ *  - retain / combine / subdivide are chosen and reported as the geometry
+ *    dictates, and refused with both sizes named when they cannot apply;
+ *  - tasks: longest-first order, chunk limits, one merge per split row,
+ *    GQA and empty-row packing, balance estimate.
+ */
+#include <check.h>
+
+#include "plan_cases.h"
+#include "plan_impl.h"
+
+static tsr_plan *make_plan(const pc_case *c, int tm, int tn, tsr_mapping mp, tsr_tasks tk,
+                           int split, int sms, tsr_status want)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_status st;
+  tsr_plan_opts_init(&o);
+  o.tile_m = tm;
+  o.tile_n = tn;
+  o.mapping = mp;
+  o.tasks = tk;
+  o.split_tiles = split;
+  o.num_sms = sms;
+  st = tsr_plan_create(&c->p, c->m, &o, &pl, &err);
+  ck_assert_msg(st == want, "%s tile %dx%d %s/%s: status %s, want %s: %s", c->what, tm, tn,
+                tsr_plan_mapping_name(mp), tsr_plan_tasks_name(tk), tsr_strerror(st),
+                tsr_strerror(want), err.text);
+  return pl;
+}
+
+/* Brute force: per problem row and key tile, whether the tile holds any
+ * selected pair and whether all its pairs are selected; compares with the
+ * tasks' tiles (through the members) and the summary. */
+static void check_tiles_exact(const pc_case *c, const tsr_plan *pl)
+{
+  int64_t BM = pl->tile_m, BN = pl->tile_n, nqt = pl->n_q_tiles, nkt = pl->n_k_tiles;
+  int64_t b, h, t, u, x, y, i, nrows = c->B * c->Hq * nqt;
+  int64_t *rowtile = malloc((size_t)(nrows * nkt) * sizeof *rowtile); /* tile record or -1 */
+  double sel = 0, comp = 0;
+  int64_t tiles = 0, partial = 0;
+  for (i = 0; i < nrows * nkt; i++)
+    rowtile[i] = -1;
+  for (i = 0; i < pl->n_tasks; i++) {
+    const tsr_task_rec *tk = &pl->tasks[i];
+    int64_t mi, ti;
+    for (mi = 0; mi < tk->n_members; mi++) {
+      const tsr_member_rec *mr = &pl->members[tk->member_begin + mi];
+      int64_t r = ((int64_t)mr->batch * c->Hq + mr->head) * nqt + mr->q_tile;
+      for (ti = tk->tile_begin; ti < tk->tile_end; ti++) {
+        ck_assert_int_eq(rowtile[r * nkt + pl->tiles[ti].k_tile], -1);
+        rowtile[r * nkt + pl->tiles[ti].k_tile] = ti;
+      }
+    }
+  }
+  for (b = 0; b < c->B; b++)
+    for (h = 0; h < c->Hq; h++) {
+      const uint8_t *plane =
+          c->bits + ((c->mb == 1 ? 0 : b) * c->mh + (c->mh == 1 ? 0 : h)) * c->nq * c->nk;
+      uint8_t *tok = tu_materialise(plane, c->nq, c->nk, c->qb, c->kb);
+      for (x = 0; x < c->Sq * c->Sk; x++)
+        sel += tok[x];
+      for (t = 0; t < nqt; t++)
+        for (u = 0; u < nkt; u++) {
+          int64_t any = 0, all = 1, area = 0, ti = rowtile[((b * c->Hq + h) * nqt + t) * nkt + u];
+          for (x = t * BM; x < (t + 1) * BM && x < c->Sq; x++)
+            for (y = u * BN; y < (u + 1) * BN && y < c->Sk; y++) {
+              any |= tok[x * c->Sk + y];
+              all &= tok[x * c->Sk + y];
+              area++;
+            }
+          ck_assert_msg(any == (ti >= 0), "%s: b %lld h %lld tile (%lld, %lld): selected %lld, emitted %d",
+                        c->what, (long long)b, (long long)h, (long long)t, (long long)u,
+                        (long long)any, ti >= 0);
+          if (ti < 0)
+            continue;
+          ck_assert_msg((pl->tiles[ti].mem == -1) == (all == 1), "%s: tile (%lld, %lld) full %lld, mem %d",
+                        c->what, (long long)t, (long long)u, (long long)all, pl->tiles[ti].mem);
+          tiles++;
+          partial += !all;
+          comp += (double)area;
+        }
+      free(tok);
+    }
+  ck_assert_int_eq(pl->summary.tiles, tiles);
+  ck_assert_int_eq(pl->summary.partial_tiles, partial);
+  ck_assert(pl->summary.selected_pairs == sel);
+  ck_assert(pl->summary.computed_pairs == comp);
+  ck_assert(fabs(pl->summary.wasted_fraction - (sel > 0 ? (comp - sel) / sel : 0)) < 1e-12);
+  free(rowtile);
+}
+
+/* Task invariants: order, chunk limit, members, merges. */
+static void check_tasks(const pc_case *c, const tsr_plan *pl, tsr_tasks asked, int split)
+{
+  int64_t i, prev = INT64_MAX, split_rows = 0;
+  for (i = 0; i < pl->n_tasks; i++) {
+    const tsr_task_rec *t = &pl->tasks[i];
+    int64_t key = (int64_t)t->n_members * (t->tile_end - t->tile_begin);
+    ck_assert_msg(key <= prev, "%s: task %lld walks %lld tiles after %lld (not longest first)",
+                  c->what, (long long)i, (long long)key, (long long)prev);
+    prev = key;
+    ck_assert_int_le(t->n_members, TSR_PLAN_MAX_MEMBERS);
+    if (split && (pl->task_layout == TSR_TASKS_SPLIT) && t->partial >= 0)
+      ck_assert_int_le(t->tile_end - t->tile_begin, split);
+    if (asked == TSR_TASKS_ROW)
+      ck_assert_int_eq(t->n_members, 1);
+    if (t->partial >= 0)
+      ck_assert_int_eq(t->n_members, 1);
+  }
+  for (i = 0; i < pl->n_merges; i++) {
+    ck_assert_int_ge(pl->merges[i].n_slots, 2);
+    split_rows++;
+  }
+  ck_assert_int_eq(pl->summary.split_rows, split_rows);
+  ck_assert_int_eq(pl->summary.tasks_count, pl->n_tasks);
+  {
+    tsr_plan_summary sm;
+    tsr_plan_summarize(pl, &sm);
+    ck_assert(sm.balance >= 1.0 - 1e-12);
+  }
+}
+
+START_TEST(test_map_random)
+{
+  tu_rng r = {tu_seed("map_random", 1234) + 104729u * (uint64_t)_i};
+  pc_case c;
+  int ti, mp, tk, ran = 0;
+  ck_assert_int_eq(pc_make(&r, &c, 420), 0);
+  for (ti = 0; ti < PC_NTILES; ti++)
+    for (mp = 0; mp < 4; mp++)
+      for (tk = 0; tk < 4; tk++) {
+        int split = tk == TSR_TASKS_SPLIT ? (int)tu_range(&r, 0, 3) : 0;
+        tsr_plan_opts o;
+        tsr_plan *pl = NULL;
+        tsr_error err = {0};
+        tsr_status st;
+        tsr_plan_opts_init(&o);
+        o.tile_m = pc_tiles[ti][0];
+        o.tile_n = pc_tiles[ti][1];
+        o.mapping = (tsr_mapping)mp;
+        o.tasks = (tsr_tasks)tk;
+        o.split_tiles = split;
+        o.num_sms = (int)tu_range(&r, 0, 16);
+        st = tsr_plan_create(&c.p, c.m, &o, &pl, &err);
+        if (st == TSR_ERR_UNSUPPORTED && mp != TSR_MAP_AUTO)
+          continue;
+        ck_assert_msg(st == TSR_OK, "%s: %s", c.what, err.text);
+        ran++;
+        if (tk == TSR_TASKS_AUTO || ti == 2)
+          check_tiles_exact(&c, pl);
+        check_tasks(&c, pl, (tsr_tasks)tk, split);
+        ck_assert_msg(tsr_plan_verify(pl, c.m, &err) == TSR_OK, "%s tile %dx%d %s/%s: %s", c.what,
+                      pl->tile_m, pl->tile_n, tsr_plan_mapping_name((tsr_mapping)mp),
+                      tsr_plan_tasks_name((tsr_tasks)tk), err.text);
+        tsr_plan_destroy(pl);
+      }
+  ck_assert_int_ge(ran, PC_NTILES * 4);
+  pc_free(&c);
+}
+END_TEST
+
+/* A uniform case with given blocks and a random mask of density p. */
+static void uniform_case(tu_rng *r, pc_case *c, int64_t S, int64_t bq, int64_t bk, int64_t H,
+                         int64_t Hkv, int64_t mh, double p)
+{
+  tsr_error err = {0};
+  memset(c, 0, sizeof *c);
+  c->B = 1, c->Hq = H, c->Hkv = Hkv, c->Sq = c->Sk = S, c->D = 16, c->mb = 1, c->mh = mh;
+  ck_assert_int_eq(tsr_geom_uniform(S, S, bq, bk, &c->g, &err), TSR_OK);
+  c->nq = tu_uniform_bounds(S, bq, &c->qb);
+  c->nk = tu_uniform_bounds(S, bk, &c->kb);
+  c->bits = tu_rand_bits(r, (size_t)(mh * c->nq * c->nk), p);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, mh, c->nq, c->nk, c->bits, &c->m, &err), TSR_OK);
+  c->p.batch = 1, c->p.heads_q = H, c->p.heads_kv = Hkv, c->p.seq_q = c->p.seq_k = S;
+  c->p.head_dim = 16, c->p.dtype = TSR_DT_BF16, c->p.geom = c->g;
+  snprintf(c->what, sizeof c->what, "uniform %lldx%lld seq %lld", (long long)bq, (long long)bk,
+           (long long)S);
+}
+
+START_TEST(test_map_retain)
+{
+  tu_rng r = {tu_seed("map_retain", 3)};
+  pc_case c;
+  tsr_plan *pl;
+  int64_t pop = 0, i;
+  uniform_case(&r, &c, 1000, 128, 64, 2, 2, 2, 0.3);
+  for (i = 0; i < 2 * c.nq * c.nk; i++)
+    pop += c.bits[i];
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_ROW, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->tile_m, 128);
+  ck_assert_int_eq(pl->tile_n, 64);
+  ck_assert_int_eq(pl->mapping, TSR_MAP_RETAIN);
+  ck_assert_int_eq(pl->summary.combined, 0);
+  ck_assert_int_eq(pl->summary.subdivided, 0);
+  ck_assert_int_eq(pl->summary.tiles, pop);
+  ck_assert_int_eq(pl->summary.partial_tiles, 0);
+  ck_assert_int_eq(pl->n_membership, 0);
+  ck_assert(pl->summary.wasted_fraction == 0.0);
+  check_tiles_exact(&c, pl);
+  tsr_plan_destroy(pl);
+  /* retain with the blocks' own tile, explicitly */
+  pl = make_plan(&c, 128, 64, TSR_MAP_RETAIN, TSR_TASKS_AUTO, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->mapping, TSR_MAP_RETAIN);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+START_TEST(test_map_combine_subdivide)
+{
+  tu_rng r = {tu_seed("map_combine_subdivide", 9)};
+  pc_case c;
+  tsr_plan *pl;
+  /* 96-token blocks on 128 tiles: combined, partial tiles, waste > 0. */
+  uniform_case(&r, &c, 900, 96, 96, 1, 1, 1, 0.4);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->tile_m, 128);
+  ck_assert_int_eq(pl->mapping, TSR_MAP_COMBINE);
+  ck_assert_int_eq(pl->summary.combined, 1);
+  ck_assert_int_gt(pl->summary.partial_tiles, 0);
+  ck_assert_int_gt(pl->n_membership, 0);
+  ck_assert(pl->summary.wasted_fraction > 0);
+  check_tiles_exact(&c, pl);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+  /* 384-token blocks: subdivided into 3x3 full 128 tiles. */
+  uniform_case(&r, &c, 1500, 384, 384, 1, 1, 1, 0.5);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->mapping, TSR_MAP_SUBDIVIDE);
+  ck_assert_int_eq(pl->summary.subdivided, 1);
+  ck_assert_int_eq(pl->summary.combined, 0);
+  ck_assert_int_eq(pl->summary.partial_tiles, 0);
+  check_tiles_exact(&c, pl);
+  tsr_plan_destroy(pl);
+  /* subdivide with the planner's tile picks 128 for 384 blocks */
+  pl = make_plan(&c, 0, 0, TSR_MAP_SUBDIVIDE, TSR_TASKS_ROW, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->tile_m, 128);
+  ck_assert_int_eq(pl->tile_n, 128);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+  /* 384 blocks on 256 tiles: both at once. */
+  uniform_case(&r, &c, 1500, 384, 384, 1, 1, 1, 0.5);
+  pl = make_plan(&c, 256, 256, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->summary.subdivided, 1);
+  ck_assert_int_eq(pl->summary.combined, 1);
+  check_tiles_exact(&c, pl);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+START_TEST(test_map_rejects)
+{
+  tu_rng r = {tu_seed("map_rejects", 21)};
+  pc_case c;
+  tsr_plan_opts o;
+  tsr_plan *pl = (tsr_plan *)&o;
+  tsr_error err = {0};
+  uniform_case(&r, &c, 700, 96, 96, 1, 1, 1, 0.4);
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_RETAIN;
+  o.tile_m = o.tile_n = 128;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(pl);
+  ck_assert_msg(strstr(err.text, "tile 128x128") && strstr(err.text, "blocks 96x96"), "%s", err.text);
+  tsr_error_clear(&err);
+  o.mapping = TSR_MAP_SUBDIVIDE;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "'subdivide'") && strstr(err.text, "blocks 96x96"), "%s", err.text);
+  tsr_error_clear(&err);
+  o.mapping = TSR_MAP_AUTO;
+  o.tile_m = 100;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "tile 100x128 is not supported") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  o.tile_m = 128;
+  o.num_sms = -1;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "multiprocessor count -1") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  o.num_sms = 0;
+  o.split_tiles = -2;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_INVALID);
+  tsr_error_clear(&err);
+  o.split_tiles = 0;
+  o.mapping = TSR_MAP_COMBINE;
+  o.tile_m = o.tile_n = 0;
+  tsr_mask_destroy(c.m);
+  /* the mask has 3 heads, the problem 1: the mask check names it */
+  free(c.bits);
+  c.bits = tu_rand_bits(&r, (size_t)(3 * c.nq * c.nk), 0.5);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 3, c.nq, c.nk, c.bits, &c.m, &err), TSR_OK);
+  ck_assert_int_ne(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_OK);
+  ck_assert(strlen(err.text) > 0);
+  ck_assert_int_ne(tsr_plan_create(&c.p, NULL, &o, &pl, NULL), TSR_OK);
+  pc_free(&c);
+  /* retain needs usable uniform blocks when the planner picks the tile */
+  uniform_case(&r, &c, 700, 100, 100, 1, 1, 1, 0.4);
+  tsr_error_clear(&err);
+  o.mapping = TSR_MAP_RETAIN;
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "blocks 100x100") != NULL, "%s", err.text);
+  pc_free(&c);
+}
+END_TEST
+
+START_TEST(test_tasks_gqa_empty)
+{
+  tu_rng r = {tu_seed("tasks_gqa_empty", 31)};
+  pc_case c;
+  tsr_plan *pl;
+  int64_t i, packed = 0, row_tasks;
+  /* 8 query heads on 2 KV heads, one broadcast plane: every group packs. */
+  uniform_case(&r, &c, 640, 64, 64, 8, 2, 1, 0.5);
+  memset(c.bits, 0, (size_t)c.nk); /* query block 0 empty */
+  tsr_mask_destroy(c.m);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 1, c.nq, c.nk, c.bits, &c.m, NULL), TSR_OK);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_ROW, 0, 0, TSR_OK);
+  row_tasks = pl->n_tasks;
+  ck_assert_int_eq(row_tasks, 8 * pl->n_q_tiles);
+  ck_assert_int_eq(pl->summary.empty_rows, 8);
+  tsr_plan_destroy(pl);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_PACK, 0, 0, TSR_OK);
+  for (i = 0; i < pl->n_tasks; i++)
+    if (pl->tasks[i].tile_end > pl->tasks[i].tile_begin) {
+      ck_assert_int_eq(pl->tasks[i].n_members % 4, 0); /* GQA groups of 4, maybe 2 q tiles */
+      packed++;
+    }
+  ck_assert_int_gt(packed, 0);
+  ck_assert_int_lt(pl->n_tasks, row_tasks / 3);
+  ck_assert_int_eq(pl->task_layout, TSR_TASKS_PACK);
+  ck_assert_int_eq(pl->summary.members, 8 * pl->n_q_tiles);
+  /* the 8 empty rows: one zero-output task of 8 members */
+  ck_assert_int_eq(pl->tasks[pl->n_tasks - 1].tile_end, pl->tasks[pl->n_tasks - 1].tile_begin);
+  ck_assert_int_eq(pl->tasks[pl->n_tasks - 1].n_members, 8);
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+static double balance_of(const tsr_plan *pl)
+{
+  tsr_plan_summary sm;
+  tsr_plan_summarize(pl, &sm);
+  return sm.balance;
+}
+
+START_TEST(test_tasks_split_balance)
+{
+  tu_rng r = {tu_seed("tasks_split_balance", 41)};
+  pc_case c;
+  tsr_plan *pl;
+  int64_t i;
+  /* One head, dense: 8 rows of 8 tiles on 132 SMs, auto splits to balance. */
+  uniform_case(&r, &c, 1024, 128, 128, 1, 1, 1, 1.1);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_ROW, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->n_tasks, 8);
+  ck_assert_int_eq(pl->n_merges, 0);
+  tsr_plan_destroy(pl);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0, TSR_OK);
+  ck_assert_int_eq(pl->task_layout, TSR_TASKS_SPLIT);
+  ck_assert_int_eq(pl->summary.split_rows, 8);
+  ck_assert_int_eq(pl->n_merges, 8);
+  ck_assert_int_eq(pl->n_slots, 16); /* chunks of at least 4 tiles */
+  tsr_plan_destroy(pl);
+  /* explicit chunk of 3: 8 tiles -> chunks 2, 3, 3 */
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_SPLIT, 3, 0, TSR_OK);
+  ck_assert_int_eq(pl->n_slots, 24);
+  for (i = 0; i < pl->n_tasks; i++)
+    ck_assert_int_le(pl->tasks[i].tile_end - pl->tasks[i].tile_begin, 3);
+  for (i = 0; i < pl->n_merges; i++)
+    ck_assert_int_eq(pl->merges[i].n_slots, 3);
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
+  tsr_plan_destroy(pl);
+  /* one SM: perfectly balanced by definition; 8 equal rows on 3 SMs: 3/(8/3) */
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_ROW, 0, 1, TSR_OK);
+  ck_assert(fabs(balance_of(pl) - 1.0) < 1e-12);
+  tsr_plan_destroy(pl);
+  pl = make_plan(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_ROW, 0, 3, TSR_OK);
+  ck_assert(fabs(balance_of(pl) - 3.0 / (8.0 / 3.0)) < 1e-12);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("map");
+  TCase *tc = tcase_create("map");
+  SRunner *sr;
+  int failed;
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_map_random, 0, 40);
+  tcase_add_test(tc, test_map_retain);
+  tcase_add_test(tc, test_map_combine_subdivide);
+  tcase_add_test(tc, test_map_rejects);
+  tcase_add_test(tc, test_tasks_gqa_empty);
+  tcase_add_test(tc, test_tasks_split_balance);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

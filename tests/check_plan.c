@@ -1,0 +1,384 @@
+/*
+ * check_plan.c: plan verification (verify.c) and the plan API (plan.c).
+ *  - every plan the planner makes, over random geometries, masks, tiles,
+ *    mappings and task layouts, verifies;
+ *  - deliberately corrupted plans are caught, each with its own message: a
+ *    dropped tile, a duplicated tile, a wrong membership bit, a partial
+ *    tile marked full, a lost merge, a slot read twice, a wrong qblk entry,
+ *    a member on another KV head, an index out of range;
+ *  - verify against a different mask fails;
+ *  - the JSON explanation parses and agrees with the summary and arrays.
+ */
+#include <check.h>
+#include <jansson.h>
+
+#include "plan_cases.h"
+#include "plan_impl.h"
+
+static tsr_plan *plan_with(const pc_case *c, int tm, int tn, tsr_mapping mp, tsr_tasks tk, int split)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_plan_opts_init(&o);
+  o.tile_m = tm, o.tile_n = tn, o.mapping = mp, o.tasks = tk, o.split_tiles = split;
+  ck_assert_msg(tsr_plan_create(&c->p, c->m, &o, &pl, &err) == TSR_OK, "%s: %s", c->what, err.text);
+  ck_assert_msg(tsr_plan_verify(pl, c->m, &err) == TSR_OK, "%s: %s", c->what, err.text);
+  return pl;
+}
+
+START_TEST(test_verify_sweep)
+{
+  tu_rng r = {tu_seed("verify_sweep", 99) + 31337u * (uint64_t)_i};
+  pc_case c;
+  int ti, mp, tk, sp;
+  ck_assert_int_eq(pc_make(&r, &c, 1500), 0);
+  for (ti = 0; ti < PC_NTILES; ti++)
+    for (mp = 0; mp < 4; mp++)
+      for (tk = 0; tk < 4; tk++)
+        for (sp = 0; sp < 2; sp++) {
+          tsr_plan_opts o;
+          tsr_plan *pl = NULL;
+          tsr_error err = {0};
+          tsr_status st;
+          tsr_plan_opts_init(&o);
+          o.tile_m = pc_tiles[ti][0];
+          o.tile_n = pc_tiles[ti][1];
+          o.mapping = (tsr_mapping)mp;
+          o.tasks = (tsr_tasks)tk;
+          o.split_tiles = sp ? (int)tu_range(&r, 1, 5) : 0;
+          o.num_sms = (int)tu_range(&r, 0, 200);
+          st = tsr_plan_create(&c.p, c.m, &o, &pl, &err);
+          if (st == TSR_ERR_UNSUPPORTED && mp != TSR_MAP_AUTO)
+            continue;
+          ck_assert_msg(st == TSR_OK, "%s: %s", c.what, err.text);
+          ck_assert_msg(tsr_plan_verify(pl, c.m, &err) == TSR_OK, "%s tile %dx%d %s/%s split %d: %s",
+                        c.what, pl->tile_m, pl->tile_n, tsr_plan_mapping_name((tsr_mapping)mp),
+                        tsr_plan_tasks_name((tsr_tasks)tk), o.split_tiles, err.text);
+          tsr_plan_destroy(pl);
+        }
+  pc_free(&c);
+}
+END_TEST
+
+/* Expects verify to fail with TSR_ERR_VERIFY and a message holding `what`. */
+static void expect_violation(const tsr_plan *pl, const tsr_mask *m, const char *what, const char *label)
+{
+  tsr_error err = {0};
+  tsr_status st = tsr_plan_verify(pl, m, &err);
+  ck_assert_msg(st == TSR_ERR_VERIFY, "%s: corrupted plan verified (%s)", label, tsr_strerror(st));
+  ck_assert_msg(strstr(err.text, what) != NULL, "%s: message '%s' lacks '%s'", label, err.text, what);
+}
+
+/* A problem with partial tiles, empty rows and split rows. */
+static void corrupt_case(tu_rng *r, pc_case *c)
+{
+  tsr_error err = {0};
+  int64_t i;
+  memset(c, 0, sizeof *c);
+  c->B = 1, c->Hq = 2, c->Hkv = 1, c->Sq = 700, c->Sk = 650, c->D = 16, c->mb = 1, c->mh = 2;
+  ck_assert_int_eq(tsr_geom_uniform(c->Sq, c->Sk, 96, 96, &c->g, &err), TSR_OK);
+  c->nq = tu_uniform_bounds(c->Sq, 96, &c->qb);
+  c->nk = tu_uniform_bounds(c->Sk, 96, &c->kb);
+  c->bits = tu_rand_bits(r, (size_t)(2 * c->nq * c->nk), 0.5);
+  for (i = 0; i < c->nk; i++)
+    c->bits[i] = 0; /* query block 0 of head 0 empty */
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, c->nq, c->nk, c->bits, &c->m, &err), TSR_OK);
+  c->p.batch = 1, c->p.heads_q = 2, c->p.heads_kv = 1, c->p.seq_q = c->Sq, c->p.seq_k = c->Sk;
+  c->p.head_dim = 16, c->p.dtype = TSR_DT_BF16, c->p.geom = c->g;
+  snprintf(c->what, sizeof c->what, "corruption case");
+}
+
+static int64_t find_task(const tsr_plan *pl, int min_tiles, int partial)
+{
+  int64_t i;
+  for (i = 0; i < pl->n_tasks; i++)
+    if (pl->tasks[i].tile_end - pl->tasks[i].tile_begin >= min_tiles &&
+        (partial == 0 || (partial > 0) == (pl->tasks[i].partial >= 0)))
+      return i;
+  ck_abort_msg("no task with %d tiles", min_tiles);
+  return -1;
+}
+
+START_TEST(test_verify_corruptions)
+{
+  tu_rng r = {tu_seed("verify_corruptions", 17)};
+  pc_case c;
+  tsr_plan *pl;
+  int64_t t, i, save;
+  corrupt_case(&r, &c);
+  pl = plan_with(&c, 128, 128, TSR_MAP_COMBINE, TSR_TASKS_SPLIT, 2);
+  ck_assert_int_gt(pl->summary.partial_tiles, 0);
+  ck_assert_int_gt(pl->n_merges, 0);
+
+  /* a dropped tile */
+  t = find_task(pl, 1, 0);
+  pl->tasks[t].tile_end--;
+  expect_violation(pl, c.m, "are selected but not covered", "dropped tile");
+  pl->tasks[t].tile_end++;
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
+
+  /* a duplicated tile */
+  t = find_task(pl, 2, 0);
+  save = pl->tiles[pl->tasks[t].tile_begin + 1].k_tile;
+  pl->tiles[pl->tasks[t].tile_begin + 1].k_tile = pl->tiles[pl->tasks[t].tile_begin].k_tile;
+  expect_violation(pl, c.m, "covered twice", "duplicated tile");
+  pl->tiles[pl->tasks[t].tile_begin + 1].k_tile = (tsr_i32)save;
+
+  /* a wrong membership bit, in every partial tile in turn (first 20) */
+  for (i = 0, save = 0; i < pl->n_tiles && save < 20; i++) {
+    tsr_tile_rec *tr = &pl->tiles[i];
+    int64_t c0 = (int64_t)tr->k_tile * 128, col;
+    if (tr->mem < 0)
+      continue;
+    col = tu_range(&r, 0, (c0 + 128 < c.Sk ? 128 : c.Sk - c0) - 1);
+    pl->membership[tr->mem + col / 32] ^= 1u << (col % 32);
+    {
+      tsr_error err = {0};
+      ck_assert_int_eq(tsr_plan_verify(pl, c.m, &err), TSR_ERR_VERIFY);
+      ck_assert_msg(strstr(err.text, "selected but not covered") ||
+                        strstr(err.text, "not selected but reach the output"),
+                    "%s", err.text);
+    }
+    pl->membership[tr->mem + col / 32] ^= 1u << (col % 32);
+    save++;
+  }
+  ck_assert_int_gt(save, 0);
+
+  /* a bit past the key length */
+  for (i = 0; i < pl->n_tiles; i++)
+    if (pl->tiles[i].mem >= 0 && pl->tiles[i].k_tile == pl->n_k_tiles - 1)
+      break;
+  if (i < pl->n_tiles) {
+    pl->membership[pl->tiles[i].mem + 3] |= 1u << 31; /* column 127 of 650 % 128 = 10 */
+    expect_violation(pl, c.m, "past the key length", "column past seq_k");
+    pl->membership[pl->tiles[i].mem + 3] &= ~(1u << 31);
+  }
+
+  /* a partial tile marked full */
+  for (i = 0; i < pl->n_tiles && pl->tiles[i].mem < 0; i++)
+    ;
+  save = pl->tiles[i].mem;
+  pl->tiles[i].mem = -1;
+  expect_violation(pl, c.m, "are not selected but reach the output", "partial marked full");
+  pl->tiles[i].mem = (tsr_i32)save;
+
+  /* a lost merge: its row is never written */
+  pl->n_merges--;
+  expect_violation(pl, c.m, "is never written", "lost merge");
+  pl->n_merges++;
+
+  /* a merge reading a slot twice / another row's slot */
+  save = pl->merges[0].slot_begin;
+  pl->merges[0].slot_begin = pl->merges[pl->n_merges - 1].slot_begin;
+  if (pl->n_merges > 1) {
+    tsr_error err = {0};
+    ck_assert_int_eq(tsr_plan_verify(pl, c.m, &err), TSR_ERR_VERIFY);
+  }
+  pl->merges[0].slot_begin = (tsr_i32)save;
+
+  /* a wrong qblk entry */
+  pl->qblk[200] ^= 1;
+  expect_violation(pl, c.m, "qblk[200]", "qblk");
+  pl->qblk[200] ^= 1;
+
+  /* a tile index out of range */
+  t = find_task(pl, 1, 0);
+  pl->tasks[t].tile_end = (tsr_i32)pl->n_tiles + 5;
+  expect_violation(pl, c.m, "outside the", "tile range");
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_ERR_VERIFY);
+  tsr_plan_destroy(pl);
+
+  /* row tasks: a row written twice, and a direct task dropped */
+  pl = plan_with(&c, 128, 128, TSR_MAP_AUTO, TSR_TASKS_ROW, 0);
+  pl->members[1] = pl->members[0];
+  pl->tasks[1].batch = pl->members[0].batch;
+  pl->tasks[1].head = pl->members[0].head;
+  pl->tasks[1].q_tile = pl->members[0].q_tile;
+  expect_violation(pl, c.m, "written 2 times", "row written twice");
+  tsr_plan_destroy(pl);
+  pl = plan_with(&c, 128, 128, TSR_MAP_AUTO, TSR_TASKS_ROW, 0);
+  pl->n_tasks--;
+  expect_violation(pl, c.m, "is never written", "task dropped");
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+START_TEST(test_verify_other_mask_and_kv)
+{
+  tu_rng r = {tu_seed("verify_other_mask", 23)};
+  pc_case c;
+  tsr_plan *pl;
+  tsr_mask *m2 = NULL;
+  uint8_t *bits2;
+  int64_t i, n;
+  corrupt_case(&r, &c);
+  pl = plan_with(&c, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0);
+  n = 2 * c.nq * c.nk;
+  bits2 = malloc((size_t)n);
+  memcpy(bits2, c.bits, (size_t)n);
+  i = tu_range(&r, 0, n - 1);
+  bits2[i] ^= 1; /* one block pair differs */
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, c.nq, c.nk, bits2, &m2, NULL), TSR_OK);
+  expect_violation(pl, m2, bits2[i] ? "selected but not covered" : "not selected but reach", "other mask");
+  tsr_mask_destroy(m2);
+  free(bits2);
+  tsr_plan_destroy(pl);
+  /* members of a packed task on different KV heads */
+  pc_free(&c);
+  {
+    tsr_error err = {0};
+    memset(&c, 0, sizeof c);
+    c.B = 1, c.Hq = 2, c.Hkv = 2, c.Sq = c.Sk = 256, c.mb = 1, c.mh = 1;
+    ck_assert_int_eq(tsr_geom_uniform(256, 256, 64, 64, &c.g, &err), TSR_OK);
+    c.bits = tu_rand_bits(&r, 16, 2.0);
+    ck_assert_int_eq(tsr_mask_from_bytes(1, 1, 4, 4, c.bits, &c.m, &err), TSR_OK);
+    c.p.batch = 1, c.p.heads_q = 2, c.p.heads_kv = 2, c.p.seq_q = c.p.seq_k = 256;
+    c.p.head_dim = 16, c.p.dtype = TSR_DT_BF16, c.p.geom = c.g;
+    /* dense: pack mode pairs q tiles of one head; make a member another head's */
+    pl = plan_with(&c, 64, 64, TSR_MAP_AUTO, TSR_TASKS_PACK, 0);
+    ck_assert_int_eq(pl->tasks[0].n_members, 2);
+    pl->members[pl->tasks[0].member_begin + 1].head ^= 1;
+    expect_violation(pl, c.m, "does not share K/V", "kv head");
+    tsr_plan_destroy(pl);
+    tsr_geom_destroy(c.g);
+    tsr_mask_destroy(c.m);
+    free(c.bits);
+  }
+}
+END_TEST
+
+START_TEST(test_explain_json)
+{
+  tu_rng r = {tu_seed("explain_json", 29)};
+  pc_case c;
+  tsr_plan *pl;
+  tsr_plan_summary s;
+  json_t *root, *sum;
+  json_error_t jerr;
+  char *text;
+  corrupt_case(&r, &c);
+  pl = plan_with(&c, 128, 128, TSR_MAP_COMBINE, TSR_TASKS_SPLIT, 2);
+  tsr_plan_summarize(pl, &s);
+  ck_assert_int_eq(s.tasks_count, pl->n_tasks);
+  ck_assert_str_eq(s.variant, "");
+  text = tsr_plan_explain_json(pl, 1);
+  ck_assert_ptr_nonnull(text);
+  root = json_loads(text, 0, &jerr);
+  ck_assert_msg(root != NULL, "%s", jerr.text);
+  sum = json_object_get(root, "summary");
+  ck_assert_str_eq(json_string_value(json_object_get(sum, "mapping")), "combine");
+  ck_assert_str_eq(json_string_value(json_object_get(sum, "tasks")), "split");
+  ck_assert_int_eq(json_integer_value(json_object_get(sum, "tiles")), s.tiles);
+  ck_assert_int_eq(json_integer_value(json_object_get(sum, "split_rows")), s.split_rows);
+  ck_assert(fabs(json_real_value(json_object_get(sum, "wasted_fraction")) - s.wasted_fraction) < 1e-12);
+  ck_assert_int_eq((int64_t)json_array_size(json_object_get(root, "tasks")), pl->n_tasks);
+  ck_assert_int_eq((int64_t)json_array_size(json_object_get(root, "tiles")), pl->n_tiles);
+  ck_assert_int_eq((int64_t)json_array_size(json_object_get(root, "merges")), pl->n_merges);
+  ck_assert_int_eq((int64_t)json_array_size(json_object_get(root, "membership")), pl->n_membership);
+  ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(json_object_get(root, "tasks"), 0), 3)),
+                   pl->tasks[0].tile_begin);
+  json_decref(root);
+  free(text);
+  text = tsr_plan_explain_json(pl, 0);
+  root = json_loads(text, 0, &jerr);
+  ck_assert_ptr_nonnull(root);
+  ck_assert_ptr_null(json_object_get(root, "tasks"));
+  json_decref(root);
+  free(text);
+  ck_assert_ptr_null(tsr_plan_explain_json(NULL, 1));
+  tsr_plan_destroy(pl);
+  tsr_plan_destroy(NULL);
+  pc_free(&c);
+  /* names round trip */
+  {
+    tsr_mapping mp;
+    tsr_tasks tk;
+    ck_assert_int_eq(tsr_plan_parse_mapping("subdivide", &mp), 0);
+    ck_assert_int_eq(mp, TSR_MAP_SUBDIVIDE);
+    ck_assert_int_eq(tsr_plan_parse_tasks("pack", &tk), 0);
+    ck_assert_int_eq(tk, TSR_TASKS_PACK);
+    ck_assert_int_eq(tsr_plan_parse_tasks("packs", &tk), -1);
+    ck_assert_int_eq(tsr_plan_parse_mapping(NULL, &mp), -1);
+  }
+}
+END_TEST
+
+/* Replanning into one plan gives exactly the records a fresh plan has, for
+ * a sequence of different problems, masks and options (buffers grow and
+ * shrink in use), and a failed update leaves an empty, reusable plan. */
+START_TEST(test_update_reuse)
+{
+  tu_rng r = {tu_seed("update_reuse", 61)};
+  tsr_plan *reused = NULL;
+  tsr_error err = {0};
+  int n;
+  for (n = 0; n < 24; n++) {
+    pc_case c;
+    tsr_plan_opts o;
+    tsr_plan *fresh = NULL;
+    tsr_status st;
+    ck_assert_int_eq(pc_make(&r, &c, n % 3 ? 400 : 1500), 0);
+    tsr_plan_opts_init(&o);
+    o.tasks = (tsr_tasks)tu_range(&r, 0, 3);
+    o.tile_m = (int)tu_range(&r, 1, 4) * 32;
+    o.tile_n = (int)tu_range(&r, 1, 4) * 32;
+    if (!reused)
+      ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &reused, &err), TSR_OK);
+    else
+      ck_assert_msg(tsr_plan_update(reused, &c.p, c.m, &o, &err) == TSR_OK, "%s", err.text);
+    st = tsr_plan_create(&c.p, c.m, &o, &fresh, &err);
+    ck_assert_int_eq(st, TSR_OK);
+    ck_assert_msg(tsr_plan_verify(reused, c.m, &err) == TSR_OK, "%s: %s", c.what, err.text);
+    ck_assert_int_eq(reused->n_tasks, fresh->n_tasks);
+    ck_assert_int_eq(reused->n_tiles, fresh->n_tiles);
+    ck_assert_int_eq(reused->n_members, fresh->n_members);
+    ck_assert_int_eq(reused->n_membership, fresh->n_membership);
+    ck_assert_int_eq(reused->n_merges, fresh->n_merges);
+    ck_assert_int_eq(reused->n_slots, fresh->n_slots);
+    ck_assert(!memcmp(reused->tasks, fresh->tasks, (size_t)fresh->n_tasks * sizeof *fresh->tasks));
+    ck_assert(!memcmp(reused->tiles, fresh->tiles, (size_t)fresh->n_tiles * sizeof *fresh->tiles));
+    ck_assert(!memcmp(reused->members, fresh->members,
+                      (size_t)fresh->n_members * sizeof *fresh->members));
+    ck_assert(!memcmp(reused->membership, fresh->membership,
+                      (size_t)fresh->n_membership * sizeof *fresh->membership));
+    ck_assert(!memcmp(reused->merges, fresh->merges, (size_t)fresh->n_merges * sizeof *fresh->merges));
+    ck_assert(!memcmp(reused->qblk, fresh->qblk, (size_t)fresh->n_qblk * sizeof *fresh->qblk));
+    ck_assert(!memcmp(&reused->summary, &fresh->summary, sizeof fresh->summary));
+    tsr_plan_destroy(fresh);
+    if (n == 10) {
+      /* a refused update empties the plan; the next one works again */
+      o.tile_m = 100;
+      tsr_error_clear(&err);
+      ck_assert_int_eq(tsr_plan_update(reused, &c.p, c.m, &o, &err), TSR_ERR_UNSUPPORTED);
+      ck_assert_int_eq(reused->n_tasks, 0);
+      ck_assert_int_eq(reused->n_tiles, 0);
+      tsr_error_clear(&err);
+    }
+    pc_free(&c);
+  }
+  ck_assert_int_eq(tsr_plan_update(NULL, NULL, NULL, NULL, &err), TSR_ERR_INVALID);
+  tsr_plan_destroy(reused);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("plan");
+  TCase *tc = tcase_create("plan");
+  SRunner *sr;
+  int failed;
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_verify_sweep, 0, 40);
+  tcase_add_test(tc, test_verify_corruptions);
+  tcase_add_test(tc, test_verify_other_mask_and_kv);
+  tcase_add_test(tc, test_explain_json);
+  tcase_add_test(tc, test_update_reuse);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

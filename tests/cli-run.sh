@@ -1,0 +1,121 @@
+#!/bin/sh
+# cli-run.sh: `tessera run` end to end.  Inputs come from tests/cli_attn
+# (the test's own .npy writer); the output must match the independent
+# float64 attention of tests/util.h to 1e-5 relative.  Every rejected input
+# must exit 2 with one line on stderr naming the file, and leave no output.
+set -u
+B=${TSR_TOP_BUILDDIR:-.}
+T="$B/tessera"
+H="$B/tests/cli_attn"
+SEED=${TSR_SEED:-4242}
+echo "cli-run: seed $SEED"
+D=$(mktemp -d "${TMPDIR:-/tmp}/tsr-cli-run.XXXXXX") || exit 99
+trap 'rm -rf "$D"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# --- correct results -------------------------------------------------------
+i=0
+for mode in uniform batch variable f16 uniform batch; do
+  i=$((i + 1))
+  s=$((SEED + i))
+  rm -f "$D"/*.npy
+  blk=$("$H" gen "$D" "$s" "$mode") || { bad "gen $mode"; continue; }
+  if [ "$blk" = - ]; then geo="--q-blocks $D/qs.npy --k-blocks $D/ks.npy"; else geo="--block $blk"; fi
+  scale=0; sarg=
+  if [ $i -eq 5 ]; then scale=0.21; sarg="--scale 0.21"; fi
+  # shellcheck disable=SC2086
+  "$T" run --backend ref --mask "$D/mask.npy" $geo --q "$D/q.npy" --k "$D/k.npy" \
+    --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" $sarg >"$D/stdout" 2>"$D/stderr" \
+    || { bad "run $mode seed $s: exit $?: $(cat "$D/stderr")"; continue; }
+  "$H" check "$D" "$s" "$mode" "$scale" || bad "check $mode seed $s"
+  # The CPU plan executor (float32 arithmetic, as the kernels): 1e-4, or a
+  # clean refusal (exit 2, one line, no output) where it is not available.
+  rm -f "$D/out.npy" "$D/lse.npy"
+  # shellcheck disable=SC2086
+  "$T" run --backend cpu --mask "$D/mask.npy" $geo --q "$D/q.npy" --k "$D/k.npy" \
+    --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" $sarg >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    "$H" check "$D" "$s" "$mode" "$scale" 1e-4 || bad "cpu backend check $mode seed $s"
+  elif [ $rc -eq 2 ] && [ "$(wc -l <"$D/stderr")" -eq 1 ] && [ ! -e "$D/out.npy" ]; then
+    echo "note: cpu backend refused $mode: $(cat "$D/stderr")"
+  else
+    bad "cpu backend $mode seed $s: exit $rc: $(cat "$D/stderr")"
+  fi
+done
+
+# --- rejected inputs ----------------------------------------------------------
+rm -f "$D"/*.npy
+"$H" bad "$D" || exit 99
+G="$D/good.npy"
+M="$D/mask_good.npy"
+# expect_reject NEEDLE ARGS...: exit 2, one stderr line with NEEDLE, no out.npy
+expect_reject() {
+  needle=$1; shift
+  rm -f "$D/out.npy" "$D/lse.npy"
+  "$T" run "$@" >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  [ $rc -eq 2 ] || bad "exit $rc, not 2, for: $* ($(cat "$D/stderr"))"
+  [ "$(wc -l <"$D/stderr")" -eq 1 ] || bad "not one stderr line for: $*: $(cat "$D/stderr")"
+  grep -q "^tessera run: " "$D/stderr" || bad "no 'tessera run:' prefix: $(cat "$D/stderr")"
+  grep -qF -- "$needle" "$D/stderr" || bad "stderr lacks '$needle': $(cat "$D/stderr")"
+  [ ! -e "$D/out.npy" ] && [ ! -e "$D/lse.npy" ] || bad "output left behind for: $*"
+  ls "$D" | grep -q tmp && bad "temporary file left behind for: $*"
+  return 0
+}
+run_with() { # Q K V MASK BLOCK [extra...]
+  q=$1 k=$2 v=$3 m=$4 b=$5; shift 5
+  expect_reject "$needle_" --mask "$m" --block "$b" --q "$q" --k "$k" --v "$v" \
+    --out "$D/out.npy" --lse "$D/lse.npy" "$@"
+}
+needle_="$D/badmagic.npy': bad magic";   run_with "$D/badmagic.npy" "$G" "$G" "$M" 16
+needle_="$D/truncated.npy': truncated";  run_with "$G" "$D/truncated.npy" "$G" "$M" 16
+needle_="$D/int32.npy': expected float32 or float16, got int32"; run_with "$G" "$G" "$D/int32.npy" "$M" 16
+needle_="$D/complex.npy': unsupported dtype '<c8'"; run_with "$D/complex.npy" "$G" "$G" "$M" 16
+needle_="$D/fortran.npy': fortran order"; run_with "$D/fortran.npy" "$G" "$G" "$M" 16
+needle_="$D/twodim.npy': expected 3 or 4 dimensions"; run_with "$D/twodim.npy" "$G" "$G" "$M" 16
+needle_="not a multiple of the 3 of k '$D/k3.npy'"; run_with "$G" "$D/k3.npy" "$D/k3.npy" "$M" 16
+needle_="mask '$D/mask_wrong.npy' does not match the geometry: 3 query blocks, but query length 64 in blocks of 16 gives 4"
+run_with "$G" "$G" "$G" "$D/mask_wrong.npy" 16
+needle_="$D/mask_f32.npy': expected bool or uint8, got float32"; run_with "$G" "$G" "$G" "$D/mask_f32.npy" 16
+needle_="mask '$M' does not match the geometry: 4 query blocks, but query length 64 in blocks of 32 gives 2"
+run_with "$G" "$G" "$G" "$M" 32
+needle_="$D/missing.npy': No such file"; run_with "$D/missing.npy" "$G" "$G" "$M" 16
+needle_="invalid --scale 'nan'"; run_with "$G" "$G" "$G" "$M" 16 --scale nan
+needle_="invalid --scale 'inf'"; run_with "$G" "$G" "$G" "$M" 16 --scale inf
+needle_="invalid --scale '1e999'"; run_with "$G" "$G" "$G" "$M" 16 --scale 1e999
+needle_="invalid --block '0'"; run_with "$G" "$G" "$G" "$M" 0
+needle_="invalid --block '16x'"; run_with "$G" "$G" "$G" "$M" 16x
+needle_="invalid --backend 'tpu'"; run_with "$G" "$G" "$G" "$M" 16 --backend tpu
+needle_="unknown option '--bogus'"; run_with "$G" "$G" "$G" "$M" 16 --bogus
+needle_="invalid --mapping 'sideways'"; run_with "$G" "$G" "$G" "$M" 16 --backend cpu --mapping sideways
+needle_="--tile, --mapping and --tasks need --backend cpu or gpu"; run_with "$G" "$G" "$G" "$M" 16 --tile 64x64
+needle_="--q-blocks '$D/int32.npy': expected a non-empty 1-D int32 or int64 array"
+expect_reject "$needle_" --mask "$M" --q-blocks "$D/int32.npy" --k-blocks "$D/int32.npy" \
+  --q "$G" --k "$G" --v "$G" --out "$D/out.npy"
+expect_reject "missing --out" --mask "$M" --block 16 --q "$G" --k "$G" --v "$G"
+# the CPU plan path and the GPU path fail cleanly while they are not there
+rm -f "$D/out.npy"
+"$T" run --backend cpu --mask "$M" --block 16 --q "$G" --k "$G" --v "$G" --out "$D/out.npy" \
+  >"$D/stdout" 2>"$D/stderr"
+rc=$?
+if [ $rc -ne 0 ]; then
+  [ $rc -eq 2 ] && [ "$(wc -l <"$D/stderr")" -eq 1 ] && [ ! -e "$D/out.npy" ] \
+    || bad "cpu backend failure not clean: exit $rc: $(cat "$D/stderr")"
+fi
+rm -f "$D/out.npy"
+"$T" run --backend gpu --mask "$M" --block 16 --q "$G" --k "$G" --v "$G" --out "$D/out.npy" \
+  >"$D/stdout" 2>"$D/stderr"
+rc=$?
+if [ $rc -ne 0 ]; then
+  [ $rc -eq 2 ] && [ "$(wc -l <"$D/stderr")" -eq 1 ] && [ ! -e "$D/out.npy" ] \
+    || bad "gpu backend failure not clean: exit $rc: $(cat "$D/stderr")"
+fi
+# --help works and exits 0
+"$T" run --help >"$D/stdout" || bad "run --help exit $?"
+grep -q -- "--mask" "$D/stdout" || bad "run --help lacks --mask"
+# --check against the reference passes for the reference itself
+"$T" run --mask "$M" --block 16 --q "$G" --k "$G" --v "$G" --out "$D/out.npy" --check 0 \
+  >"$D/stdout" 2>&1 || bad "--check 0 on the reference: $(cat "$D/stdout")"
+exit $fail

@@ -1,0 +1,86 @@
+/*
+ * plan_masks.c: writes block masks and block-size arrays as .npy for the
+ * `tessera plan` tests and the planning benchmark (BENCHMARKS.md).
+ *
+ *   plan_masks mask OUT.npy BATCH HEADS NQ NK FAMILY DENSITY SEED
+ *       FAMILY: random (each pair with probability DENSITY), band (a
+ *       diagonal band with a first-column sink, sized to DENSITY, as Sparse
+ *       VideoGen's spatial heads), strided (|i - j| a multiple of a stride,
+ *       as its temporal heads, stride 1/DENSITY), dense, empty.
+ *   plan_masks sizes OUT.npy S1 S2 ...   (int64 1-D)
+ *
+ * Masks go through tsr_mask_from_bytes and tsr_mask_save, the library's own
+ * writer.  Cost: one pass over NQ x NK x HEADS x BATCH bytes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+#include "util.h"
+
+static int usage(void)
+{
+  fprintf(stderr, "usage: plan_masks mask OUT.npy BATCH HEADS NQ NK FAMILY DENSITY SEED\n"
+                  "       plan_masks sizes OUT.npy S1 S2 ...\n");
+  return 2;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc >= 4 && !strcmp(argv[1], "sizes")) {
+    int64_t n = argc - 3, i, shape[1] = {n};
+    int64_t *s = malloc((size_t)n * sizeof *s);
+    for (i = 0; i < n; i++)
+      s[i] = strtoll(argv[3 + i], NULL, 10);
+    tu_write_npy(argv[2], "<i8", 1, shape, s, (size_t)n * sizeof *s);
+    free(s);
+    return 0;
+  }
+  if (argc == 10 && !strcmp(argv[1], "mask")) {
+    int64_t B = atoll(argv[3]), H = atoll(argv[4]), nq = atoll(argv[5]), nk = atoll(argv[6]);
+    const char *fam = argv[7];
+    double d = atof(argv[8]);
+    tu_rng r = {strtoull(argv[9], NULL, 10)};
+    int64_t p, i, j, n = B * H * nq * nk;
+    uint8_t *bits;
+    tsr_mask *m = NULL;
+    tsr_error err = {0};
+    if (B < 1 || H < 1 || nq < 1 || nk < 1)
+      return usage();
+    bits = malloc((size_t)n);
+    for (p = 0; p < B * H; p++) {
+      uint8_t *pl = bits + p * nq * nk;
+      /* band half-width w from density d: (2w + 1) / nk ~ d */
+      int64_t w = (int64_t)(d * (double)nk / 2.0), stride = d > 0 ? (int64_t)(1.0 / d + 0.5) : 1;
+      if (stride < 1)
+        stride = 1;
+      for (i = 0; i < nq; i++)
+        for (j = 0; j < nk; j++) {
+          int64_t c = i * nk / nq, v;
+          if (!strcmp(fam, "random"))
+            v = tu_uniform(&r) < d;
+          else if (!strcmp(fam, "band"))
+            v = j == 0 || (c - j <= w && j - c <= w);
+          else if (!strcmp(fam, "strided"))
+            v = (c - j) % stride == 0;
+          else if (!strcmp(fam, "dense"))
+            v = 1;
+          else if (!strcmp(fam, "empty"))
+            v = 0;
+          else
+            return usage();
+          pl[i * nk + j] = (uint8_t)v;
+        }
+    }
+    if (tsr_mask_from_bytes(B, H, nq, nk, bits, &m, &err) || tsr_mask_save(argv[2], m, &err)) {
+      fprintf(stderr, "plan_masks: %s\n", err.text);
+      return 1;
+    }
+    printf("density %.4f\n", tsr_mask_density(m));
+    tsr_mask_destroy(m);
+    free(bits);
+    return 0;
+  }
+  return usage();
+}

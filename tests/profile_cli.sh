@@ -1,0 +1,69 @@
+#!/bin/sh
+# profile_cli.sh: tessera-profile and `tessera db` as a user runs them, on
+# the CPU (man pages are checked by man-options.sh): init builds a database
+# from the shipped SQL and refuses to overwrite; export/init round-trips;
+# missing and corrupt databases are refused with exit 2 and one clear line;
+# sweep without a GPU exits 77 or names the problem.
+set -u
+top=${TSR_TOP_BUILDDIR:-.}
+src=${TSR_TOP_SRCDIR:-..}
+prof="$top/tessera-profile"
+tess="$top/tessera"
+tmp=$(mktemp -d /tmp/tsr_profile_cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+say() { echo "profile_cli: $*"; }
+bad() { say "FAIL: $*"; fail=1; }
+
+# init: the shipped tables into a new file; never over an existing one.
+"$prof" init --db "$tmp/a.db" || bad "init failed"
+[ -f "$tmp/a.db" ] || bad "init wrote no file"
+"$prof" init --db "$tmp/a.db" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] || bad "init over an existing file: exit $rc"
+grep -q "file exists" "$tmp/err" || bad "init over an existing file: $(cat "$tmp/err")"
+"$tess" db tables --db "$tmp/a.db" >"$tmp/out" || bad "db tables failed"
+
+# export -> init --sql round trip keeps the table (empty or not).
+"$prof" export --db "$tmp/a.db" --out "$tmp/a.sql" 2>/dev/null || bad "export failed"
+grep -q "Lookup table exported" "$tmp/a.sql" || bad "export wrote no header"
+"$prof" init --db "$tmp/b.db" --sql "$tmp/a.sql" || bad "init --sql failed"
+"$tess" db show --db "$tmp/a.db" >"$tmp/sa" && "$tess" db show --db "$tmp/b.db" >"$tmp/sb" \
+  || bad "db show failed"
+cmp -s "$tmp/sa" "$tmp/sb" || bad "export/init changed the table"
+# A bad SQL file leaves no database behind.
+echo "INSERT INTO nowhere VALUES (1);" >"$tmp/bad.sql"
+"$prof" init --db "$tmp/c.db" --sql "$tmp/bad.sql" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] || bad "init with bad SQL: exit $rc"
+[ ! -e "$tmp/c.db" ] || bad "init with bad SQL left a file"
+ls "$tmp" | grep -q 'c.db.tmp' && bad "init with bad SQL left a temporary file"
+
+# Missing and corrupt databases: exit 2 and one line naming the file.
+for cmd in "$prof build --db" "$prof report --out $tmp/r --db" "$prof export --db" "$tess db tables --db"; do
+  $cmd "$tmp/missing.db" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] || bad "$cmd missing: exit $rc"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || bad "$cmd missing: $(cat "$tmp/err")"
+  grep -q "missing.db" "$tmp/err" || bad "$cmd missing: $(cat "$tmp/err")"
+done
+head -c 5000 /dev/urandom >"$tmp/junk.db"
+for cmd in "$prof build --db" "$prof export --db" "$tess db show --db"; do
+  $cmd "$tmp/junk.db" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] || bad "$cmd corrupt: exit $rc"
+  grep -q "junk.db" "$tmp/err" || bad "$cmd corrupt: $(cat "$tmp/err")"
+done
+# build on a database with no timings says so.
+"$prof" build --db "$tmp/a.db" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] || bad "build without timings: exit $rc"
+grep -q "no timings" "$tmp/err" || bad "build without timings: $(cat "$tmp/err")"
+# Usage errors.
+"$prof" frobnicate >/dev/null 2>&1; [ $? -eq 2 ] || bad "unknown command accepted"
+"$prof" build >/dev/null 2>&1; [ $? -eq 2 ] || bad "build without --db accepted"
+"$tess" db show --level 7 >/dev/null 2>&1; [ $? -eq 2 ] || bad "db show --level 7 accepted"
+
+# sweep: without a GPU, exit 77 (skip); with one, it needs a corpus.
+"$prof" sweep --corpus "$tmp/none" --db "$tmp/s.db" >/dev/null 2>"$tmp/err"; rc=$?
+case $rc in
+  2|77) ;;
+  *) bad "sweep of a missing corpus: exit $rc: $(cat "$tmp/err")" ;;
+esac
+[ $fail -eq 0 ] && say "ok"
+exit $fail
