@@ -216,7 +216,9 @@ static int find_header(const gen_t *g, const char *name)
   return -1;
 }
 
-/* The generated source: constants, then the hand-written bodies. */
+/* The generated source: constants, then the hand-written bodies: the
+ * attention kernel, its merge, and the GPU planner (plan_gpu.cuh), which
+ * every module carries so that a device-planned launch needs one module. */
 static char *render(const tsr_catalog_entry *e, const char *tmpl)
 {
   const tsr_variant *v = &e->v;
@@ -242,7 +244,8 @@ static char *render(const tsr_catalog_entry *e, const char *tmpl)
            "#define TSR_SMEM_BYTES %lld\n"
            "#include \"plan_layout.h\"\n"
            "#include \"%s\"\n"
-           "#include \"merge.cuh\"\n",
+           "#include \"merge.cuh\"\n"
+           "#include \"plan_gpu.cuh\"\n",
            TSR_GEN_VERSION, tmpl, e->name, e->name, v->family == TSR_FAMILY_SM80,
            v->family == TSR_FAMILY_SM90, v->dtype == TSR_DT_BF16, v->dtype == TSR_DT_F16,
            v->head_dim, v->bm, v->bn, v->stages, v->warps, v->warpgroups, tsr_variant_threads(v),
