@@ -198,7 +198,7 @@ static void plan_and_run(const tsr_geom *g, const tsr_mask *m, const tsr_array *
   }
   memset(&sum, 0, sizeof sum);
   tsr_plan_summarize(pl, &sum);
-  printf("  plan (%.1f ms): tile %dx%d, mapping %s, tasks %s, %lld tiles in %lld tasks, "
+  printf("  plan (%.3f ms): tile %dx%d, mapping %s, tasks %s, %lld tiles in %lld tasks, "
          "wasted %.1f%%%s%s\n",
          now_ms() - t0, sum.tile_m, sum.tile_n, mapping_name(sum.mapping), tasks_name(sum.tasks),
          (long long)sum.tiles, (long long)sum.tasks_count, 100.0 * sum.wasted_fraction,

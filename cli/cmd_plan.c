@@ -14,10 +14,12 @@
 #include <time.h>
 
 #include "cli.h"
+#include "plan_impl.h"
 
 enum {
   O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_SEQ, O_SEQK, O_HEADDIM, O_HEADS, O_HEADSKV, O_ARCH,
-  O_TILE, O_MAPPING, O_TASKS, O_SPLIT, O_SMS, O_VERIFY, O_JSON, O_DETAIL, O_BENCH, O_COUNT
+  O_TILE, O_MAPPING, O_TASKS, O_SPLIT, O_SMS, O_VERIFY, O_JSON, O_DETAIL, O_BENCH, O_SELECT,
+  O_EXPLAIN, O_DB, O_GPU, O_COUNT
 };
 
 static const cli_opt plan_opts[] = {
@@ -40,6 +42,10 @@ static const cli_opt plan_opts[] = {
     [O_JSON] = {"--json", NULL, "print the plan as JSON instead of the summary"},
     [O_DETAIL] = {"--detail", NULL, "with --json: include the task, tile, member, merge arrays"},
     [O_BENCH] = {"--bench", NULL, "time planning (median of repeated runs) per mask"},
+    [O_SELECT] = {"--select", NULL, "tile, mapping and tasks from the lookup table (unless given)"},
+    [O_EXPLAIN] = {"--explain", NULL, "with --select: the mask's features, the table row hit, why"},
+    [O_DB] = {"--db", "FILE", "lookup database for --select (default: the embedded one)"},
+    [O_GPU] = {"--gpu", "NAME", "GPU whose table --select reads (default: the table's only GPU)"},
     {NULL, NULL, NULL},
 };
 
@@ -47,7 +53,8 @@ static const char synopsis[] =
     "--mask M.npy (--block BQ[xBK] --seq S [--seq-k SK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --head-dim D [--heads N] [--heads-kv N] [--arch sm_90a] [--tile BMxBN]\n"
     "       [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack] [--split N]\n"
-    "       [--sms N] [--verify] [--json [--detail]] [--bench]";
+    "       [--sms N] [--verify] [--json [--detail]] [--bench]\n"
+    "       [--select [--explain] [--db FILE] [--gpu NAME]]";
 
 /* A positive integer option that fits an int (limit `max`); 0 on success. */
 static int int_opt(const char *val, const char *name, int64_t max, int64_t *out)
@@ -242,6 +249,57 @@ static int bench(const tsr_problem *p, const tsr_mask *m, const tsr_plan_opts *o
   return CLI_OK;
 }
 
+/* Fills the tile, mapping and task layout the user left open from the
+ * lookup table; prints the features, the row hit and the reason when
+ * explaining.  0 on success. */
+static int select_plan(const char **val, const tsr_problem *p, const tsr_mask *m,
+                       tsr_plan_opts *o, char **explain_json)
+{
+  tsr_selector *sel = NULL;
+  tsr_features f;
+  tsr_selection c;
+  tsr_error err = {0};
+  if (tsr_features_compute(p, m, o->num_sms, &f, &err) != TSR_OK ||
+      tsr_select_open(val[O_DB], val[O_GPU], 0, &sel, &err) != TSR_OK ||
+      tsr_select_plan(sel, &f, &c, &err) != TSR_OK) {
+    cli_errorf("plan", "cannot select a plan for '%s': %s", val[O_MASK], err.text);
+    tsr_select_destroy(sel);
+    return -1;
+  }
+  tsr_select_destroy(sel);
+  if (!val[O_TILE]) {
+    o->tile_m = c.opts.tile_m;
+    o->tile_n = c.opts.tile_n;
+  }
+  if (!val[O_MAPPING])
+    o->mapping = c.opts.mapping;
+  if (!val[O_TASKS])
+    o->tasks = c.opts.tasks;
+  if (val[O_EXPLAIN] && val[O_JSON]) {
+    *explain_json = tsr_select_explain_json(&f, &c);
+  } else if (val[O_EXPLAIN]) {
+    int i, tm, tn;
+    printf("features: density %.4f (blocks %.4f), row spread %.3f, empty rows %.3f, rows per "
+           "SM %.2f\n",
+           f.density, f.block_density, f.row_cv, f.empty_rows, f.rows_per_sm);
+    printf("features: fill");
+    for (i = 0; i < TSR_FEATURE_TILES; i++) {
+      tsr_features_tile(i, &tm, &tn);
+      printf(" %dx%d %.3f (%lld tiles)", tm, tn, f.fill[i], (long long)f.touched[i]);
+    }
+    printf("\nregion: %s d%d blocks %dx%d, seq bin %d, density bin %d, spread bin %d, fill bin "
+           "%d\n",
+           tsr_dtype_name((tsr_dtype)c.region.dtype), c.region.head_dim, c.region.bq,
+           c.region.bk, c.region.seq_bin, c.region.density_bin, c.region.spread_bin,
+           c.region.fill_bin);
+    printf("selected: %s %dx%d %s%s%s\n", tsr_plan_mapping_name(c.opts.mapping), c.opts.tile_m,
+           c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.variant[0] ? ", variant " : "",
+           c.variant);
+    printf("reason: %s\n", c.reason);
+  }
+  return 0;
+}
+
 static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_plan_summary *s,
                           const char *mask, const tsr_plan_opts *o)
 {
@@ -277,6 +335,29 @@ static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_pl
   printf("variant: %s\n", s->variant[0] ? s->variant : "(chosen at launch)");
 }
 
+/* TESSERA_PLAN_CORRUPT=drop|dup|bit damages the plan before --verify, so
+ * the tests can see verification fail (exit 1) through the command. */
+static void corrupt(tsr_plan *pl, const char *how)
+{
+  int64_t i;
+  for (i = 0; i < pl->n_tasks; i++) {
+    tsr_task_rec *t = &pl->tasks[i];
+    if (!strcmp(how, "drop") && t->tile_end > t->tile_begin) {
+      t->tile_end--;
+      return;
+    }
+    if (!strcmp(how, "dup") && t->tile_end - t->tile_begin >= 2) {
+      pl->tiles[t->tile_begin + 1].k_tile = pl->tiles[t->tile_begin].k_tile;
+      return;
+    }
+  }
+  for (i = 0; !strcmp(how, "bit") && i < pl->n_tiles; i++)
+    if (pl->tiles[i].mem >= 0) {
+      pl->membership[pl->tiles[i].mem] ^= 1u;
+      return;
+    }
+}
+
 int cmd_plan(int argc, char **argv)
 {
   const char *val[O_COUNT];
@@ -289,6 +370,7 @@ int cmd_plan(int argc, char **argv)
   tsr_error err = {0};
   int64_t x;
   int rc = CLI_USAGE, i;
+  char *explain = NULL;
 
   i = cli_parse("plan", synopsis, plan_opts, val, argc, argv);
   if (i)
@@ -340,6 +422,16 @@ int cmd_plan(int argc, char **argv)
     cli_errorf("plan", "%s", err.text);
     goto done;
   }
+  if (val[O_EXPLAIN] && !val[O_SELECT]) {
+    cli_errorf("plan", "--explain needs --select");
+    goto done;
+  }
+  if ((val[O_DB] || val[O_GPU]) && !val[O_SELECT]) {
+    cli_errorf("plan", "--db and --gpu need --select");
+    goto done;
+  }
+  if (val[O_SELECT] && select_plan(val, &p, m, &o, &explain))
+    goto done;
   if (tsr_plan_create(&p, m, &o, &pl, &err)) {
     cli_errorf("plan", "cannot plan '%s': %s", val[O_MASK], err.text);
     rc = cli_status_exit(err.status);
@@ -352,12 +444,17 @@ int cmd_plan(int argc, char **argv)
       cli_errorf("plan", "cannot explain the plan as JSON: out of memory");
       goto done;
     }
-    printf("%s\n", text);
+    if (explain)
+      printf("{\"selection\": %s,\n\"plan\": %s}\n", explain, text);
+    else
+      printf("%s\n", text);
     free(text);
   } else {
     print_summary(&p, pl, &s, val[O_MASK], &o);
   }
   if (val[O_VERIFY]) {
+    if (getenv("TESSERA_PLAN_CORRUPT"))
+      corrupt(pl, getenv("TESSERA_PLAN_CORRUPT"));
     if (tsr_plan_verify(pl, m, &err)) {
       cli_errorf("plan", "verification failed: %s", err.text);
       rc = cli_status_exit(err.status);
@@ -370,6 +467,7 @@ int cmd_plan(int argc, char **argv)
   }
   rc = val[O_BENCH] ? bench(&p, m, &o, &s) : CLI_OK;
 done:
+  free(explain);
   tsr_plan_destroy(pl);
   tsr_mask_destroy(m);
   tsr_geom_destroy(g);

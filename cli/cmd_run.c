@@ -20,7 +20,7 @@
 
 enum {
   O_BACKEND, O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_Q, O_K, O_V, O_OUT, O_LSE, O_SCALE,
-  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_COUNT
+  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_COUNT
 };
 
 static const cli_opt run_opts[] = {
@@ -39,13 +39,15 @@ static const cli_opt run_opts[] = {
     [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "cpu/gpu: physical mapping"},
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "cpu/gpu: task organisation"},
     [O_CHECK] = {"--check", "TOL", "compare with the CPU reference; exit 1 above TOL"},
+    [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for float16 inputs, else bf16)"},
     {NULL, NULL, NULL},
 };
 
 static const char synopsis[] =
     "[--backend ref|cpu|gpu] --mask M.npy (--block BQ[xBK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--scale S] [--check TOL]\n"
-    "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]";
+    "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]\n"
+    "       [--dtype bf16|fp16]";
 
 static int pick(const char *val, const char *const *names, int n)
 {
@@ -150,16 +152,12 @@ static int make_geom(const char **val, const tsr_problem *p, tsr_geom **g)
   }
 }
 
-/* The CPU plan path: problem check, plan, execute. */
-static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
-                          const tsr_array *q, const tsr_array *k, const tsr_array *v,
-                          tsr_array *out, tsr_array *lse, tsr_error *err)
+/* Plan options from --tile, --mapping and --tasks. */
+static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
 {
   static const char *const mappings[] = {"auto", "retain", "combine", "subdivide"};
   static const char *const tasks[] = {"auto", "row", "split", "pack"};
   tsr_plan_opts o;
-  tsr_plan *pl = NULL;
-  tsr_status s;
   tsr_plan_opts_init(&o);
   if (val[O_TILE]) {
     int64_t bm, bn;
@@ -185,12 +183,57 @@ static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
                            "invalid --tasks '%s': expected auto, row, split or pack", val[O_TASKS]);
     o.tasks = (tsr_tasks)i;
   }
-  s = tsr_problem_check(p, err);
+  *po = o;
+  return TSR_OK;
+}
+
+/* The CPU plan path: problem check, plan, execute. */
+static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
+                          const tsr_array *q, const tsr_array *k, const tsr_array *v,
+                          tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_status s = plan_opts(val, &o, err);
+  if (s == TSR_OK)
+    s = tsr_problem_check(p, err);
   if (s == TSR_OK)
     s = tsr_plan_create(p, m, &o, &pl, err);
   if (s == TSR_OK)
     s = tsr_cpu_execute(pl, q, k, v, out, lse, err);
   tsr_plan_destroy(pl);
+  return s;
+}
+
+/* The GPU path: context (driver, bundle), plan for the device's target,
+ * upload, launch, download (tsr_gpu_run_arrays). */
+static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
+                          const tsr_array *q, const tsr_array *k, const tsr_array *v,
+                          tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  tsr_context_opts co;
+  tsr_context *ctx = NULL;
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_status s = plan_opts(val, &o, err);
+  if (s == TSR_OK)
+    s = tsr_problem_check(p, err);
+  if (s != TSR_OK)
+    return s;
+  tsr_context_opts_init(&co);
+  s = tsr_context_create(&co, &ctx, err);
+  if (s == TSR_OK)
+    s = tsr_plan_create(p, m, &o, &pl, err);
+  if (s == TSR_OK)
+    s = tsr_gpu_run_arrays(ctx, pl, q, k, v, out, lse, err);
+  if (s == TSR_OK) {
+    tsr_plan_summary sum;
+    tsr_plan_summarize(pl, &sum);
+    printf("gpu: kernel %s, tile %dx%d, %lld tasks\n", sum.variant, sum.tile_m, sum.tile_n,
+           (long long)sum.tasks_count);
+  }
+  tsr_plan_destroy(pl);
+  tsr_context_destroy(ctx);
   return s;
 }
 
@@ -234,6 +277,14 @@ int cmd_run(int argc, char **argv)
     cli_errorf("run", "--tile, --mapping and --tasks need --backend cpu or gpu");
     return CLI_USAGE;
   }
+  if (val[O_DTYPE] && strcmp(val[O_DTYPE], "bf16") && strcmp(val[O_DTYPE], "fp16")) {
+    cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
+    return CLI_USAGE;
+  }
+  if (val[O_DTYPE] && backend != 2) {
+    cli_errorf("run", "--dtype needs --backend gpu");
+    return CLI_USAGE;
+  }
   if (val[O_LSE] && !strcmp(val[O_LSE], val[O_OUT])) {
     cli_errorf("run", "--out and --lse name the same file '%s'", val[O_OUT]);
     return CLI_USAGE;
@@ -255,6 +306,8 @@ int cmd_run(int argc, char **argv)
   }
   p.scale = scale;
   p.dtype = q.dtype == TSR_DT_F16 ? TSR_DT_F16 : TSR_DT_BF16;
+  if (val[O_DTYPE])
+    p.dtype = !strcmp(val[O_DTYPE], "fp16") ? TSR_DT_F16 : TSR_DT_BF16;
   p.layout = TSR_LAYOUT_BHSD;
   p.geom = g;
 
@@ -263,17 +316,7 @@ int cmd_run(int argc, char **argv)
   } else if (backend == 1) {
     s = run_cpu(val, &p, m, &q, &k, &v, &out, val[O_LSE] ? &lse : NULL, &err);
   } else {
-    tsr_context_opts co;
-    tsr_context *ctx = NULL;
-    tsr_context_opts_init(&co);
-    s = tsr_context_create(&co, &ctx, &err);
-    if (s != TSR_OK) {
-      cli_errorf("run", "no GPU: %s", err.text);
-      goto done;
-    }
-    /* Moving tensors to the device and launching belong to the GPU work. */
-    s = tsr_error_set(&err, TSR_ERR_UNSUPPORTED, "the gpu backend is not wired to the command yet");
-    tsr_context_destroy(ctx);
+    s = run_gpu(val, &p, m, &q, &k, &v, &out, val[O_LSE] ? &lse : NULL, &err);
   }
   if (s != TSR_OK) {
     cli_errorf("run", "%s backend failed: %s", backends[backend], err.text);

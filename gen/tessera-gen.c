@@ -64,7 +64,7 @@ static void die_usage(const char *msg)
 {
   fprintf(stderr, "tessera-gen: %s\n", msg);
   fprintf(stderr, "usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
-                  "[-j JOBS] [--list] [-v]\n");
+                  "[-j JOBS] [--targets LIST] [--list] [-v]\n");
   exit(2);
 }
 
@@ -233,6 +233,8 @@ static char *render(const tsr_catalog_entry *e, const char *tmpl)
            "#define TSR_DTYPE_BF16 %d\n"
            "#define TSR_DTYPE_FP16 %d\n"
            "#define TSR_HEAD_DIM %d\n"
+           "#define TSR_D TSR_HEAD_DIM\n"
+           "#define TSR_DTYPE_F16 TSR_DTYPE_FP16\n"
            "#define TSR_BM %d\n"
            "#define TSR_BN %d\n"
            "#define TSR_STAGES %d\n"
@@ -495,6 +497,7 @@ int main(int argc, char **argv)
     { "layout", required_argument, 0, 'l' },  { "out", required_argument, 0, 'o' },
     { "jobs", required_argument, 0, 'j' },    { "list", no_argument, 0, 'L' },
     { "verbose", no_argument, 0, 'v' },       { "help", no_argument, 0, 'h' },
+    { "targets", required_argument, 0, 'T' },
     { 0, 0, 0, 0 }
   };
   const char *catalog = NULL, *tdir = NULL, *layout = NULL;
@@ -502,11 +505,12 @@ int main(int argc, char **argv)
   tsr_error err;
   job_t *jobs;
   size_t njobs = 0, i, done = 0;
+  unsigned targets = (1u << TSR_N_ARCHS) - 1;
   int maxjobs = 2, list = 0, running = 0, failed = 0, built = 0, reused = 0, opt, a, nmaj, nmin;
   double t0 = now_s();
 
   memset(&g, 0, sizeof g);
-  while ((opt = getopt_long(argc, argv, "c:t:l:o:j:Lvh", lopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "c:t:l:o:j:LvhT:", lopts, NULL)) != -1) {
     switch (opt) {
     case 'c': catalog = optarg; break;
     case 't': tdir = optarg; break;
@@ -517,10 +521,25 @@ int main(int argc, char **argv)
       if (maxjobs < 1 || maxjobs > 64) die_usage("--jobs must be 1 to 64");
       break;
     case 'L': list = 1; break;
+    case 'T': {
+      /* A comma-separated subset of the targets (tests use it to stay quick). */
+      char buf[256], *tok;
+      snprintf(buf, sizeof buf, "%s", optarg);
+      targets = 0;
+      for (tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int ai = tsr_arch_index(tok);
+        if (ai < 0) {
+          fprintf(stderr, "tessera-gen: unknown target '%s' (known: sm_80, sm_89, sm_90a, sm_100a, sm_120)\n", tok);
+          return 2;
+        }
+        targets |= 1u << ai;
+      }
+      break;
+    }
     case 'v': g.verbose = 1; break;
     case 'h':
       printf("usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
-             "[-j JOBS] [--list] [-v]\n");
+             "[-j JOBS] [--targets LIST] [--list] [-v]\n");
       return 0;
     default: die_usage("unknown option");
     }
@@ -600,6 +619,7 @@ int main(int argc, char **argv)
     for (a = 0; a < TSR_N_ARCHS; a++) {
       char why[160];
       job_t *j;
+      if (!(targets & (1u << a))) continue;
       if (!tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) {
         if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
           printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);

@@ -93,20 +93,28 @@ double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id)
 double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
                           const tsr_plan_opts *o)
 {
-  double t = 0;
-  int i;
-  for (i = 0; i < m->n; i++) {
-    int64_t pi = tsrp_build_plan_index(ds, m->plan_ids[i]);
-    const tsrp_plan_row *p;
-    if (pi < 0)
-      continue;
-    p = &ds->plans[pi];
-    if (p->mapping == o->mapping && p->tile_m == o->tile_m && p->tile_n == o->tile_n &&
-        p->tasks == o->tasks && (!o->variant || !strcmp(o->variant, p->variant)))
-      if (t == 0 || m->ms[i] < t)
-        t = m->ms[i];
+  /* AUTO resolves as the planner does: combine, else subdivide, else retain. */
+  static const tsr_mapping order[] = {TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE, TSR_MAP_RETAIN};
+  int k;
+  for (k = 0; k < 3; k++) {
+    tsr_mapping want = o->mapping == TSR_MAP_AUTO ? order[k] : o->mapping;
+    double t = 0;
+    int i;
+    for (i = 0; i < m->n; i++) {
+      int64_t pi = tsrp_build_plan_index(ds, m->plan_ids[i]);
+      const tsrp_plan_row *p;
+      if (pi < 0)
+        continue;
+      p = &ds->plans[pi];
+      if (p->mapping == want && p->tile_m == o->tile_m && p->tile_n == o->tile_n &&
+          p->tasks == o->tasks && (!o->variant || !strcmp(o->variant, p->variant)))
+        if (t == 0 || m->ms[i] < t)
+          t = m->ms[i];
+    }
+    if (t > 0 || o->mapping != TSR_MAP_AUTO)
+      return t;
   }
-  return t;
+  return 0;
 }
 
 static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
@@ -120,8 +128,12 @@ static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
     return sql_fail(db, err);
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     tsrp_plan_row *p;
-    int mp = tsr_select_mapping_parse((const char *)sqlite3_column_text(st, 1));
-    int tk = tsr_select_tasks_parse((const char *)sqlite3_column_text(st, 4));
+    tsr_mapping mpe = TSR_MAP_AUTO;
+    tsr_tasks tke = TSR_TASKS_AUTO;
+    int mp = tsr_plan_parse_mapping((const char *)sqlite3_column_text(st, 1), &mpe) ? -1
+                                                                                  : (int)mpe;
+    int tk = tsr_plan_parse_tasks((const char *)sqlite3_column_text(st, 4), &tke) ? -1
+                                                                                 : (int)tke;
     if (mp <= 0 || tk <= 0) {
       int64_t id = sqlite3_column_int64(st, 0);
       sqlite3_finalize(st);
@@ -367,10 +379,10 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   sqlite3_bind_text(st, 6, dtype_text(group[0].key[1]), -1, SQLITE_STATIC);
   for (i = 2; i < 9; i++)
     sqlite3_bind_int(st, (int)i + 5, group[0].key[i]);
-  sqlite3_bind_text(st, 14, tsr_select_mapping_name(pr->mapping), -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 14, tsr_plan_mapping_name(pr->mapping), -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 15, pr->tile_m);
   sqlite3_bind_int(st, 16, pr->tile_n);
-  sqlite3_bind_text(st, 17, tsr_select_tasks_name(pr->tasks), -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 17, tsr_plan_tasks_name(pr->tasks), -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 18, pr->variant, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st, 19, n);
   sqlite3_bind_double(st, 20, exp(best_score / (double)best_cover));

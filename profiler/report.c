@@ -27,8 +27,8 @@ static void plan_text(const tsrp_dataset *ds, int64_t plan_id, char *buf, size_t
     snprintf(buf, n, "-");
     return;
   }
-  snprintf(buf, n, "%s %dx%d %s", tsr_select_mapping_name(ds->plans[i].mapping),
-           ds->plans[i].tile_m, ds->plans[i].tile_n, tsr_select_tasks_name(ds->plans[i].tasks));
+  snprintf(buf, n, "%s %dx%d %s", tsr_plan_mapping_name(ds->plans[i].mapping),
+           ds->plans[i].tile_m, ds->plans[i].tile_n, tsr_plan_tasks_name(ds->plans[i].tasks));
 }
 
 /* Finds the GPU (name, multiprocessors) to report on: the one named, else
@@ -108,8 +108,8 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
     if (csv)
       fprintf(csv, "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f\n",
               m->path, m->family, m->f.density, m->f.row_cv, m->f.fill[TSR_FEATURE_TILES - 1],
-              (long long)m->f.bq, (long long)m->f.bk, tsr_select_mapping_name(c.opts.mapping),
-              c.opts.tile_m, c.opts.tile_n, tsr_select_tasks_name(c.opts.tasks), c.level, ts, bt,
+              (long long)m->f.bq, (long long)m->f.bk, tsr_plan_mapping_name(c.opts.mapping),
+              c.opts.tile_m, c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.level, ts, bt,
               tb, td, ts / tb - 1, td > 0 ? td / ts : 0);
   }
   if (s == TSR_OK && out->masks > 0) {

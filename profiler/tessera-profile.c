@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "profile.h"
+#include "sweep.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -309,6 +310,8 @@ int main(int argc, char **argv)
     printf("tessera-profile %s\n", PACKAGE_VERSION);
     return EXIT_OK;
   }
+  if (!strcmp(argv[1], "sweep"))
+    return tsrp_sweep_main(argc - 1, argv + 1);
   if (!strcmp(argv[1], "build"))
     return cmd_build(argc - 1, argv + 1);
   if (!strcmp(argv[1], "report"))

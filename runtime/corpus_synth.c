@@ -42,7 +42,7 @@
  * peak near 8-10 on the diagonal (as measured DiT heads do) and the pooled
  * families land in the published density ranges of MASKS.md. */
 #ifndef SYNTH_ALPHA
-#define SYNTH_ALPHA 2.0
+#define SYNTH_ALPHA 2.3
 #endif
 #ifndef SYNTH_GAMMA
 #define SYNTH_GAMMA 0.9

@@ -29,9 +29,9 @@
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD32Async) X(cuMemsetD8)    \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                    \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)      \
-  X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)                              \
-  X(cuMemAllocHost) X(cuMemFreeHost) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
+  X(cuEventElapsedTime) X(cuTensorMapEncodeTiled) X(cuStreamBeginCapture)      \
+  X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                   \
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemAllocHost) X(cuMemFreeHost)
 
 typedef struct {
   void *lib; /* dlopen handle */

@@ -478,14 +478,14 @@ tsr_status tsr_db_put_plan(tsr_db *db, const tsr_db_plan *p, int64_t *id, tsr_er
   st = run(db, err, NULL, NULL,
            "INSERT OR IGNORE INTO plans (mapping, tile_m, tile_n, tasks, variant) "
            "VALUES (?,?,?,?,?)",
-           "tiitt", tsr_select_mapping_name(p->mapping), (int64_t)p->tile_m, (int64_t)p->tile_n,
-           tsr_select_tasks_name(p->tasks), str_or(p->variant, ""));
+           "tiitt", tsr_plan_mapping_name(p->mapping), (int64_t)p->tile_m, (int64_t)p->tile_n,
+           tsr_plan_tasks_name(p->tasks), str_or(p->variant, ""));
   if (st == TSR_OK)
     st = run(db, err, id, NULL,
              "SELECT id FROM plans WHERE mapping=? AND tile_m=? AND tile_n=? AND tasks=? AND "
              "variant=?",
-             "tiitt", tsr_select_mapping_name(p->mapping), (int64_t)p->tile_m,
-             (int64_t)p->tile_n, tsr_select_tasks_name(p->tasks), str_or(p->variant, ""));
+             "tiitt", tsr_plan_mapping_name(p->mapping), (int64_t)p->tile_m,
+             (int64_t)p->tile_n, tsr_plan_tasks_name(p->tasks), str_or(p->variant, ""));
   return st;
 }
 

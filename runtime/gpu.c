@@ -506,3 +506,150 @@ tsr_status tsr_gpu_function(tsr_context *ctx, const tsr_plan *pl, const char *na
   return tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(out, ctx->mods[g->variant].mod, name),
                       "cuModuleGetFunction", err);
 }
+
+/* ---- synchronous convenience for tools and tests ------------------------- */
+
+static void layout_strides(tsr_layout layout, int64_t H, int64_t S, int64_t D, int64_t *st)
+{
+  if (layout == TSR_LAYOUT_BSHD) {
+    st[0] = S * H * D; st[1] = D; st[2] = H * D; st[3] = 1;
+  } else {
+    st[0] = H * S * D; st[1] = S * D; st[2] = D; st[3] = 1;
+  }
+}
+
+/* Checks a host tensor against (B, H, S, D); 3-D means B = 1. */
+static tsr_status check_host(const char *name, const tsr_array *a, int64_t B, int64_t H, int64_t S,
+                             int64_t D, tsr_error *err)
+{
+  int off;
+  if (!a || !a->data) return tsr_error_set(err, TSR_ERR_INVALID, "GPU run: tensor %s is missing", name);
+  if (a->dtype != TSR_DT_F32 && a->dtype != TSR_DT_F16)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU run: tensor %s must be float32 or float16, got %s", name,
+                         tsr_dtype_name(a->dtype));
+  if (a->ndim != 3 && a->ndim != 4)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "GPU run: tensor %s must have 3 or 4 dimensions, got %d", name,
+                         a->ndim);
+  off = a->ndim - 3;
+  if ((off && a->shape[0] != B) || (!off && B != 1) || a->shape[off] != H || a->shape[off + 1] != S ||
+      a->shape[off + 2] != D)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "GPU run: tensor %s does not match the plan's problem [%lld, %lld, %lld, %lld]", name,
+                         (long long)B, (long long)H, (long long)S, (long long)D);
+  return TSR_OK;
+}
+
+/* Host [B][H][S][D] (float32 or float16) to 16-bit elements at strides st. */
+static uint16_t *to_device_layout(const tsr_array *a, tsr_dtype dt, int64_t B, int64_t H, int64_t S, int64_t D,
+                                  const int64_t *st)
+{
+  uint16_t *h = malloc((size_t)(B * H * S * D) * 2);
+  int64_t b, hh, s, d, i = 0;
+  if (!h) return NULL;
+  for (b = 0; b < B; b++)
+    for (hh = 0; hh < H; hh++)
+      for (s = 0; s < S; s++)
+        for (d = 0; d < D; d++, i++) {
+          float f = a->dtype == TSR_DT_F16 ? tsr_half_to_float(((const uint16_t *)a->data)[i])
+                                           : ((const float *)a->data)[i];
+          h[b * st[0] + hh * st[1] + s * st[2] + d] = dt == TSR_DT_BF16 ? tsr_float_to_bf16(f) : tsr_float_to_half(f);
+        }
+  return h;
+}
+
+tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                              const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  const tsr_problem *pr;
+  const tsr_cu *cu;
+  tsr_gpu_tensors t;
+  CUdeviceptr dq = 0, dk = 0, dv = 0, dout = 0, dlse = 0;
+  CUstream stream = NULL;
+  uint16_t *hq = NULL, *hk = NULL, *hv = NULL, *ho = NULL;
+  size_t nq, nkv, nrows;
+  tsr_status st;
+  int64_t B, Hq, Hkv, Sq, Sk, D, i, b, h, s, d;
+
+  if (out) memset(out, 0, sizeof *out);
+  if (lse) memset(lse, 0, sizeof *lse);
+  if (!ctx || !pl || !out) return tsr_error_set(err, TSR_ERR_INVALID, "GPU run: null context, plan or output");
+  pr = &pl->problem;
+  cu = &ctx->cu;
+  B = pr->batch; Hq = pr->heads_q; Hkv = pr->heads_kv; Sq = pr->seq_q; Sk = pr->seq_k; D = pr->head_dim;
+  if ((st = check_host("q", q, B, Hq, Sq, D, err)) || (st = check_host("k", k, B, Hkv, Sk, D, err)) ||
+      (st = check_host("v", v, B, Hkv, Sk, D, err)))
+    return st;
+  if (!tsr_variant_dtype_name(pr->dtype))
+    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU run: the problem's device dtype must be bf16 or fp16, got %s",
+                         tsr_dtype_name(pr->dtype));
+  if ((st = tsr_gpu_upload(ctx, pl, err))) return st;
+  if ((st = tsr_context_make_current(ctx, err))) return st;
+
+  memset(&t, 0, sizeof t);
+  layout_strides(pr->layout, Hq, Sq, D, t.q_stride);
+  layout_strides(pr->layout, Hkv, Sk, D, t.k_stride);
+  layout_strides(pr->layout, Hkv, Sk, D, t.v_stride);
+  layout_strides(pr->layout, Hq, Sq, D, t.o_stride);
+  nq = (size_t)(B * Hq * Sq * D);
+  nkv = (size_t)(B * Hkv * Sk * D);
+  nrows = (size_t)(B * Hq * Sq);
+  hq = to_device_layout(q, pr->dtype, B, Hq, Sq, D, t.q_stride);
+  hk = to_device_layout(k, pr->dtype, B, Hkv, Sk, D, t.k_stride);
+  hv = to_device_layout(v, pr->dtype, B, Hkv, Sk, D, t.v_stride);
+  ho = malloc(nq * 2);
+  out->data = malloc(nq * sizeof(float));
+  if (lse) lse->data = malloc(nrows * sizeof(float));
+  if (!hq || !hk || !hv || !ho || !out->data || (lse && !lse->data)) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "GPU run: out of host memory");
+    goto done;
+  }
+  if ((st = tsr_cu_check(cu, cu->cuMemAlloc(&dq, nq * 2), "cuMemAlloc(q)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dk, nkv * 2), "cuMemAlloc(k)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dv, nkv * 2), "cuMemAlloc(v)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dout, nq * 2), "cuMemAlloc(out)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dlse, nrows * 4), "cuMemAlloc(lse)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dq, hq, nq * 2), "cuMemcpyHtoD(q)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dk, hk, nkv * 2), "cuMemcpyHtoD(k)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dv, hv, nkv * 2), "cuMemcpyHtoD(v)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", err)))
+    goto done;
+  t.q = dq; t.k = dk; t.v = dv; t.o = dout; t.lse = dlse;
+  if ((st = tsr_gpu_launch(ctx, pl, &t, stream, err)) ||
+      (st = tsr_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(ho, dout, nq * 2), "cuMemcpyDtoH(out)", err)) ||
+      (lse && (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(lse->data, dlse, nrows * 4), "cuMemcpyDtoH(lse)", err))))
+    goto done;
+  for (b = 0, i = 0; b < B; b++)
+    for (h = 0; h < Hq; h++)
+      for (s = 0; s < Sq; s++)
+        for (d = 0; d < D; d++, i++) {
+          uint16_t e = ho[b * t.o_stride[0] + h * t.o_stride[1] + s * t.o_stride[2] + d];
+          ((float *)out->data)[i] = pr->dtype == TSR_DT_BF16 ? tsr_bf16_to_float(e) : tsr_half_to_float(e);
+        }
+  out->dtype = TSR_DT_F32;
+  out->ndim = q->ndim;
+  memcpy(out->shape, q->shape, sizeof out->shape);
+  if (lse) {
+    lse->dtype = TSR_DT_F32;
+    lse->ndim = q->ndim - 1;
+    memcpy(lse->shape, q->shape, sizeof lse->shape);
+    lse->shape[lse->ndim] = 0;
+  }
+done:
+  if (stream) cu->cuStreamDestroy(stream);
+  if (dq) cu->cuMemFree(dq);
+  if (dk) cu->cuMemFree(dk);
+  if (dv) cu->cuMemFree(dv);
+  if (dout) cu->cuMemFree(dout);
+  if (dlse) cu->cuMemFree(dlse);
+  free(hq); free(hk); free(hv); free(ho);
+  if (st) {
+    free(out->data);
+    memset(out, 0, sizeof *out);
+    if (lse) {
+      free(lse->data);
+      memset(lse, 0, sizeof *lse);
+    }
+  }
+  return st;
+}

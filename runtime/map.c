@@ -15,8 +15,9 @@
  * planning is O(mask bytes / 16 + emitted tiles + membership words), with
  * no per-token loop except the qblk array the contract asks for.  Rows that
  * are identical (a batch- or head-broadcast mask, GQA heads with identical
- * rows) share one tile range instead of being emitted again.  Tiles and
- * membership words grow by doubling.
+ * rows) share one tile range instead of being emitted again.  All arrays
+ * live in the plan's reusable buffers (tsr_plan_buf): replanning into the
+ * same plan allocates nothing once the buffers are large enough.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,17 +158,6 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   return TSR_OK;
 }
 
-void tsr_map_rows_free(tsr_map_rows *rows)
-{
-  if (!rows)
-    return;
-  free(rows->tile_begin);
-  free(rows->tile_end);
-  free(rows->all_full);
-  free(rows->twin);
-  memset(rows, 0, sizeof *rows);
-}
-
 /* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words. */
 static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
 {
@@ -254,12 +244,11 @@ static int grow_tiles(map_ctx *c, int64_t need)
   if (pl->n_tiles + need > INT32_MAX)
     return -1; /* tile_begin / tile_end are 32-bit */
   if (pl->n_tiles + need > c->cap_tiles) {
-    int64_t cap = c->cap_tiles * 2 > pl->n_tiles + need ? c->cap_tiles * 2 : pl->n_tiles + need;
-    tsr_tile_rec *t = realloc(pl->tiles, (size_t)cap * sizeof *t);
+    tsr_tile_rec *t = tsr_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
     if (!t)
       return -1;
     pl->tiles = t;
-    c->cap_tiles = cap;
+    c->cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *t);
   }
   return 0;
 }
@@ -271,12 +260,11 @@ static tsr_u32 *alloc_words(map_ctx *c, int64_t n, tsr_i32 *offset)
   if (pl->n_membership + n > INT32_MAX)
     return NULL;
   if (pl->n_membership + n > c->cap_mem) {
-    int64_t cap = c->cap_mem * 2 > pl->n_membership + n ? c->cap_mem * 2 : pl->n_membership + n;
-    tsr_u32 *m = realloc(pl->membership, (size_t)cap * sizeof *m);
+    tsr_u32 *m = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, (size_t)(pl->n_membership + n) * sizeof *m);
     if (!m)
       return NULL;
     pl->membership = m;
-    c->cap_mem = cap;
+    c->cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *m);
   }
   *offset = (tsr_i32)pl->n_membership;
   w = pl->membership + pl->n_membership;
@@ -352,7 +340,22 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
     return -1;
   tiles = pl->tiles + pl->n_tiles;
   n = 0;
-  if (c->k_retain) {
+  if (c->k_retain && orb == andb) {
+    /* Retained keys and one query segment: every tile is full, one per set
+     * bit; the columns follow from the count (only the last tile is short). */
+    for (w = 0; w < W; w++) {
+      uint64_t x = orb[w];
+      while (x) {
+        tiles[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(x));
+        tiles[n].mem = -1;
+        n++;
+        x &= x - 1;
+      }
+    }
+    cols = n * pl->tile_n;
+    if (bit_at(orb, c->nkt - 1))
+      cols -= pl->tile_n - c->kcols[c->nkt - 1];
+  } else if (c->k_retain) {
     /* Key tiles are the key blocks: one tile per set bit. */
     for (w = 0; w < W; w++) {
       uint64_t x = orb[w], full = andb[w];
@@ -452,17 +455,17 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
                          "cannot plan %lld query tokens: plans index tokens and tiles with "
                          "32-bit integers",
                          (long long)sq);
-  c->qs = malloc((size_t)(c->nq + 1) * sizeof *c->qs);
-  c->ks = malloc((size_t)(c->nk + 1) * sizeof *c->ks);
-  c->i0 = malloc((size_t)c->nqt * sizeof *c->i0);
-  c->i1 = malloc((size_t)c->nqt * sizeof *c->i1);
-  c->kb0 = malloc((size_t)c->nkt * sizeof *c->kb0);
-  c->kb1 = malloc((size_t)c->nkt * sizeof *c->kb1);
-  c->kt0 = malloc((size_t)c->nk * sizeof *c->kt0);
-  c->kt1 = malloc((size_t)c->nk * sizeof *c->kt1);
-  c->kcols = malloc((size_t)c->nkt * sizeof *c->kcols);
-  c->orb = malloc((size_t)c->W * 16);
-  pl->qblk = malloc((size_t)sq * sizeof *pl->qblk);
+  c->qs = tsr_plan_buf(pl, TSR_BUF_QS, (size_t)(c->nq + 1) * sizeof *c->qs);
+  c->ks = tsr_plan_buf(pl, TSR_BUF_KS, (size_t)(c->nk + 1) * sizeof *c->ks);
+  c->i0 = tsr_plan_buf(pl, TSR_BUF_I0, (size_t)c->nqt * sizeof *c->i0);
+  c->i1 = tsr_plan_buf(pl, TSR_BUF_I1, (size_t)c->nqt * sizeof *c->i1);
+  c->kb0 = tsr_plan_buf(pl, TSR_BUF_KB0, (size_t)c->nkt * sizeof *c->kb0);
+  c->kb1 = tsr_plan_buf(pl, TSR_BUF_KB1, (size_t)c->nkt * sizeof *c->kb1);
+  c->kt0 = tsr_plan_buf(pl, TSR_BUF_KT0, (size_t)c->nk * sizeof *c->kt0);
+  c->kt1 = tsr_plan_buf(pl, TSR_BUF_KT1, (size_t)c->nk * sizeof *c->kt1);
+  c->kcols = tsr_plan_buf(pl, TSR_BUF_KCOLS, (size_t)c->nkt * sizeof *c->kcols);
+  c->orb = tsr_plan_buf(pl, TSR_BUF_ORAND, (size_t)c->W * 16);
+  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)sq * sizeof *pl->qblk);
   if (!c->qs || !c->ks || !c->i0 || !c->i1 || !c->kb0 || !c->kb1 || !c->kt0 || !c->kt1 ||
       !c->kcols || !c->orb || !pl->qblk)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
@@ -507,21 +510,6 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
   return TSR_OK;
 }
 
-static void free_ctx(map_ctx *c)
-{
-  free(c->qs);
-  free(c->ks);
-  free(c->i0);
-  free(c->i1);
-  free(c->kb0);
-  free(c->kb1);
-  free(c->kt0);
-  free(c->kt1);
-  free(c->kcols);
-  free(c->orb);
-  free(c->bits);
-}
-
 tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, tsr_error *err)
 {
   map_ctx c;
@@ -539,19 +527,18 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   if (st)
     goto done;
   np = mb * mh;
-  c.bits = malloc((size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
-  pr = malloc((size_t)(np * c.nqt) * sizeof *pr);
-  psel = malloc((size_t)np * sizeof *psel);
+  c.bits = tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
+  psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
   rows->n_rows = p->batch * p->heads_q * c.nqt;
-  rows->tile_begin = malloc((size_t)rows->n_rows * sizeof(tsr_i32));
-  rows->tile_end = malloc((size_t)rows->n_rows * sizeof(tsr_i32));
-  rows->all_full = malloc((size_t)rows->n_rows);
-  rows->twin = malloc((size_t)rows->n_rows * sizeof(tsr_i32));
-  /* A first guess at the tile count: selected blocks, a tile each. */
-  c.cap_tiles = 1024;
-  c.cap_mem = 1024;
-  pl->tiles = malloc((size_t)c.cap_tiles * sizeof *pl->tiles);
-  pl->membership = malloc((size_t)c.cap_mem * sizeof *pl->membership);
+  rows->tile_begin = tsr_plan_buf(pl, TSR_BUF_ROW_TB, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->tile_end = tsr_plan_buf(pl, TSR_BUF_ROW_TE, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->all_full = tsr_plan_buf(pl, TSR_BUF_ROW_FULL, (size_t)rows->n_rows);
+  rows->twin = tsr_plan_buf(pl, TSR_BUF_ROW_TWIN, (size_t)rows->n_rows * sizeof(tsr_i32));
+  pl->tiles = tsr_plan_buf(pl, TSR_BUF_TILES, 1024 * sizeof *pl->tiles);
+  pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
+  c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
+  c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
   if (!c.bits || !pr || !psel || !rows->tile_begin || !rows->tile_end || !rows->all_full ||
       !rows->twin || !pl->tiles || !pl->membership) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld mask planes",
@@ -635,11 +622,5 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   }
 
 done:
-  if (st) {
-    tsr_map_rows_free(rows);
-  }
-  free(pr);
-  free(psel);
-  free_ctx(&c);
   return st;
 }

@@ -60,18 +60,48 @@ void tsr_plan_opts_init(tsr_plan_opts *o)
   o->tasks = TSR_TASKS_AUTO;
 }
 
+void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes)
+{
+  size_t cap = pl->bufs[slot].cap;
+  void *p;
+  if (bytes <= cap && pl->bufs[slot].p)
+    return pl->bufs[slot].p;
+  cap = cap + cap / 2 > bytes ? cap + cap / 2 : bytes;
+  p = realloc(pl->bufs[slot].p, cap ? cap : 1);
+  if (!p)
+    return NULL;
+  pl->bufs[slot].p = p;
+  pl->bufs[slot].cap = cap;
+  return p;
+}
+
+/* Drops the device copies and empties the records (buffers stay). */
+static void plan_reset(tsr_plan *pl)
+{
+  if (pl->gpu && pl->gpu_free)
+    pl->gpu_free(pl->gpu);
+  pl->gpu = NULL;
+  pl->tasks = NULL, pl->n_tasks = 0;
+  pl->tiles = NULL, pl->n_tiles = 0;
+  pl->members = NULL, pl->n_members = 0;
+  pl->membership = NULL, pl->n_membership = 0;
+  pl->qblk = NULL, pl->n_qblk = 0;
+  pl->merges = NULL, pl->n_merges = 0;
+  pl->n_slots = 0;
+  pl->n_q_tiles = pl->n_k_tiles = 0;
+  memset(&pl->summary, 0, sizeof pl->summary);
+  pl->variant[0] = '\0';
+}
+
 void tsr_plan_destroy(tsr_plan *pl)
 {
+  int i;
   if (!pl)
     return;
   if (pl->gpu && pl->gpu_free)
     pl->gpu_free(pl->gpu);
-  free(pl->tasks);
-  free(pl->tiles);
-  free(pl->members);
-  free(pl->membership);
-  free(pl->qblk);
-  free(pl->merges);
+  for (i = 0; i < TSR_BUF_COUNT; i++)
+    free(pl->bufs[i].p);
   free(pl);
 }
 
@@ -97,19 +127,19 @@ static tsr_status check_opts(const tsr_plan_opts *o, tsr_error *err)
   return TSR_OK;
 }
 
-tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_plan_opts *o,
-                           tsr_plan **out, tsr_error *err)
+tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m,
+                           const tsr_plan_opts *o, tsr_error *err)
 {
   tsr_plan_opts defaults;
-  tsr_plan *pl;
   tsr_map_rows rows;
   tsr_status st;
   tsr_plan_summary *s;
 
-  if (out)
-    *out = NULL;
-  if (!p || !m || !out)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan: problem, mask and output are required");
+  if (!pl)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan: no plan to update");
+  plan_reset(pl);
+  if (!p || !m)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan: problem and mask are required");
   if (!p->geom)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan: the problem has no block geometry");
   if (!o) {
@@ -119,17 +149,12 @@ tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_pl
   st = check_opts(o, err);
   if (st)
     return st;
-  pl = calloc(1, sizeof *pl);
-  if (!pl)
-    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory");
-  memset(&rows, 0, sizeof rows);
   pl->problem = *p;
   st = tsr_problem_check(&pl->problem, err);
+  if (!st)
+    st = tsr_mask_check(m, p->geom, pl->problem.batch, pl->problem.heads_q, NULL, err);
   if (st)
-    goto fail;
-  st = tsr_mask_check(m, p->geom, pl->problem.batch, pl->problem.heads_q, NULL, err);
-  if (st)
-    goto fail;
+    return st;
   pl->opts = *o;
   pl->opts.arch = NULL;
   pl->opts.variant = NULL;
@@ -138,13 +163,16 @@ tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_pl
   if (o->variant)
     strcpy(pl->variant, o->variant);
 
+  memset(&rows, 0, sizeof rows);
   st = tsr_map_resolve(pl, o, err);
   if (!st)
     st = tsr_map_build(pl, m, &rows, err);
   if (!st)
     st = tsr_tasks_build(pl, &rows, o, err);
-  if (st)
-    goto fail;
+  if (st) {
+    plan_reset(pl);
+    return st;
+  }
 
   s = &pl->summary;
   s->tile_m = pl->tile_m;
@@ -160,14 +188,27 @@ tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_pl
                            : 0.0;
   s->membership_words = pl->n_membership;
   memcpy(s->variant, pl->variant, sizeof s->variant);
-  tsr_map_rows_free(&rows);
+  return TSR_OK;
+}
+
+tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m, const tsr_plan_opts *o,
+                           tsr_plan **out, tsr_error *err)
+{
+  tsr_plan *pl;
+  tsr_status st;
+  if (!out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan: no output handle");
+  *out = NULL;
+  pl = calloc(1, sizeof *pl);
+  if (!pl)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory");
+  st = tsr_plan_update(pl, p, m, o, err);
+  if (st) {
+    tsr_plan_destroy(pl);
+    return st;
+  }
   *out = pl;
   return TSR_OK;
-
-fail:
-  tsr_map_rows_free(&rows);
-  tsr_plan_destroy(pl);
-  return st;
 }
 
 void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s)
@@ -181,6 +222,7 @@ void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s)
   *s = pl->summary;
   /* The variant may be chosen after planning (gpu.c fills pl->variant). */
   memcpy(s->variant, pl->variant, sizeof s->variant);
+  s->balance = tsr_tasks_balance(pl);
 }
 
 /* Adds a [n][k] integer array of records to `obj` under `key`. */
@@ -223,7 +265,7 @@ static int add_words(json_t *obj, const char *key, const tsr_u32 *w, int64_t n)
 
 char *tsr_plan_explain_json(const tsr_plan *pl, int detail)
 {
-  const tsr_plan_summary *s;
+  tsr_plan_summary sb, *s = &sb;
   json_t *root, *sum, *prob;
   char *text = NULL;
   const char *mapping_text;
@@ -231,7 +273,7 @@ char *tsr_plan_explain_json(const tsr_plan *pl, int detail)
 
   if (!pl)
     return NULL;
-  s = &pl->summary;
+  tsr_plan_summarize(pl, &sb);
   root = json_object();
   sum = json_object();
   prob = json_object();

@@ -14,6 +14,24 @@
 #include "plan_layout.h"
 #include "tessera.h"
 
+/* Reusable buffers.  Every array of the plan and every temporary of map.c
+ * and tasks.c lives in one slot, grown (never shrunk) by tsr_plan_buf and
+ * freed only by tsr_plan_destroy, so replanning into the same plan
+ * (tsr_plan_update, once per layer and step) touches no fresh memory: no
+ * allocator calls and no page faults on the steady path. */
+enum {
+  TSR_BUF_TASKS, TSR_BUF_TILES, TSR_BUF_MEMBERS, TSR_BUF_MEMBERSHIP, TSR_BUF_QBLK,
+  TSR_BUF_MERGES,
+  /* map.c */
+  TSR_BUF_QS, TSR_BUF_KS, TSR_BUF_I0, TSR_BUF_I1, TSR_BUF_KB0, TSR_BUF_KB1, TSR_BUF_KT0,
+  TSR_BUF_KT1, TSR_BUF_KCOLS, TSR_BUF_ORAND, TSR_BUF_BITS, TSR_BUF_PROW, TSR_BUF_PSEL,
+  TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN,
+  /* tasks.c */
+  TSR_BUF_NEXT, TSR_BUF_UNIT_OF, TSR_BUF_UNITS, TSR_BUF_REC, TSR_BUF_PROTOS, TSR_BUF_SORTED,
+  TSR_BUF_COUNT_KEYS, TSR_BUF_CANDS,
+  TSR_BUF_COUNT
+};
+
 struct tsr_plan {
   tsr_problem problem;       /* copy; problem.geom is borrowed */
   tsr_plan_opts opts;        /* as requested (strings not kept) */
@@ -34,11 +52,23 @@ struct tsr_plan {
   tsr_merge_rec *merges;     int64_t n_merges;
   int64_t n_slots;           /* partial slots (split rows) */
 
-  tsr_plan_summary summary;  /* filled when the plan is built */
+  tsr_plan_summary summary;  /* filled when the plan is built, except balance
+                                (computed by tsr_plan_summarize: it is a
+                                diagnostic, kept off the planning path) */
 
   void *gpu;                 /* device copies (gpu.c), or NULL */
   void (*gpu_free)(void *);  /* releases `gpu`; set by gpu.c */
+
+  struct {
+    void *p;
+    size_t cap;              /* bytes */
+  } bufs[TSR_BUF_COUNT];     /* the arrays above point into these */
 };
+
+/* Slot `slot` with at least `bytes` bytes (contents kept, as realloc; grows
+ * by half again at least, so growing loops stay linear).  NULL when out of
+ * memory, the old buffer then still owned by the slot. */
+void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes);
 
 /* ---- Planner internals (map.c, tasks.c; plan.c drives them) ----------
  *
@@ -65,17 +95,21 @@ typedef struct {
  * summary.combined / subdivided.  TSR_ERR_UNSUPPORTED names both sizes
  * when the requested mapping does not fit. */
 tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err);
-/* Builds qblk, tiles, membership and the row table.  rows is zeroed first
- * and freed with tsr_map_rows_free. */
+/* Builds qblk, tiles, membership and the row table (whose arrays live in
+ * the plan's buffers, valid until the next build). */
 tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows,
                          tsr_error *err);
-void tsr_map_rows_free(tsr_map_rows *rows);
 
 /* Groups rows into tasks per opts->tasks (row / split / pack / auto), orders
  * them longest-first, allocates partial slots and merge records, fills
- * pl->tasks, members, merges, n_slots, task_layout and summary.balance. */
+ * pl->tasks, members, merges, n_slots, task_layout and the task counts of
+ * the summary. */
 tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
                            const tsr_plan_opts *o, tsr_error *err);
+/* Expected balance of the plan's tasks over its persistent grid: max / mean
+ * multiprocessor load under list scheduling in launch order (a key tile
+ * costs 4, a member's Q load and store 1); -1 when out of memory. */
+double tsr_tasks_balance(const tsr_plan *pl);
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 

@@ -23,7 +23,10 @@
  * key tiles and their membership words exactly (GQA heads of one KV head with
  * identical mask rows, or query tiles whose tiles are all full), so the
  * kernel may load each K/V tile once for all members.  A task with
- * tile_begin == tile_end writes zeros and lse = -inf for its members.
+ * tile_begin == tile_end writes zeros and lse = -inf for its members; as it
+ * loads no K/V, its members may belong to any batch and head (the planner
+ * packs up to 8 empty rows into one such task).  Tasks may share tile
+ * ranges (rows with identical tiles point at the same records).
  * partial < 0: the task writes o and lse directly.  partial >= 0: member i
  * writes its unnormalised output, row max and row sum (base-2 exponent
  * domain, see below) to slot partial + i; a merge record later combines the

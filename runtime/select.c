@@ -29,6 +29,7 @@ typedef struct {
   int32_t masks;
   float regret, speedup;
   char variant[96];
+  char why[160]; /* the reason text of a hit, made once at load */
 } row;
 
 struct tsr_selector {
@@ -38,39 +39,6 @@ struct tsr_selector {
   int multiprocessors;
   char note[160]; /* why the table is empty, for explanations */
 };
-
-/* ---- Names ------------------------------------------------------------- */
-
-static const char *const mapping_names[] = {"auto", "retain", "combine", "subdivide"};
-static const char *const tasks_names[] = {"auto", "row", "split", "pack"};
-
-const char *tsr_select_mapping_name(tsr_mapping m)
-{
-  return (unsigned)m < 4 ? mapping_names[m] : "unknown";
-}
-
-const char *tsr_select_tasks_name(tsr_tasks t)
-{
-  return (unsigned)t < 4 ? tasks_names[t] : "unknown";
-}
-
-int tsr_select_mapping_parse(const char *s)
-{
-  int i;
-  for (i = 0; s && i < 4; i++)
-    if (!strcmp(s, mapping_names[i]))
-      return i;
-  return -1;
-}
-
-int tsr_select_tasks_parse(const char *s)
-{
-  int i;
-  for (i = 0; s && i < 4; i++)
-    if (!strcmp(s, tasks_names[i]))
-      return i;
-  return -1;
-}
 
 /* ---- Regions ----------------------------------------------------------- */
 
@@ -224,7 +192,10 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
     const char *tk = (const char *)sqlite3_column_text(st, 13);
     const char *va = (const char *)sqlite3_column_text(st, 14);
     int dti = dt ? dtype_parse(dt) : -1;
-    int mpi = tsr_select_mapping_parse(mp), tki = tsr_select_tasks_parse(tk), level, i;
+    tsr_mapping mpe = TSR_MAP_AUTO;
+    tsr_tasks tke = TSR_TASKS_AUTO;
+    int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
+    int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
     int64_t id = sqlite3_column_int64(st, 0);
     level = sqlite3_column_int(st, 1);
     if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
@@ -270,9 +241,21 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   if (rc != SQLITE_DONE)
     goto dbfail;
   sqlite3_finalize(st);
-  qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
+  if (s->n > 0)
+    qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
+  for (cap = 0; cap < s->n; cap++) {
+    row *r = &s->rows[cap];
+    snprintf(r->why, sizeof r->why,
+             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
+             "regret %.3f, speed-up %.2fx over the base plan",
+             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
+  }
   if (s->n == 0) {
-    if (!s->gpu[0])
+    if (!strcmp(tsr_db_path(db), ":memory:"))
+      snprintf(s->note, sizeof s->note,
+               "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
+               s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
+    else if (!s->gpu[0])
       snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
                tsr_db_path(db), TSR_FEATURES_VERSION);
     else
@@ -318,24 +301,40 @@ const char *tsr_select_gpu(const tsr_selector *s) { return s ? s->gpu : ""; }
 
 /* ---- Selection --------------------------------------------------------- */
 
+/* How tiles of edge t relate to uniform blocks of edge b over s tokens,
+ * exactly as the planner's map.c sees it: combined when some tile holds a
+ * block boundary (a boundary k*b < s that is not a multiple of t),
+ * subdivided when some whole tile lies inside a block larger than it (the
+ * first block, min(b, s) tokens, is the largest). */
+static void axis_relation(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
+{
+  if (b % t != 0 && b < s)
+    *combined = 1;
+  if ((b < s ? b : s) > t)
+    *subdivided = 1;
+}
+
 int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, int tile_n,
                         const char **why)
 {
   const char *w = NULL;
-  if (tile_m <= 0 || tile_n <= 0)
+  int comb = 0, sub = 0;
+  if (tile_m <= 0 || tile_n <= 0) {
     w = "the tile is not positive";
-  else if (mapping == TSR_MAP_RETAIN) {
-    if (!f->bq)
+  } else if (!f->bq || !f->bk) {
+    /* Variable blocks: only the planner can tell; it reports a mapping that
+     * does not fit as unsupported and the caller falls back. */
+    if (mapping == TSR_MAP_RETAIN)
       w = "retain needs uniform blocks, the geometry is variable";
-    else if (f->bq != tile_m || f->bk != tile_n)
+  } else {
+    axis_relation(f->bq, tile_m, f->seq_q, &comb, &sub);
+    axis_relation(f->bk, tile_n, f->seq_k, &comb, &sub);
+    if (mapping == TSR_MAP_RETAIN && (comb || sub))
       w = "retain needs blocks equal to the tile";
-  } else if (mapping == TSR_MAP_SUBDIVIDE) {
-    if (!f->bq)
-      w = "subdivide needs uniform blocks, the geometry is variable";
-    else if (f->bq % tile_m || f->bk % tile_n || (f->bq == tile_m && f->bk == tile_n))
-      w = "subdivide needs blocks that are multiples of the tile and larger";
-  } else if (mapping != TSR_MAP_COMBINE) {
-    w = "the mapping is not resolved";
+    else if (mapping == TSR_MAP_COMBINE && !comb)
+      w = "combine needs tiles that span several blocks";
+    else if (mapping == TSR_MAP_SUBDIVIDE && !sub)
+      w = "subdivide needs blocks larger than the tile";
   }
   if (why)
     *why = w;
@@ -346,33 +345,84 @@ void tsr_select_base(const tsr_features *f, tsr_plan_opts *o)
 {
   int i, tm, tn;
   memset(o, 0, sizeof *o);
-  o->mapping = TSR_MAP_COMBINE;
   o->tile_m = o->tile_n = 128;
   o->tasks = TSR_TASKS_ROW;
+  o->num_sms = f->num_sms;
   for (i = 0; i < TSR_FEATURE_TILES; i++) {
     tsr_features_tile(i, &tm, &tn);
     if (f->bq == tm && f->bk == tn) {
       o->mapping = TSR_MAP_RETAIN;
       o->tile_m = tm;
       o->tile_n = tn;
+      return;
     }
   }
-  o->num_sms = f->num_sms;
+  /* 128x128 tiles: combined over small or unaligned blocks, subdivided
+   * inside large aligned ones; for variable blocks the planner decides. */
+  if (tsr_select_eligible(f, TSR_MAP_COMBINE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_COMBINE;
+  else if (tsr_select_eligible(f, TSR_MAP_SUBDIVIDE, 128, 128, NULL) && f->bq)
+    o->mapping = TSR_MAP_SUBDIVIDE;
+  else
+    o->mapping = TSR_MAP_AUTO;
 }
 
-static void region_text(const tsr_region *r, char *buf, size_t n)
+/* Appends to a bounded text without printf: selection stays well under a
+ * microsecond even on a miss (and under sanitizers, which slow printf). */
+typedef struct {
+  char *p;
+  size_t n, len;
+} text;
+
+static void put_s(text *t, const char *s)
 {
-  snprintf(buf, n, "%s d%d %dx%d seq %d density %d spread %d fill %d",
-           tsr_dtype_name((tsr_dtype)r->dtype), r->head_dim, r->bq, r->bk, r->seq_bin,
-           r->density_bin, r->spread_bin, r->fill_bin);
+  while (*s && t->len + 1 < t->n)
+    t->p[t->len++] = *s++;
+  t->p[t->len] = '\0';
+}
+
+static void put_i(text *t, int64_t v)
+{
+  char buf[24];
+  int i = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    buf[i++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    buf[i++] = '-';
+  while (i > 0 && t->len + 1 < t->n)
+    t->p[t->len++] = buf[--i];
+  t->p[t->len] = '\0';
+}
+
+static void region_text(text *t, const tsr_region *r)
+{
+  put_s(t, tsr_dtype_name((tsr_dtype)r->dtype));
+  put_s(t, " d");
+  put_i(t, r->head_dim);
+  put_s(t, " ");
+  put_i(t, r->bq);
+  put_s(t, "x");
+  put_i(t, r->bk);
+  put_s(t, " seq ");
+  put_i(t, r->seq_bin);
+  put_s(t, " density ");
+  put_i(t, r->density_bin);
+  put_s(t, " spread ");
+  put_i(t, r->spread_bin);
+  put_s(t, " fill ");
+  put_i(t, r->fill_bin);
 }
 
 tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
                            tsr_error *err)
 {
   int level;
-  char rejected[120] = "";
-  char rtext[96];
+  const row *skipped = NULL;
+  const char *skipped_why = NULL;
+  text t;
   if (!f || !out)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
                          !f ? "features" : "output");
@@ -381,7 +431,9 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
                          "cannot select a plan: features describe an empty problem (%" PRId64
                          "x%" PRId64 ", head dim %" PRId64 ")",
                          f->seq_q, f->seq_k, f->head_dim);
-  memset(out, 0, sizeof *out);
+  memset(&out->opts, 0, sizeof out->opts);
+  out->variant[0] = '\0';
+  out->from_table = 0;
   tsr_select_region(f, &out->region);
   for (level = 0; s && level < TSR_SELECT_LEVELS; level++) {
     int32_t key[KEY_LEN];
@@ -394,9 +446,10 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         const row *r = &s->rows[mid];
         const char *why;
         if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why)) {
-          if (!rejected[0])
-            snprintf(rejected, sizeof rejected, "; row %" PRId64 " (%s %dx%d) skipped: %.60s", r->id,
-                     tsr_select_mapping_name((tsr_mapping)r->mapping), r->tile_m, r->tile_n, why);
+          if (!skipped) {
+            skipped = r;
+            skipped_why = why;
+          }
           break;
         }
         out->opts.mapping = (tsr_mapping)r->mapping;
@@ -404,15 +457,12 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         out->opts.tile_n = r->tile_n;
         out->opts.tasks = (tsr_tasks)r->tasks;
         out->opts.num_sms = f->num_sms;
-        snprintf(out->variant, sizeof out->variant, "%s", r->variant);
+        memcpy(out->variant, r->variant, sizeof out->variant);
         out->opts.variant = out->variant[0] ? out->variant : NULL;
         out->from_table = 1;
         out->level = level;
         out->row_id = r->id;
-        snprintf(out->reason, sizeof out->reason,
-                 "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
-                 "regret %.3f, speed-up %.2fx over the base plan",
-                 r->id, level, s->gpu, (int)r->masks, r->regret, r->speedup);
+        memcpy(out->reason, r->why, sizeof r->why);
         return TSR_OK;
       }
       if (c < 0)
@@ -424,14 +474,32 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   tsr_select_base(f, &out->opts);
   out->level = -1;
   out->row_id = -1;
-  region_text(&out->region, rtext, sizeof rtext);
-  if (!s)
-    snprintf(out->reason, sizeof out->reason, "no lookup table: base plan");
-  else if (s->n == 0)
-    snprintf(out->reason, sizeof out->reason, "%.180s: base plan", s->note);
-  else
-    snprintf(out->reason, sizeof out->reason, "no usable row for %.70s at any level%.100s: base plan",
-             rtext, rejected);
+  t.p = out->reason;
+  t.n = sizeof out->reason;
+  t.len = 0;
+  out->reason[0] = '\0';
+  if (!s) {
+    put_s(&t, "no lookup table");
+  } else if (s->n == 0) {
+    put_s(&t, s->note);
+  } else {
+    put_s(&t, "no usable row for ");
+    region_text(&t, &out->region);
+    put_s(&t, " at any level");
+    if (skipped) {
+      put_s(&t, "; row ");
+      put_i(&t, skipped->id);
+      put_s(&t, " (");
+      put_s(&t, tsr_plan_mapping_name((tsr_mapping)skipped->mapping));
+      put_s(&t, " ");
+      put_i(&t, skipped->tile_m);
+      put_s(&t, "x");
+      put_i(&t, skipped->tile_n);
+      put_s(&t, ") skipped: ");
+      put_s(&t, skipped_why);
+    }
+  }
+  put_s(&t, ": base plan");
   return TSR_OK;
 }
 
@@ -452,10 +520,10 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
   json_object_set_new(rg, "density_bin", json_integer(sel->region.density_bin));
   json_object_set_new(rg, "spread_bin", json_integer(sel->region.spread_bin));
   json_object_set_new(rg, "fill_bin", json_integer(sel->region.fill_bin));
-  json_object_set_new(pl, "mapping", json_string(tsr_select_mapping_name(sel->opts.mapping)));
+  json_object_set_new(pl, "mapping", json_string(tsr_plan_mapping_name(sel->opts.mapping)));
   json_object_set_new(pl, "tile_m", json_integer(sel->opts.tile_m));
   json_object_set_new(pl, "tile_n", json_integer(sel->opts.tile_n));
-  json_object_set_new(pl, "tasks", json_string(tsr_select_tasks_name(sel->opts.tasks)));
+  json_object_set_new(pl, "tasks", json_string(tsr_plan_tasks_name(sel->opts.tasks)));
   json_object_set_new(pl, "variant", json_string(sel->variant));
   json_object_set_new(o, "features", fe);
   json_object_set_new(o, "feature_version", json_integer(TSR_FEATURES_VERSION));

@@ -14,8 +14,10 @@
  * count) for the persistent grid, whose balance is estimated by list
  * scheduling: each task goes to the multiprocessor that frees up first.
  *
- * Cost: O(rows + tasks * log(num_sms)) plus, in pack mode only, a sort of
- * the all-full units by a hash of their key lists.
+ * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
+ * units by a hash of their key lists.  The balance estimate, O(tasks x
+ * log(num_sms)), is a diagnostic and runs only when asked for
+ * (tsr_plan_summarize, explain), not on the planning path.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -68,10 +70,13 @@ static int cand_cmp(const void *a, const void *b)
 }
 
 /* Greedy list scheduling of task costs (in launch order) onto num_sms
- * multiprocessors; returns max load / mean load. */
-static double balance_estimate(const tsr_plan *pl, int64_t *heap)
+ * multiprocessors; returns max load / mean load, or -1 without memory. */
+double tsr_tasks_balance(const tsr_plan *pl)
 {
-  int64_t n = pl->num_sms, i, total = 0, maxload = 0;
+  int64_t n = pl->num_sms > 0 ? pl->num_sms : 1, i, total = 0, maxload = 0;
+  int64_t *heap = malloc((size_t)n * sizeof *heap);
+  if (!heap)
+    return -1.0;
   for (i = 0; i < n; i++)
     heap[i] = 0;
   for (i = 0; i < pl->n_tasks; i++) {
@@ -99,6 +104,7 @@ static double balance_estimate(const tsr_plan *pl, int64_t *heap)
     }
     heap[pos] = v;
   }
+  free(heap);
   if (total == 0)
     return 1.0;
   return (double)maxload / ((double)total / (double)n);
@@ -118,13 +124,14 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
   unit *units = NULL;
   proto *protos = NULL, *sorted = NULL;
-  int64_t *count = NULL, *heap = NULL;
+  int64_t *count = NULL;
   tsr_status st = TSR_OK;
 
-  next = malloc((size_t)nr * sizeof *next);
-  unit_of = malloc((size_t)nr * sizeof *unit_of);
-  units = malloc((size_t)nr * sizeof *units);
-  rec = malloc((size_t)nr * sizeof *rec);
+  pl->merges = pl->bufs[TSR_BUF_MERGES].p; /* grown below, as split rows appear */
+  next = tsr_plan_buf(pl, TSR_BUF_NEXT, (size_t)nr * sizeof *next);
+  unit_of = tsr_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)nr * sizeof *unit_of);
+  units = tsr_plan_buf(pl, TSR_BUF_UNITS, (size_t)nr * sizeof *units);
+  rec = tsr_plan_buf(pl, TSR_BUF_REC, (size_t)nr * sizeof *rec);
   if (!next || !unit_of || !units || !rec) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
                        (long long)nr);
@@ -189,7 +196,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   /* 2. Pack mode: all-full units of one batch and KV head with identical
    * key lists share a task, two query tiles' worth at most. */
   if (pack_qtile) {
-    cand *cs = malloc((size_t)n_units * sizeof *cs);
+    cand *cs = tsr_plan_buf(pl, TSR_BUF_CANDS, (size_t)(n_units ? n_units : 1) * sizeof *cs);
     int64_t nc = 0, a;
     if (!cs) {
       st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot pack %lld units: out of memory",
@@ -225,7 +232,6 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       y->dead = 1;
       a++; /* QTILE_PACK == 2: each unit joins at most one other */
     }
-    free(cs);
   }
 
   /* 3. Chunk limit. */
@@ -241,7 +247,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
 
   /* 4. Proto tasks: units, unpacked and split where too long. */
   cap_proto = n_units;
-  protos = malloc((size_t)cap_proto * sizeof *protos);
+  protos = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto ? cap_proto : 1) * sizeof *protos);
   if (!protos)
     goto nomem;
   for (i = 0; i < n_units; i++) {
@@ -252,10 +258,11 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       continue;
     if ((int64_t)x->n * len <= chunk) {
       if (n_proto == cap_proto) {
-        proto *q = realloc(protos, (size_t)(cap_proto *= 2) * sizeof *protos);
+        proto *q = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto + 1) * sizeof *protos);
         if (!q)
           goto nomem;
         protos = q;
+        cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
       }
       protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, (int64_t)x->n * len};
       if (x->n > 1 && len > 0)
@@ -267,8 +274,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       int64_t nch = (len + chunk - 1) / chunk, k;
       if (nch > 1) {
         tsr_merge_rec *mg;
-        if (pl->n_merges % 1024 == 0) {
-          tsr_merge_rec *q = realloc(pl->merges, (size_t)(pl->n_merges + 1024) * sizeof *q);
+        if ((size_t)(pl->n_merges + 1) * sizeof *pl->merges > pl->bufs[TSR_BUF_MERGES].cap) {
+          tsr_merge_rec *q = tsr_plan_buf(pl, TSR_BUF_MERGES, (size_t)(pl->n_merges + 1) * sizeof *q);
           if (!q)
             goto nomem;
           pl->merges = q;
@@ -284,10 +291,11 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       }
       for (k = 0; k < nch; k++) {
         if (n_proto == cap_proto) {
-          proto *q = realloc(protos, (size_t)(cap_proto *= 2) * sizeof *protos);
+          proto *q = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)(cap_proto + 1) * sizeof *protos);
           if (!q)
             goto nomem;
           protos = q;
+          cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
         }
         protos[n_proto++] = (proto){(tsr_i32)(x->tb + k * len / nch),
                                     (tsr_i32)(x->tb + (k + 1) * len / nch), row, 1,
@@ -305,13 +313,13 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       maxkey = protos[i].key;
     n_mem += protos[i].n; /* a split row has a member record per chunk */
   }
-  count = calloc((size_t)maxkey + 2, sizeof *count);
-  sorted = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
-  pl->tasks = malloc((size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
-  pl->members = malloc((size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
-  heap = malloc((size_t)pl->num_sms * sizeof *heap);
-  if (!count || !sorted || !pl->tasks || !pl->members || !heap)
+  count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)maxkey + 2) * sizeof *count);
+  sorted = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
+  pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
+  pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
+  if (!count || !sorted || !pl->tasks || !pl->members)
     goto nomem;
+  memset(count, 0, ((size_t)maxkey + 2) * sizeof *count);
   for (i = 0; i < n_proto; i++)
     count[maxkey - protos[i].key + 1]++;
   for (i = 1; i <= maxkey + 1; i++)
@@ -349,20 +357,11 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   pl->summary.members = pl->n_members;
   pl->summary.merges = pl->n_merges;
   pl->summary.slots = pl->n_slots;
-  pl->summary.balance = balance_estimate(pl, heap);
   goto done;
 
 nomem:
   st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
                      (long long)nr);
 done:
-  free(next);
-  free(unit_of);
-  free(units);
-  free(rec);
-  free(protos);
-  free(sorted);
-  free(count);
-  free(heap);
   return st;
 }

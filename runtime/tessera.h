@@ -264,6 +264,13 @@ void tsr_plan_opts_init(tsr_plan_opts *o);
 tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m,
                            const tsr_plan_opts *o, tsr_plan **out, tsr_error *err);
 void tsr_plan_destroy(tsr_plan *pl);
+/* Replans into an existing plan (a new mask, problem or options), reusing
+ * its memory: once its buffers have grown to the problem, planning makes no
+ * allocation and touches no fresh page.  Device copies made by
+ * tsr_gpu_upload are dropped (upload again).  On failure the plan is left
+ * empty, still valid to update again or destroy. */
+tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m,
+                           const tsr_plan_opts *o, tsr_error *err);
 
 typedef struct {
   int tile_m, tile_n;
@@ -428,6 +435,15 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err);
  * host synchronisation: capturable in a CUDA graph. */
 tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_tensors *t,
                           void *stream, tsr_error *err);
+/* Convenience for tools and tests, synchronous: converts host q, k, v
+ * (float32 or float16, [B, H, S, D] or [H, S, D]) to the plan's dtype,
+ * uploads them in the plan's layout (BHSD or BSHD strides), uploads the plan
+ * if needed, launches on a private stream, waits, and returns out (float32,
+ * shaped like q) and, when lse is not NULL, lse (float32 [B, Hq, Sq], or
+ * [Hq, Sq] for 3-D q), allocated here.  Frees its device buffers. */
+tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q,
+                              const tsr_array *k, const tsr_array *v, tsr_array *out,
+                              tsr_array *lse, tsr_error *err);
 
 /* ---- Lookup database (runtime/db.c) ------------------------------------ */
 
@@ -607,11 +623,6 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m,
 void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
 /* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
-const char *tsr_select_mapping_name(tsr_mapping m); /* "retain", ... */
-const char *tsr_select_tasks_name(tsr_tasks t);     /* "row", ... */
-/* Name -> enum; -1 when unknown. */
-int tsr_select_mapping_parse(const char *s);
-int tsr_select_tasks_parse(const char *s);
 
 /* ---- GPU planning (runtime/gpuplan.c, templates/plan_gpu.cuh) --------- */
 

@@ -140,11 +140,12 @@ int tsr_variant_threads(const tsr_variant *v)
 int64_t tsr_variant_smem_bytes(const tsr_variant *v)
 {
   /* Q tile once, K and V tiles per pipeline stage, 2-byte elements.  The
-   * sm90 family adds 1 KiB for mbarriers and the 1024-byte alignment that
-   * 128-byte TMA swizzling needs. */
+   * sm90 family adds 1 KiB of slack for the 1024-byte alignment that
+   * 128-byte TMA swizzling needs and 256 bytes of mbarriers
+   * (TSR_SM90_SMEM_BYTES in templates/attn_sm90.cuh). */
   int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
   int64_t bytes = elems * 2;
-  if (v->family == TSR_FAMILY_SM90) bytes += 1024;
+  if (v->family == TSR_FAMILY_SM90) bytes += 1024 + 256;
   return bytes;
 }
 
@@ -201,19 +202,25 @@ tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
     if (v->warpgroups < 2 || v->warpgroups > 4 || v->warps != 4 * v->warpgroups)
       return tsr_error_set(err, TSR_ERR_INVALID,
                            "variant '%s': sm90 warpgroups must be 2 to 4, got %d", name, v->warpgroups);
-    if (v->bm % 64 != 0)
+    /* What templates/attn_sm90.cuh implements: one producer warpgroup and
+     * one consumer warpgroup per 64 query rows, TMA boxes 64 elements wide. */
+    if (v->bm != 64 && v->bm != 128)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm90 BM must be 64 or 128, got %d", name, v->bm);
+    if (v->bn != 64 && v->bn != 128)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm90 BN must be 64 or 128, got %d", name, v->bn);
+    if (v->head_dim != 64 && v->head_dim != 128)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm90 head dim must be 64 or 128, got %d",
+                           name, v->head_dim);
+    if (v->warpgroups != 1 + v->bm / 64)
       return tsr_error_set(err, TSR_ERR_INVALID,
-                           "variant '%s': sm90 BM must be a multiple of 64, got %d", name, v->bm);
+                           "variant '%s': sm90 with BM %d needs %d warpgroups (producer + one per 64 rows), got %d",
+                           name, v->bm, 1 + v->bm / 64, v->warpgroups);
+    if (v->tma_box != 64)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the sm90 family loads through TMA boxes of 64 "
+                           "elements ('tma_box': 64), got %d", name, v->tma_box);
     if (v->stages < 1 || v->stages > 4)
       return tsr_error_set(err, TSR_ERR_INVALID,
                            "variant '%s': sm90 stages must be 1 to 4, got %d", name, v->stages);
-    if (v->tma_box != 0 && v->tma_box != 16 && v->tma_box != 32 && v->tma_box != 64)
-      return tsr_error_set(err, TSR_ERR_INVALID,
-                           "variant '%s': TMA box must be 16, 32 or 64 elements, got %d", name, v->tma_box);
-    if (v->tma_box != 0 && v->head_dim % v->tma_box != 0)
-      return tsr_error_set(err, TSR_ERR_INVALID,
-                           "variant '%s': TMA box %d does not divide head dim %d", name, v->tma_box,
-                           v->head_dim);
   }
   return TSR_OK;
 }

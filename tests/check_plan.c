@@ -305,6 +305,64 @@ START_TEST(test_explain_json)
 }
 END_TEST
 
+/* Replanning into one plan gives exactly the records a fresh plan has, for
+ * a sequence of different problems, masks and options (buffers grow and
+ * shrink in use), and a failed update leaves an empty, reusable plan. */
+START_TEST(test_update_reuse)
+{
+  tu_rng r = {tu_seed("update_reuse", 61)};
+  tsr_plan *reused = NULL;
+  tsr_error err = {0};
+  int n;
+  for (n = 0; n < 24; n++) {
+    pc_case c;
+    tsr_plan_opts o;
+    tsr_plan *fresh = NULL;
+    tsr_status st;
+    ck_assert_int_eq(pc_make(&r, &c, n % 3 ? 400 : 1500), 0);
+    tsr_plan_opts_init(&o);
+    o.tasks = (tsr_tasks)tu_range(&r, 0, 3);
+    o.tile_m = (int)tu_range(&r, 1, 4) * 32;
+    o.tile_n = (int)tu_range(&r, 1, 4) * 32;
+    if (!reused)
+      ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &reused, &err), TSR_OK);
+    else
+      ck_assert_msg(tsr_plan_update(reused, &c.p, c.m, &o, &err) == TSR_OK, "%s", err.text);
+    st = tsr_plan_create(&c.p, c.m, &o, &fresh, &err);
+    ck_assert_int_eq(st, TSR_OK);
+    ck_assert_msg(tsr_plan_verify(reused, c.m, &err) == TSR_OK, "%s: %s", c.what, err.text);
+    ck_assert_int_eq(reused->n_tasks, fresh->n_tasks);
+    ck_assert_int_eq(reused->n_tiles, fresh->n_tiles);
+    ck_assert_int_eq(reused->n_members, fresh->n_members);
+    ck_assert_int_eq(reused->n_membership, fresh->n_membership);
+    ck_assert_int_eq(reused->n_merges, fresh->n_merges);
+    ck_assert_int_eq(reused->n_slots, fresh->n_slots);
+    ck_assert(!memcmp(reused->tasks, fresh->tasks, (size_t)fresh->n_tasks * sizeof *fresh->tasks));
+    ck_assert(!memcmp(reused->tiles, fresh->tiles, (size_t)fresh->n_tiles * sizeof *fresh->tiles));
+    ck_assert(!memcmp(reused->members, fresh->members,
+                      (size_t)fresh->n_members * sizeof *fresh->members));
+    ck_assert(!memcmp(reused->membership, fresh->membership,
+                      (size_t)fresh->n_membership * sizeof *fresh->membership));
+    ck_assert(!memcmp(reused->merges, fresh->merges, (size_t)fresh->n_merges * sizeof *fresh->merges));
+    ck_assert(!memcmp(reused->qblk, fresh->qblk, (size_t)fresh->n_qblk * sizeof *fresh->qblk));
+    ck_assert(!memcmp(&reused->summary, &fresh->summary, sizeof fresh->summary));
+    tsr_plan_destroy(fresh);
+    if (n == 10) {
+      /* a refused update empties the plan; the next one works again */
+      o.tile_m = 100;
+      tsr_error_clear(&err);
+      ck_assert_int_eq(tsr_plan_update(reused, &c.p, c.m, &o, &err), TSR_ERR_UNSUPPORTED);
+      ck_assert_int_eq(reused->n_tasks, 0);
+      ck_assert_int_eq(reused->n_tiles, 0);
+      tsr_error_clear(&err);
+    }
+    pc_free(&c);
+  }
+  ck_assert_int_eq(tsr_plan_update(NULL, NULL, NULL, NULL, &err), TSR_ERR_INVALID);
+  tsr_plan_destroy(reused);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("plan");
@@ -316,6 +374,7 @@ int main(void)
   tcase_add_test(tc, test_verify_corruptions);
   tcase_add_test(tc, test_verify_other_mask_and_kv);
   tcase_add_test(tc, test_explain_json);
+  tcase_add_test(tc, test_update_reuse);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -245,6 +245,82 @@ START_TEST(test_features_reject)
 }
 END_TEST
 
+/* Selection's eligibility agrees with the planner on every uniform
+ * geometry and candidate tile: what it accepts plans, what it rejects the
+ * planner refuses as unsupported. */
+START_TEST(test_eligible_matches_planner)
+{
+  tu_rng rng = {base_seed + 13};
+  static const int64_t sizes[] = {32, 48, 64, 96, 128, 192, 195, 256, 384, 512};
+  static const tsr_mapping maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE};
+  int c, t, k, agree = 0;
+  for (c = 0; c < 40; c++) {
+    int64_t bq = sizes[tu_range(&rng, 0, 9)], bk = sizes[tu_range(&rng, 0, 9)];
+    int64_t sq = tu_range(&rng, 100, 1500), sk = tu_range(&rng, 100, 1500);
+    int64_t nq = (sq + bq - 1) / bq, nk = (sk + bk - 1) / bk, i;
+    uint8_t *bits = malloc((size_t)(nq * nk));
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem p;
+    tsr_features f;
+    tsr_error err = {0};
+    if (c % 4 == 0) { /* exact multiples too, where ragged edges vanish */
+      sq = nq * bq;
+      sk = nk * bk;
+    }
+    for (i = 0; i < nq * nk; i++)
+      bits[i] = tu_uniform(&rng) < 0.4;
+    ck_assert_int_eq(tsr_geom_uniform(sq, sk, bq, bk, &g, &err), TSR_OK);
+    ck_assert_int_eq(tsr_mask_from_bytes(1, 1, nq, nk, bits, &m, &err), TSR_OK);
+    memset(&p, 0, sizeof p);
+    p.batch = p.heads_q = p.heads_kv = 1;
+    p.seq_q = sq;
+    p.seq_k = sk;
+    p.head_dim = 64;
+    p.dtype = TSR_DT_BF16;
+    p.geom = g;
+    ck_assert_int_eq(tsr_features_compute(&p, m, 132, &f, &err), TSR_OK);
+    for (t = 0; t < TSR_FEATURE_TILES; t++)
+      for (k = 0; k < 3; k++) {
+        tsr_plan_opts o;
+        tsr_plan *pl = NULL;
+        tsr_error perr = {0};
+        const char *why = NULL;
+        int mine, planner;
+        tsr_plan_opts_init(&o);
+        tsr_features_tile(t, &o.tile_m, &o.tile_n);
+        o.mapping = maps[k];
+        o.tasks = TSR_TASKS_ROW;
+        mine = tsr_select_eligible(&f, maps[k], o.tile_m, o.tile_n, &why);
+        planner = tsr_plan_create(&p, m, &o, &pl, &perr);
+        ck_assert_msg(planner == TSR_OK || planner == TSR_ERR_UNSUPPORTED, "%s", perr.text);
+        ck_assert_msg(mine == (planner == TSR_OK),
+                      "blocks %lldx%lld over %lldx%lld, tile %dx%d, %s: selection says %s, "
+                      "planner says %s",
+                      (long long)bq, (long long)bk, (long long)sq, (long long)sk, o.tile_m,
+                      o.tile_n, tsr_plan_mapping_name(maps[k]), mine ? "yes" : why,
+                      planner == TSR_OK ? "yes" : perr.text);
+        agree++;
+        tsr_plan_destroy(pl);
+      }
+    /* The base plan always plans. */
+    {
+      tsr_plan_opts o;
+      tsr_plan *pl = NULL;
+      tsr_select_base(&f, &o);
+      ck_assert_msg(tsr_plan_create(&p, m, &o, &pl, &err) == TSR_OK, "base %s %dx%d: %s",
+                    tsr_plan_mapping_name(o.mapping), o.tile_m, o.tile_n, err.text);
+      ck_assert_int_eq(tsr_plan_verify(pl, m, &err), TSR_OK);
+      tsr_plan_destroy(pl);
+    }
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+    free(bits);
+  }
+  ck_assert_int_eq(agree, 40 * 12);
+}
+END_TEST
+
 /* ---- A recorded timings database --------------------------------------- */
 
 /* Plans of the fixture, in this order. */
@@ -411,9 +487,9 @@ static void assert_plan(const tsr_selection *s, int plan)
   ck_assert_msg(s->opts.mapping == p->mapping && s->opts.tile_m == p->tile_m &&
                     s->opts.tile_n == p->tile_n && s->opts.tasks == p->tasks,
                 "selected %s %dx%d %s, expected %s %dx%d %s (%s)",
-                tsr_select_mapping_name(s->opts.mapping), s->opts.tile_m, s->opts.tile_n,
-                tsr_select_tasks_name(s->opts.tasks), tsr_select_mapping_name(p->mapping),
-                p->tile_m, p->tile_n, tsr_select_tasks_name(p->tasks), s->reason);
+                tsr_plan_mapping_name(s->opts.mapping), s->opts.tile_m, s->opts.tile_n,
+                tsr_plan_tasks_name(s->opts.tasks), tsr_plan_mapping_name(p->mapping),
+                p->tile_m, p->tile_n, tsr_plan_tasks_name(p->tasks), s->reason);
   ck_assert_str_eq(s->variant, p->variant);
   ck_assert_ptr_eq(s->opts.variant, s->variant);
 }
@@ -480,8 +556,13 @@ START_TEST(test_build_and_select)
     ck_assert_ptr_nonnull(strstr(json, "\"reason\""));
     ck_assert_ptr_nonnull(strstr(json, "\"fill_128x128\""));
     free(json);
-    /* 384-token blocks: nothing to retain, base is combine 128x128 rows. */
+    /* 384-token blocks: nothing to retain; 128x128 tiles lie inside the
+     * blocks, so the base subdivides; 96-token blocks are combined. */
     f.bq = f.bk = 384;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.opts.mapping, TSR_MAP_SUBDIVIDE);
+    ck_assert_int_eq(s.opts.tile_m, 128);
+    f.bq = f.bk = 96;
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     ck_assert_int_eq(s.opts.mapping, TSR_MAP_COMBINE);
     ck_assert_int_eq(s.opts.tile_m, 128);
@@ -510,7 +591,9 @@ START_TEST(test_build_and_select)
     ck_assert_int_eq(tsr_select_load(fx.db, "NVIDIA Test", 132, &sel, &err), TSR_OK);
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     ck_assert_int_eq(s.from_table, 0);
-    ck_assert_int_eq(s.opts.mapping, TSR_MAP_COMBINE);
+    /* Variable blocks: the base leaves the 128x128 mapping to the planner. */
+    ck_assert_int_eq(s.opts.mapping, TSR_MAP_AUTO);
+    ck_assert_int_eq(s.opts.tile_m, 128);
     ck_assert_ptr_nonnull(strstr(s.reason, "skipped: retain needs uniform blocks"));
     tsr_select_destroy(sel);
   }
@@ -865,6 +948,7 @@ static Suite *select_suite(void)
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_features_reference);
   tcase_add_test(tc, test_features_reject);
+  tcase_add_test(tc, test_eligible_matches_planner);
   tcase_add_test(tc, test_build_and_select);
   tcase_add_test(tc, test_stale_variant);
   tcase_add_test(tc, test_eval_and_report);

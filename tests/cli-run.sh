@@ -29,6 +29,20 @@ for mode in uniform batch variable f16 uniform batch; do
     --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" $sarg >"$D/stdout" 2>"$D/stderr" \
     || { bad "run $mode seed $s: exit $?: $(cat "$D/stderr")"; continue; }
   "$H" check "$D" "$s" "$mode" "$scale" || bad "check $mode seed $s"
+  # The CPU plan executor (float32 arithmetic, as the kernels): 1e-4, or a
+  # clean refusal (exit 2, one line, no output) where it is not available.
+  rm -f "$D/out.npy" "$D/lse.npy"
+  # shellcheck disable=SC2086
+  "$T" run --backend cpu --mask "$D/mask.npy" $geo --q "$D/q.npy" --k "$D/k.npy" \
+    --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" $sarg >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    "$H" check "$D" "$s" "$mode" "$scale" 1e-4 || bad "cpu backend check $mode seed $s"
+  elif [ $rc -eq 2 ] && [ "$(wc -l <"$D/stderr")" -eq 1 ] && [ ! -e "$D/out.npy" ]; then
+    echo "note: cpu backend refused $mode: $(cat "$D/stderr")"
+  else
+    bad "cpu backend $mode seed $s: exit $rc: $(cat "$D/stderr")"
+  fi
 done
 
 # --- rejected inputs ----------------------------------------------------------

@@ -4,11 +4,12 @@
  *   cli_attn gen DIR SEED MODE    writes q.npy k.npy v.npy mask.npy (and for
  *                                 MODE variable: qs.npy ks.npy) and prints
  *                                 the --block argument ("-" if variable)
- *   cli_attn check DIR SEED MODE SCALE
+ *   cli_attn check DIR SEED MODE SCALE [TOL]
  *                                 regenerates the same case, computes the
  *                                 naive float64 attention of tests/util.h
  *                                 and compares DIR/out.npy and DIR/lse.npy;
- *                                 exit 0 when within 1e-5 relative, else 1
+ *                                 exit 0 when within TOL (default 1e-5)
+ *                                 relative, else 1
  *   cli_attn bad DIR              writes malformed inputs for the rejection
  *                                 tests
  *
@@ -141,7 +142,7 @@ static int gen(const char *dir, uint64_t seed, const char *mode)
   return 0;
 }
 
-static int check(const char *dir, uint64_t seed, const char *mode, double scale)
+static int check(const char *dir, uint64_t seed, const char *mode, double scale, double tol)
 {
   tcase c;
   char p[600];
@@ -179,7 +180,7 @@ static int check(const char *dir, uint64_t seed, const char *mode, double scale)
   tsr_npy_free(&out), tsr_npy_free(&lse);
   free(want), free(want_lse);
   release(&c);
-  return e1 <= 1e-5 && e2 <= 1e-5 ? 0 : 1;
+  return e1 <= tol && e2 <= tol ? 0 : 1;
 }
 
 /* Malformed and mismatching inputs; each name says what is wrong. */
@@ -220,10 +221,11 @@ int main(int argc, char **argv)
 {
   if (argc == 5 && !strcmp(argv[1], "gen"))
     return gen(argv[2], strtoull(argv[3], NULL, 0), argv[4]);
-  if (argc == 6 && !strcmp(argv[1], "check"))
-    return check(argv[2], strtoull(argv[3], NULL, 0), argv[4], atof(argv[5]));
+  if ((argc == 6 || argc == 7) && !strcmp(argv[1], "check"))
+    return check(argv[2], strtoull(argv[3], NULL, 0), argv[4], atof(argv[5]),
+                 argc == 7 ? atof(argv[6]) : 1e-5);
   if (argc == 3 && !strcmp(argv[1], "bad"))
     return bad(argv[2]);
-  fprintf(stderr, "usage: cli_attn gen DIR SEED MODE | check DIR SEED MODE SCALE | bad DIR\n");
+  fprintf(stderr, "usage: cli_attn gen DIR SEED MODE | check DIR SEED MODE SCALE [TOL] | bad DIR\n");
   return 2;
 }

@@ -69,8 +69,28 @@ tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
 tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
 tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/corpus-cli.sh
+EXTRA_DIST += tests/corpus-cli.sh
 
 # gpu and generator
+# check_gen: variant names, catalog parsing and pruning, the built bundle's
+# registry (every catalog variant compiled for every target it fits).
+check_PROGRAMS += tests/check_gen
+TESTS += tests/check_gen
+tests_check_gen_SOURCES = tests/check_gen.c gen/catalog.c gen/catalog.h
+tests_check_gen_CPPFLAGS = $(TSR_CHECK_INCS) -I$(top_srcdir)/gen
+tests_check_gen_LDADD = $(TSR_CHECK_DEPS)
+tests_check_gen_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# gen-sass.sh: the cubins use the intended instructions (cuobjdump).
+TESTS += tests/gen-sass.sh
+EXTRA_DIST += tests/gen-sass.sh
+# gpu_attn: plain C (no Check: the GPU machine lacks it); exits 77 without
+# a GPU.  Run on the device by scripts/device-check.
+check_PROGRAMS += tests/gpu_attn
+TESTS += tests/gpu_attn
+tests_gpu_attn_SOURCES = tests/gpu_attn.c
+tests_gpu_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_gpu_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # database and selection
 check_PROGRAMS += tests/check_db tests/check_select
@@ -95,3 +115,5 @@ EXTRA_DIST += tests/gpuplan-bundle.sh
 tests_gpu_plan_SOURCES = tests/gpu_plan.c
 tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/profile_cli.sh tests/gpu_profile.sh
+EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh

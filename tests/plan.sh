@@ -1,2 +1,117 @@
 #!/bin/sh
-exit 0
+# plan.sh: `tessera plan` end to end: summaries for retain / combine /
+# subdivide / variable geometry, JSON, --verify (and exit 1 when a plan is
+# damaged through TESSERA_PLAN_CORRUPT), --bench, and every rejected input
+# exiting 2 with one "tessera plan: ..." line on stderr.
+set -u
+B=${TSR_TOP_BUILDDIR:-.}
+T="$B/tessera"
+G="$B/tests/plan_masks"
+SEED=${TSR_SEED:-77}
+echo "plan.sh: seed $SEED"
+D=$(mktemp -d "${TMPDIR:-/tmp}/tsr-plan.XXXXXX") || exit 99
+trap 'rm -rf "$D"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# 700 tokens in 96-token blocks: 8 blocks; 2 heads.
+"$G" mask "$D/m96.npy" 1 2 8 8 random 0.4 "$SEED" >/dev/null || exit 99
+"$G" mask "$D/m128.npy" 1 4 6 6 band 0.3 "$SEED" >/dev/null || exit 99
+"$G" mask "$D/m384.npy" 1 1 3 3 random 0.6 "$SEED" >/dev/null || exit 99
+"$G" mask "$D/mvar.npy" 1 2 3 4 random 0.5 "$SEED" >/dev/null || exit 99
+"$G" mask "$D/empty.npy" 1 2 8 8 empty 0 "$SEED" >/dev/null || exit 99
+"$G" sizes "$D/qs.npy" 100 37 263 >/dev/null || exit 99
+"$G" sizes "$D/ks.npy" 64 64 200 72 >/dev/null || exit 99
+
+# expect_ok NEEDLE ARGS...: exit 0 and NEEDLE on stdout
+expect_ok() {
+  needle=$1; shift
+  "$T" plan "$@" >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  [ $rc -eq 0 ] || { bad "exit $rc for: $* ($(cat "$D/stderr"))"; return; }
+  grep -qF -- "$needle" "$D/stdout" || bad "stdout lacks '$needle' for: $*: $(cat "$D/stdout")"
+}
+# expect_exit CODE NEEDLE ARGS...: exit CODE, one stderr line with NEEDLE
+expect_exit() {
+  code=$1 needle=$2; shift 2
+  "$T" plan "$@" >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  [ $rc -eq "$code" ] || bad "exit $rc, not $code, for: $* ($(cat "$D/stderr"))"
+  [ "$(wc -l <"$D/stderr")" -eq 1 ] || bad "not one stderr line for: $*: $(cat "$D/stderr")"
+  grep -q "^tessera plan: " "$D/stderr" || bad "no 'tessera plan:' prefix: $(cat "$D/stderr")"
+  grep -qF -- "$needle" "$D/stderr" || bad "stderr lacks '$needle': $(cat "$D/stderr")"
+}
+
+M96="--mask $D/m96.npy --block 96 --seq 700 --head-dim 64"
+# --- plans that work ------------------------------------------------------------
+# shellcheck disable=SC2086
+{
+expect_ok "mapping combine" $M96 --verify
+expect_ok "verify: ok" $M96 --verify --tasks split --split 2
+expect_ok "tile: 64x64, mapping combine+subdivide" $M96 --mapping subdivide --verify
+expect_ok "mapping retain" --mask "$D/m128.npy" --block 128 --seq 700 --head-dim 128 --heads-kv 2 --verify
+expect_ok "tile: 64x128" --mask "$D/m128.npy" --block 128 --seq 700 --head-dim 128 --tile 64x128 --verify
+expect_ok "mapping subdivide" --mask "$D/m384.npy" --block 384 --seq 1100 --head-dim 128 --verify
+expect_ok "blocks: variable, 3 x 4 blocks" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --verify
+expect_ok "22 empty rows" --mask "$D/empty.npy" --block 96 --seq 700 --head-dim 64 --tile 64x64 --tasks row --verify
+expect_ok "700 x 760 tokens" --mask "$D/m96.npy" --block 96 --seq 700 --seq-k 760 --head-dim 64 --verify
+expect_ok '"wasted_fraction"' $M96 --json
+expect_ok '"membership"' $M96 --json --detail
+expect_ok "bench: planning" $M96 --bench
+expect_ok "arch sm_80" $M96 --arch sm_80 --sms 108
+}
+"$T" plan --help | grep -q -- "--mapping" || bad "--help lacks --mapping"
+
+# --- tessera run --backend cpu (the plan executor) matches the reference ----
+if [ -x "$B/tests/cli_attn" ]; then
+  R="$D/run"
+  mkdir -p "$R"
+  i=0
+  for mode in uniform batch variable f16; do
+    i=$((i + 1))
+    blk=$("$B/tests/cli_attn" gen "$R" $((SEED + i)) "$mode") || { bad "cli_attn gen $mode"; continue; }
+    if [ "$blk" = - ]; then geo="--q-blocks $R/qs.npy --k-blocks $R/ks.npy"; else geo="--block $blk"; fi
+    for tk in auto row split pack; do
+      for tile in 64x64 128x128 16x32; do
+        # shellcheck disable=SC2086
+        "$B/tessera" run --backend cpu --tasks $tk --tile $tile --mask "$R/mask.npy" $geo \
+          --q "$R/q.npy" --k "$R/k.npy" --v "$R/v.npy" --out "$R/o.npy" --lse "$R/l.npy" \
+          --check 1e-5 >"$R/stdout" 2>"$R/stderr" \
+          || bad "run --backend cpu $mode $tk $tile: $(cat "$R/stderr")"
+      done
+    done
+  done
+fi
+
+# --- verification failures exit 1, naming the violation ---------------------
+for how in drop dup bit; do
+  # shellcheck disable=SC2086
+  TESSERA_PLAN_CORRUPT=$how expect_exit 1 "verification failed: batch 0 head" $M96 --verify
+done
+
+# --- rejected inputs exit 2 ----------------------------------------------------
+# shellcheck disable=SC2086
+{
+expect_exit 2 "missing --mask" --block 96 --seq 700 --head-dim 64
+expect_exit 2 "missing --head-dim" --mask "$D/m96.npy" --block 96 --seq 700
+expect_exit 2 "missing --seq" --mask "$D/m96.npy" --block 96 --head-dim 64
+expect_exit 2 "missing --block" --mask "$D/m96.npy" --seq 700 --head-dim 64
+expect_exit 2 "mapping 'retain' needs the tile to equal the logical block, got tile 128x128 and blocks 96x96" $M96 --mapping retain --tile 128x128
+expect_exit 2 "mapping 'subdivide' needs logical blocks larger than the tile" $M96 --mapping subdivide --tile 128x128
+expect_exit 2 "tile 100x128 is not supported" $M96 --tile 100x128
+expect_exit 2 "invalid --tile 'big'" $M96 --tile big
+expect_exit 2 "invalid --mapping 'merge'" $M96 --mapping merge
+expect_exit 2 "invalid --tasks 'all'" $M96 --tasks all
+expect_exit 2 "invalid --arch 'hopper'" $M96 --arch hopper
+expect_exit 2 "invalid --split '0'" $M96 --split 0
+expect_exit 2 "invalid --sms '-3'" $M96 --sms -3
+expect_exit 2 "invalid --heads-kv 3" $M96 --heads-kv 3
+expect_exit 2 "--detail needs --json" $M96 --detail
+expect_exit 2 "exclude each other" $M96 --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy"
+expect_exit 2 "unknown option '--bogus'" $M96 --bogus
+expect_exit 2 "$D/none.npy" --mask "$D/none.npy" --block 96 --seq 700 --head-dim 64
+expect_exit 2 "m96.npy" --mask "$D/m96.npy" --block 64 --seq 700 --head-dim 64
+expect_exit 2 "cover 400 tokens, but --seq is 500" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --seq 500
+expect_exit 2 "cannot use --q-blocks '$D/m96.npy'" --mask "$D/mvar.npy" --q-blocks "$D/m96.npy" --k-blocks "$D/ks.npy" --head-dim 64
+}
+exit $fail

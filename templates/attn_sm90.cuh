@@ -1,0 +1,664 @@
+/*
+ * templates/attn_sm90.cuh: the sm_90a block-sparse flash-attention forward
+ * kernel (wgmma + TMA + mbarrier, warp-specialized), one template for every
+ * variant of the sm90 family.  tessera-gen renders a variant by defining the
+ * constants below and then including this file; nothing else changes.
+ *
+ * Cost: per key tile and consumer warpgroup, 2 * 64 * BN * D multiply-adds on
+ * the tensor cores (S = Q K^T and O += P V), 64 * BN exp2 in the softmax; K
+ * and V tiles come through TMA once per (member, key tile); Q once per member.
+ *
+ * ---- Constants the generator defines before including this file ----------
+ *   TSR_KERNEL_NAME  the entry symbol (the variant's canonical name)
+ *   TSR_BM           query rows per CTA: 64 or 128 (64 per consumer warpgroup)
+ *   TSR_BN           key columns per tile: 64 or 128
+ *   TSR_D            head dimension: 64 or 128 (or TSR_HEAD_DIM)
+ *   TSR_STAGES       K/V ring depth: 2 or 3
+ *   TSR_DTYPE_F16    1 for fp16 q/k/v/o, 0 (default) for bf16 (or
+ *                    TSR_DTYPE_FP16)
+ *   TSR_MEMBERSHIP   1 to compile the membership-word masking of partial
+ *                    tiles, 0 when every tile of every plan run with the
+ *                    variant is full (tile.mem == -1)
+ * plan_layout.h must be includable (it is self-contained under NVRTC).
+ *
+ * ---- Launch contract (what the host provides) ------------------------------
+ *   threads per CTA   TSR_SM90_THREADS = 128 * (1 + TSR_BM / 64)
+ *                     (warpgroup 0 = TMA producer, 1.. = consumers)
+ *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TSR_BM*TSR_D*2
+ *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256
+ *                     (bm128 bn128 d128: 165120 with 2 stages, 230656 with 3;
+ *                     set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+ *   grid              any number of CTAs: CTA b runs tasks b, b + gridDim.x,
+ *                     ... (persistent: #SMs; flat: n_tasks), one CTA per SM
+ *   tensor maps       p.tma_q, p.tma_k, p.tma_v, by cuTensorMapEncodeTiled:
+ *                     rank 4, dtype BFLOAT16 / FLOAT16 as the variant,
+ *                     globalDim     {D, seq, heads, batch}   (innermost first;
+ *                                   seq_q/heads_q for q, seq_k/heads_kv for k, v)
+ *                     globalStrides {s_stride, h_stride, b_stride} * 2 bytes
+ *                                   (element strides of the tensor; this one
+ *                                   map serves BHSD, BSHD and any other
+ *                                   strides; d_stride must be 1 and the byte
+ *                                   strides multiples of 16)
+ *                     boxDim        {64, TSR_BM, 1, 1} for q,
+ *                                   {64, TSR_BN, 1, 1} for k and v
+ *                     elementStrides {1, 1, 1, 1}, INTERLEAVE_NONE,
+ *                     SWIZZLE_128B, L2_PROMOTION_128B, FLOAT_OOB_FILL_NONE
+ *                     (rows past seq are zero-filled; the kernel masks key
+ *                     columns >= seq_k to -inf and never writes rows >= seq_q)
+ *   pointers          p.o, p.lse (may be NULL), p.tasks, tiles, members,
+ *                     membership, qblk, part_o/m/l as plan_layout.h says;
+ *                     p.o_stride in elements with o_stride[3] == 1.
+ *   scale             p.scale_log2 must be > 0 (row maxima are taken on raw
+ *                     scores and scaled afterwards).
+ */
+#include "plan_layout.h"
+
+/* tessera-gen's own spellings of the same constants */
+#if !defined(TSR_D) && defined(TSR_HEAD_DIM)
+#define TSR_D TSR_HEAD_DIM
+#endif
+#if !defined(TSR_DTYPE_F16) && defined(TSR_DTYPE_FP16)
+#define TSR_DTYPE_F16 TSR_DTYPE_FP16
+#endif
+
+#ifndef TSR_BM
+#error "TSR_BM not defined"
+#endif
+#ifndef TSR_STAGES
+#define TSR_STAGES 2
+#endif
+#ifndef TSR_DTYPE_F16
+#define TSR_DTYPE_F16 0
+#endif
+#ifndef TSR_MEMBERSHIP
+#define TSR_MEMBERSHIP 1
+#endif
+/* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
+ * not part of the variant name). */
+#ifndef TSR_SM90_PINGPONG
+#define TSR_SM90_PINGPONG 0
+#endif
+
+#ifndef TSR_DTYPE_BF16
+#define TSR_DTYPE_BF16 (!TSR_DTYPE_F16)
+#endif
+#if TSR_DTYPE_F16
+#define TSR_WG_T "f16"
+#else
+#define TSR_WG_T "bf16"
+#endif
+#include "tsr_common.cuh" /* tsr_ex2, tsr_pack2 (by TSR_DTYPE_BF16) */
+
+#define TSR_SM90_NC (TSR_BM / 64)
+#define TSR_SM90_THREADS (128 * (1 + TSR_SM90_NC))
+#define TSR_SM90_SMEM_BYTES \
+  (1024 + TSR_BM * TSR_D * 2 + 2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256)
+
+/* tessera-gen also passes what it computed from the variant name: they must
+ * agree with this template's own layout. */
+#ifdef TSR_THREADS
+static_assert(TSR_THREADS == TSR_SM90_THREADS, "TSR_THREADS disagrees with attn_sm90.cuh");
+#endif
+#ifdef TSR_SMEM_BYTES
+static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small for attn_sm90.cuh");
+#endif
+#if defined(TSR_TMA_BOX) && TSR_TMA_BOX != 64
+#error "attn_sm90.cuh loads TMA boxes 64 elements wide"
+#endif
+
+#if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \
+    (TSR_D != 64 && TSR_D != 128)
+#error "attn_sm90.cuh: unsupported tile shape"
+#endif
+
+typedef unsigned long long tsr_u64;
+
+/* ---- wgmma wrappers (one per N; the dtype is a string constant) -------- */
+/* The scale-d operand is a predicate, never an immediate: NVRTC 13.0
+ * crashed on the immediate form. */
+/* D[64 x 64] (+)= A[64 x 16] (smem) * B[16 x 64] (smem). */
+static __device__ __forceinline__ void tsr_wgmma_ss_n64(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TSR_WG_T "." TSR_WG_T " {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+/* D[64 x 128] (+)= A[64 x 16] (smem) * B[16 x 128] (smem). */
+static __device__ __forceinline__ void tsr_wgmma_ss_n128(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TSR_WG_T "." TSR_WG_T " {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+/* D[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (smem, MN-major: transposed). */
+static __device__ __forceinline__ void tsr_wgmma_rs_n64(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TSR_WG_T "." TSR_WG_T " {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* D[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (smem, MN-major: transposed). */
+static __device__ __forceinline__ void tsr_wgmma_rs_n128(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TSR_WG_T "." TSR_WG_T " {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+static __device__ __forceinline__ void tsr_wg_fence(void) {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void tsr_wg_commit(void) {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void tsr_wg_wait(void) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Pins a register array after a wgmma wait so the compiler neither reads it
+ * early nor reuses its registers while the tensor cores may still use it. */
+template <int N>
+static __device__ __forceinline__ void tsr_fence_regs(float *r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+static __device__ __forceinline__ void tsr_fence_regs_u(tsr_u32 *r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle: start address, leading
+ * byte offset, stride byte offset (all in bytes, encoded >> 4). */
+static __device__ __forceinline__ tsr_u64 tsr_desc(tsr_u32 saddr, tsr_u32 lbo, tsr_u32 sbo) {
+  return (tsr_u64)((saddr & 0x3FFFF) >> 4) | ((tsr_u64)(lbo >> 4) << 16) |
+         ((tsr_u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* ---- mbarrier and TMA ---------------------------------------------------- */
+static __device__ __forceinline__ void tsr_mbar_init(tsr_u32 bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void tsr_mbar_expect_tx(tsr_u32 bar, tsr_u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+static __device__ __forceinline__ void tsr_mbar_arrive(tsr_u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void tsr_mbar_wait(tsr_u32 bar, tsr_u32 parity) {
+  tsr_u32 done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+static __device__ __forceinline__ void tsr_tma_load(tsr_u32 dst, const tsr_tmap *map, tsr_u32 bar,
+                                                    int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"((tsr_u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+/* Named barriers 1 and 2 order the two consumer warpgroups' turns at the
+ * tensor cores (FA3's ping-pong): a warpgroup issues its GEMMs only after the
+ * other one has issued its own, so one's softmax overlaps the other's
+ * products instead of both contending at once. */
+static __device__ __forceinline__ void tsr_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void tsr_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* ---- consumer pieces ------------------------------------------------------ */
+
+/* Masks S (this thread's two rows, columns 8j + 2t + e) to -inf where the
+ * tile's membership bits are clear or the column is past seq_k. */
+static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_params &p,
+                                                     tsr_tile_rec tr, int seg0, int seg1, int t) {
+#if TSR_MEMBERSHIP
+  if (tr.mem >= 0) {
+    const tsr_u32 *w0 = p.membership + tr.mem + seg0 * (TSR_BN / 32);
+    const tsr_u32 *w1 = p.membership + tr.mem + seg1 * (TSR_BN / 32);
+#pragma unroll
+    for (int w = 0; w < TSR_BN / 32; ++w) {
+      const tsr_u32 b0 = __ldg(w0 + w) >> (2 * t), b1 = __ldg(w1 + w) >> (2 * t);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * w + jj;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (!((b0 >> (8 * jj + e)) & 1u)) s[4 * j + e] = -__int_as_float(0x7f800000);
+          if (!((b1 >> (8 * jj + e)) & 1u)) s[4 * j + 2 + e] = -__int_as_float(0x7f800000);
+        }
+      }
+    }
+  }
+#endif
+  const int lim = p.seq_k - tr.k_tile * TSR_BN; /* columns >= lim are past seq_k */
+  if (lim < TSR_BN) {
+#pragma unroll
+    for (int j = 0; j < TSR_BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * j + 2 * t + e >= lim) {
+          s[4 * j + e] = -__int_as_float(0x7f800000);
+          s[4 * j + 2 + e] = -__int_as_float(0x7f800000);
+        }
+  }
+}
+
+/* Online softmax step on this thread's two rows: updates the base-2 row
+ * maxima m0/m1, turns s into p = exp2(s*scale - m) in place, returns the
+ * rescale factors of the previous state and adds the row sums into l. */
+static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float &m0, float &m1,
+                                                   float &l0, float &l1, float &a0, float &a1) {
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  float x0 = NEG_INF, x1 = NEG_INF;
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 8; ++j) {
+    x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
+    x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+  const float n0 = fmaxf(m0, x0 * scale), n1 = fmaxf(m1, x1 * scale);
+  /* A row with nothing selected so far keeps m = -inf; exponentiate against
+   * 0 so that exp2(-inf - -inf) never happens. */
+  const float u0 = n0 == NEG_INF ? 0.f : n0, u1 = n1 == NEG_INF ? 0.f : n1;
+  a0 = tsr_ex2(m0 - u0);
+  a1 = tsr_ex2(m1 - u1);
+  m0 = n0;
+  m1 = n1;
+  float r0 = 0.f, r1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 8; ++j) {
+    s[4 * j] = tsr_ex2(fmaf(s[4 * j], scale, -u0));
+    s[4 * j + 1] = tsr_ex2(fmaf(s[4 * j + 1], scale, -u0));
+    s[4 * j + 2] = tsr_ex2(fmaf(s[4 * j + 2], scale, -u1));
+    s[4 * j + 3] = tsr_ex2(fmaf(s[4 * j + 3], scale, -u1));
+    r0 += s[4 * j] + s[4 * j + 1];
+    r1 += s[4 * j + 2] + s[4 * j + 3];
+  }
+  l0 = l0 * a0 + r0;
+  l1 = l1 * a1 + r1;
+}
+
+/* O *= alpha per row; once the row maxima settle alpha is 1 for whole
+ * warps and the multiplies are skipped. */
+static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1) {
+  if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+    for (int j = 0; j < TSR_D / 8; ++j) {
+      o[4 * j] *= a0;
+      o[4 * j + 1] *= a0;
+      o[4 * j + 2] *= a1;
+      o[4 * j + 3] *= a1;
+    }
+  }
+}
+
+/* Writes one member's result rows of this thread: o (normalised) and lse, or
+ * the unnormalised partial slot.  l0/l1 are full row sums. */
+static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, tsr_member_rec mb,
+                                                    int partial_slot, const float *o, float m0,
+                                                    float m1, float l0, float l1, int rl0, int t) {
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int rl1 = rl0 + 8;
+  if (partial_slot >= 0) {
+    float *po = p.part_o + (tsr_i64)partial_slot * TSR_BM * TSR_D;
+#pragma unroll
+    for (int j = 0; j < TSR_D / 8; ++j) {
+      const int c = 8 * j + 2 * t;
+      *(float2 *)(po + (tsr_i64)rl0 * TSR_D + c) = make_float2(o[4 * j], o[4 * j + 1]);
+      *(float2 *)(po + (tsr_i64)rl1 * TSR_D + c) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+    }
+    if (t == 0) {
+      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl0] = m0;
+      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl1] = m1;
+      p.part_l[(tsr_i64)partial_slot * TSR_BM + rl0] = l0;
+      p.part_l[(tsr_i64)partial_slot * TSR_BM + rl1] = l1;
+    }
+    return;
+  }
+  const int r0 = mb.q_tile * TSR_BM + rl0, r1 = mb.q_tile * TSR_BM + rl1;
+  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const tsr_i64 ob = mb.batch * p.o_stride[0] + mb.head * p.o_stride[1];
+  tsr_u32 *o0 = (tsr_u32 *)((unsigned short *)p.o + ob + r0 * p.o_stride[2]);
+  tsr_u32 *o1 = (tsr_u32 *)((unsigned short *)p.o + ob + r1 * p.o_stride[2]);
+  if (r0 < p.seq_q) {
+#pragma unroll
+    for (int j = 0; j < TSR_D / 8; ++j) o0[4 * j + t] = tsr_pack2(o[4 * j] * i0, o[4 * j + 1] * i0);
+  }
+  if (r1 < p.seq_q) {
+#pragma unroll
+    for (int j = 0; j < TSR_D / 8; ++j)
+      o1[4 * j + t] = tsr_pack2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
+  }
+  if (p.lse && t == 0) {
+    const float LN2 = 0.693147180559945309f;
+    float *lr = p.lse + ((tsr_i64)mb.batch * p.heads_q + mb.head) * p.seq_q;
+    if (r0 < p.seq_q) lr[r0] = l0 > 0.f ? (m0 + __log2f(l0)) * LN2 : NEG_INF;
+    if (r1 < p.seq_q) lr[r1] = l1 > 0.f ? (m1 + __log2f(l1)) * LN2 : NEG_INF;
+  }
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+
+extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
+    TSR_KERNEL_NAME(const __grid_constant__ tsr_kernel_params p) {
+  extern __shared__ __align__(1024) unsigned char tsr_smem_raw[];
+  constexpr int NC = TSR_SM90_NC;
+  constexpr int HALVES = TSR_D / 64;            /* 64-column swizzle panels */
+  constexpr tsr_u32 Q_PANEL = TSR_BM * 128;     /* bytes of one [BM x 64] panel */
+  constexpr tsr_u32 KV_PANEL = TSR_BN * 128;    /* bytes of one [BN x 64] panel */
+  constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
+  constexpr tsr_u32 Q_BYTES = Q_PANEL * HALVES;
+
+  /* 128-byte swizzle wants 1024-byte aligned panels. */
+  const tsr_u32 raw = (tsr_u32)__cvta_generic_to_shared(tsr_smem_raw);
+  const tsr_u32 sq = (raw + 1023u) & ~1023u;
+  const tsr_u32 sk = sq + Q_BYTES;
+  const tsr_u32 sv = sk + TSR_STAGES * KV_TILE;
+  const tsr_u32 bars = sv + TSR_STAGES * KV_TILE;
+  const tsr_u32 q_full = bars, q_empty = bars + 8;
+  /* k_full[s] = bars + 16 + 8 s, k_empty, v_full, v_empty follow */
+#define TSR_K_FULL(s) (bars + 16 + 8 * (s))
+#define TSR_K_EMPTY(s) (bars + 16 + 8 * (TSR_STAGES + (s)))
+#define TSR_V_FULL(s) (bars + 16 + 8 * (2 * TSR_STAGES + (s)))
+#define TSR_V_EMPTY(s) (bars + 16 + 8 * (3 * TSR_STAGES + (s)))
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    tsr_mbar_init(q_full, 1);
+    tsr_mbar_init(q_empty, 4 * NC);
+    for (int s = 0; s < TSR_STAGES; ++s) {
+      tsr_mbar_init(TSR_K_FULL(s), 1);
+      tsr_mbar_init(TSR_K_EMPTY(s), 4 * NC);
+      tsr_mbar_init(TSR_V_FULL(s), 1);
+      tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = tid / 128;
+  const int hq_per_kv = p.heads_q / p.heads_kv;
+  /* Device-planned launches read the task count the planner wrote. */
+  const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
+  if (wg == 0) {
+    /* ---- producer: one thread issues every TMA copy ---- */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (tid == 0) {
+      int it = 0, q_uses = 0;
+      for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
+        const tsr_task_rec tk = p.tasks[task];
+        if (tk.tile_end <= tk.tile_begin) continue;
+        for (int i = 0; i < tk.n_members; ++i) {
+          const tsr_member_rec mb = p.members[tk.member_begin + i];
+          const int hk = mb.head / hq_per_kv;
+          tsr_mbar_wait(q_empty, (q_uses & 1) ^ 1);
+          tsr_mbar_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+          for (int h = 0; h < HALVES; ++h)
+            tsr_tma_load(sq + h * Q_PANEL, &p.tma_q, q_full, 64 * h, mb.q_tile * TSR_BM, mb.head,
+                         mb.batch);
+          ++q_uses;
+          for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
+            const int s = it % TSR_STAGES;
+            const tsr_u32 ph = (it / TSR_STAGES) & 1;
+            const int row = p.tiles[ti].k_tile * TSR_BN;
+            tsr_mbar_wait(TSR_K_EMPTY(s), ph ^ 1);
+            tsr_mbar_expect_tx(TSR_K_FULL(s), KV_TILE);
+#pragma unroll
+            for (int h = 0; h < HALVES; ++h)
+              tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL, &p.tma_k, TSR_K_FULL(s), 64 * h, row,
+                           hk, mb.batch);
+            tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
+            tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
+#pragma unroll
+            for (int h = 0; h < HALVES; ++h)
+              tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
+                           hk, mb.batch);
+          }
+        }
+      }
+    }
+  } else {
+    /* ---- consumers: warpgroup c owns query rows [64c, 64c + 64) ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    const int c = wg - 1, wt = tid % 128, warp = wt / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int rl0 = 64 * c + 16 * warp + g; /* local rows rl0, rl0 + 8 */
+    const bool arriver = lane == 0;
+    /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
+     * B), V panels (MN-major, B transposed: LBO steps to the next 64
+     * columns of D, SBO to the next 8 key rows). */
+    const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
+    const tsr_u64 dk = tsr_desc(sk, 16, 1024);
+    const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+    const int my_turn = 1 + c, other_turn = 2 - c;
+#define TSR_TURN_BEGIN() tsr_bar_sync(my_turn, 256)
+#define TSR_TURN_END() tsr_bar_arrive(other_turn, 256)
+    if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
+#else
+#define TSR_TURN_BEGIN() ((void)0)
+#define TSR_TURN_END() ((void)0)
+#endif
+    int it = 0, q_uses = 0;
+    float s[TSR_BN / 2], o[TSR_D / 2];
+    tsr_u32 pf[TSR_BN / 4];
+    for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
+      const tsr_task_rec tk = p.tasks[task];
+      const int nt = tk.tile_end - tk.tile_begin;
+      for (int i = 0; i < tk.n_members; ++i) {
+        const tsr_member_rec mb = p.members[tk.member_begin + i];
+        const int slot = tk.partial >= 0 ? tk.partial + i : -1;
+        if (nt <= 0) {
+#pragma unroll
+          for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
+          tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
+          continue;
+        }
+        int seg0 = 0, seg1 = 0;
+#if TSR_MEMBERSHIP
+        {
+          const int base = mb.q_tile * TSR_BM, last = p.seq_q - 1;
+          const int b0 = __ldg(p.qblk + (base < last ? base : last));
+          const int r0 = base + rl0, r1 = base + rl0 + 8;
+          seg0 = __ldg(p.qblk + (r0 < last ? r0 : last)) - b0;
+          seg1 = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
+        }
+#endif
+        float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0, a1;
+#pragma unroll
+        for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
+        tsr_mbar_wait(q_full, q_uses & 1);
+        ++q_uses;
+
+        /* first tile: S = Q K^T, softmax */
+        int st = it % TSR_STAGES;
+        tsr_u32 ph = (it / TSR_STAGES) & 1;
+        tsr_tile_rec tr = p.tiles[tk.tile_begin];
+        tsr_mbar_wait(TSR_K_FULL(st), ph);
+        TSR_TURN_BEGIN();
+        tsr_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < TSR_D / 16; ++kk) {
+          const tsr_u32 off = (kk % 4) * 32;
+#if TSR_BN == 128
+          tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                            dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#else
+          tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                           dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#endif
+        }
+        tsr_wg_commit();
+        TSR_TURN_END();
+        tsr_wg_wait<0>();
+        tsr_fence_regs<TSR_BN / 2>(s);
+        if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
+        if (nt == 1 && arriver) tsr_mbar_arrive(q_empty);
+        tsr_mask_tile(s, p, tr, seg0, seg1, t);
+        tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+#pragma unroll
+        for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+
+        for (int ti = 1; ti < nt; ++ti) {
+          const int sn = (it + 1) % TSR_STAGES;
+          const tsr_u32 phn = ((it + 1) / TSR_STAGES) & 1;
+          tr = p.tiles[tk.tile_begin + ti];
+          tsr_mbar_wait(TSR_K_FULL(sn), phn);
+          tsr_mbar_wait(TSR_V_FULL(st), ph);
+          TSR_TURN_BEGIN();
+          tsr_wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < TSR_D / 16; ++kk) {
+            const tsr_u32 off = (kk % 4) * 32;
+#if TSR_BN == 128
+            tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                              dk + ((sn * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#else
+            tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                             dk + ((sn * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#endif
+          }
+          tsr_wg_commit();
+          /* the previous tile's rescale runs while S = Q K^T is computed */
+          tsr_rescale(o, a0, a1);
+          tsr_wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < TSR_BN / 16; ++kk) {
+#if TSR_D == 128
+            tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#else
+            tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#endif
+          }
+          tsr_wg_commit();
+          TSR_TURN_END();
+          tsr_wg_wait<1>();
+          tsr_fence_regs<TSR_BN / 2>(s);
+          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
+          if (ti == nt - 1 && arriver) tsr_mbar_arrive(q_empty);
+          tsr_mask_tile(s, p, tr, seg0, seg1, t);
+          tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+          tsr_wg_wait<0>();
+          tsr_fence_regs<TSR_D / 2>(o);
+          tsr_fence_regs_u<TSR_BN / 4>(pf);
+          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+#pragma unroll
+          for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+          st = sn;
+          ph = phn;
+          ++it;
+        }
+        /* last tile's O += P V */
+        tsr_mbar_wait(TSR_V_FULL(st), ph);
+        TSR_TURN_BEGIN();
+        tsr_rescale(o, a0, a1);
+        tsr_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < TSR_BN / 16; ++kk) {
+#if TSR_D == 128
+          tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#else
+          tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#endif
+        }
+        tsr_wg_commit();
+        TSR_TURN_END();
+        tsr_wg_wait<0>();
+        tsr_fence_regs<TSR_D / 2>(o);
+        tsr_fence_regs_u<TSR_BN / 4>(pf);
+        if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+        ++it;
+
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
+      }
+    }
+    /* warpgroup 1's first arrival is still pending on warpgroup 0's turn
+     * barrier: consume it so no barrier is left half-arrived at exit */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+    if (c == 0) TSR_TURN_BEGIN();
+#endif
+#undef TSR_TURN_BEGIN
+#undef TSR_TURN_END
+  }
+#undef TSR_K_FULL
+#undef TSR_K_EMPTY
+#undef TSR_V_FULL
+#undef TSR_V_EMPTY
+}

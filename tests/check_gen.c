@@ -1,0 +1,436 @@
+/*
+ * check_gen.c: kernel variants and the bundle: canonical names round-trip,
+ * malformed names and catalog entries are rejected with clear errors,
+ * pruning follows shared memory / registers / arch, and the bundle built by
+ * this tree holds every catalog variant for every target it fits, each as a
+ * plain CUDA ELF, with a registry that the runtime's loader accepts.
+ */
+#include <check.h>
+
+#include "bundle.h"
+#include "catalog.h"
+#include "variant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A seeded generator of its own (splitmix64); the seed is printed. */
+typedef struct {
+  uint64_t s;
+} gen_rng;
+
+static uint64_t gen_next(gen_rng *r)
+{
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int64_t gen_range(gen_rng *r, int64_t lo, int64_t hi)
+{
+  return lo + (int64_t)(gen_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+static uint64_t gen_seed(const char *test, uint64_t dflt)
+{
+  const char *e = getenv("TSR_SEED");
+  uint64_t s = e && *e ? strtoull(e, NULL, 0) : dflt;
+  fprintf(stderr, "%s: seed %llu\n", test, (unsigned long long)s);
+  return s;
+}
+
+static tsr_variant random_variant(gen_rng *r)
+{
+  tsr_variant v;
+  memset(&v, 0, sizeof v);
+  v.family = gen_range(r, 0, 1) ? TSR_FAMILY_SM90 : TSR_FAMILY_SM80;
+  v.dtype = gen_range(r, 0, 1) ? TSR_DT_BF16 : TSR_DT_F16;
+  v.head_dim = 64 * (int)gen_range(r, 1, 4);
+  v.bn = 32 * (int)gen_range(r, 1, 8);
+  v.stages = (int)gen_range(r, 1, 4);
+  v.layout = gen_range(r, 0, 1) ? TSR_TL_FLAT : TSR_TL_PERS;
+  v.membership = (int)gen_range(r, 0, 1);
+  if (v.family == TSR_FAMILY_SM90) {
+    v.bm = 64 * (int)gen_range(r, 1, 2);
+    v.warpgroups = (int)gen_range(r, 2, 4);
+    v.warps = 4 * v.warpgroups;
+    v.tma_box = gen_range(r, 0, 1) ? 64 : 0;
+  } else {
+    v.warps = 2 << gen_range(r, 0, 2);
+    v.bm = 16 * v.warps * (int)gen_range(r, 1, 2);
+  }
+  return v;
+}
+
+START_TEST(test_name_roundtrip)
+{
+  gen_rng r = { gen_seed("name_roundtrip", 5) };
+  int i;
+  for (i = 0; i < 2000; i++) {
+    tsr_variant v = random_variant(&r), w;
+    char a[TSR_VARIANT_NAME_MAX], b[TSR_VARIANT_NAME_MAX];
+    tsr_error err = { 0 };
+    tsr_variant_format(&v, a);
+    ck_assert_msg(tsr_variant_parse(a, &w, &err) == TSR_OK, "%s: %s", a, err.text);
+    ck_assert_msg(memcmp(&v, &w, sizeof v) == 0, "parse(format(v)) != v for %s", a);
+    tsr_variant_format(&w, b);
+    ck_assert_str_eq(a, b);
+  }
+}
+END_TEST
+
+START_TEST(test_name_examples)
+{
+  tsr_variant v;
+  tsr_error err = { 0 };
+  char buf[TSR_VARIANT_NAME_MAX];
+  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb", &v, &err), TSR_OK);
+  ck_assert_int_eq(v.family, TSR_FAMILY_SM80);
+  ck_assert_int_eq(v.dtype, TSR_DT_BF16);
+  ck_assert_int_eq(v.head_dim, 128);
+  ck_assert_int_eq(v.bm, 128);
+  ck_assert_int_eq(v.bn, 64);
+  ck_assert_int_eq(v.stages, 2);
+  ck_assert_int_eq(v.warps, 4);
+  ck_assert_int_eq(v.layout, TSR_TL_PERS);
+  ck_assert_int_eq(v.membership, 1);
+  ck_assert_int_eq(v.tma_box, 0);
+  ck_assert_int_eq(tsr_variant_threads(&v), 128);
+  ck_assert_int_eq(tsr_variant_smem_bytes(&v), (128 * 128 + 2 * 2 * 64 * 128) * 2);
+  ck_assert_int_eq(tsr_variant_parse("tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64", &v, &err), TSR_OK);
+  ck_assert_int_eq(v.family, TSR_FAMILY_SM90);
+  ck_assert_int_eq(v.warpgroups, 3);
+  ck_assert_int_eq(v.warps, 12);
+  ck_assert_int_eq(v.tma_box, 64);
+  ck_assert_int_eq(v.membership, 0);
+  ck_assert_int_eq(tsr_variant_threads(&v), 384);
+  ck_assert_int_eq(tsr_variant_check(&v, &err), TSR_OK);
+  tsr_variant_format(&v, buf);
+  ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");
+}
+END_TEST
+
+static const struct {
+  const char *name, *want;
+} bad_names[] = {
+  { "", "prefix" },
+  { "tsr_", "family" },
+  { "xsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb", "prefix" },
+  { "tsr_sm70_bf16_d128_m128n64_s2_w4_pers_mb", "family" },
+  { "tsr_sm80_fp32_d128_m128n64_s2_w4_pers_mb", "dtype" },
+  { "tsr_sm80_bf16_128_m128n64_s2_w4_pers_mb", "head dim" },
+  { "tsr_sm80_bf16_d128_m128x64_s2_w4_pers_mb", "tile" },
+  { "tsr_sm80_bf16_d128_m128n64_w4_pers_mb", "stages" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_g4_pers_mb", "warps" },
+  { "tsr_sm90_bf16_d128_m128n64_s2_w4_pers_mb", "warpgroups" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_grid_mb", "task layout" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_pers_yes", "membership" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb_", "suffix" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb_tma", "suffix" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mbx", "suffix" },
+  { "tsr_sm80_bf16_d0128_m128n64_s2_w4_pers_mb", "not canonical" },
+  { "tsr_sm80_bf16_d1234567_m128n64_s2_w4_pers_mb", "head dim" },
+  { "tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb_tma064", "not canonical" },
+};
+
+START_TEST(test_name_rejects)
+{
+  tsr_variant v;
+  tsr_error err = { 0 };
+  const char *name = bad_names[_i].name;
+  ck_assert_int_eq(tsr_variant_parse(name, &v, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, bad_names[_i].want) != NULL, "'%s': error '%s' lacks '%s'", name, err.text,
+                bad_names[_i].want);
+  ck_assert_msg(strstr(err.text, name) != NULL, "error '%s' does not name '%s'", err.text, name);
+}
+END_TEST
+
+static const struct {
+  const char *name, *want;
+} bad_params[] = {
+  { "tsr_sm80_bf16_d96_m64n64_s2_w4_pers_mb", "head dim must be" },
+  { "tsr_sm80_bf16_d128_m64n48_s2_w4_pers_mb", "BN must be" },
+  { "tsr_sm80_bf16_d128_m96n64_s2_w4_pers_mb", "not a multiple of 16 rows" },
+  { "tsr_sm80_bf16_d128_m256n64_s2_w4_pers_mb", "at most 32 rows" },
+  { "tsr_sm80_bf16_d128_m64n64_s1_w4_pers_mb", "stages must be 2 to 4" },
+  { "tsr_sm80_bf16_d128_m64n64_s2_w3_pers_mb", "warps must be 2, 4 or 8" },
+  { "tsr_sm80_bf16_d128_m64n64_s2_w4_pers_mb_tma64", "does not use TMA" },
+  { "tsr_sm90_bf16_d128_m128n128_s2_g2_pers_mb_tma64", "needs 3 warpgroups" },
+  { "tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb", "TMA boxes of 64" },
+  { "tsr_sm90_bf16_d128_m192n128_s2_g4_pers_mb_tma64", "BM must be 64 or 128" },
+  { "tsr_sm90_bf16_d256_m128n128_s2_g3_pers_mb_tma64", "head dim must be 64 or 128" },
+};
+
+START_TEST(test_param_rejects)
+{
+  tsr_variant v;
+  tsr_error err = { 0 };
+  ck_assert_int_eq(tsr_variant_parse(bad_params[_i].name, &v, &err), TSR_OK);
+  ck_assert_int_eq(tsr_variant_check(&v, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, bad_params[_i].want) != NULL, "'%s': error '%s' lacks '%s'",
+                bad_params[_i].name, err.text, bad_params[_i].want);
+}
+END_TEST
+
+START_TEST(test_fits)
+{
+  tsr_variant v;
+  tsr_error err = { 0 };
+  char why[160];
+  /* 160 KiB: sm_80 (163 KiB), sm_90a, sm_100a yes; sm_89, sm_120 (99 KiB) no. */
+  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w8_pers_mb", &v, &err), TSR_OK);
+  ck_assert(tsr_variant_fits(&v, "sm_80", why));
+  ck_assert(tsr_variant_fits(&v, "sm_90a", why));
+  ck_assert(tsr_variant_fits(&v, "sm_100a", why));
+  ck_assert(!tsr_variant_fits(&v, "sm_89", why));
+  ck_assert_msg(strstr(why, "163840 bytes of shared memory") != NULL, "%s", why);
+  ck_assert(!tsr_variant_fits(&v, "sm_120", why));
+  ck_assert(!tsr_variant_fits(&v, "sm_75", why));
+  ck_assert_msg(strstr(why, "unknown arch") != NULL, "%s", why);
+  /* Registers: 4 warps holding 128 x (128 + 128) fp32 accumulators. */
+  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w4_pers_mb", &v, &err), TSR_OK);
+  ck_assert(!tsr_variant_fits(&v, "sm_80", why));
+  ck_assert_msg(strstr(why, "registers") != NULL, "%s", why);
+  /* The sm90 family only on sm_90a. */
+  ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb_tma64", &v, &err), TSR_OK);
+  ck_assert(tsr_variant_fits(&v, "sm_90a", why));
+  ck_assert(!tsr_variant_fits(&v, "sm_100a", why));
+  ck_assert_msg(strstr(why, "needs sm_90a") != NULL, "%s", why);
+  ck_assert_int_eq(tsr_variant_smem_bytes(&v), 1024 + 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 256);
+  ck_assert_str_eq(tsr_arch_for_cc(9, 0), "sm_90a");
+  ck_assert_str_eq(tsr_arch_for_cc(8, 6), "sm_80");
+  ck_assert_str_eq(tsr_arch_for_cc(8, 9), "sm_89");
+  ck_assert_str_eq(tsr_arch_for_cc(10, 0), "sm_100a");
+  ck_assert_str_eq(tsr_arch_for_cc(12, 0), "sm_120");
+  ck_assert_ptr_null(tsr_arch_for_cc(7, 5));
+}
+END_TEST
+
+START_TEST(test_catalog_ok)
+{
+  tsr_catalog c;
+  tsr_error err = { 0 };
+  const char *text =
+      "{\"version\": 1, \"variants\": ["
+      "{\"family\": \"sm80\", \"dtype\": [\"bf16\", \"fp16\"], \"head_dim\": [64, 128],"
+      " \"tile\": [[64, 64], [128, 64]], \"stages\": 2, \"warps\": 4},"
+      "{\"family\": \"sm90\", \"dtype\": \"bf16\", \"head_dim\": 128, \"tile\": [128, 128],"
+      " \"stages\": 2, \"warpgroups\": 3, \"tma_box\": 64, \"layout\": \"flat\", \"membership\": false}]}";
+  ck_assert_msg(tsr_catalog_parse(text, "t.json", &c, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(c.n, 9);
+  ck_assert_str_eq(c.items[0].name, "tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb");
+  ck_assert_str_eq(c.items[7].name, "tsr_sm80_fp16_d128_m128n64_s2_w4_pers_mb");
+  ck_assert_str_eq(c.items[8].name, "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_nm_tma64");
+  tsr_catalog_free(&c);
+}
+END_TEST
+
+static const struct {
+  const char *entry, *want;
+} bad_entries[] = {
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4, \"color\": 1}", "unknown key 'color'" },
+  { "{\"family\": \"sm70\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "unknown family 'sm70'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"fp8\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "unknown dtype" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "missing key 'head_dim'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": \"64\", \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "key 'head_dim' must be an integer" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64], \"stages\": 2, \"warps\": 4}", "key 'tile'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"warps\": 4}", "missing key 'stages'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4, \"tma_box\": 64}", "does not use TMA" },
+  { "{\"family\": \"sm90\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [128, 64], \"stages\": 2, \"warps\": 4}", "takes 'warpgroups'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4, \"layout\": \"grid\"}", "key 'layout'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4, \"membership\": 1}", "key 'membership'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [[64, 64], [64, 64]], \"stages\": 2, \"warps\": 4}", "duplicate variant 'tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb'" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [100, 64], \"stages\": 2, \"warps\": 4}", "BM must be a multiple of 16" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 80, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "head dim must be" },
+  { "[1, 2]", "must be an object" },
+};
+
+START_TEST(test_catalog_rejects)
+{
+  tsr_catalog c;
+  tsr_error err = { 0 };
+  char text[1024];
+  snprintf(text, sizeof text, "{\"version\": 1, \"variants\": [%s]}", bad_entries[_i].entry);
+  ck_assert_int_ne(tsr_catalog_parse(text, "bad.json", &c, &err), TSR_OK);
+  ck_assert_msg(strstr(err.text, bad_entries[_i].want) != NULL, "error '%s' lacks '%s'", err.text,
+                bad_entries[_i].want);
+  ck_assert_ptr_null(c.items);
+  ck_assert_int_eq(c.n, 0);
+}
+END_TEST
+
+START_TEST(test_catalog_rejects_file)
+{
+  tsr_catalog c;
+  tsr_error err = { 0 };
+  ck_assert_int_eq(tsr_catalog_parse("{\"version\": 1, \"variants\": [", "x.json", &c, &err), TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(err.text, "bad catalog 'x.json': line 1") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_catalog_parse("{\"version\": 2, \"variants\": []}", "x.json", &c, &err), TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(err.text, "\"version\": 1") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_catalog_parse("{\"version\": 1, \"variants\": []}", "x.json", &c, &err), TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(err.text, "non-empty") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_catalog_parse("{\"version\": 1, \"extra\": 0, \"variants\": [{}]}", "x.json", &c, &err),
+                   TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(err.text, "unknown top-level key 'extra'") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_catalog_load("/nonexistent/catalog.json", &c, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "cannot read catalog '/nonexistent/catalog.json'") != NULL, "%s", err.text);
+}
+END_TEST
+
+static const char *builddir(void)
+{
+  const char *b = getenv("TSR_TOP_BUILDDIR");
+  return b && *b ? b : ".";
+}
+
+static const char *srcdir(void)
+{
+  const char *s = getenv("TSR_TOP_SRCDIR");
+  return s && *s ? s : "..";
+}
+
+/* The built bundle holds every catalog variant for every target it fits. */
+START_TEST(test_bundle_complete)
+{
+  char path[4096];
+  tsr_catalog cat;
+  tsr_bundle b;
+  tsr_error err = { 0 };
+  size_t i;
+  int a, sm80_on_sm90 = 0;
+  snprintf(path, sizeof path, "%s/gen/catalog.json", srcdir());
+  ck_assert_msg(tsr_catalog_load(path, &cat, &err) == TSR_OK, "%s", err.text);
+  snprintf(path, sizeof path, "%s/bundle", builddir());
+  ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
+  ck_assert_str_eq(b.generator, TSR_GEN_VERSION);
+  ck_assert_msg(strlen(b.nvrtc) >= 3, "nvrtc version '%s'", b.nvrtc);
+  for (i = 0; i < cat.n; i++) {
+    long k = tsr_bundle_find(&b, cat.items[i].name);
+    ck_assert_msg(k >= 0, "variant %s missing from the registry", cat.items[i].name);
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      const char *arch = tsr_variant_archs[a];
+      int fits = tsr_variant_fits(&cat.items[i].v, arch, NULL);
+      ck_assert_msg(!!(b.items[k].targets & (1u << a)) == fits, "%s for %s: built %d, fits %d",
+                    cat.items[i].name, arch, !!(b.items[k].targets & (1u << a)), fits);
+      if (fits) {
+        void *data;
+        size_t size;
+        const unsigned char *e;
+        ck_assert_msg(tsr_bundle_read_cubin(&b, (size_t)k, arch, &data, &size, &err) == TSR_OK, "%s", err.text);
+        e = data;
+        /* A plain ELF: class 64, e_machine EM_CUDA (190). */
+        ck_assert(size > 64 && e[4] == 2 && (e[18] | e[19] << 8) == 190);
+        free(data);
+        ck_assert_int_eq(strlen(b.items[k].hash[a]), 16);
+        if (cat.items[i].v.family == TSR_FAMILY_SM80 && strcmp(arch, "sm_90a") == 0) sm80_on_sm90++;
+      }
+    }
+  }
+  ck_assert_int_eq(b.n, cat.n);
+  ck_assert_msg(sm80_on_sm90 > 0, "the sm_90a bundle holds no sm80-family variant");
+  tsr_bundle_free(&b);
+  tsr_catalog_free(&cat);
+}
+END_TEST
+
+START_TEST(test_bundle_pick)
+{
+  char path[4096];
+  tsr_bundle b;
+  tsr_error err = { 0 };
+  tsr_variant_need need;
+  long k;
+  snprintf(path, sizeof path, "%s/bundle", builddir());
+  ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
+  need.dtype = TSR_DT_BF16;
+  need.head_dim = 128;
+  need.bm = 128;
+  need.bn = 64;
+  need.membership = 1;
+  k = tsr_bundle_pick(&b, "sm_80", &need, 166912);
+  ck_assert(k >= 0);
+  ck_assert(b.items[k].v.membership && b.items[k].v.bm == 128 && b.items[k].v.bn == 64);
+  need.head_dim = 96;
+  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 166912), -1);
+  need.head_dim = 128;
+  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_75", &need, 166912), -1);
+  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 1024), -1);
+  tsr_bundle_free(&b);
+}
+END_TEST
+
+/* A registry whose fields disagree with a name, or that names an unknown
+ * target or another plan layout, is refused. */
+START_TEST(test_registry_rejects)
+{
+  static const struct {
+    const char *json, *want;
+  } bad[] = {
+    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+      "\"head_dim\": 128, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
+      "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {}}]}",
+      "disagree with its name" },
+    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+      "\"head_dim\": 64, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
+      "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {\"sm_75\": {\"hash\": \"0123456789abcdef\"}}}]}",
+      "unknown target 'sm_75'" },
+    { "{\"format\": 1, \"layout_version\": 99, \"variants\": []}", "plan layout 99" },
+    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
+    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [", "bad kernel registry" },
+  };
+  char dir[] = "/tmp/tsr-registry-XXXXXX", path[4096];
+  tsr_bundle b;
+  tsr_error err = { 0 };
+  size_t i;
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/registry.json", dir);
+  for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(bad[i].json, f);
+    fclose(f);
+    tsr_error_clear(&err);
+    ck_assert_int_ne(tsr_bundle_load(dir, &b, &err), TSR_OK);
+    ck_assert_msg(strstr(err.text, bad[i].want) != NULL, "error '%s' lacks '%s'", err.text, bad[i].want);
+    ck_assert_ptr_null(b.items);
+  }
+  unlink(path);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_bundle_load(dir, &b, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "cannot read kernel registry") != NULL, "%s", err.text);
+  rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("gen");
+  TCase *tc = tcase_create("core");
+  SRunner *sr;
+  int failed;
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_name_roundtrip);
+  tcase_add_test(tc, test_name_examples);
+  tcase_add_loop_test(tc, test_name_rejects, 0, (int)(sizeof bad_names / sizeof *bad_names));
+  tcase_add_loop_test(tc, test_param_rejects, 0, (int)(sizeof bad_params / sizeof *bad_params));
+  tcase_add_test(tc, test_fits);
+  tcase_add_test(tc, test_catalog_ok);
+  tcase_add_loop_test(tc, test_catalog_rejects, 0, (int)(sizeof bad_entries / sizeof *bad_entries));
+  tcase_add_test(tc, test_catalog_rejects_file);
+  tcase_add_test(tc, test_bundle_complete);
+  tcase_add_test(tc, test_bundle_pick);
+  tcase_add_test(tc, test_registry_rejects);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,43 @@
+#!/bin/sh
+# corpus-cli.sh: `tessera corpus` end to end -- generate a slice of the demo
+# preset, describe it (table and CSV), reproduce it byte for byte, and the
+# exit status and one-line message of each usage or input error.
+set -u
+B=${TSR_TOP_BUILDDIR:-.}
+T=$(mktemp -d "${TMPDIR:-/tmp}/tsr-corpus-XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fail=0
+expect() { # STATUS PATTERN CMD...: exit status and a stderr line matching PATTERN
+  want=$1 pat=$2; shift 2
+  "$@" >"$T/out" 2>"$T/err"; rc=$?
+  [ $rc -eq "$want" ] || { echo "FAIL: '$*' exit $rc, want $want"; cat "$T/err"; fail=1; }
+  [ -z "$pat" ] || grep -q -- "$pat" "$T/err" || { echo "FAIL: '$*' stderr lacks '$pat'"; cat "$T/err"; fail=1; }
+}
+expect 0 '' "$B/tessera" corpus generate --preset demo --out "$T/a" --seed 5 --limit 12
+grep -q '12/12 masks (100%)' "$T/err" || { echo "FAIL: no progress line on a non-tty stderr"; fail=1; }
+[ "$(ls "$T/a/masks" | wc -l)" -eq 12 ] || { echo "FAIL: not 12 mask files"; fail=1; }
+expect 0 '' "$B/tessera" corpus generate --preset demo --out "$T/b" --seed 5 --limit 12 --jobs 1
+diff -r "$T/a" "$T/b" >/dev/null || { echo "FAIL: same seed, different bytes"; fail=1; }
+expect 0 '' "$B/tessera" corpus stats "$T/a" --csv "$T/a.csv"
+cat "$T/out"
+grep -q "preset 'demo', seed 5, 12 masks" "$T/out" || { echo "FAIL: stats header"; fail=1; }
+for f in svg sta dense; do
+  grep -q "^$f " "$T/out" || { echo "FAIL: stats lacks family $f"; fail=1; }
+done
+head -1 "$T/a.csv" | grep -q '^entry,model,family,split,step,layer,head,kind,nq,nk,density,row_cv,contiguity,empty_rows$' \
+  || { echo "FAIL: csv header"; fail=1; }
+[ "$(($(wc -l <"$T/a.csv") - 1))" -eq 48 ] || { echo "FAIL: csv rows != 12 masks x 4 heads"; fail=1; }
+expect 0 '' "$B/tessera" corpus list
+grep -q '^  paper ' "$T/out" && grep -q '^  demo ' "$T/out" || { echo "FAIL: list"; fail=1; }
+# errors: one line "tessera corpus: ...", status 2
+expect 2 "^tessera corpus: unknown corpus preset 'nope'" "$B/tessera" corpus generate --preset nope --out "$T/c"
+[ ! -e "$T/c" ] || { echo "FAIL: unknown preset left a folder"; fail=1; }
+: >"$T/file"
+expect 2 "^tessera corpus: cannot create corpus folder '$T/file'" "$B/tessera" corpus generate --preset demo --out "$T/file/sub/x"
+expect 2 "^tessera corpus: generate needs --preset" "$B/tessera" corpus generate --out "$T/c"
+expect 2 "^tessera corpus: invalid --seed" "$B/tessera" corpus generate --preset demo --out "$T/c" --seed -3
+expect 2 "^tessera corpus: invalid --limit" "$B/tessera" corpus generate --preset demo --out "$T/c" --limit x
+expect 2 "^tessera corpus: cannot read corpus manifest" "$B/tessera" corpus stats "$T/none"
+expect 2 "^tessera corpus: unknown subcommand 'frob'" "$B/tessera" corpus frob
+expect 2 "^tessera corpus: unknown option '--frob'" "$B/tessera" corpus stats "$T/a" --frob
+exit $fail

@@ -1,0 +1,992 @@
+/*
+ * gpu_attn.c: GPU correctness of the generated kernels against a float64
+ * CPU reference.  Plain C (the GPU machine has no Check); exits 77 where no
+ * driver or GPU is present.
+ *
+ * Each case builds a problem (batch, GQA heads, ragged or rectangular
+ * sequences, uniform or variable logical blocks, BHSD or BSHD strides, bf16
+ * or fp16, head dim 64 or 128), a block mask (random, band + sink, empty
+ * rows and heads, full), and plans for it two ways: with the test's own
+ * builder of plan_layout.h records (row tasks, split rows with merges, GQA
+ * packs: exercises the kernel contract independently of the planner) and,
+ * where the planner is present, with tsr_plan_create over every mapping and
+ * task layout.  Each plan runs with every bundle variant that serves it on
+ * this device's target (so the sm80 family is tested on sm_90a next to the
+ * sm90 family).  Outputs are poisoned (NaN) first; a NaN left anywhere, a
+ * relative error of 1e-2 or more in o, or an lse off by 1e-2 fails.
+ * One case is also captured into a CUDA graph and replayed.
+ *
+ *   gpu_attn [--quick | --bench] [--seed N]
+ *   --quick: a subset, for the sanitizers; --bench: time every variant on a
+ *   Wan2.1-sized problem (no correctness check).
+ */
+#include "bundle.h"
+#include "cuda_impl.h"
+#include "plan_impl.h"
+#include "variant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP 77
+
+enum { MK_RANDOM, MK_BAND, MK_EMPTY, MK_FULL };
+enum { TL_ROW, TL_SPLIT, TL_PACK };
+
+typedef struct {
+  const char *label;
+  int B, Hq, Hkv, Sq, Sk, D;
+  tsr_dtype dt;
+  int bshd;
+  int bq, bk;        /* uniform logical blocks; 0 = variable sizes */
+  int tm, tn;        /* physical tile */
+  int mask;
+  double density;
+  int layout;        /* own builder's task layout */
+  int head_bcast;    /* one mask plane for all heads */
+  int quick;         /* part of the --quick subset */
+} tcase;
+
+static const tcase cases[] = {
+  { "gqa-random-row", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1 },
+  { "gqa-random-split-bshd", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 1, 64, 64, 128, 64, MK_RANDOM, 0.5, TL_SPLIT, 0, 1 },
+  { "gqa-pack-bcast", 1, 8, 2, 700, 700, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0 },
+  { "fp16-d64-blocks32-rect", 1, 3, 3, 777, 900, 64, TSR_DT_F16, 0, 32, 32, 64, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1 },
+  { "bf16-d64-blocks96-split", 1, 2, 1, 1100, 1100, 64, TSR_DT_BF16, 1, 96, 96, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
+  { "fp16-d128-blocks384-band-pack", 1, 4, 4, 2000, 2000, 128, TSR_DT_F16, 0, 384, 384, 128, 128, MK_BAND, 0, TL_PACK, 1, 0 },
+  { "bf16-d128-rect-blocks-empty", 2, 3, 3, 640, 512, 128, TSR_DT_BF16, 1, 128, 64, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 1 },
+  { "bf16-d128-variable-split", 1, 2, 2, 1500, 1300, 128, TSR_DT_BF16, 0, 0, 0, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
+  { "fp16-d64-variable-bshd", 2, 2, 1, 900, 1000, 64, TSR_DT_F16, 1, 0, 0, 128, 64, MK_RANDOM, 0.5, TL_ROW, 0, 0 },
+  { "bf16-d128-full-aligned", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0 },
+  { "bf16-d64-128x128-band-split", 1, 2, 2, 1500, 1500, 64, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_BAND, 0, TL_SPLIT, 0, 0 },
+  { "bf16-d128-128x128-random", 1, 4, 2, 1300, 1300, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 },
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t rng_state;
+static uint32_t rnd(void)
+{
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(rng_state >> 33);
+}
+static double urand(void) { return rnd() / 2147483648.0; }
+
+static uint16_t f2bf(float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h)
+{
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static float h2f(uint16_t h)
+{
+  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+  float f;
+  if (e == 31) u = s | 0x7f800000u | (m << 13);
+  else if (e == 0) {
+    f = ldexpf((float)m, -24);
+    return s ? -f : f;
+  } else u = s | ((e + 112) << 23) | (m << 13);
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint16_t f2h(float f)
+{
+  /* Inputs here are in [-1, 1]: normal or zero halves only. */
+  uint32_t u, s, e, m;
+  memcpy(&u, &f, 4);
+  s = (u >> 16) & 0x8000;
+  if ((u & 0x7fffffff) < 0x38800000u) return (uint16_t)s;
+  e = ((u >> 23) & 255) - 112;
+  m = u & 0x7fffff;
+  {
+    uint32_t h = s | (e << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)h;
+  }
+}
+static float to_f(tsr_dtype dt, uint16_t h) { return dt == TSR_DT_BF16 ? bf2f(h) : h2f(h); }
+static uint16_t from_f(tsr_dtype dt, float f) { return dt == TSR_DT_BF16 ? f2bf(f) : f2h(f); }
+
+#define CK(call)                                                                  \
+  do {                                                                            \
+    tsr_error e_;                                                                 \
+    tsr_error_clear(&e_);                                                         \
+    if (tsr_cu_check(cu, (call), #call, &e_) != TSR_OK) {                         \
+      fprintf(stderr, "gpu_attn: %s\n", e_.text);                                 \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+/* ---- problem ------------------------------------------------------------ */
+
+typedef struct {
+  const tcase *c;
+  int nq, nk;
+  int *qs, *ks;            /* block starts, nq+1 / nk+1 */
+  int *qblk, *kblk;        /* token -> block */
+  uint8_t *mask;           /* [B][Hq][nq][nk] */
+  float *q, *k, *v;        /* rounded to dtype, BHSD */
+  double *ref_o;           /* [B][Hq][Sq][D] */
+  double *ref_lse;         /* [B][Hq][Sq] */
+  double scale;
+} prob;
+
+static void make_blocks(int S, int b, int **starts, int *n, int **blk)
+{
+  int cap = S + 2, i, t = 0;
+  *starts = malloc((size_t)cap * sizeof(int));
+  *n = 0;
+  while (t < S) {
+    int sz = b > 0 ? b : 16 + (int)(rnd() % 145);
+    (*starts)[(*n)++] = t;
+    t += sz;
+  }
+  (*starts)[*n] = S;
+  *blk = malloc((size_t)S * sizeof(int));
+  for (i = 0; i < *n; i++)
+    for (t = (*starts)[i]; t < (*starts)[i + 1]; t++) (*blk)[t] = i;
+}
+
+static uint8_t *mask_at(const prob *P, int b, int h) { return P->mask + ((size_t)b * P->c->Hq + h) * P->nq * P->nk; }
+
+static void make_problem(prob *P, const tcase *c)
+{
+  int b, h, i, j, d;
+  size_t nqel = (size_t)c->B * c->Hq * c->Sq * c->D, nkel = (size_t)c->B * c->Hkv * c->Sk * c->D;
+  memset(P, 0, sizeof *P);
+  P->c = c;
+  make_blocks(c->Sq, c->bq, &P->qs, &P->nq, &P->qblk);
+  make_blocks(c->Sk, c->bk, &P->ks, &P->nk, &P->kblk);
+  P->mask = calloc((size_t)c->B * c->Hq * P->nq * P->nk, 1);
+  for (b = 0; b < c->B; b++)
+    for (h = 0; h < c->Hq; h++) {
+      uint8_t *m = mask_at(P, b, h);
+      if (c->head_bcast && (b > 0 || h > 0)) {
+        memcpy(m, mask_at(P, 0, 0), (size_t)P->nq * P->nk);
+        continue;
+      }
+      for (i = 0; i < P->nq; i++)
+        for (j = 0; j < P->nk; j++) {
+          int sel;
+          if (c->mask == MK_BAND) {
+            int diag = (int)((double)i * P->nk / P->nq);
+            sel = abs(j - diag) <= 1 || j == 0;
+          } else if (c->mask == MK_FULL) {
+            sel = 1;
+          } else {
+            sel = urand() < c->density;
+          }
+          if (c->mask == MK_EMPTY && (h == 1 || i % 3 == 2)) sel = 0;
+          m[(size_t)i * P->nk + j] = (uint8_t)sel;
+        }
+    }
+  P->q = malloc(nqel * sizeof(float));
+  P->k = malloc(nkel * sizeof(float));
+  P->v = malloc(nkel * sizeof(float));
+  for (i = 0; i < (int)nqel; i++) P->q[i] = to_f(c->dt, from_f(c->dt, (float)(2 * urand() - 1)));
+  for (i = 0; i < (int)nkel; i++) P->k[i] = to_f(c->dt, from_f(c->dt, (float)(2 * urand() - 1)));
+  for (i = 0; i < (int)nkel; i++) P->v[i] = to_f(c->dt, from_f(c->dt, (float)(2 * urand() - 1)));
+  P->scale = 1.0 / sqrt((double)c->D);
+
+  /* float64 reference over exactly the selected key tokens. */
+  P->ref_o = calloc(nqel, sizeof(double));
+  P->ref_lse = calloc((size_t)c->B * c->Hq * c->Sq, sizeof(double));
+  {
+    double *s = malloc((size_t)c->Sk * sizeof(double));
+    for (b = 0; b < c->B; b++)
+      for (h = 0; h < c->Hq; h++) {
+        int hk = h / (c->Hq / c->Hkv);
+        const uint8_t *m = mask_at(P, b, h);
+        for (i = 0; i < c->Sq; i++) {
+          const float *qr = P->q + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
+          double mx = -INFINITY, sum = 0;
+          double *orow = P->ref_o + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
+          for (j = 0; j < c->Sk; j++) {
+            const float *kr = P->k + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
+            double acc = 0;
+            if (!m[(size_t)P->qblk[i] * P->nk + P->kblk[j]]) {
+              s[j] = -INFINITY;
+              continue;
+            }
+            for (d = 0; d < c->D; d++) acc += (double)qr[d] * kr[d];
+            s[j] = acc * P->scale;
+            if (s[j] > mx) mx = s[j];
+          }
+          if (mx == -INFINITY) {
+            P->ref_lse[((size_t)b * c->Hq + h) * c->Sq + i] = -INFINITY;
+            continue;
+          }
+          for (j = 0; j < c->Sk; j++) {
+            const float *vr = P->v + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
+            double p;
+            if (s[j] == -INFINITY) continue;
+            p = exp(s[j] - mx);
+            sum += p;
+            for (d = 0; d < c->D; d++) orow[d] += p * vr[d];
+          }
+          for (d = 0; d < c->D; d++) orow[d] /= sum;
+          P->ref_lse[((size_t)b * c->Hq + h) * c->Sq + i] = mx + log(sum);
+        }
+      }
+    free(s);
+  }
+}
+
+static void free_problem(prob *P)
+{
+  free(P->qs); free(P->ks); free(P->qblk); free(P->kblk); free(P->mask);
+  free(P->q); free(P->k); free(P->v); free(P->ref_o); free(P->ref_lse);
+}
+
+
+/* The library's geometry and mask for a problem. */
+static int make_geom_mask(const prob *P, tsr_geom **g, tsr_mask **m, tsr_error *err)
+{
+  const tcase *c = P->c;
+  tsr_status st;
+  *g = NULL;
+  *m = NULL;
+  if (c->bq) {
+    st = tsr_geom_uniform(c->Sq, c->Sk, c->bq, c->bk, g, err);
+  } else {
+    int64_t *qs = malloc((size_t)P->nq * sizeof *qs), *ks = malloc((size_t)P->nk * sizeof *ks);
+    int i;
+    for (i = 0; i < P->nq; i++) qs[i] = P->qs[i + 1] - P->qs[i];
+    for (i = 0; i < P->nk; i++) ks[i] = P->ks[i + 1] - P->ks[i];
+    st = tsr_geom_variable(qs, P->nq, ks, P->nk, g, err);
+    free(qs);
+    free(ks);
+  }
+  if (st == TSR_OK) st = tsr_mask_from_bytes(c->B, c->Hq, P->nq, P->nk, P->mask, m, err);
+  if (st != TSR_OK) {
+    tsr_geom_destroy(*g);
+    *g = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- the test's own plan builder ---------------------------------------- */
+
+typedef struct {
+  int b, h, qt;
+  int tbeg, tend;   /* into the row-tile scratch */
+} row_t;
+
+static void *grow(void *p, int64_t n, int64_t *cap, size_t el)
+{
+  if (n < *cap) return p;
+  *cap = *cap ? 2 * *cap : 64;
+  while (*cap <= n) *cap *= 2;
+  p = realloc(p, (size_t)*cap * el);
+  if (!p) {
+    fprintf(stderr, "gpu_attn: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+/* Same key tiles and the same membership words. */
+static int rows_equal(const tsr_plan *pl, const tsr_tile_rec *rt, const row_t *a, const row_t *b2, int nseg)
+{
+  int i, w, mw = pl->tile_n / 32;
+  if (a->tend - a->tbeg != b2->tend - b2->tbeg) return 0;
+  for (i = 0; i < a->tend - a->tbeg; i++) {
+    const tsr_tile_rec *x = &rt[a->tbeg + i], *y = &rt[b2->tbeg + i];
+    if (x->k_tile != y->k_tile || (x->mem < 0) != (y->mem < 0)) return 0;
+    if (x->mem >= 0)
+      for (w = 0; w < nseg * mw; w++)
+        if (pl->membership[x->mem + w] != pl->membership[y->mem + w]) return 0;
+  }
+  return 1;
+}
+
+static tsr_plan *build_plan(const prob *P)
+{
+  const tcase *c = P->c;
+  tsr_plan *pl = calloc(1, sizeof *pl);
+  int BM = c->tm, BN = c->tn, MW = BN / 32, b, h, qt, kt, i;
+  int64_t cap_t = 0, cap_m = 0, cap_mem = 0, cap_tk = 0, cap_mg = 0, cap_rt = 0;
+  tsr_tile_rec *rt = NULL;   /* row tiles, rows point into it */
+  int64_t nrt = 0;
+  row_t *rows;
+  int nrows = 0;
+  const int split_len = 3;
+
+  pl->problem.batch = c->B;
+  pl->problem.heads_q = c->Hq;
+  pl->problem.heads_kv = c->Hkv;
+  pl->problem.seq_q = c->Sq;
+  pl->problem.seq_k = c->Sk;
+  pl->problem.head_dim = c->D;
+  pl->problem.scale = P->scale;
+  pl->problem.dtype = c->dt;
+  pl->problem.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
+  pl->tile_m = BM;
+  pl->tile_n = BN;
+  pl->n_q_tiles = (c->Sq + BM - 1) / BM;
+  pl->n_k_tiles = (c->Sk + BN - 1) / BN;
+  pl->qblk = malloc((size_t)c->Sq * sizeof(tsr_i32));
+  for (i = 0; i < c->Sq; i++) pl->qblk[i] = P->qblk[i];
+  pl->n_qblk = c->Sq;
+  rows = calloc((size_t)(c->B * c->Hq * pl->n_q_tiles), sizeof *rows);
+
+  for (b = 0; b < c->B; b++)
+    for (h = 0; h < c->Hq; h++)
+      for (qt = 0; qt < pl->n_q_tiles; qt++) {
+        const uint8_t *m = mask_at(P, b, h);
+        int q0 = qt * BM, q1 = q0 + BM < c->Sq ? q0 + BM : c->Sq;
+        int s0 = P->qblk[q0], nseg = P->qblk[q1 - 1] - s0 + 1;
+        row_t *r = &rows[nrows++];
+        r->b = b; r->h = h; r->qt = qt; r->tbeg = (int)nrt;
+        for (kt = 0; kt < pl->n_k_tiles; kt++) {
+          uint32_t words[64 * 8];
+          int any = 0, all = 1, s, cc;
+          memset(words, 0, sizeof(uint32_t) * (size_t)nseg * MW);
+          for (s = 0; s < nseg; s++)
+            for (cc = 0; cc < BN; cc++) {
+              int col = kt * BN + cc, sel;
+              if (col >= c->Sk) break;
+              sel = m[(size_t)(s0 + s) * P->nk + P->kblk[col]];
+              if (sel) words[s * MW + cc / 32] |= 1u << (cc % 32);
+              any |= sel;
+              all &= sel;
+            }
+          if (!any) continue;
+          rt = grow(rt, nrt, &cap_rt, sizeof *rt);
+          rt[nrt].k_tile = kt;
+          if (all) {
+            rt[nrt].mem = -1;
+          } else {
+            pl->membership = grow(pl->membership, pl->n_membership + nseg * MW, &cap_mem, sizeof(tsr_u32));
+            rt[nrt].mem = (tsr_i32)pl->n_membership;
+            memcpy(pl->membership + pl->n_membership, words, sizeof(uint32_t) * (size_t)nseg * MW);
+            pl->n_membership += nseg * MW;
+          }
+          nrt++;
+        }
+        r->tend = (int)nrt;
+      }
+
+  /* Tasks: tiles are copied per task so tile ranges stay contiguous. */
+  for (i = 0; i < nrows; i++) {
+    row_t *r = &rows[i];
+    int nt = r->tend - r->tbeg, j, nmem = 1;
+    if (r->tend < 0) continue; /* packed into an earlier task */
+    if (c->layout == TL_PACK) {
+      int group = c->Hq / c->Hkv, q1 = (r->qt + 1) * BM < c->Sq ? (r->qt + 1) * BM : c->Sq;
+      int nseg = P->qblk[q1 - 1] - P->qblk[r->qt * BM] + 1;
+      for (j = i + 1; j < nrows; j++) {
+        row_t *o = &rows[j];
+        if (o->b != r->b || o->qt != r->qt || o->h / group != r->h / group || o->tend < 0) continue;
+        if (!rows_equal(pl, rt, r, o, nseg)) continue;
+        pl->members = grow(pl->members, pl->n_members + nmem + 1, &cap_m, sizeof *pl->members);
+        pl->members[pl->n_members + nmem].batch = o->b;
+        pl->members[pl->n_members + nmem].head = o->h;
+        pl->members[pl->n_members + nmem].q_tile = o->qt;
+        pl->members[pl->n_members + nmem].pad = 0;
+        nmem++;
+        o->tend = -1;
+      }
+    }
+    pl->members = grow(pl->members, pl->n_members + nmem, &cap_m, sizeof *pl->members);
+    pl->members[pl->n_members].batch = r->b;
+    pl->members[pl->n_members].head = r->h;
+    pl->members[pl->n_members].q_tile = r->qt;
+    pl->members[pl->n_members].pad = 0;
+    if (c->layout == TL_SPLIT && nt > split_len) {
+      int nchunks = (nt + split_len - 1) / split_len, ch;
+      pl->merges = grow(pl->merges, pl->n_merges, &cap_mg, sizeof *pl->merges);
+      memset(&pl->merges[pl->n_merges], 0, sizeof *pl->merges);
+      pl->merges[pl->n_merges].batch = r->b;
+      pl->merges[pl->n_merges].head = r->h;
+      pl->merges[pl->n_merges].q_tile = r->qt;
+      pl->merges[pl->n_merges].slot_begin = (tsr_i32)pl->n_slots;
+      pl->merges[pl->n_merges].n_slots = nchunks;
+      pl->n_merges++;
+      for (ch = 0; ch < nchunks; ch++) {
+        int a0 = ch * split_len, a1 = a0 + split_len < nt ? a0 + split_len : nt;
+        tsr_task_rec *t;
+        pl->tasks = grow(pl->tasks, pl->n_tasks, &cap_t, sizeof *pl->tasks);
+        t = &pl->tasks[pl->n_tasks++];
+        t->batch = r->b; t->head = r->h; t->q_tile = r->qt;
+        t->tile_begin = (tsr_i32)pl->n_tiles;
+        pl->tiles = grow(pl->tiles, pl->n_tiles + (a1 - a0), &cap_tk, sizeof *pl->tiles);
+        for (j = a0; j < a1; j++) pl->tiles[pl->n_tiles++] = rt[r->tbeg + j];
+        t->tile_end = (tsr_i32)pl->n_tiles;
+        t->member_begin = (tsr_i32)pl->n_members;
+        t->n_members = 1;
+        t->partial = (tsr_i32)pl->n_slots++;
+      }
+      pl->n_members += 1;
+    } else {
+      tsr_task_rec *t;
+      pl->tasks = grow(pl->tasks, pl->n_tasks, &cap_t, sizeof *pl->tasks);
+      t = &pl->tasks[pl->n_tasks++];
+      t->batch = r->b; t->head = r->h; t->q_tile = r->qt;
+      t->tile_begin = (tsr_i32)pl->n_tiles;
+      pl->tiles = grow(pl->tiles, pl->n_tiles + nt, &cap_tk, sizeof *pl->tiles);
+      for (j = 0; j < nt; j++) pl->tiles[pl->n_tiles++] = rt[r->tbeg + j];
+      t->tile_end = (tsr_i32)pl->n_tiles;
+      t->member_begin = (tsr_i32)pl->n_members;
+      t->n_members = nmem;
+      t->partial = -1;
+      pl->n_members += nmem;
+    }
+  }
+  free(rows);
+  free(rt);
+  return pl;
+}
+
+static void free_own_plan(tsr_plan *pl)
+{
+  if (!pl) return;
+  if (pl->gpu && pl->gpu_free) pl->gpu_free(pl->gpu);
+  free(pl->tasks); free(pl->tiles); free(pl->members); free(pl->membership);
+  free(pl->qblk); free(pl->merges);
+  free(pl);
+}
+
+/* ---- device side ---------------------------------------------------------- */
+
+typedef struct {
+  CUdeviceptr q, k, v, o, lse;
+  size_t o_bytes, lse_bytes;
+  tsr_gpu_tensors t;
+  uint16_t *host_o;
+  float *host_lse;
+} devbufs;
+
+static void strides_for(const tcase *c, int H, int S, int64_t *st)
+{
+  if (c->bshd) {
+    st[0] = (int64_t)S * H * c->D; st[1] = c->D; st[2] = (int64_t)H * c->D; st[3] = 1;
+  } else {
+    st[0] = (int64_t)H * S * c->D; st[1] = (int64_t)S * c->D; st[2] = c->D; st[3] = 1;
+  }
+}
+
+static CUdeviceptr upload_tensor(const tsr_cu *cu, const tcase *c, const float *src, int H, int S, int64_t *st)
+{
+  size_t n = (size_t)c->B * H * S * c->D, b, h, s, d;
+  uint16_t *host = malloc(n * 2);
+  CUdeviceptr p;
+  strides_for(c, H, S, st);
+  for (b = 0; b < (size_t)c->B; b++)
+    for (h = 0; h < (size_t)H; h++)
+      for (s = 0; s < (size_t)S; s++)
+        for (d = 0; d < (size_t)c->D; d++)
+          host[b * st[0] + h * st[1] + s * st[2] + d] =
+              from_f(c->dt, src[((b * H + h) * S + s) * c->D + d]);
+  CK(cu->cuMemAlloc(&p, n * 2));
+  CK(cu->cuMemcpyHtoD(p, host, n * 2));
+  free(host);
+  return p;
+}
+
+static void make_devbufs(const tsr_cu *cu, const prob *P, devbufs *db)
+{
+  const tcase *c = P->c;
+  memset(db, 0, sizeof *db);
+  db->q = upload_tensor(cu, c, P->q, c->Hq, c->Sq, db->t.q_stride);
+  db->k = upload_tensor(cu, c, P->k, c->Hkv, c->Sk, db->t.k_stride);
+  db->v = upload_tensor(cu, c, P->v, c->Hkv, c->Sk, db->t.v_stride);
+  strides_for(c, c->Hq, c->Sq, db->t.o_stride);
+  db->o_bytes = (size_t)c->B * c->Hq * c->Sq * c->D * 2;
+  db->lse_bytes = (size_t)c->B * c->Hq * c->Sq * 4;
+  CK(cu->cuMemAlloc(&db->o, db->o_bytes));
+  CK(cu->cuMemAlloc(&db->lse, db->lse_bytes));
+  db->t.q = db->q; db->t.k = db->k; db->t.v = db->v; db->t.o = db->o; db->t.lse = db->lse;
+  db->host_o = malloc(db->o_bytes);
+  db->host_lse = malloc(db->lse_bytes);
+}
+
+static void free_devbufs(const tsr_cu *cu, devbufs *db)
+{
+  cu->cuMemFree(db->q); cu->cuMemFree(db->k); cu->cuMemFree(db->v);
+  cu->cuMemFree(db->o); cu->cuMemFree(db->lse);
+  free(db->host_o); free(db->host_lse);
+}
+
+/* NaN in bf16, fp16 and fp32 alike: all bits set. */
+static void poison(const tsr_cu *cu, const devbufs *db)
+{
+  CK(cu->cuMemsetD8(db->o, 0xff, db->o_bytes));
+  CK(cu->cuMemsetD8(db->lse, 0xff, db->lse_bytes));
+  /* The memsets run on the legacy stream: finish them before the launch. */
+  CK(cu->cuCtxSynchronize());
+}
+
+/* Compares the device result with the reference; returns 0 when it passes. */
+static int compare(const tsr_cu *cu, const prob *P, devbufs *db, const char *what)
+{
+  const tcase *c = P->c;
+  size_t b, h, s, d, nan = 0, bad_lse = 0;
+  double maxref = 0, maxerr = 0, lse_err = 0;
+  CK(cu->cuMemcpyDtoH(db->host_o, db->o, db->o_bytes));
+  CK(cu->cuMemcpyDtoH(db->host_lse, db->lse, db->lse_bytes));
+  for (b = 0; b < (size_t)c->B; b++)
+    for (h = 0; h < (size_t)c->Hq; h++)
+      for (s = 0; s < (size_t)c->Sq; s++) {
+        size_t row = (b * c->Hq + h) * c->Sq + s;
+        double rl = P->ref_lse[row], gl = db->host_lse[row];
+        for (d = 0; d < (size_t)c->D; d++) {
+          float g = to_f(c->dt, db->host_o[b * db->t.o_stride[0] + h * db->t.o_stride[1] + s * db->t.o_stride[2] + d]);
+          double r = P->ref_o[row * c->D + d];
+          if (isnan(g)) { nan++; continue; }
+          if (fabs(r) > maxref) maxref = fabs(r);
+          if (fabs(g - r) > maxerr) maxerr = fabs(g - r);
+        }
+        if (isnan(gl)) nan++;
+        else if (isinf(rl) || isinf(gl)) { if (rl != gl) bad_lse++; }
+        else {
+          double e = fabs(gl - rl) / (fabs(rl) > 1 ? fabs(rl) : 1);
+          if (e > lse_err) lse_err = e;
+        }
+      }
+  {
+    double rel = maxref > 0 ? maxerr / maxref : maxerr;
+    int ok = nan == 0 && bad_lse == 0 && rel < 1e-2 && lse_err < 1e-2;
+    printf("  %-44s rel err o %.2e  lse %.2e  nan %zu  lse-inf mismatch %zu  %s\n", what, rel, lse_err, nan,
+           bad_lse, ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+  }
+}
+
+/* Runs plan `pl` with variant `name` (upload, launch, sync, compare). */
+static int run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_plan *pl, devbufs *db,
+                       CUstream stream, const char *name, int graph)
+{
+  tsr_error err;
+  char what[160];
+  int fails;
+  tsr_error_clear(&err);
+  if (pl->gpu) {
+    pl->gpu_free(pl->gpu);
+    pl->gpu = NULL;
+    pl->gpu_free = NULL;
+  }
+  if (name) snprintf(pl->variant, sizeof pl->variant, "%s", name);
+  if (tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
+    printf("  %-44s upload failed: %s  FAIL\n", name ? name : "(chosen)", err.text);
+    return 1;
+  }
+  name = pl->variant;
+  poison(cu, db);
+  if (tsr_gpu_launch(ctx, pl, &db->t, stream, &err) != TSR_OK) {
+    printf("  %-44s launch failed: %s  FAIL\n", name, err.text);
+    return 1;
+  }
+  CK(cu->cuStreamSynchronize(stream));
+  fails = compare(cu, P, db, name);
+  if (graph) {
+    CUgraph g;
+    CUgraphExec ge;
+    poison(cu, db);
+    CK(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    if (tsr_gpu_launch(ctx, pl, &db->t, stream, &err) != TSR_OK) {
+      printf("  graph capture of the launch failed: %s  FAIL\n", err.text);
+      return fails + 1;
+    }
+    CK(cu->cuStreamEndCapture(stream, &g));
+    CK(cu->cuGraphInstantiate(&ge, g, 0));
+    CK(cu->cuGraphLaunch(ge, stream));
+    CK(cu->cuGraphLaunch(ge, stream));
+    CK(cu->cuStreamSynchronize(stream));
+    snprintf(what, sizeof what, "(CUDA graph replay x2)");
+    fails += compare(cu, P, db, what);
+    cu->cuGraphExecDestroy(ge);
+    cu->cuGraphDestroy(g);
+  }
+  return fails;
+}
+
+/* Every bundle variant that serves the plan on this device. */
+static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, const prob *P,
+                            tsr_plan *pl, devbufs *db, CUstream stream, int quick, int graph, int *ran)
+{
+  const char *arch = tsr_context_arch(ctx);
+  tsr_variant_need need;
+  size_t i;
+  int fails = 0, a = tsr_arch_index(arch), n = 0;
+  need.dtype = P->c->dt;
+  need.head_dim = P->c->D;
+  need.bm = pl->tile_m;
+  need.bn = pl->tile_n;
+  need.membership = pl->n_membership > 0;
+  for (i = 0; i < bundle->n; i++) {
+    const tsr_bundle_entry *e = &bundle->items[i];
+    if (!(e->targets & (1u << a)) || !tsr_variant_serves(&e->v, arch, &need)) continue;
+    if (quick && n > 0) break;
+    fails += run_variant(ctx, cu, P, pl, db, stream, e->name, graph && n == 0);
+    n++;
+  }
+  if (n == 0) {
+    printf("  no variant serves %s d%d tile %dx%d%s on %s  FAIL\n", tsr_variant_dtype_name(need.dtype),
+           need.head_dim, need.bm, need.bn, need.membership ? " mb" : "", arch);
+    fails++;
+  }
+  *ran += n;
+  return fails;
+}
+
+
+/* ---- plans from the planner (tsr_plan_create) ----------------------------- */
+
+/* The test's reference against the library's (tsr_ref_attention). */
+static int cross_check_ref(const prob *P)
+{
+  const tcase *c = P->c;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_array q, k, v, o, l;
+  tsr_error err;
+  size_t i, n = (size_t)c->B * c->Hq * c->Sq * c->D, nr = (size_t)c->B * c->Hq * c->Sq;
+  double eo = 0, el = 0, mo = 0;
+  int bad = 0;
+  tsr_error_clear(&err);
+  if (make_geom_mask(P, &g, &m, &err)) {
+    printf("  reference cross-check: %s  FAIL\n", err.text);
+    return 1;
+  }
+  memset(&q, 0, sizeof q);
+  q.dtype = TSR_DT_F32; q.ndim = 4; q.shape[0] = c->B; q.shape[1] = c->Hq; q.shape[2] = c->Sq; q.shape[3] = c->D;
+  q.data = P->q;
+  k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
+  v = k; v.data = P->v;
+  if (tsr_ref_attention(g, m, &q, &k, &v, P->scale, &o, &l, &err) != TSR_OK) {
+    printf("  reference cross-check: tsr_ref_attention: %s  FAIL\n", err.text);
+    tsr_geom_destroy(g);
+    tsr_mask_destroy(m);
+    return 1;
+  }
+  for (i = 0; i < n; i++) {
+    double r = P->ref_o[i], x = ((float *)o.data)[i];
+    if (fabs(r) > mo) mo = fabs(r);
+    if (fabs(x - r) > eo) eo = fabs(x - r);
+  }
+  for (i = 0; i < nr; i++) {
+    double r = P->ref_lse[i], x = ((float *)l.data)[i];
+    if (isinf(r) || isinf(x)) bad += r != x;
+    else if (fabs(x - r) > el) el = fabs(x - r);
+  }
+  eo = mo > 0 ? eo / mo : eo;
+  printf("  %-44s rel diff o %.2e  lse %.2e  inf mismatch %d  %s\n", "(test reference vs tsr_ref_attention)", eo, el,
+         bad, eo < 1e-5 && el < 1e-5 && !bad ? "ok" : "FAIL");
+  tsr_npy_free(&o);
+  tsr_npy_free(&l);
+  tsr_geom_destroy(g);
+  tsr_mask_destroy(m);
+  return eo < 1e-5 && el < 1e-5 && !bad ? 0 : 1;
+}
+
+static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbufs *db, CUstream stream,
+                        int quick, int *ran)
+{
+  static const struct {
+    tsr_mapping map;
+    int use_tile;
+  } maps[] = { { TSR_MAP_AUTO, 0 }, { TSR_MAP_AUTO, 1 }, { TSR_MAP_RETAIN, 0 }, { TSR_MAP_COMBINE, 1 },
+               { TSR_MAP_SUBDIVIDE, 0 } };
+  static const char *const map_names[] = { "auto", "retain", "combine", "subdivide" };
+  static const char *const task_names[] = { "auto", "row", "split", "pack" };
+  const tcase *c = P->c;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem pr;
+  tsr_error err;
+  size_t mi;
+  int t, fails = 0;
+  tsr_error_clear(&err);
+  if (make_geom_mask(P, &g, &m, &err)) {
+    printf("  planner: %s  FAIL\n", err.text);
+    return 1;
+  }
+  memset(&pr, 0, sizeof pr);
+  pr.batch = c->B; pr.heads_q = c->Hq; pr.heads_kv = c->Hkv; pr.seq_q = c->Sq; pr.seq_k = c->Sk;
+  pr.head_dim = c->D; pr.scale = P->scale; pr.dtype = c->dt;
+  pr.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
+  pr.geom = g;
+  if (tsr_problem_check(&pr, &err) != TSR_OK) {
+    printf("  planner: problem: %s  FAIL\n", err.text);
+    tsr_geom_destroy(g);
+    tsr_mask_destroy(m);
+    return 1;
+  }
+  for (mi = 0; mi < sizeof maps / sizeof *maps; mi++)
+    for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK; t++) {
+      tsr_plan_opts o;
+      tsr_plan *pl = NULL;
+      char label[160];
+      tsr_status st;
+      if (quick && t != TSR_TASKS_SPLIT) continue;
+      tsr_plan_opts_init(&o);
+      o.mapping = maps[mi].map;
+      o.tasks = (tsr_tasks)t;
+      o.arch = tsr_context_arch(ctx);
+      o.num_sms = tsr_context_num_sms(ctx);
+      if (maps[mi].use_tile) {
+        o.tile_m = c->tm;
+        o.tile_n = c->tn;
+      }
+      tsr_error_clear(&err);
+      st = tsr_plan_create(&pr, m, &o, &pl, &err);
+      if (st == TSR_ERR_UNSUPPORTED) {
+        printf("  planner %s%s/%s: n/a (%s)\n", map_names[o.mapping], maps[mi].use_tile ? "+tile" : "",
+               task_names[t], err.text);
+        continue;
+      }
+      if (st != TSR_OK) {
+        printf("  planner %s/%s: %s  FAIL\n", map_names[o.mapping], task_names[t], err.text);
+        fails++;
+        continue;
+      }
+      if (tsr_plan_verify(pl, m, &err) != TSR_OK) {
+        printf("  planner %s/%s: verify: %s  FAIL\n", map_names[o.mapping], task_names[t], err.text);
+        fails++;
+        tsr_plan_destroy(pl);
+        continue;
+      }
+      snprintf(label, sizeof label, "planner %s%s/%s tile %dx%d: %lld tasks %lld merges", map_names[pl->mapping],
+               maps[mi].use_tile ? "+tile" : "", task_names[pl->task_layout], pl->tile_m, pl->tile_n,
+               (long long)pl->n_tasks, (long long)pl->n_merges);
+      printf("  %s\n", label);
+      {
+        tsr_error e2;
+        tsr_error_clear(&e2);
+        if (tsr_gpu_upload(ctx, pl, &e2) == TSR_ERR_NO_VARIANT) {
+          printf("    no variant in the bundle: %s\n", e2.text);
+          tsr_plan_destroy(pl);
+          continue;
+        }
+      }
+      fails += run_variant(ctx, cu, P, pl, db, stream, NULL, 0);
+      (*ran)++;
+      tsr_plan_destroy(pl);
+    }
+  tsr_geom_destroy(g);
+  tsr_mask_destroy(m);
+  return fails;
+}
+
+
+/* ---- --bench: time every serving variant on a video-DiT-sized problem ---- */
+
+static int cmp_float(const void *a, const void *b)
+{
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Wan2.1-1.3B 480p: S = 32760, 12 heads, D = 128, bf16, BSHD, random
+ * 128 x 128 block masks per head.  Median of 10 event-timed launches after
+ * 3 warm-ups; eff. TFLOP/s = 4 * selected pairs * D / time. */
+static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream)
+{
+  const int S = 32760, H = 12, D = 128, blk = 128;
+  const double dens[] = { 0.10, 0.25, 0.50 };
+  const int nb = (S + blk - 1) / blk;
+  size_t n = (size_t)S * H * D, i, di;
+  uint16_t *host = malloc(n * 2);
+  CUdeviceptr dq, dk, dv, dout;
+  tsr_gpu_tensors t;
+  CUevent e0, e1;
+  tsr_error err;
+  int fails = 0;
+  tsr_error_clear(&err);
+  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  CK(cu->cuMemAlloc(&dq, n * 2));
+  CK(cu->cuMemAlloc(&dk, n * 2));
+  CK(cu->cuMemAlloc(&dv, n * 2));
+  CK(cu->cuMemAlloc(&dout, n * 2));
+  CK(cu->cuMemcpyHtoD(dq, host, n * 2));
+  CK(cu->cuMemcpyHtoD(dk, host, n * 2));
+  CK(cu->cuMemcpyHtoD(dv, host, n * 2));
+  free(host);
+  memset(&t, 0, sizeof t);
+  t.q = dq; t.k = dk; t.v = dv; t.o = dout;
+  t.q_stride[0] = (int64_t)S * H * D; t.q_stride[1] = D; t.q_stride[2] = (int64_t)H * D; t.q_stride[3] = 1;
+  memcpy(t.k_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.v_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
+  CK(cu->cuEventCreate(&e0, 0));
+  CK(cu->cuEventCreate(&e1, 0));
+  printf("bench: S=%d H=%d D=%d bf16 BSHD, random %dx%d block masks, tile 128x128\n", S, H, D, blk, blk);
+  for (di = 0; di < sizeof dens / sizeof *dens; di++) {
+    uint8_t *bits = malloc((size_t)H * nb * nb);
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem pr;
+    tsr_plan_opts o;
+    tsr_plan *pl = NULL;
+    double pairs = 0;
+    int h, a, b2, a_arch = tsr_arch_index(tsr_context_arch(ctx));
+    size_t vi;
+    for (i = 0; i < (size_t)H * nb * nb; i++) bits[i] = urand() < dens[di];
+    for (h = 0; h < H; h++)
+      for (a = 0; a < nb; a++)
+        for (b2 = 0; b2 < nb; b2++)
+          if (bits[((size_t)h * nb + a) * nb + b2]) {
+            int qa = a * blk, qb = qa + blk < S ? qa + blk : S, ka = b2 * blk, kb = ka + blk < S ? ka + blk : S;
+            pairs += (double)(qb - qa) * (kb - ka);
+          }
+    memset(&pr, 0, sizeof pr);
+    pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
+    pr.dtype = TSR_DT_BF16; pr.layout = TSR_LAYOUT_BSHD;
+    if (tsr_geom_uniform(S, S, blk, blk, &g, &err) || tsr_mask_from_bytes(1, H, nb, nb, bits, &m, &err) ||
+        (pr.geom = g, tsr_problem_check(&pr, &err))) {
+      printf("bench: %s  FAIL\n", err.text);
+      return 1;
+    }
+    tsr_plan_opts_init(&o);
+    o.tile_m = 128;
+    o.tile_n = 128;
+    o.arch = tsr_context_arch(ctx);
+    o.num_sms = tsr_context_num_sms(ctx);
+    if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
+      printf("bench: plan: %s  FAIL\n", err.text);
+      return 1;
+    }
+    for (vi = 0; vi < bundle->n; vi++) {
+      const tsr_bundle_entry *e = &bundle->items[vi];
+      tsr_variant_need need = { TSR_DT_BF16, D, 128, 128, pl->n_membership > 0 };
+      float ms[10];
+      int r;
+      if (!(e->targets & (1u << a_arch)) || !tsr_variant_serves(&e->v, tsr_context_arch(ctx), &need)) continue;
+      if (pl->gpu) {
+        pl->gpu_free(pl->gpu);
+        pl->gpu = NULL;
+        pl->gpu_free = NULL;
+      }
+      snprintf(pl->variant, sizeof pl->variant, "%s", e->name);
+      if (tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
+        printf("bench: upload %s: %s  FAIL\n", e->name, err.text);
+        fails++;
+        continue;
+      }
+      for (r = 0; r < 3; r++)
+        if (tsr_gpu_launch(ctx, pl, &t, stream, &err) != TSR_OK) break;
+      for (r = 0; r < 10 && !err.status; r++) {
+        CK(cu->cuEventRecord(e0, stream));
+        tsr_gpu_launch(ctx, pl, &t, stream, &err);
+        CK(cu->cuEventRecord(e1, stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(&ms[r], e0, e1));
+      }
+      if (err.status) {
+        printf("bench: launch %s: %s  FAIL\n", e->name, err.text);
+        fails++;
+        continue;
+      }
+      qsort(ms, 10, sizeof *ms, cmp_float);
+      printf("bench: density %.2f  %-48s %8.3f ms  %6.1f TFLOP/s  (%lld tasks, %lld merges)\n", dens[di], e->name,
+             (ms[4] + ms[5]) / 2, 4.0 * pairs * D / ((ms[4] + ms[5]) / 2 * 1e-3) / 1e12, (long long)pl->n_tasks,
+             (long long)pl->n_merges);
+    }
+    tsr_plan_destroy(pl);
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+    free(bits);
+  }
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
+  return fails;
+}
+
+int main(int argc, char **argv)
+{
+  tsr_context_opts o;
+  tsr_context *ctx = NULL;
+  tsr_error err;
+  tsr_bundle bundle;
+  const tsr_cu *cu;
+  CUstream stream;
+  const char *dir = getenv("TESSERA_BUNDLE");
+  char dirbuf[4096];
+  unsigned long seed = 20261129;
+  int quick = 0, do_bench = 0, i, fails = 0, ran = 0;
+  size_t ci;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) quick = 1;
+    else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
+    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
+    else {
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench] [--seed N]\n");
+      return 2;
+    }
+  }
+  if (!dir || !*dir) {
+    const char *top = getenv("TSR_TOP_BUILDDIR");
+    snprintf(dirbuf, sizeof dirbuf, "%s/bundle", top && *top ? top : ".");
+    dir = dirbuf;
+  }
+  tsr_context_opts_init(&o);
+  o.bundle_dir = dir;
+  tsr_error_clear(&err);
+  if (tsr_context_create(&o, &ctx, &err) != TSR_OK) {
+    if (err.status == TSR_ERR_NO_DEVICE) {
+      printf("gpu_attn: skipped: %s\n", err.text);
+      return SKIP;
+    }
+    fprintf(stderr, "gpu_attn: %s\n", err.text);
+    return 1;
+  }
+  if (tsr_bundle_load(dir, &bundle, &err) != TSR_OK) {
+    fprintf(stderr, "gpu_attn: %s\n", err.text);
+    return 1;
+  }
+  cu = tsr_context_cu(ctx);
+  CK(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)); /* graph capture needs a non-legacy stream */
+  printf("gpu_attn: seed %lu, target %s, %d SMs, bundle '%s' (%zu variants)%s\n", seed, tsr_context_arch(ctx),
+         tsr_context_num_sms(ctx), dir, bundle.n, quick ? ", quick" : "");
+  rng_state = seed;
+  if (do_bench) {
+    fails = bench(ctx, cu, &bundle, stream);
+    cu->cuStreamDestroy(stream);
+    tsr_bundle_free(&bundle);
+    tsr_context_destroy(ctx);
+    return fails ? 1 : 0;
+  }
+
+  for (ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    const tcase *c = &cases[ci];
+    prob P;
+    devbufs db;
+    tsr_plan *pl;
+    if (quick && !c->quick) continue;
+    make_problem(&P, c);
+    make_devbufs(cu, &P, &db);
+    pl = build_plan(&P);
+    printf("case %s: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s %s blocks %s tile %dx%d: %lld tasks, %lld tiles, "
+           "%lld membership words, %lld merges\n",
+           c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsr_variant_dtype_name(c->dt),
+           c->bshd ? "BSHD" : "BHSD", c->bq ? "uniform" : "variable", c->tm, c->tn, (long long)pl->n_tasks,
+           (long long)pl->n_tiles, (long long)pl->n_membership, (long long)pl->n_merges);
+    fails += run_all_variants(ctx, cu, &bundle, &P, pl, &db, stream, quick, ci == 0, &ran);
+    free_own_plan(pl);
+    fails += cross_check_ref(&P);
+    fails += planner_runs(ctx, cu, &P, &db, stream, quick, &ran);
+    free_devbufs(cu, &db);
+    free_problem(&P);
+  }
+
+  cu->cuStreamDestroy(stream);
+  tsr_bundle_free(&bundle);
+  tsr_context_destroy(ctx);
+  printf("gpu_attn: %d variant runs, %d failures\n", ran, fails);
+  return fails ? 1 : 0;
+}
