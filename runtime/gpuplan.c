@@ -244,7 +244,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   memset(g->stats, 0, sizeof *g->stats);
 
   /* qblk is fixed by the geometry: computed and uploaded once. */
-  pl->qblk = malloc((size_t)pl->problem.seq_q * sizeof *pl->qblk);
+  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
   if (!pl->qblk) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for qblk");
     goto fail;
@@ -373,10 +373,11 @@ tsr_status tsr_gpuplan_launch(tsr_gpuplan *g, uint64_t mask, tsr_mask_format for
   return st ? st : tsr_gpuplan_run(g, t, stream, err);
 }
 
-static tsr_status dcopy(const tsr_cu *cu, void **dst, CUdeviceptr src, int64_t n, size_t size,
-                        const char *what, tsr_error *err)
+/* Copies n records of `size` bytes into the host plan's buffer `slot`. */
+static tsr_status dcopy(const tsr_cu *cu, tsr_plan *h, int slot, void **dst, CUdeviceptr src, int64_t n,
+                        size_t size, const char *what, tsr_error *err)
 {
-  *dst = malloc((size_t)(n > 0 ? n : 1) * size);
+  *dst = tsr_plan_buf(h, slot, (size_t)(n > 0 ? n : 1) * size);
   if (!*dst) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot download GPU plan: out of memory for %s", what);
   if (n <= 0) return TSR_OK;
   return tsr_cu_check(cu, cu->cuMemcpyDtoH(*dst, src, (size_t)n * size), "cuMemcpyDtoH", err);
@@ -423,13 +424,18 @@ tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error 
   h->n_merges = counts[TSR_GP_MERGES];
   h->n_slots = counts[TSR_GP_SLOTS];
   h->n_qblk = g->pl->n_qblk;
-  if ((st = dcopy(cu, (void **)&h->tasks, g->d_tasks, h->n_tasks, sizeof *h->tasks, "tasks", err)) ||
-      (st = dcopy(cu, (void **)&h->members, g->d_members, h->n_members, sizeof *h->members, "members", err)) ||
-      (st = dcopy(cu, (void **)&h->tiles, g->d_tiles, h->n_tiles, sizeof *h->tiles, "tiles", err)) ||
-      (st = dcopy(cu, (void **)&h->membership, g->d_membership, h->n_membership, sizeof *h->membership,
-                  "membership", err)) ||
-      (st = dcopy(cu, (void **)&h->merges, g->d_merges, h->n_merges, sizeof *h->merges, "merges", err)) ||
-      (st = dcopy(cu, (void **)&h->qblk, g->d_qblk, h->n_qblk, sizeof *h->qblk, "qblk", err))) {
+  if ((st = dcopy(cu, h, TSR_BUF_TASKS, (void **)&h->tasks, g->d_tasks, h->n_tasks, sizeof *h->tasks,
+                  "tasks", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MEMBERS, (void **)&h->members, g->d_members, h->n_members,
+                  sizeof *h->members, "members", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_TILES, (void **)&h->tiles, g->d_tiles, h->n_tiles, sizeof *h->tiles,
+                  "tiles", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MEMBERSHIP, (void **)&h->membership, g->d_membership, h->n_membership,
+                  sizeof *h->membership, "membership", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MERGES, (void **)&h->merges, g->d_merges, h->n_merges, sizeof *h->merges,
+                  "merges", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_QBLK, (void **)&h->qblk, g->d_qblk, h->n_qblk, sizeof *h->qblk, "qblk",
+                  err))) {
     tsr_plan_destroy(h);
     return st;
   }
