@@ -82,6 +82,25 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
     }
 }
 
+/* Tiles u0 + 32 k + lane (k < 4): the loads first, so that each lane has
+ * four mask reads in flight.  simple: one segment and every key tile inside
+ * one key block, so a tile is one mask bit. */
+static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p, const rowgeo &g,
+                                                    bool simple, int u0, int lane, bool (&any)[4],
+                                                    bool (&full)[4])
+{
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int u = u0 + 32 * k + lane;
+    any[k] = false;
+    full[k] = true;
+    if (u < p.nkt) {
+      if (simple) any[k] = full[k] = mask_bit(p, g, 0, u * p.bn / p.bk);
+      else tile_state(p, g, u, any[k], full[k]);
+    }
+  }
+}
+
 /* Length class of a task of len >= 1 tiles: 0 for >= 1024, 10 for 1. */
 static __device__ __forceinline__ int len_class(int len)
 {
@@ -146,6 +165,24 @@ static __device__ void block_exscan(T (&v)[N], T (&tot)[N], T (*sm)[N])
   __syncthreads();
 }
 
+/* Calls body(r, len, part) for the thread's rows lo..hi-1 in order, from
+ * registers when the run fits the cache (the common case: a few rows a
+ * thread), else reading them again (L2). */
+#define TSR_GP_ROW_CACHE 8
+template <typename F>
+static __device__ __forceinline__ void for_rows(const tsr_gpuplan_params &p, int lo, int hi, bool cached,
+                                                const int (&clen)[TSR_GP_ROW_CACHE],
+                                                const int (&cpart)[TSR_GP_ROW_CACHE], F body)
+{
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < TSR_GP_ROW_CACHE; ++k)
+      if (lo + k < hi) body(lo + k, clen[k], cpart[k]);
+  } else {
+    for (int r = lo; r < hi; ++r) body(r, __ldcg(p.row_len + r), __ldcg(p.row_part + r));
+  }
+}
+
 /* The scan over all rows by one CTA: each thread owns a run of consecutive
  * rows (read with __ldcg: other CTAs wrote them, and L1 is not coherent).
  * Pass 1: tiles, membership words and wanted slots.  Pass 2: split
@@ -159,36 +196,43 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
   const int per = (p.n_rows + blockDim.x - 1) / blockDim.x;
   const int lo = min(p.n_rows, (int)threadIdx.x * per), hi = min(p.n_rows, lo + per);
   const int wn = p.bn / 32;
+  const bool cached = per <= TSR_GP_ROW_CACHE;
   long long v1[3] = {0, 0, 0}, t1[3];
   int v2[2 + TSR_GP_CLASSES], t2[2 + TSR_GP_CLASSES];
+  int clen[TSR_GP_ROW_CACHE], cpart[TSR_GP_ROW_CACHE];
 
-  for (int r = lo; r < hi; ++r) {
-    const rowgeo g = row_geo(p, r);
-    const int len = __ldcg(p.row_len + r);
-    v1[0] += len;
-    v1[1] += (long long)__ldcg(p.row_part + r) * g.nseg * wn;
-    v1[2] += want_chunks(p, len);
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < TSR_GP_ROW_CACHE; ++k) {
+      clen[k] = lo + k < hi ? __ldcg(p.row_len + lo + k) : 0;
+      cpart[k] = lo + k < hi ? __ldcg(p.row_part + lo + k) : 0;
+    }
   }
+  for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
+    v1[0] += len;
+    v1[1] += (long long)part * row_geo(p, r).nseg * wn;
+    v1[2] += want_chunks(p, len);
+  });
   block_exscan<long long, 3>(v1, t1, sm1);
 
 #pragma unroll
   for (int k = 0; k < 2 + TSR_GP_CLASSES; ++k) v2[k] = 0;
   {
     long long slot = v1[2];
-    for (int r = lo; r < hi; ++r) {
-      const int len = __ldcg(p.row_len + r), want = want_chunks(p, len);
+    for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
+      const int want = want_chunks(p, len);
       const bool split = want > 0 && slot + want <= p.cap_slots;
       slot += want;
       if (len == 0) {
         v2[2 + TSR_GP_CLASSES - 1] += 1;
-        continue;
+        return;
       }
       const int nch = split ? want : 1, q = len / nch, big = len - nch * q;
       v2[0] += split;
       v2[1] += split ? want : 0;
       v2[2 + len_class(q)] += nch - big;
       v2[2 + len_class(q + 1)] += big;
-    }
+    });
   }
   block_exscan<int, 2 + TSR_GP_CLASSES>(v2, t2, sm2);
 
@@ -197,9 +241,8 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
     int merge = v2[0], cls[TSR_GP_CLASSES];
 #pragma unroll
     for (int c = 0; c < TSR_GP_CLASSES; ++c) cls[c] = v2[2 + c];
-    for (int r = lo; r < hi; ++r) {
-      const rowgeo g = row_geo(p, r);
-      const int len = __ldcg(p.row_len + r), want = want_chunks(p, len);
+    for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
+      const int want = want_chunks(p, len);
       const bool split = want > 0 && slot + want <= p.cap_slots;
       tsr_i32 *o = p.row_off + (long long)r * TSR_GP_ROW_INTS;
       o[0] = (tsr_i32)tile;
@@ -207,11 +250,11 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
       o[2] = split ? (tsr_i32)slot : -1;
       o[3] = split ? merge : -1;
       tile += len;
-      word += (long long)__ldcg(p.row_part + r) * g.nseg * wn;
+      word += (long long)part * row_geo(p, r).nseg * wn;
       slot += want;
       if (len == 0) {
         o[4] = o[5] = cls[TSR_GP_CLASSES - 1]++;
-        continue;
+        return;
       }
       const int nch = split ? want : 1, q = len / nch, big = len - nch * q;
       const int ca = len_class(q), cb = len_class(q + 1);
@@ -222,7 +265,7 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
       cls[ca] += nch - big;
       o[5] = ca == cb ? o[4] : cls[cb];
       cls[cb] += big;
-    }
+    });
   }
 
   if (threadIdx.x == 0) {
@@ -289,25 +332,40 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   __syncthreads();
   if (r < p.n_rows) {
     const rowgeo g = row_geo(p, r);
+    const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
     int len = 0, part = 0;
-    for (int u0 = 0; u0 < p.nkt; u0 += 32) {
-      const int u = u0 + lane;
-      bool any = false, full = true;
-      if (u < p.nkt) tile_state(p, g, u, any, full);
-      len += __popc(__ballot_sync(0xffffffffu, any));
-      part += __popc(__ballot_sync(0xffffffffu, any && !full));
+    long long xs = 0; /* simple rows: selected key tokens, from the tiles */
+    for (int u0 = 0; u0 < p.nkt; u0 += 128) {
+      bool any[4], full[4];
+      tile_states4(p, g, simple, u0, lane, any, full);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        len += __popc(__ballot_sync(0xffffffffu, any[k]));
+        part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
+        if (simple && any[k]) {
+          const int c0 = (u0 + 32 * k + lane) * p.bn;
+          xs += min(c0 + p.bn, p.seq_k) - c0;
+        }
+      }
     }
-    /* Features: selected key tokens of each segment (a logical row's),
-     * weighted by the segment's query tokens in this tile. */
+    /* Features: selected key tokens x of each segment (a logical row's),
+     * weighted by the segment's query tokens w in this tile. */
     unsigned long long sel = 0, sel2 = 0;
-    for (int s = 0; s < g.nseg; ++s) {
-      long long x = 0;
-      for (int j = lane; j < p.nk; j += 32)
-        if (mask_bit(p, g, s, j)) x += min((j + 1) * p.bk, p.seq_k) - j * p.bk;
-      x = warp_sum(x);
-      const long long w = min(g.r1, (g.i0 + s + 1) * p.bq) - max(g.r0, (g.i0 + s) * p.bq);
-      sel += (unsigned long long)(w * x);
-      sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
+    if (simple) {
+      const long long x = warp_sum(xs), w = g.r1 - g.r0;
+      sel = (unsigned long long)(w * x);
+      sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
+    } else {
+      for (int s = 0; s < g.nseg; ++s) {
+        long long x = 0;
+#pragma unroll 4
+        for (int j = lane; j < p.nk; j += 32)
+          if (mask_bit(p, g, s, j)) x += min((j + 1) * p.bk, p.seq_k) - j * p.bk;
+        x = warp_sum(x);
+        const long long w = min(g.r1, (g.i0 + s + 1) * p.bq) - max(g.r0, (g.i0 + s) * p.bq);
+        sel += (unsigned long long)(w * x);
+        sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
+      }
     }
     if (lane == 0) {
       p.row_len[r] = len;
@@ -344,38 +402,43 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS)
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
+  const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
   int n = 0, np = 0;
 
-  for (int u0 = 0; u0 < p.nkt; u0 += 32) {
-    const int u = u0 + lane;
-    bool any = false, full = true;
-    if (u < p.nkt) tile_state(p, g, u, any, full);
-    const unsigned ba = __ballot_sync(0xffffffffu, any);
-    const unsigned bp = __ballot_sync(0xffffffffu, any && !full);
-    if (any) {
-      tsr_tile_rec tr;
-      tr.k_tile = u;
-      tr.mem = -1;
-      if (!full) {
-        tr.mem = word0 + (np + __popc(bp & below)) * seg_words;
-        const int base = u * p.bn;
-        for (int s = 0; s < g.nseg; ++s)
-          for (int w = 0; w < wn; ++w) {
-            const int c0 = base + w * 32, c1 = min(c0 + 32, p.seq_k);
-            unsigned word = 0;
-            /* Columns past seq_k (a ragged last tile) stay clear. */
-            for (int j = c0 / p.bk; c0 < c1 && j * p.bk < c1; ++j)
-              if (mask_bit(p, g, s, j)) {
-                const int a = max(j * p.bk, c0) - c0, e = min((j + 1) * p.bk, c1) - c0;
-                word |= (e - a == 32 ? 0xffffffffu : ((1u << (e - a)) - 1u)) << a;
-              }
-            p.membership[tr.mem + s * wn + w] = word;
-          }
+  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
+    bool anyk[4], fullk[4];
+    tile_states4(p, g, simple, u0, lane, anyk, fullk);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int u = u0 + 32 * k + lane;
+      const bool any = anyk[k], full = fullk[k];
+      const unsigned ba = __ballot_sync(0xffffffffu, any);
+      const unsigned bp = __ballot_sync(0xffffffffu, any && !full);
+      if (any) {
+        tsr_tile_rec tr;
+        tr.k_tile = u;
+        tr.mem = -1;
+        if (!full) {
+          tr.mem = word0 + (np + __popc(bp & below)) * seg_words;
+          const int base = u * p.bn;
+          for (int s = 0; s < g.nseg; ++s)
+            for (int w = 0; w < wn; ++w) {
+              const int c0 = base + w * 32, c1 = min(c0 + 32, p.seq_k);
+              unsigned word = 0;
+              /* Columns past seq_k (a ragged last tile) stay clear. */
+              for (int j = c0 / p.bk; c0 < c1 && j * p.bk < c1; ++j)
+                if (mask_bit(p, g, s, j)) {
+                  const int a = max(j * p.bk, c0) - c0, e = min((j + 1) * p.bk, c1) - c0;
+                  word |= (e - a == 32 ? 0xffffffffu : ((1u << (e - a)) - 1u)) << a;
+                }
+              p.membership[tr.mem + s * wn + w] = word;
+            }
+        }
+        p.tiles[tile0 + n + __popc(ba & below)] = tr;
       }
-      p.tiles[tile0 + n + __popc(ba & below)] = tr;
+      n += __popc(ba);
+      np += __popc(bp);
     }
-    n += __popc(ba);
-    np += __popc(bp);
   }
 
   tsr_member_rec mr;
