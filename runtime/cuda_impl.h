@@ -69,8 +69,8 @@ typedef struct {
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
  * grid.  pl must have no device copies yet. */
 tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
-/* A kernel of the module of pl's variant (the planner's kernels live there). */
-tsr_status tsr_gpu_function(tsr_context *ctx, const tsr_plan *pl, const char *name, CUfunction *out,
-                            tsr_error *err);
+/* Loads the bundle's GPU planner module for the context's target (the
+ * caller unloads it with cuModuleUnload while the context lives). */
+tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);
 
 #endif

@@ -495,16 +495,19 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   return TSR_OK;
 }
 
-tsr_status tsr_gpu_function(tsr_context *ctx, const tsr_plan *pl, const char *name, CUfunction *out,
-                            tsr_error *err)
+tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err)
 {
-  const gpu_plan *g;
-  if (!ctx || !pl || !name || !out) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_function: null argument");
-  g = pl->gpu;
-  if (!g || pl->gpu_free != gpu_plan_free || g->ctx != ctx)
-    return tsr_error_set(err, TSR_ERR_INVALID, "plan was not uploaded to this context");
-  return tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(out, ctx->mods[g->variant].mod, name),
-                      "cuModuleGetFunction", err);
+  void *data;
+  size_t size;
+  tsr_status st;
+  *out = NULL;
+  if ((st = tsr_context_make_current(ctx, err)) ||
+      (st = tsr_bundle_read_planner(&ctx->bundle, ctx->arch, &data, &size, err)))
+    return st;
+  st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(out, data), "cuModuleLoadData(planner)", err);
+  free(data);
+  if (st) *out = NULL;
+  return st;
 }
 
 /* ---- synchronous convenience for tools and tests ------------------------- */

@@ -8,7 +8,7 @@
  * which reads its task count from the device (tsr_gpu_bind in gpu.c).
  *
  * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
- * the variant's module; a launch is host work of a few microseconds (three
+ * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
  * or four cuLaunchKernel calls, no allocation, no synchronisation).
  * Download synchronises and copies the plan back (tests, verification).
  * The features record lives in pinned host memory that the scan CTA writes
@@ -29,6 +29,7 @@ struct tsr_gpuplan {
   tsr_plan *pl;              /* the template: problem, tile, mapping, variant, qblk */
   tsr_gpuplan_params gp;     /* kernel parameters (mask filled per launch) */
   int64_t mask_b, mask_h;
+  CUmodule mod;              /* the bundle's planner module (tsr_plan.cubin) */
   CUfunction count_fn, emit_fn;
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
   CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_acc;
@@ -56,6 +57,8 @@ static void free_buffers(tsr_gpuplan *g)
     }
   if (g->stats) cu->cuMemFreeHost(g->stats);
   g->stats = NULL;
+  if (g->mod) cu->cuModuleUnload(g->mod);
+  g->mod = NULL;
 }
 
 void tsr_gpuplan_destroy(tsr_gpuplan *g)
@@ -274,9 +277,11 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
   b.masking = multi;
   b.may_merge = chunk > 0 && cap_slots > 0;
-  if ((st = tsr_gpu_bind(ctx, pl, &b, err)) ||
-      (st = tsr_gpu_function(ctx, pl, "tsr_plan_count", &g->count_fn, err)) ||
-      (st = tsr_gpu_function(ctx, pl, "tsr_plan_emit", &g->emit_fn, err)))
+  if ((st = tsr_gpu_bind(ctx, pl, &b, err)) || (st = tsr_gpu_load_planner(ctx, &g->mod, err)) ||
+      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
+                         "cuModuleGetFunction(tsr_plan_count)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
+                         "cuModuleGetFunction(tsr_plan_emit)", err)))
     goto fail;
 
   memset(&g->gp, 0, sizeof g->gp);

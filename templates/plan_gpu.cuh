@@ -2,9 +2,9 @@
  * plan_gpu.cuh: planning on the GPU.  Turns a device-resident block mask
  * (bytes or bits) into the tile, membership, task, member and merge records
  * of plan_layout.h, on the caller's stream, for the attention kernel of the
- * same module to consume; no host synchronisation, nothing allocated.
- * Compiled into every variant's module by tessera-gen (fixed symbol names:
- * each module is loaded on its own).
+ * same stream to consume; no host synchronisation, nothing allocated.
+ * tessera-gen compiles it alone, once a target, into <arch>/tsr_plan.cubin
+ * of the bundle (registry "planner"); it needs only plan_layout.h.
  *
  * Scope (runtime/gpuplan.c checks it): uniform blocks bq x bk, any tile
  * BM x BN, ragged last blocks; row tasks, optionally split into near-equal
