@@ -5,7 +5,7 @@
  * Not installed.
  *
  * registry.json: {"format": 1, "generator": "1", "nvrtc": "13.0",
- *   "layout_version": 1, "variants": [{"name", "family", "dtype",
+ *   "layout_version": 2, "variants": [{"name", "family", "dtype",
  *   "head_dim", "bm", "bn", "stages", "warps", "warpgroups", "layout",
  *   "membership", "tma_box", "threads", "smem",
  *   "targets": {"sm_90a": {"cubin": "sm_90a/<name>.cubin",
