@@ -450,6 +450,21 @@ static int try_reuse(const gen_t *g, job_t *j)
   return 0;
 }
 
+/* Sets up job j (catalog entry or planner `var`, target a) and reuses its
+ * cubin when the hash matches. */
+static void queue_job(const gen_t *g, job_t *j, size_t var, int a, int *reused, size_t *done)
+{
+  j->var = var;
+  j->arch = a;
+  job_opts(j);
+  job_hash(g, j);
+  if (try_reuse(g, j)) {
+    j->state = J_REUSED;
+    (*reused)++;
+    (*done)++;
+  }
+}
+
 static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
 {
   json_t *root = json_object(), *vars = json_array();
@@ -658,7 +673,6 @@ int main(int argc, char **argv)
     }
     for (a = 0; a < TSR_N_ARCHS; a++) {
       char why[160];
-      job_t *j;
       if (!(targets & (1u << a))) continue;
       if (!tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) {
         if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
@@ -666,16 +680,7 @@ int main(int argc, char **argv)
         continue;
       }
       fits = 1;
-      j = &jobs[njobs++];
-      j->var = i;
-      j->arch = a;
-      job_opts(j);
-      job_hash(&g, j);
-      if (try_reuse(&g, j)) {
-        j->state = J_REUSED;
-        reused++;
-        done++;
-      }
+      queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
     }
     if (!fits) printf("tessera-gen: pruned %s: fits no target\n", e->name);
   }
@@ -698,20 +703,8 @@ int main(int argc, char **argv)
       return 2;
     }
   }
-  for (a = 0; a < TSR_N_ARCHS; a++) {
-    job_t *j;
-    if (!(targets & (1u << a))) continue;
-    j = &jobs[njobs++];
-    j->var = g.cat.n;
-    j->arch = a;
-    job_opts(j);
-    job_hash(&g, j);
-    if (try_reuse(&g, j)) {
-      j->state = J_REUSED;
-      reused++;
-      done++;
-    }
-  }
+  for (a = 0; a < TSR_N_ARCHS; a++)
+    if (targets & (1u << a)) queue_job(&g, &jobs[njobs++], g.cat.n, a, &reused, &done);
 
   /* Compile the rest, `maxjobs` children at a time. */
   while (done < njobs) {

@@ -280,17 +280,7 @@ class Plan:
         lib, torch = library(), _torch()
         if out is None:
             out = torch.empty_like(q)
-        t = _GpuTensors()
-        for name, x in (("q", q), ("k", k), ("v", v), ("o", out)):
-            if not x.is_cuda or str(x.dtype) not in _DTYPES:
-                raise TesseraError(f"{name} must be a CUDA bf16 or fp16 tensor, got {x.dtype} on {x.device}")
-            *_, st = _layout_of(x, self.layout)
-            setattr(t, name, x.data_ptr())
-            getattr(t, name + "_stride")[:] = list(st)
-        if lse is not None:
-            if lse.dtype != torch.float32 or not lse.is_contiguous():
-                raise TesseraError("lse must be a contiguous float32 tensor [B, Hq, Sq]")
-            t.lse = lse.data_ptr()
+        t = _tensors(q, k, v, out, lse, self.layout)
         if stream is None:
             stream = torch.cuda.current_stream().cuda_stream
         err = _Error()

@@ -130,6 +130,17 @@ static const tcase cases[] = {
    TSR_TASKS_SPLIT, 5, MK_FULL, 1, 0, 0, TSR_MASK_BYTES, 1},
   {"empty-everything", 1, 2, 2, 500, 500, 64, TSR_DT_BF16, 64, 64, 64, 64, TSR_MAP_AUTO,
    TSR_TASKS_ROW, 0, MK_NONE, 0, 0, 0, TSR_MASK_BYTES, 1},
+  {"retain-64x128-split-bits", 1, 2, 2, 1000, 1100, 64, TSR_DT_F16, 64, 128, 64, 128, TSR_MAP_AUTO,
+   TSR_TASKS_SPLIT, 3, MK_RANDOM, 0.4, 0, 0, TSR_MASK_BITS, 1},
+  /* One geometry (32-token blocks, ragged) on every tile shape of the bundle. */
+  {"tiles-32-on-64x64", 1, 2, 1, 700, 650, 64, TSR_DT_BF16, 32, 32, 64, 64, TSR_MAP_COMBINE,
+   TSR_TASKS_ROW, 0, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BYTES, 1},
+  {"tiles-32-on-64x128", 1, 2, 1, 700, 650, 64, TSR_DT_BF16, 32, 32, 64, 128, TSR_MAP_COMBINE,
+   TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BITS, 1},
+  {"tiles-32-on-128x64", 1, 2, 1, 700, 650, 64, TSR_DT_BF16, 32, 32, 128, 64, TSR_MAP_COMBINE,
+   TSR_TASKS_ROW, 0, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BYTES, 1},
+  {"tiles-32-on-128x128", 1, 2, 1, 700, 650, 64, TSR_DT_BF16, 32, 32, 128, 128, TSR_MAP_COMBINE,
+   TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BITS, 1},
   {"big-plan-only-48-on-128x128", 2, 8, 8, 6000, 6000, 128, TSR_DT_BF16, 48, 48, 128, 128,
    TSR_MAP_AUTO, TSR_TASKS_SPLIT, 7, MK_RANDOM, 0.2, 0, 0, TSR_MASK_BITS, 0},
 };
