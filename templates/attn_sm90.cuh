@@ -452,12 +452,14 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 
   const int wg = tid / 128;
   const int hq_per_kv = p.heads_q / p.heads_kv;
+  /* Device-planned launches read the task count the planner wrote. */
+  const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
   if (wg == 0) {
     /* ---- producer: one thread issues every TMA copy ---- */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
     if (tid == 0) {
       int it = 0, q_uses = 0;
-      for (int task = blockIdx.x; task < p.n_tasks; task += gridDim.x) {
+      for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
         const tsr_task_rec tk = p.tasks[task];
         if (tk.tile_end <= tk.tile_begin) continue;
         for (int i = 0; i < tk.n_members; ++i) {
@@ -524,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_D / 2];
     tsr_u32 pf[TSR_BN / 4];
-    for (int task = blockIdx.x; task < p.n_tasks; task += gridDim.x) {
+    for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
       const tsr_task_rec tk = p.tasks[task];
       const int nt = tk.tile_end - tk.tile_begin;
       for (int i = 0; i < tk.n_members; ++i) {
