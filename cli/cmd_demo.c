@@ -143,6 +143,10 @@ static tsr_status cache_get(shape_cache *c, const tsr_corpus_entry *e, uint64_t 
   c->dense_ms = now_ms() - t0;
   c->hq = e->heads_q, c->hkv = e->heads_kv, c->sq = e->seq_q, c->sk = e->seq_k;
   c->d = e->head_dim;
+  if (!s)
+    printf("dense attention (float64 CPU reference, %lld heads, %lld x %lld tokens, D %lld): "
+           "%.0f ms\n",
+           (long long)c->hq, (long long)c->sq, (long long)c->sk, (long long)c->d, c->dense_ms);
 out:
   tsr_mask_destroy(m);
   tsr_geom_destroy(g);
@@ -279,9 +283,10 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
   t0 = now_ms();
   if ((s = tsr_ref_attention(g, m, &cache->q, &cache->k, &cache->v, 0, &ref, NULL, err)))
     goto out;
+  t0 = now_ms() - t0;
   r->vs_dense = tsr_ref_max_rel_error(&ref, &cache->dense);
-  printf("  reference (CPU, float64): %.0f ms, %.2fx the dense reference's time\n", now_ms() - t0,
-         (now_ms() - t0) / (cache->dense_ms > 0 ? cache->dense_ms : 1));
+  printf("  reference (CPU, float64): %.0f ms, %.2fx the dense reference's time\n", t0,
+         t0 / (cache->dense_ms > 0 ? cache->dense_ms : 1));
 
   if (!r->verified) {
     r->ok = 0;
@@ -402,15 +407,16 @@ static int pick_masks(const tsr_corpus *cp, int want, int64_t *idx)
  * runs as is; NULL when there is none. */
 static const char *build_bundle(char *buf, size_t size)
 {
-  ssize_t n = readlink("/proc/self/exe", buf, size - 16);
+  static const char reg[] = "bundle/registry.json";
+  ssize_t n = readlink("/proc/self/exe", buf, size);
   char *slash;
   struct stat st;
-  if (n <= 0 || (size_t)n >= size - 16)
+  if (n <= 0 || (size_t)n + sizeof reg > size) /* room for the file name after the folder */
     return NULL;
   buf[n] = '\0';
   if (!(slash = strrchr(buf, '/')))
     return NULL;
-  strcpy(slash + 1, "bundle/registry.json");
+  memcpy(slash + 1, reg, sizeof reg);
   if (stat(buf, &st) != 0)
     return NULL;
   slash[1 + strlen("bundle")] = '\0';
@@ -507,8 +513,6 @@ int cmd_demo(int argc, char **argv)
       goto fail;
     all_verified = all_verified && rows[i].verified;
     all_within = all_within && rows[i].ok;
-    if (i == 0)
-      printf("  (dense float64 reference of this shape: %.0f ms)\n", cache.dense_ms);
   }
 
   printf("\n%-18s %-7s %-11s %7s %-8s %-9s %-5s %-14s %7s %8s %9s %9s %8s\n", "mask", "family",
