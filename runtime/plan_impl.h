@@ -5,8 +5,10 @@
  *
  * A plan is plain data: the arrays of plan_layout.h plus the facts needed to
  * interpret them.  Everything is owned by the plan and freed by
- * tsr_plan_destroy; `gpu` holds the device copies made by tsr_gpu_upload
- * (freed through the context that made them).
+ * tsr_plan_destroy; the record arrays point into the plan's reusable
+ * buffers (bufs[] below), so nothing else may free or realloc them.  `gpu`
+ * holds the device copies made by tsr_gpu_upload (freed through the context
+ * that made them, and dropped by tsr_plan_update).
  */
 #ifndef TSR_PLAN_IMPL_H
 #define TSR_PLAN_IMPL_H
