@@ -672,10 +672,10 @@ static tsr_status head_plane(const gen_ctx *c, const plan_entry *e, int h, uint8
   case TSR_FAM_SVDIT: {
     /* Offline per-head choice: fixed for the (layer, head), so stable across
      * steps.  MASKS.md: "3-6% of heads skipped entirely", "implied density
-     * ~42-60%": each layer's heads take the patterns in fixed shares (44%
+     * ~42-60%": each layer's heads take the patterns in fixed shares (42%
      * dense, 5% skipped, the rest split over the three sparse patterns) in a
      * seeded order, so every layer sits near the published density. */
-    static const double w[5] = {0.44, 0.17, 0.17, 0.17, 0.05};
+    static const double w[5] = {0.42, 0.18, 0.18, 0.17, 0.05};
     static const char *const kinds[5] = {"dense", "diagonal", "multi-diagonal",
                                          "vertical-stripe", "skip"};
     int pat = pick(w, 5, (head_rank(e, "svdit-rank", h, m->heads) + 0.5) / m->heads);
