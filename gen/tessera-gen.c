@@ -7,8 +7,9 @@
  *               --layout runtime/plan_layout.h --out bundle [-j 2]
  *
  * Cost: one NVRTC compile (seconds) per (variant, target) whose hash
- * changed; everything else is reused.  The hash covers the generated source,
- * the headers it reads, the generator version, the NVRTC version, the
+ * changed; everything else is reused.  The hash covers the generated source
+ * and the headers it reads (their code: comments and white space do not count),
+ * the generator version, the NVRTC version, the
  * target and the options.  With $TESSERA_GEN_CACHE set, cubins are also
  * looked up in and stored into that folder by hash, so several build trees
  * share one set of compiles.  Each compile runs in a child process: NVRTC
@@ -165,6 +166,48 @@ static uint64_t fnv(uint64_t h, const char *s)
   return h;
 }
 
+/* Hashes C/CUDA text without its comments and with every run of white
+ * space (comments included) counted as one space, so that editing a
+ * comment in a template or in plan_layout.h does not recompile the
+ * catalog.  String and character literals are hashed as written. */
+static uint64_t fnv_code(uint64_t h, const char *s)
+{
+  char quote = 0;
+  int space = 0, any = 0;
+  for (; *s; s++) {
+    if (!quote) {
+      if (s[0] == '/' && s[1] == '*') {
+        const char *e = strstr(s + 2, "*/");
+        if (!e) break;
+        s = e + 1;
+        space = 1;
+        continue;
+      }
+      if (s[0] == '/' && s[1] == '/') {
+        while (s[1] && s[1] != '\n') s++;
+        space = 1;
+        continue;
+      }
+      if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v') {
+        space = 1;
+        continue;
+      }
+      if (space && any) h = (h ^ (unsigned char)' ') * 1099511628211ULL;
+      space = 0;
+      any = 1;
+      if (*s == '"' || *s == '\'') quote = *s;
+    } else if (*s == '\\' && s[1]) {
+      h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+    } else if (*s == quote) {
+      quote = 0;
+    }
+    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  }
+  h ^= 0xff;
+  h *= 1099511628211ULL;
+  return h;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -264,14 +307,14 @@ static void job_hash(const gen_t *g, job_t *j)
   uint64_t h = 1469598103934665603ULL;
   int i;
   template_name(&e->v, tmpl, sizeof tmpl);
-  h = fnv(h, g->src[j->var]);
+  h = fnv_code(h, g->src[j->var]);
   /* Headers this variant reads: the layout, its own family's template and
    * the shared ones; another family's template does not invalidate it. */
   for (i = 0; i < g->nhdr; i++) {
     const char *nm = g->hdr[i].name;
     if (strncmp(nm, "attn_", 5) == 0 && strcmp(nm, tmpl) != 0) continue;
     h = fnv(h, nm);
-    h = fnv(h, g->hdr[i].text);
+    h = fnv_code(h, g->hdr[i].text);
   }
   h = fnv(h, "tessera-gen " TSR_GEN_VERSION);
   h = fnv(h, g->nvrtc);

@@ -409,6 +409,38 @@ START_TEST(test_registry_rejects)
 }
 END_TEST
 
+/* Without a driver the context fails cleanly, naming libcuda.so.1; with one
+ * (the GPU machine) it must come up with this tree's bundle.  Null handles
+ * are refused either way. */
+START_TEST(test_context)
+{
+  tsr_context_opts o;
+  tsr_context *ctx = (tsr_context *)1;
+  tsr_error err = { 0 };
+  char path[4096];
+  tsr_status st;
+  tsr_gpu_tensors t;
+  snprintf(path, sizeof path, "%s/bundle", builddir());
+  tsr_context_opts_init(&o);
+  o.bundle_dir = path;
+  st = tsr_context_create(&o, &ctx, &err);
+  if (st == TSR_ERR_NO_DEVICE) {
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.text, "libcuda.so.1") != NULL || strstr(err.text, "device") != NULL, "%s",
+                  err.text);
+  } else {
+    ck_assert_msg(st == TSR_OK, "%s", err.text);
+    tsr_context_destroy(ctx);
+  }
+  tsr_context_destroy(NULL);
+  memset(&t, 0, sizeof t);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpu_upload(NULL, NULL, &err), TSR_ERR_INVALID);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpu_launch(NULL, NULL, &t, NULL, &err), TSR_ERR_INVALID);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("gen");
@@ -427,6 +459,7 @@ int main(void)
   tcase_add_test(tc, test_bundle_complete);
   tcase_add_test(tc, test_bundle_pick);
   tcase_add_test(tc, test_registry_rejects);
+  tcase_add_test(tc, test_context);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
