@@ -1,6 +1,7 @@
 # scripts/: set-up scripts named by the README, device helpers.
 EXTRA_DIST += scripts/setup-and-test scripts/setup-and-demo scripts/setup-common
 EXTRA_DIST += scripts/bench-vs-torch
+EXTRA_DIST += scripts/profile-h200
 EXTRA_DIST += scripts/device-check
 EXTRA_DIST += scripts/setup-and-test scripts/device-check
 EXTRA_DIST += scripts/bench-vs-torch
@@ -8,3 +9,5 @@ EXTRA_DIST += scripts/bench-vs-torch
 EXTRA_DIST += scripts/dev/sm90_harness.cu scripts/dev/sm90_variant.cu.in \
 	scripts/dev/sm90_build.sh scripts/dev/sm90_device.sh scripts/dev/sdpa_dense.py \
 	notes/sm90.md
+# GPU planning: one device call (tests, memcheck, bench)
+EXTRA_DIST += scripts/dev/gpuplan_device.sh
