@@ -45,6 +45,8 @@
  *                     SWIZZLE_128B, L2_PROMOTION_128B, FLOAT_OOB_FILL_NONE
  *                     (rows past seq are zero-filled; the kernel masks key
  *                     columns >= seq_k to -inf and never writes rows >= seq_q)
+ *   task count        p.n_tasks, or *p.n_tasks_dev when that is non-NULL
+ *                     (device-planned launches; the grid is then persistent)
  *   pointers          p.o, p.lse (may be NULL), p.tasks, tiles, members,
  *                     membership, qblk, part_o/m/l as plan_layout.h says;
  *                     p.o_stride in elements with o_stride[3] == 1.
