@@ -694,11 +694,23 @@ int main(int argc, char **argv)
     mkdirs(d);
   }
 
-  /* Render every variant, prune what cannot fit, and queue the rest. */
+  /* Prune what cannot fit, then render the rest and queue its compiles:
+   * nothing is written for a variant that fits no target. */
   for (i = 0; i < g.cat.n; i++) {
     const tsr_catalog_entry *e = &g.cat.items[i];
     char tmpl[64], spath[4096];
-    int fits = 0;
+    unsigned fit = 0;
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      char why[160];
+      if (!(targets & (1u << a))) continue;
+      if (tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) fit |= 1u << a;
+      else if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
+        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
+    }
+    if (!fit) {
+      printf("tessera-gen: pruned %s: fits no target\n", e->name);
+      continue;
+    }
     template_name(&e->v, tmpl, sizeof tmpl);
     if (find_header(&g, tmpl) < 0) {
       fprintf(stderr, "tessera-gen: variant '%s': template '%s/%s' not found\n", e->name, tdir, tmpl);
@@ -714,18 +726,8 @@ int main(int argc, char **argv)
       fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", spath, strerror(errno));
       return 2;
     }
-    for (a = 0; a < TSR_N_ARCHS; a++) {
-      char why[160];
-      if (!(targets & (1u << a))) continue;
-      if (!tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) {
-        if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
-          printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
-        continue;
-      }
-      fits = 1;
-      queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
-    }
-    if (!fits) printf("tessera-gen: pruned %s: fits no target\n", e->name);
+    for (a = 0; a < TSR_N_ARCHS; a++)
+      if (fit & (1u << a)) queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
   }
 
   /* The planner module, once a target, whatever the variants. */
