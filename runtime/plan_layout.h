@@ -88,7 +88,21 @@ typedef struct {
 } tsr_merge_rec;
 
 /* Opaque 128-byte TMA descriptor (CUtensorMap), filled on the host with
- * cuTensorMapEncodeTiled; unused by the sm_80 family. */
+ * cuTensorMapEncodeTiled (runtime/gpu.c) for variants with a TMA box
+ * (name suffix _tma<box>); unused by the sm_80 family.  Each map is rank 4
+ * over one tensor, innermost first:
+ *   globalDim     {head_dim, seq, heads, batch}  (seq_q/heads_q for tma_q,
+ *                 seq_k/heads_kv for tma_k and tma_v)
+ *   globalStrides {s_stride, h_stride, b_stride} * 2 bytes (d_stride == 1),
+ *                 so one map serves BHSD, BSHD and any other strides
+ *   boxDim        {box, BM, 1, 1} for q, {box, BN, 1, 1} for k and v
+ *   swizzle       box * 2 bytes (128B for box 64); no interleave;
+ *                 L2 promotion 128B; out-of-bounds elements read as zero
+ * so a tile's coordinates are (d0, token0, head, batch).
+ *
+ * Launch: every kernel loops task = blockIdx.x, += gridDim.x while
+ * task < n_tasks (the merge kernel likewise over merges); the host chooses
+ * gridDim.x (persistent or one CTA per task, see runtime/variant.h). */
 typedef struct {
   TSR_ALIGN64 unsigned long long opaque[16];
 } tsr_tmap;
