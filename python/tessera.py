@@ -13,13 +13,25 @@ be captured in a CUDA graph once planned.
 
 block_mask: bool tensor [H, NQ, NK] or [B, H, NQ, NK] over logical blocks of
 block=(bq, bk) tokens (the last block may be ragged).
+
+A CUDA mask is planned on the GPU, where it already is (no copy to the host,
+no synchronisation): attention() keeps one GpuPlan template per shape and
+regime and reuses it, so a step is planning kernels + attention on the
+current stream, capturable in a CUDA graph with the mask buffer's contents
+changing between replays:
+
+    gp = tessera.GpuPlan(ctx, 1, H, H, S, S, D, block=(128, 128))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gp(q, k, v, mask_buf, out=out)
+    mask_buf.copy_(next_mask); g.replay()
 """
 import ctypes
 import ctypes.util
 import math
 import os
 
-__all__ = ["TesseraError", "Context", "Plan", "attention", "library"]
+__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "library"]
 
 # ---- enums mirrored from tessera.h (keep in order) ------------------------
 DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
@@ -48,7 +60,7 @@ class _PlanOpts(ctypes.Structure):
     _fields_ = [("tile_m", ctypes.c_int), ("tile_n", ctypes.c_int),
                 ("mapping", ctypes.c_int), ("tasks", ctypes.c_int),
                 ("num_sms", ctypes.c_int), ("arch", ctypes.c_char_p),
-                ("variant", ctypes.c_char_p)]
+                ("variant", ctypes.c_char_p), ("split_tiles", ctypes.c_int)]
 
 
 class _ContextOpts(ctypes.Structure):
@@ -70,7 +82,28 @@ class _Summary(ctypes.Structure):
                 ("tasks_count", ctypes.c_int64), ("split_rows", ctypes.c_int64),
                 ("empty_rows", ctypes.c_int64), ("selected_pairs", ctypes.c_double),
                 ("computed_pairs", ctypes.c_double), ("wasted_fraction", ctypes.c_double),
-                ("balance", ctypes.c_double), ("variant", ctypes.c_char * 96)]
+                ("balance", ctypes.c_double), ("variant", ctypes.c_char * 96),
+                ("combined", ctypes.c_int), ("subdivided", ctypes.c_int),
+                ("members", ctypes.c_int64), ("merges", ctypes.c_int64),
+                ("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64)]
+
+
+class _GpuPlanCaps(ctypes.Structure):
+    _fields_ = [("mask_batch", ctypes.c_int64), ("mask_heads", ctypes.c_int64),
+                ("max_tiles", ctypes.c_int64), ("max_words", ctypes.c_int64),
+                ("max_slots", ctypes.c_int64)]
+
+
+class _GpuPlanStats(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_int64), ("density", ctypes.c_double),
+                ("row_cv", ctypes.c_double), ("empty_rows", ctypes.c_double),
+                ("tiles", ctypes.c_int64), ("partial_tiles", ctypes.c_int64),
+                ("tasks", ctypes.c_int64), ("merges", ctypes.c_int64),
+                ("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64),
+                ("overflow", ctypes.c_int)]
+
+
+MASK_BYTES, MASK_BITS = 0, 1
 
 
 _lib = None
@@ -107,6 +140,20 @@ def library():
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
+    # GPU planning; absent in older builds.
+    if hasattr(lib, "tsr_gpuplan_create"):
+        for name, (res, args) in {
+            "tsr_gpuplan_caps_init": (V, [P]),
+            "tsr_gpuplan_create": (I, [P, P, P, P, ctypes.POINTER(P), P]),
+            "tsr_gpuplan_destroy": (V, [P]),
+            "tsr_gpuplan_plan": (I, [P, ctypes.c_uint64, I, P, P]),
+            "tsr_gpuplan_run": (I, [P, P, P, P]),
+            "tsr_gpuplan_launch": (I, [P, ctypes.c_uint64, I, P, P, P]),
+            "tsr_gpuplan_summarize": (V, [P, P]),
+            "tsr_gpuplan_stats_read": (I64, [P, P]),
+        }.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
     # Optional entry points (selection); absent in older builds.
     if hasattr(lib, "tsr_context_select"):
         lib.tsr_context_select.restype = I
@@ -233,17 +280,7 @@ class Plan:
         lib, torch = library(), _torch()
         if out is None:
             out = torch.empty_like(q)
-        t = _GpuTensors()
-        for name, x in (("q", q), ("k", k), ("v", v), ("o", out)):
-            if not x.is_cuda or str(x.dtype) not in _DTYPES:
-                raise TesseraError(f"{name} must be a CUDA bf16 or fp16 tensor, got {x.dtype} on {x.device}")
-            *_, st = _layout_of(x, self.layout)
-            setattr(t, name, x.data_ptr())
-            getattr(t, name + "_stride")[:] = list(st)
-        if lse is not None:
-            if lse.dtype != torch.float32 or not lse.is_contiguous():
-                raise TesseraError("lse must be a contiguous float32 tensor [B, Hq, Sq]")
-            t.lse = lse.data_ptr()
+        t = _tensors(q, k, v, out, lse, self.layout)
         if stream is None:
             stream = torch.cuda.current_stream().cuda_stream
         err = _Error()
@@ -262,12 +299,153 @@ class Plan:
     __del__ = close
 
 
+
+def _tensors(q, k, v, out, lse, layout):
+    """Device pointers and BHSD strides of q, k, v, out (and lse) for a launch."""
+    torch = _torch()
+    t = _GpuTensors()
+    for name, x in (("q", q), ("k", k), ("v", v), ("o", out)):
+        if not x.is_cuda or str(x.dtype) not in _DTYPES:
+            raise TesseraError(f"{name} must be a CUDA bf16 or fp16 tensor, got {x.dtype} on {x.device}")
+        *_, st = _layout_of(x, layout)
+        setattr(t, name, x.data_ptr())
+        getattr(t, name + "_stride")[:] = list(st)
+    if lse is not None:
+        if lse.dtype != torch.float32 or not lse.is_contiguous():
+            raise TesseraError("lse must be a contiguous float32 tensor [B, Hq, Sq]")
+        t.lse = lse.data_ptr()
+    return t
+
+
+class GpuPlan:
+    """A plan template planned on the GPU: a device mask in, attention out.
+
+    Chosen once per shape and regime (tile, mapping, task layout, variant,
+    capacities); every call runs the planning kernels on the current stream
+    and the attention kernel after them, with no host synchronisation and
+    no allocation, so it can be captured in a CUDA graph and replayed while
+    the mask buffer changes.  tasks: "row" (default) or "split" with
+    split_tiles > 0.  stats() reads the features the planner wrote for the
+    latest completed step (density, row spread) without synchronising."""
+
+    def __init__(self, context, batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
+                 block=(128, 128), dtype="torch.bfloat16", layout="bhsd", scale=None,
+                 tile=None, mapping="auto", tasks="row", split_tiles=0,
+                 mask_batch=None, mask_heads=None, max_tiles=0, max_slots=0):
+        lib = library()
+        if getattr(lib, "tsr_gpuplan_create", None) is None:
+            raise TesseraError("this libtessera has no GPU planning (tsr_gpuplan_create)")
+        self.ctx = context
+        err = _Error()
+        g = ctypes.c_void_p()
+        bq, bk = block
+        _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
+        self._geom = g
+        self._h = None
+        p = _Problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
+                     0.0 if scale is None else float(scale), _DTYPES[str(dtype)],
+                     LAYOUT_BHSD if layout == "bhsd" else LAYOUT_BSHD, g)
+        _check(lib.tsr_problem_check(ctypes.byref(p), ctypes.byref(err)), err)
+        self._problem = p
+        o = _PlanOpts()
+        lib.tsr_plan_opts_init(ctypes.byref(o))
+        if tile:
+            o.tile_m, o.tile_n = tile
+        o.mapping, o.tasks, o.split_tiles = MAPPINGS[mapping], TASKS[tasks], split_tiles
+        c = _GpuPlanCaps()
+        lib.tsr_gpuplan_caps_init(ctypes.byref(c))
+        c.mask_batch = mask_batch or batch
+        c.mask_heads = mask_heads or heads_q
+        c.max_tiles, c.max_slots = max_tiles, max_slots
+        h = ctypes.c_void_p()
+        _check(lib.tsr_gpuplan_create(context._h, ctypes.byref(p), ctypes.byref(o), ctypes.byref(c),
+                                      ctypes.byref(h), ctypes.byref(err)), err)
+        self._h = h
+        self.layout = layout
+        self.shape = (batch, heads_q, seq_q, seq_k)
+        self.mask_planes = (c.mask_batch, c.mask_heads)
+        self.nq, self.nk = -(-seq_q // bq), -(-seq_k // bk)
+
+    def _mask_ptr(self, mask):
+        torch = _torch()
+        m = mask if mask.dim() == 4 else mask.unsqueeze(0)
+        if m.dim() != 4 or tuple(m.shape) != (*self.mask_planes, self.nq, self.nk):
+            raise TesseraError(f"block mask must be [{self.mask_planes[1]}, {self.nq}, {self.nk}] or "
+                               f"[{self.mask_planes[0]}, {self.mask_planes[1]}, {self.nq}, {self.nk}], "
+                               f"got {tuple(mask.shape)}")
+        if not m.is_cuda or m.dtype not in (torch.bool, torch.uint8) or not m.is_contiguous():
+            raise TesseraError("a GPU-planned block mask must be a contiguous CUDA bool or uint8 tensor")
+        return m.data_ptr()
+
+    def plan(self, mask, stream=None):
+        """Plans the CUDA mask on the current stream (asynchronous)."""
+        lib, torch = library(), _torch()
+        if stream is None:
+            stream = torch.cuda.current_stream().cuda_stream
+        err = _Error()
+        _check(lib.tsr_gpuplan_plan(self._h, self._mask_ptr(mask), MASK_BYTES, ctypes.c_void_p(stream),
+                                    ctypes.byref(err)), err)
+
+    def run(self, q, k, v, out=None, lse=None, stream=None):
+        """Attention with the plan the last plan() on this stream made."""
+        lib, torch = library(), _torch()
+        if out is None:
+            out = torch.empty_like(q)
+        t = _tensors(q, k, v, out, lse, self.layout)
+        if stream is None:
+            stream = torch.cuda.current_stream().cuda_stream
+        err = _Error()
+        _check(lib.tsr_gpuplan_run(self._h, ctypes.byref(t), ctypes.c_void_p(stream), ctypes.byref(err)), err)
+        return out
+
+    def __call__(self, q, k, v, mask, out=None, lse=None, stream=None):
+        """plan(mask) then run(q, k, v): one step, no host synchronisation."""
+        self.plan(mask, stream)
+        return self.run(q, k, v, out=out, lse=lse, stream=stream)
+
+    def stats(self):
+        """Features of the latest completed planning (no synchronisation)."""
+        s = _GpuPlanStats()
+        library().tsr_gpuplan_stats_read(self._h, ctypes.byref(s))
+        return {f: getattr(s, f) for f, _ in _GpuPlanStats._fields_}
+
+    def summary(self):
+        s = _Summary()
+        library().tsr_gpuplan_summarize(self._h, ctypes.byref(s))
+        return {f: (getattr(s, f).decode() if f == "variant" else getattr(s, f))
+                for f, _ in _Summary._fields_}
+
+    def close(self):
+        lib = library()
+        if getattr(self, "_h", None):
+            lib.tsr_gpuplan_destroy(self._h)
+            self._h = None
+        if getattr(self, "_geom", None):
+            lib.tsr_geom_destroy(self._geom)
+            self._geom = None
+
+    __del__ = close
+
+
 def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd",
               scale=None, out=None, lse=None, **plan_kw):
-    """One request: selection + planning + execution.  Returns the output."""
+    """One request: selection + planning + execution.  Returns the output.
+
+    A CUDA block mask is planned on the GPU with a cached GpuPlan template
+    (no host copy, no synchronisation); a CPU mask is planned on the host."""
     ctx = context or Context(device=q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
+    if block_mask.is_cuda and getattr(library(), "tsr_gpuplan_create", None) is not None:
+        m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
+        key = (id(ctx), b, hq, hkv, sq, sk, d, tuple(block), str(q.dtype), layout, scale,
+               m.shape[0], m.shape[1], tuple(sorted(plan_kw.items())))
+        gp = _gpuplans.get(key)
+        if gp is None:
+            gp = GpuPlan(ctx, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype, layout=layout,
+                         scale=scale, mask_batch=m.shape[0], mask_heads=m.shape[1], **plan_kw)
+            _gpuplans[key] = gp
+        return gp(q, k, v, block_mask, out=out, lse=lse)
     plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype,
                 layout=layout, scale=scale, **plan_kw)
     o = plan.run(q, k, v, out=out, lse=lse)
@@ -279,6 +457,7 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
 
 
 _pending = []
+_gpuplans = {}  # GPU plan templates by shape and regime; kept for the process
 
 
 def _reap():

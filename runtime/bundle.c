@@ -135,6 +135,20 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
     }
     out->n++;
   }
+  /* The GPU planner's module per target (optional: older bundles lack it). */
+  {
+    json_t *pl = json_object_get(root, "planner"), *t;
+    const char *key;
+    json_object_foreach(pl, key, t) {
+      int a = tsr_arch_index(key);
+      if (a < 0 || !json_is_object(t)) {
+        st = tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': planner target '%s' is unknown",
+                           path, key);
+        goto done;
+      }
+      out->planner |= 1u << a;
+    }
+  }
 done:
   json_decref(root);
   free(path);
@@ -187,10 +201,9 @@ char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch)
   return p;
 }
 
-tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch, void **data,
-                                 size_t *size, tsr_error *err)
+/* Reads the cubin at `path` (malloc'ed; freed here). */
+static tsr_status read_cubin_file(char *path, void **data, size_t *size, tsr_error *err)
 {
-  char *path = tsr_bundle_cubin_path(b, idx, arch);
   FILE *f;
   long n;
   unsigned char *buf;
@@ -223,4 +236,28 @@ tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *ar
   *data = buf;
   *size = (size_t)n;
   return TSR_OK;
+}
+
+tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch, void **data,
+                                 size_t *size, tsr_error *err)
+{
+  return read_cubin_file(tsr_bundle_cubin_path(b, idx, arch), data, size, err);
+}
+
+tsr_status tsr_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
+                                   tsr_error *err)
+{
+  int a = tsr_arch_index(arch);
+  size_t n = strlen(b->dir) + strlen(arch) + 32;
+  char *path;
+  *data = NULL;
+  *size = 0;
+  if (a < 0 || !(b->planner & (1u << a)))
+    return tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                         "kernel bundle '%s' has no GPU planner for %s (rebuild it with this tessera-gen)",
+                         b->dir, arch);
+  path = malloc(n);
+  if (!path) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot read cubin: out of memory");
+  snprintf(path, n, "%s/%s/tsr_plan.cubin", b->dir, arch);
+  return read_cubin_file(path, data, size, err);
 }

@@ -5,11 +5,13 @@
  * Not installed.
  *
  * registry.json: {"format": 1, "generator": "1", "nvrtc": "13.0",
- *   "layout_version": 1, "variants": [{"name", "family", "dtype",
+ *   "layout_version": 2, "variants": [{"name", "family", "dtype",
  *   "head_dim", "bm", "bn", "stages", "warps", "warpgroups", "layout",
  *   "membership", "tma_box", "threads", "smem",
  *   "targets": {"sm_90a": {"cubin": "sm_90a/<name>.cubin",
- *                          "hash": "<16 hex>", "options": "..."}, ...}}]}
+ *                          "hash": "<16 hex>", "options": "..."}, ...}}],
+ *   "planner": {"sm_90a": {"cubin": "sm_90a/tsr_plan.cubin", ...}, ...}}
+ * "planner" lists the GPU planner's module (templates/plan_gpu.cuh) per target.
  * The loader checks that each name parses and agrees with its fields.
  */
 #ifndef TSR_BUNDLE_H
@@ -37,6 +39,7 @@ typedef struct {
   char generator[16];
   tsr_bundle_entry *items;
   size_t n;
+  unsigned planner;                   /* bit i: <arch i>/tsr_plan.cubin built */
 } tsr_bundle;
 
 /* Reads <dir>/registry.json. */
@@ -51,5 +54,9 @@ long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_ne
 char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch);
 tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch,
                                  void **data, size_t *size, tsr_error *err);
+/* The GPU planner's cubin for `arch` (malloc'ed); TSR_ERR_NO_VARIANT when
+ * the bundle has none. */
+tsr_status tsr_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
+                                   tsr_error *err);
 
 #endif

@@ -31,7 +31,7 @@
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)      \
   X(cuEventElapsedTime) X(cuTensorMapEncodeTiled) X(cuStreamBeginCapture)      \
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                   \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemAllocHost) X(cuMemFreeHost)
 
 typedef struct {
   void *lib; /* dlopen handle */
@@ -56,5 +56,21 @@ const char *tsr_context_arch(const tsr_context *ctx);
 int tsr_context_num_sms(const tsr_context *ctx);
 /* Makes the context's primary context current on the calling thread. */
 tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err);
+
+/* Device-planned plans (gpuplan.c): the caller's device buffers, which it
+ * keeps and frees, and the counts the planning kernels write there. */
+typedef struct {
+  CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
+  CUdeviceptr counts;   /* [0] tasks, [1] merges (device ints) */
+  int masking;          /* partial tiles may occur: pick a variant that masks */
+  int may_merge;        /* rows may be split: launch the merge kernel */
+} tsr_gpu_binding;
+/* Chooses and loads pl's variant and attaches the binding, so that
+ * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
+ * grid.  pl must have no device copies yet. */
+tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
+/* Loads the bundle's GPU planner module for the context's target (the
+ * caller unloads it with cuModuleUnload while the context lives). */
+tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);
 
 #endif

@@ -54,6 +54,8 @@ typedef struct {
   tsr_context *ctx;
   long variant;   /* bundle index */
   CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
+  CUdeviceptr counts; /* device planner: [0] tasks, [1] merges; 0 = host counts */
+  int borrowed;       /* buffers belong to the caller (tsr_gpu_bind) */
   unsigned grid, merge_grid;
 } gpu_plan;
 
@@ -202,7 +204,7 @@ static void gpu_plan_free(void *p)
   tsr_context *ctx;
   if (!g) return;
   ctx = g->ctx;
-  if (ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) {
+  if (!g->borrowed && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) {
     CUdeviceptr *ptrs[] = { &g->tasks, &g->tiles, &g->members, &g->membership, &g->qblk,
                             &g->merges, &g->part_o, &g->part_m, &g->part_l };
     size_t i;
@@ -228,8 +230,10 @@ static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *s
   return TSR_OK;
 }
 
-/* Fills pl->variant (or checks the one named there). */
-static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, long *idx, tsr_error *err)
+/* Fills pl->variant (or checks the one named there); membership: the plan
+ * may carry partial tiles. */
+static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership, long *idx,
+                                 tsr_error *err)
 {
   tsr_variant_need need;
   const char *dt = tsr_variant_dtype_name(pl->problem.dtype);
@@ -237,7 +241,7 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, long *idx, tsr_
   need.head_dim = (int)pl->problem.head_dim;
   need.bm = pl->tile_m;
   need.bn = pl->tile_n;
-  need.membership = pl->n_membership > 0;
+  need.membership = membership;
   if (!dt)
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
                          tsr_dtype_name(pl->problem.dtype));
@@ -283,7 +287,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
     pl->gpu_free = NULL;
   }
   if ((st = tsr_context_make_current(ctx, err))) return st;
-  if ((st = choose_variant(ctx, pl, &idx, err))) return st;
+  if ((st = choose_variant(ctx, pl, pl->n_membership > 0, &idx, err))) return st;
   if ((st = load_variant(ctx, idx, err))) return st;
   e = &ctx->bundle.items[idx];
   m = &ctx->mods[idx];
@@ -419,6 +423,10 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   p.part_o = (float *)(uintptr_t)g->part_o;
   p.part_m = (float *)(uintptr_t)g->part_m;
   p.part_l = (float *)(uintptr_t)g->part_l;
+  if (g->counts) {
+    p.n_tasks_dev = (const tsr_i32 *)(uintptr_t)g->counts;
+    p.n_merges_dev = (const tsr_i32 *)(uintptr_t)g->counts + 1;
+  }
 
   if (e->v.tma_box > 0) {
     CUtensorMapDataType dt =
@@ -446,6 +454,60 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
                          "cuLaunchKernel(merge)", err)))
     return st;
   return TSR_OK;
+}
+
+tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err)
+{
+  gpu_plan *g;
+  long idx = -1;
+  tsr_status st;
+  const loaded_t *m;
+
+  if (!ctx || !pl || !b || !b->counts)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_bind: null context, plan, binding or counts");
+  if (pl->gpu) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_bind: plan already has device copies");
+  if ((st = tsr_context_make_current(ctx, err))) return st;
+  if ((st = choose_variant(ctx, pl, b->masking, &idx, err))) return st;
+  if ((st = load_variant(ctx, idx, err))) return st;
+  m = &ctx->mods[idx];
+  g = calloc(1, sizeof *g);
+  if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot bind device plan: out of memory");
+  g->ctx = ctx;
+  ctx->refs++;
+  g->variant = idx;
+  g->borrowed = 1;
+  g->tasks = b->tasks;
+  g->tiles = b->tiles;
+  g->members = b->members;
+  g->membership = b->membership;
+  g->qblk = b->qblk;
+  g->merges = b->merges;
+  g->part_o = b->part_o;
+  g->part_m = b->part_m;
+  g->part_l = b->part_l;
+  g->counts = b->counts;
+  /* The count is known on the device only: a persistent grid of resident
+   * CTAs (flat variants run the same strided loop) and merge CTAs. */
+  g->grid = (unsigned)((int64_t)ctx->num_sms * m->occupancy);
+  g->merge_grid = b->may_merge ? (unsigned)(8 * ctx->num_sms) : 0;
+  pl->gpu = g;
+  pl->gpu_free = gpu_plan_free;
+  return TSR_OK;
+}
+
+tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err)
+{
+  void *data;
+  size_t size;
+  tsr_status st;
+  *out = NULL;
+  if ((st = tsr_context_make_current(ctx, err)) ||
+      (st = tsr_bundle_read_planner(&ctx->bundle, ctx->arch, &data, &size, err)))
+    return st;
+  st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(out, data), "cuModuleLoadData(planner)", err);
+  free(data);
+  if (st) *out = NULL;
+  return st;
 }
 
 /* ---- synchronous convenience for tools and tests ------------------------- */

@@ -35,11 +35,17 @@
  * Softmax domain: kernels keep m and l in base 2: p = exp2(s * scale_log2 - m),
  * so lse (natural log) = (m + log2(l)) * ln 2.  Partial slots store that m
  * and l; m = -inf and l = 0 for a row with nothing selected in its chunk.
+ *
+ * Device-planned launches (runtime/gpuplan.c): the task and merge counts
+ * are only known on the device, so n_tasks_dev / n_merges_dev point at the
+ * ints the planning kernels write; when non-NULL, kernels read their loop
+ * bound there instead of n_tasks / n_merges (grids are then persistent and
+ * stride over the tasks as usual).  Version 2 added them.
  */
 #ifndef TSR_PLAN_LAYOUT_H
 #define TSR_PLAN_LAYOUT_H
 
-#define TSR_PLAN_LAYOUT_VERSION 1
+#define TSR_PLAN_LAYOUT_VERSION 2
 
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 typedef int tsr_i32;
@@ -107,6 +113,69 @@ typedef struct {
   float *part_o;          /* [slots][BM][D] unnormalised */
   float *part_m;          /* [slots][BM] base-2 row max */
   float *part_l;          /* [slots][BM] row sum */
+  const tsr_i32 *n_tasks_dev;  /* device planner's task count, or NULL */
+  const tsr_i32 *n_merges_dev; /* device planner's merge count, or NULL */
 } tsr_kernel_params;
+
+/* ---- GPU planning (templates/plan_gpu.cuh, runtime/gpuplan.c) ----------
+ *
+ * Parameter block of the planning kernels: a plan template (uniform blocks
+ * bq x bk mapped onto tiles BM x BN, row tasks optionally split into
+ * chunks of at most `chunk` key tiles) bound to device buffers of bounded
+ * capacity.  Problem row r = (b * heads_q + h) * nqt + t.
+ *
+ * Mask: planes [mask_b][mask_h][nq][nk] (mask_b, mask_h: 1 = broadcast),
+ * format 0 = one byte a block (nonzero = selected), 1 = bits, LSB first,
+ * rows padded to 32-bit words.  `pitch` is a row's bytes (format 0) or words.
+ *
+ * counts[] (device ints, TSR_GP_*): written by the planner every step; the
+ * attention kernels read counts[TSR_GP_TASKS] and counts[TSR_GP_MERGES].
+ * row_off[r * TSR_GP_ROW_INTS + k]: per row, tile offset, word offset, slot
+ * offset (-1 unsplit), merge index, task position of its short and long
+ * chunks within their length class.  acc[] (device 64-bit sums, reset by
+ * the planner after use) and stats (host-visible, may be NULL) carry the
+ * features. */
+#define TSR_GP_CLASSES 12   /* task length classes: 11 by log2 length, then empty rows */
+enum {
+  TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
+  TSR_GP_OVERFLOW, TSR_GP_DONE, TSR_GP_STEP, TSR_GP_PARTIAL, TSR_GP_EMPTY,
+  TSR_GP_CLASS_BASE, /* TSR_GP_CLASSES ints */
+  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES
+};
+enum { TSR_GP_ACC_SEL = 0, TSR_GP_ACC_SEL2, TSR_GP_ACC_N };
+#define TSR_GP_ROW_INTS 6
+
+/* Host-visible features of the latest planning, written last-to-first with
+ * `step` last, so a reader that sees the same step before and after copying
+ * has a consistent record. */
+typedef struct {
+  double density;        /* selected / all query-key token pairs */
+  double row_cv;         /* std / mean of selected key tokens per query token */
+  double empty_rows;     /* fraction of problem rows (b, h, q tile) with no tile */
+  tsr_i64 tiles, partial_tiles, tasks, merges, slots, membership_words;
+  tsr_i32 overflow;      /* 1: a capacity was exceeded; nothing was launched */
+  tsr_i32 pad;
+  tsr_i64 step;          /* planning launches completed */
+} tsr_gp_stats;
+
+typedef struct {
+  const void *mask;
+  tsr_i64 plane_b, plane_h;  /* plane strides in rows (0 = broadcast) */
+  tsr_i32 format, pitch;
+  tsr_i32 batch, heads_q, nq, nk, bq, bk, seq_q, seq_k;
+  tsr_i32 bm, bn, nqt, nkt, n_rows;
+  tsr_i32 chunk;             /* most tiles a task; 0 = whole rows */
+  tsr_i32 cap_tiles, cap_words, cap_slots, cap_tasks;
+  tsr_task_rec *tasks;
+  tsr_tile_rec *tiles;
+  tsr_member_rec *members;
+  tsr_u32 *membership;
+  tsr_merge_rec *merges;
+  tsr_i32 *row_len, *row_part; /* per row: tiles, partial tiles */
+  tsr_i32 *row_off;            /* per row: TSR_GP_ROW_INTS ints */
+  tsr_i32 *counts;             /* TSR_GP_COUNTS ints */
+  unsigned long long *acc;     /* TSR_GP_ACC_N sums */
+  tsr_gp_stats *stats;         /* host-mapped, or NULL */
+} tsr_gpuplan_params;
 
 #endif /* TSR_PLAN_LAYOUT_H */

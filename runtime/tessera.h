@@ -624,6 +624,84 @@ void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
 /* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
 
+/* ---- GPU planning (runtime/gpuplan.c, templates/plan_gpu.cuh) --------- */
+
+/* Planning where the mask already is.  A GPU plan is a template chosen once
+ * per shape and regime (tile, mapping, task layout, variant, capacities)
+ * and bound to device buffers; every launch turns a device-resident block
+ * mask into the plan records on the caller's stream with two small kernels
+ * and runs the attention kernel after them on the same stream.  No host
+ * synchronisation, no allocation per launch: plan-and-run can be captured
+ * in a CUDA graph once and replayed while the mask buffer's contents
+ * change.  The planner writes features (density, row spread) to
+ * host-visible memory, so the caller can re-select the regime (another
+ * template) between steps without synchronising.
+ *
+ * Scope: uniform blocks bq x bk (ragged last blocks included) on any tile
+ * the bundle has a variant for; row tasks, or rows split into near-equal
+ * chunks of at most opts.split_tiles key tiles (tasks SPLIT, or AUTO with
+ * split_tiles > 0); empty rows become tasks without tiles.  PACK and
+ * variable geometries are refused (plan on the host for those).  The host
+ * planner is the reference: tsr_gpuplan_download + tsr_plan_verify check a
+ * device plan exactly.
+ *
+ * One gpuplan must not be launched on two streams concurrently (its buffers
+ * hold one plan at a time); launches on one stream queue correctly. */
+typedef struct tsr_gpuplan tsr_gpuplan;
+
+typedef enum {
+  TSR_MASK_BYTES, /* one byte a block pair (bool / uint8), nonzero = selected, C order */
+  TSR_MASK_BITS   /* bit j % 32 of 32-bit word j / 32 of each row, rows padded to words */
+} tsr_mask_format;
+
+typedef struct {
+  int64_t mask_batch, mask_heads; /* planes of the device mask: 1 broadcasts; 0 = batch, heads_q */
+  int64_t max_tiles;  /* tile records; 0 = every tile of every row */
+  int64_t max_words;  /* membership words; 0 = the worst case */
+  int64_t max_slots;  /* partial slots of split rows; 0 = the worst case, at most 256 MiB of
+                         partials; rows past the slots stay whole (never an error) */
+} tsr_gpuplan_caps;
+
+void tsr_gpuplan_caps_init(tsr_gpuplan_caps *c);
+/* Resolves the template (as tsr_plan_create would for tile and mapping),
+ * picks and loads the variant, allocates the bounded buffers.  opts.num_sms
+ * 0 = the device's.  The problem's geometry is borrowed. */
+tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_plan_opts *o,
+                              const tsr_gpuplan_caps *caps, tsr_gpuplan **out, tsr_error *err);
+void tsr_gpuplan_destroy(tsr_gpuplan *gp);
+/* Plans the device mask at `mask` (a CUdeviceptr) on `stream` (a CUstream). */
+tsr_status tsr_gpuplan_plan(tsr_gpuplan *gp, uint64_t mask, tsr_mask_format format, void *stream,
+                            tsr_error *err);
+/* Runs attention with the plan the last tsr_gpuplan_plan on this stream made. */
+tsr_status tsr_gpuplan_run(tsr_gpuplan *gp, const tsr_gpu_tensors *t, void *stream, tsr_error *err);
+/* Both: plan, then run, on one stream. */
+tsr_status tsr_gpuplan_launch(tsr_gpuplan *gp, uint64_t mask, tsr_mask_format format,
+                              const tsr_gpu_tensors *t, void *stream, tsr_error *err);
+/* Synchronises the context and copies the current plan back as a host plan
+ * (for tsr_plan_verify, tsr_cpu_execute, explain).  TSR_ERR_CAPACITY when
+ * the last planning overflowed a capacity (then nothing ran). */
+tsr_status tsr_gpuplan_download(tsr_gpuplan *gp, tsr_plan **host_copy, tsr_error *err);
+/* Template facts: tile, mapping, task layout, variant (counts are zero). */
+void tsr_gpuplan_summarize(const tsr_gpuplan *gp, tsr_plan_summary *s);
+
+/* Features of the latest completed planning, read from host-visible memory
+ * without synchronising (a step behind while one is in flight). */
+typedef struct {
+  int64_t step;           /* plannings completed; 0 = none yet */
+  double density;         /* selected / all query-key token pairs */
+  double row_cv;          /* std / mean of selected key tokens per query token */
+  double empty_rows;      /* fraction of (batch, head, q tile) rows with no tile */
+  int64_t tiles, partial_tiles, tasks, merges, slots, membership_words;
+  int overflow;           /* a capacity was exceeded: the step computed nothing */
+} tsr_gpuplan_stats;
+
+/* Returns the step read (0 when no planning has completed). */
+int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *gp, tsr_gpuplan_stats *s);
+/* Features for tsr_select_plan from stats: density, spread, empty rows and
+ * the geometry exactly; block_density = density; fill[] from this template's
+ * tile for every candidate tile (an estimate). */
+void tsr_gpuplan_features(const tsr_gpuplan *gp, const tsr_gpuplan_stats *s, tsr_features *f);
+
 #ifdef __cplusplus
 }
 #endif

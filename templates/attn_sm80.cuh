@@ -73,7 +73,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
   const int group = p.heads_q / p.heads_kv;
   const int row_base = warp * MT * 16;
 
-  for (int t = blockIdx.x; t < p.n_tasks; t += gridDim.x) {
+  /* Device-planned launches read the task count the planner wrote. */
+  const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
+  for (int t = blockIdx.x; t < n_tasks; t += gridDim.x) {
     const tsr_task_rec task = p.tasks[t];
     const int ntiles = task.tile_end - task.tile_begin;
     for (int mi = 0; mi < task.n_members; ++mi) {

@@ -41,7 +41,8 @@ extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
 {
   constexpr int BM = TSR_BM, D = TSR_HEAD_DIM;
   __shared__ float sM[BM], sInv[BM];
-  for (int mi = blockIdx.x; mi < p.n_merges; mi += gridDim.x) {
+  const int n_merges = p.n_merges_dev ? *p.n_merges_dev : p.n_merges; /* device planner */
+  for (int mi = blockIdx.x; mi < n_merges; mi += gridDim.x) {
     const tsr_merge_rec mr = p.merges[mi];
     const int q0 = mr.q_tile * BM;
     const int rows = min(BM, p.seq_q - q0);

@@ -373,17 +373,19 @@ START_TEST(test_registry_rejects)
   static const struct {
     const char *json, *want;
   } bad[] = {
-    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
       "\"head_dim\": 128, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
       "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {}}]}",
       "disagree with its name" },
-    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
       "\"head_dim\": 64, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
       "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {\"sm_75\": {\"hash\": \"0123456789abcdef\"}}}]}",
       "unknown target 'sm_75'" },
     { "{\"format\": 1, \"layout_version\": 99, \"variants\": []}", "plan layout 99" },
-    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
-    { "{\"format\": 1, \"layout_version\": 1, \"variants\": [", "bad kernel registry" },
+    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
+    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [", "bad kernel registry" },
+    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [], \"planner\": {\"sm_75\": {}}}",
+      "planner target 'sm_75' is unknown" },
   };
   char dir[] = "/tmp/tsr-registry-XXXXXX", path[4096];
   tsr_bundle b;

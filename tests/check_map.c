@@ -100,13 +100,21 @@ static void check_tiles_exact(const pc_case *c, const tsr_plan *pl)
 /* Task invariants: order, chunk limit, members, merges. */
 static void check_tasks(const pc_case *c, const tsr_plan *pl, tsr_tasks asked, int split)
 {
-  int64_t i, prev = INT64_MAX, split_rows = 0;
+  int64_t i, prev = INT64_MAX, prev_group = -1, split_rows = 0;
+  int64_t per_kv = pl->problem.heads_q / pl->problem.heads_kv;
   for (i = 0; i < pl->n_tasks; i++) {
     const tsr_task_rec *t = &pl->tasks[i];
     int64_t key = (int64_t)t->n_members * (t->tile_end - t->tile_begin);
+    int64_t group = (int64_t)t->batch * pl->problem.heads_kv + t->head / per_kv;
+    /* Groups (batch, KV head) in ascending order, longest first inside one. */
+    ck_assert_msg(group >= prev_group, "%s: task %lld of group %lld after group %lld",
+                  c->what, (long long)i, (long long)group, (long long)prev_group);
+    if (group != prev_group)
+      prev = INT64_MAX;
     ck_assert_msg(key <= prev, "%s: task %lld walks %lld tiles after %lld (not longest first)",
                   c->what, (long long)i, (long long)key, (long long)prev);
     prev = key;
+    prev_group = group;
     ck_assert_int_le(t->n_members, TSR_PLAN_MAX_MEMBERS);
     if (split && (pl->task_layout == TSR_TASKS_SPLIT) && t->partial >= 0)
       ck_assert_int_le(t->tile_end - t->tile_begin, split);
@@ -317,7 +325,7 @@ START_TEST(test_tasks_gqa_empty)
   tu_rng r = {tu_seed("tasks_gqa_empty", 31)};
   pc_case c;
   tsr_plan *pl;
-  int64_t i, packed = 0, row_tasks;
+  int64_t i, packed = 0, empty, row_tasks;
   /* 8 query heads on 2 KV heads, one broadcast plane: every group packs. */
   uniform_case(&r, &c, 640, 64, 64, 8, 2, 1, 0.5);
   memset(c.bits, 0, (size_t)c.nk); /* query block 0 empty */
@@ -338,9 +346,13 @@ START_TEST(test_tasks_gqa_empty)
   ck_assert_int_lt(pl->n_tasks, row_tasks / 3);
   ck_assert_int_eq(pl->task_layout, TSR_TASKS_PACK);
   ck_assert_int_eq(pl->summary.members, 8 * pl->n_q_tiles);
-  /* the 8 empty rows: one zero-output task of 8 members */
-  ck_assert_int_eq(pl->tasks[pl->n_tasks - 1].tile_end, pl->tasks[pl->n_tasks - 1].tile_begin);
-  ck_assert_int_eq(pl->tasks[pl->n_tasks - 1].n_members, 8);
+  /* the 8 empty rows: one zero-output task of 8 members (last of its group) */
+  for (i = 0, empty = 0; i < pl->n_tasks; i++)
+    if (pl->tasks[i].tile_end == pl->tasks[i].tile_begin) {
+      ck_assert_int_eq(pl->tasks[i].n_members, 8);
+      empty++;
+    }
+  ck_assert_int_eq(empty, 1);
   ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
   tsr_plan_destroy(pl);
   pc_free(&c);

@@ -782,7 +782,9 @@ START_TEST(test_export_roundtrip)
 }
 END_TEST
 
-/* Selection cost on top of features: a binary search per level. */
+/* Selection cost on top of features: a binary search per level.  The
+ * figure is printed for the log; the 5 microsecond target is a benchmark
+ * (BENCHMARKS.md, `tessera plan --bench`), never a timed assertion. */
 START_TEST(test_select_time)
 {
   tu_rng rng = {base_seed + 59};
@@ -813,7 +815,6 @@ START_TEST(test_select_time)
   us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) / n;
   fprintf(stderr, "selection: %.3f us per call (%d of %d from the table)\n", us, hits, n);
   ck_assert_int_eq(hits, n - n / 3);
-  ck_assert_double_lt(us, 5.0);
   tsr_select_destroy(sel);
   tsr_db_close(fx.db);
 }

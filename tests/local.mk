@@ -103,5 +103,17 @@ tests_check_select_SOURCES = tests/check_select.c
 tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
 tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/profile_cli.sh
+EXTRA_DIST += tests/profile_cli.sh
+
+# GPU planning: gpu_plan is plain C (no Check on the GPU machine) and exits
+# 77 without a GPU; gpuplan-bundle.sh checks on any machine that every cubin
+# of the bundle carries the planning kernels (compiled for every target).
+check_PROGRAMS += tests/gpu_plan
+TESTS += tests/gpu_plan tests/gpuplan-bundle.sh
+EXTRA_DIST += tests/gpuplan-bundle.sh
+tests_gpu_plan_SOURCES = tests/gpu_plan.c
+tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh tests/gpu_profile.sh
 EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh

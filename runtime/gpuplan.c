@@ -1,0 +1,542 @@
+/*
+ * gpuplan.c: planning on the GPU (tessera.h "GPU planning").  A gpuplan is
+ * a plan template (tile, mapping, task layout and variant resolved once, as
+ * the host planner would for the same options) bound to device buffers
+ * sized for the worst case or the caller's capacities.  Each launch runs
+ * the planning kernels of templates/plan_gpu.cuh (tsr_plan_count, then
+ * tsr_plan_emit) on the caller's stream and then the attention kernel,
+ * which reads its task count from the device (tsr_gpu_bind in gpu.c).
+ *
+ * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
+ * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
+ * or four cuLaunchKernel calls, no allocation, no synchronisation).
+ * Download synchronises and copies the plan back (tests, verification).
+ * The features record lives in pinned host memory that the scan CTA writes
+ * through unified addressing; reading it is a seqlock-guarded copy.
+ */
+#include "cuda_impl.h"
+#include "plan_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Default ceiling for partial slots' workspace. */
+#define DEFAULT_SLOT_BYTES (256LL << 20)
+
+struct tsr_gpuplan {
+  tsr_context *ctx;
+  tsr_plan *pl;              /* the template: problem, tile, mapping, variant, qblk */
+  tsr_gpuplan_params gp;     /* kernel parameters (mask filled per launch) */
+  int64_t mask_b, mask_h;
+  CUmodule mod;              /* the bundle's planner module (tsr_plan.cubin) */
+  CUfunction count_fn, emit_fn;
+  CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
+  CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_acc;
+  tsr_gp_stats *stats;       /* pinned, written by the device */
+};
+
+void tsr_gpuplan_caps_init(tsr_gpuplan_caps *c)
+{
+  if (c) memset(c, 0, sizeof *c);
+}
+
+static void free_buffers(tsr_gpuplan *g)
+{
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  CUdeviceptr *ptrs[] = {&g->d_tasks,   &g->d_tiles,   &g->d_members,  &g->d_membership,
+                         &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
+                         &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
+                         &g->d_counts,  &g->d_acc};
+  size_t i;
+  if (tsr_context_make_current(g->ctx, NULL) != TSR_OK) return;
+  for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
+    if (*ptrs[i]) {
+      cu->cuMemFree(*ptrs[i]);
+      *ptrs[i] = 0;
+    }
+  if (g->stats) cu->cuMemFreeHost(g->stats);
+  g->stats = NULL;
+  if (g->mod) cu->cuModuleUnload(g->mod);
+  g->mod = NULL;
+}
+
+void tsr_gpuplan_destroy(tsr_gpuplan *g)
+{
+  if (!g) return;
+  /* Free the buffers while the plan's device record (which only borrows
+   * them) still holds its context reference, then drop the record. */
+  if (g->ctx) free_buffers(g);
+  tsr_plan_destroy(g->pl);
+  free(g);
+}
+
+static tsr_status dalloc(tsr_gpuplan *g, CUdeviceptr *dst, int64_t bytes, const char *what,
+                         tsr_error *err)
+{
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  if (bytes < 16) bytes = 16; /* never a null buffer: kernels index it unconditionally */
+  if (cu->cuMemAlloc(dst, (size_t)bytes) != CUDA_SUCCESS) {
+    *dst = 0;
+    return tsr_error_set(err, TSR_ERR_NOMEM,
+                         "cannot create GPU plan: out of device memory for %s (%lld bytes)", what,
+                         (long long)bytes);
+  }
+  return TSR_OK;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_plan_opts *o,
+                              const tsr_gpuplan_caps *caps, tsr_gpuplan **out, tsr_error *err)
+{
+  tsr_plan_opts defaults;
+  tsr_gpuplan_caps defcaps;
+  tsr_gpuplan *g = NULL;
+  tsr_plan *pl;
+  tsr_status st;
+  const tsr_cu *cu;
+  int64_t bq, bk, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
+  int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks;
+  int multi = 0;
+  tsr_gpu_binding b;
+
+  if (out) *out = NULL;
+  if (!ctx || !p || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: context, problem and output are required");
+  if (!p->geom)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: the problem has no block geometry");
+  if (!o) {
+    tsr_plan_opts_init(&defaults);
+    o = &defaults;
+  }
+  if (!caps) {
+    tsr_gpuplan_caps_init(&defcaps);
+    caps = &defcaps;
+  }
+  if (!tsr_geom_is_uniform(p->geom, &bq, &bk))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "cannot plan on the GPU: blocks must be uniform, got a variable geometry "
+                         "(plan on the host)");
+  if (o->tasks == TSR_TASKS_PACK)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "cannot plan on the GPU: task layout 'pack' is host-only (use row or split)");
+  if ((unsigned)o->tasks > TSR_TASKS_PACK || (unsigned)o->mapping > TSR_MAP_SUBDIVIDE)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: invalid mapping %d or task layout %d",
+                         (int)o->mapping, (int)o->tasks);
+  if (o->split_tiles < 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid split chunk %d: must not be negative", o->split_tiles);
+  if (o->tasks == TSR_TASKS_SPLIT && o->split_tiles == 0)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot plan on the GPU: task layout 'split' needs a fixed chunk (split_tiles > 0)");
+  if (o->num_sms < 0 || o->num_sms > 65536)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid multiprocessor count %d: expected 1 to 65536 (0 = the device's)",
+                         o->num_sms);
+  if (o->variant && strlen(o->variant) >= sizeof pl->variant)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid variant name '%.40s...': longer than 95", o->variant);
+  if (caps->mask_batch < 0 || caps->mask_heads < 0 || caps->max_tiles < 0 || caps->max_words < 0 ||
+      caps->max_slots < 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: capacities must not be negative");
+
+  g = calloc(1, sizeof *g);
+  pl = calloc(1, sizeof *pl);
+  if (!g || !pl) {
+    free(g);
+    free(pl);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory");
+  }
+  g->pl = pl;
+  pl->problem = *p;
+  if ((st = tsr_problem_check(&pl->problem, err))) goto fail;
+  if (pl->problem.dtype != TSR_DT_BF16 && pl->problem.dtype != TSR_DT_F16) {
+    st = tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
+                       tsr_dtype_name(pl->problem.dtype));
+    goto fail;
+  }
+  if (tsr_geom_seq_q(p->geom) != pl->problem.seq_q || tsr_geom_seq_k(p->geom) != pl->problem.seq_k) {
+    st = tsr_error_set(err, TSR_ERR_SHAPE,
+                       "cannot create GPU plan: geometry covers %lldx%lld tokens, problem has %lldx%lld",
+                       (long long)tsr_geom_seq_q(p->geom), (long long)tsr_geom_seq_k(p->geom),
+                       (long long)pl->problem.seq_q, (long long)pl->problem.seq_k);
+    goto fail;
+  }
+  g->mask_b = caps->mask_batch ? caps->mask_batch : pl->problem.batch;
+  g->mask_h = caps->mask_heads ? caps->mask_heads : pl->problem.heads_q;
+  if ((g->mask_b != 1 && g->mask_b != pl->problem.batch) ||
+      (g->mask_h != 1 && g->mask_h != pl->problem.heads_q)) {
+    st = tsr_error_set(err, TSR_ERR_SHAPE,
+                       "cannot create GPU plan: mask planes %lldx%lld do not broadcast to batch %lld "
+                       "and %lld query heads",
+                       (long long)g->mask_b, (long long)g->mask_h, (long long)pl->problem.batch,
+                       (long long)pl->problem.heads_q);
+    goto fail;
+  }
+  pl->opts = *o;
+  pl->opts.arch = NULL;
+  pl->opts.variant = NULL;
+  pl->num_sms = o->num_sms ? o->num_sms : tsr_context_num_sms(ctx);
+  strcpy(pl->arch, tsr_context_arch(ctx));
+  if (o->variant) strcpy(pl->variant, o->variant);
+  if ((st = tsr_map_resolve(pl, o, err))) goto fail;
+  if (o->split_tiles > 0 && o->tasks != TSR_TASKS_ROW) chunk = o->split_tiles;
+  pl->task_layout = chunk ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
+
+  nq = tsr_geom_nq(p->geom);
+  nk = tsr_geom_nk(p->geom);
+  nqt = pl->n_q_tiles;
+  nkt = pl->n_k_tiles;
+  rows = pl->problem.batch * pl->problem.heads_q * nqt;
+  wn = pl->tile_n / 32;
+  if (rows > INT32_MAX / TSR_GP_ROW_INTS || nq * g->mask_b * g->mask_h > INT32_MAX) {
+    st = tsr_error_set(err, TSR_ERR_CAPACITY,
+                       "cannot plan %lld rows on the GPU: plans index rows with 32-bit integers",
+                       (long long)rows);
+    goto fail;
+  }
+  /* Partial tiles occur only where a tile meets several blocks. */
+  for (t = 0; t < nqt; t++) {
+    int64_t r0 = t * pl->tile_m, r1 = min64(r0 + pl->tile_m, pl->problem.seq_q);
+    int64_t ns = (r1 - 1) / bq - r0 / bq + 1;
+    if (ns > nseg_max) nseg_max = ns;
+  }
+  for (u = 0; u < nkt && !multi; u++) {
+    int64_t c0 = u * pl->tile_n, c1 = min64(c0 + pl->tile_n, pl->problem.seq_k);
+    multi = c0 / bk != (c1 - 1) / bk;
+  }
+  multi |= nseg_max > 1;
+
+  worst_tiles = rows * nkt;
+  worst_words = multi ? worst_tiles * nseg_max * wn : 0;
+  worst_slots = chunk ? rows * ((nkt + chunk - 1) / chunk) : 0;
+  cap_tiles = min64(caps->max_tiles ? caps->max_tiles : worst_tiles, INT32_MAX);
+  cap_words = min64(caps->max_words ? caps->max_words : worst_words, INT32_MAX);
+  {
+    int64_t per_slot = (int64_t)pl->tile_m * (pl->problem.head_dim + 2) * 4;
+    cap_slots = caps->max_slots ? caps->max_slots : min64(worst_slots, DEFAULT_SLOT_BYTES / per_slot);
+    cap_slots = min64(min64(cap_slots, worst_slots), INT32_MAX - rows);
+  }
+  cap_tasks = rows + cap_slots;
+
+  g->ctx = ctx;
+  cu = tsr_context_cu(ctx);
+  if ((st = tsr_context_make_current(ctx, err))) goto fail;
+  {
+    int64_t ts = (int64_t)sizeof(tsr_task_rec), ms = (int64_t)sizeof(tsr_member_rec);
+    int64_t slot_rows = cap_slots * pl->tile_m;
+    if ((st = dalloc(g, &g->d_tasks, cap_tasks * ts, "tasks", err)) ||
+        (st = dalloc(g, &g->d_members, cap_tasks * ms, "members", err)) ||
+        (st = dalloc(g, &g->d_tiles, cap_tiles * (int64_t)sizeof(tsr_tile_rec), "tiles", err)) ||
+        (st = dalloc(g, &g->d_membership, cap_words * 4, "membership words", err)) ||
+        (st = dalloc(g, &g->d_merges, chunk ? rows * (int64_t)sizeof(tsr_merge_rec) : 0, "merges", err)) ||
+        (st = dalloc(g, &g->d_qblk, pl->problem.seq_q * 4, "qblk", err)) ||
+        (st = dalloc(g, &g->d_part_o, slot_rows * pl->problem.head_dim * 4, "partial outputs", err)) ||
+        (st = dalloc(g, &g->d_part_m, slot_rows * 4, "partial maxima", err)) ||
+        (st = dalloc(g, &g->d_part_l, slot_rows * 4, "partial sums", err)) ||
+        (st = dalloc(g, &g->d_row_len, rows * 4, "row lengths", err)) ||
+        (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
+        (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
+        (st = dalloc(g, &g->d_counts, TSR_GP_COUNTS * 4, "counts", err)) ||
+        (st = dalloc(g, &g->d_acc, TSR_GP_ACC_N * 8, "feature sums", err)))
+      goto fail;
+  }
+  if (cu->cuMemAllocHost((void **)&g->stats, sizeof *g->stats) != CUDA_SUCCESS) {
+    g->stats = NULL;
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of pinned memory for features");
+    goto fail;
+  }
+  memset(g->stats, 0, sizeof *g->stats);
+
+  /* qblk is fixed by the geometry: computed and uploaded once. */
+  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
+  if (!pl->qblk) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for qblk");
+    goto fail;
+  }
+  pl->n_qblk = pl->problem.seq_q;
+  for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
+  {
+    static const unsigned zeros[TSR_GP_COUNTS + 2 * TSR_GP_ACC_N];
+    if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
+                           "cuMemcpyHtoD(qblk)", err)) ||
+        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, TSR_GP_COUNTS * 4), "cuMemcpyHtoD(counts)",
+                           err)) ||
+        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_acc, zeros, TSR_GP_ACC_N * 8), "cuMemcpyHtoD(sums)", err)))
+      goto fail;
+  }
+
+  memset(&b, 0, sizeof b);
+  b.tasks = g->d_tasks;
+  b.tiles = g->d_tiles;
+  b.members = g->d_members;
+  b.membership = g->d_membership;
+  b.qblk = g->d_qblk;
+  b.merges = g->d_merges;
+  b.part_o = g->d_part_o;
+  b.part_m = g->d_part_m;
+  b.part_l = g->d_part_l;
+  b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
+  b.masking = multi;
+  b.may_merge = chunk > 0 && cap_slots > 0;
+  if ((st = tsr_gpu_bind(ctx, pl, &b, err)) || (st = tsr_gpu_load_planner(ctx, &g->mod, err)) ||
+      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
+                         "cuModuleGetFunction(tsr_plan_count)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
+                         "cuModuleGetFunction(tsr_plan_emit)", err)))
+    goto fail;
+
+  memset(&g->gp, 0, sizeof g->gp);
+  g->gp.plane_h = g->mask_h == 1 ? 0 : nq;
+  g->gp.plane_b = g->mask_b == 1 ? 0 : g->mask_h * nq;
+  g->gp.batch = (tsr_i32)pl->problem.batch;
+  g->gp.heads_q = (tsr_i32)pl->problem.heads_q;
+  g->gp.nq = (tsr_i32)nq;
+  g->gp.nk = (tsr_i32)nk;
+  g->gp.bq = (tsr_i32)bq;
+  g->gp.bk = (tsr_i32)bk;
+  g->gp.seq_q = (tsr_i32)pl->problem.seq_q;
+  g->gp.seq_k = (tsr_i32)pl->problem.seq_k;
+  g->gp.bm = pl->tile_m;
+  g->gp.bn = pl->tile_n;
+  g->gp.nqt = (tsr_i32)nqt;
+  g->gp.nkt = (tsr_i32)nkt;
+  g->gp.n_rows = (tsr_i32)rows;
+  g->gp.chunk = (tsr_i32)chunk;
+  g->gp.cap_tiles = (tsr_i32)cap_tiles;
+  g->gp.cap_words = (tsr_i32)cap_words;
+  g->gp.cap_slots = (tsr_i32)cap_slots;
+  g->gp.cap_tasks = (tsr_i32)cap_tasks;
+  g->gp.tasks = (tsr_task_rec *)(uintptr_t)g->d_tasks;
+  g->gp.tiles = (tsr_tile_rec *)(uintptr_t)g->d_tiles;
+  g->gp.members = (tsr_member_rec *)(uintptr_t)g->d_members;
+  g->gp.membership = (tsr_u32 *)(uintptr_t)g->d_membership;
+  g->gp.merges = (tsr_merge_rec *)(uintptr_t)g->d_merges;
+  g->gp.row_len = (tsr_i32 *)(uintptr_t)g->d_row_len;
+  g->gp.row_part = (tsr_i32 *)(uintptr_t)g->d_row_part;
+  g->gp.row_off = (tsr_i32 *)(uintptr_t)g->d_row_off;
+  g->gp.counts = (tsr_i32 *)(uintptr_t)g->d_counts;
+  g->gp.acc = (unsigned long long *)(uintptr_t)g->d_acc;
+  g->gp.stats = g->stats;
+
+  pl->summary.tile_m = pl->tile_m;
+  pl->summary.tile_n = pl->tile_n;
+  pl->summary.mapping = pl->mapping;
+  pl->summary.tasks = pl->task_layout;
+  memcpy(pl->summary.variant, pl->variant, sizeof pl->summary.variant);
+  *out = g;
+  return TSR_OK;
+fail:
+  tsr_gpuplan_destroy(g);
+  return st;
+}
+
+tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format format, void *stream,
+                            tsr_error *err)
+{
+  const tsr_cu *cu;
+  tsr_gpuplan_params prm;
+  void *args[1];
+  unsigned nrows;
+  tsr_status st;
+
+  if (!g) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpuplan_plan: null GPU plan");
+  if (!mask) return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan on the GPU: null device mask");
+  if (format != TSR_MASK_BYTES && format != TSR_MASK_BITS)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan on the GPU: unknown mask format %d", (int)format);
+  if (format == TSR_MASK_BITS && mask % 4)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan on the GPU: a bit-packed mask must be 4-byte aligned");
+  cu = tsr_context_cu(g->ctx);
+  if ((st = tsr_context_make_current(g->ctx, err))) return st;
+  prm = g->gp;
+  prm.mask = (const void *)(uintptr_t)mask;
+  prm.format = format == TSR_MASK_BITS;
+  prm.pitch = format == TSR_MASK_BITS ? (prm.nk + 31) / 32 : prm.nk;
+  args[0] = &prm;
+  nrows = (unsigned)prm.n_rows;
+  if ((st = tsr_cu_check(cu,
+                         cu->cuLaunchKernel(g->count_fn, (nrows + 31) / 32, 1, 1, 1024, 1, 1, 0,
+                                            (CUstream)stream, args, NULL),
+                         "cuLaunchKernel(tsr_plan_count)", err)))
+    return st;
+  return tsr_cu_check(cu,
+                      cu->cuLaunchKernel(g->emit_fn, (nrows + 7) / 8, 1, 1, 256, 1, 1, 0, (CUstream)stream,
+                                         args, NULL),
+                      "cuLaunchKernel(tsr_plan_emit)", err);
+}
+
+tsr_status tsr_gpuplan_run(tsr_gpuplan *g, const tsr_gpu_tensors *t, void *stream, tsr_error *err)
+{
+  if (!g) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpuplan_run: null GPU plan");
+  return tsr_gpu_launch(g->ctx, g->pl, t, stream, err);
+}
+
+tsr_status tsr_gpuplan_launch(tsr_gpuplan *g, uint64_t mask, tsr_mask_format format,
+                              const tsr_gpu_tensors *t, void *stream, tsr_error *err)
+{
+  tsr_status st;
+  if (!t) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpuplan_launch: null tensors");
+  st = tsr_gpuplan_plan(g, mask, format, stream, err);
+  return st ? st : tsr_gpuplan_run(g, t, stream, err);
+}
+
+/* Copies n records of `size` bytes into the host plan's buffer `slot`. */
+static tsr_status dcopy(const tsr_cu *cu, tsr_plan *h, int slot, void **dst, CUdeviceptr src, int64_t n,
+                        size_t size, const char *what, tsr_error *err)
+{
+  *dst = tsr_plan_buf(h, slot, (size_t)(n > 0 ? n : 1) * size);
+  if (!*dst) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot download GPU plan: out of memory for %s", what);
+  if (n <= 0) return TSR_OK;
+  return tsr_cu_check(cu, cu->cuMemcpyDtoH(*dst, src, (size_t)n * size), "cuMemcpyDtoH", err);
+}
+
+tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error *err)
+{
+  const tsr_cu *cu;
+  tsr_i32 counts[TSR_GP_COUNTS];
+  tsr_plan *h;
+  tsr_status st;
+
+  if (host_copy) *host_copy = NULL;
+  if (!g || !host_copy) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpuplan_download: null argument");
+  cu = tsr_context_cu(g->ctx);
+  if ((st = tsr_context_make_current(g->ctx, err)) ||
+      (st = tsr_cu_check(cu, cu->cuCtxSynchronize(), "cuCtxSynchronize", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(counts, g->d_counts, sizeof counts), "cuMemcpyDtoH(counts)", err)))
+    return st;
+  if (counts[TSR_GP_STEP] == 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot download GPU plan: nothing was planned yet");
+  if (counts[TSR_GP_OVERFLOW])
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "GPU plan overflowed its capacity: %d tiles (capacity %d), %d membership words "
+                         "(capacity %d)",
+                         counts[TSR_GP_TILES], g->gp.cap_tiles, counts[TSR_GP_WORDS], g->gp.cap_words);
+  h = calloc(1, sizeof *h);
+  if (!h) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot download GPU plan: out of memory");
+  h->problem = g->pl->problem;
+  h->opts = g->pl->opts;
+  h->tile_m = g->pl->tile_m;
+  h->tile_n = g->pl->tile_n;
+  h->mapping = g->pl->mapping;
+  h->task_layout = g->pl->task_layout;
+  h->num_sms = g->pl->num_sms;
+  memcpy(h->arch, g->pl->arch, sizeof h->arch);
+  memcpy(h->variant, g->pl->variant, sizeof h->variant);
+  h->n_q_tiles = g->pl->n_q_tiles;
+  h->n_k_tiles = g->pl->n_k_tiles;
+  h->n_tasks = counts[TSR_GP_TASKS];
+  h->n_members = counts[TSR_GP_TASKS];
+  h->n_tiles = counts[TSR_GP_TILES];
+  h->n_membership = counts[TSR_GP_WORDS];
+  h->n_merges = counts[TSR_GP_MERGES];
+  h->n_slots = counts[TSR_GP_SLOTS];
+  h->n_qblk = g->pl->n_qblk;
+  if ((st = dcopy(cu, h, TSR_BUF_TASKS, (void **)&h->tasks, g->d_tasks, h->n_tasks, sizeof *h->tasks,
+                  "tasks", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MEMBERS, (void **)&h->members, g->d_members, h->n_members,
+                  sizeof *h->members, "members", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_TILES, (void **)&h->tiles, g->d_tiles, h->n_tiles, sizeof *h->tiles,
+                  "tiles", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MEMBERSHIP, (void **)&h->membership, g->d_membership, h->n_membership,
+                  sizeof *h->membership, "membership", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_MERGES, (void **)&h->merges, g->d_merges, h->n_merges, sizeof *h->merges,
+                  "merges", err)) ||
+      (st = dcopy(cu, h, TSR_BUF_QBLK, (void **)&h->qblk, g->d_qblk, h->n_qblk, sizeof *h->qblk, "qblk",
+                  err))) {
+    tsr_plan_destroy(h);
+    return st;
+  }
+  {
+    tsr_plan_summary *s = &h->summary;
+    tsr_gpuplan_stats f;
+    *s = g->pl->summary;
+    s->tiles = h->n_tiles;
+    s->tasks_count = h->n_tasks;
+    s->split_rows = h->n_merges;
+    s->empty_rows = counts[TSR_GP_EMPTY];
+    s->members = h->n_members;
+    s->merges = h->n_merges;
+    s->slots = h->n_slots;
+    s->membership_words = h->n_membership;
+    if (tsr_gpuplan_stats_read(g, &f) > 0) {
+      s->partial_tiles = f.partial_tiles;
+      s->selected_pairs = f.density * (double)h->problem.batch * (double)h->problem.heads_q *
+                          (double)h->problem.seq_q * (double)h->problem.seq_k;
+    }
+  }
+  *host_copy = h;
+  return TSR_OK;
+}
+
+void tsr_gpuplan_summarize(const tsr_gpuplan *g, tsr_plan_summary *s)
+{
+  if (!s) return;
+  if (!g) {
+    memset(s, 0, sizeof *s);
+    return;
+  }
+  *s = g->pl->summary;
+  memcpy(s->variant, g->pl->variant, sizeof s->variant);
+}
+
+int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *g, tsr_gpuplan_stats *out)
+{
+  const volatile tsr_gp_stats *v;
+  int tries;
+  if (out) memset(out, 0, sizeof *out);
+  if (!g || !out || !g->stats) return 0;
+  v = g->stats;
+  /* Seqlock: the device writes step = -1, the fields, then the step. */
+  for (tries = 0; tries < 1000; tries++) {
+    tsr_i64 s1 = v->step, s2;
+    if (s1 < 0) continue;
+    out->density = v->density;
+    out->row_cv = v->row_cv;
+    out->empty_rows = v->empty_rows;
+    out->tiles = v->tiles;
+    out->partial_tiles = v->partial_tiles;
+    out->tasks = v->tasks;
+    out->merges = v->merges;
+    out->slots = v->slots;
+    out->membership_words = v->membership_words;
+    out->overflow = v->overflow;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    s2 = v->step;
+    if (s1 == s2) {
+      out->step = s1;
+      return s1;
+    }
+  }
+  memset(out, 0, sizeof *out);
+  return 0;
+}
+
+void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_features *f)
+{
+  const tsr_problem *p;
+  int64_t bq = 0, bk = 0;
+  double fill = 0;
+  int i;
+  if (!f) return;
+  memset(f, 0, sizeof *f);
+  if (!g || !s) return;
+  p = &g->pl->problem;
+  tsr_geom_is_uniform(p->geom, &bq, &bk);
+  f->density = s->density;
+  f->block_density = s->density;
+  f->row_cv = s->row_cv;
+  f->empty_rows = s->empty_rows;
+  if (s->tiles > 0)
+    fill = s->density * (double)p->batch * (double)p->heads_q * (double)p->seq_q * (double)p->seq_k /
+           ((double)s->tiles * g->pl->tile_m * g->pl->tile_n);
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    f->fill[i] = fill > 1 ? 1 : fill;
+    f->touched[i] = s->tiles;
+  }
+  f->rows_per_sm = (double)p->batch * (double)p->heads_q * ceil((double)p->seq_q / 128.0) / g->pl->num_sms;
+  f->bq = bq;
+  f->bk = bk;
+  f->seq_q = p->seq_q;
+  f->seq_k = p->seq_k;
+  f->head_dim = p->head_dim;
+  f->dtype = p->dtype;
+  f->num_sms = g->pl->num_sms;
+}
