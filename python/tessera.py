@@ -91,7 +91,7 @@ class _Summary(ctypes.Structure):
 class _GpuPlanCaps(ctypes.Structure):
     _fields_ = [("mask_batch", ctypes.c_int64), ("mask_heads", ctypes.c_int64),
                 ("max_tiles", ctypes.c_int64), ("max_words", ctypes.c_int64),
-                ("max_slots", ctypes.c_int64)]
+                ("max_slots", ctypes.c_int64), ("no_host_stats", ctypes.c_int)]
 
 
 class _GpuPlanStats(ctypes.Structure):

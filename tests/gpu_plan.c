@@ -378,6 +378,7 @@ typedef struct {
   tsr_plan_opts o;
   tsr_gpuplan_caps caps;
   int run;
+  int capped;             /* caps.max_slots may leave rows unsplit */
 } job;
 
 /* Device plan vs mask (verify), vs host plan (counts, outputs), vs CPU. */
@@ -410,8 +411,8 @@ static void check_job(const job *jb, tensors *x, CUstream s)
   tsr_plan_summarize(host, &hs);
   if (ds.tile_m != hs.tile_m || ds.tile_n != hs.tile_n || ds.tiles != hs.tiles ||
       ds.partial_tiles != hs.partial_tiles || ds.empty_rows != hs.empty_rows ||
-      (jb->caps.max_slots == 0 && (ds.split_rows != hs.split_rows || ds.tasks_count != hs.tasks_count)) ||
-      (jb->caps.max_slots > 0 && (ds.slots > jb->caps.max_slots || ds.split_rows > hs.split_rows)))
+      (!jb->capped && (ds.split_rows != hs.split_rows || ds.tasks_count != hs.tasks_count)) ||
+      (jb->capped && (ds.slots > jb->caps.max_slots || ds.split_rows > hs.split_rows)))
     fail(jb->label,
          "device vs host plan: tile %dx%d/%dx%d tiles %lld/%lld partial %lld/%lld tasks %lld/%lld "
          "empty %lld/%lld split %lld/%lld",
@@ -510,6 +511,10 @@ static void run_case(const tcase *c, CUstream s)
   tsr_gpuplan_caps_init(&jb.caps);
   jb.caps.mask_batch = mb;
   jb.caps.mask_heads = mh;
+  /* Every row may split: the device must then split exactly as the host. */
+  if (c->split)
+    jb.caps.max_slots = (int64_t)c->B * c->Hq * ((c->Sq + c->tm - 1) / c->tm) *
+                        (((c->Sk + c->tn - 1) / c->tn + c->split - 1) / c->split);
   jb.run = c->run;
   make_tensors(&x, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, c->run);
   check_job(&jb, &x, s);
@@ -519,6 +524,7 @@ static void run_case(const tcase *c, CUstream s)
     snprintf(label, sizeof label, "%s/slots=5", c->label);
     jb.label = label;
     jb.caps.max_slots = 5;
+    jb.capped = 1;
     check_job(&jb, &x, s);
   }
   free_tensors(&x);
@@ -764,8 +770,10 @@ static void reject_cases(CUstream s)
   p.seq_q = 500;
   REJ("geometry vs problem", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_SHAPE);
   p.seq_q = 512;
-  o.tile_m = 48;
+  o.tile_m = 40;
   REJ("bad tile", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
+  o.tile_m = 48;
+  REJ("tile without a variant", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_NO_VARIANT);
   o.tile_m = 0;
 
   TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
@@ -816,8 +824,10 @@ static int cmp_f(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-static void timing(const char *label, int H, int S, double dens, int split, CUstream s, int with_run)
+static void timing(const char *label, int H, int S, double dens, int split, CUstream s, int with_run,
+                   tsr_mask_format fmt, int no_host_stats)
 {
+  tsr_gpuplan_caps caps;
   const int bs = 128, D = 128, iters = 200;
   tsr_geom *g;
   tsr_mask *m;
@@ -840,7 +850,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   nq = (int)tsr_geom_nq(g);
   bytes = make_mask(1, H, nq, nq, MK_RANDOM, dens);
   TRY(tsr_mask_from_bytes(1, H, nq, nq, bytes, &m, &e_));
-  dmask = upload_mask(bytes, (int64_t)H * nq, nq, TSR_MASK_BYTES, 0);
+  dmask = upload_mask(bytes, (int64_t)H * nq, nq, fmt, 0);
   memset(&p, 0, sizeof p);
   p.batch = 1, p.heads_q = H, p.heads_kv = H, p.seq_q = S, p.seq_k = S, p.head_dim = D;
   p.dtype = TSR_DT_BF16;
@@ -849,16 +859,18 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   tsr_plan_opts_init(&o);
   o.tasks = split ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
   o.split_tiles = split;
-  TRY(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &e_));
+  tsr_gpuplan_caps_init(&caps);
+  caps.no_host_stats = no_host_stats;
+  TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
   CK(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
   CK(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
 
-  for (i = 0; i < 20; i++) TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+  for (i = 0; i < 20; i++) TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
   CK(cu->cuStreamSynchronize(s));
   /* One planning between two events, as a step sees it. */
   for (i = 0; i < iters; i++) {
     CK(cu->cuEventRecord(e0, s));
-    TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+    TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
     CK(cu->cuEventRecord(e1, s));
     CK(cu->cuEventSynchronize(e1));
     CK(cu->cuEventElapsedTime(&ts[i], e0, e1));
@@ -867,7 +879,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   ms = ts[iters / 2];
   /* Graph replays of one planning: launch gaps mostly gone. */
   CK(cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+  TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
   CK(cu->cuStreamEndCapture(s, &graph));
   CK(cu->cuGraphInstantiate(&exec, graph, 0));
   CK(cu->cuGraphLaunch(exec, s));
@@ -887,13 +899,21 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   t0 = now_s();
   TRY(tsr_plan_create(&p, m, &o, &host, &e_));
   host_ms = (now_s() - t0) * 1e3;
-  tsr_gpuplan_stats_read(gp, &st);
+  if (no_host_stats) {
+    /* The features still exist on the device: the downloaded plan has them. */
+    tsr_plan_summary sm;
+    tsr_plan_summarize(dev, &sm);
+    memset(&st, 0, sizeof st);
+    st.density = sm.selected_pairs / ((double)H * S * (double)S);
+  } else {
+    tsr_gpuplan_stats_read(gp, &st);
+  }
 
   if (with_run) {
     tensors x;
     float rs[5], bs2[5];
     make_tensors(&x, 1, H, H, S, S, D, TSR_DT_BF16, 0);
-    TRY(tsr_gpuplan_launch(gp, dmask, TSR_MASK_BYTES, &x.t, s, &e_));
+    TRY(tsr_gpuplan_launch(gp, dmask, fmt, &x.t, s, &e_));
     for (i = 0; i < 5; i++) {
       CK(cu->cuEventRecord(e0, s));
       TRY(tsr_gpuplan_run(gp, &x.t, s, &e_));
@@ -901,7 +921,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
       CK(cu->cuEventSynchronize(e1));
       CK(cu->cuEventElapsedTime(&rs[i], e0, e1));
       CK(cu->cuEventRecord(e0, s));
-      TRY(tsr_gpuplan_launch(gp, dmask, TSR_MASK_BYTES, &x.t, s, &e_));
+      TRY(tsr_gpuplan_launch(gp, dmask, fmt, &x.t, s, &e_));
       CK(cu->cuEventRecord(e1, s));
       CK(cu->cuEventSynchronize(e1));
       CK(cu->cuEventElapsedTime(&bs2[i], e0, e1));
@@ -981,9 +1001,11 @@ int main(int argc, char **argv)
   printf("capacity and rejections:\n");
   reject_cases(s);
   if (do_timing) {
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1);
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0);
-    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
+    timing("wan2.1-1.3b-480p/bits", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BITS, 0);
+    timing("wan2.1-1.3b-480p/nostats", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BYTES, 1);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0);
+    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
   }
   cu->cuStreamDestroy(s);
   tsr_context_destroy(ctx);
