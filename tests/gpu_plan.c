@@ -687,8 +687,22 @@ static void graph_case(CUstream s)
     if (has_nan(&od) || has_nan(&ld) || !(e < 1e-2) || !(le < 1e-2))
       fail("graph", "step %d: replay output err %.3g lse %.3g nan %d", step, e, le,
            has_nan(&od) || has_nan(&ld));
-    printf("  graph replay step %d: density %.3f tasks %lld merges %lld err %.2e lse %.1e\n", step,
-           st.density, (long long)st.tasks, (long long)st.merges, e, le);
+    {
+      /* Regime re-selection between steps from the published features, no
+       * synchronisation needed to read them. */
+      tsr_features f;
+      tsr_selection sel;
+      tsr_error_clear(&err);
+      tsr_gpuplan_features(gp, &st, &f);
+      if (fabs(f.density - want_d) > 1e-9 || f.bq != bs || f.seq_q != S ||
+          tsr_select_plan(NULL, &f, &sel, &err) != TSR_OK)
+        fail("graph", "step %d: features for selection: density %.6f bq %lld: %s", step, f.density,
+             (long long)f.bq, err.text);
+      printf("  graph replay step %d: density %.3f spread %.2f tasks %lld merges %lld err %.2e lse %.1e; "
+             "next regime: tile %dx%d %s\n",
+             step, st.density, st.row_cv, (long long)st.tasks, (long long)st.merges, e, le, sel.opts.tile_m,
+             sel.opts.tile_n, tsr_plan_tasks_name(sel.opts.tasks));
+    }
     tsr_plan_destroy(dev);
     tsr_npy_free(&od);
     tsr_npy_free(&ld);
