@@ -46,6 +46,14 @@ typedef struct {
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
               int argc, char **argv);
 void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
+/* The block geometry (cli/blocks.c): uniform from `block` ("BQ[xBK]") over
+ * sq x sk tokens, or variable from the .npy files `qblocks` and `kblocks`
+ * (1-D int32/int64 block sizes), whose sums must then equal sq and sk unless
+ * those are 0; q_len and k_len name where the lengths come from in messages
+ * ("q 'Q.npy'", "--seq").  Errors go to stderr as "tessera CMD: ...".
+ * Returns 0, or -1 with *g NULL. */
+int cli_make_geom(const char *cmd, const char *block, const char *qblocks, const char *kblocks,
+                  int64_t sq, int64_t sk, const char *q_len, const char *k_len, tsr_geom **g);
 /* Exit status for a library status: TSR_ERR_VERIFY is a failed check (1);
  * anything else is a usage, input or environment error (2). */
 int cli_status_exit(tsr_status s);

@@ -71,85 +71,15 @@ static int parse_finite(const char *s, double *out)
   return 0;
 }
 
-/* Block sizes from a 1-D int32/int64 .npy into a malloc'ed int64 array. */
-static int load_sizes(const char *path, const char *opt, int64_t **sizes, int64_t *n)
-{
-  tsr_array a;
-  tsr_error err = {0};
-  int64_t i;
-  if (tsr_npy_load(path, &a, &err) != TSR_OK) {
-    cli_errorf("run", "%s", err.text);
-    return -1;
-  }
-  if ((a.dtype != TSR_DT_I32 && a.dtype != TSR_DT_I64) || a.ndim != 1 || a.shape[0] < 1) {
-    cli_errorf("run", "cannot use %s '%s': expected a non-empty 1-D int32 or int64 array, got %s with %d dimensions",
-               opt, path, tsr_dtype_name(a.dtype), a.ndim);
-    tsr_npy_free(&a);
-    return -1;
-  }
-  *n = a.shape[0];
-  *sizes = malloc((size_t)*n * sizeof **sizes);
-  for (i = 0; *sizes && i < *n; i++)
-    (*sizes)[i] = a.dtype == TSR_DT_I32 ? ((int32_t *)a.data)[i] : ((int64_t *)a.data)[i];
-  tsr_npy_free(&a);
-  if (!*sizes) {
-    cli_errorf("run", "out of memory");
-    return -1;
-  }
-  return 0;
-}
-
 /* Builds the geometry from --block or --q-blocks/--k-blocks and checks it
  * covers the tensors' lengths. */
 static int make_geom(const char **val, const tsr_problem *p, tsr_geom **g)
 {
-  tsr_error err = {0};
-  if (val[O_BLOCK]) {
-    int64_t bq, bk;
-    if (val[O_QBLOCKS] || val[O_KBLOCKS]) {
-      cli_errorf("run", "--block and --q-blocks/--k-blocks exclude each other");
-      return -1;
-    }
-    if (cli_parse_pair(val[O_BLOCK], &bq, &bk)) {
-      cli_errorf("run", "invalid --block '%s': expected BQ or BQxBK, positive integers",
-                 val[O_BLOCK]);
-      return -1;
-    }
-    if (tsr_geom_uniform(p->seq_q, p->seq_k, bq, bk, g, &err) != TSR_OK) {
-      cli_errorf("run", "invalid --block '%s': %s", val[O_BLOCK], err.text);
-      return -1;
-    }
-    return 0;
-  }
-  if (!val[O_QBLOCKS] || !val[O_KBLOCKS]) {
-    cli_errorf("run", "missing --block BQ[xBK] (or both --q-blocks and --k-blocks)");
-    return -1;
-  }
-  {
-    int64_t *qs = NULL, *ks = NULL, nq = 0, nk = 0;
-    int rc = -1;
-    if (!load_sizes(val[O_QBLOCKS], "--q-blocks", &qs, &nq) &&
-        !load_sizes(val[O_KBLOCKS], "--k-blocks", &ks, &nk)) {
-      if (tsr_geom_variable(qs, nq, ks, nk, g, &err) != TSR_OK)
-        cli_errorf("run", "cannot use block sizes '%s', '%s': %s", val[O_QBLOCKS],
-                   val[O_KBLOCKS], err.text);
-      else if (tsr_geom_seq_q(*g) != p->seq_q)
-        cli_errorf("run", "--q-blocks '%s' cover %lld tokens, but q '%s' has %lld",
-                   val[O_QBLOCKS], (long long)tsr_geom_seq_q(*g), val[O_Q], (long long)p->seq_q);
-      else if (tsr_geom_seq_k(*g) != p->seq_k)
-        cli_errorf("run", "--k-blocks '%s' cover %lld tokens, but k '%s' has %lld",
-                   val[O_KBLOCKS], (long long)tsr_geom_seq_k(*g), val[O_K], (long long)p->seq_k);
-      else
-        rc = 0;
-    }
-    free(qs);
-    free(ks);
-    if (rc) {
-      tsr_geom_destroy(*g);
-      *g = NULL;
-    }
-    return rc;
-  }
+  char qn[4200], kn[4200];
+  snprintf(qn, sizeof qn, "q '%s'", val[O_Q]);
+  snprintf(kn, sizeof kn, "k '%s'", val[O_K]);
+  return cli_make_geom("run", val[O_BLOCK], val[O_QBLOCKS], val[O_KBLOCKS], p->seq_q, p->seq_k,
+                       qn, kn, g);
 }
 
 /* Plan options from --tile, --mapping and --tasks. */

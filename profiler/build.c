@@ -438,7 +438,8 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
   st = NULL;
   for (i = 0; i < ds.n_masks; i++)
     used += ds.masks[i].n > 0;
-  for (level = 0; level < TSR_SELECT_LEVELS; level++) {
+  /* Level 1 has no rows of its own: it is the nearest level-0 row. */
+  for (level = 0; level < TSR_SELECT_LEVELS; level += 2) {
     int64_t n = 0, a, b;
     for (i = 0; i < ds.n_masks; i++)
       if (ds.masks[i].n > 0) {

@@ -62,10 +62,13 @@ static uint64_t fnv1a(const uint8_t *p, size_t n, uint64_t h)
   return h;
 }
 
+/* A bar redrawn in place on a terminal; in a log, a line every 10%. */
 static void progress(int64_t done, int64_t total, int64_t timed, double elapsed, int tty)
 {
   char bar[33];
   int i, fill = total ? (int)(32 * done / total) : 32;
+  if (!tty && total && done != total && (10 * done / total) == (10 * (done - 1) / total))
+    return;
   double left = timed ? elapsed / (double)timed * (double)(total - done) : 0;
   for (i = 0; i < 32; i++)
     bar[i] = i < fill ? '#' : '.';

@@ -708,7 +708,6 @@ static tsr_status head_plane(const gen_ctx *c, const plan_entry *e, int h, uint8
 static tsr_status gen_entry(gen_state *g, plan_entry *e, tsr_error *err)
 {
   const gen_ctx *c = &g->ctx[e->ctx];
-  const tsr_corpus_model *m = &model_tab[e->model];
   int64_t nq = c->lq.nb, nk = ctx_lk(c)->nb, plane = nq * nk, sel = 0, i;
   uint8_t *bits = malloc((size_t)(plane * e->heads));
   double *prob = malloc((size_t)plane * sizeof *prob);
@@ -743,7 +742,6 @@ static tsr_status gen_entry(gen_state *g, plan_entry *e, tsr_error *err)
   a.data = bits;
   snprintf(path, sizeof path, "%s/%s", g->o->out_dir, e->file);
   st = tsr_npy_save(path, &a, err);
-  (void)m;
 done:
   free(bits);
   free(prob);

@@ -557,14 +557,59 @@ void tsr_corpus_selfsim(const tsr_corpus_pool *p, const tsr_corpus_head *hd, int
   }
 }
 
+/* Logits of rows a (and a + 1 when two) against the w <= CHUNK keys of the
+ * transposed chunk kt: 8 outputs at a time held in registers, each summed
+ * over the channels in increasing order (so the result does not depend on
+ * vectorisation), kt rows reused by both query rows. */
+enum { CHUNK = 128 };
+
+static void logits_rows(const double *qa, const double *qb, const double *kt, int n2, int64_t w,
+                        double sc, double *ra, double *rb)
+{
+  int64_t b = 0;
+  int i, j;
+  for (; b + 8 <= w; b += 8) {
+    double x[8] = {0, 0, 0, 0, 0, 0, 0, 0}, y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (i = 0; i < n2; i++) {
+      const double *kr = kt + i * CHUNK + b, p = qa[i], q = qb ? qb[i] : 0.0;
+      for (j = 0; j < 8; j++) {
+        x[j] += p * kr[j];
+        y[j] += q * kr[j];
+      }
+    }
+    for (j = 0; j < 8; j++) {
+      ra[b + j] = x[j] * sc;
+      if (rb)
+        rb[b + j] = y[j] * sc;
+    }
+  }
+  for (; b < w; b++) {
+    double x = 0, y = 0;
+    for (i = 0; i < n2; i++) {
+      x += qa[i] * kt[i * CHUNK + b];
+      y += (qb ? qb[i] : 0.0) * kt[i * CHUNK + b];
+    }
+    ra[b] = x * sc;
+    if (rb)
+      rb[b] = y * sc;
+  }
+}
+
 void tsr_corpus_logits(const double *pq, int64_t nq, const double *pk, int64_t nk, int np,
                        int head_dim, double *out)
 {
-  double sc = 1.0 / sqrt((double)head_dim);
-  int64_t a, b;
-  for (a = 0; a < nq; a++)
-    for (b = 0; b < nk; b++)
-      out[a * nk + b] = dot(pq + (size_t)a * np * 2, pk + (size_t)b * np * 2, 2 * np) * sc;
+  double sc = 1.0 / sqrt((double)head_dim), kt[128 * CHUNK];
+  int n2 = 2 * np, i;
+  int64_t a, b, b0;
+  for (b0 = 0; b0 < nk; b0 += CHUNK) {
+    int64_t w = nk - b0 < CHUNK ? nk - b0 : CHUNK;
+    for (b = 0; b < w; b++)
+      for (i = 0; i < n2; i++)
+        kt[i * CHUNK + b] = pk[(size_t)(b0 + b) * n2 + i];
+    for (a = 0; a < nq; a += 2)
+      logits_rows(pq + (size_t)a * n2, a + 1 < nq ? pq + (size_t)(a + 1) * n2 : NULL, kt, n2, w,
+                  sc, out + a * nk + b0, a + 1 < nq ? out + (a + 1) * nk + b0 : NULL);
+  }
 }
 
 void tsr_corpus_softmax_rows(double *s, int64_t nq, int64_t nk, const double *bias)

@@ -191,12 +191,10 @@ static tsr_status parse_header(const char *text, size_t len, tsr_array *a, char 
         return snprintf(why, whycap, "malformed descr in header"), TSR_ERR_FORMAT;
       have_descr = 1;
     } else if (!strcmp(key, "fortran_order")) {
-      if (!parse_word(&c, "False"))
-        ;
-      else if (!parse_word(&c, "True"))
+      if (!parse_word(&c, "True"))
         return snprintf(why, whycap, "fortran order is not supported (save a C-order array)"),
                TSR_ERR_FORMAT;
-      else
+      if (parse_word(&c, "False"))
         return snprintf(why, whycap, "malformed fortran_order in header"), TSR_ERR_FORMAT;
       have_order = 1;
     } else if (!strcmp(key, "shape")) {

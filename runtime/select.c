@@ -79,11 +79,9 @@ void tsr_select_region(const tsr_features *f, tsr_region *r)
 void tsr_select_region_at(const tsr_region *r, int level, tsr_region *out)
 {
   *out = *r;
-  if (level >= 1) {
+  if (level >= 2) {
     out->seq_bin = -1;
     out->spread_bin = -1;
-  }
-  if (level >= 2) {
     out->density_bin = -1;
     out->fill_bin = -1;
   }
@@ -93,7 +91,7 @@ static void make_key(const tsr_region *r, int level, int32_t *k)
 {
   tsr_region x;
   tsr_select_region_at(r, level, &x);
-  k[0] = level;
+  k[0] = level == 1 ? 0 : level;
   k[1] = x.dtype;
   k[2] = x.head_dim;
   k[3] = x.bq;
@@ -116,6 +114,38 @@ static int key_cmp(const int32_t *a, const int32_t *b)
 static int row_cmp(const void *a, const void *b)
 {
   return key_cmp(((const row *)a)->key, ((const row *)b)->key);
+}
+
+/* Compares (level, dtype, head dim, bq, bk) only. */
+static int key_cmp5(const int32_t *a, const int32_t *b)
+{
+  int i;
+  for (i = 0; i < 5; i++)
+    if (a[i] != b[i])
+      return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+/* Fills the selection from a row hit at `level`. */
+static void take(const row *r, const tsr_features *f, tsr_selection *out, int level)
+{
+  out->opts.mapping = (tsr_mapping)r->mapping;
+  out->opts.tile_m = r->tile_m;
+  out->opts.tile_n = r->tile_n;
+  out->opts.tasks = (tsr_tasks)r->tasks;
+  out->opts.num_sms = f->num_sms;
+  memcpy(out->variant, r->variant, sizeof out->variant);
+  out->opts.variant = out->variant[0] ? out->variant : NULL;
+  out->from_table = 1;
+  out->level = level;
+  out->row_id = r->id;
+  if (level == 1) {
+    static const char pre[] = "nearest region: ";
+    memcpy(out->reason, pre, sizeof pre - 1);
+    memcpy(out->reason + sizeof pre - 1, r->why, sizeof r->why);
+  } else {
+    memcpy(out->reason, r->why, sizeof r->why);
+  }
 }
 
 /* ---- Loading ----------------------------------------------------------- */
@@ -416,6 +446,47 @@ static void region_text(text *t, const tsr_region *r)
   put_i(t, r->fill_bin);
 }
 
+/* Distance between two level-0 keys of one geometry: density and fill
+ * bins count twice (they move the best tile and mapping most), sequence
+ * length and row spread once. */
+static int32_t key_distance(const int32_t *a, const int32_t *b)
+{
+  int32_t d = 0, i;
+  static const int32_t w[KEY_LEN] = {0, 0, 0, 0, 0, 1, 2, 1, 2};
+  for (i = 5; i < KEY_LEN; i++)
+    d += w[i] * (a[i] > b[i] ? a[i] - b[i] : b[i] - a[i]);
+  return d;
+}
+
+/* The eligible level-0 row of the same dtype, head dim and geometry whose
+ * region is nearest to `key` (ties: more profiled masks); NULL if none.
+ * Rows of one geometry are contiguous in key order: one binary search for
+ * the first, then a scan of that geometry's rows (tens). */
+static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_features *f)
+{
+  int64_t lo = 0, hi = s->n, i;
+  const row *best = NULL;
+  int32_t best_d = 0;
+  while (lo < hi) { /* first row whose (level, dtype, dim, bq, bk) >= key's */
+    int64_t mid = (lo + hi) / 2;
+    if (key_cmp5(s->rows[mid].key, key) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (i = lo; i < s->n && key_cmp5(s->rows[i].key, key) == 0; i++) {
+    const row *r = &s->rows[i];
+    int32_t d = key_distance(r->key, key);
+    if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL))
+      continue;
+    if (!best || d < best_d || (d == best_d && r->masks > best->masks)) {
+      best = r;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
                            tsr_error *err)
 {
@@ -439,6 +510,14 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
     int32_t key[KEY_LEN];
     int64_t lo = 0, hi = s->n - 1;
     make_key(&out->region, level, key);
+    if (level == 1) {
+      const row *r = nearest(s, key, f);
+      if (r) {
+        take(r, f, out, 1);
+        return TSR_OK;
+      }
+      continue;
+    }
     while (lo <= hi) {
       int64_t mid = (lo + hi) / 2;
       int c = key_cmp(s->rows[mid].key, key);
@@ -452,17 +531,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
           }
           break;
         }
-        out->opts.mapping = (tsr_mapping)r->mapping;
-        out->opts.tile_m = r->tile_m;
-        out->opts.tile_n = r->tile_n;
-        out->opts.tasks = (tsr_tasks)r->tasks;
-        out->opts.num_sms = f->num_sms;
-        memcpy(out->variant, r->variant, sizeof out->variant);
-        out->opts.variant = out->variant[0] ? out->variant : NULL;
-        out->from_table = 1;
-        out->level = level;
-        out->row_id = r->id;
-        memcpy(out->reason, r->why, sizeof r->why);
+        take(r, f, out, level);
         return TSR_OK;
       }
       if (c < 0)

@@ -604,7 +604,7 @@ typedef struct {
   tsr_plan_opts opts;    /* ready for tsr_plan_create; opts.variant -> variant */
   char variant[96];      /* "" = the planner chooses */
   int from_table;        /* 1 = a table row, 0 = base plan */
-  int level;             /* level of the row hit; -1 on fallback */
+  int level;             /* 0 exact region, 1 nearest region, 2 geometry; -1 base */
   int64_t row_id;        /* lookup.id of the row hit; -1 on fallback */
   tsr_region region;
   char reason[256];      /* why this plan: row hit, or why it fell back */

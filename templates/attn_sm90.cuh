@@ -74,9 +74,12 @@
 #define TSR_MEMBERSHIP 1
 #endif
 /* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
- * not part of the variant name). */
+ * not part of the variant name): 0 off, 1 every GEMM issue block alternates,
+ * 2 only the main loop's blocks alternate. */
 #ifndef TSR_SM90_PINGPONG
-#define TSR_SM90_PINGPONG 0
+/* measured on the H200 (notes/sm90.md): off is best at d128; loop-only
+ * alternation gains 2-3% at d64, where the softmax outweighs the GEMMs */
+#define TSR_SM90_PINGPONG (TSR_D == 64 ? 2 : 0)
 #endif
 
 #ifndef TSR_DTYPE_BF16
@@ -512,6 +515,14 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #define TSR_TURN_BEGIN() ((void)0)
 #define TSR_TURN_END() ((void)0)
 #endif
+/* PINGPONG 1 orders every issue block; 2 only the main loop's. */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 1
+#define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
+#define TSR_EDGE_END() TSR_TURN_END()
+#else
+#define TSR_EDGE_BEGIN() ((void)0)
+#define TSR_EDGE_END() ((void)0)
+#endif
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_D / 2];
     tsr_u32 pf[TSR_BN / 4];
@@ -548,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         tsr_u32 ph = (it / TSR_STAGES) & 1;
         tsr_tile_rec tr = p.tiles[tk.tile_begin];
         tsr_mbar_wait(TSR_K_FULL(st), ph);
-        TSR_TURN_BEGIN();
+        TSR_EDGE_BEGIN();
         tsr_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TSR_D / 16; ++kk) {
@@ -562,7 +573,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
         }
         tsr_wg_commit();
-        TSR_TURN_END();
+        TSR_EDGE_END();
         tsr_wg_wait<0>();
         tsr_fence_regs<TSR_BN / 2>(s);
         if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
@@ -623,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         }
         /* last tile's O += P V */
         tsr_mbar_wait(TSR_V_FULL(st), ph);
-        TSR_TURN_BEGIN();
+        TSR_EDGE_BEGIN();
         tsr_rescale(o, a0, a1);
         tsr_wg_fence();
 #pragma unroll
@@ -635,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
         }
         tsr_wg_commit();
-        TSR_TURN_END();
+        TSR_EDGE_END();
         tsr_wg_wait<0>();
         tsr_fence_regs<TSR_D / 2>(o);
         tsr_fence_regs_u<TSR_BN / 4>(pf);
@@ -656,6 +667,8 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
 #undef TSR_TURN_BEGIN
 #undef TSR_TURN_END
+#undef TSR_EDGE_BEGIN
+#undef TSR_EDGE_END
   }
 #undef TSR_K_FULL
 #undef TSR_K_EMPTY

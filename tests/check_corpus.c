@@ -717,6 +717,70 @@ START_TEST(test_manifest_roundtrip)
 }
 END_TEST
 
+
+/* The demo preset is CPU-sized: the reference attention runs over its masks
+ * in their own geometry (uniform and variable) in well under a second each,
+ * and every query row with no selected block gives log-sum-exp -inf. */
+START_TEST(test_demo_reference)
+{
+  char dir[512];
+  tsr_corpus *c;
+  tsr_error err;
+  uint64_t seed = tu_seed("corpus_demo_reference", 26);
+  tu_rng r = {seed};
+  int64_t i, done = 0;
+  generate("demo", "ref", seed, 2, 0, dir, sizeof dir);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_OK);
+  for (i = 0; i < tsr_corpus_count(c); i++) {
+    const tsr_corpus_entry *e = tsr_corpus_get(c, i);
+    tsr_mask *m;
+    tsr_geom *g;
+    tsr_array q, k, v, out, lse;
+    int64_t n = e->heads_q * e->seq_q * e->head_dim, h, b, t;
+    if (strcmp(e->family, "vsa") && strcmp(e->family, "svdit"))
+      continue; /* one variable and one uniform family */
+    ck_assert_int_eq(tsr_corpus_load_mask(c, i, &m, &err), TSR_OK);
+    ck_assert_msg(tsr_corpus_load_geom(c, i, &g, &err) == TSR_OK, "%s", err.text);
+    memset(&q, 0, sizeof q);
+    q.dtype = TSR_DT_F32;
+    q.ndim = 3;
+    q.shape[0] = e->heads_q;
+    q.shape[1] = e->seq_q;
+    q.shape[2] = e->head_dim;
+    k = v = q;
+    q.data = tu_rand_f32(&r, (size_t)n, 1.0);
+    k.data = tu_rand_f32(&r, (size_t)n, 1.0);
+    v.data = tu_rand_f32(&r, (size_t)n, 1.0);
+    ck_assert_msg(tsr_ref_attention(g, m, &q, &k, &v, 0, &out, &lse, &err) == TSR_OK, "%s",
+                  err.text);
+    for (h = 0; h < e->heads_q; h++)
+      for (b = 0; b < e->nq; b++) {
+        const uint8_t *row = tsr_mask_plane(m, 0, h) + b * e->nk;
+        int64_t j, any = 0;
+        for (j = 0; j < e->nk; j++)
+          any |= row[j];
+        for (t = tsr_geom_q_start(g, b); t < tsr_geom_q_start(g, b + 1); t++) {
+          float l = ((const float *)lse.data)[h * e->seq_q + t];
+          ck_assert(any ? isfinite(l) : isinf(l) && l < 0);
+        }
+      }
+    done++;
+    tsr_npy_free(&q);
+    tsr_npy_free(&k);
+    tsr_npy_free(&v);
+    tsr_npy_free(&out);
+    tsr_npy_free(&lse);
+    tsr_geom_destroy(g);
+    tsr_mask_destroy(m);
+    if (done == 3)
+      break;
+  }
+  ck_assert_int_eq(done, 3);
+  tsr_corpus_close(c);
+}
+END_TEST
+
 /* ---- Errors ------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -869,6 +933,7 @@ int main(void)
   tcase_add_test(tc, test_published_densities);
   tcase_add_test(tc, test_determinism);
   tcase_add_test(tc, test_manifest_roundtrip);
+  tcase_add_test(tc, test_demo_reference);
   tcase_add_test(tc, test_errors);
   tcase_add_loop_test(tc, test_features, 0, 12);
   suite_add_tcase(s, tc);

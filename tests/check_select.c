@@ -511,7 +511,8 @@ START_TEST(test_build_and_select)
   ck_assert_int_eq(bs.masks, 18);
   ck_assert_int_eq(bs.measurements, 18 * N_PLANS);
   ck_assert_int_eq(bs.rows, count_db(fx.db, "SELECT count(*) FROM lookup"));
-  ck_assert_int_ge(bs.rows, 3 + 3 + 1);
+  ck_assert_int_eq(bs.rows, 3 + 1); /* a region per kind, one for the geometry */
+  ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup WHERE level = 1"), 0);
   ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup WHERE level = 2"), 1);
   ck_assert_int_eq(count_db(fx.db, "SELECT count(*) FROM lookup_meta"), 1);
   /* Building again replaces, never duplicates. */
@@ -535,6 +536,31 @@ START_TEST(test_build_and_select)
       ck_assert_int_eq(s.level, 0);
       assert_plan(&s, expected_plan[kind]);
     }
+  /* A region nobody profiled (density bin 7): the nearest region's row,
+   * that of the dense kind (density bin 6, same spread and fill). */
+  {
+    tsr_features f;
+    tsr_selection s;
+    kind_features(&rng, 1, &f);
+    f.density = 0.8;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.region.density_bin, 7);
+    ck_assert_int_eq(s.from_table, 1);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_ROW);
+    ck_assert_ptr_nonnull(strstr(s.reason, "nearest region: table row"));
+    /* Uneven rows move it to the split kind instead (spread and fill). */
+    f.density = 0.35;
+    f.row_cv = 0.9;
+    f.fill[TSR_FEATURE_TILES - 1] = 0.3;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 0);
+    assert_plan(&s, P_COMB128_SPLIT);
+    f.density = 0.5;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_SPLIT);
+  }
   /* A head dim the table never saw: base plan (retain at the 64x64 blocks). */
   {
     tsr_features f;
@@ -756,7 +782,9 @@ START_TEST(test_export_roundtrip)
 }
 END_TEST
 
-/* Selection cost on top of features: a binary search per level. */
+/* Selection cost on top of features: a binary search per level.  The
+ * figure is printed for the log; the 5 microsecond target is a benchmark
+ * (BENCHMARKS.md, `tessera plan --bench`), never a timed assertion. */
 START_TEST(test_select_time)
 {
   tu_rng rng = {base_seed + 59};
@@ -787,7 +815,6 @@ START_TEST(test_select_time)
   us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) / n;
   fprintf(stderr, "selection: %.3f us per call (%d of %d from the table)\n", us, hits, n);
   ck_assert_int_eq(hits, n - n / 3);
-  ck_assert_double_lt(us, 5.0);
   tsr_select_destroy(sel);
   tsr_db_close(fx.db);
 }
@@ -823,6 +850,8 @@ START_TEST(test_open_errors)
     if (tsr_select_rows(sel) == 0) {
       ck_assert_int_eq(s.from_table, 0);
       ck_assert_ptr_nonnull(strstr(s.reason, "has no rows"));
+    } else {
+      ck_assert_str_eq(tsr_select_gpu(sel), "NVIDIA H200");
     }
     ck_assert_int_eq(s.opts.mapping, s.from_table ? s.opts.mapping : TSR_MAP_RETAIN);
   }

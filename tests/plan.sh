@@ -57,7 +57,7 @@ expect_ok "22 empty rows" --mask "$D/empty.npy" --block 96 --seq 700 --head-dim 
 expect_ok "700 x 760 tokens" --mask "$D/m96.npy" --block 96 --seq 700 --seq-k 760 --head-dim 64 --verify
 expect_ok '"wasted_fraction"' $M96 --json
 expect_ok '"membership"' $M96 --json --detail
-expect_ok "bench: planning" $M96 --bench
+expect_ok "bench: replanning" $M96 --bench
 expect_ok "arch sm_80" $M96 --arch sm_80 --sms 108
 }
 "$T" plan --help | grep -q -- "--mapping" || bad "--help lacks --mapping"
@@ -111,7 +111,7 @@ expect_exit 2 "exclude each other" $M96 --q-blocks "$D/qs.npy" --k-blocks "$D/ks
 expect_exit 2 "unknown option '--bogus'" $M96 --bogus
 expect_exit 2 "$D/none.npy" --mask "$D/none.npy" --block 96 --seq 700 --head-dim 64
 expect_exit 2 "m96.npy" --mask "$D/m96.npy" --block 64 --seq 700 --head-dim 64
-expect_exit 2 "cover 400 tokens, but --seq is 500" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --seq 500
+expect_exit 2 "cover 400 tokens, but --seq has 500" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --seq 500
 expect_exit 2 "cannot use --q-blocks '$D/m96.npy'" --mask "$D/mvar.npy" --q-blocks "$D/m96.npy" --k-blocks "$D/ks.npy" --head-dim 64
 }
 exit $fail

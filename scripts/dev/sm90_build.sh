@@ -28,10 +28,12 @@ for v in v_bf16_d128_m128n128_s2_nm:0:128:128:128:2:0 v_bf16_d64_m128n128_s3_nm:
   IFS=: read name f16 d bm bn st mb <<EOT
 $v
 EOT
-  $NVCC -cubin -x cu "$here/sm90_variant.cu.in" -o "$out/${name}_pp1.cubin" -DTSR_SM90_PINGPONG=1 \
-    -DTSR_KERNEL_NAME=${name}_pp1 -DTSR_DTYPE_F16=$f16 -DTSR_D=$d -DTSR_BM=$bm -DTSR_BN=$bn \
+  for pp in 1 2; do
+  $NVCC -cubin -x cu "$here/sm90_variant.cu.in" -o "$out/${name}_pp$pp.cubin" -DTSR_SM90_PINGPONG=$pp \
+    -DTSR_KERNEL_NAME=${name}_pp$pp -DTSR_DTYPE_F16=$f16 -DTSR_D=$d -DTSR_BM=$bm -DTSR_BN=$bn \
     -DTSR_STAGES=$st -DTSR_MEMBERSHIP=$mb &
   [ "$(jobs | wc -l)" -ge 2 ] && wait
+  done
 done
 wait
 $NVCC -o "$out/sm90_harness" "$here/sm90_harness.cu"

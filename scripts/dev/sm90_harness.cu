@@ -328,7 +328,10 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
   } while (0)
   int nsm;
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-  const int grid = std::min<int>(nsm, std::max<int>(1, p.n_tasks));
+  /* persistent grid (one CTA per SM striding over tasks) unless
+     SM90_GRID=flat (one CTA per task: the hardware balances the tail) */
+  const bool flat = getenv("SM90_GRID") && !strcmp(getenv("SM90_GRID"), "flat");
+  const int grid = flat ? std::max<int>(1, p.n_tasks) : std::min<int>(nsm, std::max<int>(1, p.n_tasks));
   LAUNCH();
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
