@@ -381,6 +381,35 @@ typedef struct {
   int capped;             /* caps.max_slots may leave rows unsplit */
 } job;
 
+/* A job for problem (B, Hq, Hkv, Sq, Sk, D, dt) over geometry g and host
+ * mask m, the mask uploaded in `fmt` from its bytes; default options. */
+static void job_init(job *jb, const char *label, int B, int Hq, int Hkv, int Sq, int Sk, int D,
+                     tsr_dtype dt, const tsr_geom *g, const tsr_mask *m, const uint8_t *bytes,
+                     tsr_mask_format fmt)
+{
+  memset(jb, 0, sizeof *jb);
+  jb->label = label;
+  jb->p.batch = B;
+  jb->p.heads_q = Hq;
+  jb->p.heads_kv = Hkv;
+  jb->p.seq_q = Sq;
+  jb->p.seq_k = Sk;
+  jb->p.head_dim = D;
+  jb->p.dtype = dt;
+  jb->p.layout = TSR_LAYOUT_BHSD;
+  jb->p.geom = g;
+  TRY(tsr_problem_check(&jb->p, &e_));
+  jb->g = g;
+  jb->m = m;
+  jb->fmt = fmt;
+  jb->dmask = upload_mask(bytes, tsr_mask_batch(m) * tsr_mask_heads(m) * tsr_mask_nq(m), (int)tsr_mask_nk(m),
+                          fmt, 0);
+  tsr_plan_opts_init(&jb->o);
+  tsr_gpuplan_caps_init(&jb->caps);
+  jb->caps.mask_batch = tsr_mask_batch(m);
+  jb->caps.mask_heads = tsr_mask_heads(m);
+}
+
 /* Device plan vs mask (verify), vs host plan (counts, outputs), vs CPU. */
 static void check_job(const job *jb, tensors *x, CUstream s)
 {
@@ -486,31 +515,12 @@ static void run_case(const tcase *c, CUstream s)
   nk = (int)tsr_geom_nk(g);
   bytes = make_mask(mb, mh, nq, nk, c->mask, c->density);
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
-  memset(&jb, 0, sizeof jb);
-  jb.label = c->label;
-  jb.p.batch = c->B;
-  jb.p.heads_q = c->Hq;
-  jb.p.heads_kv = c->Hkv;
-  jb.p.seq_q = c->Sq;
-  jb.p.seq_k = c->Sk;
-  jb.p.head_dim = c->D;
-  jb.p.dtype = c->dt;
-  jb.p.layout = TSR_LAYOUT_BHSD;
-  jb.p.geom = g;
-  TRY(tsr_problem_check(&jb.p, &e_));
-  jb.g = g;
-  jb.m = m;
-  jb.fmt = c->fmt;
-  jb.dmask = upload_mask(bytes, (int64_t)mb * mh * nq, nk, c->fmt, 0);
-  tsr_plan_opts_init(&jb.o);
+  job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
   jb.o.tile_m = c->tm;
   jb.o.tile_n = c->tn;
   jb.o.mapping = c->mapping;
   jb.o.tasks = c->tasks;
   jb.o.split_tiles = c->split;
-  tsr_gpuplan_caps_init(&jb.caps);
-  jb.caps.mask_batch = mb;
-  jb.caps.mask_heads = mh;
   /* Every row may split: the device must then split exactly as the host. */
   if (c->split)
     jb.caps.max_slots = (int64_t)c->B * c->Hq * ((c->Sq + c->tm - 1) / c->tm) *
@@ -569,32 +579,14 @@ static void corpus_cases(CUstream s, uint64_t seed)
     if (!e->bq) continue; /* variable geometries: host planning only */
     TRY(tsr_corpus_load_mask(c, i, &m, &e_));
     TRY(tsr_corpus_load_geom(c, i, &g, &e_));
-    memset(&jb, 0, sizeof jb);
     snprintf(label, sizeof label, "corpus %s %s #%lld", e->family, e->model, (long long)i);
-    jb.label = label;
-    jb.p.batch = 1;
-    jb.p.heads_q = e->heads_q;
-    jb.p.heads_kv = e->heads_kv;
-    jb.p.seq_q = e->seq_q;
-    jb.p.seq_k = e->seq_k;
-    jb.p.head_dim = e->head_dim;
-    jb.p.dtype = TSR_DT_BF16;
-    jb.p.geom = g;
-    TRY(tsr_problem_check(&jb.p, &e_));
-    jb.g = g;
-    jb.m = m;
-    jb.fmt = i % 2 ? TSR_MASK_BITS : TSR_MASK_BYTES;
-    jb.dmask = upload_mask(tsr_mask_bits(m), tsr_mask_batch(m) * tsr_mask_heads(m) * e->nq, (int)e->nk,
-                           jb.fmt, 0);
-    tsr_plan_opts_init(&jb.o);
+    job_init(&jb, label, 1, (int)e->heads_q, (int)e->heads_kv, (int)e->seq_q, (int)e->seq_k, (int)e->head_dim,
+             TSR_DT_BF16, g, m, tsr_mask_bits(m), i % 2 ? TSR_MASK_BITS : TSR_MASK_BYTES);
     jb.o.tasks = TSR_TASKS_ROW;
     if (i % 3 == 1) {
       jb.o.tasks = TSR_TASKS_SPLIT;
       jb.o.split_tiles = 4;
     }
-    tsr_gpuplan_caps_init(&jb.caps);
-    jb.caps.mask_batch = tsr_mask_batch(m);
-    jb.caps.mask_heads = tsr_mask_heads(m);
     jb.run = runs < 3;
     make_tensors(&x, 1, (int)e->heads_q, (int)e->heads_kv, (int)e->seq_q, (int)e->seq_k, (int)e->head_dim,
                  TSR_DT_BF16, jb.run);
