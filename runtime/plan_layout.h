@@ -154,7 +154,11 @@ enum {
   TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
   TSR_GP_OVERFLOW, TSR_GP_DONE, TSR_GP_STEP, TSR_GP_PARTIAL, TSR_GP_EMPTY,
   TSR_GP_CLASS_BASE, /* TSR_GP_CLASSES ints */
-  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES
+  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES,
+  /* counts[TSR_GP_DSTATS..]: the device copy of the features (tsr_gp_stats,
+   * 8-byte aligned), which the emit kernel's first thread publishes to the
+   * host-visible record off the critical path */
+  TSR_GP_DSTATS = 24
 };
 enum { TSR_GP_ACC_SEL = 0, TSR_GP_ACC_SEL2, TSR_GP_ACC_N };
 #define TSR_GP_ROW_INTS 6
@@ -187,7 +191,7 @@ typedef struct {
   tsr_merge_rec *merges;
   tsr_i32 *row_len, *row_part; /* per row: tiles, partial tiles */
   tsr_i32 *row_off;            /* per row: TSR_GP_ROW_INTS ints */
-  tsr_i32 *counts;             /* TSR_GP_COUNTS ints */
+  tsr_i32 *counts;             /* TSR_GP_COUNTS ints, then the device features */
   unsigned long long *acc;     /* TSR_GP_ACC_N sums */
   tsr_gp_stats *stats;         /* host-mapped, or NULL */
 } tsr_gpuplan_params;
