@@ -2,7 +2,7 @@
 EXTRA_DIST += scripts/setup-and-test scripts/setup-and-demo scripts/setup-common
 EXTRA_DIST += scripts/bench-vs-torch
 EXTRA_DIST += scripts/profile-h200
-EXTRA_DIST += scripts/device-check
+EXTRA_DIST += scripts/device-check scripts/device-demo
 EXTRA_DIST += scripts/setup-and-test scripts/device-check
 EXTRA_DIST += scripts/bench-vs-torch
 # sm90 kernel development: standalone device harness (see notes/sm90.md)
