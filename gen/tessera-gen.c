@@ -7,8 +7,9 @@
  *               --layout runtime/plan_layout.h --out bundle [-j 2]
  *
  * Cost: one NVRTC compile (seconds) per (variant, target) whose hash
- * changed; everything else is reused.  The hash covers the generated source,
- * the headers it reads, the generator version, the NVRTC version, the
+ * changed; everything else is reused.  The hash covers the generated source
+ * and the headers it reads (their code: comments and white space do not count),
+ * the generator version, the NVRTC version, the
  * target and the options.  With $TESSERA_GEN_CACHE set, cubins are also
  * looked up in and stored into that folder by hash, so several build trees
  * share one set of compiles.  Each compile runs in a child process: NVRTC
@@ -170,6 +171,48 @@ static uint64_t fnv(uint64_t h, const char *s)
   return h;
 }
 
+/* Hashes C/CUDA text without its comments and with every run of white
+ * space (comments included) counted as one space, so that editing a
+ * comment in a template or in plan_layout.h does not recompile the
+ * catalog.  String and character literals are hashed as written. */
+static uint64_t fnv_code(uint64_t h, const char *s)
+{
+  char quote = 0;
+  int space = 0, any = 0;
+  for (; *s; s++) {
+    if (!quote) {
+      if (s[0] == '/' && s[1] == '*') {
+        const char *e = strstr(s + 2, "*/");
+        if (!e) break;
+        s = e + 1;
+        space = 1;
+        continue;
+      }
+      if (s[0] == '/' && s[1] == '/') {
+        while (s[1] && s[1] != '\n') s++;
+        space = 1;
+        continue;
+      }
+      if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v') {
+        space = 1;
+        continue;
+      }
+      if (space && any) h = (h ^ (unsigned char)' ') * 1099511628211ULL;
+      space = 0;
+      any = 1;
+      if (*s == '"' || *s == '\'') quote = *s;
+    } else if (*s == '\\' && s[1]) {
+      h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+    } else if (*s == quote) {
+      quote = 0;
+    }
+    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  }
+  h ^= 0xff;
+  h *= 1099511628211ULL;
+  return h;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -289,7 +332,7 @@ static void job_hash(const gen_t *g, job_t *j)
   int i, planner = is_planner(g, j);
   if (planner) snprintf(tmpl, sizeof tmpl, "%s", PLANNER_TEMPLATE);
   else template_name(&g->cat.items[j->var].v, tmpl, sizeof tmpl);
-  h = fnv(h, g->src[j->var]);
+  h = fnv_code(h, g->src[j->var]);
   /* Headers this variant reads: the layout, its own family's template and
    * the shared ones; another family's template does not invalidate it.
    * The planner reads the layout and its template only. */
@@ -299,7 +342,7 @@ static void job_hash(const gen_t *g, job_t *j)
     if (planner && !own && strcmp(nm, "plan_layout.h") != 0) continue;
     if (!own && (strncmp(nm, "attn_", 5) == 0 || strcmp(nm, PLANNER_TEMPLATE) == 0)) continue;
     h = fnv(h, nm);
-    h = fnv(h, g->hdr[i].text);
+    h = fnv_code(h, g->hdr[i].text);
   }
   h = fnv(h, "tessera-gen " TSR_GEN_VERSION);
   h = fnv(h, g->nvrtc);
@@ -651,11 +694,23 @@ int main(int argc, char **argv)
     mkdirs(d);
   }
 
-  /* Render every variant, prune what cannot fit, and queue the rest. */
+  /* Prune what cannot fit, then render the rest and queue its compiles:
+   * nothing is written for a variant that fits no target. */
   for (i = 0; i < g.cat.n; i++) {
     const tsr_catalog_entry *e = &g.cat.items[i];
     char tmpl[64], spath[4096];
-    int fits = 0;
+    unsigned fit = 0;
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      char why[160];
+      if (!(targets & (1u << a))) continue;
+      if (tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) fit |= 1u << a;
+      else if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
+        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
+    }
+    if (!fit) {
+      printf("tessera-gen: pruned %s: fits no target\n", e->name);
+      continue;
+    }
     template_name(&e->v, tmpl, sizeof tmpl);
     if (find_header(&g, tmpl) < 0) {
       fprintf(stderr, "tessera-gen: variant '%s': template '%s/%s' not found\n", e->name, tdir, tmpl);
@@ -671,18 +726,8 @@ int main(int argc, char **argv)
       fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", spath, strerror(errno));
       return 2;
     }
-    for (a = 0; a < TSR_N_ARCHS; a++) {
-      char why[160];
-      if (!(targets & (1u << a))) continue;
-      if (!tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) {
-        if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
-          printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
-        continue;
-      }
-      fits = 1;
-      queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
-    }
-    if (!fits) printf("tessera-gen: pruned %s: fits no target\n", e->name);
+    for (a = 0; a < TSR_N_ARCHS; a++)
+      if (fit & (1u << a)) queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
   }
 
   /* The planner module, once a target, whatever the variants. */

@@ -1,7 +1,6 @@
 # man/local.mk: roff pages shipped in the tarball.
 dist_man_MANS += man/tessera.1 man/tessera-run.1 man/tessera-demo.1 man/tessera.3
 dist_man_MANS += man/tessera-plan.1
-dist_man_MANS += man/tessera-profile.1
 dist_man_MANS += man/tessera-corpus.1
 dist_man_MANS += man/tessera-profile.1 man/tessera-db.1
 dist_man_MANS += man/tessera-gen.1

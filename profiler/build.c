@@ -36,14 +36,17 @@ void tsrp_build_free(tsrp_dataset *ds)
   memset(ds, 0, sizeof *ds);
 }
 
-static int64_t mask_index(const tsrp_dataset *ds, int64_t id)
+/* Binary search of records sorted by an int64 id that is their first
+ * field (tsrp_mask_times.mask_id, tsrp_plan_row.id); -1 when absent. */
+static int64_t find_id(const void *base, int64_t n, size_t stride, int64_t id)
 {
-  int64_t lo = 0, hi = ds->n_masks - 1;
+  int64_t lo = 0, hi = n - 1;
   while (lo <= hi) {
-    int64_t mid = (lo + hi) / 2;
-    if (ds->masks[mid].mask_id == id)
+    int64_t mid = (lo + hi) / 2, v;
+    memcpy(&v, (const char *)base + (size_t)mid * stride, sizeof v);
+    if (v == id)
       return mid;
-    if (ds->masks[mid].mask_id < id)
+    if (v < id)
       lo = mid + 1;
     else
       hi = mid - 1;
@@ -51,19 +54,14 @@ static int64_t mask_index(const tsrp_dataset *ds, int64_t id)
   return -1;
 }
 
+static int64_t mask_index(const tsrp_dataset *ds, int64_t id)
+{
+  return find_id(ds->masks, ds->n_masks, sizeof *ds->masks, id);
+}
+
 int64_t tsrp_build_plan_index(const tsrp_dataset *ds, int64_t plan_id)
 {
-  int64_t lo = 0, hi = ds->n_plans - 1;
-  while (lo <= hi) {
-    int64_t mid = (lo + hi) / 2;
-    if (ds->plans[mid].id == plan_id)
-      return mid;
-    if (ds->plans[mid].id < plan_id)
-      lo = mid + 1;
-    else
-      hi = mid - 1;
-  }
-  return -1;
+  return find_id(ds->plans, ds->n_plans, sizeof *ds->plans, plan_id);
 }
 
 double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id)
@@ -286,35 +284,19 @@ fail:
 
 /* ---- Derivation -------------------------------------------------------- */
 
+/* A mask keyed by its region at a level (bins -1 at level 2). */
 typedef struct {
-  int32_t key[9];
+  tsr_region key;
   int64_t mask;
 } keyed;
 
 static int keyed_cmp(const void *a, const void *b)
 {
   const keyed *x = a, *y = b;
-  int i;
-  for (i = 0; i < 9; i++)
-    if (x->key[i] != y->key[i])
-      return x->key[i] < y->key[i] ? -1 : 1;
+  int c = memcmp(&x->key, &y->key, sizeof x->key);
+  if (c)
+    return c;
   return (x->mask > y->mask) - (x->mask < y->mask);
-}
-
-static void key_of(const tsr_features *f, int level, int32_t *k)
-{
-  tsr_region r, x;
-  tsr_select_region(f, &r);
-  tsr_select_region_at(&r, level, &x);
-  k[0] = level;
-  k[1] = x.dtype;
-  k[2] = x.head_dim;
-  k[3] = x.bq;
-  k[4] = x.bk;
-  k[5] = x.seq_bin;
-  k[6] = x.density_bin;
-  k[7] = x.spread_bin;
-  k[8] = x.fill_bin;
 }
 
 static const char *dtype_text(int dt)
@@ -323,7 +305,7 @@ static const char *dtype_text(int dt)
 }
 
 /* Picks the plan for masks idx[0..n) and inserts its row. */
-static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
+static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch, int level,
                            const keyed *group, int64_t n, int64_t *rows, tsr_error *err)
 {
   int64_t p, i, best = -1, best_cover = 0;
@@ -375,10 +357,15 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   sqlite3_bind_text(st, 2, arch, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(st, 3, ds->multiprocessors);
   sqlite3_bind_int(st, 4, TSR_FEATURES_VERSION);
-  sqlite3_bind_int(st, 5, group[0].key[0]);
-  sqlite3_bind_text(st, 6, dtype_text(group[0].key[1]), -1, SQLITE_STATIC);
-  for (i = 2; i < 9; i++)
-    sqlite3_bind_int(st, (int)i + 5, group[0].key[i]);
+  sqlite3_bind_int(st, 5, level);
+  sqlite3_bind_text(st, 6, dtype_text(group[0].key.dtype), -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 7, group[0].key.head_dim);
+  sqlite3_bind_int(st, 8, group[0].key.bq);
+  sqlite3_bind_int(st, 9, group[0].key.bk);
+  sqlite3_bind_int(st, 10, group[0].key.seq_bin);
+  sqlite3_bind_int(st, 11, group[0].key.density_bin);
+  sqlite3_bind_int(st, 12, group[0].key.spread_bin);
+  sqlite3_bind_int(st, 13, group[0].key.fill_bin);
   sqlite3_bind_text(st, 14, tsr_plan_mapping_name(pr->mapping), -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 15, pr->tile_m);
   sqlite3_bind_int(st, 16, pr->tile_n);
@@ -443,14 +430,17 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
     int64_t n = 0, a, b;
     for (i = 0; i < ds.n_masks; i++)
       if (ds.masks[i].n > 0) {
-        key_of(&ds.masks[i].f, level, k[n].key);
+        tsr_region r;
+        tsr_select_region(&ds.masks[i].f, &r);
+        memset(&k[n].key, 0, sizeof k[n].key);
+        tsr_select_region_at(&r, level, &k[n].key);
         k[n++].mask = i;
       }
     qsort(k, (size_t)n, sizeof *k, keyed_cmp);
     for (a = 0; a < n; a = b) {
-      for (b = a + 1; b < n && !memcmp(k[a].key, k[b].key, sizeof k[a].key); b++)
+      for (b = a + 1; b < n && !memcmp(&k[a].key, &k[b].key, sizeof k[a].key); b++)
         ;
-      if ((s = emit_row(db, &ds, arch, k + a, b - a, &rows, err)) != TSR_OK)
+      if ((s = emit_row(db, &ds, arch, level, k + a, b - a, &rows, err)) != TSR_OK)
         goto fail;
     }
   }

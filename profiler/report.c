@@ -135,14 +135,32 @@ static tsr_status draw_regime(const tsrp_dataset *ds, const char *path, tsr_erro
 {
   tsrp_png_image im;
   const int W = 960, H = 640, X0 = 80, Y0 = 60, PW = 560, PH = 500;
-  int64_t i, *used = calloc((size_t)(ds->n_plans + 1), sizeof *used);
+  int64_t i, j, *used = calloc((size_t)(ds->n_plans + 1), sizeof *used);
+  int64_t *colour = calloc((size_t)(ds->n_plans + 1), sizeof *colour);
   int k, nleg = 0;
   tsr_status s;
-  char buf[96];
-  if (!used)
+  char buf[96], other[96];
+  if (!used || !colour) {
+    free(used);
+    free(colour);
     return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory drawing '%s'", path);
+  }
+  /* One colour per (mapping, tile, tasks): the variants of one plan shape
+   * (head dims, kernel families) share it. */
+  for (i = 0; i < ds->n_plans; i++) {
+    plan_text(ds, ds->plans[i].id, buf, sizeof buf);
+    colour[i] = i;
+    for (j = 0; j < i; j++) {
+      plan_text(ds, ds->plans[j].id, other, sizeof other);
+      if (!strcmp(buf, other)) {
+        colour[i] = colour[j];
+        break;
+      }
+    }
+  }
   if ((s = tsrp_png_new(&im, W, H, err)) != TSR_OK) {
     free(used);
+    free(colour);
     return s;
   }
   snprintf(buf, sizeof buf, "BEST PLAN PER MASK - %.60s", ds->gpu);
@@ -162,6 +180,17 @@ static tsr_status draw_regime(const tsrp_dataset *ds, const char *path, tsr_erro
   }
   tsrp_png_text(&im, X0 + PW / 2 - 60, Y0 + PH + 24, 1, 0x000000, "DENSITY (LOG)");
   tsrp_png_text(&im, 8, Y0 - 14, 1, 0x000000, "FILL AT 128X128");
+  /* Palette slots in legend order, so the plans drawn get distinct colours. */
+  for (i = 0; i < ds->n_masks; i++) {
+    int64_t best;
+    if (tsrp_build_best(&ds->masks[i], &best) > 0)
+      used[colour[tsrp_build_plan_index(ds, best)]] = 1;
+  }
+  for (i = 0, k = 0; i < ds->n_plans; i++)
+    if (used[i])
+      used[i] = 1 + k++;
+  for (i = 0; i < ds->n_plans; i++)
+    colour[i] = used[colour[i]] ? used[colour[i]] - 1 : 0;
   for (i = 0; i < ds->n_masks; i++) {
     const tsrp_mask_times *m = &ds->masks[i];
     int64_t best, pi;
@@ -172,18 +201,18 @@ static tsr_status draw_regime(const tsrp_dataset *ds, const char *path, tsr_erro
     d = m->f.density > 1e-3 ? m->f.density : 1e-3;
     x = X0 + (log10(d) + 3) / 3 * PW;
     y = Y0 + PH - m->f.fill[TSR_FEATURE_TILES - 1] * PH;
-    tsrp_png_rect(&im, (int)x - 3, (int)y - 3, 7, 7, palette[pi % NPAL]);
-    used[pi] = 1;
+    tsrp_png_rect(&im, (int)x - 3, (int)y - 3, 7, 7, palette[colour[pi] % NPAL]);
   }
   for (i = 0; i < ds->n_plans && nleg < 24; i++)
-    if (used[i]) {
+    if (used[i] && colour[i] == used[i] - 1) {
       int y = Y0 + nleg * 18;
       plan_text(ds, ds->plans[i].id, buf, sizeof buf);
-      tsrp_png_rect(&im, X0 + PW + 20, y, 10, 10, palette[i % NPAL]);
+      tsrp_png_rect(&im, X0 + PW + 20, y, 10, 10, palette[colour[i] % NPAL]);
       tsrp_png_text(&im, X0 + PW + 36, y + 2, 1, 0x000000, buf);
       nleg++;
     }
   free(used);
+  free(colour);
   s = tsrp_png_write(&im, path, err);
   tsrp_png_free(&im);
   return s;

@@ -21,6 +21,7 @@
 #include <fnmatch.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -276,6 +277,29 @@ static int variant_fits(const tsr_bundle_entry *e, const char *arch, const tsr_p
   return tsr_variant_serves(&e->v, arch, &need);
 }
 
+/* NVRTC options of each variant's build for `arch`, from the bundle's
+ * registry.json (the bundle loader keeps only the hashes).  Returns a JSON
+ * object name -> options (caller decrefs), or NULL when unreadable. */
+static json_t *variant_options(const char *dir, const char *arch)
+{
+  char path[1200];
+  json_t *reg, *out = json_object(), *vars, *v;
+  size_t i;
+  snprintf(path, sizeof path, "%s/registry.json", dir);
+  reg = json_load_file(path, 0, NULL);
+  vars = reg ? json_object_get(reg, "variants") : NULL;
+  json_array_foreach(vars, i, v)
+  {
+    const char *name = json_string_value(json_object_get(v, "name"));
+    json_t *t = json_object_get(json_object_get(v, "targets"), arch);
+    const char *opts = json_string_value(json_object_get(t, "options"));
+    if (name && opts)
+      json_object_set_new(out, name, json_string(opts));
+  }
+  json_decref(reg);
+  return out;
+}
+
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig)
 {
@@ -300,6 +324,7 @@ static int run_sweep(const sweep_opts *o)
   int rc = EXIT_OK, tty = isatty(2);
   double t0 = now_s(), timed_s = 0;
   double *samples = NULL;
+  json_t *vopts = NULL;
   static const tsr_mapping maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE};
   static const tsr_tasks layouts[] = {TSR_TASKS_ROW, TSR_TASKS_SPLIT, TSR_TASKS_PACK};
   memset(&bundle, 0, sizeof bundle);
@@ -326,6 +351,7 @@ static int run_sweep(const sweep_opts *o)
     bdir = TSR_PKGLIBDIR "/bundle";
   if (tsr_bundle_load(bdir, &bundle, &err) != TSR_OK)
     goto fail;
+  vopts = variant_options(bdir, tsr_context_arch(ctx));
   cu = tsr_context_cu(ctx);
   if (tsr_cu_check(cu, cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate",
                    &err) != TSR_OK ||
@@ -460,7 +486,9 @@ static int run_sweep(const sweep_opts *o)
             dv.template_hash = be->hash[ai];
             dv.generator = bundle.generator;
             dv.nvrtc_version = bundle.nvrtc;
-            dv.nvrtc_options = tsr_context_arch(ctx);
+            dv.nvrtc_options = json_string_value(json_object_get(vopts, be->name));
+            if (!dv.nvrtc_options)
+              dv.nvrtc_options = tsr_context_arch(ctx);
             dp.mapping = maps[mi];
             dp.tile_m = tm;
             dp.tile_n = tn;
@@ -504,8 +532,12 @@ static int run_sweep(const sweep_opts *o)
                               samples, &perr);
               tsr_plan_destroy(pl);
               if (s == TSR_ERR_CUDA) {
-                /* A kernel fault poisons the context: stop, keep what is
-                 * recorded, and say which candidate did it. */
+                /* A kernel fault poisons the context: record the candidate
+                 * as failed (a resumed sweep skips it until its variant is
+                 * rebuilt), stop, and say which candidate did it. */
+                m.status = "failed";
+                m.detail = perr.text;
+                tsr_db_record(db, &m, NULL, &err);
                 tsr_error_set(&err, s, "%s on mask '%s', plan %s %dx%d %s, variant %s",
                               perr.text, e->file, tsr_plan_mapping_name(maps[mi]), tm, tn,
                               tsr_plan_tasks_name(layouts[li]), be->name);
@@ -568,6 +600,7 @@ done:
     if (stream)
       cu->cuStreamDestroy(stream);
   }
+  json_decref(vopts);
   tsr_bundle_free(&bundle);
   tsr_context_destroy(ctx);
   tsr_db_close(db);

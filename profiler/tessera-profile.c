@@ -65,35 +65,62 @@ static const char *usage_text =
     "\n"
     "man tessera-profile(1) describes every option.\n";
 
+/* ---- options ----------------------------------------------------------- */
+
+enum { O_DB, O_GPU, O_SPLIT, O_OUT, O_SQL, O_COUNT };
+
+/* Parses the options of build, report, export and init into v[] (NULL when
+ * absent).  `allowed` lists the O_* a command takes, as a bit set.  Returns
+ * 0, or the exit status to leave with (help printed, or a usage error). */
+static int parse_opts(const char *cmd, int argc, char **argv, unsigned allowed, const char **v)
+{
+  static const struct option lo[] = {{"db", 1, 0, O_DB},     {"gpu", 1, 0, O_GPU},
+                                     {"split", 1, 0, O_SPLIT}, {"out", 1, 0, O_OUT},
+                                     {"sql", 1, 0, O_SQL},   {"help", 0, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  int c, i;
+  for (i = 0; i < O_COUNT; i++)
+    v[i] = NULL;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    if (c == 'h') {
+      fputs(usage_text, stdout);
+      return EXIT_OK;
+    }
+    if (c < 0 || c >= O_COUNT)
+      return EXIT_USAGE; /* getopt has said what was wrong */
+    if (!(allowed & (1u << c))) {
+      errorf(cmd, "option --%s does not apply to %s", lo[c].name, cmd);
+      return EXIT_USAGE;
+    }
+    v[c] = optarg;
+  }
+  if (optind != argc) {
+    errorf(cmd, "unexpected argument '%s'", argv[optind]);
+    return EXIT_USAGE;
+  }
+  if (!v[O_DB]) {
+    errorf(cmd, "missing --db FILE");
+    return EXIT_USAGE;
+  }
+  return -1;
+}
+
 /* ---- build ------------------------------------------------------------- */
 
 static int cmd_build(int argc, char **argv)
 {
-  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"gpu", 1, 0, 'g'}, {"split", 1, 0, 's'},
-                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-  const char *dbp = NULL;
+  const char *v[O_COUNT], *dbp;
   tsrp_build_opts o = {NULL, NULL};
   tsrp_build_stats st;
   tsr_error err = {0};
   tsr_db *db;
-  int c;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-    if (c == 'd')
-      dbp = optarg;
-    else if (c == 'g')
-      o.gpu = optarg;
-    else if (c == 's')
-      o.split = optarg;
-    else if (c == 'h') {
-      fputs(usage_text, stdout);
-      return EXIT_OK;
-    } else
-      return EXIT_USAGE;
-  }
-  if (!dbp || optind != argc) {
-    errorf("build", "expected --db FILE and no other arguments");
-    return EXIT_USAGE;
-  }
+  int rc = parse_opts("build", argc, argv, 1u << O_DB | 1u << O_GPU | 1u << O_SPLIT, v);
+  if (rc >= 0)
+    return rc;
+  dbp = v[O_DB];
+  o.gpu = v[O_GPU];
+  o.split = v[O_SPLIT];
   if (tsr_db_open(dbp, 0, &db, &err) != TSR_OK) {
     errorf("build", "%s", err.text);
     return EXIT_USAGE;
@@ -113,27 +140,17 @@ static int cmd_build(int argc, char **argv)
 
 static int cmd_report(int argc, char **argv)
 {
-  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"out", 1, 0, 'o'}, {"gpu", 1, 0, 'g'},
-                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-  const char *dbp = NULL, *out = NULL, *gpu = NULL;
+  const char *v[O_COUNT], *dbp, *out, *gpu;
   tsr_error err = {0};
   tsr_db *db;
-  int c;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-    if (c == 'd')
-      dbp = optarg;
-    else if (c == 'o')
-      out = optarg;
-    else if (c == 'g')
-      gpu = optarg;
-    else if (c == 'h') {
-      fputs(usage_text, stdout);
-      return EXIT_OK;
-    } else
-      return EXIT_USAGE;
-  }
-  if (!dbp || !out || optind != argc) {
-    errorf("report", "expected --db FILE --out DIR");
+  int rc = parse_opts("report", argc, argv, 1u << O_DB | 1u << O_GPU | 1u << O_OUT, v);
+  if (rc >= 0)
+    return rc;
+  dbp = v[O_DB];
+  out = v[O_OUT];
+  gpu = v[O_GPU];
+  if (!out) {
+    errorf("report", "missing --out DIR");
     return EXIT_USAGE;
   }
   if (tsr_db_open(dbp, TSR_DB_READONLY, &db, &err) != TSR_OK) {
@@ -154,32 +171,18 @@ static int cmd_report(int argc, char **argv)
 
 static int cmd_export(int argc, char **argv)
 {
-  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"out", 1, 0, 'o'}, {"gpu", 1, 0, 'g'},
-                                     {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-  const char *dbp = NULL, *out = NULL, *gpu = NULL;
+  const char *v[O_COUNT], *dbp, *out, *gpu;
   char tmp[1100];
   tsr_error err = {0};
   tsr_db *db;
   FILE *f = stdout;
   int64_t c2 = 0;
-  int c, ok;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-    if (c == 'd')
-      dbp = optarg;
-    else if (c == 'o')
-      out = optarg;
-    else if (c == 'g')
-      gpu = optarg;
-    else if (c == 'h') {
-      fputs(usage_text, stdout);
-      return EXIT_OK;
-    } else
-      return EXIT_USAGE;
-  }
-  if (!dbp || optind != argc) {
-    errorf("export", "expected --db FILE");
-    return EXIT_USAGE;
-  }
+  int ok, rc = parse_opts("export", argc, argv, 1u << O_DB | 1u << O_GPU | 1u << O_OUT, v);
+  if (rc >= 0)
+    return rc;
+  dbp = v[O_DB];
+  out = v[O_OUT];
+  gpu = v[O_GPU];
   if (tsr_db_open(dbp, TSR_DB_READONLY, &db, &err) != TSR_OK) {
     errorf("export", "%s", err.text);
     return EXIT_USAGE;
@@ -238,30 +241,17 @@ static char *read_file(const char *path, tsr_error *err)
 
 static int cmd_init(int argc, char **argv)
 {
-  static const struct option lo[] = {{"db", 1, 0, 'd'}, {"sql", 1, 0, 's'}, {"help", 0, 0, 'h'},
-                                     {0, 0, 0, 0}};
-  const char *dbp = NULL, *sqlp = NULL;
+  const char *v[O_COUNT], *dbp, *sqlp;
   char tmp[1100];
   char *text = NULL;
   tsr_error err = {0};
   tsr_db *db;
-  int c;
   tsr_status s;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-    if (c == 'd')
-      dbp = optarg;
-    else if (c == 's')
-      sqlp = optarg;
-    else if (c == 'h') {
-      fputs(usage_text, stdout);
-      return EXIT_OK;
-    } else
-      return EXIT_USAGE;
-  }
-  if (!dbp || optind != argc) {
-    errorf("init", "expected --db FILE");
-    return EXIT_USAGE;
-  }
+  int rc = parse_opts("init", argc, argv, 1u << O_DB | 1u << O_SQL, v);
+  if (rc >= 0)
+    return rc;
+  dbp = v[O_DB];
+  sqlp = v[O_SQL];
   if (access(dbp, F_OK) == 0) {
     errorf("init", "cannot create '%s': file exists", dbp);
     return EXIT_USAGE;

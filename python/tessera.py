@@ -25,6 +25,9 @@ changing between replays:
     with torch.cuda.graph(g):
         gp(q, k, v, mask_buf, out=out)
     mask_buf.copy_(next_mask); g.replay()
+
+The first call for a shape and regime allocates its template (device buffers):
+make it (call once) before capturing a graph.
 """
 import ctypes
 import ctypes.util
@@ -91,7 +94,7 @@ class _Summary(ctypes.Structure):
 class _GpuPlanCaps(ctypes.Structure):
     _fields_ = [("mask_batch", ctypes.c_int64), ("mask_heads", ctypes.c_int64),
                 ("max_tiles", ctypes.c_int64), ("max_words", ctypes.c_int64),
-                ("max_slots", ctypes.c_int64)]
+                ("max_slots", ctypes.c_int64), ("no_host_stats", ctypes.c_int)]
 
 
 class _GpuPlanStats(ctypes.Structure):
@@ -445,7 +448,8 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
             gp = GpuPlan(ctx, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype, layout=layout,
                          scale=scale, mask_batch=m.shape[0], mask_heads=m.shape[1], **plan_kw)
             _gpuplans[key] = gp
-        return gp(q, k, v, block_mask, out=out, lse=lse)
+        return gp(q, k, v, block_mask if block_mask.is_contiguous() else block_mask.contiguous(),
+                  out=out, lse=lse)
     plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype,
                 layout=layout, scale=scale, **plan_kw)
     o = plan.run(q, k, v, out=out, lse=lse)

@@ -29,8 +29,9 @@
  * Cost: pool build O(tokens x K x head_dim) once per layout; per head
  * O(blocks x K x head_dim) to pool and O(nq x nk x head_dim) for the logits.
  * Determinism: a seeded splitmix64 / xoshiro256** stream per purpose, all
- * sums in a fixed order (4 interleaved partial sums in the dot products), no
- * threads inside; results are byte-reproducible on a given libm.
+ * sums in a fixed order (logits over the channels in increasing order,
+ * whatever the vectorisation), no threads inside; results are
+ * byte-reproducible with a given libm.
  */
 #include <math.h>
 #include <stdlib.h>

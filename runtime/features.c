@@ -4,15 +4,19 @@
  * Runs on every request before the lookup, so it must cost far less than
  * planning: one pass over the mask bytes per plane to pack each logical row
  * into 64-bit words and sum selected key tokens, then per candidate tile
- * shape one OR of the packed rows that a query tile overlaps and one range
- * test per key tile.  Roughly nq*nk/8 bytes touched per tile shape per plane;
- * no plan is built.  The tile counts are exactly those a plan at that tile
+ * shape and distinct run of query tiles one OR of the packed rows it
+ * overlaps and one walk over the selected key blocks (count-trailing-zeros),
+ * merging their key-tile ranges.  About nq*nk bytes plus 4 x selected blocks
+ * per plane; no plan is built.  The tile counts are exactly those a plan at that tile
  * would emit (a tile is touched when any selected logical block overlaps it),
  * so fill[] is the fraction of computed pairs that are selected.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tessera.h"
 
@@ -25,6 +29,23 @@ void tsr_features_tile(int i, int *tile_m, int *tile_n)
     i = TSR_FEATURE_TILES - 1;
   *tile_m = tile_m_of[i];
   *tile_n = tile_n_of[i];
+}
+
+/* Packs a row of 0/1 mask bytes into bits (w zeroed by the caller):
+ * sixteen bytes an instruction where SSE2 is there. */
+static void pack_row(const uint8_t *r, int64_t n, uint64_t *w)
+{
+  int64_t j = 0;
+#if defined(__SSE2__)
+  const __m128i zero = _mm_setzero_si128();
+  for (; j + 16 <= n; j += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(r + j));
+    uint64_t m = (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpgt_epi8(v, zero));
+    w[j >> 6] |= m << (j & 63);
+  }
+#endif
+  for (; j < n; j++)
+    w[j >> 6] |= (uint64_t)r[j] << (j & 63);
 }
 
 /* Any bit set in words[] at positions lo..hi inclusive. */
@@ -40,6 +61,36 @@ static int any_bits(const uint64_t *w, int64_t lo, int64_t hi)
     if (w[i])
       return 1;
   return (w[b] & hi_mask) != 0;
+}
+
+/* How key tiles of one shape relate to the key blocks, for counting the
+ * touched tiles of a row of selected blocks without visiting each block:
+ * GROUP, uniform blocks with `g` (a power of two) of them to a tile;
+ * SPLIT, uniform blocks each spanning `g` tiles; WALK, anything else. */
+enum { K_GROUP, K_SPLIT, K_WALK };
+
+static int key_mode(int64_t bk, int64_t tn, int64_t *g)
+{
+  if (bk > 0 && tn % bk == 0 && ((tn / bk) & (tn / bk - 1)) == 0 && tn / bk <= 64) {
+    *g = tn / bk;
+    return K_GROUP;
+  }
+  if (bk > 0 && bk % tn == 0) {
+    *g = bk / tn;
+    return K_SPLIT;
+  }
+  *g = 0;
+  return K_WALK;
+}
+
+/* Bits at the positions that are multiples of g (g a power of two <= 64). */
+static uint64_t group_mask(int64_t g)
+{
+  uint64_t m = 0;
+  int64_t i;
+  for (i = 0; i < 64; i += g)
+    m |= 1ULL << i;
+  return m;
 }
 
 /* Logical block holding token t, given block starts s[0..n] (binary search;
@@ -60,8 +111,9 @@ static int64_t block_of(const int64_t *s, int64_t n, int64_t t)
 typedef struct {
   int64_t nq, nk, words;
   int64_t *qs, *ks;                     /* block starts, nq+1 / nk+1 */
+  double *kw;                           /* key block widths, nk */
   int64_t *t_qlo[TSR_FEATURE_TILES], *t_qhi[TSR_FEATURE_TILES]; /* per query tile */
-  int64_t *t_klo[TSR_FEATURE_TILES], *t_khi[TSR_FEATURE_TILES]; /* per key tile */
+  int64_t *b_klo[TSR_FEATURE_TILES], *b_khi[TSR_FEATURE_TILES]; /* key tiles of a key block */
   int64_t n_qt[TSR_FEATURE_TILES], n_kt[TSR_FEATURE_TILES];
   uint64_t *rows;                       /* nq * words packed bits of a plane */
   uint64_t *acc;                        /* words */
@@ -72,11 +124,12 @@ static void scratch_free(scratch *s)
   int t;
   free(s->qs);
   free(s->ks);
+  free(s->kw);
   for (t = 0; t < TSR_FEATURE_TILES; t++) {
     free(s->t_qlo[t]);
     free(s->t_qhi[t]);
-    free(s->t_klo[t]);
-    free(s->t_khi[t]);
+    free(s->b_klo[t]);
+    free(s->b_khi[t]);
   }
   free(s->rows);
   free(s->acc);
@@ -92,33 +145,35 @@ static int scratch_init(scratch *s, const tsr_geom *g)
   s->words = (s->nk + 63) / 64;
   s->qs = malloc(sizeof(int64_t) * (size_t)(s->nq + 1));
   s->ks = malloc(sizeof(int64_t) * (size_t)(s->nk + 1));
+  s->kw = malloc(sizeof(double) * (size_t)s->nk);
   s->rows = calloc((size_t)(s->nq * s->words), sizeof(uint64_t));
   s->acc = malloc(sizeof(uint64_t) * (size_t)s->words);
-  if (!s->qs || !s->ks || !s->rows || !s->acc)
+  if (!s->qs || !s->ks || !s->kw || !s->rows || !s->acc)
     return -1;
   for (i = 0; i <= s->nq; i++)
     s->qs[i] = tsr_geom_q_start(g, i);
   for (i = 0; i <= s->nk; i++)
     s->ks[i] = tsr_geom_k_start(g, i);
+  for (i = 0; i < s->nk; i++)
+    s->kw[i] = (double)(s->ks[i + 1] - s->ks[i]);
   for (t = 0; t < TSR_FEATURE_TILES; t++) {
     int64_t tm = tile_m_of[t], tn = tile_n_of[t];
     s->n_qt[t] = (sq + tm - 1) / tm;
     s->n_kt[t] = (sk + tn - 1) / tn;
     s->t_qlo[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
     s->t_qhi[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
-    s->t_klo[t] = malloc(sizeof(int64_t) * (size_t)s->n_kt[t]);
-    s->t_khi[t] = malloc(sizeof(int64_t) * (size_t)s->n_kt[t]);
-    if (!s->t_qlo[t] || !s->t_qhi[t] || !s->t_klo[t] || !s->t_khi[t])
+    s->b_klo[t] = malloc(sizeof(int64_t) * (size_t)s->nk);
+    s->b_khi[t] = malloc(sizeof(int64_t) * (size_t)s->nk);
+    if (!s->t_qlo[t] || !s->t_qhi[t] || !s->b_klo[t] || !s->b_khi[t])
       return -1;
     for (i = 0; i < s->n_qt[t]; i++) {
       int64_t end = (i + 1) * tm < sq ? (i + 1) * tm : sq;
       s->t_qlo[t][i] = block_of(s->qs, s->nq, i * tm);
       s->t_qhi[t][i] = block_of(s->qs, s->nq, end - 1);
     }
-    for (i = 0; i < s->n_kt[t]; i++) {
-      int64_t end = (i + 1) * tn < sk ? (i + 1) * tn : sk;
-      s->t_klo[t][i] = block_of(s->ks, s->nk, i * tn);
-      s->t_khi[t][i] = block_of(s->ks, s->nk, end - 1);
+    for (i = 0; i < s->nk; i++) {
+      s->b_klo[t][i] = s->ks[i] / tn;
+      s->b_khi[t][i] = (s->ks[i + 1] - 1) / tn;
     }
   }
   return 0;
@@ -129,11 +184,13 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
 {
   scratch s;
   tsr_status st;
-  int64_t planes, b, h, i, j, sq, sk, sel_blocks = 0, empty = 0;
+  int64_t planes, b, h, i, sq, sk, sel_blocks = 0, empty = 0;
   int64_t touched[TSR_FEATURE_TILES] = {0};
   double area[TSR_FEATURE_TILES] = {0};
   double sel_pairs = 0, row_sum = 0, row_sq = 0;
-  int t;
+  int64_t bk_u, gk[TSR_FEATURE_TILES];
+  uint64_t gm[TSR_FEATURE_TILES];
+  int t, mode[TSR_FEATURE_TILES];
   if (!p || !m || !f || !p->geom)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot compute mask features: %s is NULL",
                          !p ? "problem" : !m ? "mask" : !f ? "output" : "problem geometry");
@@ -154,6 +211,15 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
   sq = tsr_geom_seq_q(p->geom);
   sk = tsr_geom_seq_k(p->geom);
   planes = tsr_mask_batch(m) * tsr_mask_heads(m);
+  {
+    int64_t bq_u;
+    if (!tsr_geom_is_uniform(p->geom, &bq_u, &bk_u))
+      bk_u = 0;
+  }
+  for (t = 0; t < TSR_FEATURE_TILES; t++) {
+    mode[t] = key_mode(bk_u, tile_n_of[t], &gk[t]);
+    gm[t] = mode[t] == K_GROUP ? group_mask(gk[t]) : 0;
+  }
   for (b = 0; b < tsr_mask_batch(m); b++)
     for (h = 0; h < tsr_mask_heads(m); h++) {
       const uint8_t *pl = tsr_mask_plane(m, b, h);
@@ -162,31 +228,91 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
         const uint8_t *r = pl + i * s.nk;
         uint64_t *w = s.rows + i * s.words;
         double tok = 0;
-        for (j = 0; j < s.nk; j++)
-          if (r[j]) {
-            w[j >> 6] |= 1ULL << (j & 63);
-            tok += (double)(s.ks[j + 1] - s.ks[j]);
-            sel_blocks++;
+        int64_t nsel = 0, k;
+        pack_row(r, s.nk, w);
+        for (k = 0; k < s.words; k++)
+          nsel += __builtin_popcountll(w[k]);
+        if (bk_u) { /* uniform: every selected block is bk wide but the last */
+          tok = (double)nsel * (double)bk_u;
+          if ((w[(s.nk - 1) >> 6] >> ((s.nk - 1) & 63)) & 1)
+            tok -= (double)(bk_u - (sk - (s.nk - 1) * bk_u));
+        } else {
+          for (k = 0; k < s.words; k++) {
+            uint64_t bits = w[k];
+            while (bits) {
+              tok += s.kw[k * 64 + __builtin_ctzll(bits)];
+              bits &= bits - 1;
+            }
           }
+        }
+        sel_blocks += nsel;
         sel_pairs += tok * (double)(s.qs[i + 1] - s.qs[i]);
         row_sum += tok;
         row_sq += tok * tok;
         empty += tok == 0;
       }
       for (t = 0; t < TSR_FEATURE_TILES; t++) {
-        int64_t tm = tile_m_of[t], tn = tile_n_of[t], r, u, w;
+        int64_t tm = tile_m_of[t], tn = tile_n_of[t], r, w, prev_lo = -1, prev_hi = -1;
+        int64_t cnt = 0, width = 0;
         for (r = 0; r < s.n_qt[t]; r++) {
           int64_t rows_in = (r + 1) * tm < sq ? tm : sq - r * tm;
-          memcpy(s.acc, s.rows + s.t_qlo[t][r] * s.words, sizeof(uint64_t) * (size_t)s.words);
-          for (i = s.t_qlo[t][r] + 1; i <= s.t_qhi[t][r]; i++)
-            for (w = 0; w < s.words; w++)
-              s.acc[w] |= s.rows[i * s.words + w];
-          for (u = 0; u < s.n_kt[t]; u++)
-            if (any_bits(s.acc, s.t_klo[t][u], s.t_khi[t][u])) {
-              int64_t cols_in = (u + 1) * tn < sk ? tn : sk - u * tn;
-              touched[t]++;
-              area[t] += (double)rows_in * (double)cols_in;
+          int64_t qlo = s.t_qlo[t][r], qhi = s.t_qhi[t][r];
+          /* Tile rows over the same logical rows touch the same key tiles
+           * (64-row tiles in 128-row blocks, say): reuse the count. */
+          if (qlo != prev_lo || qhi != prev_hi) {
+            int64_t cur_end = -1;
+            memcpy(s.acc, s.rows + qlo * s.words, sizeof(uint64_t) * (size_t)s.words);
+            for (i = qlo + 1; i <= qhi; i++)
+              for (w = 0; w < s.words; w++)
+                s.acc[w] |= s.rows[i * s.words + w];
+            cnt = width = 0;
+            if (mode[t] == K_GROUP) {
+              /* Fold each group of g block bits onto its first bit. */
+              int64_t last = s.n_kt[t] - 1, sh;
+              for (w = 0; w < s.words; w++) {
+                uint64_t y = s.acc[w];
+                for (sh = 1; sh < gk[t]; sh <<= 1)
+                  y |= y >> sh;
+                cnt += __builtin_popcountll(y & gm[t]);
+              }
+              width = cnt * tn;
+              if (any_bits(s.acc, last * gk[t], s.nk - 1))
+                width -= tn - (sk - last * tn);
+            } else if (mode[t] == K_SPLIT) {
+              /* Each selected block is g tiles; the ragged last one fewer. */
+              int64_t nsel = 0, lastw = sk - (s.nk - 1) * bk_u;
+              for (w = 0; w < s.words; w++)
+                nsel += __builtin_popcountll(s.acc[w]);
+              cnt = nsel * gk[t];
+              width = nsel * bk_u;
+              if ((s.acc[(s.nk - 1) >> 6] >> ((s.nk - 1) & 63)) & 1) {
+                cnt -= gk[t] - (lastw + tn - 1) / tn;
+                width -= bk_u - lastw;
+              }
+            } else {
+            /* Selected key blocks in order; their key-tile ranges are
+             * non-decreasing, so the union is counted in one pass. */
+            for (w = 0; w < s.words; w++) {
+              uint64_t bits = s.acc[w];
+              while (bits) {
+                int64_t jb = w * 64 + __builtin_ctzll(bits), a = s.b_klo[t][jb],
+                        b = s.b_khi[t][jb];
+                int64_t start = a > cur_end + 1 ? a : cur_end + 1;
+                int64_t end = (b + 1) * tn < sk ? (b + 1) * tn : sk;
+                int64_t add = b - start + 1;
+                bits &= bits - 1;
+                /* add <= 0 when the block's tiles are already counted. */
+                cnt += add > 0 ? add : 0;
+                width += add > 0 ? end - start * tn : 0;
+                cur_end = b > cur_end ? b : cur_end;
+              }
             }
+            }
+            prev_lo = qlo;
+            prev_hi = qhi;
+          }
+          touched[t] += cnt;
+          area[t] += (double)rows_in * (double)width;
         }
       }
     }

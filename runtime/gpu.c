@@ -409,7 +409,10 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   p.seq_q = (tsr_i32)pl->problem.seq_q;
   p.seq_k = (tsr_i32)pl->problem.seq_k;
   p.head_dim = (tsr_i32)pl->problem.head_dim;
-  scale = pl->problem.scale > 0 ? pl->problem.scale : 1.0 / sqrt((double)pl->problem.head_dim);
+  scale = pl->problem.scale != 0 ? pl->problem.scale : 1.0 / sqrt((double)pl->problem.head_dim);
+  /* The kernels take row maxima on raw scores and scale them afterwards. */
+  if (!(scale > 0))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "GPU kernels need a positive scale, got %g", scale);
   p.scale_log2 = (float)(scale * 1.4426950408889634);
   p.n_tasks = (tsr_i32)pl->n_tasks;
   p.n_merges = (tsr_i32)pl->n_merges;

@@ -235,16 +235,18 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
         (st = dalloc(g, &g->d_row_len, rows * 4, "row lengths", err)) ||
         (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
         (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
-        (st = dalloc(g, &g->d_counts, TSR_GP_COUNTS * 4, "counts", err)) ||
+        (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
         (st = dalloc(g, &g->d_acc, TSR_GP_ACC_N * 8, "feature sums", err)))
       goto fail;
   }
-  if (cu->cuMemAllocHost((void **)&g->stats, sizeof *g->stats) != CUDA_SUCCESS) {
-    g->stats = NULL;
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of pinned memory for features");
-    goto fail;
+  if (!caps->no_host_stats) {
+    if (cu->cuMemAllocHost((void **)&g->stats, sizeof *g->stats) != CUDA_SUCCESS) {
+      g->stats = NULL;
+      st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of pinned memory for features");
+      goto fail;
+    }
+    memset(g->stats, 0, sizeof *g->stats);
   }
-  memset(g->stats, 0, sizeof *g->stats);
 
   /* qblk is fixed by the geometry: computed and uploaded once. */
   pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
@@ -255,10 +257,10 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   pl->n_qblk = pl->problem.seq_q;
   for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
   {
-    static const unsigned zeros[TSR_GP_COUNTS + 2 * TSR_GP_ACC_N];
+    static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
     if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
                            "cuMemcpyHtoD(qblk)", err)) ||
-        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, TSR_GP_COUNTS * 4), "cuMemcpyHtoD(counts)",
+        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
                            err)) ||
         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_acc, zeros, TSR_GP_ACC_N * 8), "cuMemcpyHtoD(sums)", err)))
       goto fail;
@@ -391,7 +393,8 @@ static tsr_status dcopy(const tsr_cu *cu, tsr_plan *h, int slot, void **dst, CUd
 tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error *err)
 {
   const tsr_cu *cu;
-  tsr_i32 counts[TSR_GP_COUNTS];
+  tsr_i32 counts[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
+  tsr_gp_stats dstats;
   tsr_plan *h;
   tsr_status st;
 
@@ -402,6 +405,7 @@ tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error 
       (st = tsr_cu_check(cu, cu->cuCtxSynchronize(), "cuCtxSynchronize", err)) ||
       (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(counts, g->d_counts, sizeof counts), "cuMemcpyDtoH(counts)", err)))
     return st;
+  memcpy(&dstats, counts + TSR_GP_DSTATS, sizeof dstats);
   if (counts[TSR_GP_STEP] == 0)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot download GPU plan: nothing was planned yet");
   if (counts[TSR_GP_OVERFLOW])
@@ -446,7 +450,6 @@ tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error 
   }
   {
     tsr_plan_summary *s = &h->summary;
-    tsr_gpuplan_stats f;
     *s = g->pl->summary;
     s->tiles = h->n_tiles;
     s->tasks_count = h->n_tasks;
@@ -456,11 +459,9 @@ tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error 
     s->merges = h->n_merges;
     s->slots = h->n_slots;
     s->membership_words = h->n_membership;
-    if (tsr_gpuplan_stats_read(g, &f) > 0) {
-      s->partial_tiles = f.partial_tiles;
-      s->selected_pairs = f.density * (double)h->problem.batch * (double)h->problem.heads_q *
-                          (double)h->problem.seq_q * (double)h->problem.seq_k;
-    }
+    s->partial_tiles = dstats.partial_tiles;
+    s->selected_pairs = dstats.density * (double)h->problem.batch * (double)h->problem.heads_q *
+                        (double)h->problem.seq_q * (double)h->problem.seq_k;
   }
   *host_copy = h;
   return TSR_OK;

@@ -5,8 +5,10 @@
  *
  * A plan is plain data: the arrays of plan_layout.h plus the facts needed to
  * interpret them.  Everything is owned by the plan and freed by
- * tsr_plan_destroy; `gpu` holds the device copies made by tsr_gpu_upload
- * (freed through the context that made them).
+ * tsr_plan_destroy; the record arrays point into the plan's reusable
+ * buffers (bufs[] below), so nothing else may free or realloc them.  `gpu`
+ * holds the device copies made by tsr_gpu_upload (freed through the context
+ * that made them, and dropped by tsr_plan_update).
  */
 #ifndef TSR_PLAN_IMPL_H
 #define TSR_PLAN_IMPL_H
@@ -106,9 +108,10 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows,
  * the summary. */
 tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
                            const tsr_plan_opts *o, tsr_error *err);
-/* Expected balance of the plan's tasks over its persistent grid: max / mean
- * multiprocessor load under list scheduling in launch order (a key tile
- * costs 4, a member's Q load and store 1); -1 when out of memory. */
+/* Expected balance of the plan's tasks over its persistent grid of num_sms
+ * CTAs walking tasks round-robin (CTA b: tasks b, b + num_sms, ...), as the
+ * kernels do: max CTA load / mean load per multiprocessor (a key tile costs
+ * 4, a member's Q load and store 1); -1 when out of memory. */
 double tsr_tasks_balance(const tsr_plan *pl);
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8

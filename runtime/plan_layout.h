@@ -88,7 +88,21 @@ typedef struct {
 } tsr_merge_rec;
 
 /* Opaque 128-byte TMA descriptor (CUtensorMap), filled on the host with
- * cuTensorMapEncodeTiled; unused by the sm_80 family. */
+ * cuTensorMapEncodeTiled (runtime/gpu.c) for variants with a TMA box
+ * (name suffix _tma<box>); unused by the sm_80 family.  Each map is rank 4
+ * over one tensor, innermost first:
+ *   globalDim     {head_dim, seq, heads, batch}  (seq_q/heads_q for tma_q,
+ *                 seq_k/heads_kv for tma_k and tma_v)
+ *   globalStrides {s_stride, h_stride, b_stride} * 2 bytes (d_stride == 1),
+ *                 so one map serves BHSD, BSHD and any other strides
+ *   boxDim        {box, BM, 1, 1} for q, {box, BN, 1, 1} for k and v
+ *   swizzle       box * 2 bytes (128B for box 64); no interleave;
+ *                 L2 promotion 128B; out-of-bounds elements read as zero
+ * so a tile's coordinates are (d0, token0, head, batch).
+ *
+ * Launch: every kernel loops task = blockIdx.x, += gridDim.x while
+ * task < n_tasks (the merge kernel likewise over merges); the host chooses
+ * gridDim.x (persistent or one CTA per task, see runtime/variant.h). */
 typedef struct {
   TSR_ALIGN64 unsigned long long opaque[16];
 } tsr_tmap;
@@ -140,7 +154,11 @@ enum {
   TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
   TSR_GP_OVERFLOW, TSR_GP_DONE, TSR_GP_STEP, TSR_GP_PARTIAL, TSR_GP_EMPTY,
   TSR_GP_CLASS_BASE, /* TSR_GP_CLASSES ints */
-  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES
+  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES,
+  /* counts[TSR_GP_DSTATS..]: the device copy of the features (tsr_gp_stats,
+   * 8-byte aligned), which the emit kernel's first thread publishes to the
+   * host-visible record off the critical path */
+  TSR_GP_DSTATS = 24
 };
 enum { TSR_GP_ACC_SEL = 0, TSR_GP_ACC_SEL2, TSR_GP_ACC_N };
 #define TSR_GP_ROW_INTS 6
@@ -173,7 +191,7 @@ typedef struct {
   tsr_merge_rec *merges;
   tsr_i32 *row_len, *row_part; /* per row: tiles, partial tiles */
   tsr_i32 *row_off;            /* per row: TSR_GP_ROW_INTS ints */
-  tsr_i32 *counts;             /* TSR_GP_COUNTS ints */
+  tsr_i32 *counts;             /* TSR_GP_COUNTS ints, then the device features */
   unsigned long long *acc;     /* TSR_GP_ACC_N sums */
   tsr_gp_stats *stats;         /* host-mapped, or NULL */
 } tsr_gpuplan_params;

@@ -10,14 +10,15 @@
  * TSR_PLAN_MAX_MEMBERS of them).  Units longer than the chunk limit are
  * unpacked and their rows split into near-equal chunks whose partial
  * results go to consecutive slots, merged by one merge record per row.
- * Tasks are then ordered by (batch, KV head) group and longest-first within
- * a group (two stable counting sorts) for the persistent grid, whose balance is estimated by list
- * scheduling: each task goes to the multiprocessor that frees up first.
+ * Tasks are then ordered by (batch, KV head) group, longest-first within
+ * a group (two stable counting sorts), and every other round of num_sms
+ * tasks is reversed (a snake) since persistent CTAs take tasks round-robin;
+ * the balance estimate models exactly that walk.
  *
  * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
- * units by a hash of their key lists.  The balance estimate, O(tasks x
- * log(num_sms)), is a diagnostic and runs only when asked for
- * (tsr_plan_summarize, explain), not on the planning path.
+ * units by a hash of their key lists.  The balance estimate, O(tasks), is
+ * a diagnostic and runs only when asked for (tsr_plan_summarize, explain),
+ * not on the planning path.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -75,42 +76,24 @@ static int cand_cmp(const void *a, const void *b)
   return x->u < y->u ? -1 : x->u > y->u;
 }
 
-/* Greedy list scheduling of task costs (in launch order) onto num_sms
- * multiprocessors; returns max load / mean load, or -1 without memory. */
+/* The kernels walk tasks statically: CTA b of a persistent grid of G CTAs
+ * runs tasks b, b + G, b + 2G, ...  With G = num_sms (one CTA per
+ * multiprocessor), returns the largest CTA load over the mean load per
+ * multiprocessor, or -1 without memory. */
 double tsr_tasks_balance(const tsr_plan *pl)
 {
   int64_t n = pl->num_sms > 0 ? pl->num_sms : 1, i, total = 0, maxload = 0;
-  int64_t *heap = malloc((size_t)n * sizeof *heap);
-  if (!heap)
+  int64_t *load = calloc((size_t)n, sizeof *load);
+  if (!load)
     return -1.0;
-  for (i = 0; i < n; i++)
-    heap[i] = 0;
   for (i = 0; i < pl->n_tasks; i++) {
     const tsr_task_rec *t = &pl->tasks[i];
     int64_t w = (int64_t)t->n_members * ((t->tile_end - t->tile_begin) * COST_TILE + COST_MEMBER);
-    int64_t pos = 0, v;
     total += w;
-    /* Replace the minimum (the root) and sift down. */
-    v = heap[0] + w;
-    if (v > maxload)
-      maxload = v;
-    for (;;) {
-      int64_t l = 2 * pos + 1, r = l + 1, m = pos;
-      int64_t mv = v;
-      if (l < n && heap[l] < mv) {
-        m = l;
-        mv = heap[l];
-      }
-      if (r < n && heap[r] < mv)
-        m = r;
-      if (m == pos)
-        break;
-      heap[pos] = heap[m];
-      pos = m;
-    }
-    heap[pos] = v;
+    if ((load[i % n] += w) > maxload)
+      maxload = load[i % n];
   }
-  free(heap);
+  free(load);
   if (total == 0)
     return 1.0;
   return (double)maxload / ((double)total / (double)n);
@@ -313,7 +296,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     }
   }
 
-  /* 5. Longest first: stable counting sort on tiles walked, descending. */
+  /* 5. Longest first: stable counting sort on tiles walked, descending,
+   * then snaked. */
   for (i = 0; i < n_proto; i++) {
     if (protos[i].key > maxkey)
       maxkey = protos[i].key;
@@ -351,6 +335,18 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     for (i = 0; i < n_proto; i++)
       protos[gcount[task_group(&rec[sorted[i].first], pl->problem.heads_kv, per_kv)]++] = sorted[i];
     memcpy(sorted, protos, (size_t)n_proto * sizeof *sorted);
+  }
+  /* Snake the rounds of num_sms tasks: with CTA b taking tasks b, b + G,
+   * ..., plain longest-first would give CTA 0 the longest task of every
+   * round; reversing every other round evens that out, and the order stays
+   * longest-first round by round. */
+  for (i = pl->num_sms; i < n_proto; i += 2 * (int64_t)pl->num_sms) {
+    int64_t lo = i, hi = (i + pl->num_sms < n_proto ? i + pl->num_sms : n_proto) - 1;
+    for (; lo < hi; lo++, hi--) {
+      proto x = sorted[lo];
+      sorted[lo] = sorted[hi];
+      sorted[hi] = x;
+    }
   }
 
   /* 6. Records. */

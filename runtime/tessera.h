@@ -660,6 +660,8 @@ typedef struct {
   int64_t max_words;  /* membership words; 0 = the worst case */
   int64_t max_slots;  /* partial slots of split rows; 0 = the worst case, at most 256 MiB of
                          partials; rows past the slots stay whole (never an error) */
+  int no_host_stats;  /* 1: do not publish features to host memory (tsr_gpuplan_stats_read
+                         then reads nothing); saves two system-scope fences a step */
 } tsr_gpuplan_caps;
 
 void tsr_gpuplan_caps_init(tsr_gpuplan_caps *c);

@@ -10,9 +10,10 @@
  * streams K and V tiles listed in tiles[tile_begin, tile_end).  Each warp
  * owns BM / TSR_WARPS consecutive query rows (16 or 32).  Scores are masked
  * (keys past seq_k, and the membership bits of partial tiles) before the
- * base-2 online softmax; a row whose tile has no selected column leaves its
- * running max and sum untouched.  Output is written directly (o, lse) or as
- * an unnormalised partial (part_o, part_m, part_l) for the merge kernel.
+ * base-2 online softmax (scale_log2 must be positive); a row whose tile has
+ * no selected column leaves its running max and sum untouched.  Output is
+ * written directly (o, lse) or as an unnormalised partial (part_o, part_m,
+ * part_l) for the merge kernel.
  *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch
@@ -194,14 +195,16 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #if TSR_MEMBERSHIP
                 ok = ok && ((words[n >> 2] >> (col & 31)) & 1u); /* n8 tile n lies in word n / 4 */
 #endif
-                float v = ok ? s[i][n][2 * hh + e] * p.scale_log2 : TSR_NEG_INF;
+                const float v = ok ? s[i][n][2 * hh + e] : TSR_NEG_INF;
                 s[i][n][2 * hh + e] = v;
                 mx = fmaxf(mx, v);
               }
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(m[i][hh], mx);
+            /* Maxima are taken on raw scores and scaled once (scale_log2 >
+             * 0), so each probability is one FFMA and one EX2. */
+            const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
             /* A row with nothing selected so far keeps m = -inf; subtract 0
              * then so that exp2(-inf - -inf) never makes a NaN. */
             const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
@@ -211,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
             for (int n = 0; n < NN; ++n) {
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float pv = tsr_ex2(s[i][n][2 * hh + e] - msafe);
+                const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
                 s[i][n][2 * hh + e] = pv;
                 sum += pv;
               }

@@ -13,28 +13,9 @@
 #ifndef TSR_MERGE_CUH
 #define TSR_MERGE_CUH
 
-/* Self-contained on purpose: it follows every family's template, whose own
- * helpers (tsr_ex2, tsr_pack2, ...) must not collide with these. */
+#include "tsr_common.cuh"
+
 #define TSR_MERGE_THREADS 256
-#define TSR_MERGE_NEG_INF __int_as_float(0xff800000)
-
-static __device__ __forceinline__ float tsr_merge_ex2(float x)
-{
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-static __device__ __forceinline__ unsigned tsr_merge_pack2(float lo, float hi)
-{
-  unsigned r;
-#if TSR_DTYPE_BF16
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-  return r;
-}
 
 extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
     TSR_MERGE_NAME(const __grid_constant__ tsr_kernel_params p)
@@ -48,18 +29,18 @@ extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
     const int rows = min(BM, p.seq_q - q0);
     __syncthreads(); /* the previous record's readers of sM are done */
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-      float M = TSR_MERGE_NEG_INF, L = 0.f;
+      float M = TSR_NEG_INF, L = 0.f;
       for (int s = 0; s < mr.n_slots; ++s) M = fmaxf(M, p.part_m[(long long)(mr.slot_begin + s) * BM + r]);
-      if (M != TSR_MERGE_NEG_INF)
+      if (M != TSR_NEG_INF)
         for (int s = 0; s < mr.n_slots; ++s) {
           const long long k = (long long)(mr.slot_begin + s) * BM + r;
-          if (p.part_m[k] != TSR_MERGE_NEG_INF) L += p.part_l[k] * tsr_merge_ex2(p.part_m[k] - M);
+          if (p.part_m[k] != TSR_NEG_INF) L += p.part_l[k] * tsr_ex2(p.part_m[k] - M);
         }
       sM[r] = M;
       sInv[r] = L > 0.f ? 1.f / L : 0.f;
       if (p.lse)
         p.lse[((long long)mr.batch * p.heads_q + mr.head) * p.seq_q + q0 + r] =
-            L > 0.f ? (M + log2f(L)) * 0.69314718055994530942f : TSR_MERGE_NEG_INF;
+            L > 0.f ? (M + log2f(L)) * TSR_LN2 : TSR_NEG_INF;
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < rows * (D / 2); idx += blockDim.x) {
@@ -70,15 +51,15 @@ extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
         for (int s = 0; s < mr.n_slots; ++s) {
           const long long k = (long long)(mr.slot_begin + s) * BM + r;
           const float ms = p.part_m[k];
-          if (ms == TSR_MERGE_NEG_INF) continue;
-          const float w = tsr_merge_ex2(ms - M);
+          if (ms == TSR_NEG_INF) continue;
+          const float w = tsr_ex2(ms - M);
           const float2 v = *(const float2 *)(p.part_o + k * D + d);
           o0 += w * v.x;
           o1 += w * v.y;
         }
       unsigned short *go = (unsigned short *)p.o + mr.batch * p.o_stride[0] + mr.head * p.o_stride[1] +
                     (long long)(q0 + r) * p.o_stride[2];
-      *(unsigned *)(go + d) = tsr_merge_pack2(o0 * inv, o1 * inv);
+      *(unsigned *)(go + d) = tsr_pack2(o0 * inv, o1 * inv);
     }
   }
 }

@@ -287,15 +287,14 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
     p.counts[TSR_GP_EMPTY] = t2[2 + TSR_GP_CLASSES - 1];
     const int step = p.counts[TSR_GP_STEP] + 1;
     p.counts[TSR_GP_STEP] = step;
-    if (p.stats) {
+    {
       /* Features from the count kernel's sums: selected key tokens x per
-       * query token, token-weighted; mean E[x], spread sqrt(E[x^2] - E[x]^2). */
+       * query token, token-weighted; mean E[x], spread sqrt(E[x^2] - E[x]^2).
+       * Device memory only: tsr_plan_emit publishes them to the host. */
       const double tokens = (double)p.batch * p.heads_q * p.seq_q;
       const double s1 = (double)__ldcg(p.acc + TSR_GP_ACC_SEL), s2 = (double)__ldcg(p.acc + TSR_GP_ACC_SEL2);
       const double mean = s1 / tokens, var = fmax(s2 / tokens - mean * mean, 0.0);
-      volatile tsr_gp_stats *st = p.stats;
-      st->step = -1; /* being written */
-      __threadfence_system();
+      tsr_gp_stats *st = (tsr_gp_stats *)(p.counts + TSR_GP_DSTATS);
       st->density = s1 / (tokens * p.seq_k);
       st->row_cv = mean > 0 ? sqrt(var) / mean : 0.0;
       st->empty_rows = (double)t2[2 + TSR_GP_CLASSES - 1] / p.n_rows;
@@ -306,7 +305,6 @@ static __device__ void scan_rows(const tsr_gpuplan_params &p)
       st->slots = t2[1];
       st->membership_words = words;
       st->overflow = overflow;
-      __threadfence_system();
       st->step = step;
     }
     /* Ready for the next step (graph replays included). */
@@ -323,13 +321,15 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     tsr_plan_count(const __grid_constant__ tsr_gpuplan_params p)
 {
   using namespace tsrgp;
-  __shared__ unsigned long long s_acc[TSR_GP_ACC_N];
-  __shared__ int s_part, s_last;
+  /* Per-warp sums, added up by thread 0 (no shared atomics). */
+  __shared__ unsigned long long s_sel[TSR_GP_COUNT_THREADS / 32], s_sel2[TSR_GP_COUNT_THREADS / 32];
+  __shared__ int s_part[TSR_GP_COUNT_THREADS / 32], s_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = blockIdx.x * (TSR_GP_COUNT_THREADS / 32) + warp;
-  if (threadIdx.x < TSR_GP_ACC_N) s_acc[threadIdx.x] = 0;
-  if (threadIdx.x == 0) s_part = 0;
-  __syncthreads();
+  if (lane == 0) {
+    s_sel[warp] = s_sel2[warp] = 0;
+    s_part[warp] = 0;
+  }
   if (r < p.n_rows) {
     const rowgeo g = row_geo(p, r);
     const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
@@ -370,16 +370,23 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     if (lane == 0) {
       p.row_len[r] = len;
       p.row_part[r] = part;
-      atomicAdd(&s_acc[TSR_GP_ACC_SEL], sel);
-      atomicAdd(&s_acc[TSR_GP_ACC_SEL2], sel2);
-      atomicAdd(&s_part, part);
+      s_sel[warp] = sel;
+      s_sel2[warp] = sel2;
+      s_part[warp] = part;
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    atomicAdd(&p.acc[TSR_GP_ACC_SEL], s_acc[TSR_GP_ACC_SEL]);
-    atomicAdd(&p.acc[TSR_GP_ACC_SEL2], s_acc[TSR_GP_ACC_SEL2]);
-    atomicAdd(&p.counts[TSR_GP_PARTIAL], s_part);
+    unsigned long long a = 0, a2 = 0;
+    int pt = 0;
+    for (int w = 0; w < TSR_GP_COUNT_THREADS / 32; ++w) {
+      a += s_sel[w];
+      a2 += s_sel2[w];
+      pt += s_part[w];
+    }
+    atomicAdd(&p.acc[TSR_GP_ACC_SEL], a);
+    atomicAdd(&p.acc[TSR_GP_ACC_SEL2], a2);
+    atomicAdd(&p.counts[TSR_GP_PARTIAL], pt);
     __threadfence();
     const unsigned ticket = atomicAdd((unsigned *)&p.counts[TSR_GP_DONE], 1u);
     s_last = ticket == gridDim.x - 1;
@@ -390,12 +397,40 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   scan_rows(p);
 }
 
-extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS)
+/* Copies the device features to the host-visible record: step = -1, the
+ * fields, then the step, each group behind a system-scope fence (a seqlock
+ * for tsr_gpuplan_stats_read).  Done by the emit kernel's first thread,
+ * whose CTA is scheduled first, so the fences' latency hides behind the
+ * other CTAs' work instead of delaying the plan. */
+static __device__ void publish_stats(const tsr_gpuplan_params &p)
+{
+  const tsr_gp_stats *d = (const tsr_gp_stats *)(p.counts + TSR_GP_DSTATS);
+  volatile tsr_gp_stats *h = p.stats;
+  h->step = -1;
+  __threadfence_system();
+  h->density = d->density;
+  h->row_cv = d->row_cv;
+  h->empty_rows = d->empty_rows;
+  h->tiles = d->tiles;
+  h->partial_tiles = d->partial_tiles;
+  h->tasks = d->tasks;
+  h->merges = d->merges;
+  h->slots = d->slots;
+  h->membership_words = d->membership_words;
+  h->overflow = d->overflow;
+  __threadfence_system();
+  h->step = d->step;
+}
+
+/* At most 64 registers: at least four CTAs of 256 threads resident a
+ * multiprocessor, so that many rows' mask reads are in flight. */
+extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
     tsr_plan_emit(const __grid_constant__ tsr_gpuplan_params p)
 {
   using namespace tsrgp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
+  if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
   if (r >= p.n_rows || p.counts[TSR_GP_OVERFLOW]) return;
   const rowgeo g = row_geo(p, r);
   const tsr_i32 *ro = p.row_off + (long long)r * TSR_GP_ROW_INTS;

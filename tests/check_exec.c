@@ -205,6 +205,48 @@ START_TEST(test_exec_rejects)
 }
 END_TEST
 
+/* One mask of each non-dense family of the corpus demo preset, executed
+ * with the default plan and with 64x64 split tiles, against the reference. */
+START_TEST(test_exec_corpus)
+{
+  tu_rng r = {tu_seed("exec_corpus", 8)};
+  char dir[256], seen[512] = "";
+  tsr_corpus *cp = pc_demo_corpus(dir, sizeof dir);
+  int64_t i, ran = 0;
+  ck_assert_ptr_nonnull(cp);
+  for (i = 0; i < tsr_corpus_count(cp); i++) {
+    const tsr_corpus_entry *e = tsr_corpus_get(cp, i);
+    pc_case c;
+    tsr_array q, k, v, ro, rl;
+    tsr_error err = {0};
+    if (!strcmp(e->family, "dense") || strstr(seen, e->family))
+      continue;
+    strcat(seen, e->family);
+    strcat(seen, " ");
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(tsr_corpus_load_geom(cp, i, &c.g, &err), TSR_OK);
+    ck_assert_int_eq(tsr_corpus_load_mask(cp, i, &c.m, &err), TSR_OK);
+    c.B = 1, c.Hq = e->heads_q, c.Hkv = e->heads_kv, c.Sq = e->seq_q, c.Sk = e->seq_k, c.D = 8;
+    c.p.batch = 1, c.p.heads_q = c.Hq, c.p.heads_kv = c.Hkv, c.p.seq_q = c.Sq, c.p.seq_k = c.Sk;
+    c.p.head_dim = c.D, c.p.dtype = TSR_DT_BF16, c.p.geom = c.g;
+    snprintf(c.what, sizeof c.what, "%s (%s)", e->file, e->family);
+    rand_array(&r, &q, 1, c.Hq, c.Sq, c.D);
+    rand_array(&r, &k, 1, c.Hkv, c.Sk, c.D);
+    rand_array(&r, &v, 1, c.Hkv, c.Sk, c.D);
+    ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0), 1);
+    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, 1, TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0), 1);
+    tsr_npy_free(&q), tsr_npy_free(&k), tsr_npy_free(&v), tsr_npy_free(&ro), tsr_npy_free(&rl);
+    tsr_geom_destroy(c.g);
+    tsr_mask_destroy(c.m);
+    ran++;
+  }
+  ck_assert_int_ge(ran, 6);
+  tsr_corpus_close(cp);
+  pc_rmtree(dir);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("exec");
@@ -215,6 +257,7 @@ int main(void)
   tcase_add_loop_test(tc, test_exec_random, 0, 60);
   tcase_add_test(tc, test_exec_f16_3d);
   tcase_add_test(tc, test_exec_rejects);
+  tcase_add_test(tc, test_exec_corpus);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -366,6 +366,11 @@ START_TEST(test_bundle_pick)
 }
 END_TEST
 
+/* The current plan layout version as text, for hand-written registries. */
+#define LAYOUT_STR2(x) #x
+#define LAYOUT_STR1(x) LAYOUT_STR2(x)
+#define LAYOUT_STR LAYOUT_STR1(TSR_PLAN_LAYOUT_VERSION)
+
 /* A registry whose fields disagree with a name, or that names an unknown
  * target or another plan layout, is refused. */
 START_TEST(test_registry_rejects)
@@ -373,18 +378,18 @@ START_TEST(test_registry_rejects)
   static const struct {
     const char *json, *want;
   } bad[] = {
-    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
       "\"head_dim\": 128, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
       "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {}}]}",
       "disagree with its name" },
-    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [{\"name\": \"tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb\", "
       "\"head_dim\": 64, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
       "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {\"sm_75\": {\"hash\": \"0123456789abcdef\"}}}]}",
       "unknown target 'sm_75'" },
     { "{\"format\": 1, \"layout_version\": 99, \"variants\": []}", "plan layout 99" },
-    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
-    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [", "bad kernel registry" },
-    { "{\"format\": 1, \"layout_version\": 2, \"variants\": [], \"planner\": {\"sm_75\": {}}}",
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [", "bad kernel registry" },
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [], \"planner\": {\"sm_75\": {}}}",
       "planner target 'sm_75' is unknown" },
   };
   char dir[] = "/tmp/tsr-registry-XXXXXX", path[4096];
@@ -411,6 +416,38 @@ START_TEST(test_registry_rejects)
 }
 END_TEST
 
+/* Without a driver the context fails cleanly, naming libcuda.so.1; with one
+ * (the GPU machine) it must come up with this tree's bundle.  Null handles
+ * are refused either way. */
+START_TEST(test_context)
+{
+  tsr_context_opts o;
+  tsr_context *ctx = (tsr_context *)1;
+  tsr_error err = { 0 };
+  char path[4096];
+  tsr_status st;
+  tsr_gpu_tensors t;
+  snprintf(path, sizeof path, "%s/bundle", builddir());
+  tsr_context_opts_init(&o);
+  o.bundle_dir = path;
+  st = tsr_context_create(&o, &ctx, &err);
+  if (st == TSR_ERR_NO_DEVICE) {
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.text, "libcuda.so.1") != NULL || strstr(err.text, "device") != NULL, "%s",
+                  err.text);
+  } else {
+    ck_assert_msg(st == TSR_OK, "%s", err.text);
+    tsr_context_destroy(ctx);
+  }
+  tsr_context_destroy(NULL);
+  memset(&t, 0, sizeof t);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpu_upload(NULL, NULL, &err), TSR_ERR_INVALID);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpu_launch(NULL, NULL, &t, NULL, &err), TSR_ERR_INVALID);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("gen");
@@ -429,6 +466,7 @@ int main(void)
   tcase_add_test(tc, test_bundle_complete);
   tcase_add_test(tc, test_bundle_pick);
   tcase_add_test(tc, test_registry_rejects);
+  tcase_add_test(tc, test_context);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

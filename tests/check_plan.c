@@ -341,9 +341,11 @@ START_TEST(test_update_reuse)
     ck_assert(!memcmp(reused->tiles, fresh->tiles, (size_t)fresh->n_tiles * sizeof *fresh->tiles));
     ck_assert(!memcmp(reused->members, fresh->members,
                       (size_t)fresh->n_members * sizeof *fresh->members));
-    ck_assert(!memcmp(reused->membership, fresh->membership,
+    ck_assert(!fresh->n_membership ||
+              !memcmp(reused->membership, fresh->membership,
                       (size_t)fresh->n_membership * sizeof *fresh->membership));
-    ck_assert(!memcmp(reused->merges, fresh->merges, (size_t)fresh->n_merges * sizeof *fresh->merges));
+    ck_assert(!fresh->n_merges ||
+              !memcmp(reused->merges, fresh->merges, (size_t)fresh->n_merges * sizeof *fresh->merges));
     ck_assert(!memcmp(reused->qblk, fresh->qblk, (size_t)fresh->n_qblk * sizeof *fresh->qblk));
     ck_assert(!memcmp(&reused->summary, &fresh->summary, sizeof fresh->summary));
     tsr_plan_destroy(fresh);
@@ -363,6 +365,54 @@ START_TEST(test_update_reuse)
 }
 END_TEST
 
+/* Real mask families: the corpus generator's demo preset (Sparse VideoGen,
+ * Sliding Tile, Radial, VSA, SpargeAttn, XAttention, Jenga, Sparse-vDiT,
+ * dense), every mask planned over tiles and task layouts and verified. */
+START_TEST(test_corpus_masks)
+{
+  char dir[256];
+  tsr_corpus *cp;
+  tsr_error err = {0};
+  int64_t i, plans = 0;
+  static const int tiles[][2] = {{0, 0}, {64, 64}, {128, 128}, {64, 128}};
+  static const tsr_tasks layouts[] = {TSR_TASKS_AUTO, TSR_TASKS_SPLIT, TSR_TASKS_PACK};
+  tu_seed("corpus_masks", 1);
+  cp = pc_demo_corpus(dir, sizeof dir);
+  ck_assert_ptr_nonnull(cp);
+  ck_assert_int_gt(tsr_corpus_count(cp), 0);
+  for (i = 0; i < tsr_corpus_count(cp); i++) {
+    const tsr_corpus_entry *e = tsr_corpus_get(cp, i);
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem p = {0};
+    size_t ti, li;
+    ck_assert_msg(tsr_corpus_load_geom(cp, i, &g, &err) == TSR_OK, "%s", err.text);
+    ck_assert_msg(tsr_corpus_load_mask(cp, i, &m, &err) == TSR_OK, "%s", err.text);
+    p.batch = 1, p.heads_q = e->heads_q, p.heads_kv = e->heads_kv, p.seq_q = e->seq_q;
+    p.seq_k = e->seq_k, p.head_dim = e->head_dim, p.dtype = TSR_DT_BF16, p.geom = g;
+    for (ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
+      for (li = 0; li < sizeof layouts / sizeof layouts[0]; li++) {
+        tsr_plan_opts o;
+        tsr_plan *pl = NULL;
+        tsr_plan_opts_init(&o);
+        o.tile_m = tiles[ti][0], o.tile_n = tiles[ti][1], o.tasks = layouts[li];
+        o.split_tiles = layouts[li] == TSR_TASKS_SPLIT ? 3 : 0;
+        ck_assert_msg(tsr_plan_create(&p, m, &o, &pl, &err) == TSR_OK, "%s: %s", e->file, err.text);
+        ck_assert_msg(tsr_plan_verify(pl, m, &err) == TSR_OK, "%s tile %dx%d %s: %s", e->file,
+                      pl->tile_m, pl->tile_n, tsr_plan_tasks_name(layouts[li]), err.text);
+        tsr_plan_destroy(pl);
+        plans++;
+      }
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+  }
+  fprintf(stderr, "corpus_masks: %lld masks, %lld plans verified\n", (long long)tsr_corpus_count(cp),
+          (long long)plans);
+  tsr_corpus_close(cp);
+  pc_rmtree(dir);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("plan");
@@ -375,6 +425,7 @@ int main(void)
   tcase_add_test(tc, test_verify_other_mask_and_kv);
   tcase_add_test(tc, test_explain_json);
   tcase_add_test(tc, test_update_reuse);
+  tcase_add_test(tc, test_corpus_masks);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # gen-sass.sh: the generated cubins use the intended instructions.  The sm80
 # family (every target) must show HMMA tensor-core products and LDGSTS
-# (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma).
+# (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma); the
+# GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE).
 # Skips (77) only when cuobjdump is truly absent.
 set -u
 top=${TSR_TOP_BUILDDIR:-.}
@@ -30,6 +31,7 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
     case $name in
       tsr_sm80_*) want="HMMA LDGSTS" ;;
       tsr_sm90_*) want="HGMMA" ;;
+      tsr_plan) want="VOTE" ;; # the GPU planner: warp ballots
       *) echo "gen-sass: unknown family: $name"; fail=1; continue ;;
     esac
     for ins in $want; do

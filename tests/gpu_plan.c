@@ -378,7 +378,37 @@ typedef struct {
   tsr_plan_opts o;
   tsr_gpuplan_caps caps;
   int run;
+  int capped;             /* caps.max_slots may leave rows unsplit */
 } job;
+
+/* A job for problem (B, Hq, Hkv, Sq, Sk, D, dt) over geometry g and host
+ * mask m, the mask uploaded in `fmt` from its bytes; default options. */
+static void job_init(job *jb, const char *label, int B, int Hq, int Hkv, int Sq, int Sk, int D,
+                     tsr_dtype dt, const tsr_geom *g, const tsr_mask *m, const uint8_t *bytes,
+                     tsr_mask_format fmt)
+{
+  memset(jb, 0, sizeof *jb);
+  jb->label = label;
+  jb->p.batch = B;
+  jb->p.heads_q = Hq;
+  jb->p.heads_kv = Hkv;
+  jb->p.seq_q = Sq;
+  jb->p.seq_k = Sk;
+  jb->p.head_dim = D;
+  jb->p.dtype = dt;
+  jb->p.layout = TSR_LAYOUT_BHSD;
+  jb->p.geom = g;
+  TRY(tsr_problem_check(&jb->p, &e_));
+  jb->g = g;
+  jb->m = m;
+  jb->fmt = fmt;
+  jb->dmask = upload_mask(bytes, tsr_mask_batch(m) * tsr_mask_heads(m) * tsr_mask_nq(m), (int)tsr_mask_nk(m),
+                          fmt, 0);
+  tsr_plan_opts_init(&jb->o);
+  tsr_gpuplan_caps_init(&jb->caps);
+  jb->caps.mask_batch = tsr_mask_batch(m);
+  jb->caps.mask_heads = tsr_mask_heads(m);
+}
 
 /* Device plan vs mask (verify), vs host plan (counts, outputs), vs CPU. */
 static void check_job(const job *jb, tensors *x, CUstream s)
@@ -410,8 +440,8 @@ static void check_job(const job *jb, tensors *x, CUstream s)
   tsr_plan_summarize(host, &hs);
   if (ds.tile_m != hs.tile_m || ds.tile_n != hs.tile_n || ds.tiles != hs.tiles ||
       ds.partial_tiles != hs.partial_tiles || ds.empty_rows != hs.empty_rows ||
-      (jb->caps.max_slots == 0 && (ds.split_rows != hs.split_rows || ds.tasks_count != hs.tasks_count)) ||
-      (jb->caps.max_slots > 0 && (ds.slots > jb->caps.max_slots || ds.split_rows > hs.split_rows)))
+      (!jb->capped && (ds.split_rows != hs.split_rows || ds.tasks_count != hs.tasks_count)) ||
+      (jb->capped && (ds.slots > jb->caps.max_slots || ds.split_rows > hs.split_rows)))
     fail(jb->label,
          "device vs host plan: tile %dx%d/%dx%d tiles %lld/%lld partial %lld/%lld tasks %lld/%lld "
          "empty %lld/%lld split %lld/%lld",
@@ -485,31 +515,16 @@ static void run_case(const tcase *c, CUstream s)
   nk = (int)tsr_geom_nk(g);
   bytes = make_mask(mb, mh, nq, nk, c->mask, c->density);
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
-  memset(&jb, 0, sizeof jb);
-  jb.label = c->label;
-  jb.p.batch = c->B;
-  jb.p.heads_q = c->Hq;
-  jb.p.heads_kv = c->Hkv;
-  jb.p.seq_q = c->Sq;
-  jb.p.seq_k = c->Sk;
-  jb.p.head_dim = c->D;
-  jb.p.dtype = c->dt;
-  jb.p.layout = TSR_LAYOUT_BHSD;
-  jb.p.geom = g;
-  TRY(tsr_problem_check(&jb.p, &e_));
-  jb.g = g;
-  jb.m = m;
-  jb.fmt = c->fmt;
-  jb.dmask = upload_mask(bytes, (int64_t)mb * mh * nq, nk, c->fmt, 0);
-  tsr_plan_opts_init(&jb.o);
+  job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
   jb.o.tile_m = c->tm;
   jb.o.tile_n = c->tn;
   jb.o.mapping = c->mapping;
   jb.o.tasks = c->tasks;
   jb.o.split_tiles = c->split;
-  tsr_gpuplan_caps_init(&jb.caps);
-  jb.caps.mask_batch = mb;
-  jb.caps.mask_heads = mh;
+  /* Every row may split: the device must then split exactly as the host. */
+  if (c->split)
+    jb.caps.max_slots = (int64_t)c->B * c->Hq * ((c->Sq + c->tm - 1) / c->tm) *
+                        (((c->Sk + c->tn - 1) / c->tn + c->split - 1) / c->split);
   jb.run = c->run;
   make_tensors(&x, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, c->run);
   check_job(&jb, &x, s);
@@ -519,6 +534,7 @@ static void run_case(const tcase *c, CUstream s)
     snprintf(label, sizeof label, "%s/slots=5", c->label);
     jb.label = label;
     jb.caps.max_slots = 5;
+    jb.capped = 1;
     check_job(&jb, &x, s);
   }
   free_tensors(&x);
@@ -563,32 +579,14 @@ static void corpus_cases(CUstream s, uint64_t seed)
     if (!e->bq) continue; /* variable geometries: host planning only */
     TRY(tsr_corpus_load_mask(c, i, &m, &e_));
     TRY(tsr_corpus_load_geom(c, i, &g, &e_));
-    memset(&jb, 0, sizeof jb);
     snprintf(label, sizeof label, "corpus %s %s #%lld", e->family, e->model, (long long)i);
-    jb.label = label;
-    jb.p.batch = 1;
-    jb.p.heads_q = e->heads_q;
-    jb.p.heads_kv = e->heads_kv;
-    jb.p.seq_q = e->seq_q;
-    jb.p.seq_k = e->seq_k;
-    jb.p.head_dim = e->head_dim;
-    jb.p.dtype = TSR_DT_BF16;
-    jb.p.geom = g;
-    TRY(tsr_problem_check(&jb.p, &e_));
-    jb.g = g;
-    jb.m = m;
-    jb.fmt = i % 2 ? TSR_MASK_BITS : TSR_MASK_BYTES;
-    jb.dmask = upload_mask(tsr_mask_bits(m), tsr_mask_batch(m) * tsr_mask_heads(m) * e->nq, (int)e->nk,
-                           jb.fmt, 0);
-    tsr_plan_opts_init(&jb.o);
+    job_init(&jb, label, 1, (int)e->heads_q, (int)e->heads_kv, (int)e->seq_q, (int)e->seq_k, (int)e->head_dim,
+             TSR_DT_BF16, g, m, tsr_mask_bits(m), i % 2 ? TSR_MASK_BITS : TSR_MASK_BYTES);
     jb.o.tasks = TSR_TASKS_ROW;
     if (i % 3 == 1) {
       jb.o.tasks = TSR_TASKS_SPLIT;
       jb.o.split_tiles = 4;
     }
-    tsr_gpuplan_caps_init(&jb.caps);
-    jb.caps.mask_batch = tsr_mask_batch(m);
-    jb.caps.mask_heads = tsr_mask_heads(m);
     jb.run = runs < 3;
     make_tensors(&x, 1, (int)e->heads_q, (int)e->heads_kv, (int)e->seq_q, (int)e->seq_k, (int)e->head_dim,
                  TSR_DT_BF16, jb.run);
@@ -681,8 +679,22 @@ static void graph_case(CUstream s)
     if (has_nan(&od) || has_nan(&ld) || !(e < 1e-2) || !(le < 1e-2))
       fail("graph", "step %d: replay output err %.3g lse %.3g nan %d", step, e, le,
            has_nan(&od) || has_nan(&ld));
-    printf("  graph replay step %d: density %.3f tasks %lld merges %lld err %.2e lse %.1e\n", step,
-           st.density, (long long)st.tasks, (long long)st.merges, e, le);
+    {
+      /* Regime re-selection between steps from the published features, no
+       * synchronisation needed to read them. */
+      tsr_features f;
+      tsr_selection sel;
+      tsr_error_clear(&err);
+      tsr_gpuplan_features(gp, &st, &f);
+      if (fabs(f.density - want_d) > 1e-9 || f.bq != bs || f.seq_q != S ||
+          tsr_select_plan(NULL, &f, &sel, &err) != TSR_OK)
+        fail("graph", "step %d: features for selection: density %.6f bq %lld: %s", step, f.density,
+             (long long)f.bq, err.text);
+      printf("  graph replay step %d: density %.3f spread %.2f tasks %lld merges %lld err %.2e lse %.1e; "
+             "next regime: tile %dx%d %s\n",
+             step, st.density, st.row_cv, (long long)st.tasks, (long long)st.merges, e, le, sel.opts.tile_m,
+             sel.opts.tile_n, tsr_plan_tasks_name(sel.opts.tasks));
+    }
     tsr_plan_destroy(dev);
     tsr_npy_free(&od);
     tsr_npy_free(&ld);
@@ -764,8 +776,10 @@ static void reject_cases(CUstream s)
   p.seq_q = 500;
   REJ("geometry vs problem", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_SHAPE);
   p.seq_q = 512;
-  o.tile_m = 48;
+  o.tile_m = 40;
   REJ("bad tile", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
+  o.tile_m = 48;
+  REJ("tile without a variant", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_NO_VARIANT);
   o.tile_m = 0;
 
   TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
@@ -816,8 +830,10 @@ static int cmp_f(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-static void timing(const char *label, int H, int S, double dens, int split, CUstream s, int with_run)
+static void timing(const char *label, int H, int S, double dens, int split, CUstream s, int with_run,
+                   tsr_mask_format fmt, int no_host_stats)
 {
+  tsr_gpuplan_caps caps;
   const int bs = 128, D = 128, iters = 200;
   tsr_geom *g;
   tsr_mask *m;
@@ -840,7 +856,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   nq = (int)tsr_geom_nq(g);
   bytes = make_mask(1, H, nq, nq, MK_RANDOM, dens);
   TRY(tsr_mask_from_bytes(1, H, nq, nq, bytes, &m, &e_));
-  dmask = upload_mask(bytes, (int64_t)H * nq, nq, TSR_MASK_BYTES, 0);
+  dmask = upload_mask(bytes, (int64_t)H * nq, nq, fmt, 0);
   memset(&p, 0, sizeof p);
   p.batch = 1, p.heads_q = H, p.heads_kv = H, p.seq_q = S, p.seq_k = S, p.head_dim = D;
   p.dtype = TSR_DT_BF16;
@@ -849,16 +865,18 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   tsr_plan_opts_init(&o);
   o.tasks = split ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
   o.split_tiles = split;
-  TRY(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &e_));
+  tsr_gpuplan_caps_init(&caps);
+  caps.no_host_stats = no_host_stats;
+  TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
   CK(cu->cuEventCreate(&e0, CU_EVENT_DEFAULT));
   CK(cu->cuEventCreate(&e1, CU_EVENT_DEFAULT));
 
-  for (i = 0; i < 20; i++) TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+  for (i = 0; i < 20; i++) TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
   CK(cu->cuStreamSynchronize(s));
   /* One planning between two events, as a step sees it. */
   for (i = 0; i < iters; i++) {
     CK(cu->cuEventRecord(e0, s));
-    TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+    TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
     CK(cu->cuEventRecord(e1, s));
     CK(cu->cuEventSynchronize(e1));
     CK(cu->cuEventElapsedTime(&ts[i], e0, e1));
@@ -867,7 +885,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   ms = ts[iters / 2];
   /* Graph replays of one planning: launch gaps mostly gone. */
   CK(cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  TRY(tsr_gpuplan_plan(gp, dmask, TSR_MASK_BYTES, s, &e_));
+  TRY(tsr_gpuplan_plan(gp, dmask, fmt, s, &e_));
   CK(cu->cuStreamEndCapture(s, &graph));
   CK(cu->cuGraphInstantiate(&exec, graph, 0));
   CK(cu->cuGraphLaunch(exec, s));
@@ -887,13 +905,21 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   t0 = now_s();
   TRY(tsr_plan_create(&p, m, &o, &host, &e_));
   host_ms = (now_s() - t0) * 1e3;
-  tsr_gpuplan_stats_read(gp, &st);
+  if (no_host_stats) {
+    /* The features still exist on the device: the downloaded plan has them. */
+    tsr_plan_summary sm;
+    tsr_plan_summarize(dev, &sm);
+    memset(&st, 0, sizeof st);
+    st.density = sm.selected_pairs / ((double)H * S * (double)S);
+  } else {
+    tsr_gpuplan_stats_read(gp, &st);
+  }
 
   if (with_run) {
     tensors x;
     float rs[5], bs2[5];
     make_tensors(&x, 1, H, H, S, S, D, TSR_DT_BF16, 0);
-    TRY(tsr_gpuplan_launch(gp, dmask, TSR_MASK_BYTES, &x.t, s, &e_));
+    TRY(tsr_gpuplan_launch(gp, dmask, fmt, &x.t, s, &e_));
     for (i = 0; i < 5; i++) {
       CK(cu->cuEventRecord(e0, s));
       TRY(tsr_gpuplan_run(gp, &x.t, s, &e_));
@@ -901,7 +927,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
       CK(cu->cuEventSynchronize(e1));
       CK(cu->cuEventElapsedTime(&rs[i], e0, e1));
       CK(cu->cuEventRecord(e0, s));
-      TRY(tsr_gpuplan_launch(gp, dmask, TSR_MASK_BYTES, &x.t, s, &e_));
+      TRY(tsr_gpuplan_launch(gp, dmask, fmt, &x.t, s, &e_));
       CK(cu->cuEventRecord(e1, s));
       CK(cu->cuEventSynchronize(e1));
       CK(cu->cuEventElapsedTime(&bs2[i], e0, e1));
@@ -981,9 +1007,11 @@ int main(int argc, char **argv)
   printf("capacity and rejections:\n");
   reject_cases(s);
   if (do_timing) {
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1);
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0);
-    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
+    timing("wan2.1-1.3b-480p/bits", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BITS, 0);
+    timing("wan2.1-1.3b-480p/nostats", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BYTES, 1);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0);
+    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
   }
   cu->cuStreamDestroy(s);
   tsr_context_destroy(ctx);

@@ -82,8 +82,8 @@ tests_check_gen_CPPFLAGS = $(TSR_CHECK_INCS) -I$(top_srcdir)/gen
 tests_check_gen_LDADD = $(TSR_CHECK_DEPS)
 tests_check_gen_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # gen-sass.sh: the cubins use the intended instructions (cuobjdump).
-TESTS += tests/gen-sass.sh
-EXTRA_DIST += tests/gen-sass.sh
+TESTS += tests/gen-sass.sh tests/gen-errors.sh
+EXTRA_DIST += tests/gen-sass.sh tests/gen-errors.sh
 # gpu_attn: plain C (no Check: the GPU machine lacks it); exits 77 without
 # a GPU.  Run on the device by scripts/device-check.
 check_PROGRAMS += tests/gpu_attn

@@ -9,6 +9,8 @@
 #ifndef TSR_PLAN_CASES_H
 #define TSR_PLAN_CASES_H
 
+#include <ftw.h>
+
 #include "tessera.h"
 #include "util.h"
 
@@ -171,6 +173,37 @@ static inline void pc_free(pc_case *c)
   free(c->kb);
   free(c->bits);
   memset(c, 0, sizeof *c);
+}
+
+static inline int pc_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Removes a scratch folder and everything in it. */
+static inline void pc_rmtree(const char *dir)
+{
+  nftw(dir, pc_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Generates the corpus generator's demo preset (every mask family on a
+ * small video shape) into a fresh scratch folder `dir` and opens it. */
+static inline tsr_corpus *pc_demo_corpus(char *dir, size_t cap)
+{
+  tsr_corpus_gen_opts go;
+  tsr_corpus *cp = NULL;
+  tsr_error err = {0};
+  tu_tmpdir(dir, cap);
+  tsr_corpus_gen_opts_init(&go);
+  go.preset = "demo";
+  go.out_dir = dir;
+  go.seed = 1;
+  if (tsr_corpus_generate(&go, NULL, &err) || tsr_corpus_open(dir, &cp, &err)) {
+    fprintf(stderr, "pc_demo_corpus: %s\n", err.text);
+    return NULL;
+  }
+  return cp;
 }
 
 /* Tile shapes the suites sweep (0x0 = the planner's choice). */

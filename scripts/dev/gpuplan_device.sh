@@ -18,7 +18,7 @@ timeout "${GPU_PLAN_LIMIT:-110}" "$b/tests/gpu_plan" --seed "${SEED:-1}" >"$out/
 echo "gpu_plan exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$out/device.txt"
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
   t0=$(date +%s)
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu_plan" --quick --seed 2 \
+  timeout "${MEMCHECK_LIMIT:-60}" compute-sanitizer --tool memcheck --error-exitcode 3 "$b/tests/gpu_plan" --quick --seed 2 \
     >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$out/device.txt"
 fi

@@ -1,0 +1,68 @@
+#!/bin/sh
+# gen-errors.sh: tessera-gen's behaviour around the compile itself, with a
+# one-variant catalog for one target (the variant and the GPU planner
+# module compiled once, the variant once more):
+#  - a bad catalog is refused (exit 2) naming the file and the problem;
+#  - a template that does not compile fails the build (exit 1) with the
+#    NVRTC log under the variant's name, and no registry is written;
+#  - a second run reuses the cubin (hash match), also after a comment-only
+#    template edit, and recompiles after a code edit;
+#  - with $TESSERA_GEN_CACHE, a fresh output folder is filled from the cache.
+set -u
+B=${TSR_TOP_BUILDDIR:-.}
+S=${TSR_TOP_SRCDIR:-.}
+gen="$B/tessera-gen"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tsr-gen-XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+die() { echo "FAIL: $*"; fail=1; }
+
+cp -R "$S/templates" "$tmp/t"
+chmod -R u+w "$tmp/t"
+cat >"$tmp/cat.json" <<'JSON'
+{"version": 1, "variants": [{"family": "sm80", "dtype": "bf16", "head_dim": 64,
+  "tile": [64, 64], "stages": 2, "warps": 4}]}
+JSON
+name=tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb
+run() { # OUTDIR -> prints tessera-gen's output, returns its status
+  "$gen" --catalog "$tmp/cat.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" \
+    --out "$1" --targets sm_80 2>&1
+}
+
+# 1. a bad catalog
+printf '{"version": 1, "variants": [{"family": "sm80", "dtype": "bf16", "head_dim": 64, "tile": [64, 64], "stages": 2, "warps": 4, "colour": 1}]}' >"$tmp/bad.json"
+out=$("$gen" --catalog "$tmp/bad.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" --out "$tmp/o0" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || die "bad catalog: exit $rc, want 2"
+echo "$out" | grep -q "bad catalog '$tmp/bad.json': variant entry 0: unknown key 'colour'" || die "bad catalog message: $out"
+
+# 2. a template that does not compile
+cp "$tmp/t/attn_sm80.cuh" "$tmp/attn_sm80.good"
+echo 'this is not cuda;' >>"$tmp/t/attn_sm80.cuh"
+out=$(run "$tmp/o1")
+rc=$?
+[ $rc -eq 1 ] || die "broken template: exit $rc, want 1"
+echo "$out" | grep -q "cannot compile variant '$name' for sm_80" || die "no variant name in: $out"
+echo "$out" | grep -qi "error" || die "no NVRTC log in: $out"
+[ ! -f "$tmp/o1/registry.json" ] || die "registry written after a failed compile"
+cp "$tmp/attn_sm80.good" "$tmp/t/attn_sm80.cuh"
+
+# 3. reuse, comment-only edits, code edits, the shared cache
+export TESSERA_GEN_CACHE="$tmp/cache"
+out=$(run "$tmp/o2") || die "first build failed: $out"
+echo "$out" | grep -q "compiled, 0 reused)" || die "first build: $out"
+out=$(run "$tmp/o2") || die "second build failed: $out"
+echo "$out" | grep -q "(0 compiled, " || die "second build did not reuse: $out"
+printf '/* a comment-only edit */\n' >>"$tmp/t/attn_sm80.cuh"
+out=$(run "$tmp/o2") || die "comment edit build failed: $out"
+echo "$out" | grep -q "(0 compiled, " || die "a comment edit recompiled: $out"
+rm -rf "$tmp/o2"
+out=$(run "$tmp/o2") || die "cache build failed: $out"
+echo "$out" | grep -q "(0 compiled, " || die "the cache was not used: $out"
+printf '#define TSR_GEN_ERRORS_TEST 1\n' >>"$tmp/t/attn_sm80.cuh"
+out=$(run "$tmp/o2") || die "code edit build failed: $out"
+echo "$out" | grep -q "(1 compiled, " || die "a code edit did not recompile (only) the variant: $out"
+head -c 4 "$tmp/o2/sm_80/$name.cubin" | od -c | grep -q "E   L   F" || die "cubin is not an ELF file"
+grep -q "\"hash\"" "$tmp/o2/registry.json" || die "registry has no hash"
+[ $fail -eq 0 ] && echo "gen-errors: ok"
+exit $fail
