@@ -261,6 +261,12 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
     snprintf(r->source, sizeof r->source, "base plan");
   }
 
+  if (ctx && c.opts.variant && c.opts.variant[0] && !tsr_gpu_has_variant(ctx, c.opts.variant)) {
+    printf("  table variant %s is not in this bundle: the bundle's variant for the same tile\n",
+           c.opts.variant);
+    c.opts.variant = NULL;
+  }
+
   /* Plan and verification. */
   t0 = now_ms();
   if ((s = tsr_plan_create(&p, m, &c.opts, &pl, err)))

@@ -230,6 +230,15 @@ static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *s
   return TSR_OK;
 }
 
+int tsr_gpu_has_variant(const tsr_context *ctx, const char *name)
+{
+  long i;
+  if (!ctx || !name)
+    return 0;
+  i = tsr_bundle_find(&ctx->bundle, name);
+  return i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch)));
+}
+
 /* Fills pl->variant (or checks the one named there); membership: the plan
  * may carry partial tiles. */
 static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership, long *idx,

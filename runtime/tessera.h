@@ -445,6 +445,13 @@ tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q
                               const tsr_array *k, const tsr_array *v, tsr_array *out,
                               tsr_array *lse, tsr_error *err);
 
+/* Nonzero when the context's bundle holds kernel variant `name` for the
+ * device's arch.  A lookup table row names the variant build it was timed
+ * with; when the bundle no longer has it (the catalog changed since the
+ * sweep), callers drop the name and let tsr_gpu_upload pick the bundle's
+ * variant for the same tile. */
+int tsr_gpu_has_variant(const tsr_context *ctx, const char *name);
+
 /* ---- Lookup database (runtime/db.c) ------------------------------------ */
 
 /* The profiling and lookup database of db/schema.sql in SQLite.  Writable
