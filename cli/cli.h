@@ -16,7 +16,6 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_corpus(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
 int cmd_db(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 

@@ -21,7 +21,6 @@ static const struct {
     {"corpus", cmd_corpus, "generate or describe mask corpora"},
     {"plan", cmd_plan, "map a mask onto tiles, organise tasks, explain, verify"},
     {"run", cmd_run, "run attention on the CPU reference, the CPU plan executor or the GPU"},
-    {"bench", cmd_bench, "time plans against each other on the GPU"},
     {"db", cmd_db, "inspect lookup databases"},
 };
 
