@@ -16,7 +16,7 @@
  * relative error of 1e-2 or more in o, or an lse off by 1e-2 fails.
  * One case is also captured into a CUDA graph and replayed.
  *
- *   gpu_attn [--quick | --bench] [--seed N]
+ *   gpu_attn [--quick | --bench] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
  *   Wan2.1-sized problem (no correctness check).
  */
@@ -614,6 +614,10 @@ static int run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_pl
 }
 
 /* Every bundle variant that serves the plan on this device. */
+/* Variants whose names start with this prefix only (--only), so the
+ * sanitizers' --quick subset can be pointed at one family. */
+static const char *only_prefix = "";
+
 static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, const prob *P,
                             tsr_plan *pl, devbufs *db, CUstream stream, int quick, int graph, int *ran)
 {
@@ -629,6 +633,7 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
   for (i = 0; i < bundle->n; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
     if (!(e->targets & (1u << a)) || !tsr_variant_serves(&e->v, arch, &need)) continue;
+    if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
     if (quick && n > 0) break;
     fails += run_variant(ctx, cu, P, pl, db, stream, e->name, graph && n == 0);
     n++;
@@ -924,8 +929,9 @@ int main(int argc, char **argv)
     if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench] [--seed N]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
