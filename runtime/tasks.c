@@ -338,8 +338,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   }
   /* Snake the rounds of num_sms tasks: with CTA b taking tasks b, b + G,
    * ..., plain longest-first would give CTA 0 the longest task of every
-   * round; reversing every other round evens that out, and the order stays
-   * longest-first round by round. */
+   * round; reversing every other round evens that out.  A round spans far
+   * fewer tasks than a group holds, so groups stay (almost) contiguous. */
   for (i = pl->num_sms; i < n_proto; i += 2 * (int64_t)pl->num_sms) {
     int64_t lo = i, hi = (i + pl->num_sms < n_proto ? i + pl->num_sms : n_proto) - 1;
     for (; lo < hi; lo++, hi--) {
