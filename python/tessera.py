@@ -157,10 +157,6 @@ def library():
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
-    # Optional entry points (selection); absent in older builds.
-    if hasattr(lib, "tsr_context_select"):
-        lib.tsr_context_select.restype = I
-        lib.tsr_context_select.argtypes = [P, P, P, P, P]
     libc = ctypes.CDLL(None)
     libc.free.argtypes = [P]
     lib._free = libc.free
@@ -227,6 +223,28 @@ def _layout_of(t, layout):
     return b, h, s, d, st
 
 
+def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block, dtype,
+                   layout, scale, tile, mapping, tasks, split_tiles=0):
+    """Geometry, checked problem and plan options shared by Plan and GpuPlan.
+    The geometry handle is stored on `owner` at once so close() frees it
+    even when a later check fails."""
+    lib, err = library(), _Error()
+    g = ctypes.c_void_p()
+    bq, bk = block
+    _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
+    owner._geom = g
+    p = _Problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
+                 0.0 if scale is None else float(scale), _DTYPES[str(dtype)],
+                 LAYOUT_BHSD if layout == "bhsd" else LAYOUT_BSHD, g)
+    _check(lib.tsr_problem_check(ctypes.byref(p), ctypes.byref(err)), err)
+    o = _PlanOpts()
+    lib.tsr_plan_opts_init(ctypes.byref(o))
+    if tile:
+        o.tile_m, o.tile_n = tile
+    o.mapping, o.tasks, o.split_tiles = MAPPINGS[mapping], TASKS[tasks], split_tiles
+    return p, o
+
+
 class Plan:
     """A mask planned for one problem; replay run() on new q, k, v freely."""
 
@@ -236,10 +254,9 @@ class Plan:
         lib, torch = library(), _torch()
         self.ctx = context
         err = _Error()
-        g = ctypes.c_void_p()
-        bq, bk = block
-        _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
-        self._geom = g
+        p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
+                              dtype, layout, scale, tile, mapping, tasks)
+        self._problem, self._opts = p, o
         m = block_mask
         if m.dim() == 3:
             m = m.unsqueeze(0)
@@ -251,20 +268,6 @@ class Plan:
                                        ctypes.c_void_p(mb.data_ptr()), ctypes.byref(h),
                                        ctypes.byref(err)), err)
         self._mask = h
-        p = _Problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
-                     0.0 if scale is None else float(scale), _DTYPES[str(dtype)],
-                     LAYOUT_BHSD if layout == "bhsd" else LAYOUT_BSHD, g)
-        _check(lib.tsr_problem_check(ctypes.byref(p), ctypes.byref(err)), err)
-        self._problem = p
-        o = _PlanOpts()
-        lib.tsr_plan_opts_init(ctypes.byref(o))
-        if tile:
-            o.tile_m, o.tile_n = tile
-        o.mapping, o.tasks = MAPPINGS[mapping], TASKS[tasks]
-        if hasattr(lib, "tsr_context_select") and tile is None and mapping == "auto" and tasks == "auto":
-            _check(lib.tsr_context_select(context._h, ctypes.byref(p), h, ctypes.byref(o),
-                                          ctypes.byref(err)), err)
-        self._opts = o
         pl = ctypes.c_void_p()
         _check(lib.tsr_plan_create(ctypes.byref(p), h, ctypes.byref(o), ctypes.byref(pl),
                                    ctypes.byref(err)), err)
@@ -340,21 +343,10 @@ class GpuPlan:
             raise TesseraError("this libtessera has no GPU planning (tsr_gpuplan_create)")
         self.ctx = context
         err = _Error()
-        g = ctypes.c_void_p()
-        bq, bk = block
-        _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
-        self._geom = g
         self._h = None
-        p = _Problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
-                     0.0 if scale is None else float(scale), _DTYPES[str(dtype)],
-                     LAYOUT_BHSD if layout == "bhsd" else LAYOUT_BSHD, g)
-        _check(lib.tsr_problem_check(ctypes.byref(p), ctypes.byref(err)), err)
+        p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
+                              dtype, layout, scale, tile, mapping, tasks, split_tiles)
         self._problem = p
-        o = _PlanOpts()
-        lib.tsr_plan_opts_init(ctypes.byref(o))
-        if tile:
-            o.tile_m, o.tile_n = tile
-        o.mapping, o.tasks, o.split_tiles = MAPPINGS[mapping], TASKS[tasks], split_tiles
         c = _GpuPlanCaps()
         lib.tsr_gpuplan_caps_init(ctypes.byref(c))
         c.mask_batch = mask_batch or batch

@@ -117,3 +117,7 @@ tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh tests/gpu_profile.sh
 EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh
+
+# python binding
+TESTS += tests/python-binding.sh
+EXTRA_DIST += tests/python-binding.sh
