@@ -2,12 +2,18 @@
 # python-binding.sh: python/tessera.py imports without PyTorch or a GPU and
 # its shared problem set-up goes through libtessera's checks (defaults filled
 # in, bad head ratios and scales refused).  Skips (77) without python3 or
-# the shared library.
+# the shared library, and in the sanitizer build.
 top=${TSR_TOP_BUILDDIR:-.}
 src=${TSR_TOP_SRCDIR:-.}
 lib=$top/.libs/libtessera.so
 command -v python3 >/dev/null 2>&1 || { echo "python-binding: no python3"; exit 77; }
 [ -f "$lib" ] || { echo "python-binding: no $lib (static-only build)"; exit 77; }
+# A sanitizer build's library needs the ASan runtime loaded before python
+# itself; the binding is checked in the normal build.
+if ldd "$lib" 2>/dev/null | grep -q libasan; then
+  echo "python-binding: $lib is built with AddressSanitizer"
+  exit 77
+fi
 TESSERA_LIBRARY=$lib PYTHONPATH=$src/python exec python3 - <<'PY'
 import math, random, sys
 import tessera
