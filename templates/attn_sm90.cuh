@@ -488,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
   const int wg = tid / 128;
   /* the stream this thread serves: producer warp w serves stream w (warps
    * w >= TPC idle), consumer warpgroup c serves stream c / NC */
-  const int stream = wg == 0 ? (tid / 32) % TPC : (wg - 1) / NC;
+  const int stream = TPC == 1 ? 0 : wg == 0 ? (tid / 32) % TPC : (wg - 1) / NC;
   const tsr_u32 sq = base + stream * STREAM;
   const tsr_u32 sk = sq + Q_BYTES;
   const tsr_u32 sv = sk + TSR_STAGES * KV_TILE;
@@ -521,7 +521,16 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
   const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
   if (wg == 0) {
     /* ---- producer: one thread a stream issues its TMA copies ---- */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n");
+    /* Register budget: 24 + 2 x 240 a thread with one task (1 KiB of the
+     * file to spare at 168 on entry); two tasks need more producer
+     * registers (two streams' addresses) and fewer consumer ones (64-row
+     * tiles).  An increase the file cannot grant blocks forever, so the
+     * sums keep slack: 32 + 2 x 240 hung on the H200. */
+#if TSR_SM90_TPC == 1
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+#else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+#endif
     if (tid % 32 == 0 && tid / 32 < TPC) {
       int it = 0, q_uses = 0;
       for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
@@ -560,7 +569,11 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
   } else {
     /* ---- consumers: warpgroup c owns query rows [64c, 64c + 64) of its
      * stream's task (c counted within the stream) ---- */
+#if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+#else
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+#endif
     const float NEG_INF = -__int_as_float(0x7f800000);
     const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
