@@ -487,6 +487,7 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "check";
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a case that hangs under `timeout` keeps the lines before it */
   cudaDriverEntryPointQueryResult q;
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&g_encode, 12000, cudaEnableDefault, &q));
   if (!g_encode) { fprintf(stderr, "no cuTensorMapEncodeTiled\n"); return 1; }

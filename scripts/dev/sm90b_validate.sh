@@ -3,9 +3,17 @@
 # of every sm_90a cubin (HGMMA present, no local memory), tests/gpu_attn over
 # every variant, compute-sanitizer memcheck + racecheck on the sm90 families
 # this work changed, then bench-vs-torch rows.  Logs to $OUT.
-#   scripts/dev/sm90b_validate.sh BUILD
+#   scripts/dev/sm90b_validate.sh BUILD   (from the repository root)
+# Env: ATTN_ONLY (gpu_attn --only prefix), SAN_ONLY (variant prefixes for the
+# sanitizers), BENCH_CASES / BENCH_ONLY / BENCH_LIMIT (bench-vs-torch).
 b=${1:-build}
 export TESSERA_BUNDLE=$b/bundle
+cd "$(dirname "$0")/../.."
+# the standalone harness first (build-sm90, made by sm90_build.sh), if carried
+if [ -x build-sm90/sm90_harness ]; then
+  SM90_CUBINS=build-sm90 timeout 60 build-sm90/sm90_harness check ${SEED:-5} > $OUT/harness_check.log 2>&1
+  echo "harness check exit $?: $(grep -c '  OK' $OUT/harness_check.log) OK, $(grep -c FAIL $OUT/harness_check.log) FAIL"
+fi
 for f in $b/bundle/sm_90a/tsr_sm90*.cubin; do
   n=$(basename $f .cubin)
   sass=$(cuobjdump -sass $f)
