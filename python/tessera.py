@@ -11,6 +11,12 @@ be captured in a CUDA graph once planned.
     ctx = tessera.Context()                          # device 0, embedded lookup table
     o = tessera.attention(q, k, v, block_mask, block=(128, 128), context=ctx)
 
+A host mask is planned with the plan the context's lookup table selects for
+its features (tile, mapping, task layout, variant; the automatic planner
+when the table has no usable row); Plan(..., select=False) or
+attention(..., select=False) forces the automatic planner, and
+plan.selected_by / plan.selection say where the plan came from.
+
 block_mask: bool tensor [H, NQ, NK] or [B, H, NQ, NK] over logical blocks of
 block=(bq, bk) tokens (the last block may be ragged).
 
@@ -34,13 +40,14 @@ import ctypes.util
 import math
 import os
 
-__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "library"]
+__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "library", "NO_DEVICE"]
 
 # ---- enums mirrored from tessera.h (keep in order) ------------------------
 DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
 LAYOUT_BHSD, LAYOUT_BSHD = 0, 1
 MAPPINGS = {"auto": 0, "retain": 1, "combine": 2, "subdivide": 3}
 TASKS = {"auto": 0, "row": 1, "split": 2, "pack": 3}
+NO_DEVICE = -1  # TSR_CONTEXT_NO_DEVICE: bundle and lookup table only, no GPU
 
 
 class TesseraError(RuntimeError):
@@ -91,6 +98,13 @@ class _Summary(ctypes.Structure):
                 ("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64)]
 
 
+class _Selection(ctypes.Structure):
+    _fields_ = [("opts", _PlanOpts), ("variant", ctypes.c_char * 96),
+                ("from_table", ctypes.c_int), ("level", ctypes.c_int),
+                ("row_id", ctypes.c_int64), ("region", ctypes.c_int * 8),
+                ("reason", ctypes.c_char * 384)]
+
+
 class _GpuPlanCaps(ctypes.Structure):
     _fields_ = [("mask_batch", ctypes.c_int64), ("mask_heads", ctypes.c_int64),
                 ("max_tiles", ctypes.c_int64), ("max_words", ctypes.c_int64),
@@ -139,6 +153,11 @@ def library():
         "tsr_context_destroy": (V, [P]),
         "tsr_gpu_upload": (I, [P, P, P]),
         "tsr_gpu_launch": (I, [P, P, P, P, P]),
+        "tsr_plan_verify": (I, [P, P, P]),
+        "tsr_context_select": (I, [P, P, P, P, P, P]),
+        "tsr_context_selector": (P, [P]),
+        "tsr_select_gpu": (ctypes.c_char_p, [P]),
+        "tsr_select_rows": (I64, [P]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -175,14 +194,19 @@ def _torch():
 
 
 class Context:
-    """Device, kernel bundle and lookup table; create once per process."""
+    """Device, kernel bundle and lookup table; create once per process.
+
+    db: the lookup database to select plans from (default: the embedded
+    one).  device=NO_DEVICE: a host-only context (bundle and table, no GPU,
+    no PyTorch) that selects and plans but cannot run."""
 
     def __init__(self, device=None, db=None, bundle=None):
         lib = library()
-        torch = _torch()
-        if device is None:
-            device = torch.cuda.current_device()
-        torch.cuda.init()  # the primary context exists before libtessera uses it
+        if device != NO_DEVICE:
+            torch = _torch()
+            if device is None:
+                device = torch.cuda.current_device()
+            torch.cuda.init()  # the primary context exists before libtessera uses it
         o = _ContextOpts()
         lib.tsr_context_opts_init(ctypes.byref(o))
         o.device = device
@@ -193,6 +217,9 @@ class Context:
         _check(lib.tsr_context_create(ctypes.byref(o), ctypes.byref(h), ctypes.byref(err)), err)
         self._h = h
         self.device = device
+        sel = lib.tsr_context_selector(h)
+        self.table_gpu = lib.tsr_select_gpu(sel).decode()
+        self.table_rows = lib.tsr_select_rows(sel)
 
     def close(self):
         if getattr(self, "_h", None):
@@ -245,12 +272,35 @@ def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, bloc
     return p, o
 
 
+_LEVELS = {0: "table", 1: "nearest", 2: "geometry"}
+
+
+def _select(context, problem, mask, opts):
+    """The context's selection for (problem, mask handle), with opts as the
+    fallback: returns (selection, selected_by).  selection.opts is what to
+    plan with; it points into selection, so keep that alive until planned.
+    selected_by: "table" (a row of the mask's region), "nearest" (the
+    nearest profiled region's row), "geometry" (the row of the block
+    geometry alone) or "fallback" (no usable row: the automatic planner)."""
+    lib, err, sel = library(), _Error(), _Selection()
+    _check(lib.tsr_context_select(context._h, ctypes.byref(problem), mask, ctypes.byref(opts),
+                                  ctypes.byref(sel), ctypes.byref(err)), err)
+    return sel, (_LEVELS.get(sel.level, "table") if sel.from_table else "fallback")
+
+
 class Plan:
-    """A mask planned for one problem; replay run() on new q, k, v freely."""
+    """A mask planned for one problem; replay run() on new q, k, v freely.
+
+    The plan is the one the context's lookup table selects for the mask
+    (select=True, unless tile, mapping or tasks are given); select=False
+    plans with the automatic planner.  selected_by: "table", "nearest",
+    "geometry", "fallback" (no usable row: the automatic planner),
+    "options" (tile/mapping/tasks given) or "off"; selection: the reason,
+    one line."""
 
     def __init__(self, context, block_mask, batch, heads_q, heads_kv, seq_q, seq_k,
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
-                 scale=None, tile=None, mapping="auto", tasks="auto"):
+                 scale=None, tile=None, mapping="auto", tasks="auto", select=True):
         lib, torch = library(), _torch()
         self.ctx = context
         err = _Error()
@@ -268,11 +318,9 @@ class Plan:
                                        ctypes.c_void_p(mb.data_ptr()), ctypes.byref(h),
                                        ctypes.byref(err)), err)
         self._mask = h
-        pl = ctypes.c_void_p()
-        _check(lib.tsr_plan_create(ctypes.byref(p), h, ctypes.byref(o), ctypes.byref(pl),
-                                   ctypes.byref(err)), err)
-        self._h = pl
-        _check(lib.tsr_gpu_upload(context._h, pl, ctypes.byref(err)), err)
+        self._h = _plan_selected(self, context, p, h, o, select,
+                                 tile is None and mapping == "auto" and tasks == "auto")
+        _check(lib.tsr_gpu_upload(context._h, self._h, ctypes.byref(err)), err)
         self.layout = layout
 
     def summary(self):
@@ -304,6 +352,26 @@ class Plan:
 
     __del__ = close
 
+
+
+def _plan_selected(owner, context, problem, mask, opts, select, open_choice):
+    """Selects (when asked and the options leave the choice open), plans and
+    records owner.selected_by and owner.selection; returns the plan handle."""
+    lib, err = library(), _Error()
+    if select and open_choice:
+        sel, owner.selected_by = _select(context, problem, mask, opts)
+        owner.selection = sel.reason.decode(errors="replace")
+        opts = sel.opts  # shares sel's memory: sel stays alive until planned
+    else:
+        sel = None
+        owner.selected_by = "off" if open_choice else "options"
+        owner.selection = ("selection off: the automatic planner" if open_choice
+                           else "tile, mapping or tasks given: planned as asked")
+    pl = ctypes.c_void_p()
+    _check(lib.tsr_plan_create(ctypes.byref(problem), mask, ctypes.byref(opts), ctypes.byref(pl),
+                               ctypes.byref(err)), err)
+    del sel
+    return pl
 
 
 def _tensors(q, k, v, out, lse, layout):
@@ -423,11 +491,13 @@ class GpuPlan:
 
 
 def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd",
-              scale=None, out=None, lse=None, **plan_kw):
+              scale=None, out=None, lse=None, select=True, **plan_kw):
     """One request: selection + planning + execution.  Returns the output.
 
     A CUDA block mask is planned on the GPU with a cached GpuPlan template
-    (no host copy, no synchronisation); a CPU mask is planned on the host."""
+    (no host copy, no synchronisation); a CPU mask is planned on the host
+    with the plan the lookup table selects (select=False: the automatic
+    planner)."""
     ctx = context or Context(device=q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
@@ -443,7 +513,7 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
         return gp(q, k, v, block_mask if block_mask.is_contiguous() else block_mask.contiguous(),
                   out=out, lse=lse)
     plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype,
-                layout=layout, scale=scale, **plan_kw)
+                layout=layout, scale=scale, select=select, **plan_kw)
     o = plan.run(q, k, v, out=out, lse=lse)
     # The plan's device metadata must outlive the launch: keep the plan alive
     # until the stream passes this point, without a host synchronisation.
