@@ -105,6 +105,33 @@ o, s = plan(ctx, seq, 64, (96, 96), 0.3)  # no row for d64: the automatic planne
 assert o.selected_by == "fallback" and o.selection.endswith(": automatic plan"), o.selection
 o, s = plan(ctx, seq, 128, (96, 96), 0.3, tile=(64, 64))
 assert o.selected_by == "options" and s.tile_m == 64
+# The features mirror (what attention() re-selects GPU templates from)
+# against an exact count, and selection from features agreeing with
+# selection from the mask.
+o = Owner()
+p, opts = tessera._problem_setup(o, 1, 4, 4, seq, seq, 128, (96, 96), "torch.bfloat16", "bhsd",
+                                 None, None, "auto", "auto")
+nb = -(-seq // 96)
+m = mask_of(4, nb, nb, 0.4)
+f, err = tessera._Features(), tessera._Error()
+assert lib.tsr_features_compute(ctypes.byref(p), m, 0, ctypes.byref(f), ctypes.byref(err)) == 0, err.text
+sizes = [min(96, seq - 96 * i) for i in range(nb)]
+lib.tsr_mask_bits.restype = ctypes.POINTER(ctypes.c_uint8)
+lib.tsr_mask_bits.argtypes = [ctypes.c_void_p]
+bits = lib.tsr_mask_bits(m)
+sel_pairs = sum(sizes[i] * sizes[j] for h in range(4) for i in range(nb) for j in range(nb)
+                if bits[(h * nb + i) * nb + j])
+assert abs(f.density - sel_pairs / (4.0 * seq * seq)) < 1e-12, (f.density, sel_pairs)
+assert (f.bq, f.bk, f.seq_q, f.seq_k, f.head_dim, f.dtype, f.num_sms) == \
+    (96, 96, seq, seq, 128, tessera.DT_BF16, 132), (f.bq, f.seq_q, f.head_dim, f.dtype, f.num_sms)
+a, by = tessera._select(ctx, p, m, opts)
+b = tessera._Selection()
+assert lib.tsr_context_select_features(ctx._h, ctypes.byref(f), ctypes.byref(opts), ctypes.byref(b),
+                                       ctypes.byref(err)) == 0, err.text
+assert (a.from_table, a.level, a.row_id, a.opts.tile_m, a.opts.tasks, a.reason) == \
+    (b.from_table, b.level, b.row_id, b.opts.tile_m, b.opts.tasks, b.reason) and by == "geometry"
+lib.tsr_mask_destroy(m)
+lib.tsr_geom_destroy(o._geom)
 ctx.close()
 try:
     tessera.Context(device=tessera.NO_DEVICE, bundle=bundle, db=db + ".missing")
