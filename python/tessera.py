@@ -25,8 +25,11 @@ cubes, STA's tiles); variable blocks are planned on the host.
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
 regime and reuses it, so a step is planning kernels + attention on the
-current stream, capturable in a CUDA graph with the mask buffer's contents
-changing between replays:
+current stream.  The regime is re-selected from the lookup table with the
+features the planner published for the previous completed step (density,
+row spread), so a shape's first step runs the automatic template.  A
+GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
+mask buffer's contents changing between replays:
 
     gp = tessera.GpuPlan(ctx, 1, H, H, S, S, D, block=(128, 128))
     g = torch.cuda.CUDAGraph()
