@@ -663,7 +663,9 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
  * ready for tsr_plan_create while *out lives (opts.variant points into it).
  * from_table, level (0 region, 1 nearest region, 2 geometry, -1 fallback),
  * row_id and reason say why.  Host work only, microseconds on top of the
- * features; works on a host-only context (TSR_CONTEXT_NO_DEVICE). */
+ * features; works on a host-only context (TSR_CONTEXT_NO_DEVICE).  It
+ * remembers each row's bundle check in the context, so, like every call on
+ * a context, it must not run concurrently with another on the same one. */
 tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,
                               const tsr_plan_opts *base, tsr_selection *out, tsr_error *err);
 /* The same from features already computed (from tsr_gpuplan_features, say). */
