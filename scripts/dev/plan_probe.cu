@@ -10,7 +10,7 @@
  * hashes mean byte-identical plans.  Cost: a second or two of device time.
  *
  *   nvcc -O2 -o plan_probe scripts/dev/plan_probe.cu -lcuda
- *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl]
+ *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
  *
  * Kernel names and launch shapes follow the cubin: if it has
  * tsr_plan_scan, three launches (count, scan, emit), else two.  Grid sizes
@@ -63,11 +63,11 @@ struct launch {
 int main(int argc, char **argv)
 {
   if (argc < 2) {
-    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl]\n");
+    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n");
     return 2;
   }
   const char *cubin = argv[1];
-  int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0;
+  int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0, timeline = 0;
   if (argc > 3 && argv[2][0] != '-') {
     H = atoi(argv[2]);
     S = atoi(argv[3]);
@@ -78,6 +78,7 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[ai], "--iters") && ai + 1 < argc) iters = atoi(argv[++ai]);
     else if (!strcmp(argv[ai], "--split") && ai + 1 < argc) chunk = atoi(argv[++ai]);
     else if (!strcmp(argv[ai], "--pdl")) pdl = 1;
+    else if (!strcmp(argv[ai], "--timeline")) timeline = 1;
   }
   const int bs = 128, nq = (S + bs - 1) / bs, nk = nq, nqt = nq, nkt = nk;
   const int rows = H * nqt;
@@ -155,7 +156,9 @@ int main(int argc, char **argv)
   p.row_off = (tsr_i32 *)(uintptr_t)d;
   CUdeviceptr dcounts = alloc(TSR_GP_DSTATS * 4 + sizeof(tsr_gp_stats) + 4096);
   p.counts = (tsr_i32 *)(uintptr_t)dcounts;
-  d = alloc((size_t)(rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS * TSR_GP_SCAN_STRIDE * 8);
+  const int ncta = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS;
+  /* Look-back state, then room for a TSR_GP_TIMELINE build's marks. */
+  d = alloc((size_t)ncta * TSR_GP_SCAN_STRIDE * 8 + ((size_t)ncta * 8 + (size_t)rows * 4) * 8);
   p.scan = (unsigned long long *)(uintptr_t)d;
   tsr_gp_stats *hst = NULL;
   if (stats) {
@@ -255,6 +258,38 @@ int main(int argc, char **argv)
     printf("plan: H=%d S=%d rows=%d tasks=%d tiles=%d (mask %lld) merges=%d empty=%d step=%d hash %016llx\n", H, S,
            rows, nt, nti, host_tiles, cnt[TSR_GP_MERGES], cnt[TSR_GP_EMPTY], cnt[TSR_GP_STEP],
            (unsigned long long)h);
+  }
+
+  if (timeline) {
+    /* Marks of a TSR_GP_TIMELINE build: one planning, times from the first
+     * count CTA's entry; min / mean / max over CTAs. */
+    const unsigned egrid = ls.back().grid;
+    std::vector<unsigned long long> t((size_t)ncta * 8 + (size_t)egrid * 4);
+    run(all);
+    CK(cuStreamSynchronize(st));
+    CK(cuMemcpyDtoH(t.data(), (CUdeviceptr)(uintptr_t)(p.scan + (size_t)ncta * TSR_GP_SCAN_STRIDE),
+                    t.size() * 8));
+    unsigned long long t0 = ~0ULL;
+    for (int c = 0; c < ncta; c++) t0 = std::min(t0, t[(size_t)c * 8]);
+    const char *cn[6] = {"count entry", "rows counted", "aggregate published", "look-back done",
+                         "prefix published", "count CTA end"};
+    for (int k = 0; k < 6; k++) {
+      double mn = 1e30, mx = -1e30, sum = 0;
+      for (int c = 0; c < ncta; c++) {
+        double x = (double)(long long)(t[(size_t)c * 8 + k] - t0) * 1e-3;
+        mn = std::min(mn, x), mx = std::max(mx, x), sum += x;
+      }
+      printf("TIMELINE %-20s min %7.2f mean %7.2f max %7.2f us\n", cn[k], mn, sum / ncta, mx);
+    }
+    const char *en[3] = {"emit entry", "emit dep released", "emit CTA end"};
+    for (int k = 0; k < 3; k++) {
+      double mn = 1e30, mx = -1e30, sum = 0;
+      for (unsigned e = 0; e < egrid; e++) {
+        double x = (double)(long long)(t[(size_t)ncta * 8 + (size_t)e * 4 + k] - t0) * 1e-3;
+        mn = std::min(mn, x), mx = std::max(mx, x), sum += x;
+      }
+      printf("TIMELINE %-20s min %7.2f mean %7.2f max %7.2f us\n", en[k], mn, sum / egrid, mx);
+    }
   }
 
   CUevent e0, e1;
