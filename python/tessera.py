@@ -359,6 +359,7 @@ class GpuPlan:
         self.layout = layout
         self.shape = (batch, heads_q, seq_q, seq_k)
         self.mask_planes = (c.mask_batch, c.mask_heads)
+        bq, bk = block
         self.nq, self.nk = -(-seq_q // bq), -(-seq_k // bk)
 
     def _mask_ptr(self, mask):

@@ -151,13 +151,13 @@ typedef struct {
  *
  * scan[]: the count kernel's decoupled look-back state, TSR_GP_SCAN_STRIDE
  * 64-bit words per count CTA (TSR_GP_COUNT_ROWS rows each), zeroed once at
- * creation: TSR_GP_SCAN_VALS aggregates, then as many inclusive prefixes,
- * each value as two words (low half, high half) whose high 32 bits hold
- * the step being planned, so that a reader checks each word it uses and
- * no flag or fence is needed.  Values 0-5: tiles, membership words, wanted
- * slots, partial tiles, feature sums (selected tokens, squared); 6-7:
- * merges, granted slots; 8-19: tasks per length class.  Planner-private:
- * the attention kernels never see it (the layout version is unchanged). */
+ * creation: two flags (phase 1, phase 2: (epoch << 2) | 1 aggregate
+ * published, | 2 inclusive prefix published, epoch = the step being
+ * planned), then TSR_GP_SCAN_VALS aggregates, then as many inclusive
+ * prefixes.  Values 0-5: tiles, membership words, wanted slots, partial
+ * tiles, feature sums (selected tokens, squared); 6-7: merges, granted
+ * slots; 8-19: tasks per length class.  Planner-private: the attention
+ * kernels never see it (so the layout version is unchanged). */
 #define TSR_GP_CLASSES 12   /* task length classes: 11 by log2 length, then empty rows */
 enum {
   TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
@@ -172,7 +172,7 @@ enum {
 #define TSR_GP_ROW_INTS 6
 #define TSR_GP_COUNT_ROWS 32     /* problem rows a count CTA (one a warp) */
 #define TSR_GP_SCAN_VALS 20      /* look-back values a count CTA */
-#define TSR_GP_SCAN_STRIDE 80    /* 64-bit words of look-back state a count CTA */
+#define TSR_GP_SCAN_STRIDE 48    /* 64-bit words of look-back state a count CTA */
 
 /* Host-visible features of the latest planning, written last-to-first with
  * `step` last, so a reader that sees the same step before and after copying

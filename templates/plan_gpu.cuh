@@ -277,52 +277,25 @@ static __device__ __forceinline__ void phase2_values(const tsr_gpuplan_params &p
 
 #define TSR_GP_WINDOW 128 /* predecessors a look-back step inspects */
 
-static __device__ __forceinline__ unsigned long long ld_word(const unsigned long long *w)
+static __device__ __forceinline__ unsigned long long ld_flag(const unsigned long long *f)
 {
-  return *(const volatile unsigned long long *)w;
-}
-
-static __device__ __forceinline__ unsigned word_tag(unsigned long long w) { return (unsigned)(w >> 32); }
-
-/* Publishes v as two tagged words (low half, high half). */
-static __device__ __forceinline__ void put_value(unsigned long long *w, unsigned epoch, long long v)
-{
-  volatile unsigned long long *vw = w;
-  vw[0] = (unsigned long long)epoch << 32 | (unsigned)v;
-  vw[1] = (unsigned long long)epoch << 32 | (unsigned)((unsigned long long)v >> 32);
-}
-
-/* Reads a value published for `epoch`, waiting for both halves. */
-static __device__ __forceinline__ long long get_value(const unsigned long long *w, unsigned epoch)
-{
-  unsigned long long lo = ld_word(w), hi = ld_word(w + 1);
-  while (word_tag(lo) != epoch) lo = ld_word(w);
-  while (word_tag(hi) != epoch) hi = ld_word(w + 1);
-  return (long long)(hi << 32 | (lo & 0xffffffffull));
+  return *(const volatile unsigned long long *)f;
 }
 
 /* Values [lo, lo + n) of this CTA: s_v[row][k] holds each row's value and
  * becomes its exclusive prefix inside the CTA; s_tot[k] gets the CTA's
  * aggregate; then the look-back: publish the aggregate (CTA 0: its
  * inclusive prefix), sum the aggregates of the earlier CTAs back to the
- * nearest one that published its inclusive prefix, publish ours.  s_pre[k]
+ * first one that published its inclusive prefix, publish ours.  s_pre[k]
  * gets the CTA's exclusive prefix.  Called by every thread of the CTA; warp
- * k sums value lo + k, warp 0 finds the window's nearest inclusive prefix.
- * Earlier CTAs (lower blockIdx) are running or done (see tsr_plan_count):
- * the waits end.
- *
- * No fences and no flags: every published word carries the epoch in its
- * high half (see plan_layout.h), so a reader validates each word it uses,
- * and a value is visible as soon as its own two stores are.  A reader
- * decides "inclusive" from value lo's inclusive word, then waits for any
- * word of that record still in flight. */
-static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, unsigned epoch, int lo, int n,
-                                         long long (*s_v)[TSR_GP_SCAN_VALS], long long *s_tot, long long *s_pre,
-                                         int *s_ctl)
+ * k sums value lo + k, warp 0 reads the flags.  Earlier CTAs (lower
+ * blockIdx) are running or done (see tsr_plan_count): the waits end. */
+static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, unsigned long long epoch,
+                                         int phase, int lo, int n, long long (*s_v)[TSR_GP_SCAN_VALS],
+                                         long long *s_tot, long long *s_pre, int *s_ctl)
 {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   unsigned long long *rec = p.scan + (long long)cta * TSR_GP_SCAN_STRIDE;
-  const int incl_at = 2 * TSR_GP_SCAN_VALS; /* words: aggregates, then inclusive prefixes */
   if (warp < n) {
     const int k = lo + warp;
     const long long x0 = s_v[lane][k];
@@ -337,40 +310,32 @@ static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, u
       s_tot[k] = x;
       s_pre[k] = 0;
       /* CTA 0 has no predecessor: its aggregate is its inclusive prefix. */
-      put_value(rec + (cta == 0 ? incl_at : 0) + 2 * k, epoch, x);
+      __stcg((long long *)rec + 2 + (cta == 0 ? TSR_GP_SCAN_VALS : 0) + k, x);
+      __threadfence();
     }
   }
   __syncthreads();
-  if (lo == 0) TSR_GP_MARK(2);
-  if (cta == 0) return; /* s_pre stays 0 */
+  if (threadIdx.x == 0) *(volatile unsigned long long *)(rec + phase) = epoch << 2 | (cta == 0 ? 2u : 1u);
+  if (phase == 0) TSR_GP_MARK(2);
+  if (cta == 0) return; /* s_pre stays 0; the flags say the rest */
   /* Windows of 128 predecessors, lane l of warp 0 watching distances
    * l, l + 32, l + 64, l + 96 from `top`: one window covers a launch of
    * up to 129 CTAs (Wan2.1-1.3B has 96), so the usual look-back is one
-   * round trip for the tags and one for the values. */
+   * round trip for the flags and one for the values. */
   for (int top = cta - 1;; top -= TSR_GP_WINDOW) {
     if (warp == 0) {
-      /* Every load in flight before any wait: a predecessor is ready when
-       * it published value lo, aggregate or inclusive. */
-      unsigned long long fa[TSR_GP_WINDOW / 32], fi[TSR_GP_WINDOW / 32];
-#pragma unroll
-      for (int j = 0; j < TSR_GP_WINDOW / 32; ++j) {
-        const int i = top - lane - 32 * j;
-        const unsigned long long *ri = p.scan + (long long)(i >= 0 ? i : 0) * TSR_GP_SCAN_STRIDE + 2 * lo;
-        fa[j] = i >= 0 ? ld_word(ri) : 0;
-        fi[j] = i >= 0 ? ld_word(ri + incl_at) : 0;
-      }
       int stop = TSR_GP_WINDOW;
 #pragma unroll
       for (int j = TSR_GP_WINDOW / 32 - 1; j >= 0; --j) {
         const int i = top - lane - 32 * j;
-        const unsigned long long *ri = p.scan + (long long)(i >= 0 ? i : 0) * TSR_GP_SCAN_STRIDE + 2 * lo;
-        while (i >= 0 && word_tag(fa[j]) != epoch && word_tag(fi[j]) != epoch) {
-          fa[j] = ld_word(ri);
-          fi[j] = ld_word(ri + incl_at);
-        }
-        const unsigned incl = __ballot_sync(0xffffffffu, i >= 0 && word_tag(fi[j]) == epoch);
+        unsigned long long f = 0;
+        if (i >= 0)
+          do f = ld_flag(p.scan + (long long)i * TSR_GP_SCAN_STRIDE + phase);
+          while ((f >> 2) != epoch);
+        const unsigned incl = __ballot_sync(0xffffffffu, i >= 0 && (f & 3u) == 2u);
         if (incl) stop = 32 * j + __ffs(incl) - 1;
       }
+      __threadfence(); /* the values behind the flags are visible */
       if (lane == 0) s_ctl[0] = stop;
     }
     __syncthreads();
@@ -381,8 +346,10 @@ static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, u
 #pragma unroll
       for (int j = 0; j < TSR_GP_WINDOW / 32; ++j) {
         const int d = lane + 32 * j, i = top - d;
-        if (d <= stop && d < TSR_GP_WINDOW && i >= 0)
-          x += get_value(p.scan + (long long)i * TSR_GP_SCAN_STRIDE + (d == stop ? incl_at : 0) + 2 * k, epoch);
+        if (d <= stop && d < TSR_GP_WINDOW && i >= 0) {
+          const long long *ri = (const long long *)p.scan + (long long)i * TSR_GP_SCAN_STRIDE + 2;
+          x += __ldcg(ri + (d == stop ? TSR_GP_SCAN_VALS : 0) + k);
+        }
       }
       x = warp_sum(x);
       if (lane == 0) s_pre[k] += x;
@@ -390,8 +357,14 @@ static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, u
     __syncthreads();
     if (stop < TSR_GP_WINDOW) break;
   }
-  if (lo == 0) TSR_GP_MARK(3);
-  if (warp < n && lane == 0) put_value(rec + incl_at + 2 * (lo + warp), epoch, s_pre[lo + warp] + s_tot[lo + warp]);
+  if (phase == 0) TSR_GP_MARK(3);
+  if (warp < n && lane == 0) {
+    const int k = lo + warp;
+    __stcg((long long *)rec + 2 + TSR_GP_SCAN_VALS + k, s_pre[k] + s_tot[k]);
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *(volatile unsigned long long *)(rec + phase) = epoch << 2 | 2u;
 }
 
 /* Counts, features and the features' host copy: the last CTA, from the
@@ -486,7 +459,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   using namespace tsrgp;
   __shared__ long long s_v[TSR_GP_COUNT_ROWS][TSR_GP_SCAN_VALS];
   __shared__ long long s_tot[TSR_GP_SCAN_VALS], s_pre[TSR_GP_SCAN_VALS];
-  __shared__ int s_ctl[1];
+  __shared__ int s_step, s_ctl[1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   /* The emit kernel (launched with programmatic stream serialisation
    * where the device has it) may start once every CTA here has: it reads
@@ -495,15 +468,13 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   TSR_GP_MARK(0);
-  /* The step being planned (the last CTA writes it when done, after every
-   * CTA has read it: it waits for all of their flags).  Read by every
-   * thread, used only at the look-back: its latency overlaps the mask's. */
-  const int step = __ldcg(p.counts + TSR_GP_STEP) + 1;
+  if (threadIdx.x == 0) s_step = *(volatile int *)&p.counts[TSR_GP_STEP];
+  __syncthreads();
   /* CTAs look back in blockIdx order: like CUB's single-pass scan, this
    * relies on CTAs being dispatched in index order, so that a CTA's
    * predecessors are running or done when it waits for them. */
-  const int cta = blockIdx.x;
-  const unsigned epoch = (unsigned)step; /* 0 only after 2^32 steps; the state starts zeroed */
+  const int cta = blockIdx.x, step = s_step + 1;
+  const unsigned long long epoch = (unsigned)step & 0x3fffffffu;
   const int r = cta * TSR_GP_COUNT_ROWS + warp;
   const int wn = p.bn / 32;
   const bool two = p.chunk > 0; /* split decisions need the wanted-slot prefix first */
@@ -541,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   }
   __syncthreads();
   TSR_GP_MARK(1);
-  cta_scan_lookback(p, cta, epoch, 0, two ? 6 : TSR_GP_SCAN_VALS, s_v, s_tot, s_pre, s_ctl);
+  cta_scan_lookback(p, cta, epoch, 0, 0, two ? 6 : TSR_GP_SCAN_VALS, s_v, s_tot, s_pre, s_ctl);
   __syncthreads();
   TSR_GP_MARK(4);
   /* A row splits while its wanted slots fit: the wanted prefix only grows,
@@ -551,7 +522,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   if (two) {
     if (lane == 0 && r < p.n_rows) phase2_values(p, len, split, s_v[warp]);
     __syncthreads();
-    cta_scan_lookback(p, cta, epoch, 6, TSR_GP_SCAN_VALS - 6, s_v, s_tot, s_pre, s_ctl);
+    cta_scan_lookback(p, cta, epoch, 1, 6, TSR_GP_SCAN_VALS - 6, s_v, s_tot, s_pre, s_ctl);
     __syncthreads();
   }
   if (r < p.n_rows && lane == 0) {
