@@ -9,14 +9,21 @@
  * (tasks, tiles, members, counts) so that variants can be compared: equal
  * hashes mean byte-identical plans.  Cost: a second or two of device time.
  *
- *   nvcc -O2 -o plan_probe scripts/dev/plan_probe.cu -lcuda
+ *   nvcc -O2 -arch=sm_90a -o plan_probe scripts/dev/plan_probe.cu -lcuda
  *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
+ *
+ * CUBIN: the bundle's <arch>/tsr_plan.cubin, or one built with nvcc -cubin
+ * from a file including plan_layout.h and plan_gpu.cuh.  --pdl launches
+ * emit as runtime/gpuplan.c does on sm_90 (programmatic dependent launch);
+ * --stats passes host-mapped features; --timeline needs a cubin built with
+ * -DTSR_GP_TIMELINE and prints when each CTA reached the template's marks
+ * (min / mean / max over CTAs, from the first count CTA's entry).
  *
  * Kernel names and launch shapes follow the cubin: if it has
  * tsr_plan_scan, three launches (count, scan, emit), else two.  Grid sizes
  * come from the rows a CTA of each kernel handles, read from the cubin's
  * global `tsr_gp_shape` (threads and rows a CTA per kernel) when present,
- * else the historical 1024 x 32 rows and 256 x 8 rows.
+ * else 1024 threads x 32 rows and 256 x 8 rows (the shipped kernels).
  */
 #include <cuda.h>
 
@@ -275,11 +282,13 @@ int main(int argc, char **argv)
                          "prefix published", "count CTA end"};
     for (int k = 0; k < 6; k++) {
       double mn = 1e30, mx = -1e30, sum = 0;
+      int m = 0;
       for (int c = 0; c < ncta; c++) {
+        if (!t[(size_t)c * 8 + k]) continue; /* a mark this CTA does not pass (CTA 0: no look-back) */
         double x = (double)(long long)(t[(size_t)c * 8 + k] - t0) * 1e-3;
-        mn = std::min(mn, x), mx = std::max(mx, x), sum += x;
+        mn = std::min(mn, x), mx = std::max(mx, x), sum += x, m++;
       }
-      printf("TIMELINE %-20s min %7.2f mean %7.2f max %7.2f us\n", cn[k], mn, sum / ncta, mx);
+      printf("TIMELINE %-20s min %7.2f mean %7.2f max %7.2f us\n", cn[k], mn, sum / (m ? m : 1), mx);
     }
     const char *en[3] = {"emit entry", "emit dep released", "emit CTA end"};
     for (int k = 0; k < 3; k++) {
