@@ -31,7 +31,8 @@
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)      \
   X(cuEventElapsedTime) X(cuTensorMapEncodeTiled) X(cuStreamBeginCapture)      \
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                   \
-  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemAllocHost) X(cuMemFreeHost)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemAllocHost) X(cuMemFreeHost)    \
+  X(cuLaunchKernelEx)
 
 typedef struct {
   void *lib; /* dlopen handle */

@@ -11,7 +11,7 @@
  * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
  * or four cuLaunchKernel calls, no allocation, no synchronisation).
  * Download synchronises and copies the plan back (tests, verification).
- * The features record lives in pinned host memory that the scan CTA writes
+ * The features record lives in pinned host memory that the emit kernel's first thread writes
  * through unified addressing; reading it is a seqlock-guarded copy.
  */
 #include "cuda_impl.h"
@@ -31,8 +31,9 @@ struct tsr_gpuplan {
   int64_t mask_b, mask_h;
   CUmodule mod;              /* the bundle's planner module (tsr_plan.cubin) */
   CUfunction count_fn, emit_fn;
+  int pdl;                   /* emit launched as a programmatic dependent of count (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
-  CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_acc;
+  CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
   tsr_gp_stats *stats;       /* pinned, written by the device */
 };
 
@@ -47,7 +48,7 @@ static void free_buffers(tsr_gpuplan *g)
   CUdeviceptr *ptrs[] = {&g->d_tasks,   &g->d_tiles,   &g->d_members,  &g->d_membership,
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
                          &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
-                         &g->d_counts,  &g->d_acc};
+                         &g->d_counts,  &g->d_scan};
   size_t i;
   if (tsr_context_make_current(g->ctx, NULL) != TSR_OK) return;
   for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
@@ -97,7 +98,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   tsr_status st;
   const tsr_cu *cu;
   int64_t bq, bk, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
-  int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks;
+  int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
   int multi = 0;
   tsr_gpu_binding b;
 
@@ -216,6 +217,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     cap_slots = min64(min64(cap_slots, worst_slots), INT32_MAX - rows);
   }
   cap_tasks = rows + cap_slots;
+  scan_bytes = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS * TSR_GP_SCAN_STRIDE * 8;
 
   g->ctx = ctx;
   cu = tsr_context_cu(ctx);
@@ -236,7 +238,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
         (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
         (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
         (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
-        (st = dalloc(g, &g->d_acc, TSR_GP_ACC_N * 8, "feature sums", err)))
+        (st = dalloc(g, &g->d_scan, scan_bytes, "look-back state", err)))
       goto fail;
   }
   if (!caps->no_host_stats) {
@@ -262,7 +264,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
                            "cuMemcpyHtoD(qblk)", err)) ||
         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
                            err)) ||
-        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_acc, zeros, TSR_GP_ACC_N * 8), "cuMemcpyHtoD(sums)", err)))
+        (st = tsr_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)scan_bytes), "cuMemsetD8(look-back)", err)))
       goto fail;
   }
 
@@ -286,6 +288,9 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
     goto fail;
 
+  /* sm_90 and later overlap the emit kernel's launch and first mask reads
+   * with the count kernel (griddepcontrol in templates/plan_gpu.cuh). */
+  g->pdl = strncmp(pl->arch, "sm_", 3) == 0 && atoi(pl->arch + 3) >= 90;
   memset(&g->gp, 0, sizeof g->gp);
   g->gp.plane_h = g->mask_h == 1 ? 0 : nq;
   g->gp.plane_b = g->mask_b == 1 ? 0 : g->mask_h * nq;
@@ -316,7 +321,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   g->gp.row_part = (tsr_i32 *)(uintptr_t)g->d_row_part;
   g->gp.row_off = (tsr_i32 *)(uintptr_t)g->d_row_off;
   g->gp.counts = (tsr_i32 *)(uintptr_t)g->d_counts;
-  g->gp.acc = (unsigned long long *)(uintptr_t)g->d_acc;
+  g->gp.scan = (unsigned long long *)(uintptr_t)g->d_scan;
   g->gp.stats = g->stats;
 
   pl->summary.tile_m = pl->tile_m;
@@ -355,10 +360,28 @@ tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format forma
   args[0] = &prm;
   nrows = (unsigned)prm.n_rows;
   if ((st = tsr_cu_check(cu,
-                         cu->cuLaunchKernel(g->count_fn, (nrows + 31) / 32, 1, 1, 1024, 1, 1, 0,
+                         cu->cuLaunchKernel(g->count_fn, (nrows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS, 1, 1,
+                                            32 * TSR_GP_COUNT_ROWS, 1, 1, 0,
                                             (CUstream)stream, args, NULL),
                          "cuLaunchKernel(tsr_plan_count)", err)))
     return st;
+  if (g->pdl) {
+    CUlaunchConfig lc;
+    CUlaunchAttribute at;
+    memset(&lc, 0, sizeof lc);
+    memset(&at, 0, sizeof at);
+    at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at.value.programmaticStreamSerializationAllowed = 1;
+    lc.gridDimX = (nrows + 7) / 8;
+    lc.gridDimY = lc.gridDimZ = 1;
+    lc.blockDimX = 256;
+    lc.blockDimY = lc.blockDimZ = 1;
+    lc.hStream = (CUstream)stream;
+    lc.attrs = &at;
+    lc.numAttrs = 1;
+    return tsr_cu_check(cu, cu->cuLaunchKernelEx(&lc, g->emit_fn, args, NULL), "cuLaunchKernelEx(tsr_plan_emit)",
+                        err);
+  }
   return tsr_cu_check(cu,
                       cu->cuLaunchKernel(g->emit_fn, (nrows + 7) / 8, 1, 1, 256, 1, 1, 0, (CUstream)stream,
                                          args, NULL),

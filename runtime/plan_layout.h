@@ -146,9 +146,18 @@ typedef struct {
  * attention kernels read counts[TSR_GP_TASKS] and counts[TSR_GP_MERGES].
  * row_off[r * TSR_GP_ROW_INTS + k]: per row, tile offset, word offset, slot
  * offset (-1 unsplit), merge index, task position of its short and long
- * chunks within their length class.  acc[] (device 64-bit sums, reset by
- * the planner after use) and stats (host-visible, may be NULL) carry the
- * features. */
+ * chunks within their length class.  stats (host-visible, may be NULL)
+ * carries the features.
+ *
+ * scan[]: the count kernel's decoupled look-back state, TSR_GP_SCAN_STRIDE
+ * 64-bit words per count CTA (TSR_GP_COUNT_ROWS rows each), zeroed once at
+ * creation: two flags (phase 1, phase 2: (epoch << 2) | 1 aggregate
+ * published, | 2 inclusive prefix published, epoch = the step being
+ * planned), then TSR_GP_SCAN_VALS aggregates, then as many inclusive
+ * prefixes.  Values 0-5: tiles, membership words, wanted slots, partial
+ * tiles, feature sums (selected tokens, squared); 6-7: merges, granted
+ * slots; 8-19: tasks per length class.  Planner-private: the attention
+ * kernels never see it (so the layout version is unchanged). */
 #define TSR_GP_CLASSES 12   /* task length classes: 11 by log2 length, then empty rows */
 enum {
   TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
@@ -160,8 +169,10 @@ enum {
    * host-visible record off the critical path */
   TSR_GP_DSTATS = 24
 };
-enum { TSR_GP_ACC_SEL = 0, TSR_GP_ACC_SEL2, TSR_GP_ACC_N };
 #define TSR_GP_ROW_INTS 6
+#define TSR_GP_COUNT_ROWS 32     /* problem rows a count CTA (one a warp) */
+#define TSR_GP_SCAN_VALS 20      /* look-back values a count CTA */
+#define TSR_GP_SCAN_STRIDE 48    /* 64-bit words of look-back state a count CTA */
 
 /* Host-visible features of the latest planning, written last-to-first with
  * `step` last, so a reader that sees the same step before and after copying
@@ -192,7 +203,7 @@ typedef struct {
   tsr_i32 *row_len, *row_part; /* per row: tiles, partial tiles */
   tsr_i32 *row_off;            /* per row: TSR_GP_ROW_INTS ints */
   tsr_i32 *counts;             /* TSR_GP_COUNTS ints, then the device features */
-  unsigned long long *acc;     /* TSR_GP_ACC_N sums */
+  unsigned long long *scan;    /* look-back state (above) */
   tsr_gp_stats *stats;         /* host-mapped, or NULL */
 } tsr_gpuplan_params;
 

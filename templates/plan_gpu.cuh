@@ -16,23 +16,53 @@
  * class: deterministic, and close to the host's longest-first order.
  *
  * Two launches:
- *   tsr_plan_count  one warp per problem row: its tiles and partial tiles
- *                   (the OR / AND of the mask bits under each tile), and the
- *                   features' sums; the last CTA to finish (atomic ticket)
- *                   scans the rows (three passes of per-thread runs plus two
- *                   block scans), grants split slots in row order, writes
- *                   each row's offsets, the counts and the features.
+ *   tsr_plan_count  one warp per problem row, TSR_GP_COUNT_ROWS rows a CTA:
+ *                   the row's tiles and partial tiles (the OR / AND of the
+ *                   mask bits under each tile) and the features' sums; a
+ *                   CTA scan of the rows' values, then a decoupled look-back
+ *                   over the earlier CTAs' published aggregates / inclusive
+ *                   prefixes gives every row its offsets (split rows: a
+ *                   second look-back, as the split decisions need the
+ *                   wanted-slot prefix).  The last CTA writes the counts
+ *                   and the features.
  *   tsr_plan_emit   one warp per row: the row's tiles and membership words
- *                   (ballot + popc give positions), its tasks, members and
- *                   merge record.
- * Cost: reads the mask twice (plus once per segment for the features),
- * writes the plan; a few microseconds for video-sized masks, dominated by
- * the scan CTA and the launch gap.
+ *                   (ballot / scan + popc give positions), its tasks,
+ *                   members and merge record.  On sm_90 and later it is a
+ *                   programmatic dependent launch: it starts while the
+ *                   count kernel runs, reads the mask, then waits for it.
+ * Direct rows (one query segment, tile = key block: retain mappings) take a
+ * fast path in both kernels: a 32-bit mask word a lane (4 byte blocks or 32
+ * bits), no per-tile division.  Other rows use the general per-tile OR/AND.
+ * Cost: reads the mask twice (plus once per segment for the features of
+ * general rows), writes the plan; latency-bound: a few dependent memory
+ * round trips a kernel (mask, look-back flags and values, fences), about
+ * 1 us each under load, plus the launches (notes/gpuplan.md).
  */
 #ifndef TSR_PLAN_GPU_CUH
 #define TSR_PLAN_GPU_CUH
 
-#define TSR_GP_COUNT_THREADS 1024
+#define TSR_GP_COUNT_THREADS (32 * TSR_GP_COUNT_ROWS)
+
+/* Development timeline (scripts/dev/plan_probe.cu builds the template with
+ * TSR_GP_TIMELINE): thread 0 of each CTA stores %globaltimer at marks k
+ * after the look-back state; count CTA c at scan[n_cta * STRIDE + 8 c + k],
+ * emit CTA e at 8 n_cta words further, + 4 e + k.  Empty otherwise. */
+#ifdef TSR_GP_TIMELINE
+#define TSR_GP_NCTA ((p.n_rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS)
+#define TSR_GP_STAMP(off)                                                        \
+  do {                                                                           \
+    if (threadIdx.x == 0) {                                                      \
+      unsigned long long t_;                                                     \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                     \
+      p.scan[(long long)TSR_GP_NCTA * TSR_GP_SCAN_STRIDE + (off)] = t_;           \
+    }                                                                            \
+  } while (0)
+#define TSR_GP_MARK(k) TSR_GP_STAMP(8LL * blockIdx.x + (k))
+#define TSR_GP_EMARK(k) TSR_GP_STAMP(8LL * TSR_GP_NCTA + 4LL * blockIdx.x + (k))
+#else
+#define TSR_GP_MARK(k) ((void)0)
+#define TSR_GP_EMARK(k) ((void)0)
+#endif
 #define TSR_GP_EMIT_THREADS 256
 
 namespace tsrgp {
@@ -122,196 +152,302 @@ static __device__ __forceinline__ T warp_sum(T x)
   return x;
 }
 
-/* Exclusive block scan of N values a thread; tot[] gets the block totals.
- * sm holds 33 rows of N. */
-template <typename T, int N>
-static __device__ void block_exscan(T (&v)[N], T (&tot)[N], T (*sm)[N])
+/* Direct rows: one query segment and tile = key block (retain on the key
+ * side), so tile u is mask bit (row, u).  The row is read in units of a
+ * 32-bit word a lane where the layout allows: mode 0 bit-packed (a unit is
+ * 32 tiles), mode 1 bytes with word-aligned rows (4 tiles), mode 2 bytes
+ * otherwise (1 tile).  unit_bits gives bit t of the unit = tile
+ * unit * tiles_per_unit + t selected; tiles past nk read as clear. */
+static __device__ __forceinline__ bool is_direct(const tsr_gpuplan_params &p, const rowgeo &g)
 {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  T inc[N];
+  return g.nseg == 1 && p.bn == p.bk;
+}
+
+static __device__ __forceinline__ int unit_mode(const tsr_gpuplan_params &p)
+{
+  if (p.format != 0) return 0;
+  return (p.pitch & 3) == 0 && ((unsigned long long)p.mask & 3) == 0 ? 1 : 2;
+}
+
+static __device__ __forceinline__ int unit_shift(int mode) { return mode == 0 ? 5 : mode == 1 ? 2 : 0; }
+
+static __device__ __forceinline__ unsigned unit_bits(const tsr_gpuplan_params &p, long long row, int mode,
+                                                     int u)
+{
+  if (mode == 0) {
+    const unsigned w = __ldg((const unsigned *)p.mask + row * p.pitch + u);
+    const int rem = p.nk - 32 * u;
+    return rem >= 32 ? w : w & ((1u << rem) - 1u);
+  }
+  if (mode == 1) {
+    const unsigned w = __ldg((const unsigned *)((const unsigned char *)p.mask + row * p.pitch) + u);
+    const unsigned x = __vcmpne4(w, 0u); /* 0xff in each nonzero byte */
+    const unsigned b = (x & 1u) | (x >> 7 & 2u) | (x >> 14 & 4u) | (x >> 21 & 8u);
+    const int rem = p.nk - 4 * u;
+    return rem >= 4 ? b : b & ((1u << rem) - 1u);
+  }
+  return __ldg((const unsigned char *)p.mask + row * p.pitch + u) != 0;
+}
+
+/* A direct row's tile count, and whether its last tile is selected (it may
+ * be ragged: the features count tokens). */
+static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, const rowgeo &g, int lane,
+                                                   bool &last_sel)
+{
+  const int mode = unit_mode(p), sh = unit_shift(mode), nu = ((p.nk - 1) >> sh) + 1;
+  const long long row = g.plane + g.i0;
+  const int ul = (p.nk - 1) >> sh, bl = (p.nk - 1) - (ul << sh);
+  int cnt = 0;
+  bool last = false;
+  for (int u0 = 0; u0 < nu; u0 += 128) {
+    unsigned b[4];
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    inc[k] = v[k];
+    for (int k = 0; k < 4; ++k) {
+      const int u = u0 + 32 * k + lane;
+      b[k] = u < nu ? unit_bits(p, row, mode, u) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      cnt += __popc(b[k]);
+      if (u0 + 32 * k + lane == ul) last = (b[k] >> bl) & 1u;
+    }
+  }
+  last_sel = __any_sync(0xffffffffu, last);
+  return (int)__reduce_add_sync(0xffffffffu, (unsigned)cnt);
+}
+
+/* General rows: tiles, partial tiles and the features' sums (selected key
+ * tokens x of each segment, weighted by its query tokens w in this tile). */
+static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int &len_out,
+                                     int &part_out, unsigned long long &sel, unsigned long long &sel2)
+{
+  const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
+  int len = 0, part = 0;
+  long long xs = 0; /* simple rows: selected key tokens, from the tiles */
+  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
+    bool any[4], full[4];
+    tile_states4(p, g, simple, u0, lane, any, full);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      len += __popc(__ballot_sync(0xffffffffu, any[k]));
+      part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
+      if (simple && any[k]) {
+        const int c0 = (u0 + 32 * k + lane) * p.bn;
+        xs += min(c0 + p.bn, p.seq_k) - c0;
+      }
+    }
+  }
+  sel = sel2 = 0;
+  if (simple) {
+    const long long x = warp_sum(xs), w = g.r1 - g.r0;
+    sel = (unsigned long long)(w * x);
+    sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
+  } else {
+    for (int s = 0; s < g.nseg; ++s) {
+      long long x = 0;
+#pragma unroll 4
+      for (int j = lane; j < p.nk; j += 32)
+        if (mask_bit(p, g, s, j)) x += min((j + 1) * p.bk, p.seq_k) - j * p.bk;
+      x = warp_sum(x);
+      const long long w = min(g.r1, (g.i0 + s + 1) * p.bq) - max(g.r0, (g.i0 + s) * p.bq);
+      sel += (unsigned long long)(w * x);
+      sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
+    }
+  }
+  len_out = len;
+  part_out = part;
+}
+
+/* Phase-2 values of a row (merges, granted slots, tasks per class) into v. */
+static __device__ __forceinline__ void phase2_values(const tsr_gpuplan_params &p, int len, bool split,
+                                                     long long *v)
+{
+#pragma unroll
+  for (int k = 6; k < TSR_GP_SCAN_VALS; ++k) v[k] = 0;
+  if (len == 0) {
+    v[8 + TSR_GP_CLASSES - 1] = 1;
+    return;
+  }
+  const int want = want_chunks(p, len), nch = split ? want : 1, q = len / nch, big = len - nch * q;
+  v[6] = split;
+  v[7] = split ? want : 0;
+  v[8 + len_class(q)] += nch - big;
+  v[8 + len_class(q + 1)] += big;
+}
+
+#define TSR_GP_WINDOW 128 /* predecessors a look-back step inspects */
+
+static __device__ __forceinline__ unsigned long long ld_flag(const unsigned long long *f)
+{
+  return *(const volatile unsigned long long *)f;
+}
+
+/* Values [lo, lo + n) of this CTA: s_v[row][k] holds each row's value and
+ * becomes its exclusive prefix inside the CTA; s_tot[k] gets the CTA's
+ * aggregate; then the look-back: publish the aggregate (CTA 0: its
+ * inclusive prefix), sum the aggregates of the earlier CTAs back to the
+ * first one that published its inclusive prefix, publish ours.  s_pre[k]
+ * gets the CTA's exclusive prefix.  Called by every thread of the CTA; warp
+ * k sums value lo + k, warp 0 reads the flags.  Earlier CTAs (lower
+ * blockIdx) are running or done (see tsr_plan_count): the waits end. */
+static __device__ void cta_scan_lookback(const tsr_gpuplan_params &p, int cta, unsigned long long epoch,
+                                         int phase, int lo, int n, long long (*s_v)[TSR_GP_SCAN_VALS],
+                                         long long *s_tot, long long *s_pre, int *s_ctl)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned long long *rec = p.scan + (long long)cta * TSR_GP_SCAN_STRIDE;
+  if (warp < n) {
+    const int k = lo + warp;
+    const long long x0 = s_v[lane][k];
+    long long x = x0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const T y = __shfl_up_sync(0xffffffffu, inc[k], o);
-      if (lane >= o) inc[k] += y;
+      const long long y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    s_v[lane][k] = x - x0;
+    if (lane == 31) {
+      s_tot[k] = x;
+      s_pre[k] = 0;
+      /* CTA 0 has no predecessor: its aggregate is its inclusive prefix. */
+      __stcg((long long *)rec + 2 + (cta == 0 ? TSR_GP_SCAN_VALS : 0) + k, x);
+      __threadfence();
     }
   }
-  if (lane == 31)
-#pragma unroll
-    for (int k = 0; k < N; ++k) sm[warp][k] = inc[k];
   __syncthreads();
-  if (warp == 0) {
+  if (threadIdx.x == 0) *(volatile unsigned long long *)(rec + phase) = epoch << 2 | (cta == 0 ? 2u : 1u);
+  if (phase == 0) TSR_GP_MARK(2);
+  if (cta == 0) return; /* s_pre stays 0; the flags say the rest */
+  /* Windows of 128 predecessors, lane l of warp 0 watching distances
+   * l, l + 32, l + 64, l + 96 from `top`: one window covers a launch of
+   * up to 129 CTAs (Wan2.1-1.3B has 96), so the usual look-back is one
+   * round trip for the flags and one for the values. */
+  for (int top = cta - 1;; top -= TSR_GP_WINDOW) {
+    if (warp == 0) {
+      int stop = TSR_GP_WINDOW;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const T w = lane < nw ? sm[lane][k] : (T)0;
-      T x = w;
+      for (int j = TSR_GP_WINDOW / 32 - 1; j >= 0; --j) {
+        const int i = top - lane - 32 * j;
+        unsigned long long f = 0;
+        if (i >= 0)
+          do f = ld_flag(p.scan + (long long)i * TSR_GP_SCAN_STRIDE + phase);
+          while ((f >> 2) != epoch);
+        const unsigned incl = __ballot_sync(0xffffffffu, i >= 0 && (f & 3u) == 2u);
+        if (incl) stop = 32 * j + __ffs(incl) - 1;
+      }
+      __threadfence(); /* the values behind the flags are visible */
+      if (lane == 0) s_ctl[0] = stop;
+    }
+    __syncthreads();
+    const int stop = s_ctl[0];
+    if (warp < n) {
+      const int k = lo + warp;
+      long long x = 0;
+#pragma unroll
+      for (int j = 0; j < TSR_GP_WINDOW / 32; ++j) {
+        const int d = lane + 32 * j, i = top - d;
+        if (d <= stop && d < TSR_GP_WINDOW && i >= 0) {
+          const long long *ri = (const long long *)p.scan + (long long)i * TSR_GP_SCAN_STRIDE + 2;
+          x += __ldcg(ri + (d == stop ? TSR_GP_SCAN_VALS : 0) + k);
+        }
+      }
+      x = warp_sum(x);
+      if (lane == 0) s_pre[k] += x;
+    }
+    __syncthreads();
+    if (stop < TSR_GP_WINDOW) break;
+  }
+  if (phase == 0) TSR_GP_MARK(3);
+  if (warp < n && lane == 0) {
+    const int k = lo + warp;
+    __stcg((long long *)rec + 2 + TSR_GP_SCAN_VALS + k, s_pre[k] + s_tot[k]);
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *(volatile unsigned long long *)(rec + phase) = epoch << 2 | 2u;
+}
+
+/* Counts, features and the features' host copy: the last CTA, from the
+ * totals T of every value. */
+static __device__ void write_counts(const tsr_gpuplan_params &p, const long long *pre, const long long *tot,
+                                    int step)
+{
+  long long T[TSR_GP_SCAN_VALS];
+#pragma unroll
+  for (int k = 0; k < TSR_GP_SCAN_VALS; ++k) T[k] = pre[k] + tot[k];
+  long long tasks = 0;
+  const long long tiles = T[0], words = T[1];
+  for (int c = 0; c < TSR_GP_CLASSES; ++c) {
+    p.counts[TSR_GP_CLASS_BASE + c] = (tsr_i32)tasks;
+    tasks += T[8 + c];
+  }
+  const int overflow = tiles > p.cap_tiles || words > p.cap_words || tasks > p.cap_tasks;
+  p.counts[TSR_GP_OVERFLOW] = overflow;
+  p.counts[TSR_GP_TASKS] = overflow ? 0 : (tsr_i32)tasks;
+  p.counts[TSR_GP_MERGES] = overflow ? 0 : (tsr_i32)T[6];
+  p.counts[TSR_GP_TILES] = (tsr_i32)min(tiles, (long long)0x7fffffff);
+  p.counts[TSR_GP_WORDS] = (tsr_i32)min(words, (long long)0x7fffffff);
+  p.counts[TSR_GP_SLOTS] = (tsr_i32)T[7];
+  p.counts[TSR_GP_EMPTY] = (tsr_i32)T[8 + TSR_GP_CLASSES - 1];
+  p.counts[TSR_GP_PARTIAL] = (tsr_i32)min(T[3], (long long)0x7fffffff);
+  p.counts[TSR_GP_STEP] = step;
+  /* Features from the sums: selected key tokens x per query token,
+   * token-weighted; mean E[x], spread sqrt(E[x^2] - E[x]^2).  Device memory
+   * only: tsr_plan_emit publishes them to the host. */
+  const double tokens = (double)p.batch * p.heads_q * p.seq_q;
+  const double s1 = (double)(unsigned long long)T[4], s2 = (double)(unsigned long long)T[5];
+  const double mean = s1 / tokens, var = fmax(s2 / tokens - mean * mean, 0.0);
+  tsr_gp_stats *st = (tsr_gp_stats *)(p.counts + TSR_GP_DSTATS);
+  st->density = s1 / (tokens * p.seq_k);
+  st->row_cv = mean > 0 ? sqrt(var) / mean : 0.0;
+  st->empty_rows = (double)T[8 + TSR_GP_CLASSES - 1] / p.n_rows;
+  st->tiles = tiles;
+  st->partial_tiles = T[3];
+  st->tasks = tasks;
+  st->merges = T[6];
+  st->slots = T[7];
+  st->membership_words = words;
+  st->overflow = overflow;
+  st->step = step;
+}
+
+/* A direct row's mask units u0 + 32 k + lane (k < 4), loads first. */
+static __device__ __forceinline__ void direct_load4(const tsr_gpuplan_params &p, long long row, int mode, int nu,
+                                                    int u0, int lane, unsigned (&b)[4])
+{
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int u = u0 + 32 * k + lane;
+    b[k] = u < nu ? unit_bits(p, row, mode, u) : 0u;
+  }
+}
+
+/* A direct row's tile records, in key order from tile0: each lane's
+ * selected tiles at the warp's exclusive scan of their counts.  b holds
+ * the first 128 units, loaded before the wait for the count kernel. */
+static __device__ __forceinline__ void direct_tiles(const tsr_gpuplan_params &p, const rowgeo &g, int lane,
+                                                    int tile0, unsigned (&b)[4])
+{
+  const int mode = unit_mode(p), sh = unit_shift(mode), nu = ((p.nk - 1) >> sh) + 1;
+  const long long row = g.plane + g.i0;
+  int n = tile0;
+  for (int u0 = 0; u0 < nu; u0 += 128) {
+    if (u0 > 0) direct_load4(p, row, mode, nu, u0, lane, b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int c = __popc(b[k]);
+      int x = c;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
-        const T y = __shfl_up_sync(0xffffffffu, x, o);
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
         if (lane >= o) x += y;
       }
-      if (lane < nw) sm[lane][k] = x - w;
-      if (lane == 31) sm[32][k] = x;
+      int pos = n + x - c;
+      const int t0 = (u0 + 32 * k + lane) << sh;
+      for (unsigned bits = b[k]; bits; bits &= bits - 1u)
+        *(int2 *)&p.tiles[pos++] = make_int2(t0 + __ffs(bits) - 1, -1);
+      n += __shfl_sync(0xffffffffu, x, 31);
     }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    v[k] = inc[k] - v[k] + sm[warp][k];
-    tot[k] = sm[32][k];
-  }
-  __syncthreads();
-}
-
-/* Calls body(r, len, part) for the thread's rows lo..hi-1 in order, from
- * registers when the run fits the cache (the common case: a few rows a
- * thread), else reading them again (L2). */
-#define TSR_GP_ROW_CACHE 8
-template <typename F>
-static __device__ __forceinline__ void for_rows(const tsr_gpuplan_params &p, int lo, int hi, bool cached,
-                                                const int (&clen)[TSR_GP_ROW_CACHE],
-                                                const int (&cpart)[TSR_GP_ROW_CACHE], F body)
-{
-  if (cached) {
-#pragma unroll
-    for (int k = 0; k < TSR_GP_ROW_CACHE; ++k)
-      if (lo + k < hi) body(lo + k, clen[k], cpart[k]);
-  } else {
-    for (int r = lo; r < hi; ++r) body(r, __ldcg(p.row_len + r), __ldcg(p.row_part + r));
-  }
-}
-
-/* The scan over all rows by one CTA: each thread owns a run of consecutive
- * rows (read with __ldcg: other CTAs wrote them, and L1 is not coherent).
- * Pass 1: tiles, membership words and wanted slots.  Pass 2: split
- * decisions (a row splits while its wanted slots fit: the wanted prefix only
- * grows, so the granted rows are the first ones and their slots are
- * contiguous), merges and tasks per length class.  Pass 3: row offsets. */
-static __device__ void scan_rows(const tsr_gpuplan_params &p)
-{
-  __shared__ long long sm1[33][3];
-  __shared__ int sm2[33][2 + TSR_GP_CLASSES];
-  const int per = (p.n_rows + blockDim.x - 1) / blockDim.x;
-  const int lo = min(p.n_rows, (int)threadIdx.x * per), hi = min(p.n_rows, lo + per);
-  const int wn = p.bn / 32;
-  const bool cached = per <= TSR_GP_ROW_CACHE;
-  long long v1[3] = {0, 0, 0}, t1[3];
-  int v2[2 + TSR_GP_CLASSES], t2[2 + TSR_GP_CLASSES];
-  int clen[TSR_GP_ROW_CACHE], cpart[TSR_GP_ROW_CACHE];
-
-  if (cached) {
-#pragma unroll
-    for (int k = 0; k < TSR_GP_ROW_CACHE; ++k) {
-      clen[k] = lo + k < hi ? __ldcg(p.row_len + lo + k) : 0;
-      cpart[k] = lo + k < hi ? __ldcg(p.row_part + lo + k) : 0;
-    }
-  }
-  for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
-    v1[0] += len;
-    v1[1] += (long long)part * row_geo(p, r).nseg * wn;
-    v1[2] += want_chunks(p, len);
-  });
-  block_exscan<long long, 3>(v1, t1, sm1);
-
-#pragma unroll
-  for (int k = 0; k < 2 + TSR_GP_CLASSES; ++k) v2[k] = 0;
-  {
-    long long slot = v1[2];
-    for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
-      const int want = want_chunks(p, len);
-      const bool split = want > 0 && slot + want <= p.cap_slots;
-      slot += want;
-      if (len == 0) {
-        v2[2 + TSR_GP_CLASSES - 1] += 1;
-        return;
-      }
-      const int nch = split ? want : 1, q = len / nch, big = len - nch * q;
-      v2[0] += split;
-      v2[1] += split ? want : 0;
-      v2[2 + len_class(q)] += nch - big;
-      v2[2 + len_class(q + 1)] += big;
-    });
-  }
-  block_exscan<int, 2 + TSR_GP_CLASSES>(v2, t2, sm2);
-
-  {
-    long long tile = v1[0], word = v1[1], slot = v1[2];
-    int merge = v2[0], cls[TSR_GP_CLASSES];
-#pragma unroll
-    for (int c = 0; c < TSR_GP_CLASSES; ++c) cls[c] = v2[2 + c];
-    for_rows(p, lo, hi, cached, clen, cpart, [&](int r, int len, int part) {
-      const int want = want_chunks(p, len);
-      const bool split = want > 0 && slot + want <= p.cap_slots;
-      tsr_i32 *o = p.row_off + (long long)r * TSR_GP_ROW_INTS;
-      o[0] = (tsr_i32)tile;
-      o[1] = (tsr_i32)word;
-      o[2] = split ? (tsr_i32)slot : -1;
-      o[3] = split ? merge : -1;
-      tile += len;
-      word += (long long)part * row_geo(p, r).nseg * wn;
-      slot += want;
-      if (len == 0) {
-        o[4] = o[5] = cls[TSR_GP_CLASSES - 1]++;
-        return;
-      }
-      const int nch = split ? want : 1, q = len / nch, big = len - nch * q;
-      const int ca = len_class(q), cb = len_class(q + 1);
-      merge += split;
-      /* Short chunks first in their class, then long ones; when both
-       * lengths share a class the row's chunks are consecutive there. */
-      o[4] = cls[ca];
-      cls[ca] += nch - big;
-      o[5] = ca == cb ? o[4] : cls[cb];
-      cls[cb] += big;
-    });
-  }
-
-  if (threadIdx.x == 0) {
-    long long tasks = 0;
-    const long long tiles = t1[0], words = t1[1];
-    int base = 0;
-    for (int c = 0; c < TSR_GP_CLASSES; ++c) {
-      p.counts[TSR_GP_CLASS_BASE + c] = base;
-      base += t2[2 + c];
-    }
-    tasks = base;
-    const int overflow = tiles > p.cap_tiles || words > p.cap_words || tasks > p.cap_tasks;
-    p.counts[TSR_GP_OVERFLOW] = overflow;
-    p.counts[TSR_GP_TASKS] = overflow ? 0 : (tsr_i32)tasks;
-    p.counts[TSR_GP_MERGES] = overflow ? 0 : t2[0];
-    p.counts[TSR_GP_TILES] = (tsr_i32)min(tiles, (long long)0x7fffffff);
-    p.counts[TSR_GP_WORDS] = (tsr_i32)min(words, (long long)0x7fffffff);
-    p.counts[TSR_GP_SLOTS] = t2[1];
-    p.counts[TSR_GP_EMPTY] = t2[2 + TSR_GP_CLASSES - 1];
-    const int step = p.counts[TSR_GP_STEP] + 1;
-    p.counts[TSR_GP_STEP] = step;
-    {
-      /* Features from the count kernel's sums: selected key tokens x per
-       * query token, token-weighted; mean E[x], spread sqrt(E[x^2] - E[x]^2).
-       * Device memory only: tsr_plan_emit publishes them to the host. */
-      const double tokens = (double)p.batch * p.heads_q * p.seq_q;
-      const double s1 = (double)__ldcg(p.acc + TSR_GP_ACC_SEL), s2 = (double)__ldcg(p.acc + TSR_GP_ACC_SEL2);
-      const double mean = s1 / tokens, var = fmax(s2 / tokens - mean * mean, 0.0);
-      tsr_gp_stats *st = (tsr_gp_stats *)(p.counts + TSR_GP_DSTATS);
-      st->density = s1 / (tokens * p.seq_k);
-      st->row_cv = mean > 0 ? sqrt(var) / mean : 0.0;
-      st->empty_rows = (double)t2[2 + TSR_GP_CLASSES - 1] / p.n_rows;
-      st->tiles = tiles;
-      st->partial_tiles = __ldcg(p.counts + TSR_GP_PARTIAL);
-      st->tasks = tasks;
-      st->merges = t2[0];
-      st->slots = t2[1];
-      st->membership_words = words;
-      st->overflow = overflow;
-      st->step = step;
-    }
-    /* Ready for the next step (graph replays included). */
-    p.acc[TSR_GP_ACC_SEL] = 0;
-    p.acc[TSR_GP_ACC_SEL2] = 0;
-    p.counts[TSR_GP_PARTIAL] = 0;
-    p.counts[TSR_GP_DONE] = 0;
   }
 }
 
@@ -321,80 +457,103 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     tsr_plan_count(const __grid_constant__ tsr_gpuplan_params p)
 {
   using namespace tsrgp;
-  /* Per-warp sums, added up by thread 0 (no shared atomics). */
-  __shared__ unsigned long long s_sel[TSR_GP_COUNT_THREADS / 32], s_sel2[TSR_GP_COUNT_THREADS / 32];
-  __shared__ int s_part[TSR_GP_COUNT_THREADS / 32], s_last;
+  __shared__ long long s_v[TSR_GP_COUNT_ROWS][TSR_GP_SCAN_VALS];
+  __shared__ long long s_tot[TSR_GP_SCAN_VALS], s_pre[TSR_GP_SCAN_VALS];
+  __shared__ int s_step, s_ctl[1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int r = blockIdx.x * (TSR_GP_COUNT_THREADS / 32) + warp;
-  if (lane == 0) {
-    s_sel[warp] = s_sel2[warp] = 0;
-    s_part[warp] = 0;
-  }
+  /* The emit kernel (launched with programmatic stream serialisation
+   * where the device has it) may start once every CTA here has: it reads
+   * the mask meanwhile, and waits for this grid before reading its output. */
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  TSR_GP_MARK(0);
+  if (threadIdx.x == 0) s_step = *(volatile int *)&p.counts[TSR_GP_STEP];
+  __syncthreads();
+  /* CTAs look back in blockIdx order: like CUB's single-pass scan, this
+   * relies on CTAs being dispatched in index order, so that a CTA's
+   * predecessors are running or done when it waits for them. */
+  const int cta = blockIdx.x, step = s_step + 1;
+  const unsigned long long epoch = (unsigned)step & 0x3fffffffu;
+  const int r = cta * TSR_GP_COUNT_ROWS + warp;
+  const int wn = p.bn / 32;
+  const bool two = p.chunk > 0; /* split decisions need the wanted-slot prefix first */
+  int len = 0, want = 0;
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < TSR_GP_SCAN_VALS; ++k) s_v[warp][k] = 0;
   if (r < p.n_rows) {
     const rowgeo g = row_geo(p, r);
-    const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
-    int len = 0, part = 0;
-    long long xs = 0; /* simple rows: selected key tokens, from the tiles */
-    for (int u0 = 0; u0 < p.nkt; u0 += 128) {
-      bool any[4], full[4];
-      tile_states4(p, g, simple, u0, lane, any, full);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        len += __popc(__ballot_sync(0xffffffffu, any[k]));
-        part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
-        if (simple && any[k]) {
-          const int c0 = (u0 + 32 * k + lane) * p.bn;
-          xs += min(c0 + p.bn, p.seq_k) - c0;
-        }
-      }
-    }
-    /* Features: selected key tokens x of each segment (a logical row's),
-     * weighted by the segment's query tokens w in this tile. */
-    unsigned long long sel = 0, sel2 = 0;
-    if (simple) {
-      const long long x = warp_sum(xs), w = g.r1 - g.r0;
+    int part = 0;
+    unsigned long long sel, sel2;
+    if (is_direct(p, g)) {
+      bool last;
+      len = direct_count(p, g, lane, last);
+      const long long x = (long long)len * p.bn - (last ? (long long)p.nkt * p.bn - p.seq_k : 0);
+      const long long w = g.r1 - g.r0;
       sel = (unsigned long long)(w * x);
       sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
     } else {
-      for (int s = 0; s < g.nseg; ++s) {
-        long long x = 0;
-#pragma unroll 4
-        for (int j = lane; j < p.nk; j += 32)
-          if (mask_bit(p, g, s, j)) x += min((j + 1) * p.bk, p.seq_k) - j * p.bk;
-        x = warp_sum(x);
-        const long long w = min(g.r1, (g.i0 + s + 1) * p.bq) - max(g.r0, (g.i0 + s) * p.bq);
-        sel += (unsigned long long)(w * x);
-        sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
-      }
+      general_count(p, g, lane, len, part, sel, sel2);
     }
+    want = want_chunks(p, len);
     if (lane == 0) {
+      long long *v = s_v[warp];
+      v[0] = len;
+      v[1] = (long long)part * g.nseg * wn;
+      v[2] = want;
+      v[3] = part;
+      v[4] = (long long)sel;
+      v[5] = (long long)sel2;
+      if (!two) phase2_values(p, len, false, v);
       p.row_len[r] = len;
       p.row_part[r] = part;
-      s_sel[warp] = sel;
-      s_sel2[warp] = sel2;
-      s_part[warp] = part;
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long a = 0, a2 = 0;
-    int pt = 0;
-    for (int w = 0; w < TSR_GP_COUNT_THREADS / 32; ++w) {
-      a += s_sel[w];
-      a2 += s_sel2[w];
-      pt += s_part[w];
-    }
-    atomicAdd(&p.acc[TSR_GP_ACC_SEL], a);
-    atomicAdd(&p.acc[TSR_GP_ACC_SEL2], a2);
-    atomicAdd(&p.counts[TSR_GP_PARTIAL], pt);
-    __threadfence();
-    const unsigned ticket = atomicAdd((unsigned *)&p.counts[TSR_GP_DONE], 1u);
-    s_last = ticket == gridDim.x - 1;
-  }
+  TSR_GP_MARK(1);
+  cta_scan_lookback(p, cta, epoch, 0, 0, two ? 6 : TSR_GP_SCAN_VALS, s_v, s_tot, s_pre, s_ctl);
   __syncthreads();
-  if (!s_last) return;
-  __threadfence(); /* every other CTA's rows and sums are visible */
-  scan_rows(p);
+  TSR_GP_MARK(4);
+  /* A row splits while its wanted slots fit: the wanted prefix only grows,
+   * so the granted rows are the first ones and their slots contiguous. */
+  const long long slot = s_pre[2] + s_v[warp][2];
+  const bool split = r < p.n_rows && want > 0 && slot + want <= p.cap_slots;
+  if (two) {
+    if (lane == 0 && r < p.n_rows) phase2_values(p, len, split, s_v[warp]);
+    __syncthreads();
+    cta_scan_lookback(p, cta, epoch, 1, 6, TSR_GP_SCAN_VALS - 6, s_v, s_tot, s_pre, s_ctl);
+    __syncthreads();
+  }
+  if (r < p.n_rows && lane == 0) {
+    const long long *pv = s_v[warp];
+    tsr_i32 *o = p.row_off + (long long)r * TSR_GP_ROW_INTS;
+    o[0] = (tsr_i32)(s_pre[0] + pv[0]);
+    o[1] = (tsr_i32)(s_pre[1] + pv[1]);
+    o[2] = split ? (tsr_i32)slot : -1;
+    o[3] = split ? (tsr_i32)(s_pre[6] + pv[6]) : -1;
+    if (len == 0) {
+      o[4] = o[5] = (tsr_i32)(s_pre[8 + TSR_GP_CLASSES - 1] + pv[8 + TSR_GP_CLASSES - 1]);
+    } else {
+      /* Short chunks first in their class, then long ones; when both
+       * lengths share a class the row's chunks are consecutive there. */
+      const int nch = split ? want : 1, q = len / nch, ca = len_class(q), cb = len_class(q + 1);
+      o[4] = (tsr_i32)(s_pre[8 + ca] + pv[8 + ca]);
+      o[5] = ca == cb ? o[4] : (tsr_i32)(s_pre[8 + cb] + pv[8 + cb]);
+    }
+  }
+  if (cta == (int)gridDim.x - 1 && threadIdx.x == 0) write_counts(p, s_pre, s_tot, step);
+  TSR_GP_MARK(5);
+}
+
+/* Waits until the count kernel's grid has completed and its writes are
+ * visible (programmatic dependent launch, sm_90 on); a no-op when launched
+ * without it, and before sm_90, where stream order already waited. */
+static __device__ __forceinline__ void grid_dep_wait()
+{
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 /* Copies the device features to the host-visible record: step = -1, the
@@ -422,24 +581,17 @@ static __device__ void publish_stats(const tsr_gpuplan_params &p)
   h->step = d->step;
 }
 
-/* At most 64 registers: at least four CTAs of 256 threads resident a
- * multiprocessor, so that many rows' mask reads are in flight. */
-extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
-    tsr_plan_emit(const __grid_constant__ tsr_gpuplan_params p)
+namespace tsrgp {
+
+/* A general row's tile records and membership words: ballots of the
+ * OR / AND per tile give the positions. */
+static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int tile0,
+                                     int word0)
 {
-  using namespace tsrgp;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
-  if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
-  if (r >= p.n_rows || p.counts[TSR_GP_OVERFLOW]) return;
-  const rowgeo g = row_geo(p, r);
-  const tsr_i32 *ro = p.row_off + (long long)r * TSR_GP_ROW_INTS;
-  const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
   const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
   int n = 0, np = 0;
-
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool anyk[4], fullk[4];
     tile_states4(p, g, simple, u0, lane, anyk, fullk);
@@ -475,7 +627,13 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
       np += __popc(bp);
     }
   }
+}
 
+/* The row's tasks (one, or its near-equal chunks), members and merge
+ * record, at the positions the count kernel gave its length classes. */
+static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int len, int tile0,
+                                  int slot, const tsr_i32 *ro)
+{
   tsr_member_rec mr;
   mr.batch = g.b;
   mr.head = g.h;
@@ -527,6 +685,40 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
     mg.pad[0] = mg.pad[1] = mg.pad[2] = 0;
     p.merges[ro[3]] = mg;
   }
+}
+
+}  // namespace tsrgp
+
+/* At most 64 registers: at least four CTAs of 256 threads resident a
+ * multiprocessor, so that many rows' mask reads are in flight. */
+extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
+    tsr_plan_emit(const __grid_constant__ tsr_gpuplan_params p)
+{
+  using namespace tsrgp;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
+  TSR_GP_EMARK(0);
+  /* Block 0's first thread (row 0 is always there) publishes the features. */
+  if (r >= p.n_rows) return;
+  /* Nothing up to grid_dep_wait depends on the count kernel: the geometry
+   * and the first mask loads overlap its tail. */
+  const rowgeo g = row_geo(p, r);
+  const bool direct = is_direct(p, g);
+  unsigned b[4] = {0u, 0u, 0u, 0u};
+  if (direct) {
+    const int mode = unit_mode(p);
+    direct_load4(p, g.plane + g.i0, mode, ((p.nk - 1) >> unit_shift(mode)) + 1, 0, lane, b);
+  }
+  grid_dep_wait();
+  TSR_GP_EMARK(1);
+  if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
+  const tsr_i32 *ro = p.row_off + (long long)r * TSR_GP_ROW_INTS;
+  if (p.counts[TSR_GP_OVERFLOW]) return;
+  const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
+  if (direct) direct_tiles(p, g, lane, tile0, b);
+  else general_tiles(p, g, lane, tile0, word0);
+  emit_tasks(p, g, lane, len, tile0, slot, ro);
+  TSR_GP_EMARK(2);
 }
 
 #endif
