@@ -22,8 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define MAP_X86 1
 #endif
 
 #include "plan_impl.h"
@@ -158,7 +159,32 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   return TSR_OK;
 }
 
-/* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words. */
+/* Instruction sets the mapping may use: the best this CPU has, capped by
+ * the environment variable TESSERA_PLAN_SIMD (none, sse2, avx2, avx512) so
+ * that the tests can compare every path with the portable one.  The plan
+ * is the same byte for byte whatever the level. */
+enum { SIMD_NONE, SIMD_SSE2, SIMD_AVX2, SIMD_AVX512 };
+
+static int simd_level(void)
+{
+  static const char *const names[] = {"none", "sse2", "avx2", "avx512"};
+  const char *cap = getenv("TESSERA_PLAN_SIMD");
+  int lvl = SIMD_NONE, i;
+#ifdef MAP_X86
+  lvl = SIMD_SSE2;
+  if (__builtin_cpu_supports("avx2"))
+    lvl = SIMD_AVX2;
+  if (lvl == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    lvl = SIMD_AVX512;
+#endif
+  for (i = 0; cap && i < 4; i++)
+    if (!strcmp(cap, names[i]) && i < lvl)
+      lvl = i;
+  return lvl;
+}
+
+/* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words: the
+ * portable version, 8 bytes per multiply. */
 static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
 {
   int64_t w, nw = (n + 63) / 64;
@@ -167,25 +193,163 @@ static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
     int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
     uint64_t x = 0;
     int64_t c = 0;
-#if defined(__SSE2__)
-    /* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather
-     * 16 of them at once. */
-    for (; c + 16 <= len; c += 16) {
-      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-    }
-#else
     for (; c + 8 <= len; c += 8) {
       uint64_t v;
       memcpy(&v, p + c, 8);
       x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
     }
-#endif
     for (; c < len; c++)
       x |= (uint64_t)(p[c] & 1) << c;
     dst[w] = x;
   }
 }
+
+#ifdef MAP_X86
+/* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
+ * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
+ * ragged end through a masked load, so a word is one instruction pair. */
+static void pack_bits_sse2(const uint8_t *src, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64;
+  for (w = 0; w < nw; w++) {
+    const uint8_t *p = src + w * 64;
+    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+    uint64_t x = 0;
+    for (; c + 16 <= len; c += 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+    }
+    for (; c < len; c++)
+      x |= (uint64_t)(p[c] & 1) << c;
+    dst[w] = x;
+  }
+}
+
+__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t n,
+                                                           uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64;
+  for (w = 0; w < nw; w++) {
+    const uint8_t *p = src + w * 64;
+    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+    uint64_t x = 0;
+    for (; c + 32 <= len; c += 32) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
+      x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
+    }
+    for (; c + 16 <= len; c += 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+    }
+    for (; c < len; c++)
+      x |= (uint64_t)(p[c] & 1) << c;
+    dst[w] = x;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void pack_bits_avx512(const uint8_t *src,
+                                                                        int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64;
+  for (w = 0; w < nw; w++) {
+    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+    __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
+    __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
+    dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
+  }
+}
+#endif
+
+static void pack_row(int simd, const uint8_t *src, int64_t n, uint64_t *dst)
+{
+#ifdef MAP_X86
+  if (simd == SIMD_AVX512)
+    pack_bits_avx512(src, n, dst);
+  else if (simd == SIMD_AVX2)
+    pack_bits_avx2(src, n, dst);
+  else if (simd == SIMD_SSE2)
+    pack_bits_sse2(src, n, dst);
+  else
+#endif
+    pack_bits(src, n, dst);
+  (void)simd;
+}
+
+/* Full tiles of retained keys, one per set bit j of the W words at x
+ * (k_tile j, mem -1), written from *t on; returns how many.  The portable
+ * version walks the bits. */
+static int64_t emit_full(const uint64_t *x, int64_t W, tsr_tile_rec *t)
+{
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    for (; b; b &= b - 1, n++) {
+      t[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(b));
+      t[n].mem = -1;
+    }
+  }
+  return n;
+}
+
+#ifdef MAP_X86
+/* SSE2: runs of set bits (a band is one or two runs a row) as two records
+ * a store, counting up. */
+static int64_t emit_full_sse2(const uint64_t *x, int64_t W, tsr_tile_rec *t)
+{
+  const __m128i step = _mm_set_epi32(0, 2, 0, 2);
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    while (b) {
+      int s = __builtin_ctzll(b), len, k = 0;
+      uint64_t rest = ~(b >> s);
+      tsr_i32 j = (tsr_i32)(w * 64 + s);
+      len = rest ? __builtin_ctzll(rest) : 64;
+      if (len >= 4) {
+        __m128i v = _mm_set_epi32(-1, j + 1, -1, j);
+        for (; k + 2 <= len; k += 2) {
+          _mm_storeu_si128((__m128i *)(void *)(t + n + k), v);
+          v = _mm_add_epi32(v, step);
+        }
+      }
+      for (; k < len; k++) {
+        t[n + k].k_tile = j + k;
+        t[n + k].mem = -1;
+      }
+      n += len;
+      b = s + len >= 64 ? 0 : b & (~0ULL << (s + len));
+    }
+  }
+  return n;
+}
+
+/* AVX-512: each nonzero byte of bits compresses eight (k_tile, -1)
+ * records into its set lanes, stored whole: up to 7 records past the end
+ * are scribbled (the caller leaves EMIT_SLACK records of room). */
+__attribute__((target("avx512f,popcnt"))) static int64_t emit_full_avx512(const uint64_t *x, int64_t W,
+                                                                   tsr_tile_rec *t)
+{
+  const __m512i lanes = _mm512_set_epi64(-4294967289LL, -4294967290LL, -4294967291LL,
+                                         -4294967292LL, -4294967293LL, -4294967294LL,
+                                         -4294967295LL, -4294967296LL); /* (i, -1) */
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    int c;
+    for (c = 0; b; c += 8, b >>= 8) {
+      unsigned m = (unsigned)(b & 0xff);
+      __m512i v;
+      if (!m)
+        continue;
+      v = _mm512_add_epi64(lanes, _mm512_set1_epi64(w * 64 + c));
+      _mm512_storeu_si512((void *)(t + n), _mm512_maskz_compress_epi64((__mmask8)m, v));
+      n += __builtin_popcount(m);
+    }
+  }
+  return n;
+}
+#endif
+#define EMIT_SLACK 8
 
 /* Population count without a libgcc call (no -mpopcnt in portable builds). */
 static int64_t pop64(uint64_t x)
@@ -236,6 +400,7 @@ typedef struct {
   uint64_t *bits;               /* packed planes [planes][nq][W] */
   uint64_t *orb, *andb;         /* per-row scratch, W words each */
   int64_t cap_tiles, cap_mem;
+  int simd;                     /* SIMD_* level */
 } map_ctx;
 
 static int grow_tiles(map_ctx *c, int64_t need)
@@ -243,6 +408,7 @@ static int grow_tiles(map_ctx *c, int64_t need)
   tsr_plan *pl = c->pl;
   if (pl->n_tiles + need > INT32_MAX)
     return -1; /* tile_begin / tile_end are 32-bit */
+  need += EMIT_SLACK; /* room for emit_full_avx512's whole stores */
   if (pl->n_tiles + need > c->cap_tiles) {
     tsr_tile_rec *t = tsr_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
     if (!t)
@@ -343,15 +509,14 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
   if (c->k_retain && orb == andb) {
     /* Retained keys and one query segment: every tile is full, one per set
      * bit; the columns follow from the count (only the last tile is short). */
-    for (w = 0; w < W; w++) {
-      uint64_t x = orb[w];
-      while (x) {
-        tiles[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(x));
-        tiles[n].mem = -1;
-        n++;
-        x &= x - 1;
-      }
-    }
+#ifdef MAP_X86
+    if (c->simd == SIMD_AVX512)
+      n = emit_full_avx512(orb, W, tiles);
+    else if (c->simd >= SIMD_SSE2)
+      n = emit_full_sse2(orb, W, tiles);
+    else
+#endif
+      n = emit_full(orb, W, tiles);
     cols = n * pl->tile_n;
     if (bit_at(orb, c->nkt - 1))
       cols -= pl->tile_n - c->kcols[c->nkt - 1];
@@ -461,6 +626,7 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
   const tsr_geom *g = pl->problem.geom;
   int64_t i, j, t, u, BM = pl->tile_m, BN = pl->tile_n;
   int64_t sq = pl->problem.seq_q, sk = pl->problem.seq_k;
+  int same;
 
   c->nq = tsr_geom_nq(g);
   c->nk = tsr_geom_nk(g);
@@ -488,14 +654,24 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
   c->andb = c->orb + c->W;
   pl->n_qblk = sq;
-  for (i = 0; i <= c->nq; i++)
-    c->qs[i] = tsr_geom_q_start(g, i);
+  /* qblk (seq_q ints) is kept from the last build when the query blocks
+   * are the same, as they are on every replan of one problem. */
+  same = pl->qblk_nq == c->nq;
+  for (i = 0; i <= c->nq; i++) {
+    int64_t x = tsr_geom_q_start(g, i);
+    same &= c->qs[i] == x;
+    c->qs[i] = x;
+  }
   for (j = 0; j <= c->nk; j++)
     c->ks[j] = tsr_geom_k_start(g, j);
-  for (i = 0; i < c->nq; i++) {
-    int64_t x;
-    for (x = c->qs[i]; x < c->qs[i + 1]; x++)
-      pl->qblk[x] = (tsr_i32)i;
+  if (!same) {
+    pl->qblk_nq = 0;
+    for (i = 0; i < c->nq; i++) {
+      int64_t x;
+      for (x = c->qs[i]; x < c->qs[i + 1]; x++)
+        pl->qblk[x] = (tsr_i32)i;
+    }
+    pl->qblk_nq = c->nq;
   }
   for (t = 0; t < c->nqt; t++) {
     int64_t last = (t + 1) * BM < sq ? (t + 1) * BM : sq;
@@ -520,9 +696,14 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     if (c->kb0[u] != u || c->kb1[u] != u || c->ks[u] != a || c->ks[u + 1] != b)
       c->k_retain = 0;
   }
-  for (j = 0; j < c->nk; j++) {
-    c->kt0[j] = (tsr_i32)(c->ks[j] / BN);
-    c->kt1[j] = (tsr_i32)((c->ks[j + 1] - 1) / BN);
+  /* Key block -> first and last key tile, without a division a block. */
+  for (j = 0, t = 0, u = 0; j < c->nk; j++) {
+    while ((t + 1) * BN <= c->ks[j])
+      t++;
+    while ((u + 1) * BN <= c->ks[j + 1] - 1)
+      u++;
+    c->kt0[j] = (tsr_i32)t;
+    c->kt1[j] = (tsr_i32)u;
   }
   return TSR_OK;
 }
@@ -539,6 +720,8 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
 #endif
   prow *pr = NULL;
   double *psel = NULL;
+  const uint64_t **planes = NULL;
+  int packed;
 
   memset(&c, 0, sizeof c);
   memset(rows, 0, sizeof *rows);
@@ -547,7 +730,11 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   if (st)
     goto done;
   np = mb * mh;
-  c.bits = tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  c.simd = simd_level();
+  packed = tsr_mask_packed_plane(m, 0, 0, NULL) != NULL;
+  c.bits = packed ? NULL
+                  : tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  planes = tsr_plan_buf(pl, TSR_BUF_PLANES, (size_t)np * sizeof *planes);
   pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
   psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
   rows->n_rows = p->batch * p->heads_q * c.nqt;
@@ -559,37 +746,35 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
   c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
   c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
-  if (!c.bits || !pr || !psel || !rows->tile_begin || !rows->tile_end || !rows->all_full ||
-      !rows->twin || !pl->tiles || !pl->membership) {
+  if ((!packed && !c.bits) || !planes || !pr || !psel || !rows->tile_begin || !rows->tile_end ||
+      !rows->all_full || !rows->twin || !pl->tiles || !pl->membership) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld mask planes",
                        (long long)np);
     goto done;
   }
 
+  /* Plane by plane: pack (unless the mask is packed already), count, and
+   * emit while the plane's bits are still in the cache. */
   for (pi = 0; pi < np; pi++) {
-    const uint8_t *bytes = tsr_mask_plane(m, pi / mh, pi % mh);
-    uint64_t *plane = c.bits + pi * c.nq * c.W;
-    int64_t i;
-    for (i = 0; i < c.nq; i++)
-      pack_bits(bytes + i * c.nk, c.nk, plane + i * c.W);
+    int64_t head = pi % mh;
+    const uint64_t *plane;
+    if (packed) {
+      plane = tsr_mask_packed_plane(m, pi / mh, head, NULL);
+    } else {
+      const uint8_t *bytes = tsr_mask_plane(m, pi / mh, head);
+      uint64_t *dst = c.bits + pi * c.nq * c.W;
+      int64_t i;
+      for (i = 0; i < c.nq; i++)
+        pack_row(c.simd, bytes + i * c.nk, c.nk, dst + i * c.W);
+      plane = dst;
+    }
+    planes[pi] = plane;
 #ifdef HAVE_POPCNT_COPY
-    if (hw_popcnt)
+    if (hw_popcnt && c.simd > SIMD_NONE)
       psel[pi] = plane_selected_popcnt(&c, plane, &pop);
     else
 #endif
       psel[pi] = plane_selected(&c, plane, &pop);
-  }
-  /* One tile per selected block is exact for retained keys and a fair
-   * first guess otherwise: the tile array is then allocated once. */
-  if (grow_tiles(&c, pop + c.nkt)) {
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld tiles",
-                       (long long)(pop + c.nkt));
-    goto done;
-  }
-
-  for (pi = 0; pi < np; pi++) {
-    const uint64_t *plane = c.bits + pi * c.nq * c.W;
-    int64_t head = pi % mh;
     for (t = 0; t < c.nqt; t++) {
       prow *o = &pr[pi * c.nqt + t];
       o->twin_head = -1;
@@ -599,7 +784,7 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
         int64_t h0, span = (int64_t)(c.i1[t] - c.i0[t] + 1) * c.W;
         for (h0 = head - head % group; h0 < head; h0++) {
           const prow *e = &pr[(pi - head + h0) * c.nqt + t];
-          const uint64_t *other = c.bits + (pi - head + h0) * c.nq * c.W;
+          const uint64_t *other = planes[pi - head + h0];
           if (e->twin_head < 0 &&
               !memcmp(plane + c.i0[t] * c.W, other + c.i0[t] * c.W, (size_t)span * 8)) {
             *o = *e;

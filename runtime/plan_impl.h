@@ -27,7 +27,7 @@ enum {
   /* map.c */
   TSR_BUF_QS, TSR_BUF_KS, TSR_BUF_I0, TSR_BUF_I1, TSR_BUF_KB0, TSR_BUF_KB1, TSR_BUF_KT0,
   TSR_BUF_KT1, TSR_BUF_KCOLS, TSR_BUF_ORAND, TSR_BUF_BITS, TSR_BUF_PROW, TSR_BUF_PSEL,
-  TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN,
+  TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN, TSR_BUF_PLANES,
   /* tasks.c */
   TSR_BUF_NEXT, TSR_BUF_UNIT_OF, TSR_BUF_UNITS, TSR_BUF_REC, TSR_BUF_PROTOS, TSR_BUF_SORTED,
   TSR_BUF_COUNT_KEYS, TSR_BUF_COUNT_GROUPS, TSR_BUF_CANDS,
@@ -57,6 +57,10 @@ struct tsr_plan {
   tsr_plan_summary summary;  /* filled when the plan is built, except balance
                                 (computed by tsr_plan_summarize: it is a
                                 diagnostic, kept off the planning path) */
+
+  int64_t qblk_nq;           /* map.c: qblk holds the fill for the nq query
+                                blocks whose starts the QS buffer holds (so a
+                                replan of the same geometry skips it); 0 none */
 
   void *gpu;                 /* device copies (gpu.c), or NULL */
   void (*gpu_free)(void *);  /* releases `gpu`; set by gpu.c */
