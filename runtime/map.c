@@ -323,33 +323,37 @@ static int64_t emit_full_sse2(const uint64_t *x, int64_t W, tsr_tile_rec *t)
   return n;
 }
 
-/* AVX-512: each nonzero byte of bits compresses eight (k_tile, -1)
- * records into its set lanes, stored whole: up to 7 records past the end
- * are scribbled (the caller leaves EMIT_SLACK records of room). */
+/* AVX-512: each nonzero 16 bits compress the indices of their set bits
+ * into the low lanes of a vector of 16 ints, widened into two vectors of
+ * eight (k_tile, -1) records and stored whole: up to 15 records past the
+ * end are scribbled (the caller leaves EMIT_SLACK records of room). */
 __attribute__((target("avx512f,popcnt"))) static int64_t emit_full_avx512(const uint64_t *x, int64_t W,
-                                                                   tsr_tile_rec *t)
+                                                                          tsr_tile_rec *t)
 {
-  const __m512i lanes = _mm512_set_epi64(-4294967289LL, -4294967290LL, -4294967291LL,
-                                         -4294967292LL, -4294967293LL, -4294967294LL,
-                                         -4294967295LL, -4294967296LL); /* (i, -1) */
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i hi = _mm512_set1_epi64(-4294967296LL); /* mem = -1 in the upper half */
   int64_t n = 0, w;
   for (w = 0; w < W; w++) {
     uint64_t b = x[w];
     int c;
-    for (c = 0; b; c += 8, b >>= 8) {
-      unsigned m = (unsigned)(b & 0xff);
+    for (c = 0; b; c += 16, b >>= 16) {
+      unsigned m = (unsigned)(b & 0xffff);
       __m512i v;
       if (!m)
         continue;
-      v = _mm512_add_epi64(lanes, _mm512_set1_epi64(w * 64 + c));
-      _mm512_storeu_si512((void *)(t + n), _mm512_maskz_compress_epi64((__mmask8)m, v));
+      v = _mm512_maskz_compress_epi32((__mmask16)m,
+                                      _mm512_add_epi32(iota, _mm512_set1_epi32((int)(w * 64 + c))));
+      _mm512_storeu_si512((void *)(t + n),
+                          _mm512_or_si512(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(v)), hi));
+      _mm512_storeu_si512((void *)(t + n + 8),
+                          _mm512_or_si512(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(v, 1)), hi));
       n += __builtin_popcount(m);
     }
   }
   return n;
 }
 #endif
-#define EMIT_SLACK 8
+#define EMIT_SLACK 16
 
 /* Population count without a libgcc call (no -mpopcnt in portable builds). */
 static int64_t pop64(uint64_t x)

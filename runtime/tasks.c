@@ -47,6 +47,7 @@ typedef struct {
 
 typedef struct {
   tsr_i32 tb, te, first, n, partial;
+  tsr_i32 grp; /* (batch, KV head) group of the first row */
   int64_t key; /* tiles walked: n * (te - tb) */
 } proto;
 
@@ -56,10 +57,10 @@ typedef struct {
   tsr_i32 b, kvh, u;
 } cand;
 
-/* The (batch, KV head) group of a row: tasks of one group share K and V. */
-static int64_t task_group(const tsr_member_rec *r, int64_t heads_kv, int64_t per_kv)
+static int u64_cmp(const void *a, const void *b)
 {
-  return (int64_t)r->batch * heads_kv + r->head / per_kv;
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
 static int cand_cmp(const void *a, const void *b)
@@ -111,8 +112,11 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
+  tsr_i32 *grp = NULL;        /* each row's (batch, KV head) group: tasks of one group
+                                 share K and V */
   unit *units = NULL;
-  proto *protos = NULL, *sorted = NULL;
+  proto *protos = NULL;
+  tsr_i32 *order = NULL; /* protos in launch order */
   int64_t *count = NULL;
   tsr_status st = TSR_OK;
 
@@ -121,7 +125,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   unit_of = tsr_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)nr * sizeof *unit_of);
   units = tsr_plan_buf(pl, TSR_BUF_UNITS, (size_t)nr * sizeof *units);
   rec = tsr_plan_buf(pl, TSR_BUF_REC, (size_t)nr * sizeof *rec);
-  if (!next || !unit_of || !units || !rec) {
+  grp = tsr_plan_buf(pl, TSR_BUF_GROUP, (size_t)(nr ? nr : 1) * sizeof *grp);
+  if (!next || !unit_of || !units || !rec || !grp) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
                        (long long)nr);
     goto done;
@@ -129,10 +134,16 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
 
   {
     tsr_member_rec x = {0, 0, 0, 0};
+    tsr_i32 g = 0, in_group = 0; /* group = batch * heads_kv + head / group */
     for (r = 0; r < nr; r++) {
       rec[r] = x;
+      grp[r] = g;
       if (++x.q_tile == nqt) {
         x.q_tile = 0;
+        if (++in_group == group) {
+          in_group = 0;
+          g++;
+        }
         if (++x.head == p->heads_q) {
           x.head = 0;
           x.batch++;
@@ -253,7 +264,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         protos = q;
         cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
       }
-      protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, (int64_t)x->n * len};
+      protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, grp[x->first],
+                                  (int64_t)x->n * len};
       if (x->n > 1 && len > 0)
         any_pack = 1;
       continue;
@@ -288,7 +300,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         }
         protos[n_proto++] = (proto){(tsr_i32)(x->tb + k * len / nch),
                                     (tsr_i32)(x->tb + (k + 1) * len / nch), row, 1,
-                                    nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, 0};
+                                    nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, grp[row], 0};
         protos[n_proto - 1].key = protos[n_proto - 1].te - protos[n_proto - 1].tb;
       }
       if (nch > 1)
@@ -296,45 +308,59 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     }
   }
 
-  /* 5. Longest first: stable counting sort on tiles walked, descending,
-   * then snaked. */
+  /* 5. Order: by (batch, KV head) group, longest-first within a group
+   * (ties in creation order), then snaked.  K and V of all heads exceed
+   * the L2 (Wan2.1-1.3B: 12 x 16.7 MB against 60 MB), so the running
+   * tasks must share a head or two; longest-first across all heads
+   * measured 498 against 630 effective TFLOP/s at 50% density on the H200
+   * (notes/sm90.md).  Protos are made in row order and a unit's rows share
+   * its first row's group (twins and packed query tiles by construction;
+   * the mixed empty unit is never unpacked), so groups never decrease: each
+   * group is a contiguous segment, sorted on its own by a
+   * counting sort of 4-byte indices (or, when its lengths spread far wider
+   * than it is long, a sort of packed (length, index) keys). */
   for (i = 0; i < n_proto; i++) {
     if (protos[i].key > maxkey)
       maxkey = protos[i].key;
     n_mem += protos[i].n; /* a split row has a member record per chunk */
   }
-  count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)maxkey + 2) * sizeof *count);
-  sorted = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
+  order = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *order);
   pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
   pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
-  if (!count || !sorted || !pl->tasks || !pl->members)
+  if (!order || !pl->tasks || !pl->members)
     goto nomem;
-  memset(count, 0, ((size_t)maxkey + 2) * sizeof *count);
-  for (i = 0; i < n_proto; i++)
-    count[maxkey - protos[i].key + 1]++;
-  for (i = 1; i <= maxkey + 1; i++)
-    count[i] += count[i - 1];
-  for (i = 0; i < n_proto; i++)
-    sorted[count[maxkey - protos[i].key]++] = protos[i];
-  /* Then a stable counting sort by (batch, KV head) group: longest-first
-   * only within a group.  K and V of all heads exceed the L2 (Wan2.1-1.3B:
-   * 12 x 16.7 MB against 60 MB), so the running tasks must share a head
-   * or two; longest-first across all heads measured 498 against 630
-   * effective TFLOP/s at 50% density on the H200 (notes/sm90.md). */
-  if (n_proto > 1) {
-    int64_t n_groups = pl->problem.batch * pl->problem.heads_kv;
-    int64_t per_kv = pl->problem.heads_q / pl->problem.heads_kv;
-    int64_t *gcount = tsr_plan_buf(pl, TSR_BUF_COUNT_GROUPS, ((size_t)n_groups + 1) * sizeof *gcount);
-    if (!gcount)
-      goto nomem;
-    memset(gcount, 0, ((size_t)n_groups + 1) * sizeof *gcount);
-    for (i = 0; i < n_proto; i++)
-      gcount[task_group(&rec[sorted[i].first], pl->problem.heads_kv, per_kv) + 1]++;
-    for (i = 1; i <= n_groups; i++)
-      gcount[i] += gcount[i - 1];
-    for (i = 0; i < n_proto; i++)
-      protos[gcount[task_group(&rec[sorted[i].first], pl->problem.heads_kv, per_kv)]++] = sorted[i];
-    memcpy(sorted, protos, (size_t)n_proto * sizeof *sorted);
+  for (i = 0; i < n_proto;) {
+    int64_t e = i + 1, kmin = protos[i].key, kmax = protos[i].key, k, range;
+    for (; e < n_proto && protos[e].grp == protos[i].grp; e++) {
+      if (protos[e].key < kmin)
+        kmin = protos[e].key;
+      if (protos[e].key > kmax)
+        kmax = protos[e].key;
+    }
+    range = kmax - kmin + 1;
+    if (range <= 2 * (e - i) + 64) {
+      count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)range + 1) * sizeof *count);
+      if (!count)
+        goto nomem;
+      memset(count, 0, ((size_t)range + 1) * sizeof *count);
+      for (k = i; k < e; k++)
+        count[kmax - protos[k].key + 1]++;
+      count[0] = i;
+      for (k = 1; k <= range; k++)
+        count[k] += count[k - 1];
+      for (k = i; k < e; k++)
+        order[count[kmax - protos[k].key]++] = (tsr_i32)k;
+    } else {
+      uint64_t *keys = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, (size_t)(e - i) * sizeof *keys);
+      if (!keys)
+        goto nomem;
+      for (k = i; k < e; k++)
+        keys[k - i] = (uint64_t)(kmax - protos[k].key) << 32 | (uint64_t)k;
+      qsort(keys, (size_t)(e - i), sizeof *keys, u64_cmp);
+      for (k = i; k < e; k++)
+        order[k] = (tsr_i32)(uint32_t)keys[k - i];
+    }
+    i = e;
   }
   /* Snake the rounds of num_sms tasks: with CTA b taking tasks b, b + G,
    * ..., plain longest-first would give CTA 0 the longest task of every
@@ -343,9 +369,9 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   for (i = pl->num_sms; i < n_proto; i += 2 * (int64_t)pl->num_sms) {
     int64_t lo = i, hi = (i + pl->num_sms < n_proto ? i + pl->num_sms : n_proto) - 1;
     for (; lo < hi; lo++, hi--) {
-      proto x = sorted[lo];
-      sorted[lo] = sorted[hi];
-      sorted[hi] = x;
+      tsr_i32 x = order[lo];
+      order[lo] = order[hi];
+      order[hi] = x;
     }
   }
 
@@ -353,7 +379,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   pl->n_tasks = n_proto;
   pl->n_members = 0;
   for (i = 0; i < n_proto; i++) {
-    const proto *q = &sorted[i];
+    const proto *q = &protos[order[i]];
     tsr_task_rec *t = &pl->tasks[i];
     tsr_i32 row = q->first, k;
     t->batch = rec[row].batch;
