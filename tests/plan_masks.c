@@ -8,6 +8,8 @@
  *       VideoGen's spatial heads), strided (|i - j| a multiple of a stride,
  *       as its temporal heads, stride 1/DENSITY), dense, empty.
  *   plan_masks sizes OUT.npy S1 S2 ...   (int64 1-D)
+ *   plan_masks pack IN.npy OUT.npy   (a mask as uint8 packed rows, LSB
+ *       first, [B, H, NQ, ceil(NK/8)], for `tessera plan --mask-bits`)
  *
  * Masks go through tsr_mask_from_bytes and tsr_mask_save, the library's own
  * writer.  Cost: one pass over NQ x NK x HEADS x BATCH bytes.
@@ -22,7 +24,8 @@
 static int usage(void)
 {
   fprintf(stderr, "usage: plan_masks mask OUT.npy BATCH HEADS NQ NK FAMILY DENSITY SEED\n"
-                  "       plan_masks sizes OUT.npy S1 S2 ...\n");
+                  "       plan_masks sizes OUT.npy S1 S2 ...\n"
+                  "       plan_masks pack IN.npy OUT.npy\n");
   return 2;
 }
 
@@ -35,6 +38,30 @@ int main(int argc, char **argv)
       s[i] = strtoll(argv[3 + i], NULL, 10);
     tu_write_npy(argv[2], "<i8", 1, shape, s, (size_t)n * sizeof *s);
     free(s);
+    return 0;
+  }
+  if (argc == 4 && !strcmp(argv[1], "pack")) {
+    tsr_mask *m = NULL;
+    tsr_error err = {0};
+    int64_t shape[4], nb, rows, i, j;
+    uint8_t *out;
+    const uint8_t *bytes;
+    if (tsr_mask_load(argv[2], &m, &err)) {
+      fprintf(stderr, "plan_masks: %s\n", err.text);
+      return 1;
+    }
+    nb = (tsr_mask_nk(m) + 7) / 8;
+    rows = tsr_mask_batch(m) * tsr_mask_heads(m) * tsr_mask_nq(m);
+    shape[0] = tsr_mask_batch(m), shape[1] = tsr_mask_heads(m), shape[2] = tsr_mask_nq(m);
+    shape[3] = nb;
+    out = calloc((size_t)(rows * nb), 1);
+    bytes = tsr_mask_bits(m);
+    for (i = 0; i < rows; i++)
+      for (j = 0; j < tsr_mask_nk(m); j++)
+        out[i * nb + j / 8] |= (uint8_t)(bytes[i * tsr_mask_nk(m) + j] << (j % 8));
+    tu_write_npy(argv[3], "|u1", 4, shape, out, (size_t)(rows * nb));
+    free(out);
+    tsr_mask_destroy(m);
     return 0;
   }
   if (argc == 10 && !strcmp(argv[1], "mask")) {
