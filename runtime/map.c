@@ -808,29 +808,42 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     }
   }
 
-  /* Problem rows from plane rows, honouring broadcast. */
-  for (b = 0; b < p->batch; b++) {
-    for (h = 0; h < p->heads_q; h++) {
-      int64_t pidx = (mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h);
-      int64_t rbase = (b * p->heads_q + h) * c.nqt;
-      rows->selected_pairs += psel[pidx];
-      for (t = 0; t < c.nqt; t++) {
-        const prow *o = &pr[pidx * c.nqt + t];
-        int64_t r = rbase + t, rows_t = ((t + 1) * pl->tile_m < p->seq_q ? pl->tile_m
-                                                                          : p->seq_q - t * pl->tile_m);
-        rows->tile_begin[r] = o->tb;
-        rows->tile_end[r] = o->te;
-        rows->all_full[r] = o->full;
-        rows->twin[r] = -1;
-        if (o->twin_head >= 0)
-          rows->twin[r] = (tsr_i32)((b * p->heads_q + o->twin_head) * c.nqt + t);
-        else if (mh == 1 && group > 1 && h % group)
-          rows->twin[r] = (tsr_i32)((b * p->heads_q + h - h % group) * c.nqt + t);
-        rows->tiles += o->te - o->tb;
-        rows->partial_tiles += o->partial;
-        rows->computed_pairs += (double)o->cols * (double)rows_t;
+  /* Problem rows from plane rows, honouring broadcast.  Sums in locals:
+   * through `rows` they would be reloaded after every byte store. */
+  {
+    tsr_i32 *tb = rows->tile_begin, *te = rows->tile_end, *twin = rows->twin;
+    uint8_t *full = rows->all_full;
+    int64_t ntiles = 0, npartial = 0;
+    double selected = 0, computed = 0;
+    for (b = 0; b < p->batch; b++) {
+      for (h = 0; h < p->heads_q; h++) {
+        int64_t pidx = (mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h);
+        int64_t rbase = (b * p->heads_q + h) * c.nqt;
+        tsr_i32 root = mh == 1 && group > 1 && h % group
+                           ? (tsr_i32)((b * p->heads_q + h - h % group) * c.nqt)
+                           : -1;
+        selected += psel[pidx];
+        for (t = 0; t < c.nqt; t++) {
+          const prow *o = &pr[pidx * c.nqt + t];
+          int64_t r = rbase + t, rows_t = ((t + 1) * pl->tile_m < p->seq_q ? pl->tile_m
+                                                                            : p->seq_q - t * pl->tile_m);
+          tb[r] = o->tb;
+          te[r] = o->te;
+          full[r] = o->full;
+          if (o->twin_head >= 0)
+            twin[r] = (tsr_i32)((b * p->heads_q + o->twin_head) * c.nqt + t);
+          else
+            twin[r] = root < 0 ? -1 : root + (tsr_i32)t;
+          ntiles += o->te - o->tb;
+          npartial += o->partial;
+          computed += (double)o->cols * (double)rows_t;
+        }
       }
     }
+    rows->tiles = ntiles;
+    rows->partial_tiles = npartial;
+    rows->selected_pairs = selected;
+    rows->computed_pairs = computed;
   }
 
 done:

@@ -61,6 +61,9 @@ struct tsr_plan {
   int64_t qblk_nq;           /* map.c: qblk holds the fill for the nq query
                                 blocks whose starts the QS buffer holds (so a
                                 replan of the same geometry skips it); 0 none */
+  int64_t rows_shape[4];     /* tasks.c: its row tables (batch, head, q tile
+                                and group of each row) hold rows for (rows, q
+                                tiles, query heads, heads per KV head); 0 none */
 
   void *gpu;                 /* device copies (gpu.c), or NULL */
   void (*gpu_free)(void *);  /* releases `gpu`; set by gpu.c */

@@ -132,9 +132,13 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     goto done;
   }
 
-  {
+  /* The row tables depend on the shape only: kept from the last build
+   * when it is the same, as on every replan of one problem. */
+  if (pl->rows_shape[0] != nr || pl->rows_shape[1] != nqt || pl->rows_shape[2] != p->heads_q ||
+      pl->rows_shape[3] != group) {
     tsr_member_rec x = {0, 0, 0, 0};
     tsr_i32 g = 0, in_group = 0; /* group = batch * heads_kv + head / group */
+    pl->rows_shape[0] = 0;
     for (r = 0; r < nr; r++) {
       rec[r] = x;
       grp[r] = g;
@@ -150,6 +154,10 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         }
       }
     }
+    pl->rows_shape[0] = nr;
+    pl->rows_shape[1] = nqt;
+    pl->rows_shape[2] = p->heads_q;
+    pl->rows_shape[3] = group;
   }
 
   /* 1. Units: rows, GQA twins, empty rows. */
