@@ -12,7 +12,9 @@ be captured in a CUDA graph once planned.
     o = tessera.attention(q, k, v, block_mask, block=(128, 128), context=ctx)
 
 block_mask: bool tensor [H, NQ, NK] or [B, H, NQ, NK] over logical blocks of
-block=(bq, bk) tokens (the last block may be ragged).
+block=(bq, bk) tokens (the last block may be ragged), or of variable sizes:
+block=(q_sizes, k_sizes), the token count of every query and key block (VSA's
+cubes, STA's tiles); variable blocks are planned on the host.
 
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
@@ -31,7 +33,6 @@ make it (call once) before capturing a graph.
 """
 import ctypes
 import ctypes.util
-import math
 import os
 
 __all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "library"]
@@ -125,7 +126,10 @@ def library():
     P, I64, I, V = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, None
     sigs = {
         "tsr_geom_uniform": (I, [I64, I64, I64, I64, ctypes.POINTER(P), P]),
+        "tsr_geom_variable": (I, [P, I64, P, I64, ctypes.POINTER(P), P]),
         "tsr_geom_destroy": (V, [P]),
+        "tsr_geom_nq": (I64, [P]),
+        "tsr_geom_nk": (I64, [P]),
         "tsr_mask_from_bytes": (I, [I64, I64, I64, I64, P, ctypes.POINTER(P), P]),
         "tsr_mask_destroy": (V, [P]),
         "tsr_problem_check": (I, [P, P]),
@@ -223,6 +227,11 @@ def _layout_of(t, layout):
     return b, h, s, d, st
 
 
+def _is_variable(block):
+    """block=(q_sizes, k_sizes) (sequences of block sizes) rather than (bq, bk)."""
+    return not all(isinstance(b, int) for b in block)
+
+
 def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block, dtype,
                    layout, scale, tile, mapping, tasks, split_tiles=0):
     """Geometry, checked problem and plan options shared by Plan and GpuPlan.
@@ -230,8 +239,13 @@ def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, bloc
     even when a later check fails."""
     lib, err = library(), _Error()
     g = ctypes.c_void_p()
-    bq, bk = block
-    _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
+    if _is_variable(block):
+        qs, ks = ([int(x) for x in sizes] for sizes in block)
+        qa, ka = (ctypes.c_int64 * len(qs))(*qs), (ctypes.c_int64 * len(ks))(*ks)
+        _check(lib.tsr_geom_variable(qa, len(qs), ka, len(ks), ctypes.byref(g), ctypes.byref(err)), err)
+    else:
+        bq, bk = block
+        _check(lib.tsr_geom_uniform(seq_q, seq_k, bq, bk, ctypes.byref(g), ctypes.byref(err)), err)
     owner._geom = g
     p = _Problem(batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
                  0.0 if scale is None else float(scale), _DTYPES[str(dtype)],
@@ -359,6 +373,7 @@ class GpuPlan:
         self.layout = layout
         self.shape = (batch, heads_q, seq_q, seq_k)
         self.mask_planes = (c.mask_batch, c.mask_heads)
+        bq, bk = block  # uniform: tsr_gpuplan_create refuses variable blocks
         self.nq, self.nk = -(-seq_q // bq), -(-seq_k // bk)
 
     def _mask_ptr(self, mask):
@@ -431,7 +446,8 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     ctx = context or Context(device=q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
-    if block_mask.is_cuda and getattr(library(), "tsr_gpuplan_create", None) is not None:
+    if (block_mask.is_cuda and not _is_variable(block)
+            and getattr(library(), "tsr_gpuplan_create", None) is not None):
         m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
         key = (id(ctx), b, hq, hkv, sq, sk, d, tuple(block), str(q.dtype), layout, scale,
                m.shape[0], m.shape[1], tuple(sorted(plan_kw.items())))

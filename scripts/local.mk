@@ -3,8 +3,6 @@ EXTRA_DIST += scripts/setup-and-test scripts/setup-and-demo scripts/setup-common
 EXTRA_DIST += scripts/bench-vs-torch
 EXTRA_DIST += scripts/profile-h200
 EXTRA_DIST += scripts/device-check scripts/device-demo
-EXTRA_DIST += scripts/setup-and-test scripts/device-check
-EXTRA_DIST += scripts/bench-vs-torch
 # sm90 kernel development: standalone device harness (see notes/sm90.md)
 EXTRA_DIST += scripts/dev/sm90_harness.cu scripts/dev/sm90_variant.cu.in \
 	scripts/dev/sm90_build.sh scripts/dev/sm90_device.sh scripts/dev/sdpa_dense.py \

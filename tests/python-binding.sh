@@ -1,7 +1,8 @@
 #!/bin/sh
 # python-binding.sh: python/tessera.py imports without PyTorch or a GPU and
 # its shared problem set-up goes through libtessera's checks (defaults filled
-# in, bad head ratios and scales refused).  Skips (77) without python3 or
+# in, bad head ratios and scales refused, uniform and variable blocks); the
+# binding and the benchmark scripts pass pyflakes.  Skips (77) without python3 or
 # the shared library, and in the sanitizer build.
 top=${TSR_TOP_BUILDDIR:-.}
 src=${TSR_TOP_SRCDIR:-.}
@@ -13,6 +14,13 @@ command -v python3 >/dev/null 2>&1 || { echo "python-binding: no python3"; exit 
 if ldd "$lib" 2>/dev/null | grep -q libasan; then
   echo "python-binding: $lib is built with AddressSanitizer"
   exit 77
+fi
+# Names used before they are defined only fail when that line runs on a
+# GPU: pyflakes finds them here (installed by scripts/setup-common).
+if command -v pyflakes3 >/dev/null 2>&1; then
+  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/scripts/dev/*.py || exit 1
+else
+  echo "python-binding: pyflakes3 not installed, lint skipped"
 fi
 TESSERA_LIBRARY=$lib PYTHONPATH=$src/python exec python3 - <<'PY'
 import math, random, sys
@@ -40,5 +48,22 @@ for args, words in (((1, 5, 2), "not a multiple"), ((1, 4, 2), "not finite")):
         assert words in str(e), str(e)
     else:
         raise AssertionError("accepted " + words)
+# Variable blocks (VSA cubes, STA tiles): block=(q_sizes, k_sizes).
+qs = [rng.randint(1, 200) for _ in range(rng.randint(1, 40))]
+ks = [rng.randint(1, 200) for _ in range(rng.randint(1, 40))]
+o = Owner()
+p, opts = tessera._problem_setup(o, 1, hq, hkv, sum(qs), sum(ks), d, (qs, ks), "torch.bfloat16",
+                                 "bhsd", None, None, "auto", "auto")
+assert tessera._is_variable((qs, ks)) and not tessera._is_variable((96, 64))
+assert (p.seq_q, p.seq_k) == (sum(qs), sum(ks)) and o._geom
+lib = tessera.library()
+assert (lib.tsr_geom_nq(o._geom), lib.tsr_geom_nk(o._geom)) == (len(qs), len(ks))
+try:
+    tessera._problem_setup(Owner(), 1, hq, hkv, sum(qs) + 1, sum(ks), d, (qs, ks), "torch.bfloat16",
+                           "bhsd", None, None, "auto", "auto")
+except tessera.TesseraError as e:
+    print("python-binding: refused as expected:", e)
+else:
+    raise AssertionError("accepted q sizes that do not add up to seq_q")
 print("python-binding: ok")
 PY
