@@ -183,24 +183,26 @@ static int simd_level(void)
   return lvl;
 }
 
-/* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words: the
- * portable version, 8 bytes per multiply. */
-static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
+/* Packs rows of n 0/1 bytes into rows of bits (LSB first) of ceil(n/64)
+ * words: the portable version, 8 bytes per multiply. */
+static void pack_bits(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
 {
-  int64_t w, nw = (n + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    const uint8_t *p = src + w * 64;
-    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
-    uint64_t x = 0;
-    int64_t c = 0;
-    for (; c + 8 <= len; c += 8) {
-      uint64_t v;
-      memcpy(&v, p + c, 8);
-      x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      uint64_t x = 0;
+      int64_t c = 0;
+      for (; c + 8 <= len; c += 8) {
+        uint64_t v;
+        memcpy(&v, p + c, 8);
+        x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
+      }
+      for (; c < len; c++)
+        x |= (uint64_t)(p[c] & 1) << c;
+      dst[w] = x;
     }
-    for (; c < len; c++)
-      x |= (uint64_t)(p[c] & 1) << c;
-    dst[w] = x;
   }
 }
 
@@ -208,70 +210,77 @@ static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
 /* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
  * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
  * ragged end through a masked load, so a word is one instruction pair. */
-static void pack_bits_sse2(const uint8_t *src, int64_t n, uint64_t *dst)
+static void pack_bits_sse2(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
 {
-  int64_t w, nw = (n + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    const uint8_t *p = src + w * 64;
-    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
-    uint64_t x = 0;
-    for (; c + 16 <= len; c += 16) {
-      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+      uint64_t x = 0;
+      for (; c + 16 <= len; c += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+        x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+      }
+      for (; c < len; c++)
+        x |= (uint64_t)(p[c] & 1) << c;
+      dst[w] = x;
     }
-    for (; c < len; c++)
-      x |= (uint64_t)(p[c] & 1) << c;
-    dst[w] = x;
   }
 }
 
-__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t n,
+__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t rows, int64_t n,
                                                            uint64_t *dst)
 {
-  int64_t w, nw = (n + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    const uint8_t *p = src + w * 64;
-    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
-    uint64_t x = 0;
-    for (; c + 32 <= len; c += 32) {
-      __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
-      x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+      uint64_t x = 0;
+      for (; c + 32 <= len; c += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
+        x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
+      }
+      for (; c + 16 <= len; c += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+        x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+      }
+      for (; c < len; c++)
+        x |= (uint64_t)(p[c] & 1) << c;
+      dst[w] = x;
     }
-    for (; c + 16 <= len; c += 16) {
-      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-    }
-    for (; c < len; c++)
-      x |= (uint64_t)(p[c] & 1) << c;
-    dst[w] = x;
   }
 }
 
 __attribute__((target("avx512f,avx512bw"))) static void pack_bits_avx512(const uint8_t *src,
-                                                                        int64_t n, uint64_t *dst)
+                                                                        int64_t rows, int64_t n, uint64_t *dst)
 {
-  int64_t w, nw = (n + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
-    __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
-    __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
-    dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
+      __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
+      dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
+    }
   }
 }
 #endif
 
-static void pack_row(int simd, const uint8_t *src, int64_t n, uint64_t *dst)
+/* Packs `rows` rows of n bytes (contiguous) into rows of ceil(n/64) words. */
+static void pack_rows(int simd, const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
 {
 #ifdef MAP_X86
   if (simd == SIMD_AVX512)
-    pack_bits_avx512(src, n, dst);
+    pack_bits_avx512(src, rows, n, dst);
   else if (simd == SIMD_AVX2)
-    pack_bits_avx2(src, n, dst);
+    pack_bits_avx2(src, rows, n, dst);
   else if (simd == SIMD_SSE2)
-    pack_bits_sse2(src, n, dst);
+    pack_bits_sse2(src, rows, n, dst);
   else
 #endif
-    pack_bits(src, n, dst);
+    pack_bits(src, rows, n, dst);
   (void)simd;
 }
 
@@ -765,11 +774,8 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     if (packed) {
       plane = tsr_mask_packed_plane(m, pi / mh, head, NULL);
     } else {
-      const uint8_t *bytes = tsr_mask_plane(m, pi / mh, head);
       uint64_t *dst = c.bits + pi * c.nq * c.W;
-      int64_t i;
-      for (i = 0; i < c.nq; i++)
-        pack_row(c.simd, bytes + i * c.nk, c.nk, dst + i * c.W);
+      pack_rows(c.simd, tsr_mask_plane(m, pi / mh, head), c.nq, c.nk, dst);
       plane = dst;
     }
     planes[pi] = plane;
