@@ -408,6 +408,13 @@ typedef struct {
   tsr_i32 *kb0, *kb1;           /* per k tile: first / last k block */
   tsr_i32 *kt0, *kt1;           /* per k block: first / last k tile */
   int64_t *kcols;               /* per k tile: columns in bounds */
+  tsr_u32 *colmask;             /* unless k_retain: per k tile u and key block
+                                   kb0[u] + i, the tile's column words of that
+                                   block (BN/32 words at cm_off[u] + i * BN/32) */
+  int64_t *cm_off;
+  uint64_t *kmask;              /* unless k_retain: per k tile, its key blocks as
+                                   bits of word kb0[u] / 64, or 0 when they span
+                                   two words (then all_set) */
   int k_retain;                 /* key tiles are the key blocks */
   int k_uniform;                /* key blocks uniform (last one may be short) */
   uint64_t *bits;               /* packed planes [planes][nq][W] */
@@ -465,17 +472,19 @@ typedef struct {
 static tsr_i32 partial_words(map_ctx *c, const uint64_t *plane, int64_t i0, int64_t nseg,
                              int64_t u)
 {
-  int64_t wn = c->pl->tile_n / 32, base = u * c->pl->tile_n, end = base + c->kcols[u], s, jj;
+  int64_t wn = c->pl->tile_n / 32, s, jj, q;
   tsr_i32 off;
   tsr_u32 *words = alloc_words(c, nseg * wn, &off);
   if (!words)
     return -2;
   for (s = 0; s < nseg; s++) {
     const uint64_t *r = plane + (i0 + s) * c->W;
-    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++)
+    const tsr_u32 *cm = c->colmask + c->cm_off[u];
+    tsr_u32 *dst = words + s * wn;
+    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++, cm += wn)
       if (bit_at(r, jj))
-        set_range32(words + s * wn, (c->ks[jj] > base ? c->ks[jj] : base) - base,
-                    (c->ks[jj + 1] < end ? c->ks[jj + 1] : end) - base);
+        for (q = 0; q < wn; q++)
+          dst[q] |= cm[q];
   }
   return off;
 }
@@ -563,7 +572,8 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
         for (u = c->kt0[j] > last ? c->kt0[j] : last + 1; u <= u1; u++) {
           tiles[n].k_tile = (tsr_i32)u;
           cols += c->kcols[u];
-          if (all_set(andb, c->kb0[u], c->kb1[u])) {
+          if (c->kmask[u] ? (andb[c->kb0[u] >> 6] & c->kmask[u]) == c->kmask[u]
+                          : all_set(andb, c->kb0[u], c->kb1[u])) {
             tiles[n].mem = -1;
           } else {
             tsr_i32 off = partial_words(c, plane, i0, nseg, u);
@@ -708,6 +718,36 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     c->kcols[u] = b - a;
     if (c->kb0[u] != u || c->kb1[u] != u || c->ks[u] != a || c->ks[u + 1] != b)
       c->k_retain = 0;
+  }
+  /* Column words of each (key tile, key block) pair: a partial tile's
+   * words are then ORs of these, not bit ranges set one by one. */
+  if (!c->k_retain) {
+    int64_t wn = BN / 32, total = 0;
+    c->cm_off = tsr_plan_buf(pl, TSR_BUF_CMOFF, (size_t)c->nkt * sizeof *c->cm_off);
+    if (!c->cm_off)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
+    for (u = 0; u < c->nkt; u++) {
+      c->cm_off[u] = total;
+      total += (c->kb1[u] - c->kb0[u] + 1) * wn;
+    }
+    c->colmask = tsr_plan_buf(pl, TSR_BUF_COLMASK, (size_t)(total ? total : 1) * sizeof *c->colmask);
+    c->kmask = tsr_plan_buf(pl, TSR_BUF_KMASK, (size_t)c->nkt * sizeof *c->kmask);
+    if (!c->colmask || !c->kmask)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
+    for (u = 0; u < c->nkt; u++) {
+      int64_t lo = c->kb0[u] & 63, n = c->kb1[u] - c->kb0[u] + 1;
+      c->kmask[u] = (c->kb0[u] >> 6) != (c->kb1[u] >> 6) ? 0
+                    : n == 64                             ? ~0ULL
+                                                          : ((1ULL << n) - 1) << lo;
+    }
+    memset(c->colmask, 0, (size_t)total * sizeof *c->colmask);
+    for (u = 0; u < c->nkt; u++) {
+      int64_t base = u * BN, end = base + c->kcols[u];
+      for (j = c->kb0[u]; j <= c->kb1[u]; j++)
+        set_range32(c->colmask + c->cm_off[u] + (j - c->kb0[u]) * wn,
+                    (c->ks[j] > base ? c->ks[j] : base) - base,
+                    (c->ks[j + 1] < end ? c->ks[j + 1] : end) - base);
+    }
   }
   /* Key block -> first and last key tile, without a division a block. */
   for (j = 0, t = 0, u = 0; j < c->nk; j++) {
