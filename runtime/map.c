@@ -408,11 +408,11 @@ typedef struct {
   tsr_i32 *kb0, *kb1;           /* per k tile: first / last k block */
   tsr_i32 *kt0, *kt1;           /* per k block: first / last k tile */
   int64_t *kcols;               /* per k tile: columns in bounds */
-  tsr_u32 *colmask;             /* unless k_retain: per k tile u and key block
+  tsr_u32 *colmask;             /* per k tile u and key block
                                    kb0[u] + i, the tile's column words of that
                                    block (BN/32 words at cm_off[u] + i * BN/32) */
   int64_t *cm_off;
-  uint64_t *kmask;              /* unless k_retain: per k tile, its key blocks as
+  uint64_t *kmask;              /* per k tile, its key blocks as
                                    bits of word kb0[u] / 64, or 0 when they span
                                    two words (then all_set) */
   int k_retain;                 /* key tiles are the key blocks */
@@ -721,7 +721,7 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
   }
   /* Column words of each (key tile, key block) pair: a partial tile's
    * words are then ORs of these, not bit ranges set one by one. */
-  if (!c->k_retain) {
+  {
     int64_t wn = BN / 32, total = 0;
     c->cm_off = tsr_plan_buf(pl, TSR_BUF_CMOFF, (size_t)c->nkt * sizeof *c->cm_off);
     if (!c->cm_off)
