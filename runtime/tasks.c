@@ -109,14 +109,14 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int pack_empty = pack_gqa, pack_qtile = mode == TSR_TASKS_PACK;
   int64_t nr = rows->n_rows, nqt = pl->n_q_tiles, group = p->heads_q / p->heads_kv;
   int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
-  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
+  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, any_pack = 0;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
   tsr_i32 *grp = NULL;        /* each row's (batch, KV head) group: tasks of one group
                                  share K and V */
   unit *units = NULL;
   proto *protos = NULL;
-  tsr_i32 *order = NULL; /* protos in launch order */
+  proto *sorted = NULL; /* protos by group and length, before the snake */
   int64_t *count = NULL;
   tsr_status st = TSR_OK;
 
@@ -274,6 +274,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       }
       protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, grp[x->first],
                                   (int64_t)x->n * len};
+      n_mem += x->n;
       if (x->n > 1 && len > 0)
         any_pack = 1;
       continue;
@@ -310,6 +311,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
                                     (tsr_i32)(x->tb + (k + 1) * len / nch), row, 1,
                                     nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, grp[row], 0};
         protos[n_proto - 1].key = protos[n_proto - 1].te - protos[n_proto - 1].tb;
+        n_mem++; /* a split row has a member record per chunk */
       }
       if (nch > 1)
         pl->n_slots += nch;
@@ -324,18 +326,13 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
    * (notes/sm90.md).  Protos are made in row order and a unit's rows share
    * its first row's group (twins and packed query tiles by construction;
    * the mixed empty unit is never unpacked), so groups never decrease: each
-   * group is a contiguous segment, sorted on its own by a
-   * counting sort of 4-byte indices (or, when its lengths spread far wider
-   * than it is long, a sort of packed (length, index) keys). */
-  for (i = 0; i < n_proto; i++) {
-    if (protos[i].key > maxkey)
-      maxkey = protos[i].key;
-    n_mem += protos[i].n; /* a split row has a member record per chunk */
-  }
-  order = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *order);
+   * group is a contiguous segment, sorted on its own by a counting sort
+   * (or, when its lengths spread far wider than it is long, a sort of
+   * packed (length, index) keys). */
+  sorted = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
   pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
   pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
-  if (!order || !pl->tasks || !pl->members)
+  if (!sorted || !pl->tasks || !pl->members)
     goto nomem;
   for (i = 0; i < n_proto;) {
     int64_t e = i + 1, kmin = protos[i].key, kmax = protos[i].key, k, range;
@@ -347,6 +344,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     }
     range = kmax - kmin + 1;
     if (range <= 2 * (e - i) + 64) {
+      /* The segment's protos (a group: a few hundred) stay in the cache
+       * while they are counted and scattered. */
       count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)range + 1) * sizeof *count);
       if (!count)
         goto nomem;
@@ -357,7 +356,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
       for (k = 1; k <= range; k++)
         count[k] += count[k - 1];
       for (k = i; k < e; k++)
-        order[count[kmax - protos[k].key]++] = (tsr_i32)k;
+        sorted[count[kmax - protos[k].key]++] = protos[k];
     } else {
       uint64_t *keys = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, (size_t)(e - i) * sizeof *keys);
       if (!keys)
@@ -366,40 +365,38 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         keys[k - i] = (uint64_t)(kmax - protos[k].key) << 32 | (uint64_t)k;
       qsort(keys, (size_t)(e - i), sizeof *keys, u64_cmp);
       for (k = i; k < e; k++)
-        order[k] = (tsr_i32)(uint32_t)keys[k - i];
+        sorted[k] = protos[(uint32_t)keys[k - i]];
     }
     i = e;
   }
-  /* Snake the rounds of num_sms tasks: with CTA b taking tasks b, b + G,
-   * ..., plain longest-first would give CTA 0 the longest task of every
-   * round; reversing every other round evens that out.  A round spans far
-   * fewer tasks than a group holds, so groups stay (almost) contiguous. */
-  for (i = pl->num_sms; i < n_proto; i += 2 * (int64_t)pl->num_sms) {
-    int64_t lo = i, hi = (i + pl->num_sms < n_proto ? i + pl->num_sms : n_proto) - 1;
-    for (; lo < hi; lo++, hi--) {
-      tsr_i32 x = order[lo];
-      order[lo] = order[hi];
-      order[hi] = x;
-    }
-  }
 
-  /* 6. Records. */
+  /* 6. Records, with the rounds of num_sms tasks snaked: with CTA b taking
+   * tasks b, b + G, ..., plain longest-first would give CTA 0 the longest
+   * task of every round; reading every other round backwards evens that
+   * out.  A round spans far fewer tasks than a group holds, so groups stay
+   * (almost) contiguous. */
   pl->n_tasks = n_proto;
   pl->n_members = 0;
-  for (i = 0; i < n_proto; i++) {
-    const proto *q = &protos[order[i]];
-    tsr_task_rec *t = &pl->tasks[i];
-    tsr_i32 row = q->first, k;
-    t->batch = rec[row].batch;
-    t->head = rec[row].head;
-    t->q_tile = rec[row].q_tile;
-    t->tile_begin = q->tb;
-    t->tile_end = q->te;
-    t->member_begin = (tsr_i32)pl->n_members;
-    t->n_members = q->n;
-    t->partial = q->partial;
-    for (k = 0; k < q->n; k++, row = next[row]) {
-      pl->members[pl->n_members++] = rec[row];
+  {
+    int64_t g = pl->num_sms, k0, r;
+    int odd = 0;
+    for (k0 = 0; k0 < n_proto; k0 += g, odd ^= 1) {
+      int64_t len = n_proto - k0 < g ? n_proto - k0 : g;
+      for (r = 0; r < len; r++) {
+        const proto *q = &sorted[odd ? k0 + len - 1 - r : k0 + r];
+        tsr_task_rec *t = &pl->tasks[k0 + r];
+        tsr_i32 row = q->first, k;
+        t->batch = rec[row].batch;
+        t->head = rec[row].head;
+        t->q_tile = rec[row].q_tile;
+        t->tile_begin = q->tb;
+        t->tile_end = q->te;
+        t->member_begin = (tsr_i32)pl->n_members;
+        t->n_members = q->n;
+        t->partial = q->partial;
+        for (k = 0; k < q->n; k++, row = next[row])
+          pl->members[pl->n_members++] = rec[row];
+      }
     }
   }
 
