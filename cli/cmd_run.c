@@ -7,8 +7,12 @@
  * problem, the geometry built from the block sizes and the tensors' lengths,
  * and the mask checked against both.  Outputs are written atomically (the
  * library's .npy writer); if the second output fails the first is removed,
- * so a failed run leaves no result behind.  Cost: reading the inputs, the
- * chosen computation, and with --check one reference computation more.
+ * so a failed run leaves no result behind.  The plan of the cpu and gpu
+ * backends is selected from the lookup table (the embedded default or
+ * --db), as the library's request path does, unless the options fix it.
+ * Cost: reading the inputs, the features of the mask and a table lookup
+ * (microseconds), the chosen computation, and with --check one reference
+ * computation more.
  */
 #include <errno.h>
 #include <math.h>
@@ -20,7 +24,7 @@
 
 enum {
   O_BACKEND, O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_Q, O_K, O_V, O_OUT, O_LSE, O_SCALE,
-  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_COUNT
+  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_NOSELECT, O_DB, O_EXPLAIN, O_COUNT
 };
 
 static const cli_opt run_opts[] = {
@@ -40,6 +44,9 @@ static const cli_opt run_opts[] = {
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "cpu/gpu: task organisation"},
     [O_CHECK] = {"--check", "TOL", "compare with the CPU reference; exit 1 above TOL"},
     [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for float16 inputs, else bf16)"},
+    [O_NOSELECT] = {"--no-select", NULL, "cpu/gpu: plan with the automatic planner, not the lookup table"},
+    [O_DB] = {"--db", "FILE", "cpu/gpu: lookup database to select from (default: the embedded one)"},
+    [O_EXPLAIN] = {"--explain", NULL, "cpu/gpu: print the mask's features, the table row hit and why"},
     {NULL, NULL, NULL},
 };
 
@@ -47,7 +54,7 @@ static const char synopsis[] =
     "[--backend ref|cpu|gpu] --mask M.npy (--block BQ[xBK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--scale S] [--check TOL]\n"
     "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]\n"
-    "       [--dtype bf16|fp16]";
+    "       [--dtype bf16|fp16] [--no-select | [--db FILE] [--explain]]";
 
 static int pick(const char *val, const char *const *names, int n)
 {
@@ -117,6 +124,62 @@ static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
   return TSR_OK;
 }
 
+/* The plan options: as asked (--tile, --mapping, --tasks), the automatic
+ * planner's (--no-select), or selected from the lookup table: the
+ * context's on the GPU (its device's rows, variants checked against its
+ * bundle), else the table's only GPU, without a variant.  variant holds
+ * the selected name (o->variant points there); `by` says where the plan
+ * came from. */
+static tsr_status choose_opts(const char **val, const tsr_problem *p, const tsr_mask *m,
+                              tsr_context *ctx, tsr_plan_opts *o, char *variant, char *by,
+                              size_t by_size, tsr_error *err)
+{
+  tsr_selector *sel = NULL;
+  tsr_features f;
+  tsr_selection c;
+  tsr_status s;
+  if (val[O_TILE] || val[O_MAPPING] || val[O_TASKS]) {
+    snprintf(by, by_size, "as asked (--tile, --mapping, --tasks)");
+    return TSR_OK;
+  }
+  if (val[O_NOSELECT]) {
+    snprintf(by, by_size, "the automatic planner (--no-select)");
+    return TSR_OK;
+  }
+  if ((s = tsr_features_compute(p, m, 0, &f, err)))
+    return s;
+  if (ctx) {
+    s = tsr_context_select_features(ctx, &f, o, &c, err);
+  } else if ((s = tsr_select_open(val[O_DB], NULL, 0, &sel, err)) == TSR_OK) {
+    s = tsr_select_request(sel, &f, o, &c, err);
+    c.variant[0] = '\0'; /* the CPU executor runs no kernel variant */
+    c.opts.variant = NULL;
+  }
+  tsr_select_destroy(sel);
+  if (s)
+    return s;
+  if (val[O_EXPLAIN])
+    cli_print_selection(&f, &c);
+  *o = c.opts;
+  memcpy(variant, c.variant, sizeof c.variant);
+  o->variant = variant[0] ? variant : NULL;
+  if (c.from_table)
+    snprintf(by, by_size, "%stable row %lld (level %d)", c.level == 1 ? "nearest region, " : "",
+             (long long)c.row_id, c.level);
+  else
+    snprintf(by, by_size, "no usable table row: the automatic planner");
+  return TSR_OK;
+}
+
+static void print_plan(const char *backend, const tsr_plan *pl, const char *by)
+{
+  tsr_plan_summary sum;
+  tsr_plan_summarize(pl, &sum);
+  printf("%s: plan %s %dx%d, %s tasks (%lld), %lld tiles; selected by %s\n", backend,
+         tsr_plan_mapping_name(sum.mapping), sum.tile_m, sum.tile_n,
+         tsr_plan_tasks_name(sum.tasks), (long long)sum.tasks_count, (long long)sum.tiles, by);
+}
+
 /* The CPU plan path: problem check, plan, execute. */
 static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
                           const tsr_array *q, const tsr_array *k, const tsr_array *v,
@@ -124,19 +187,24 @@ static tsr_status run_cpu(const char **val, tsr_problem *p, const tsr_mask *m,
 {
   tsr_plan_opts o;
   tsr_plan *pl = NULL;
+  char variant[96], by[128];
   tsr_status s = plan_opts(val, &o, err);
   if (s == TSR_OK)
     s = tsr_problem_check(p, err);
   if (s == TSR_OK)
+    s = choose_opts(val, p, m, NULL, &o, variant, by, sizeof by, err);
+  if (s == TSR_OK)
     s = tsr_plan_create(p, m, &o, &pl, err);
   if (s == TSR_OK)
     s = tsr_cpu_execute(pl, q, k, v, out, lse, err);
+  if (s == TSR_OK)
+    print_plan("cpu", pl, by);
   tsr_plan_destroy(pl);
   return s;
 }
 
-/* The GPU path: context (driver, bundle), plan for the device's target,
- * upload, launch, download (tsr_gpu_run_arrays). */
+/* The GPU path: context (driver, bundle, lookup table), selection, plan for
+ * the device's target, upload, launch, download (tsr_gpu_run_arrays). */
 static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
                           const tsr_array *q, const tsr_array *k, const tsr_array *v,
                           tsr_array *out, tsr_array *lse, tsr_error *err)
@@ -145,13 +213,17 @@ static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
   tsr_context *ctx = NULL;
   tsr_plan_opts o;
   tsr_plan *pl = NULL;
+  char variant[96], by[128];
   tsr_status s = plan_opts(val, &o, err);
   if (s == TSR_OK)
     s = tsr_problem_check(p, err);
   if (s != TSR_OK)
     return s;
   tsr_context_opts_init(&co);
+  co.db_path = val[O_DB];
   s = tsr_context_create(&co, &ctx, err);
+  if (s == TSR_OK)
+    s = choose_opts(val, p, m, ctx, &o, variant, by, sizeof by, err);
   if (s == TSR_OK)
     s = tsr_plan_create(p, m, &o, &pl, err);
   if (s == TSR_OK)
@@ -159,6 +231,7 @@ static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
   if (s == TSR_OK) {
     tsr_plan_summary sum;
     tsr_plan_summarize(pl, &sum);
+    print_plan("gpu", pl, by);
     printf("gpu: kernel %s, tile %dx%d, %lld tasks\n", sum.variant, sum.tile_m, sum.tile_n,
            (long long)sum.tasks_count);
   }
@@ -205,6 +278,18 @@ int cmd_run(int argc, char **argv)
   }
   if (backend == 0 && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
     cli_errorf("run", "--tile, --mapping and --tasks need --backend cpu or gpu");
+    return CLI_USAGE;
+  }
+  if (backend == 0 && (val[O_NOSELECT] || val[O_DB] || val[O_EXPLAIN])) {
+    cli_errorf("run", "--no-select, --db and --explain need --backend cpu or gpu");
+    return CLI_USAGE;
+  }
+  if (val[O_NOSELECT] && (val[O_DB] || val[O_EXPLAIN])) {
+    cli_errorf("run", "--no-select excludes --db and --explain (they select from the table)");
+    return CLI_USAGE;
+  }
+  if ((val[O_DB] || val[O_EXPLAIN]) && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
+    cli_errorf("run", "--db and --explain select the plan: drop --tile, --mapping and --tasks");
     return CLI_USAGE;
   }
   if (val[O_DTYPE] && strcmp(val[O_DTYPE], "bf16") && strcmp(val[O_DTYPE], "fp16")) {

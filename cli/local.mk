@@ -1,6 +1,6 @@
 # The `tessera` command: one file per subcommand.
 bin_PROGRAMS += tessera
-tessera_SOURCES = cli/tessera.c cli/cli.h cli/options.c cli/blocks.c \
+tessera_SOURCES = cli/tessera.c cli/cli.h cli/options.c cli/blocks.c cli/explain.c \
 	cli/cmd_run.c cli/cmd_plan.c cli/cmd_corpus.c cli/cmd_db.c cli/cmd_demo.c
 tessera_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/cli $(JANSSON_CFLAGS) $(SQLITE_CFLAGS)
 tessera_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)

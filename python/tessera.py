@@ -11,6 +11,12 @@ be captured in a CUDA graph once planned.
     ctx = tessera.Context()                          # device 0, embedded lookup table
     o = tessera.attention(q, k, v, block_mask, block=(128, 128), context=ctx)
 
+A host mask is planned with the plan the context's lookup table selects for
+its features (tile, mapping, task layout, variant; the automatic planner
+when the table has no usable row); Plan(..., select=False) or
+attention(..., select=False) forces the automatic planner, and
+plan.selected_by / plan.selection say where the plan came from.
+
 block_mask: bool tensor [H, NQ, NK] or [B, H, NQ, NK] over logical blocks of
 block=(bq, bk) tokens (the last block may be ragged), or of variable sizes:
 block=(q_sizes, k_sizes), the token count of every query and key block (VSA's
@@ -19,8 +25,11 @@ cubes, STA's tiles); variable blocks are planned on the host.
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
 regime and reuses it, so a step is planning kernels + attention on the
-current stream, capturable in a CUDA graph with the mask buffer's contents
-changing between replays:
+current stream.  The regime is re-selected from the lookup table with the
+features the planner published for the previous completed step (density,
+row spread), so a shape's first step runs the automatic template.  A
+GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
+mask buffer's contents changing between replays:
 
     gp = tessera.GpuPlan(ctx, 1, H, H, S, S, D, block=(128, 128))
     g = torch.cuda.CUDAGraph()
@@ -35,13 +44,15 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "library"]
+__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "last_selection", "library",
+           "NO_DEVICE"]
 
 # ---- enums mirrored from tessera.h (keep in order) ------------------------
 DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
 LAYOUT_BHSD, LAYOUT_BSHD = 0, 1
 MAPPINGS = {"auto": 0, "retain": 1, "combine": 2, "subdivide": 3}
 TASKS = {"auto": 0, "row": 1, "split": 2, "pack": 3}
+NO_DEVICE = -1  # TSR_CONTEXT_NO_DEVICE: bundle and lookup table only, no GPU
 
 
 class TesseraError(RuntimeError):
@@ -90,6 +101,22 @@ class _Summary(ctypes.Structure):
                 ("combined", ctypes.c_int), ("subdivided", ctypes.c_int),
                 ("members", ctypes.c_int64), ("merges", ctypes.c_int64),
                 ("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64)]
+
+
+class _Features(ctypes.Structure):
+    _fields_ = [("density", ctypes.c_double), ("block_density", ctypes.c_double),
+                ("row_cv", ctypes.c_double), ("empty_rows", ctypes.c_double),
+                ("fill", ctypes.c_double * 4), ("touched", ctypes.c_int64 * 4),
+                ("rows_per_sm", ctypes.c_double), ("bq", ctypes.c_int64), ("bk", ctypes.c_int64),
+                ("seq_q", ctypes.c_int64), ("seq_k", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("dtype", ctypes.c_int), ("num_sms", ctypes.c_int)]
+
+
+class _Selection(ctypes.Structure):
+    _fields_ = [("opts", _PlanOpts), ("variant", ctypes.c_char * 96),
+                ("from_table", ctypes.c_int), ("level", ctypes.c_int),
+                ("row_id", ctypes.c_int64), ("region", ctypes.c_int * 8),
+                ("reason", ctypes.c_char * 384)]
 
 
 class _GpuPlanCaps(ctypes.Structure):
@@ -143,6 +170,13 @@ def library():
         "tsr_context_destroy": (V, [P]),
         "tsr_gpu_upload": (I, [P, P, P]),
         "tsr_gpu_launch": (I, [P, P, P, P, P]),
+        "tsr_plan_verify": (I, [P, P, P]),
+        "tsr_context_select": (I, [P, P, P, P, P, P]),
+        "tsr_context_select_features": (I, [P, P, P, P, P]),
+        "tsr_features_compute": (I, [P, P, I, P, P]),
+        "tsr_context_selector": (P, [P]),
+        "tsr_select_gpu": (ctypes.c_char_p, [P]),
+        "tsr_select_rows": (I64, [P]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -158,6 +192,7 @@ def library():
             "tsr_gpuplan_launch": (I, [P, ctypes.c_uint64, I, P, P, P]),
             "tsr_gpuplan_summarize": (V, [P, P]),
             "tsr_gpuplan_stats_read": (I64, [P, P]),
+            "tsr_gpuplan_features": (V, [P, P, P]),
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -179,14 +214,19 @@ def _torch():
 
 
 class Context:
-    """Device, kernel bundle and lookup table; create once per process."""
+    """Device, kernel bundle and lookup table; create once per process.
+
+    db: the lookup database to select plans from (default: the embedded
+    one).  device=NO_DEVICE: a host-only context (bundle and table, no GPU,
+    no PyTorch) that selects and plans but cannot run."""
 
     def __init__(self, device=None, db=None, bundle=None):
         lib = library()
-        torch = _torch()
-        if device is None:
-            device = torch.cuda.current_device()
-        torch.cuda.init()  # the primary context exists before libtessera uses it
+        if device != NO_DEVICE:
+            torch = _torch()
+            if device is None:
+                device = torch.cuda.current_device()
+            torch.cuda.init()  # the primary context exists before libtessera uses it
         o = _ContextOpts()
         lib.tsr_context_opts_init(ctypes.byref(o))
         o.device = device
@@ -197,6 +237,9 @@ class Context:
         _check(lib.tsr_context_create(ctypes.byref(o), ctypes.byref(h), ctypes.byref(err)), err)
         self._h = h
         self.device = device
+        sel = lib.tsr_context_selector(h)
+        self.table_gpu = lib.tsr_select_gpu(sel).decode()
+        self.table_rows = lib.tsr_select_rows(sel)
 
     def close(self):
         if getattr(self, "_h", None):
@@ -259,12 +302,35 @@ def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, bloc
     return p, o
 
 
+_LEVELS = {0: "table", 1: "nearest", 2: "geometry"}
+
+
+def _select(context, problem, mask, opts):
+    """The context's selection for (problem, mask handle), with opts as the
+    fallback: returns (selection, selected_by).  selection.opts is what to
+    plan with; it points into selection, so keep that alive until planned.
+    selected_by: "table" (a row of the mask's region), "nearest" (the
+    nearest profiled region's row), "geometry" (the row of the block
+    geometry alone) or "fallback" (no usable row: the automatic planner)."""
+    lib, err, sel = library(), _Error(), _Selection()
+    _check(lib.tsr_context_select(context._h, ctypes.byref(problem), mask, ctypes.byref(opts),
+                                  ctypes.byref(sel), ctypes.byref(err)), err)
+    return sel, (_LEVELS.get(sel.level, "table") if sel.from_table else "fallback")
+
+
 class Plan:
-    """A mask planned for one problem; replay run() on new q, k, v freely."""
+    """A mask planned for one problem; replay run() on new q, k, v freely.
+
+    The plan is the one the context's lookup table selects for the mask
+    (select=True, unless tile, mapping or tasks are given); select=False
+    plans with the automatic planner.  selected_by: "table", "nearest",
+    "geometry", "fallback" (no usable row: the automatic planner),
+    "options" (tile/mapping/tasks given) or "off"; selection: the reason,
+    one line."""
 
     def __init__(self, context, block_mask, batch, heads_q, heads_kv, seq_q, seq_k,
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
-                 scale=None, tile=None, mapping="auto", tasks="auto"):
+                 scale=None, tile=None, mapping="auto", tasks="auto", select=True):
         lib, torch = library(), _torch()
         self.ctx = context
         err = _Error()
@@ -282,11 +348,9 @@ class Plan:
                                        ctypes.c_void_p(mb.data_ptr()), ctypes.byref(h),
                                        ctypes.byref(err)), err)
         self._mask = h
-        pl = ctypes.c_void_p()
-        _check(lib.tsr_plan_create(ctypes.byref(p), h, ctypes.byref(o), ctypes.byref(pl),
-                                   ctypes.byref(err)), err)
-        self._h = pl
-        _check(lib.tsr_gpu_upload(context._h, pl, ctypes.byref(err)), err)
+        self._h = _plan_selected(self, context, p, h, o, select,
+                                 tile is None and mapping == "auto" and tasks == "auto")
+        _check(lib.tsr_gpu_upload(context._h, self._h, ctypes.byref(err)), err)
         self.layout = layout
 
     def summary(self):
@@ -320,6 +384,26 @@ class Plan:
 
 
 
+def _plan_selected(owner, context, problem, mask, opts, select, open_choice):
+    """Selects (when asked and the options leave the choice open), plans and
+    records owner.selected_by and owner.selection; returns the plan handle."""
+    lib, err = library(), _Error()
+    if select and open_choice:
+        sel, owner.selected_by = _select(context, problem, mask, opts)
+        owner.selection = sel.reason.decode(errors="replace")
+        opts = sel.opts  # shares sel's memory: sel stays alive until planned
+    else:
+        sel = None
+        owner.selected_by = "off" if open_choice else "options"
+        owner.selection = ("selection off: the automatic planner" if open_choice
+                           else "tile, mapping or tasks given: planned as asked")
+    pl = ctypes.c_void_p()
+    _check(lib.tsr_plan_create(ctypes.byref(problem), mask, ctypes.byref(opts), ctypes.byref(pl),
+                               ctypes.byref(err)), err)
+    del sel
+    return pl
+
+
 def _tensors(q, k, v, out, lse, layout):
     """Device pointers and BHSD strides of q, k, v, out (and lse) for a launch."""
     torch = _torch()
@@ -351,7 +435,7 @@ class GpuPlan:
     def __init__(self, context, batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
                  block=(128, 128), dtype="torch.bfloat16", layout="bhsd", scale=None,
                  tile=None, mapping="auto", tasks="row", split_tiles=0,
-                 mask_batch=None, mask_heads=None, max_tiles=0, max_slots=0):
+                 mask_batch=None, mask_heads=None, max_tiles=0, max_slots=0, variant=None):
         lib = library()
         if getattr(lib, "tsr_gpuplan_create", None) is None:
             raise TesseraError("this libtessera has no GPU planning (tsr_gpuplan_create)")
@@ -361,6 +445,9 @@ class GpuPlan:
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
                               dtype, layout, scale, tile, mapping, tasks, split_tiles)
         self._problem = p
+        if variant:
+            self._variant = variant.encode()
+            o.variant = self._variant
         c = _GpuPlanCaps()
         lib.tsr_gpuplan_caps_init(ctypes.byref(c))
         c.mask_batch = mask_batch or batch
@@ -413,10 +500,14 @@ class GpuPlan:
         self.plan(mask, stream)
         return self.run(q, k, v, out=out, lse=lse, stream=stream)
 
-    def stats(self):
-        """Features of the latest completed planning (no synchronisation)."""
+    def _stats(self):
         s = _GpuPlanStats()
         library().tsr_gpuplan_stats_read(self._h, ctypes.byref(s))
+        return s
+
+    def stats(self):
+        """Features of the latest completed planning (no synchronisation)."""
+        s = self._stats()
         return {f: getattr(s, f) for f, _ in _GpuPlanStats._fields_}
 
     def summary(self):
@@ -437,29 +528,108 @@ class GpuPlan:
     __del__ = close
 
 
+class _GpuTemplates:
+    """The GPU plan templates of one shape: the automatic one, and those the
+    lookup table selects from the features the planner published for the
+    latest completed step (read without synchronising, so a step behind).
+    Templates are kept, so a regime seen before costs nothing; none is made
+    while a CUDA graph is being captured."""
+
+    _NAMES_M = {v: k for k, v in MAPPINGS.items()}
+    _NAMES_T = {v: k for k, v in TASKS.items()}
+
+    def __init__(self, ctx, make, select):
+        self.ctx, self.make, self.select = ctx, make, select
+        self.auto = self.cur = make()
+        self.plans = {}
+        self.seen = (id(self.cur), 0)
+        self.selected_by = "fallback" if select else "off"
+        self.selection = ("no completed step yet: the automatic template" if select
+                          else "selection off: the automatic template")
+
+    def pick(self):
+        if not self.select or _torch().cuda.is_current_stream_capturing():
+            return self.cur
+        lib, err, cur = library(), _Error(), self.cur
+        st = cur._stats()
+        if st.step == 0 or st.overflow or (id(cur), st.step) == self.seen:
+            return cur
+        self.seen = (id(cur), st.step)
+        f, sel, base = _Features(), _Selection(), _PlanOpts()
+        lib.tsr_gpuplan_features(cur._h, ctypes.byref(st), ctypes.byref(f))
+        lib.tsr_plan_opts_init(ctypes.byref(base))
+        _check(lib.tsr_context_select_features(self.ctx._h, ctypes.byref(f), ctypes.byref(base),
+                                               ctypes.byref(sel), ctypes.byref(err)), err)
+        self.selection = sel.reason.decode(errors="replace")
+        if not sel.from_table:
+            self.selected_by, self.cur = "fallback", self.auto
+            return self.cur
+        o, tasks, split = sel.opts, sel.opts.tasks, 0
+        if tasks == TASKS["split"]:
+            # The host planner splits into chunks of the mean row: estimate it
+            # from this step's tiles, in the selected tile's key tiles.
+            summ = cur.summary()
+            rows = cur.shape[0] * cur.shape[1] * -(-cur.shape[2] // summ["tile_m"])
+            split = max(1, round(st.tiles / max(rows, 1) * summ["tile_n"] / o.tile_n))
+        elif tasks != TASKS["row"]:
+            tasks = TASKS["row"]  # pack is host-only; row is the GPU planner's default
+        regime = (o.tile_m, o.tile_n, o.mapping, tasks, split, sel.variant)
+        if regime not in self.plans:
+            try:
+                self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n),
+                                               mapping=self._NAMES_M[o.mapping],
+                                               tasks=self._NAMES_T[tasks], split_tiles=split,
+                                               variant=sel.variant.decode() or None)
+            except TesseraError as e:  # a regime the GPU planner cannot take
+                self.plans[regime] = None
+                self.selection += f"; GPU template refused ({e}): the automatic template"
+        gp = self.plans[regime]
+        self.selected_by = _LEVELS.get(sel.level, "table") if gp else "fallback"
+        self.cur = gp or self.auto
+        return self.cur
+
+
+def last_selection():
+    """Where the plan of the latest attention() call came from:
+    {"selected_by": ..., "selection": the reason}.  For a CUDA mask it is the
+    template chosen from the previous completed step's features."""
+    return dict(_last_selection)
+
+
 def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd",
-              scale=None, out=None, lse=None, **plan_kw):
+              scale=None, out=None, lse=None, select=True, **plan_kw):
     """One request: selection + planning + execution.  Returns the output.
 
     A CUDA block mask is planned on the GPU with a cached GpuPlan template
-    (no host copy, no synchronisation); a CPU mask is planned on the host."""
+    (no host copy, no synchronisation), re-selected from the lookup table
+    with the features the planner published for the latest completed step;
+    a CPU mask is planned on the host with the plan the lookup table selects
+    for its features.  select=False: the automatic plan (template).  Giving
+    tile, mapping or tasks plans as asked.  last_selection() says why."""
     ctx = context or Context(device=q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
+    open_choice = not any(x in plan_kw for x in ("tile", "mapping", "tasks", "split_tiles", "variant"))
     if (block_mask.is_cuda and not _is_variable(block)
             and getattr(library(), "tsr_gpuplan_create", None) is not None):
         m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
         key = (id(ctx), b, hq, hkv, sq, sk, d, tuple(block), str(q.dtype), layout, scale,
-               m.shape[0], m.shape[1], tuple(sorted(plan_kw.items())))
-        gp = _gpuplans.get(key)
-        if gp is None:
-            gp = GpuPlan(ctx, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype, layout=layout,
-                         scale=scale, mask_batch=m.shape[0], mask_heads=m.shape[1], **plan_kw)
-            _gpuplans[key] = gp
+               m.shape[0], m.shape[1], select, tuple(sorted(plan_kw.items())))
+        tp = _gpuplans.get(key)
+        if tp is None:
+            def make(**regime):
+                kw = dict(plan_kw, **regime)
+                return GpuPlan(ctx, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype, layout=layout,
+                               scale=scale, mask_batch=m.shape[0], mask_heads=m.shape[1], **kw)
+            tp = _gpuplans[key] = _GpuTemplates(ctx, make, select and open_choice)
+        gp = tp.pick()
+        _last_selection.update(selected_by=tp.selected_by if open_choice else "options",
+                               selection=tp.selection)
         return gp(q, k, v, block_mask if block_mask.is_contiguous() else block_mask.contiguous(),
                   out=out, lse=lse)
     plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype,
-                layout=layout, scale=scale, **plan_kw)
+                layout=layout, scale=scale, select=select, **plan_kw)
+    _last_selection.update(selected_by=plan.selected_by, selection=plan.selection)
     o = plan.run(q, k, v, out=out, lse=lse)
     # The plan's device metadata must outlive the launch: keep the plan alive
     # until the stream passes this point, without a host synchronisation.
@@ -469,7 +639,8 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
 
 
 _pending = []
-_gpuplans = {}  # GPU plan templates by shape and regime; kept for the process
+_gpuplans = {}  # GPU plan templates by shape (_GpuTemplates); kept for the process
+_last_selection = {"selected_by": None, "selection": None}
 
 
 def _reap():

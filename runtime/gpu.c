@@ -12,6 +12,15 @@
  * microseconds (two TMA encodes per tensor for TMA variants) plus one or two
  * cuLaunchKernel calls.
  *
+ * The context also owns the plan selector: tsr_context_create reads the
+ * lookup table for the device (a few milliseconds for the embedded
+ * default, once), and tsr_context_select turns a request's (problem, mask)
+ * into plan options: features, one binary search per table level, then a
+ * check of the row's variant against the bundle (a scan of its few dozen
+ * entries), about a microsecond on top of the features.  A host-only
+ * context (TSR_CONTEXT_NO_DEVICE) has the bundle and the table but no
+ * driver, so selection runs and is tested on machines without a GPU.
+ *
  * Lifetime: a plan's device copies hold a reference on the context, so the
  * context outlives them whichever of tsr_plan_destroy and
  * tsr_context_destroy comes first.
@@ -48,6 +57,15 @@ struct tsr_context {
   int64_t smem_optin;
   tsr_bundle bundle;
   loaded_t *mods; /* per bundle entry, loaded on first use */
+  tsr_selector *selector; /* the device's lookup table */
+  /* How each recently hit row's variant fares against the bundle, by row
+   * id modulo the size (ids start at 1: 0 is empty).  A row decides the
+   * dtype, head dim, tile and variant, so its outcome never changes. */
+  struct {
+    int64_t row;
+    int outcome; /* 0 keep the row's variant, 1 the bundle's own, 2 automatic plan */
+    char note[TSR_VARIANT_NAME_MAX + 96];
+  } memo[64];
 };
 
 typedef struct {
@@ -73,6 +91,9 @@ int tsr_context_num_sms(const tsr_context *ctx) { return ctx->num_sms; }
 
 tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err)
 {
+  if (!ctx->pctx)
+    return tsr_error_set(err, TSR_ERR_NO_DEVICE,
+                         "the context has no device (created with TSR_CONTEXT_NO_DEVICE)");
   return tsr_cu_check(&ctx->cu, ctx->cu.cuCtxSetCurrent(ctx->pctx), "cuCtxSetCurrent", err);
 }
 
@@ -87,6 +108,7 @@ static void context_release(tsr_context *ctx)
     ctx->cu.cuDevicePrimaryCtxRelease(ctx->dev);
   }
   free(ctx->mods);
+  tsr_select_destroy(ctx->selector);
   tsr_bundle_free(&ctx->bundle);
   tsr_cu_close(&ctx->cu);
   free(ctx);
@@ -114,6 +136,14 @@ tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_
   ctx = calloc(1, sizeof *ctx);
   if (!ctx) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
   ctx->refs = 1;
+  if (o->device == TSR_CONTEXT_NO_DEVICE) {
+    /* Host only: the target and grid the shipped table was made for. */
+    snprintf(ctx->arch, sizeof ctx->arch, "sm_90a");
+    ctx->num_sms = 132;
+    ctx->smem_optin = tsr_arch_smem_limit(ctx->arch);
+    name[0] = '\0';
+    goto tables;
+  }
   st = tsr_cu_open(&ctx->cu, err);
   if (st) goto fail;
   if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuInit(0), "cuInit", err))) goto fail;
@@ -137,10 +167,13 @@ tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_
     goto fail;
   }
   snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
+  if (ctx->cu.cuDeviceGetName(name, sizeof name, ctx->dev) != CUDA_SUCCESS) name[0] = '\0';
   if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDevicePrimaryCtxRetain(&ctx->pctx, ctx->dev),
                          "cuDevicePrimaryCtxRetain", err)))
     goto fail;
   if ((st = tsr_context_make_current(ctx, err))) goto fail;
+
+tables:
 
   /* The bundle: the caller's folder, then $TESSERA_BUNDLE, then the
    * installed one. */
@@ -153,6 +186,11 @@ tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
     goto fail;
   }
+  /* The device's rows of the table (the table's only GPU when the name is
+   * unknown); a GPU the table lacks loads an empty selector. */
+  if ((st = tsr_select_open(o->db_path, name[0] ? name : NULL, name[0] ? ctx->num_sms : 0,
+                            &ctx->selector, err)))
+    goto fail;
   *out = ctx;
   return TSR_OK;
 fail:
@@ -237,6 +275,105 @@ int tsr_gpu_has_variant(const tsr_context *ctx, const char *name)
     return 0;
   i = tsr_bundle_find(&ctx->bundle, name);
   return i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch)));
+}
+
+/* ---- Selection ------------------------------------------------------------ */
+
+const tsr_selector *tsr_context_selector(const tsr_context *ctx) { return ctx ? ctx->selector : NULL; }
+
+/* Appends `text` to the selection's reason, cut to fit. */
+static void reason_append(tsr_selection *out, const char *text)
+{
+  size_t len = strlen(out->reason), n = strlen(text);
+  if (len + n >= sizeof out->reason)
+    n = sizeof out->reason - 1 - len;
+  memcpy(out->reason + len, text, n);
+  out->reason[len + n] = '\0';
+}
+
+/* The row's variant against the bundle: kept when the bundle holds it for
+ * the device and it serves the tile; else dropped, so that tsr_gpu_upload
+ * picks the bundle's variant for the same tile (table rows name the build
+ * they were timed with, which a later catalog may have renamed); else, when
+ * nothing in the bundle serves the tile, the automatic plan.  Plans other
+ * than retain may carry partial tiles, so their variant must mask.  The
+ * bundle scan costs about a microsecond: its outcome is remembered per row. */
+static void resolve_variant(tsr_context *ctx, const tsr_features *f, const tsr_plan_opts *base,
+                            tsr_selection *out)
+{
+  size_t slot = (size_t)((uint64_t)out->row_id % (sizeof ctx->memo / sizeof ctx->memo[0]));
+  tsr_variant_need need;
+  long i;
+  if (ctx->memo[slot].row != out->row_id || out->row_id <= 0) {
+    const char *dt = tsr_variant_dtype_name(f->dtype);
+    need.dtype = f->dtype;
+    need.head_dim = (int)f->head_dim;
+    need.bm = out->opts.tile_m;
+    need.bn = out->opts.tile_n;
+    need.membership = out->opts.mapping != TSR_MAP_RETAIN;
+    ctx->memo[slot].note[0] = '\0';
+    i = out->variant[0] ? tsr_bundle_find(&ctx->bundle, out->variant) : -1;
+    if (i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch))) &&
+        ctx->bundle.items[i].smem <= ctx->smem_optin &&
+        tsr_variant_serves(&ctx->bundle.items[i].v, ctx->arch, &need)) {
+      ctx->memo[slot].outcome = 0;
+    } else if (tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin) >= 0) {
+      ctx->memo[slot].outcome = 1;
+      if (out->variant[0])
+        snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
+                 "; variant %s not in the bundle: its own for the tile", out->variant);
+    } else {
+      ctx->memo[slot].outcome = 2;
+      snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
+               "; no %s d%d %dx%d variant in the bundle for %s: automatic plan",
+               dt ? dt : tsr_dtype_name(f->dtype), need.head_dim, need.bm, need.bn, ctx->arch);
+    }
+    ctx->memo[slot].row = out->row_id;
+  }
+  reason_append(out, ctx->memo[slot].note);
+  if (ctx->memo[slot].outcome == 0)
+    return;
+  out->variant[0] = '\0';
+  out->opts.variant = NULL;
+  if (ctx->memo[slot].outcome == 2) {
+    out->opts = *base;
+    out->from_table = 0;
+    out->level = -1;
+    out->row_id = -1;
+  }
+}
+
+tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
+                                       const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
+{
+  tsr_plan_opts b;
+  tsr_status st;
+  if (!ctx || !f || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
+                         !ctx ? "context" : !f ? "features" : "output");
+  if (base)
+    b = *base;
+  else
+    tsr_plan_opts_init(&b);
+  if (!b.num_sms)
+    b.num_sms = ctx->num_sms;
+  if ((st = tsr_select_request(ctx->selector, f, &b, out, err)))
+    return st;
+  if (out->from_table)
+    resolve_variant(ctx, f, &b, out);
+  return TSR_OK;
+}
+
+tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,
+                              const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
+{
+  tsr_features f;
+  tsr_status st;
+  if (!ctx || !p || !m || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
+                         !ctx ? "context" : !p ? "problem" : !m ? "mask" : "output");
+  st = tsr_features_compute(p, m, base && base->num_sms ? base->num_sms : ctx->num_sms, &f, err);
+  return st ? st : tsr_context_select_features(ctx, &f, base, out, err);
 }
 
 /* Fills pl->variant (or checks the one named there); membership: the plan

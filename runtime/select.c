@@ -606,3 +606,43 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
   json_decref(o);
   return text;
 }
+
+/* ---- The request path -------------------------------------------------- */
+
+tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
+                              const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
+{
+  static const char base_tail[] = ": base plan", auto_tail[] = ": automatic plan";
+  tsr_plan_opts b;
+  tsr_status st;
+  size_t len;
+  if (base)
+    b = *base;
+  else
+    tsr_plan_opts_init(&b);
+  if ((st = tsr_select_plan(s, f, out, err)) != TSR_OK)
+    return st;
+  if (out->from_table) {
+    /* The row decides the tile, mapping, task layout and variant; the
+     * caller's options keep the rest (arch, split chunk, grid size). */
+    b.tile_m = out->opts.tile_m;
+    b.tile_n = out->opts.tile_n;
+    b.mapping = out->opts.mapping;
+    b.tasks = out->opts.tasks;
+    b.variant = out->opts.variant;
+    if (!b.num_sms)
+      b.num_sms = out->opts.num_sms;
+    out->opts = b;
+    return TSR_OK;
+  }
+  /* A miss keeps what the request path did before there was a table: the
+   * automatic planner (or the caller's options). */
+  out->opts = b;
+  len = strlen(out->reason);
+  if (len >= sizeof base_tail - 1 && !strcmp(out->reason + len - (sizeof base_tail - 1), base_tail))
+    len -= sizeof base_tail - 1;
+  if (len > sizeof out->reason - sizeof auto_tail)
+    len = sizeof out->reason - sizeof auto_tail;
+  memcpy(out->reason + len, auto_tail, sizeof auto_tail);
+  return TSR_OK;
+}

@@ -429,16 +429,28 @@ void tsr_corpus_plane_features(const uint8_t *plane, int64_t nq, int64_t nk,
 /* ---- GPU execution (runtime/cuda.c, bundle.c, gpu.c) ------------------- */
 
 /* A context owns the loaded driver (dlopen of libcuda.so.1 on first use), the
- * kernel bundle for the device's arch and the lookup database. */
+ * kernel bundle for the device's arch and the plan selector: the lookup
+ * table of the device (its name and multiprocessor count), read once at
+ * create (see tsr_context_select). */
 typedef struct tsr_context tsr_context;
 
 typedef struct {
-  int device;            /* CUDA device ordinal */
+  int device;            /* CUDA device ordinal, or TSR_CONTEXT_NO_DEVICE */
   const char *bundle_dir;/* NULL = $TESSERA_BUNDLE, then the installed bundle */
   const char *db_path;   /* NULL = the embedded default lookup database */
 } tsr_context_opts;
 
+/* device: a host-only context, with the bundle (sm_90a) and the lookup
+ * table (its only GPU, 132 multiprocessors) but no driver: selection works
+ * on a machine without a GPU; every device call fails with
+ * TSR_ERR_NO_DEVICE. */
+#define TSR_CONTEXT_NO_DEVICE (-1)
+
 void tsr_context_opts_init(tsr_context_opts *o);
+/* Loads the driver, the bundle and the lookup table.  A db_path that is
+ * missing, not SQLite or not a tessera database is an error naming the
+ * path; the embedded default always opens (a GPU it has no rows for selects
+ * the automatic plan every time). */
 tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_error *err);
 void tsr_context_destroy(tsr_context *ctx);
 
@@ -634,7 +646,7 @@ typedef struct {
   int level;             /* 0 exact region, 1 nearest region, 2 geometry; -1 base */
   int64_t row_id;        /* lookup.id of the row hit; -1 on fallback */
   tsr_region region;
-  char reason[256];      /* why this plan: row hit, or why it fell back */
+  char reason[384];      /* why this plan: row hit, or why it fell back */
 } tsr_selection;
 
 /* Picks the plan for the features.  s may be NULL (base plan).  Never fails
@@ -650,6 +662,38 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m,
 void tsr_select_base(const tsr_features *f, tsr_plan_opts *o);
 /* Features, region, row hit and reason as JSON (malloc'ed; caller frees). */
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
+/* The request path's selection: tsr_select_plan, except that a fallback
+ * gives the caller's options `base` (NULL = tsr_plan_opts_init: the
+ * automatic planner) instead of the base plan, and a row hit gives base
+ * with the row's tile, mapping, task layout and variant.  The variant is
+ * the table's name, unchecked: tsr_context_select checks it against a
+ * bundle.  s may be NULL (always the fallback). */
+tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
+                              const tsr_plan_opts *base, tsr_selection *out, tsr_error *err);
+
+/* ---- Selection in the request path (runtime/gpu.c) --------------------- */
+
+/* Turns (problem, mask) into plan options through the context's lookup
+ * table: features (tsr_features_compute, base->num_sms or the device's
+ * multiprocessors), the table row and its eligibility (tsr_select_request),
+ * then the bundle: the row's variant when the bundle serves the tile with
+ * it, else no name (tsr_gpu_upload picks the bundle's variant for the same
+ * tile, dtype and head dim; the reason says so), else, when the bundle has
+ * no variant for that tile at all, the automatic plan (base).  out->opts is
+ * ready for tsr_plan_create while *out lives (opts.variant points into it).
+ * from_table, level (0 region, 1 nearest region, 2 geometry, -1 fallback),
+ * row_id and reason say why.  Host work only, microseconds on top of the
+ * features; works on a host-only context (TSR_CONTEXT_NO_DEVICE).  It
+ * remembers each row's bundle check in the context, so, like every call on
+ * a context, it must not run concurrently with another on the same one. */
+tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,
+                              const tsr_plan_opts *base, tsr_selection *out, tsr_error *err);
+/* The same from features already computed (from tsr_gpuplan_features, say). */
+tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
+                                       const tsr_plan_opts *base, tsr_selection *out,
+                                       tsr_error *err);
+/* The context's selector (read only; owned by the context). */
+const tsr_selector *tsr_context_selector(const tsr_context *ctx);
 
 /* ---- GPU planning (runtime/gpuplan.c, templates/plan_gpu.cuh) --------- */
 

@@ -337,15 +337,19 @@ typedef struct {
   int64_t gpu, sweep, plans[N_PLANS], variants[3];
 } fixture;
 
-/* Features of a random mask of 64x64 blocks over seq tokens with row
- * selection probability p (all rows equally long when even). */
-static void mask_features(tu_rng *rng, int64_t seq, double dens, int even, tsr_features *f)
+/* A request: a random mask of 64x64 blocks over seq tokens, 2 heads, head
+ * dim 128, with row selection probability dens (all rows equally long
+ * when even), and its problem. */
+typedef struct {
+  tsr_geom *g;
+  tsr_mask *m;
+  tsr_problem p;
+} request;
+
+static void make_request(tu_rng *rng, int64_t seq, double dens, int even, request *r)
 {
   int64_t n = (seq + 63) / 64, i, j;
   uint8_t *bits = malloc((size_t)(2 * n * n));
-  tsr_geom *g = NULL;
-  tsr_mask *m = NULL;
-  tsr_problem p;
   tsr_error err = {0};
   for (i = 0; i < 2 * n; i++) {
     double pr = even ? dens : dens * 2 * tu_uniform(rng) * tu_uniform(rng) * 2;
@@ -353,19 +357,36 @@ static void mask_features(tu_rng *rng, int64_t seq, double dens, int even, tsr_f
       bits[i * n + j] = tu_uniform(rng) < pr;
     bits[i * n + (i % n)] = 1; /* no empty rows */
   }
-  ck_assert_int_eq(tsr_geom_uniform(seq, seq, 64, 64, &g, &err), TSR_OK);
-  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, n, n, bits, &m, &err), TSR_OK);
-  memset(&p, 0, sizeof p);
-  p.batch = 1;
-  p.heads_q = p.heads_kv = 2;
-  p.seq_q = p.seq_k = seq;
-  p.head_dim = 128;
-  p.dtype = TSR_DT_BF16;
-  p.geom = g;
-  ck_assert_int_eq(tsr_features_compute(&p, m, 132, f, &err), TSR_OK);
-  tsr_mask_destroy(m);
-  tsr_geom_destroy(g);
+  r->g = NULL;
+  r->m = NULL;
+  ck_assert_int_eq(tsr_geom_uniform(seq, seq, 64, 64, &r->g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, n, n, bits, &r->m, &err), TSR_OK);
+  memset(&r->p, 0, sizeof r->p);
+  r->p.batch = 1;
+  r->p.heads_q = r->p.heads_kv = 2;
+  r->p.seq_q = r->p.seq_k = seq;
+  r->p.head_dim = 128;
+  r->p.dtype = TSR_DT_BF16;
+  r->p.geom = r->g;
   free(bits);
+}
+
+static void free_request(request *r)
+{
+  tsr_mask_destroy(r->m);
+  tsr_geom_destroy(r->g);
+  r->m = NULL;
+  r->g = NULL;
+}
+
+/* Features of make_request's mask. */
+static void mask_features(tu_rng *rng, int64_t seq, double dens, int even, tsr_features *f)
+{
+  request r;
+  tsr_error err = {0};
+  make_request(rng, seq, dens, even, &r);
+  ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, f, &err), TSR_OK);
+  free_request(&r);
 }
 
 static void fixture_open(fixture *fx, const char *path)
@@ -427,25 +448,40 @@ static int64_t record_mask(fixture *fx, tu_rng *rng, const char *name, const cha
 
 /* Features of the 3 kinds: sparse even, dense even, mid-density uneven.
  * Each kind is held to one region (density, spread and fill bins), so
- * every mask of a kind hits the same level-0 row. */
-static void kind_features(tu_rng *rng, int kind, tsr_features *f)
+ * every mask of a kind hits the same level-0 row.  keep (may be NULL)
+ * receives the request itself. */
+static void kind_request(tu_rng *rng, int kind, tsr_features *f, request *keep)
 {
   int tries;
   for (tries = 0; tries < 200; tries++) {
     tsr_region r;
+    request q;
+    tsr_error err = {0};
     if (kind == 0)
-      mask_features(rng, 4096, 0.08, 1, f);
+      make_request(rng, 4096, 0.08, 1, &q);
     else if (kind == 1)
-      mask_features(rng, 4096, 0.6, 1, f);
+      make_request(rng, 4096, 0.6, 1, &q);
     else
-      mask_features(rng, 4096, 0.3, 0, f);
+      make_request(rng, 4096, 0.3, 0, &q);
+    ck_assert_int_eq(tsr_features_compute(&q.p, q.m, 132, f, &err), TSR_OK);
     tsr_select_region(f, &r);
     if ((kind == 0 && r.density_bin == 2 && r.spread_bin == 1 && r.fill_bin == 0) ||
         (kind == 1 && r.density_bin == 6 && r.spread_bin == 0 && r.fill_bin == 1) ||
-        (kind == 2 && r.density_bin == 5 && r.spread_bin == 2 && r.fill_bin == 0))
+        (kind == 2 && r.density_bin == 5 && r.spread_bin == 2 && r.fill_bin == 0)) {
+      if (keep)
+        *keep = q;
+      else
+        free_request(&q);
       return;
+    }
+    free_request(&q);
   }
   ck_abort_msg("could not draw a mask of kind %d", kind);
+}
+
+static void kind_features(tu_rng *rng, int kind, tsr_features *f)
+{
+  kind_request(rng, kind, f, NULL);
 }
 
 static void build_fixture(fixture *fx, const char *path, tu_rng *rng, int per_kind)
@@ -782,9 +818,12 @@ START_TEST(test_export_roundtrip)
 }
 END_TEST
 
-/* Selection cost on top of features: a binary search per level.  The
- * figure is printed for the log; the 5 microsecond target is a benchmark
+/* Selection cost on top of features: a binary search per level, and in the
+ * request path (tsr_context_select) the bundle check besides.  The figures
+ * are printed for the log; the 5 microsecond target is a benchmark
  * (BENCHMARKS.md, `tessera plan --bench`), never a timed assertion. */
+static tsr_status host_context(const char *db, tsr_context **ctx, tsr_error *err);
+
 START_TEST(test_select_time)
 {
   tu_rng rng = {base_seed + 59};
@@ -817,6 +856,35 @@ START_TEST(test_select_time)
   ck_assert_int_eq(hits, n - n / 3);
   tsr_select_destroy(sel);
   tsr_db_close(fx.db);
+  /* The request path's selection from the same table: the row's variant
+   * checked against the build's bundle, on top of the lookup; then with
+   * the features of a request. */
+  {
+    tsr_context *ctx = NULL;
+    request r;
+    ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
+    hits = 0;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (i = 0; i < n; i++) {
+      tsr_context_select_features(ctx, &f[i % 3], NULL, &s, NULL);
+      hits += s.from_table;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) / n;
+    ck_assert_int_eq(hits, n - n / 3);
+    fprintf(stderr, "context selection: %.3f us per call from features (table, eligibility, bundle)",
+            us);
+    kind_request(&rng, 1, &f[0], &r);
+    n = 2000;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (i = 0; i < n; i++)
+      ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, NULL), TSR_OK);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) / n;
+    fprintf(stderr, ", %.2f us with the features of a 2-head 4096-token 64x64-block mask\n", us);
+    free_request(&r);
+    tsr_context_destroy(ctx);
+  }
 }
 END_TEST
 
@@ -837,6 +905,32 @@ START_TEST(test_open_errors)
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_select_open(path, NULL, 0, &sel, &err), TSR_ERR_DB);
   ck_assert_ptr_nonnull(strstr(err.text, "bad.db"));
+  /* The same files given to a context stop it, naming the path; and an
+   * SQLite file that is not a tessera database. */
+  {
+    tsr_context *ctx = (tsr_context *)&ctx;
+    sqlite3 *h = NULL;
+    tsr_error_clear(&err);
+    ck_assert_int_eq(host_context(path, &ctx, &err), TSR_ERR_DB);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.text, path) != NULL, "%s", err.text);
+    snprintf(path, sizeof path, "%s/none.db", tmpdir);
+    tsr_error_clear(&err);
+    ctx = (tsr_context *)&ctx;
+    ck_assert_int_eq(host_context(path, &ctx, &err), TSR_ERR_IO);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.text, path) != NULL, "%s", err.text);
+    snprintf(path, sizeof path, "%s/other.db", tmpdir);
+    ck_assert_int_eq(sqlite3_open(path, &h), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(h, "CREATE TABLE t (x)", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    tsr_error_clear(&err);
+    ctx = (tsr_context *)&ctx;
+    ck_assert_int_eq(host_context(path, &ctx, &err), TSR_ERR_DB);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(err.text, path) && strstr(err.text, "not a tessera database"), "%s",
+                  err.text);
+  }
   /* The embedded default: empty until a real H200 sweep ships, so it falls
    * back to the base plan and says why. */
   tsr_error_clear(&err);
@@ -875,6 +969,317 @@ START_TEST(test_open_errors)
     ck_assert_msg(strstr(err.text, "mapping 'sideways'") != NULL, "%s", err.text);
     tsr_db_close(db);
   }
+}
+END_TEST
+
+/* ---- The request path: the context's selection --------------------------- */
+
+static const char *builddir(void)
+{
+  const char *b = getenv("TSR_TOP_BUILDDIR");
+  return b && *b ? b : ".";
+}
+
+/* The fixture's variants renamed to the build bundle's real ones (bf16,
+ * d128, the sm90 family: 2 warpgroups at 64 rows, 3 at 128). */
+static const char real_variants_sql[] =
+    "UPDATE lookup SET variant = 'tsr_sm90_bf16_d128_m' || tile_m || 'n' || tile_n || '_s2_g' || "
+    "(CASE WHEN tile_m = 128 THEN 3 ELSE 2 END) || '_flat_mb_tma64'";
+
+/* A host-only context over the build's bundle and the table at db. */
+static tsr_status host_context(const char *db, tsr_context **ctx, tsr_error *err)
+{
+  static char bundle[4096];
+  tsr_context_opts o;
+  snprintf(bundle, sizeof bundle, "%s/bundle", builddir());
+  tsr_context_opts_init(&o);
+  o.device = TSR_CONTEXT_NO_DEVICE;
+  o.bundle_dir = bundle;
+  o.db_path = db;
+  return tsr_context_create(&o, ctx, err);
+}
+
+/* Plans the selection's options, proves the plan exact and returns its
+ * summary. */
+static void plan_verify(const request *r, const tsr_selection *s, tsr_plan_summary *sum)
+{
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  ck_assert_msg(tsr_plan_create(&r->p, r->m, &s->opts, &pl, &err) == TSR_OK, "%s (%s)", err.text,
+                s->reason);
+  ck_assert_msg(tsr_plan_verify(pl, r->m, &err) == TSR_OK, "%s", err.text);
+  tsr_plan_summarize(pl, sum);
+  tsr_plan_destroy(pl);
+}
+
+/* Whether the selection's options are the automatic planner's (with the
+ * device's grid). */
+static void assert_automatic(const tsr_selection *s, int num_sms)
+{
+  ck_assert_int_eq(s->from_table, 0);
+  ck_assert_int_eq(s->level, -1);
+  ck_assert_int_eq(s->row_id, -1);
+  ck_assert_int_eq(s->opts.tile_m, 0);
+  ck_assert_int_eq(s->opts.tile_n, 0);
+  ck_assert_int_eq(s->opts.mapping, TSR_MAP_AUTO);
+  ck_assert_int_eq(s->opts.tasks, TSR_TASKS_AUTO);
+  ck_assert_ptr_null(s->opts.variant);
+  ck_assert_int_eq(s->opts.split_tiles, 0);
+  ck_assert_int_eq(s->opts.num_sms, num_sms);
+  ck_assert_msg(strlen(s->reason) > 16 &&
+                    !strcmp(s->reason + strlen(s->reason) - 16, ": automatic plan"),
+                "%s", s->reason);
+}
+
+START_TEST(test_context_select)
+{
+  tu_rng rng = {base_seed + 97};
+  char path[300];
+  fixture fx;
+  tsrp_build_opts bo = {NULL, NULL};
+  tsrp_build_stats bs;
+  tsr_context *ctx = NULL;
+  tsr_error err = {0};
+  tsr_plan_summary sum;
+  int kind, i;
+  snprintf(path, sizeof path, "%s/c.db", tmpdir);
+  build_fixture(&fx, path, &rng, 4);
+  ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
+  ck_assert_int_eq(tsr_db_exec(fx.db, real_variants_sql, &err), TSR_OK);
+  tsr_db_close(fx.db);
+  ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
+  ck_assert_str_eq(tsr_select_gpu(tsr_context_selector(ctx)), "NVIDIA Test");
+  ck_assert_int_eq(tsr_select_rows(tsr_context_selector(ctx)), bs.rows);
+  /* Row hits: the row's plan and its variant, which the bundle serves; the
+   * plan made from the options is exact. */
+  for (kind = 0; kind < 3; kind++)
+    for (i = 0; i < 3; i++) {
+      request r;
+      tsr_features f;
+      tsr_selection s;
+      char want[96];
+      const tsr_db_plan *dp = &fixture_plans[expected_plan[kind]];
+      kind_request(&rng, kind, &f, &r);
+      memset(&s, 0xa5, sizeof s);
+      ck_assert_msg(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err) == TSR_OK, "%s", err.text);
+      ck_assert_msg(s.from_table && s.level == 0, "%s", s.reason);
+      ck_assert_int_ge(s.row_id, 1);
+      ck_assert_int_eq(s.opts.mapping, dp->mapping);
+      ck_assert_int_eq(s.opts.tile_m, dp->tile_m);
+      ck_assert_int_eq(s.opts.tile_n, dp->tile_n);
+      ck_assert_int_eq(s.opts.tasks, dp->tasks);
+      ck_assert_int_eq(s.opts.num_sms, 132);
+      snprintf(want, sizeof want, "tsr_sm90_bf16_d128_m%dn%d_s2_g%d_flat_mb_tma64", dp->tile_m,
+               dp->tile_n, dp->tile_m == 128 ? 3 : 2);
+      ck_assert_str_eq(s.variant, want);
+      ck_assert_ptr_eq(s.opts.variant, s.variant);
+      ck_assert_int_eq(tsr_gpu_has_variant(ctx, want), 1);
+      ck_assert_ptr_null(strstr(s.reason, "bundle"));
+      plan_verify(&r, &s, &sum);
+      ck_assert_int_eq(sum.tile_m, dp->tile_m);
+      ck_assert_int_eq(sum.tile_n, dp->tile_n);
+      ck_assert_int_eq(sum.tasks, dp->tasks);
+      ck_assert_str_eq(sum.variant, want);
+      /* The caller's other options survive a hit. */
+      {
+        tsr_plan_opts base;
+        tsr_plan_opts_init(&base);
+        base.split_tiles = 3;
+        base.num_sms = 100;
+        base.arch = "sm_90a";
+        ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, &base, &s, &err), TSR_OK);
+        ck_assert_int_eq(s.opts.split_tiles, 3);
+        ck_assert_int_eq(s.opts.num_sms, 100);
+        ck_assert_str_eq(s.opts.arch, "sm_90a");
+        ck_assert_int_eq(s.opts.tile_m, dp->tile_m);
+        plan_verify(&r, &s, &sum);
+      }
+      free_request(&r);
+    }
+  /* A miss (a head dim the table never saw): the automatic plan, exactly
+   * the plan the request path made before there was a table. */
+  {
+    request r;
+    tsr_features f;
+    tsr_selection s;
+    tsr_plan_opts o;
+    tsr_plan *pl = NULL;
+    tsr_plan_summary auto_sum;
+    kind_request(&rng, 1, &f, &r);
+    r.p.head_dim = 64;
+    memset(&s, 0xa5, sizeof s);
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+    assert_automatic(&s, 132);
+    ck_assert_msg(strstr(s.reason, "no usable row for bfloat16 d64") != NULL, "%s", s.reason);
+    plan_verify(&r, &s, &sum);
+    tsr_plan_opts_init(&o);
+    ck_assert_int_eq(tsr_plan_create(&r.p, r.m, &o, &pl, &err), TSR_OK);
+    tsr_plan_summarize(pl, &auto_sum);
+    tsr_plan_destroy(pl);
+    ck_assert_int_eq(sum.tile_m, auto_sum.tile_m);
+    ck_assert_int_eq(sum.tile_n, auto_sum.tile_n);
+    ck_assert_int_eq(sum.mapping, auto_sum.mapping);
+    ck_assert_int_eq(sum.tasks, auto_sum.tasks);
+    ck_assert_int_eq(sum.tiles, auto_sum.tiles);
+    ck_assert_int_eq(sum.tasks_count, auto_sum.tasks_count);
+    ck_assert_int_eq(sum.split_rows, auto_sum.split_rows);
+    /* The caller's options are the fallback when given. */
+    o.split_tiles = 2;
+    o.tasks = TSR_TASKS_SPLIT;
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, &o, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.from_table, 0);
+    ck_assert_int_eq(s.opts.tasks, TSR_TASKS_SPLIT);
+    ck_assert_int_eq(s.opts.split_tiles, 2);
+    plan_verify(&r, &s, &sum);
+    ck_assert_int_eq(sum.tasks, TSR_TASKS_SPLIT);
+    /* Without a selector at all. */
+    ck_assert_int_eq(tsr_select_request(NULL, &f, NULL, &s, &err), TSR_OK);
+    assert_automatic(&s, 0);
+    ck_assert_str_eq(s.reason, "no lookup table: automatic plan");
+    /* Rejected arguments. */
+    ck_assert_int_eq(tsr_context_select(NULL, &r.p, r.m, NULL, &s, &err), TSR_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.text, "context is NULL"));
+    tsr_error_clear(&err);
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, NULL, NULL, &s, &err), TSR_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(err.text, "mask is NULL"));
+    tsr_error_clear(&err);
+    r.p.heads_q = r.p.heads_kv = 3; /* the mask's 2 heads no longer fit the problem */
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_ERR_SHAPE);
+    ck_assert_msg(strstr(err.text, "3") != NULL, "%s", err.text);
+    tsr_error_clear(&err);
+    free_request(&r);
+  }
+  /* A host-only context refuses device work. */
+  {
+    request r;
+    tsr_features f;
+    tsr_selection s;
+    tsr_plan *pl = NULL;
+    kind_request(&rng, 0, &f, &r);
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+    ck_assert_int_eq(tsr_plan_create(&r.p, r.m, &s.opts, &pl, &err), TSR_OK);
+    ck_assert_int_eq(tsr_gpu_upload(ctx, pl, &err), TSR_ERR_NO_DEVICE);
+    ck_assert_ptr_nonnull(strstr(err.text, "no device"));
+    tsr_error_clear(&err);
+    tsr_plan_destroy(pl);
+    free_request(&r);
+  }
+  tsr_context_destroy(ctx);
+
+  /* Rows naming builds the bundle no longer has (the catalog renamed
+   * _flat_ to _pers_, say): the bundle's own variant for the same tile. */
+  ck_assert_int_eq(tsr_db_open(path, 0, &fx.db, &err), TSR_OK);
+  ck_assert_int_eq(tsr_db_exec(fx.db, "UPDATE lookup SET variant = replace(variant, '_flat_', "
+                                      "'_pers_')",
+                               &err),
+                   TSR_OK);
+  tsr_db_close(fx.db);
+  ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
+  for (kind = 0; kind < 3; kind++) {
+    request r;
+    tsr_features f;
+    tsr_selection s;
+    const tsr_db_plan *dp = &fixture_plans[expected_plan[kind]];
+    char gone[96];
+    kind_request(&rng, kind, &f, &r);
+    snprintf(gone, sizeof gone, "tsr_sm90_bf16_d128_m%dn%d_s2_g%d_pers_mb_tma64", dp->tile_m,
+             dp->tile_n, dp->tile_m == 128 ? 3 : 2);
+    ck_assert_int_eq(tsr_gpu_has_variant(ctx, gone), 0);
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+    ck_assert_msg(s.from_table && s.level == 0, "%s", s.reason);
+    ck_assert_int_eq(s.opts.mapping, dp->mapping);
+    ck_assert_int_eq(s.opts.tile_m, dp->tile_m);
+    ck_assert_int_eq(s.opts.tasks, dp->tasks);
+    ck_assert_str_eq(s.variant, "");
+    ck_assert_ptr_null(s.opts.variant);
+    ck_assert_msg(strstr(s.reason, gone) && strstr(s.reason, "not in the bundle: its own for the tile"),
+                  "%s", s.reason);
+    plan_verify(&r, &s, &sum);
+    ck_assert_int_eq(sum.tile_m, dp->tile_m);
+    free_request(&r);
+  }
+  tsr_context_destroy(ctx);
+
+  /* A row for a head dim the bundle has no variant for: automatic plan. */
+  ck_assert_int_eq(tsr_db_open(path, 0, &fx.db, &err), TSR_OK);
+  ck_assert_int_eq(tsr_db_exec(fx.db, "UPDATE lookup SET head_dim = 96", &err), TSR_OK);
+  tsr_db_close(fx.db);
+  ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
+  {
+    request r;
+    tsr_features f;
+    tsr_selection s;
+    kind_request(&rng, 2, &f, &r);
+    r.p.head_dim = 96;
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+    assert_automatic(&s, 132);
+    ck_assert_msg(strstr(s.reason, "table row") &&
+                      strstr(s.reason, "no bf16 d96 128x128 variant in the bundle for sm_90a"),
+                  "%s", s.reason);
+    plan_verify(&r, &s, &sum);
+    free_request(&r);
+  }
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* The embedded default table through a host-only context: the shipped
+ * H200 rows, their variants checked against the build's bundle. */
+START_TEST(test_context_default)
+{
+  tu_rng rng = {base_seed + 101};
+  tsr_context *ctx = NULL;
+  tsr_error err = {0};
+  int c, hits = 0;
+  ck_assert_msg(host_context(NULL, &ctx, &err) == TSR_OK, "%s", err.text);
+  ck_assert_str_eq(tsr_select_gpu(tsr_context_selector(ctx)), "NVIDIA H200");
+  ck_assert_int_gt(tsr_select_rows(tsr_context_selector(ctx)), 0);
+  for (c = 0; c < 12; c++) {
+    /* The demo corpus's shape: 2304 tokens, 4 heads, d64, 128x128 or
+     * 128x64 blocks, at densities across the table's bins. */
+    int64_t bk = c % 2 ? 64 : 128, nq = 18, nk = 2304 / bk, i;
+    double dens = 0.1 + 0.8 * tu_uniform(&rng);
+    uint8_t *bits = tu_rand_bits(&rng, (size_t)(4 * nq * nk), dens);
+    request r;
+    tsr_features f;
+    tsr_selection raw, s;
+    tsr_plan_summary sum;
+    for (i = 0; i < 4 * nq; i++)
+      bits[i * nk + (i % nk)] = 1;
+    ck_assert_int_eq(tsr_geom_uniform(2304, 2304, 128, bk, &r.g, &err), TSR_OK);
+    ck_assert_int_eq(tsr_mask_from_bytes(1, 4, nq, nk, bits, &r.m, &err), TSR_OK);
+    free(bits);
+    memset(&r.p, 0, sizeof r.p);
+    r.p.batch = 1;
+    r.p.heads_q = r.p.heads_kv = 4;
+    r.p.seq_q = r.p.seq_k = 2304;
+    r.p.head_dim = 64;
+    r.p.dtype = TSR_DT_BF16;
+    r.p.geom = r.g;
+    ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
+    ck_assert_int_eq(tsr_select_request(tsr_context_selector(ctx), &f, NULL, &raw, &err), TSR_OK);
+    ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.from_table, raw.from_table);
+    if (s.from_table) {
+      hits++;
+      ck_assert_int_eq(s.row_id, raw.row_id);
+      ck_assert_int_eq(s.opts.tile_m, raw.opts.tile_m);
+      ck_assert_int_eq(s.opts.mapping, raw.opts.mapping);
+      if (!raw.variant[0] || tsr_gpu_has_variant(ctx, raw.variant)) {
+        ck_assert_str_eq(s.variant, raw.variant);
+      } else {
+        ck_assert_str_eq(s.variant, "");
+        ck_assert_msg(strstr(s.reason, "not in the bundle"), "%s", s.reason);
+      }
+    } else {
+      assert_automatic(&s, 132);
+    }
+    plan_verify(&r, &s, &sum);
+    free_request(&r);
+  }
+  /* Every (dtype, head dim, geometry) here has a level-2 row. */
+  ck_assert_int_gt(hits, 0);
+  tsr_context_destroy(ctx);
 }
 END_TEST
 
@@ -984,6 +1389,8 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_export_roundtrip);
   tcase_add_test(tc, test_select_time);
   tcase_add_test(tc, test_open_errors);
+  tcase_add_test(tc, test_context_select);
+  tcase_add_test(tc, test_context_default);
   tcase_add_test(tc, test_png);
   suite_add_tcase(s, tc);
   return s;

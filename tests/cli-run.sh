@@ -118,4 +118,65 @@ grep -q -- "--mask" "$D/stdout" || bad "run --help lacks --mask"
 # --check against the reference passes for the reference itself
 "$T" run --mask "$M" --block 16 --q "$G" --k "$G" --v "$G" --out "$D/out.npy" --check 0 \
   >"$D/stdout" 2>&1 || bad "--check 0 on the reference: $(cat "$D/stdout")"
+# --- selection from the lookup table (cpu backend) ------------------------------
+# A recorded table (tessera-profile init over SQL text holding one row) for
+# this case's geometry: the run takes the row's plan and says so; the output
+# still matches the float64 reference.
+P="$B/tessera-profile"
+rm -f "$D"/*.npy
+s=$((SEED + 50))
+blk=$("$H" gen "$D" "$s" uniform) || bad "gen for selection"
+bq=${blk%x*}; bk=${blk#*x}
+"$T" run --backend cpu --mask "$D/mask.npy" --block "$blk" --q "$D/q.npy" --k "$D/k.npy" \
+  --v "$D/v.npy" --out "$D/out.npy" --explain >"$D/stdout" 2>"$D/stderr" \
+  || bad "run --explain: $(cat "$D/stderr")"
+d=$(sed -n 's/^region: bfloat16 d\([0-9]*\) .*/\1/p' "$D/stdout")
+[ -n "$d" ] || bad "run --explain printed no region: $(cat "$D/stdout")"
+grep -q "^features: density" "$D/stdout" || bad "run --explain printed no features"
+grep -q "^reason: no usable row.*: automatic plan" "$D/stdout" || bad "embedded table hit for d$d: $(cat "$D/stdout")"
+grep -q "selected by no usable table row: the automatic planner" "$D/stdout" || bad "miss not said"
+row() { # MAPPING TM TN TASKS
+  echo "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', 132, 1, 2, 'bf16', $d, $bq, $bk, -1, -1, -1, -1, '$1', $2, $3, '$4', '', 3, 0.01, 1.5);"
+}
+row combine 128 128 split >"$D/hit.sql"
+"$P" init --db "$D/hit.db" --sql "$D/hit.sql" >/dev/null 2>"$D/stderr" || bad "init hit.db: $(cat "$D/stderr")"
+rm -f "$D/out.npy"
+"$T" run --backend cpu --db "$D/hit.db" --explain --mask "$D/mask.npy" --block "$blk" \
+  --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" \
+  >"$D/stdout" 2>"$D/stderr" || bad "run --db hit.db: $(cat "$D/stderr")"
+grep -q "^selected: combine 128x128 split" "$D/stdout" || bad "row not selected: $(cat "$D/stdout")"
+grep -q "^reason: table row [0-9]* at level 2 for NVIDIA H200" "$D/stdout" || bad "no row reason: $(cat "$D/stdout")"
+grep -q "^cpu: plan combine 128x128, split tasks .*selected by table row [0-9]* (level 2)" "$D/stdout" \
+  || bad "plan line: $(cat "$D/stdout")"
+"$H" check "$D" "$s" uniform 0 1e-4 || bad "selected plan's output"
+# The same with --no-select: the automatic planner, the same output.
+rm -f "$D/out.npy" "$D/lse.npy"
+"$T" run --backend cpu --no-select --mask "$D/mask.npy" --block "$blk" --q "$D/q.npy" \
+  --k "$D/k.npy" --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" >"$D/stdout" 2>&1 \
+  || bad "run --no-select: $(cat "$D/stdout")"
+grep -q "selected by the automatic planner (--no-select)" "$D/stdout" || bad "--no-select: $(cat "$D/stdout")"
+grep -q "split tasks" "$D/stdout" && bad "--no-select took the table's split tasks"
+"$H" check "$D" "$s" uniform 0 1e-4 || bad "automatic plan's output"
+# A row that does not apply (retain needs blocks equal to the tile) is
+# skipped, with the reason: the automatic planner.
+row retain 64 64 row >"$D/skip.sql"
+"$P" init --db "$D/skip.db" --sql "$D/skip.sql" >/dev/null 2>&1 || bad "init skip.db"
+"$T" run --backend cpu --db "$D/skip.db" --explain --mask "$D/mask.npy" --block "$blk" \
+  --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" --out "$D/out.npy" >"$D/stdout" 2>&1 \
+  || bad "run --db skip.db: $(cat "$D/stdout")"
+grep -q "^reason: .*skipped: retain needs blocks equal to the tile: automatic plan" "$D/stdout" \
+  || bad "ineligible row: $(cat "$D/stdout")"
+# Rejected: a missing or corrupt table (named), --db/--explain without a
+# plan to select, --no-select with them.
+X="--mask $D/mask.npy --block $blk --q $D/q.npy --k $D/k.npy --v $D/v.npy --out $D/out.npy"
+head -c 3000 /dev/urandom >"$D/junk.db"
+# shellcheck disable=SC2086
+{
+  expect_reject "cannot open lookup database '$D/missing.db'" $X --backend cpu --db "$D/missing.db"
+  expect_reject "$D/junk.db" $X --backend cpu --db "$D/junk.db"
+  expect_reject "--no-select, --db and --explain need --backend cpu or gpu" $X --explain
+  expect_reject "--no-select excludes --db and --explain" $X --backend cpu --no-select --db "$D/hit.db"
+  expect_reject "--db and --explain select the plan" $X --backend cpu --explain --tile 64x64
+}
+
 exit $fail
