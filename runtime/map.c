@@ -209,24 +209,26 @@ static void pack_bits(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst
 #ifdef MAP_X86
 /* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
  * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
- * ragged end through a masked load, so a word is one instruction pair. */
+ * ragged end through a masked load, so a word is one instruction pair.
+ * Bytes c..len-1 of the word at p into x, 16 a movemask, then one by one
+ * (inlined into the AVX2 version too, for its ragged end). */
+static inline uint64_t pack_word_sse2(const uint8_t *p, int64_t c, int64_t len, uint64_t x)
+{
+  for (; c + 16 <= len; c += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+    x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+  }
+  for (; c < len; c++)
+    x |= (uint64_t)(p[c] & 1) << c;
+  return x;
+}
+
 static void pack_bits_sse2(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
 {
   int64_t w, nw = (n + 63) / 64, r;
-  for (r = 0; r < rows; r++, src += n, dst += nw) {
-    for (w = 0; w < nw; w++) {
-      const uint8_t *p = src + w * 64;
-      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
-      uint64_t x = 0;
-      for (; c + 16 <= len; c += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-        x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-      }
-      for (; c < len; c++)
-        x |= (uint64_t)(p[c] & 1) << c;
-      dst[w] = x;
-    }
-  }
+  for (r = 0; r < rows; r++, src += n, dst += nw)
+    for (w = 0; w < nw; w++)
+      dst[w] = pack_word_sse2(src + w * 64, 0, n - w * 64 < 64 ? n - w * 64 : 64, 0);
 }
 
 __attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t rows, int64_t n,
@@ -242,13 +244,7 @@ __attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, i
         __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
         x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
       }
-      for (; c + 16 <= len; c += 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-        x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-      }
-      for (; c < len; c++)
-        x |= (uint64_t)(p[c] & 1) << c;
-      dst[w] = x;
+      dst[w] = pack_word_sse2(p, c, len, x);
     }
   }
 }
