@@ -110,6 +110,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int64_t nr = rows->n_rows, nqt = pl->n_q_tiles, group = p->heads_q / p->heads_kv;
   int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
   int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, any_pack = 0;
+  int twins;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
   tsr_i32 *grp = NULL;        /* each row's (batch, KV head) group: tasks of one group
@@ -160,11 +161,14 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     pl->rows_shape[3] = group;
   }
 
-  /* 1. Units: rows, GQA twins, empty rows. */
+  /* 1. Units: rows, GQA twins, empty rows.  Without twins (no GQA, or
+   * row tasks) no row looks up another's unit, and unit_of is left alone. */
+  twins = pack_gqa && group > 1;
   for (r = 0; r < nr; r++) {
     tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r], u = -1;
     next[r] = -1;
-    unit_of[r] = -1;
+    if (twins)
+      unit_of[r] = -1;
     if (te == tb) {
       empty_rows++;
       if (pack_empty && empty_unit >= 0 && units[empty_unit].n < TSR_PLAN_MAX_MEMBERS)
@@ -172,7 +176,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     } else {
       nonempty++;
       total += te - tb;
-      if (pack_gqa && rows->twin[r] >= 0) {
+      if (twins && rows->twin[r] >= 0) {
         tsr_i32 cu = unit_of[rows->twin[r]];
         if (cu >= 0 && units[cu].n < TSR_PLAN_MAX_MEMBERS)
           u = cu;
@@ -195,7 +199,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         empty_unit = u;
     }
     /* Later twins join the newest unit of their root. */
-    if (te != tb) {
+    if (twins && te != tb) {
       tsr_i32 root = rows->twin[r] >= 0 ? rows->twin[r] : (tsr_i32)r;
       unit_of[root] = u;
     }
