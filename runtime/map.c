@@ -781,6 +781,10 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     goto done;
   np = mb * mh;
   c.simd = simd_level();
+  {
+    const char *cap = getenv("TESSERA_PLAN_SIMD");
+    rows->plain = cap && !strcmp(cap, "none");
+  }
   packed = tsr_mask_packed_plane(m, 0, 0, NULL) != NULL;
   c.bits = packed ? NULL
                   : tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);

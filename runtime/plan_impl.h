@@ -98,6 +98,8 @@ typedef struct {
                                      membership words), or -1 */
   int64_t tiles, partial_tiles;   /* summed over problem rows */
   double selected_pairs, computed_pairs;
+  int plain;                      /* TESSERA_PLAN_SIMD=none: the reference paths
+                                     throughout (tasks.c too), for the tests */
 } tsr_map_rows;
 
 /* Chooses the tile (opts or default) and resolves the mapping against the

@@ -77,6 +77,22 @@ static int cand_cmp(const void *a, const void *b)
   return x->u < y->u ? -1 : x->u > y->u;
 }
 
+/* Most tiles a task walks before its row is split (INT64_MAX: never):
+ * `total` tiles over `nonempty` rows. */
+static int64_t chunk_limit(const tsr_plan *pl, const tsr_plan_opts *o, int64_t total,
+                           int64_t nonempty)
+{
+  int64_t chunk = INT64_MAX;
+  if (o->tasks == TSR_TASKS_AUTO)
+    chunk = o->split_tiles > 0 ? o->split_tiles
+                               : (total + 2 * pl->num_sms - 1) / (2 * pl->num_sms);
+  else if (o->tasks == TSR_TASKS_SPLIT)
+    chunk = o->split_tiles > 0 ? o->split_tiles : nonempty ? (total + nonempty - 1) / nonempty : 1;
+  if (o->tasks == TSR_TASKS_AUTO && o->split_tiles <= 0 && chunk < MIN_AUTO_CHUNK)
+    chunk = MIN_AUTO_CHUNK;
+  return chunk < 1 ? 1 : chunk;
+}
+
 /* The kernels walk tasks statically: CTA b of a persistent grid of G CTAs
  * runs tasks b, b + G, b + 2G, ...  With G = num_sms (one CTA per
  * multiprocessor), returns the largest CTA load over the mean load per
@@ -161,9 +177,46 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     pl->rows_shape[3] = group;
   }
 
+  /* 1-4 at once when every unit is one row (no twins: no GQA or row tasks;
+   * no query-tile packing) and no row is split: protos straight from the
+   * rows, empty rows gathered as step 1 gathers them, no unit table.  The
+   * general steps run otherwise, and always with TESSERA_PLAN_SIMD=none
+   * (the reference the tests hold this path to). */
+  twins = pack_gqa && group > 1;
+  if (!twins && (mode == TSR_TASKS_AUTO || mode == TSR_TASKS_ROW) && !rows->plain) {
+    tsr_i32 open = -1, last = -1; /* the empty unit still taking rows, its last row */
+    chunk = chunk_limit(pl, o, rows->tiles, 0);
+    protos = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)nr * sizeof *protos);
+    if (!protos)
+      goto nomem;
+    for (r = 0; r < nr; r++) {
+      tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r];
+      if (te > tb) {
+        if (te - tb > chunk)
+          break; /* a split row: the general steps */
+        protos[n_proto++] = (proto){tb, te, (tsr_i32)r, 1, -1, grp[r], te - tb};
+      } else if (pack_empty && open >= 0 && protos[open].n < TSR_PLAN_MAX_MEMBERS) {
+        next[last] = (tsr_i32)r;
+        last = (tsr_i32)r;
+        protos[open].n++;
+      } else {
+        open = (tsr_i32)n_proto;
+        last = (tsr_i32)r;
+        protos[n_proto++] = (proto){tb, te, (tsr_i32)r, 1, -1, grp[r], 0};
+      }
+    }
+    if (r == nr) {
+      n_mem = nr;
+      for (i = 0; i < n_proto; i++)
+        if (protos[i].key == 0)
+          empty_rows += protos[i].n;
+      goto order;
+    }
+    n_proto = 0;
+  }
+
   /* 1. Units: rows, GQA twins, empty rows.  Without twins (no GQA, or
    * row tasks) no row looks up another's unit, and unit_of is left alone. */
-  twins = pack_gqa && group > 1;
   for (r = 0; r < nr; r++) {
     tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r], u = -1;
     next[r] = -1;
@@ -247,15 +300,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   }
 
   /* 3. Chunk limit. */
-  if (mode == TSR_TASKS_AUTO)
-    chunk = o->split_tiles > 0 ? o->split_tiles
-                               : (total + 2 * pl->num_sms - 1) / (2 * pl->num_sms);
-  else if (mode == TSR_TASKS_SPLIT)
-    chunk = o->split_tiles > 0 ? o->split_tiles : nonempty ? (total + nonempty - 1) / nonempty : 1;
-  if (mode == TSR_TASKS_AUTO && o->split_tiles <= 0 && chunk < MIN_AUTO_CHUNK)
-    chunk = MIN_AUTO_CHUNK;
-  if (chunk < 1)
-    chunk = 1;
+  chunk = chunk_limit(pl, o, total, nonempty);
 
   /* 4. Proto tasks: units, unpacked and split where too long. */
   cap_proto = n_units;
@@ -322,6 +367,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     }
   }
 
+order:
   /* 5. Order: by (batch, KV head) group, longest-first within a group
    * (ties in creation order), then snaked.  K and V of all heads exceed
    * the L2 (Wan2.1-1.3B: 12 x 16.7 MB against 60 MB), so the running
@@ -398,8 +444,12 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         t->member_begin = (tsr_i32)pl->n_members;
         t->n_members = q->n;
         t->partial = q->partial;
-        for (k = 0; k < q->n; k++, row = next[row])
+        for (k = 0;;) { /* next[] is read only along a chain */
           pl->members[pl->n_members++] = rec[row];
+          if (++k == q->n)
+            break;
+          row = next[row];
+        }
       }
     }
   }
