@@ -10,14 +10,20 @@
  * column words per segment (plan_layout.h).
  *
  * Cost: each mask plane is packed once into row bitsets over key blocks
- * (16 mask bytes per SSE2 instruction), then every (plane, query tile) is
- * one OR/AND over its segments' bitsets and one walk over the set bits, so
- * planning is O(mask bytes / 16 + emitted tiles + membership words), with
- * no per-token loop except the qblk array the contract asks for.  Rows that
- * are identical (a batch- or head-broadcast mask, GQA heads with identical
- * rows) share one tile range instead of being emitted again.  All arrays
- * live in the plan's reusable buffers (tsr_plan_buf): replanning into the
- * same plan allocates nothing once the buffers are large enough.
+ * (64 mask bytes an AVX-512BW instruction, 32 with AVX2, 16 with SSE2,
+ * chosen at run time), or used as it is when the mask is packed already;
+ * then, while the plane is in the cache, every (plane, query tile) is one
+ * OR/AND over its segments' bitsets and one walk over the set bits (with
+ * AVX-512, 16 bits a compress and two 64-byte stores of tile records), so
+ * planning is O(mask bytes / 64 + emitted tiles + membership words + rows),
+ * with no per-token loop (qblk, the one per-token array of the contract, is
+ * kept across replans of one geometry).  On one core of a Sapphire Rapids
+ * Xeon about 0.08 ns a mask byte, 0.5 ns a tile and 20 ns a row with
+ * tasks.c (BENCHMARKS.md).  Rows that are identical (a batch- or
+ * head-broadcast mask, GQA heads with identical rows) share one tile range
+ * instead of being emitted again.  All arrays live in the plan's reusable
+ * buffers (tsr_plan_buf): replanning into the same plan allocates nothing
+ * once the buffers are large enough.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,10 @@
  * the balance estimate models exactly that walk.
  *
  * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
- * units by a hash of their key lists.  The balance estimate, O(tasks), is
+ * units by a hash of their key lists; when every unit is one row (no GQA
+ * twins, nothing split) the protos come straight from the rows, and the
+ * row tables (batch, head, q tile, group) are kept across replans of one
+ * shape, leaving about four passes of a few bytes a row.  The balance estimate, O(tasks), is
  * a diagnostic and runs only when asked for (tsr_plan_summarize, explain),
  * not on the planning path.
  */
