@@ -9,3 +9,4 @@ EXTRA_DIST += scripts/dev/sm90_harness.cu scripts/dev/sm90_variant.cu.in \
 	notes/sm90.md
 # GPU planning: one device call (tests, memcheck, bench), and its notes
 EXTRA_DIST += scripts/dev/gpuplan_device.sh notes/gpuplan.md
+EXTRA_DIST += scripts/dev/sm90b_device.sh scripts/dev/sm90b_validate.sh
