@@ -5,7 +5,9 @@
  * verified on the CPU (exit 1 naming the first violation) or timed.
  *
  * The problem comes from the mask (batch, heads) and the options (lengths,
- * head dim, KV heads, block geometry).  Cost: loading the mask, one plan
+ * head dim, KV heads, block geometry).  --mask-bits reads a mask of packed
+ * bits (numpy.packbits(m, axis=-1, bitorder='little')), which the planner
+ * uses as it is, without the pass over a byte per block pair.  Cost: loading the mask, one plan
  * (O(mask bytes / 16 + tiles)), with --verify one verification and with
  * --bench about half a second of repeated planning.
  */
@@ -17,13 +19,14 @@
 #include "plan_impl.h"
 
 enum {
-  O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_SEQ, O_SEQK, O_HEADDIM, O_HEADS, O_HEADSKV, O_ARCH,
+  O_MASK, O_MASKBITS, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_SEQ, O_SEQK, O_HEADDIM, O_HEADS, O_HEADSKV, O_ARCH,
   O_TILE, O_MAPPING, O_TASKS, O_SPLIT, O_SMS, O_VERIFY, O_JSON, O_DETAIL, O_BENCH, O_SELECT,
   O_EXPLAIN, O_DB, O_GPU, O_COUNT
 };
 
 static const cli_opt plan_opts[] = {
     [O_MASK] = {"--mask", "M.npy", "logical block mask, bool/uint8 [H,NQ,NK] or [B,H,NQ,NK]"},
+    [O_MASKBITS] = {"--mask-bits", NULL, "the mask holds packed bits: uint8 [H,NQ,NK/8] or [B,H,NQ,NK/8], LSB first"},
     [O_BLOCK] = {"--block", "BQ[xBK]", "uniform logical blocks of BQ x BK tokens (last one ragged)"},
     [O_QBLOCKS] = {"--q-blocks", "QS.npy", "variable query block sizes, 1-D int32/int64 (with --k-blocks)"},
     [O_KBLOCKS] = {"--k-blocks", "KS.npy", "variable key block sizes, 1-D int32/int64 (with --q-blocks)"},
@@ -50,7 +53,8 @@ static const cli_opt plan_opts[] = {
 };
 
 static const char synopsis[] =
-    "--mask M.npy (--block BQ[xBK] --seq S [--seq-k SK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
+    "--mask M.npy [--mask-bits] (--block BQ[xBK] --seq S [--seq-k SK] |\n"
+    "       --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --head-dim D [--heads N] [--heads-kv N] [--arch sm_90a] [--tile BMxBN]\n"
     "       [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack] [--split N]\n"
     "       [--sms N] [--verify] [--json [--detail]] [--bench]\n"
@@ -312,12 +316,22 @@ int cmd_plan(int argc, char **argv)
   memset(&p, 0, sizeof p);
   if (int_opt(val[O_HEADDIM], "--head-dim", 1024, &p.head_dim) || make_opts(val, &o))
     return CLI_USAGE;
-  if (tsr_mask_load(val[O_MASK], &m, &err)) {
-    cli_errorf("plan", "%s", err.text);
-    goto done;
+  if (val[O_MASKBITS]) {
+    /* Packed rows do not say how many key blocks they hold: the geometry does. */
+    if (make_geom(val, &g))
+      goto done;
+    if (tsr_mask_load_packed(val[O_MASK], tsr_geom_nk(g), &m, &err)) {
+      cli_errorf("plan", "%s", err.text);
+      goto done;
+    }
+  } else {
+    if (tsr_mask_load(val[O_MASK], &m, &err)) {
+      cli_errorf("plan", "%s", err.text);
+      goto done;
+    }
+    if (make_geom(val, &g))
+      goto done;
   }
-  if (make_geom(val, &g))
-    goto done;
   p.batch = tsr_mask_batch(m);
   p.heads_q = tsr_mask_heads(m);
   if (val[O_HEADS]) {

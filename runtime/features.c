@@ -7,7 +7,7 @@
  * shape and distinct run of query tiles one OR of the packed rows it
  * overlaps and one walk over the selected key blocks (count-trailing-zeros),
  * merging their key-tile ranges.  About nq*nk bytes plus 4 x selected blocks
- * per plane; no plan is built.  The tile counts are exactly those a plan at that tile
+ * per plane (a packed mask's words are copied instead); no plan is built.  The tile counts are exactly those a plan at that tile
  * would emit (a tile is touched when any selected logical block overlaps it),
  * so fill[] is the fraction of computed pairs that are selected.
  */
@@ -222,14 +222,20 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
   }
   for (b = 0; b < tsr_mask_batch(m); b++)
     for (h = 0; h < tsr_mask_heads(m); h++) {
-      const uint8_t *pl = tsr_mask_plane(m, b, h);
-      memset(s.rows, 0, sizeof(uint64_t) * (size_t)(s.nq * s.words));
+      /* A packed mask's rows are already the words wanted (and its bytes
+       * are never made). */
+      const uint64_t *pk = tsr_mask_packed_plane(m, b, h, NULL);
+      const uint8_t *pl = pk ? NULL : tsr_mask_plane(m, b, h);
+      if (pk)
+        memcpy(s.rows, pk, sizeof(uint64_t) * (size_t)(s.nq * s.words));
+      else
+        memset(s.rows, 0, sizeof(uint64_t) * (size_t)(s.nq * s.words));
       for (i = 0; i < s.nq; i++) {
-        const uint8_t *r = pl + i * s.nk;
         uint64_t *w = s.rows + i * s.words;
         double tok = 0;
         int64_t nsel = 0, k;
-        pack_row(r, s.nk, w);
+        if (!pk)
+          pack_row(pl + i * s.nk, s.nk, w);
         for (k = 0; k < s.words; k++)
           nsel += __builtin_popcountll(w[k]);
         if (bk_u) { /* uniform: every selected block is bk wide but the last */

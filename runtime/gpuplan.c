@@ -257,6 +257,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     goto fail;
   }
   pl->n_qblk = pl->problem.seq_q;
+  pl->qblk_nq = 0; /* written here, not by map.c: its cache no longer holds */
   for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
   {
     static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];

@@ -10,20 +10,27 @@
  * column words per segment (plan_layout.h).
  *
  * Cost: each mask plane is packed once into row bitsets over key blocks
- * (16 mask bytes per SSE2 instruction), then every (plane, query tile) is
- * one OR/AND over its segments' bitsets and one walk over the set bits, so
- * planning is O(mask bytes / 16 + emitted tiles + membership words), with
- * no per-token loop except the qblk array the contract asks for.  Rows that
- * are identical (a batch- or head-broadcast mask, GQA heads with identical
- * rows) share one tile range instead of being emitted again.  All arrays
- * live in the plan's reusable buffers (tsr_plan_buf): replanning into the
- * same plan allocates nothing once the buffers are large enough.
+ * (64 mask bytes an AVX-512BW instruction, 32 with AVX2, 16 with SSE2,
+ * chosen at run time), or used as it is when the mask is packed already;
+ * then, while the plane is in the cache, every (plane, query tile) is one
+ * OR/AND over its segments' bitsets and one walk over the set bits (with
+ * AVX-512, 16 bits a compress and two 64-byte stores of tile records), so
+ * planning is O(mask bytes / 64 + emitted tiles + membership words + rows),
+ * with no per-token loop (qblk, the one per-token array of the contract, is
+ * kept across replans of one geometry).  On one core of a Sapphire Rapids
+ * Xeon about 0.08 ns a mask byte, 0.5 ns a tile and 20 ns a row with
+ * tasks.c (BENCHMARKS.md).  Rows that are identical (a batch- or
+ * head-broadcast mask, GQA heads with identical rows) share one tile range
+ * instead of being emitted again.  All arrays live in the plan's reusable
+ * buffers (tsr_plan_buf): replanning into the same plan allocates nothing
+ * once the buffers are large enough.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define MAP_X86 1
 #endif
 
 #include "plan_impl.h"
@@ -158,34 +165,207 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   return TSR_OK;
 }
 
-/* Packs n 0/1 bytes into bits (LSB first) of ceil(n/64) words. */
-static void pack_bits(const uint8_t *src, int64_t n, uint64_t *dst)
+/* Instruction sets the mapping may use: the best this CPU has, capped by
+ * the environment variable TESSERA_PLAN_SIMD (none, sse2, avx2, avx512) so
+ * that the tests can compare every path with the portable one.  The plan
+ * is the same byte for byte whatever the level. */
+enum { SIMD_NONE, SIMD_SSE2, SIMD_AVX2, SIMD_AVX512 };
+
+static int simd_level(void)
 {
-  int64_t w, nw = (n + 63) / 64;
-  for (w = 0; w < nw; w++) {
-    const uint8_t *p = src + w * 64;
-    int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
-    uint64_t x = 0;
-    int64_t c = 0;
-#if defined(__SSE2__)
-    /* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather
-     * 16 of them at once. */
-    for (; c + 16 <= len; c += 16) {
-      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-      x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-    }
-#else
-    for (; c + 8 <= len; c += 8) {
-      uint64_t v;
-      memcpy(&v, p + c, 8);
-      x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
-    }
+  static const char *const names[] = {"none", "sse2", "avx2", "avx512"};
+  const char *cap = getenv("TESSERA_PLAN_SIMD");
+  int lvl = SIMD_NONE, i;
+#ifdef MAP_X86
+  lvl = SIMD_SSE2;
+  if (__builtin_cpu_supports("avx2"))
+    lvl = SIMD_AVX2;
+  if (lvl == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    lvl = SIMD_AVX512;
 #endif
-    for (; c < len; c++)
-      x |= (uint64_t)(p[c] & 1) << c;
-    dst[w] = x;
+  for (i = 0; cap && i < 4; i++)
+    if (!strcmp(cap, names[i]) && i < lvl)
+      lvl = i;
+  return lvl;
+}
+
+/* Packs rows of n 0/1 bytes into rows of bits (LSB first) of ceil(n/64)
+ * words: the portable version, 8 bytes per multiply. */
+static void pack_bits(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      uint64_t x = 0;
+      int64_t c = 0;
+      for (; c + 8 <= len; c += 8) {
+        uint64_t v;
+        memcpy(&v, p + c, 8);
+        x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
+      }
+      for (; c < len; c++)
+        x |= (uint64_t)(p[c] & 1) << c;
+      dst[w] = x;
+    }
   }
 }
+
+#ifdef MAP_X86
+/* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
+ * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
+ * ragged end through a masked load, so a word is one instruction pair.
+ * Bytes c..len-1 of the word at p into x, 16 a movemask, then one by one
+ * (inlined into the AVX2 version too, for its ragged end). */
+static inline uint64_t pack_word_sse2(const uint8_t *p, int64_t c, int64_t len, uint64_t x)
+{
+  for (; c + 16 <= len; c += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+    x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+  }
+  for (; c < len; c++)
+    x |= (uint64_t)(p[c] & 1) << c;
+  return x;
+}
+
+static void pack_bits_sse2(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw)
+    for (w = 0; w < nw; w++)
+      dst[w] = pack_word_sse2(src + w * 64, 0, n - w * 64 < 64 ? n - w * 64 : 64, 0);
+}
+
+__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t rows, int64_t n,
+                                                           uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+      uint64_t x = 0;
+      for (; c + 32 <= len; c += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
+        x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
+      }
+      dst[w] = pack_word_sse2(p, c, len, x);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void pack_bits_avx512(const uint8_t *src,
+                                                                        int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
+      __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
+      dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
+    }
+  }
+}
+#endif
+
+/* Packs `rows` rows of n bytes (contiguous) into rows of ceil(n/64) words. */
+static void pack_rows(int simd, const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+#ifdef MAP_X86
+  if (simd == SIMD_AVX512)
+    pack_bits_avx512(src, rows, n, dst);
+  else if (simd == SIMD_AVX2)
+    pack_bits_avx2(src, rows, n, dst);
+  else if (simd == SIMD_SSE2)
+    pack_bits_sse2(src, rows, n, dst);
+  else
+#endif
+    pack_bits(src, rows, n, dst);
+  (void)simd;
+}
+
+/* Full tiles of retained keys, one per set bit j of the W words at x
+ * (k_tile j, mem -1), written from *t on; returns how many.  The portable
+ * version walks the bits. */
+static int64_t emit_full(const uint64_t *x, int64_t W, tsr_tile_rec *t)
+{
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    for (; b; b &= b - 1, n++) {
+      t[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(b));
+      t[n].mem = -1;
+    }
+  }
+  return n;
+}
+
+#ifdef MAP_X86
+/* SSE2: the bit walk (its loop branch predicts well, where a walk over
+ * runs of bits mispredicts on every short run of a random mask), with
+ * all-set words, the inside of a band, stored two records at a time. */
+static int64_t emit_full_sse2(const uint64_t *x, int64_t W, tsr_tile_rec *t)
+{
+  const __m128i step = _mm_set_epi32(0, 2, 0, 2);
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    if (b == ~0ULL) {
+      tsr_i32 j = (tsr_i32)(w * 64);
+      __m128i v = _mm_set_epi32(-1, j + 1, -1, j);
+      int k;
+      for (k = 0; k < 64; k += 2) {
+        _mm_storeu_si128((__m128i *)(void *)(t + n + k), v);
+        v = _mm_add_epi32(v, step);
+      }
+      n += 64;
+      continue;
+    }
+    for (; b; b &= b - 1, n++) {
+      t[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(b));
+      t[n].mem = -1;
+    }
+  }
+  return n;
+}
+
+/* AVX-512: each nonzero 16 bits compress the indices of their set bits
+ * into the low lanes of a vector of 16 ints, widened into two vectors of
+ * eight (k_tile, -1) records and stored whole: up to 15 records past the
+ * end are scribbled (the caller leaves EMIT_SLACK records of room). */
+__attribute__((target("avx512f,popcnt"))) static int64_t emit_full_avx512(const uint64_t *x, int64_t W,
+                                                                          tsr_tile_rec *t)
+{
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i hi = _mm512_set1_epi64(-4294967296LL); /* mem = -1 in the upper half */
+  int64_t n = 0, w;
+  for (w = 0; w < W; w++) {
+    uint64_t b = x[w];
+    int c, k;
+    for (c = 0; b; c += 16, b >>= 16) {
+      unsigned m = (unsigned)(b & 0xffff);
+      __m512i v;
+      if (!m)
+        continue;
+      k = __builtin_popcount(m);
+      v = _mm512_maskz_compress_epi32((__mmask16)m,
+                                      _mm512_add_epi32(iota, _mm512_set1_epi32((int)(w * 64 + c))));
+      _mm512_storeu_si512((void *)(t + n),
+                          _mm512_or_si512(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(v)), hi));
+      /* The upper eight only when used: a sparse mask's chunks rarely fill
+       * them, and the stores, not the instructions, bound this loop. */
+      if (k > 8)
+        _mm512_storeu_si512((void *)(t + n + 8),
+                            _mm512_or_si512(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(v, 1)), hi));
+      n += k;
+    }
+  }
+  return n;
+}
+#endif
+#define EMIT_SLACK 16
 
 /* Population count without a libgcc call (no -mpopcnt in portable builds). */
 static int64_t pop64(uint64_t x)
@@ -231,11 +411,19 @@ typedef struct {
   tsr_i32 *kb0, *kb1;           /* per k tile: first / last k block */
   tsr_i32 *kt0, *kt1;           /* per k block: first / last k tile */
   int64_t *kcols;               /* per k tile: columns in bounds */
+  tsr_u32 *colmask;             /* per k tile u and key block
+                                   kb0[u] + i, the tile's column words of that
+                                   block (BN/32 words at cm_off[u] + i * BN/32) */
+  int64_t *cm_off;
+  uint64_t *kmask;              /* per k tile, its key blocks as
+                                   bits of word kb0[u] / 64, or 0 when they span
+                                   two words (then all_set) */
   int k_retain;                 /* key tiles are the key blocks */
   int k_uniform;                /* key blocks uniform (last one may be short) */
   uint64_t *bits;               /* packed planes [planes][nq][W] */
   uint64_t *orb, *andb;         /* per-row scratch, W words each */
   int64_t cap_tiles, cap_mem;
+  int simd;                     /* SIMD_* level */
 } map_ctx;
 
 static int grow_tiles(map_ctx *c, int64_t need)
@@ -243,6 +431,7 @@ static int grow_tiles(map_ctx *c, int64_t need)
   tsr_plan *pl = c->pl;
   if (pl->n_tiles + need > INT32_MAX)
     return -1; /* tile_begin / tile_end are 32-bit */
+  need += EMIT_SLACK; /* room for emit_full_avx512's whole stores */
   if (pl->n_tiles + need > c->cap_tiles) {
     tsr_tile_rec *t = tsr_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
     if (!t)
@@ -286,17 +475,19 @@ typedef struct {
 static tsr_i32 partial_words(map_ctx *c, const uint64_t *plane, int64_t i0, int64_t nseg,
                              int64_t u)
 {
-  int64_t wn = c->pl->tile_n / 32, base = u * c->pl->tile_n, end = base + c->kcols[u], s, jj;
+  int64_t wn = c->pl->tile_n / 32, s, jj, q;
   tsr_i32 off;
   tsr_u32 *words = alloc_words(c, nseg * wn, &off);
   if (!words)
     return -2;
   for (s = 0; s < nseg; s++) {
     const uint64_t *r = plane + (i0 + s) * c->W;
-    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++)
+    const tsr_u32 *cm = c->colmask + c->cm_off[u];
+    tsr_u32 *dst = words + s * wn;
+    for (jj = c->kb0[u]; jj <= c->kb1[u]; jj++, cm += wn)
       if (bit_at(r, jj))
-        set_range32(words + s * wn, (c->ks[jj] > base ? c->ks[jj] : base) - base,
-                    (c->ks[jj + 1] < end ? c->ks[jj + 1] : end) - base);
+        for (q = 0; q < wn; q++)
+          dst[q] |= cm[q];
   }
   return off;
 }
@@ -311,7 +502,6 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
   int64_t last = -1, cols = 0, partial = 0, n;
   const uint64_t *orb, *andb;
   tsr_tile_rec *tiles;
-  uint64_t any = 0;
 
   if (nseg == 1) {
     orb = andb = plane + i0 * W;
@@ -329,13 +519,8 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
     orb = c->orb;
     andb = c->andb;
   }
-  out->tb = out->te = (tsr_i32)pl->n_tiles;
-  out->full = 1;
-  out->partial = out->cols = 0;
-  for (w = 0; w < W; w++)
-    any |= orb[w];
-  if (!any)
-    return 0;
+  /* An empty row needs no test of its own: its walks find no bit. */
+  out->tb = (tsr_i32)pl->n_tiles;
   if (grow_tiles(c, c->nkt))
     return -1;
   tiles = pl->tiles + pl->n_tiles;
@@ -343,15 +528,14 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
   if (c->k_retain && orb == andb) {
     /* Retained keys and one query segment: every tile is full, one per set
      * bit; the columns follow from the count (only the last tile is short). */
-    for (w = 0; w < W; w++) {
-      uint64_t x = orb[w];
-      while (x) {
-        tiles[n].k_tile = (tsr_i32)(w * 64 + __builtin_ctzll(x));
-        tiles[n].mem = -1;
-        n++;
-        x &= x - 1;
-      }
-    }
+#ifdef MAP_X86
+    if (c->simd == SIMD_AVX512)
+      n = emit_full_avx512(orb, W, tiles);
+    else if (c->simd >= SIMD_SSE2)
+      n = emit_full_sse2(orb, W, tiles);
+    else
+#endif
+      n = emit_full(orb, W, tiles);
     cols = n * pl->tile_n;
     if (bit_at(orb, c->nkt - 1))
       cols -= pl->tile_n - c->kcols[c->nkt - 1];
@@ -385,7 +569,8 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
         for (u = c->kt0[j] > last ? c->kt0[j] : last + 1; u <= u1; u++) {
           tiles[n].k_tile = (tsr_i32)u;
           cols += c->kcols[u];
-          if (all_set(andb, c->kb0[u], c->kb1[u])) {
+          if (c->kmask[u] ? (andb[c->kb0[u] >> 6] & c->kmask[u]) == c->kmask[u]
+                          : all_set(andb, c->kb0[u], c->kb1[u])) {
             tiles[n].mem = -1;
           } else {
             tsr_i32 off = partial_words(c, plane, i0, nseg, u);
@@ -461,6 +646,7 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
   const tsr_geom *g = pl->problem.geom;
   int64_t i, j, t, u, BM = pl->tile_m, BN = pl->tile_n;
   int64_t sq = pl->problem.seq_q, sk = pl->problem.seq_k;
+  int same;
 
   c->nq = tsr_geom_nq(g);
   c->nk = tsr_geom_nk(g);
@@ -488,14 +674,24 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
   c->andb = c->orb + c->W;
   pl->n_qblk = sq;
-  for (i = 0; i <= c->nq; i++)
-    c->qs[i] = tsr_geom_q_start(g, i);
+  /* qblk (seq_q ints) is kept from the last build when the query blocks
+   * are the same, as they are on every replan of one problem. */
+  same = pl->qblk_nq == c->nq;
+  for (i = 0; i <= c->nq; i++) {
+    int64_t x = tsr_geom_q_start(g, i);
+    same &= c->qs[i] == x;
+    c->qs[i] = x;
+  }
   for (j = 0; j <= c->nk; j++)
     c->ks[j] = tsr_geom_k_start(g, j);
-  for (i = 0; i < c->nq; i++) {
-    int64_t x;
-    for (x = c->qs[i]; x < c->qs[i + 1]; x++)
-      pl->qblk[x] = (tsr_i32)i;
+  if (!same) {
+    pl->qblk_nq = 0;
+    for (i = 0; i < c->nq; i++) {
+      int64_t x;
+      for (x = c->qs[i]; x < c->qs[i + 1]; x++)
+        pl->qblk[x] = (tsr_i32)i;
+    }
+    pl->qblk_nq = c->nq;
   }
   for (t = 0; t < c->nqt; t++) {
     int64_t last = (t + 1) * BM < sq ? (t + 1) * BM : sq;
@@ -520,9 +716,44 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
     if (c->kb0[u] != u || c->kb1[u] != u || c->ks[u] != a || c->ks[u + 1] != b)
       c->k_retain = 0;
   }
-  for (j = 0; j < c->nk; j++) {
-    c->kt0[j] = (tsr_i32)(c->ks[j] / BN);
-    c->kt1[j] = (tsr_i32)((c->ks[j + 1] - 1) / BN);
+  /* Column words of each (key tile, key block) pair: a partial tile's
+   * words are then ORs of these, not bit ranges set one by one. */
+  {
+    int64_t wn = BN / 32, total = 0;
+    c->cm_off = tsr_plan_buf(pl, TSR_BUF_CMOFF, (size_t)c->nkt * sizeof *c->cm_off);
+    if (!c->cm_off)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
+    for (u = 0; u < c->nkt; u++) {
+      c->cm_off[u] = total;
+      total += (c->kb1[u] - c->kb0[u] + 1) * wn;
+    }
+    c->colmask = tsr_plan_buf(pl, TSR_BUF_COLMASK, (size_t)(total ? total : 1) * sizeof *c->colmask);
+    c->kmask = tsr_plan_buf(pl, TSR_BUF_KMASK, (size_t)c->nkt * sizeof *c->kmask);
+    if (!c->colmask || !c->kmask)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
+    for (u = 0; u < c->nkt; u++) {
+      int64_t lo = c->kb0[u] & 63, n = c->kb1[u] - c->kb0[u] + 1;
+      c->kmask[u] = (c->kb0[u] >> 6) != (c->kb1[u] >> 6) ? 0
+                    : n == 64                             ? ~0ULL
+                                                          : ((1ULL << n) - 1) << lo;
+    }
+    memset(c->colmask, 0, (size_t)total * sizeof *c->colmask);
+    for (u = 0; u < c->nkt; u++) {
+      int64_t base = u * BN, end = base + c->kcols[u];
+      for (j = c->kb0[u]; j <= c->kb1[u]; j++)
+        set_range32(c->colmask + c->cm_off[u] + (j - c->kb0[u]) * wn,
+                    (c->ks[j] > base ? c->ks[j] : base) - base,
+                    (c->ks[j + 1] < end ? c->ks[j + 1] : end) - base);
+    }
+  }
+  /* Key block -> first and last key tile, without a division a block. */
+  for (j = 0, t = 0, u = 0; j < c->nk; j++) {
+    while ((t + 1) * BN <= c->ks[j])
+      t++;
+    while ((u + 1) * BN <= c->ks[j + 1] - 1)
+      u++;
+    c->kt0[j] = (tsr_i32)t;
+    c->kt1[j] = (tsr_i32)u;
   }
   return TSR_OK;
 }
@@ -539,6 +770,8 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
 #endif
   prow *pr = NULL;
   double *psel = NULL;
+  const uint64_t **planes = NULL;
+  int packed;
 
   memset(&c, 0, sizeof c);
   memset(rows, 0, sizeof *rows);
@@ -547,7 +780,15 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   if (st)
     goto done;
   np = mb * mh;
-  c.bits = tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  c.simd = simd_level();
+  {
+    const char *cap = getenv("TESSERA_PLAN_SIMD");
+    rows->plain = cap && !strcmp(cap, "none");
+  }
+  packed = tsr_mask_packed_plane(m, 0, 0, NULL) != NULL;
+  c.bits = packed ? NULL
+                  : tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
+  planes = tsr_plan_buf(pl, TSR_BUF_PLANES, (size_t)np * sizeof *planes);
   pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
   psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
   rows->n_rows = p->batch * p->heads_q * c.nqt;
@@ -559,37 +800,32 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
   c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
   c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
-  if (!c.bits || !pr || !psel || !rows->tile_begin || !rows->tile_end || !rows->all_full ||
-      !rows->twin || !pl->tiles || !pl->membership) {
+  if ((!packed && !c.bits) || !planes || !pr || !psel || !rows->tile_begin || !rows->tile_end ||
+      !rows->all_full || !rows->twin || !pl->tiles || !pl->membership) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld mask planes",
                        (long long)np);
     goto done;
   }
 
+  /* Plane by plane: pack (unless the mask is packed already), count, and
+   * emit while the plane's bits are still in the cache. */
   for (pi = 0; pi < np; pi++) {
-    const uint8_t *bytes = tsr_mask_plane(m, pi / mh, pi % mh);
-    uint64_t *plane = c.bits + pi * c.nq * c.W;
-    int64_t i;
-    for (i = 0; i < c.nq; i++)
-      pack_bits(bytes + i * c.nk, c.nk, plane + i * c.W);
+    int64_t head = pi % mh;
+    const uint64_t *plane;
+    if (packed) {
+      plane = tsr_mask_packed_plane(m, pi / mh, head, NULL);
+    } else {
+      uint64_t *dst = c.bits + pi * c.nq * c.W;
+      pack_rows(c.simd, tsr_mask_plane(m, pi / mh, head), c.nq, c.nk, dst);
+      plane = dst;
+    }
+    planes[pi] = plane;
 #ifdef HAVE_POPCNT_COPY
-    if (hw_popcnt)
+    if (hw_popcnt && c.simd > SIMD_NONE)
       psel[pi] = plane_selected_popcnt(&c, plane, &pop);
     else
 #endif
       psel[pi] = plane_selected(&c, plane, &pop);
-  }
-  /* One tile per selected block is exact for retained keys and a fair
-   * first guess otherwise: the tile array is then allocated once. */
-  if (grow_tiles(&c, pop + c.nkt)) {
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld tiles",
-                       (long long)(pop + c.nkt));
-    goto done;
-  }
-
-  for (pi = 0; pi < np; pi++) {
-    const uint64_t *plane = c.bits + pi * c.nq * c.W;
-    int64_t head = pi % mh;
     for (t = 0; t < c.nqt; t++) {
       prow *o = &pr[pi * c.nqt + t];
       o->twin_head = -1;
@@ -599,7 +835,7 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
         int64_t h0, span = (int64_t)(c.i1[t] - c.i0[t] + 1) * c.W;
         for (h0 = head - head % group; h0 < head; h0++) {
           const prow *e = &pr[(pi - head + h0) * c.nqt + t];
-          const uint64_t *other = c.bits + (pi - head + h0) * c.nq * c.W;
+          const uint64_t *other = planes[pi - head + h0];
           if (e->twin_head < 0 &&
               !memcmp(plane + c.i0[t] * c.W, other + c.i0[t] * c.W, (size_t)span * 8)) {
             *o = *e;
@@ -619,29 +855,42 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     }
   }
 
-  /* Problem rows from plane rows, honouring broadcast. */
-  for (b = 0; b < p->batch; b++) {
-    for (h = 0; h < p->heads_q; h++) {
-      int64_t pidx = (mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h);
-      int64_t rbase = (b * p->heads_q + h) * c.nqt;
-      rows->selected_pairs += psel[pidx];
-      for (t = 0; t < c.nqt; t++) {
-        const prow *o = &pr[pidx * c.nqt + t];
-        int64_t r = rbase + t, rows_t = ((t + 1) * pl->tile_m < p->seq_q ? pl->tile_m
-                                                                          : p->seq_q - t * pl->tile_m);
-        rows->tile_begin[r] = o->tb;
-        rows->tile_end[r] = o->te;
-        rows->all_full[r] = o->full;
-        rows->twin[r] = -1;
-        if (o->twin_head >= 0)
-          rows->twin[r] = (tsr_i32)((b * p->heads_q + o->twin_head) * c.nqt + t);
-        else if (mh == 1 && group > 1 && h % group)
-          rows->twin[r] = (tsr_i32)((b * p->heads_q + h - h % group) * c.nqt + t);
-        rows->tiles += o->te - o->tb;
-        rows->partial_tiles += o->partial;
-        rows->computed_pairs += (double)o->cols * (double)rows_t;
+  /* Problem rows from plane rows, honouring broadcast.  Sums in locals:
+   * through `rows` they would be reloaded after every byte store. */
+  {
+    tsr_i32 *tb = rows->tile_begin, *te = rows->tile_end, *twin = rows->twin;
+    uint8_t *full = rows->all_full;
+    int64_t ntiles = 0, npartial = 0;
+    double selected = 0, computed = 0;
+    for (b = 0; b < p->batch; b++) {
+      for (h = 0; h < p->heads_q; h++) {
+        int64_t pidx = (mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h);
+        int64_t rbase = (b * p->heads_q + h) * c.nqt;
+        tsr_i32 root = mh == 1 && group > 1 && h % group
+                           ? (tsr_i32)((b * p->heads_q + h - h % group) * c.nqt)
+                           : -1;
+        selected += psel[pidx];
+        for (t = 0; t < c.nqt; t++) {
+          const prow *o = &pr[pidx * c.nqt + t];
+          int64_t r = rbase + t, rows_t = ((t + 1) * pl->tile_m < p->seq_q ? pl->tile_m
+                                                                            : p->seq_q - t * pl->tile_m);
+          tb[r] = o->tb;
+          te[r] = o->te;
+          full[r] = o->full;
+          if (o->twin_head >= 0)
+            twin[r] = (tsr_i32)((b * p->heads_q + o->twin_head) * c.nqt + t);
+          else
+            twin[r] = root < 0 ? -1 : root + (tsr_i32)t;
+          ntiles += o->te - o->tb;
+          npartial += o->partial;
+          computed += (double)o->cols * (double)rows_t;
+        }
       }
     }
+    rows->tiles = ntiles;
+    rows->partial_tiles = npartial;
+    rows->selected_pairs = selected;
+    rows->computed_pairs = computed;
   }
 
 done:

@@ -1,12 +1,18 @@
 /*
  * mask.c: logical block masks, one byte (0 or 1) per (batch, head, query
- * block, key block).
+ * block, key block), or one bit.
  *
- * A byte per pair rather than a bit: masks are small next to the tensors
- * (a 1024 x 1024 block mask is 1 MiB per head), and the planner reads them
- * row by row many times, so direct indexing beats packing.  Batch or head
- * extent 1 broadcasts.  Cost: B*H*NQ*NK bytes; tsr_mask_check is O(1),
- * density O(size).
+ * A byte per pair is the plain form: masks are small next to the tensors
+ * (a 1024 x 1024 block mask is 1 MiB per head) and the reference, the
+ * verifier and the features index them directly.  A mask made from packed
+ * bits (tsr_mask_from_packed, as a producer on the GPU or numpy.packbits
+ * writes them) keeps the bits instead, in rows of 64-bit words, which the
+ * planner reads as they are: planning then skips the pass over NQ*NK bytes
+ * that dominates large masks (14 MB for Wan2.1-14B 720p, against 1.9 MB
+ * of bits).  Its bytes are expanded on first use of tsr_mask_bits or
+ * tsr_mask_plane.  Batch or head extent 1 broadcasts.  Cost: B*H*NQ*NK
+ * bytes or B*H*NQ*ceil(NK/64) words; tsr_mask_check is O(1), density
+ * O(size).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +22,9 @@
 
 struct tsr_mask {
   int64_t batch, heads, nq, nk;
-  uint8_t *bits;
+  uint8_t *bits;      /* bytes; NULL until expanded for a packed mask */
+  uint64_t *packed;   /* packed rows of `words` words (LSB first), or NULL */
+  int64_t words;      /* ceil(nk / 64) */
 };
 
 /* Largest mask accepted: 2^34 pairs (16 GiB) is far beyond any real
@@ -24,7 +32,7 @@ struct tsr_mask {
 #define MASK_MAX_PAIRS ((int64_t)1 << 34)
 
 static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
-                           const char *name, tsr_mask **out, tsr_error *err)
+                           const char *name, int packed, tsr_mask **out, tsr_error *err)
 {
   const int64_t dims[4] = {batch, heads, nq, nk};
   const char *names[4] = {"batch", "heads", "query blocks", "key blocks"};
@@ -44,9 +52,11 @@ static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
     n *= dims[i];
   }
   m = calloc(1, sizeof *m);
-  if (m)
+  if (m && !packed)
     m->bits = malloc((size_t)n);
-  if (!m || !m->bits) {
+  if (m && packed)
+    m->packed = malloc((size_t)(n / nk * ((nk + 63) / 64)) * 8);
+  if (!m || !(packed ? (void *)m->packed : (void *)m->bits)) {
     free(m);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot make mask: out of memory for %lld pairs",
                          (long long)n);
@@ -55,6 +65,7 @@ static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
   m->heads = heads;
   m->nq = nq;
   m->nk = nk;
+  m->words = (nk + 63) / 64;
   *out = m;
   return TSR_OK;
 }
@@ -75,7 +86,7 @@ tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t
   *out = NULL;
   if (!bits)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_from_bytes: null bits");
-  s = mask_new(batch, heads, nq, nk, NULL, &m, err);
+  s = mask_new(batch, heads, nq, nk, NULL, 0, &m, err);
   if (s != TSR_OK)
     return s;
   n = mask_size(m);
@@ -113,7 +124,7 @@ tsr_status tsr_mask_load(const char *path, tsr_mask **out, tsr_error *err)
   off = a.ndim - 3;
   if (off)
     b = a.shape[0];
-  s = mask_new(b, a.shape[off], a.shape[off + 1], a.shape[off + 2], path, &m, err);
+  s = mask_new(b, a.shape[off], a.shape[off + 1], a.shape[off + 2], path, 0, &m, err);
   if (s != TSR_OK)
     goto done;
   n = mask_size(m);
@@ -123,6 +134,123 @@ tsr_status tsr_mask_load(const char *path, tsr_mask **out, tsr_error *err)
 done:
   tsr_npy_free(&a);
   return s;
+}
+
+/* Packed rows (bit j % 8 of byte j / 8, rows `row_bytes` apart) into the
+ * mask's 64-bit rows, bits past nk cleared.  One pass over the packed
+ * bytes: little-endian hosts copy rows whole. */
+static void fill_packed(tsr_mask *m, const uint8_t *src, int64_t row_bytes)
+{
+  int64_t rows = m->batch * m->heads * m->nq, nb = (m->nk + 7) / 8, r, w;
+  uint64_t tail = m->nk % 64 ? (1ULL << (m->nk % 64)) - 1 : ~0ULL;
+  for (r = 0; r < rows; r++) {
+    uint64_t *dst = m->packed + r * m->words;
+    const uint8_t *p = src + r * row_bytes;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    dst[m->words - 1] = 0;
+    memcpy(dst, p, (size_t)nb);
+#else
+    for (w = 0; w < m->words; w++)
+      dst[w] = 0;
+    for (w = 0; w < nb; w++)
+      dst[w / 8] |= (uint64_t)p[w] << (w % 8 * 8);
+#endif
+    dst[m->words - 1] &= tail;
+  }
+  (void)w;
+}
+
+tsr_status tsr_mask_from_packed(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
+                                const uint8_t *packed, int64_t row_bytes, tsr_mask **out,
+                                tsr_error *err)
+{
+  tsr_mask *m;
+  tsr_status s;
+  if (!out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_from_packed: null argument");
+  *out = NULL;
+  if (!packed)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_from_packed: null bits");
+  if (nk >= 1 && row_bytes < (nk + 7) / 8)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "invalid packed mask: rows of %lld bytes cannot hold %lld key blocks",
+                         (long long)row_bytes, (long long)nk);
+  s = mask_new(batch, heads, nq, nk, NULL, 1, &m, err);
+  if (s != TSR_OK)
+    return s;
+  fill_packed(m, packed, row_bytes);
+  *out = m;
+  return TSR_OK;
+}
+
+tsr_status tsr_mask_load_packed(const char *path, int64_t nk, tsr_mask **out, tsr_error *err)
+{
+  tsr_array a;
+  tsr_mask *m = NULL;
+  tsr_status s;
+  int64_t b = 1;
+  int off;
+  if (!out || !path)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_mask_load_packed: null argument");
+  *out = NULL;
+  if (nk < 1)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot read packed mask '%s': key blocks %lld, must be positive", path,
+                         (long long)nk);
+  s = tsr_npy_load(path, &a, err);
+  if (s != TSR_OK)
+    return s;
+  if (a.dtype != TSR_DT_U8) {
+    s = tsr_error_set(err, TSR_ERR_DTYPE, "cannot read packed mask '%s': expected uint8, got %s",
+                      path, tsr_dtype_name(a.dtype));
+    goto done;
+  }
+  if (a.ndim != 3 && a.ndim != 4) {
+    s = tsr_error_set(err, TSR_ERR_SHAPE,
+                      "cannot read packed mask '%s': expected 3 or 4 dimensions ([H, NQ, NK/8] "
+                      "or [B, H, NQ, NK/8]), got %d",
+                      path, a.ndim);
+    goto done;
+  }
+  off = a.ndim - 3;
+  if (off)
+    b = a.shape[0];
+  if (a.shape[off + 2] != (nk + 7) / 8) {
+    s = tsr_error_set(err, TSR_ERR_SHAPE,
+                      "cannot read packed mask '%s': rows of %lld bytes, but %lld key blocks "
+                      "pack into %lld",
+                      path, (long long)a.shape[off + 2], (long long)nk, (long long)((nk + 7) / 8));
+    goto done;
+  }
+  s = mask_new(b, a.shape[off], a.shape[off + 1], nk, path, 1, &m, err);
+  if (s != TSR_OK)
+    goto done;
+  fill_packed(m, a.data, a.shape[off + 2]);
+  *out = m;
+done:
+  tsr_npy_free(&a);
+  return s;
+}
+
+/* The byte form of a packed mask, made on first use.  The mask is
+ * logically const: the bytes are a cache of the bits. */
+static uint8_t *mask_bytes(const tsr_mask *cm)
+{
+  tsr_mask *m = (tsr_mask *)(uintptr_t)cm;
+  int64_t r, j, rows;
+  if (m->bits || !m->packed)
+    return m->bits;
+  rows = m->batch * m->heads * m->nq;
+  m->bits = malloc((size_t)(rows * m->nk));
+  if (!m->bits)
+    return NULL;
+  for (r = 0; r < rows; r++) {
+    const uint64_t *p = m->packed + r * m->words;
+    uint8_t *d = m->bits + r * m->nk;
+    for (j = 0; j < m->nk; j++)
+      d[j] = (uint8_t)(p[j >> 6] >> (j & 63) & 1);
+  }
+  return m->bits;
 }
 
 tsr_status tsr_mask_save(const char *path, const tsr_mask *m, tsr_error *err)
@@ -137,7 +265,9 @@ tsr_status tsr_mask_save(const char *path, const tsr_mask *m, tsr_error *err)
   a.shape[1] = m->heads;
   a.shape[2] = m->nq;
   a.shape[3] = m->nk;
-  a.data = m->bits;
+  a.data = mask_bytes(m);
+  if (!a.data)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot save mask '%s': out of memory", path);
   return tsr_npy_save(path, &a, err);
 }
 
@@ -145,6 +275,7 @@ void tsr_mask_destroy(tsr_mask *m)
 {
   if (m) {
     free(m->bits);
+    free(m->packed);
     free(m);
   }
 }
@@ -153,19 +284,40 @@ int64_t tsr_mask_batch(const tsr_mask *m) { return m->batch; }
 int64_t tsr_mask_heads(const tsr_mask *m) { return m->heads; }
 int64_t tsr_mask_nq(const tsr_mask *m) { return m->nq; }
 int64_t tsr_mask_nk(const tsr_mask *m) { return m->nk; }
-const uint8_t *tsr_mask_bits(const tsr_mask *m) { return m->bits; }
+const uint8_t *tsr_mask_bits(const tsr_mask *m) { return mask_bytes(m); }
 
 const uint8_t *tsr_mask_plane(const tsr_mask *m, int64_t b, int64_t h)
 {
   int64_t bb = m->batch == 1 ? 0 : b, hh = m->heads == 1 ? 0 : h;
+  const uint8_t *bytes;
   if (b < 0 || h < 0 || bb >= m->batch || hh >= m->heads)
     return NULL;
-  return m->bits + (bb * m->heads + hh) * m->nq * m->nk;
+  bytes = mask_bytes(m);
+  return bytes ? bytes + (bb * m->heads + hh) * m->nq * m->nk : NULL;
+}
+
+const uint64_t *tsr_mask_packed_plane(const tsr_mask *m, int64_t b, int64_t h, int64_t *words)
+{
+  int64_t bb = m->batch == 1 ? 0 : b, hh = m->heads == 1 ? 0 : h;
+  if (words)
+    *words = m->words;
+  if (!m->packed || b < 0 || h < 0 || bb >= m->batch || hh >= m->heads)
+    return NULL;
+  return m->packed + (bb * m->heads + hh) * m->nq * m->words;
 }
 
 double tsr_mask_density(const tsr_mask *m)
 {
   int64_t i, n = mask_size(m), ones = 0;
+  if (!m->bits && m->packed) {
+    int64_t nw = n / m->nk * m->words;
+    for (i = 0; i < nw; i++) {
+      uint64_t x = m->packed[i];
+      for (; x; x &= x - 1)
+        ones++;
+    }
+    return (double)ones / (double)n;
+  }
   for (i = 0; i < n; i++)
     ones += m->bits[i];
   return (double)ones / (double)n;

@@ -27,10 +27,11 @@ enum {
   /* map.c */
   TSR_BUF_QS, TSR_BUF_KS, TSR_BUF_I0, TSR_BUF_I1, TSR_BUF_KB0, TSR_BUF_KB1, TSR_BUF_KT0,
   TSR_BUF_KT1, TSR_BUF_KCOLS, TSR_BUF_ORAND, TSR_BUF_BITS, TSR_BUF_PROW, TSR_BUF_PSEL,
-  TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN,
+  TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN, TSR_BUF_PLANES,
+  TSR_BUF_COLMASK, TSR_BUF_CMOFF, TSR_BUF_KMASK,
   /* tasks.c */
   TSR_BUF_NEXT, TSR_BUF_UNIT_OF, TSR_BUF_UNITS, TSR_BUF_REC, TSR_BUF_PROTOS, TSR_BUF_SORTED,
-  TSR_BUF_COUNT_KEYS, TSR_BUF_COUNT_GROUPS, TSR_BUF_CANDS,
+  TSR_BUF_COUNT_KEYS, TSR_BUF_COUNT_GROUPS, TSR_BUF_CANDS, TSR_BUF_GROUP,
   TSR_BUF_COUNT
 };
 
@@ -57,6 +58,13 @@ struct tsr_plan {
   tsr_plan_summary summary;  /* filled when the plan is built, except balance
                                 (computed by tsr_plan_summarize: it is a
                                 diagnostic, kept off the planning path) */
+
+  int64_t qblk_nq;           /* map.c: qblk holds the fill for the nq query
+                                blocks whose starts the QS buffer holds (so a
+                                replan of the same geometry skips it); 0 none */
+  int64_t rows_shape[4];     /* tasks.c: its row tables (batch, head, q tile
+                                and group of each row) hold rows for (rows, q
+                                tiles, query heads, heads per KV head); 0 none */
 
   void *gpu;                 /* device copies (gpu.c), or NULL */
   void (*gpu_free)(void *);  /* releases `gpu`; set by gpu.c */
@@ -90,6 +98,8 @@ typedef struct {
                                      membership words), or -1 */
   int64_t tiles, partial_tiles;   /* summed over problem rows */
   double selected_pairs, computed_pairs;
+  int plain;                      /* TESSERA_PLAN_SIMD=none: the reference paths
+                                     throughout (tasks.c too), for the tests */
 } tsr_map_rows;
 
 /* Chooses the tile (opts or default) and resolves the mapping against the

@@ -16,7 +16,10 @@
  * the balance estimate models exactly that walk.
  *
  * Cost: O(rows + tasks) plus, in pack mode only, a sort of the all-full
- * units by a hash of their key lists.  The balance estimate, O(tasks), is
+ * units by a hash of their key lists; when every unit is one row (no GQA
+ * twins, nothing split) the protos come straight from the rows, and the
+ * row tables (batch, head, q tile, group) are kept across replans of one
+ * shape, leaving about four passes of a few bytes a row.  The balance estimate, O(tasks), is
  * a diagnostic and runs only when asked for (tsr_plan_summarize, explain),
  * not on the planning path.
  */
@@ -47,6 +50,7 @@ typedef struct {
 
 typedef struct {
   tsr_i32 tb, te, first, n, partial;
+  tsr_i32 grp; /* (batch, KV head) group of the first row */
   int64_t key; /* tiles walked: n * (te - tb) */
 } proto;
 
@@ -56,10 +60,10 @@ typedef struct {
   tsr_i32 b, kvh, u;
 } cand;
 
-/* The (batch, KV head) group of a row: tasks of one group share K and V. */
-static int64_t task_group(const tsr_member_rec *r, int64_t heads_kv, int64_t per_kv)
+static int u64_cmp(const void *a, const void *b)
 {
-  return (int64_t)r->batch * heads_kv + r->head / per_kv;
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
 static int cand_cmp(const void *a, const void *b)
@@ -74,6 +78,22 @@ static int cand_cmp(const void *a, const void *b)
   if (x->hash != y->hash)
     return x->hash < y->hash ? -1 : 1;
   return x->u < y->u ? -1 : x->u > y->u;
+}
+
+/* Most tiles a task walks before its row is split (INT64_MAX: never):
+ * `total` tiles over `nonempty` rows. */
+static int64_t chunk_limit(const tsr_plan *pl, const tsr_plan_opts *o, int64_t total,
+                           int64_t nonempty)
+{
+  int64_t chunk = INT64_MAX;
+  if (o->tasks == TSR_TASKS_AUTO)
+    chunk = o->split_tiles > 0 ? o->split_tiles
+                               : (total + 2 * pl->num_sms - 1) / (2 * pl->num_sms);
+  else if (o->tasks == TSR_TASKS_SPLIT)
+    chunk = o->split_tiles > 0 ? o->split_tiles : nonempty ? (total + nonempty - 1) / nonempty : 1;
+  if (o->tasks == TSR_TASKS_AUTO && o->split_tiles <= 0 && chunk < MIN_AUTO_CHUNK)
+    chunk = MIN_AUTO_CHUNK;
+  return chunk < 1 ? 1 : chunk;
 }
 
 /* The kernels walk tasks statically: CTA b of a persistent grid of G CTAs
@@ -108,11 +128,15 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   int pack_empty = pack_gqa, pack_qtile = mode == TSR_TASKS_PACK;
   int64_t nr = rows->n_rows, nqt = pl->n_q_tiles, group = p->heads_q / p->heads_kv;
   int64_t n_units = 0, n_proto = 0, cap_proto, r, i, chunk = INT64_MAX, total = 0;
-  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, maxkey = 0, any_pack = 0;
+  int64_t n_mem = 0, nonempty = 0, split_rows = 0, empty_rows = 0, any_pack = 0;
+  int twins;
   tsr_i32 *next = NULL, *unit_of = NULL, empty_unit = -1;
   tsr_member_rec *rec = NULL; /* each row's (batch, head, q tile), no divisions later */
+  tsr_i32 *grp = NULL;        /* each row's (batch, KV head) group: tasks of one group
+                                 share K and V */
   unit *units = NULL;
-  proto *protos = NULL, *sorted = NULL;
+  proto *protos = NULL;
+  proto *sorted = NULL; /* protos by group and length, before the snake */
   int64_t *count = NULL;
   tsr_status st = TSR_OK;
 
@@ -121,31 +145,86 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   unit_of = tsr_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)nr * sizeof *unit_of);
   units = tsr_plan_buf(pl, TSR_BUF_UNITS, (size_t)nr * sizeof *units);
   rec = tsr_plan_buf(pl, TSR_BUF_REC, (size_t)nr * sizeof *rec);
-  if (!next || !unit_of || !units || !rec) {
+  grp = tsr_plan_buf(pl, TSR_BUF_GROUP, (size_t)(nr ? nr : 1) * sizeof *grp);
+  if (!next || !unit_of || !units || !rec || !grp) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot organise %lld rows into tasks: out of memory",
                        (long long)nr);
     goto done;
   }
 
-  {
+  /* The row tables depend on the shape only: kept from the last build
+   * when it is the same, as on every replan of one problem. */
+  if (pl->rows_shape[0] != nr || pl->rows_shape[1] != nqt || pl->rows_shape[2] != p->heads_q ||
+      pl->rows_shape[3] != group) {
     tsr_member_rec x = {0, 0, 0, 0};
+    tsr_i32 g = 0, in_group = 0; /* group = batch * heads_kv + head / group */
+    pl->rows_shape[0] = 0;
     for (r = 0; r < nr; r++) {
       rec[r] = x;
+      grp[r] = g;
       if (++x.q_tile == nqt) {
         x.q_tile = 0;
+        if (++in_group == group) {
+          in_group = 0;
+          g++;
+        }
         if (++x.head == p->heads_q) {
           x.head = 0;
           x.batch++;
         }
       }
     }
+    pl->rows_shape[0] = nr;
+    pl->rows_shape[1] = nqt;
+    pl->rows_shape[2] = p->heads_q;
+    pl->rows_shape[3] = group;
   }
 
-  /* 1. Units: rows, GQA twins, empty rows. */
+  /* 1-4 at once when every unit is one row (no twins: no GQA or row tasks;
+   * no query-tile packing) and no row is split: protos straight from the
+   * rows, empty rows gathered as step 1 gathers them, no unit table.  The
+   * general steps run otherwise, and always with TESSERA_PLAN_SIMD=none
+   * (the reference the tests hold this path to). */
+  twins = pack_gqa && group > 1;
+  if (!twins && (mode == TSR_TASKS_AUTO || mode == TSR_TASKS_ROW) && !rows->plain) {
+    tsr_i32 open = -1, last = -1; /* the empty unit still taking rows, its last row */
+    chunk = chunk_limit(pl, o, rows->tiles, 0);
+    protos = tsr_plan_buf(pl, TSR_BUF_PROTOS, (size_t)nr * sizeof *protos);
+    if (!protos)
+      goto nomem;
+    for (r = 0; r < nr; r++) {
+      tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r];
+      if (te > tb) {
+        if (te - tb > chunk)
+          break; /* a split row: the general steps */
+        protos[n_proto++] = (proto){tb, te, (tsr_i32)r, 1, -1, grp[r], te - tb};
+      } else if (pack_empty && open >= 0 && protos[open].n < TSR_PLAN_MAX_MEMBERS) {
+        next[last] = (tsr_i32)r;
+        last = (tsr_i32)r;
+        protos[open].n++;
+      } else {
+        open = (tsr_i32)n_proto;
+        last = (tsr_i32)r;
+        protos[n_proto++] = (proto){tb, te, (tsr_i32)r, 1, -1, grp[r], 0};
+      }
+    }
+    if (r == nr) {
+      n_mem = nr;
+      for (i = 0; i < n_proto; i++)
+        if (protos[i].key == 0)
+          empty_rows += protos[i].n;
+      goto order;
+    }
+    n_proto = 0;
+  }
+
+  /* 1. Units: rows, GQA twins, empty rows.  Without twins (no GQA, or
+   * row tasks) no row looks up another's unit, and unit_of is left alone. */
   for (r = 0; r < nr; r++) {
     tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r], u = -1;
     next[r] = -1;
-    unit_of[r] = -1;
+    if (twins)
+      unit_of[r] = -1;
     if (te == tb) {
       empty_rows++;
       if (pack_empty && empty_unit >= 0 && units[empty_unit].n < TSR_PLAN_MAX_MEMBERS)
@@ -153,7 +232,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
     } else {
       nonempty++;
       total += te - tb;
-      if (pack_gqa && rows->twin[r] >= 0) {
+      if (twins && rows->twin[r] >= 0) {
         tsr_i32 cu = unit_of[rows->twin[r]];
         if (cu >= 0 && units[cu].n < TSR_PLAN_MAX_MEMBERS)
           u = cu;
@@ -176,7 +255,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         empty_unit = u;
     }
     /* Later twins join the newest unit of their root. */
-    if (te != tb) {
+    if (twins && te != tb) {
       tsr_i32 root = rows->twin[r] >= 0 ? rows->twin[r] : (tsr_i32)r;
       unit_of[root] = u;
     }
@@ -224,15 +303,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
   }
 
   /* 3. Chunk limit. */
-  if (mode == TSR_TASKS_AUTO)
-    chunk = o->split_tiles > 0 ? o->split_tiles
-                               : (total + 2 * pl->num_sms - 1) / (2 * pl->num_sms);
-  else if (mode == TSR_TASKS_SPLIT)
-    chunk = o->split_tiles > 0 ? o->split_tiles : nonempty ? (total + nonempty - 1) / nonempty : 1;
-  if (mode == TSR_TASKS_AUTO && o->split_tiles <= 0 && chunk < MIN_AUTO_CHUNK)
-    chunk = MIN_AUTO_CHUNK;
-  if (chunk < 1)
-    chunk = 1;
+  chunk = chunk_limit(pl, o, total, nonempty);
 
   /* 4. Proto tasks: units, unpacked and split where too long. */
   cap_proto = n_units;
@@ -253,7 +324,9 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         protos = q;
         cap_proto = (int64_t)(pl->bufs[TSR_BUF_PROTOS].cap / sizeof *protos);
       }
-      protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, (int64_t)x->n * len};
+      protos[n_proto++] = (proto){x->tb, x->te, x->first, x->n, -1, grp[x->first],
+                                  (int64_t)x->n * len};
+      n_mem += x->n;
       if (x->n > 1 && len > 0)
         any_pack = 1;
       continue;
@@ -288,84 +361,99 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
         }
         protos[n_proto++] = (proto){(tsr_i32)(x->tb + k * len / nch),
                                     (tsr_i32)(x->tb + (k + 1) * len / nch), row, 1,
-                                    nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, 0};
+                                    nch > 1 ? (tsr_i32)(pl->n_slots + k) : -1, grp[row], 0};
         protos[n_proto - 1].key = protos[n_proto - 1].te - protos[n_proto - 1].tb;
+        n_mem++; /* a split row has a member record per chunk */
       }
       if (nch > 1)
         pl->n_slots += nch;
     }
   }
 
-  /* 5. Longest first: stable counting sort on tiles walked, descending,
-   * then snaked. */
-  for (i = 0; i < n_proto; i++) {
-    if (protos[i].key > maxkey)
-      maxkey = protos[i].key;
-    n_mem += protos[i].n; /* a split row has a member record per chunk */
-  }
-  count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)maxkey + 2) * sizeof *count);
+order:
+  /* 5. Order: by (batch, KV head) group, longest-first within a group
+   * (ties in creation order), then snaked.  K and V of all heads exceed
+   * the L2 (Wan2.1-1.3B: 12 x 16.7 MB against 60 MB), so the running
+   * tasks must share a head or two; longest-first across all heads
+   * measured 498 against 630 effective TFLOP/s at 50% density on the H200
+   * (notes/sm90.md).  Protos are made in row order and a unit's rows share
+   * its first row's group (twins and packed query tiles by construction;
+   * the mixed empty unit is never unpacked), so groups never decrease: each
+   * group is a contiguous segment, sorted on its own by a counting sort
+   * (or, when its lengths spread far wider than it is long, a sort of
+   * packed (length, index) keys). */
   sorted = tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
   pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(n_proto ? n_proto : 1) * sizeof *pl->tasks);
   pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(n_mem ? n_mem : 1) * sizeof *pl->members);
-  if (!count || !sorted || !pl->tasks || !pl->members)
+  if (!sorted || !pl->tasks || !pl->members)
     goto nomem;
-  memset(count, 0, ((size_t)maxkey + 2) * sizeof *count);
-  for (i = 0; i < n_proto; i++)
-    count[maxkey - protos[i].key + 1]++;
-  for (i = 1; i <= maxkey + 1; i++)
-    count[i] += count[i - 1];
-  for (i = 0; i < n_proto; i++)
-    sorted[count[maxkey - protos[i].key]++] = protos[i];
-  /* Then a stable counting sort by (batch, KV head) group: longest-first
-   * only within a group.  K and V of all heads exceed the L2 (Wan2.1-1.3B:
-   * 12 x 16.7 MB against 60 MB), so the running tasks must share a head
-   * or two; longest-first across all heads measured 498 against 630
-   * effective TFLOP/s at 50% density on the H200 (notes/sm90.md). */
-  if (n_proto > 1) {
-    int64_t n_groups = pl->problem.batch * pl->problem.heads_kv;
-    int64_t per_kv = pl->problem.heads_q / pl->problem.heads_kv;
-    int64_t *gcount = tsr_plan_buf(pl, TSR_BUF_COUNT_GROUPS, ((size_t)n_groups + 1) * sizeof *gcount);
-    if (!gcount)
-      goto nomem;
-    memset(gcount, 0, ((size_t)n_groups + 1) * sizeof *gcount);
-    for (i = 0; i < n_proto; i++)
-      gcount[task_group(&rec[sorted[i].first], pl->problem.heads_kv, per_kv) + 1]++;
-    for (i = 1; i <= n_groups; i++)
-      gcount[i] += gcount[i - 1];
-    for (i = 0; i < n_proto; i++)
-      protos[gcount[task_group(&rec[sorted[i].first], pl->problem.heads_kv, per_kv)]++] = sorted[i];
-    memcpy(sorted, protos, (size_t)n_proto * sizeof *sorted);
-  }
-  /* Snake the rounds of num_sms tasks: with CTA b taking tasks b, b + G,
-   * ..., plain longest-first would give CTA 0 the longest task of every
-   * round; reversing every other round evens that out.  A round spans far
-   * fewer tasks than a group holds, so groups stay (almost) contiguous. */
-  for (i = pl->num_sms; i < n_proto; i += 2 * (int64_t)pl->num_sms) {
-    int64_t lo = i, hi = (i + pl->num_sms < n_proto ? i + pl->num_sms : n_proto) - 1;
-    for (; lo < hi; lo++, hi--) {
-      proto x = sorted[lo];
-      sorted[lo] = sorted[hi];
-      sorted[hi] = x;
+  for (i = 0; i < n_proto;) {
+    int64_t e = i + 1, kmin = protos[i].key, kmax = protos[i].key, k, range;
+    for (; e < n_proto && protos[e].grp == protos[i].grp; e++) {
+      if (protos[e].key < kmin)
+        kmin = protos[e].key;
+      if (protos[e].key > kmax)
+        kmax = protos[e].key;
     }
+    range = kmax - kmin + 1;
+    if (range <= 2 * (e - i) + 64) {
+      /* The segment's protos (a group: a few hundred) stay in the cache
+       * while they are counted and scattered. */
+      count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)range + 1) * sizeof *count);
+      if (!count)
+        goto nomem;
+      memset(count, 0, ((size_t)range + 1) * sizeof *count);
+      for (k = i; k < e; k++)
+        count[kmax - protos[k].key + 1]++;
+      count[0] = i;
+      for (k = 1; k <= range; k++)
+        count[k] += count[k - 1];
+      for (k = i; k < e; k++)
+        sorted[count[kmax - protos[k].key]++] = protos[k];
+    } else {
+      uint64_t *keys = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, (size_t)(e - i) * sizeof *keys);
+      if (!keys)
+        goto nomem;
+      for (k = i; k < e; k++)
+        keys[k - i] = (uint64_t)(kmax - protos[k].key) << 32 | (uint64_t)k;
+      qsort(keys, (size_t)(e - i), sizeof *keys, u64_cmp);
+      for (k = i; k < e; k++)
+        sorted[k] = protos[(uint32_t)keys[k - i]];
+    }
+    i = e;
   }
 
-  /* 6. Records. */
+  /* 6. Records, with the rounds of num_sms tasks snaked: with CTA b taking
+   * tasks b, b + G, ..., plain longest-first would give CTA 0 the longest
+   * task of every round; reading every other round backwards evens that
+   * out.  A round spans far fewer tasks than a group holds, so groups stay
+   * (almost) contiguous. */
   pl->n_tasks = n_proto;
   pl->n_members = 0;
-  for (i = 0; i < n_proto; i++) {
-    const proto *q = &sorted[i];
-    tsr_task_rec *t = &pl->tasks[i];
-    tsr_i32 row = q->first, k;
-    t->batch = rec[row].batch;
-    t->head = rec[row].head;
-    t->q_tile = rec[row].q_tile;
-    t->tile_begin = q->tb;
-    t->tile_end = q->te;
-    t->member_begin = (tsr_i32)pl->n_members;
-    t->n_members = q->n;
-    t->partial = q->partial;
-    for (k = 0; k < q->n; k++, row = next[row]) {
-      pl->members[pl->n_members++] = rec[row];
+  {
+    int64_t g = pl->num_sms, k0, r;
+    int odd = 0;
+    for (k0 = 0; k0 < n_proto; k0 += g, odd ^= 1) {
+      int64_t len = n_proto - k0 < g ? n_proto - k0 : g;
+      for (r = 0; r < len; r++) {
+        const proto *q = &sorted[odd ? k0 + len - 1 - r : k0 + r];
+        tsr_task_rec *t = &pl->tasks[k0 + r];
+        tsr_i32 row = q->first, k;
+        t->batch = rec[row].batch;
+        t->head = rec[row].head;
+        t->q_tile = rec[row].q_tile;
+        t->tile_begin = q->tb;
+        t->tile_end = q->te;
+        t->member_begin = (tsr_i32)pl->n_members;
+        t->n_members = q->n;
+        t->partial = q->partial;
+        for (k = 0;;) { /* next[] is read only along a chain */
+          pl->members[pl->n_members++] = rec[row];
+          if (++k == q->n)
+            break;
+          row = next[row];
+        }
+      }
     }
   }
 

@@ -169,10 +169,30 @@ int64_t tsr_mask_batch(const tsr_mask *m);
 int64_t tsr_mask_heads(const tsr_mask *m);
 int64_t tsr_mask_nq(const tsr_mask *m);
 int64_t tsr_mask_nk(const tsr_mask *m);
-/* Row-major [batch][heads][nq][nk] bytes, each 0 or 1. */
+/* Row-major [batch][heads][nq][nk] bytes, each 0 or 1.  A packed mask
+ * expands them on first use (NULL when out of memory); do not make that
+ * first call on one mask from two threads at once. */
 const uint8_t *tsr_mask_bits(const tsr_mask *m);
-/* Pointer to the [nq][nk] plane used by (b, h), honouring broadcast. */
+/* Pointer to the [nq][nk] plane used by (b, h), honouring broadcast
+ * (expanded as tsr_mask_bits for a packed mask). */
 const uint8_t *tsr_mask_plane(const tsr_mask *m, int64_t b, int64_t h);
+/* Packed masks: bit j % 8 of byte j / 8 of a row selects key block j (LSB
+ * first: numpy.packbits(mask, axis=-1, bitorder='little'), or the words of
+ * TSR_MASK_BITS on a little-endian host with row_bytes = 4 * ceil(nk / 32)).
+ * Rows of [batch][heads][nq] are row_bytes apart (at least ceil(nk / 8));
+ * bits past nk are ignored.  The mask keeps the bits, and tsr_plan_create /
+ * tsr_plan_update read them as they are, skipping the pass over a byte per
+ * block pair; the bits are copied (B*H*NQ*ceil(NK/64) words). */
+tsr_status tsr_mask_from_packed(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
+                                const uint8_t *packed, int64_t row_bytes, tsr_mask **out,
+                                tsr_error *err);
+/* From a .npy of uint8 packed rows, [H, NQ, ceil(NK/8)] or [B, H, NQ, ceil(NK/8)];
+ * nk (the key blocks, from the geometry) must pack into the last dimension. */
+tsr_status tsr_mask_load_packed(const char *path, int64_t nk, tsr_mask **out, tsr_error *err);
+/* The packed [nq][*words] plane used by (b, h): row i's words at
+ * plane + i * *words, bit j % 64 of word j / 64; NULL for a byte mask (or
+ * b, h out of range).  *words = ceil(nk / 64) either way. */
+const uint64_t *tsr_mask_packed_plane(const tsr_mask *m, int64_t b, int64_t h, int64_t *words);
 /* Fraction of selected block pairs (by block count, not tokens). */
 double tsr_mask_density(const tsr_mask *m);
 /* Checks the mask against a geometry and the problem's batch / query heads:

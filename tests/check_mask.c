@@ -1,6 +1,8 @@
 /*
  * check_mask.c: logical masks from .npy and memory, broadcast, density, and
- * validation against a geometry and the problem's batch and heads.
+ * validation against a geometry and the problem's batch and heads; packed-
+ * bit masks (from memory with padded rows and stray bits, from .npy of
+ * packbits rows) against the byte form they stand for.
  */
 #include <check.h>
 #include <dirent.h>
@@ -136,6 +138,122 @@ START_TEST(test_load_rejects)
 }
 END_TEST
 
+/* Packed masks: bits past nk and padding bytes are random and ignored; the
+ * bytes the mask expands to, its packed planes, density, broadcast and a
+ * save/load round trip agree with the byte mask; a packbits .npy loads to
+ * the same mask. */
+START_TEST(test_packed_random)
+{
+  tu_rng r = {tu_seed("mask_packed_random", 5) + (uint64_t)_i};
+  int64_t B = tu_range(&r, 1, 3), H = tu_range(&r, 1, 4), nq = tu_range(&r, 1, 30),
+          nk = tu_range(&r, 1, 200), n = B * H * nq * nk, rows = B * H * nq;
+  int64_t nb = (nk + 7) / 8, rb = nb + tu_range(&r, 0, 9), i, j, b, h, words = 0, ones = 0;
+  uint8_t *bits = tu_rand_bits(&r, (size_t)n, tu_uniform(&r));
+  uint8_t *packed = malloc((size_t)(rows * rb)), *tight = calloc((size_t)(rows * nb), 1);
+  int64_t shape[4] = {B, H, nq, nb};
+  tsr_mask *m = NULL, *l = NULL;
+  tsr_error err = {0};
+  for (i = 0; i < rows * rb; i++)
+    packed[i] = (uint8_t)tu_range(&r, 0, 255);
+  for (i = 0; i < rows; i++)
+    for (j = 0; j < nk; j++) {
+      uint8_t bit = (uint8_t)(1u << (j % 8));
+      packed[i * rb + j / 8] = (uint8_t)(bits[i * nk + j] ? packed[i * rb + j / 8] | bit
+                                                          : packed[i * rb + j / 8] & ~bit);
+      if (bits[i * nk + j])
+        tight[i * nb + j / 8] |= bit;
+    }
+  for (i = 0; i < n; i++)
+    ones += bits[i];
+  ck_assert_int_eq(tsr_mask_from_packed(B, H, nq, nk, packed, rb, &m, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_batch(m), B);
+  ck_assert_int_eq(tsr_mask_nk(m), nk);
+  /* density from the bits, before any expansion */
+  ck_assert(fabs(tsr_mask_density(m) - (double)ones / (double)n) < 1e-12);
+  for (b = 0; b < B; b++)
+    for (h = 0; h < H; h++) {
+      const uint64_t *pp = tsr_mask_packed_plane(m, b, h, &words);
+      ck_assert_ptr_nonnull(pp);
+      ck_assert_int_eq(words, (nk + 63) / 64);
+      for (i = 0; i < nq; i++)
+        for (j = 0; j < words * 64; j++)
+          ck_assert_int_eq((int)(pp[i * words + j / 64] >> (j % 64) & 1),
+                           j < nk ? bits[((b * H + h) * nq + i) * nk + j] : 0);
+    }
+  ck_assert_ptr_null(tsr_mask_packed_plane(m, B == 1 ? -1 : B, 0, &words));
+  ck_assert(memcmp(tsr_mask_bits(m), bits, (size_t)n) == 0);
+  ck_assert_ptr_eq(tsr_mask_plane(m, B - 1, H - 1), tsr_mask_bits(m) + (B * H - 1) * nq * nk);
+  ck_assert_int_eq(tsr_mask_save(path, m, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_load(path, &l, &err), TSR_OK);
+  ck_assert(memcmp(tsr_mask_bits(l), bits, (size_t)n) == 0);
+  ck_assert_ptr_null(tsr_mask_packed_plane(l, 0, 0, &words)); /* a byte mask */
+  tsr_mask_destroy(l);
+  tsr_mask_destroy(m);
+  tu_write_npy(path, "|u1", 4, shape, tight, (size_t)(rows * nb));
+  ck_assert_msg(tsr_mask_load_packed(path, nk, &m, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_mask_heads(m), H);
+  ck_assert(memcmp(tsr_mask_bits(m), bits, (size_t)n) == 0);
+  tsr_mask_destroy(m);
+  tu_write_npy(path, "|u1", 3, shape + 1, tight, (size_t)(H * nq * nb));
+  ck_assert_msg(tsr_mask_load_packed(path, nk, &m, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_mask_batch(m), 1);
+  ck_assert(memcmp(tsr_mask_bits(m), bits, (size_t)(H * nq * nk)) == 0);
+  tsr_mask_destroy(m);
+  free(bits);
+  free(packed);
+  free(tight);
+}
+END_TEST
+
+static void expect_packed_error(const char *p, int64_t nk, tsr_status want, const char *what)
+{
+  tsr_mask *m = (tsr_mask *)&m;
+  tsr_error err = {0};
+  ck_assert_int_eq(tsr_mask_load_packed(p, nk, &m, &err), want);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(err.text, what) != NULL, "'%s' lacks '%s'", err.text, what);
+}
+
+START_TEST(test_packed_rejects)
+{
+  uint8_t raw[64] = {0xff, 0x0f};
+  int64_t s3[3] = {1, 2, 2}, s2[2] = {2, 2};
+  tsr_mask *m = (tsr_mask *)&m;
+  tsr_error err = {0};
+  ck_assert_int_eq(tsr_mask_from_packed(1, 1, 2, 12, raw, 2, NULL, &err), TSR_ERR_INVALID);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_mask_from_packed(1, 1, 2, 12, NULL, 2, &m, &err), TSR_ERR_INVALID);
+  ck_assert_ptr_null(m);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_mask_from_packed(1, 1, 2, 17, raw, 2, &m, &err), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(err.text, "rows of 2 bytes cannot hold 17 key blocks"), "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_mask_from_packed(1, 0, 2, 12, raw, 2, &m, &err), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(err.text, "heads is 0"), "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_mask_load_packed(NULL, 4, &m, &err), TSR_ERR_INVALID);
+  tu_write_npy(path, "|u1", 3, s3, raw, 4);
+  expect_packed_error(path, 0, TSR_ERR_INVALID, "key blocks 0, must be positive");
+  expect_packed_error(path, 17, TSR_ERR_SHAPE, "rows of 2 bytes, but 17 key blocks pack into 3");
+  expect_packed_error(path, 8, TSR_ERR_SHAPE, "rows of 2 bytes, but 8 key blocks pack into 1");
+  {
+    uint8_t flags[4] = {1, 0, 1, 1}; /* a byte mask given as packed */
+    tu_write_npy(path, "|b1", 3, s3, flags, 4);
+    expect_packed_error(path, 12, TSR_ERR_DTYPE, "expected uint8, got bool");
+  }
+  tu_write_npy(path, "|u1", 2, s2, raw, 4);
+  expect_packed_error(path, 12, TSR_ERR_SHAPE, "expected 3 or 4 dimensions");
+  expect_packed_error("/nonexistent/m.npy", 12, TSR_ERR_IO, "nonexistent");
+  /* a valid one, for contrast */
+  tu_write_npy(path, "|u1", 3, s3, raw, 4);
+  ck_assert_int_eq(tsr_mask_load_packed(path, 12, &m, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_bits(m)[0], 1);
+  ck_assert_int_eq(tsr_mask_bits(m)[11], 1);
+  ck_assert_int_eq(tsr_mask_bits(m)[12], 0); /* row 1 starts with byte raw[2] = 0 */
+  tsr_mask_destroy(m);
+}
+END_TEST
+
 START_TEST(test_check)
 {
   tu_rng r = {tu_seed("mask_check", 23)};
@@ -207,6 +325,8 @@ int main(void)
   tcase_add_test(tc, test_from_bytes_broadcast);
   tcase_add_test(tc, test_load_rejects);
   tcase_add_test(tc, test_check);
+  tcase_add_loop_test(tc, test_packed_random, 0, 24);
+  tcase_add_test(tc, test_packed_rejects);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

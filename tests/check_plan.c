@@ -7,7 +7,10 @@
  *    tile marked full, a lost merge, a slot read twice, a wrong qblk entry,
  *    a member on another KV head, an index out of range;
  *  - verify against a different mask fails;
- *  - the JSON explanation parses and agrees with the summary and arrays.
+ *  - the JSON explanation parses and agrees with the summary and arrays;
+ *  - the fast paths (SSE2, AVX2, AVX-512 packing and emission, packed-bit
+ *    masks, replanning into a used plan) give the plain path's plan byte
+ *    for byte.
  */
 #include <check.h>
 #include <jansson.h>
@@ -365,6 +368,130 @@ START_TEST(test_update_reuse)
 }
 END_TEST
 
+/* Asserts two plans hold the same records, byte for byte. */
+static void expect_same_plan(const tsr_plan *a, const tsr_plan *b, const char *label)
+{
+  ck_assert_msg(a->n_tasks == b->n_tasks && a->n_tiles == b->n_tiles &&
+                    a->n_members == b->n_members && a->n_membership == b->n_membership &&
+                    a->n_merges == b->n_merges && a->n_slots == b->n_slots && a->n_qblk == b->n_qblk,
+                "%s: counts differ (tasks %lld/%lld, tiles %lld/%lld, words %lld/%lld)", label,
+                (long long)a->n_tasks, (long long)b->n_tasks, (long long)a->n_tiles,
+                (long long)b->n_tiles, (long long)a->n_membership, (long long)b->n_membership);
+  ck_assert_msg(a->tile_m == b->tile_m && a->tile_n == b->tile_n && a->mapping == b->mapping &&
+                    a->task_layout == b->task_layout,
+                "%s: tile, mapping or layout differ", label);
+  ck_assert_msg(!memcmp(a->tasks, b->tasks, (size_t)a->n_tasks * sizeof *a->tasks), "%s: tasks", label);
+  ck_assert_msg(!memcmp(a->tiles, b->tiles, (size_t)a->n_tiles * sizeof *a->tiles), "%s: tiles", label);
+  ck_assert_msg(!memcmp(a->members, b->members, (size_t)a->n_members * sizeof *a->members),
+                "%s: members", label);
+  ck_assert_msg(!a->n_membership || !memcmp(a->membership, b->membership,
+                                            (size_t)a->n_membership * sizeof *a->membership),
+                "%s: membership words", label);
+  ck_assert_msg(!a->n_merges || !memcmp(a->merges, b->merges, (size_t)a->n_merges * sizeof *a->merges),
+                "%s: merges", label);
+  ck_assert_msg(!memcmp(a->qblk, b->qblk, (size_t)a->n_qblk * sizeof *a->qblk), "%s: qblk", label);
+  ck_assert_msg(!memcmp(&a->summary, &b->summary, sizeof a->summary), "%s: summary", label);
+}
+
+/* The mask as packed rows of row_bytes (>= ceil(nk / 8)), LSB first, with
+ * random bits past nk and in the padding, which the library must ignore. */
+static tsr_mask *packed_copy(tu_rng *r, const pc_case *c, int64_t row_bytes)
+{
+  int64_t rows = c->mb * c->mh * c->nq, i, j;
+  uint8_t *buf = malloc((size_t)(rows * row_bytes));
+  tsr_mask *m = NULL;
+  tsr_error err = {0};
+  for (i = 0; i < rows * row_bytes; i++)
+    buf[i] = (uint8_t)tu_range(r, 0, 255);
+  for (i = 0; i < rows; i++)
+    for (j = 0; j < c->nk; j++) {
+      uint8_t *b = buf + i * row_bytes + j / 8;
+      *b = (uint8_t)((*b & ~(1u << (j % 8))) | (unsigned)(c->bits[i * c->nk + j] != 0) << (j % 8));
+    }
+  ck_assert_msg(tsr_mask_from_packed(c->mb, c->mh, c->nq, c->nk, buf, row_bytes, &m, &err) == TSR_OK,
+                "%s", err.text);
+  free(buf);
+  return m;
+}
+
+/* The portable path (TESSERA_PLAN_SIMD=none, a byte mask, a fresh plan)
+ * is the reference; every instruction-set level this CPU has, a packed
+ * mask, and replanning into one plan reused across all of them (cached
+ * qblk, grown buffers, scribbled slack) must give the same bytes, over
+ * random geometries (ragged, variable, cross lengths), mask families with
+ * empty rows and heads, GQA, broadcast, every tile, mapping and layout. */
+START_TEST(test_fast_paths_identical)
+{
+  static const char *const levels[] = {"sse2", "avx2", "avx512", NULL};
+  tu_rng r = {tu_seed("fast_paths", 7) + 7919u * (uint64_t)_i};
+  pc_case c;
+  tsr_mask *packed;
+  tsr_plan *reused = NULL;
+  tsr_error err = {0};
+  int ti, mp, tk, li, compared = 0;
+  ck_assert_int_eq(pc_make(&r, &c, _i % 4 ? 900 : 3000), 0);
+  packed = packed_copy(&r, &c, (c.nk + 7) / 8 + tu_range(&r, 0, 9));
+  for (ti = 0; ti < PC_NTILES; ti++)
+    for (mp = 0; mp < 4; mp++)
+      for (tk = 0; tk < 4; tk++) {
+        tsr_plan_opts o;
+        tsr_plan *ref = NULL;
+        tsr_status st;
+        char label[400];
+        tsr_plan_opts_init(&o);
+        o.tile_m = pc_tiles[ti][0];
+        o.tile_n = pc_tiles[ti][1];
+        o.mapping = (tsr_mapping)mp;
+        o.tasks = (tsr_tasks)tk;
+        o.split_tiles = tu_uniform(&r) < 0.5 ? (int)tu_range(&r, 1, 6) : 0;
+        o.num_sms = (int)tu_range(&r, 0, 160);
+        setenv("TESSERA_PLAN_SIMD", "none", 1);
+        st = tsr_plan_create(&c.p, c.m, &o, &ref, &err);
+        if (st == TSR_ERR_UNSUPPORTED && mp != TSR_MAP_AUTO) {
+          tsr_error_clear(&err);
+          continue;
+        }
+        ck_assert_msg(st == TSR_OK, "%s: %s", c.what, err.text);
+        for (li = -1; li < 4; li++) {
+          int pk;
+          for (pk = 0; pk < 2; pk++) {
+            tsr_plan *fast = NULL;
+            const tsr_mask *m = pk ? packed : c.m;
+            if (li < 0 && !pk)
+              continue; /* that is the reference */
+            if (li < 0)
+              setenv("TESSERA_PLAN_SIMD", "none", 1);
+            else if (levels[li])
+              setenv("TESSERA_PLAN_SIMD", levels[li], 1);
+            else
+              unsetenv("TESSERA_PLAN_SIMD"); /* the best this CPU has */
+            snprintf(label, sizeof label, "%s, tile %dx%d %s/%s split %d, simd %s, %s mask", c.what,
+                     o.tile_m, o.tile_n, tsr_plan_mapping_name(o.mapping),
+                     tsr_plan_tasks_name(o.tasks), o.split_tiles,
+                     li < 0 ? "none" : levels[li] ? levels[li] : "best", pk ? "packed" : "byte");
+            ck_assert_msg(tsr_plan_create(&c.p, m, &o, &fast, &err) == TSR_OK, "%s: %s", label,
+                          err.text);
+            expect_same_plan(ref, fast, label);
+            tsr_plan_destroy(fast);
+            if (!reused)
+              ck_assert_int_eq(tsr_plan_create(&c.p, m, &o, &reused, &err), TSR_OK);
+            else
+              ck_assert_msg(tsr_plan_update(reused, &c.p, m, &o, &err) == TSR_OK, "%s: %s", label,
+                            err.text);
+            expect_same_plan(ref, reused, label);
+            compared += 2;
+          }
+        }
+        tsr_plan_destroy(ref);
+      }
+  unsetenv("TESSERA_PLAN_SIMD");
+  ck_assert_int_gt(compared, 0);
+  tsr_plan_destroy(reused);
+  tsr_mask_destroy(packed);
+  pc_free(&c);
+}
+END_TEST
+
 /* Real mask families: the corpus generator's demo preset (Sparse VideoGen,
  * Sliding Tile, Radial, VSA, SpargeAttn, XAttention, Jenga, Sparse-vDiT,
  * dense), every mask planned over tiles and task layouts and verified. */
@@ -426,6 +553,7 @@ int main(void)
   tcase_add_test(tc, test_explain_json);
   tcase_add_test(tc, test_update_reuse);
   tcase_add_test(tc, test_corpus_masks);
+  tcase_add_loop_test(tc, test_fast_paths_identical, 0, 24);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -168,6 +168,22 @@ static void check_one(tu_rng *rng, const int64_t *qsz, int64_t nq, const int64_t
   ck_assert_double_eq_tol(f.rows_per_sm, (double)heads_q * (double)((sq + 127) / 128) / 132.0,
                           1e-12);
   ck_assert_int_eq(f.num_sms, 132);
+  /* The same mask as packed bits: the same features, bit for bit. */
+  {
+    int64_t nb = (nk + 7) / 8, j;
+    uint8_t *packed = calloc((size_t)(mask_heads * nq * nb), 1);
+    tsr_mask *pm = NULL;
+    tsr_features fp;
+    for (i = 0; i < mask_heads * nq; i++)
+      for (j = 0; j < nk; j++)
+        packed[i * nb + j / 8] |= (uint8_t)(bits[i * nk + j] << (j % 8));
+    ck_assert_int_eq(tsr_mask_from_packed(1, mask_heads, nq, nk, packed, nb, &pm, &err), TSR_OK);
+    memset(&fp, 0x5a, sizeof fp); /* poison, unlike f's */
+    ck_assert_msg(tsr_features_compute(&p, pm, 132, &fp, &err) == TSR_OK, "%s", err.text);
+    ck_assert(!memcmp(&f, &fp, sizeof f));
+    tsr_mask_destroy(pm);
+    free(packed);
+  }
   tsr_mask_destroy(m);
   tsr_geom_destroy(g);
   free(bits);

@@ -20,6 +20,8 @@ bad() { echo "FAIL: $*"; fail=1; }
 "$G" mask "$D/m384.npy" 1 1 3 3 random 0.6 "$SEED" >/dev/null || exit 99
 "$G" mask "$D/mvar.npy" 1 2 3 4 random 0.5 "$SEED" >/dev/null || exit 99
 "$G" mask "$D/empty.npy" 1 2 8 8 empty 0 "$SEED" >/dev/null || exit 99
+"$G" pack "$D/m96.npy" "$D/m96bits.npy" || exit 99
+"$G" pack "$D/mvar.npy" "$D/mvarbits.npy" || exit 99
 "$G" sizes "$D/qs.npy" 100 37 263 >/dev/null || exit 99
 "$G" sizes "$D/ks.npy" 64 64 200 72 >/dev/null || exit 99
 
@@ -59,7 +61,14 @@ expect_ok '"wasted_fraction"' $M96 --json
 expect_ok '"membership"' $M96 --json --detail
 expect_ok "bench: replanning" $M96 --bench
 expect_ok "arch sm_80" $M96 --arch sm_80 --sms 108
+expect_ok "verify: ok" --mask "$D/m96bits.npy" --mask-bits --block 96 --seq 700 --head-dim 64 --verify
+expect_ok "bench: replanning" --mask "$D/m96bits.npy" --mask-bits --block 96 --seq 700 --head-dim 64 --bench
+expect_ok "verify: ok" --mask "$D/mvarbits.npy" --mask-bits --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --verify
 }
+# A packed mask plans exactly as its byte form (the JSON holds every record).
+"$T" plan $M96 --tasks split --split 2 --json --detail >"$D/bytes.json" 2>&1
+"$T" plan --mask "$D/m96bits.npy" --mask-bits --block 96 --seq 700 --head-dim 64 --tasks split --split 2 --json --detail >"$D/bits.json" 2>&1
+cmp -s "$D/bytes.json" "$D/bits.json" || bad "--mask-bits plan differs from the byte mask's"
 "$T" plan --help | grep -q -- "--mapping" || bad "--help lacks --mapping"
 
 # --- tessera run --backend cpu (the plan executor) matches the reference ----
@@ -112,6 +121,9 @@ expect_exit 2 "unknown option '--bogus'" $M96 --bogus
 expect_exit 2 "$D/none.npy" --mask "$D/none.npy" --block 96 --seq 700 --head-dim 64
 expect_exit 2 "m96.npy" --mask "$D/m96.npy" --block 64 --seq 700 --head-dim 64
 expect_exit 2 "cover 400 tokens, but --seq has 500" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --seq 500
+expect_exit 2 "expected uint8, got bool" --mask "$D/m96.npy" --mask-bits --block 96 --seq 700 --head-dim 64
+expect_exit 2 "rows of 1 bytes, but 11 key blocks pack into 2" --mask "$D/m96bits.npy" --mask-bits --block 64 --seq 700 --head-dim 64
+expect_exit 2 "missing --seq" --mask "$D/m96bits.npy" --mask-bits --block 96 --head-dim 64
 expect_exit 2 "cannot use --q-blocks '$D/m96.npy'" --mask "$D/mvar.npy" --q-blocks "$D/m96.npy" --k-blocks "$D/ks.npy" --head-dim 64
 }
 exit $fail
