@@ -458,8 +458,40 @@ static int32_t key_distance(const int32_t *a, const int32_t *b)
   return d;
 }
 
+/* The mask's fill at tile_m x tile_n (1 when that tile is not a feature
+ * tile: nothing is known against it). */
+static double fill_at(const tsr_features *f, int tile_m, int tile_n)
+{
+  int i, m, n;
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    tsr_features_tile(i, &m, &n);
+    if (m == tile_m && n == tile_n)
+      return f->fill[i];
+  }
+  return 1.0;
+}
+
+/* A row borrowed from another region (the nearest one, or the geometry-wide
+ * row) was timed on masks of another fill:
+ * on this mask its tile may compute far more masked-out pairs than the base
+ * plan's (combining random 128x64 blocks into 128x128 tiles computes 1.75x
+ * the pairs at 25% density, and measured 1.46x slower on the H200 than
+ * retaining them).  Such a row is taken only when its tile's fill is within
+ * 10% of the base plan's tile's fill on this mask. */
+#define NEAREST_FILL_SLACK 0.9
+
+static int fill_ok(const tsr_features *f, const row *r)
+{
+  tsr_plan_opts base;
+  tsr_select_base(f, &base);
+  if (!base.tile_m || !base.tile_n)
+    return 1;
+  return fill_at(f, r->tile_m, r->tile_n) >= NEAREST_FILL_SLACK * fill_at(f, base.tile_m, base.tile_n);
+}
+
 /* The eligible level-0 row of the same dtype, head dim and geometry whose
- * region is nearest to `key` (ties: more profiled masks); NULL if none.
+ * region is nearest to `key` (ties: more profiled masks), and whose tile
+ * wastes no more than the base plan's on this mask (fill_ok); NULL if none.
  * Rows of one geometry are contiguous in key order: one binary search for
  * the first, then a scan of that geometry's rows (tens). */
 static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_features *f)
@@ -477,7 +509,7 @@ static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_f
   for (i = lo; i < s->n && key_cmp5(s->rows[i].key, key) == 0; i++) {
     const row *r = &s->rows[i];
     int32_t d = key_distance(r->key, key);
-    if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL))
+    if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL) || !fill_ok(f, r))
       continue;
     if (!best || d < best_d || (d == best_d && r->masks > best->masks)) {
       best = r;
@@ -524,7 +556,12 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       if (c == 0) {
         const row *r = &s->rows[mid];
         const char *why;
-        if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why)) {
+        int ok = tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why);
+        if (ok && level > 0 && !fill_ok(f, r)) {
+          ok = 0;
+          why = "its tile computes more masked-out pairs than the base plan's on this mask";
+        }
+        if (!ok) {
           if (!skipped) {
             skipped = r;
             skipped_why = why;

@@ -98,6 +98,26 @@ for how in drop dup bit; do
   TESSERA_PLAN_CORRUPT=$how expect_exit 1 "verification failed: batch 0 head" $M96 --verify
 done
 
+# --- --select: a row borrowed from another region never wastes more ------------
+# A geometry-wide row (level 2) saying "combine 128x64 blocks into 128x128
+# tiles", as SpargeAttn's clustered masks prefer: taken for a banded mask
+# (pairs of key blocks selected together, fill at 128x128 about 0.96), skipped
+# for a random 25% mask (fill 0.57: the combined tiles would compute 1.75x the
+# selected pairs), which keeps the base plan (retain 128x64).
+P="$B/tessera-profile"
+echo "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', 132, 1, 2, 'bf16', 128, 128, 64, -1, -1, -1, -1, 'combine', 128, 128, 'row', '', 3, 0.01, 1.2);" >"$D/g.sql"
+"$P" init --db "$D/g.db" --sql "$D/g.sql" >/dev/null 2>"$D/stderr" || bad "init g.db: $(cat "$D/stderr")"
+"$G" mask "$D/r6.npy" 1 2 64 128 random 0.25 "$SEED" >/dev/null || exit 99
+"$G" mask "$D/b6.npy" 1 2 64 128 band 0.3 "$SEED" >/dev/null || exit 99
+S6="--block 128x64 --seq 8192 --head-dim 128 --select --explain --db $D/g.db"
+# shellcheck disable=SC2086
+{
+expect_ok "selected: combine 128x128 row" --mask "$D/b6.npy" $S6
+expect_ok "reason: table row 1 at level 2" --mask "$D/b6.npy" $S6
+expect_ok "selected: retain 128x64 row" --mask "$D/r6.npy" $S6
+expect_ok "row 1 (combine 128x128) skipped: its tile computes more masked-out pairs than the base plan's" --mask "$D/r6.npy" $S6
+}
+
 # --- rejected inputs exit 2 ----------------------------------------------------
 # shellcheck disable=SC2086
 {
