@@ -1,3 +1,18 @@
+-- db/h200.sql: the lookup table shipped for the NVIDIA H200 (sm_90a, 132
+-- multiprocessors), as SQL text over db/schema.sql.  The build compiles it
+-- into libtessera as the embedded default and installs it as tessera.db.
+--
+-- Real measurements only.  Swept on one H200 (driver 580.159.04, CUDA 13.0)
+-- on 2026-11-29 12:12 UTC with the four sweeps of scripts/profile-h200
+-- (`tessera-profile sweep --variants 'tsr_sm90*'`): the Hopper (wgmma + TMA)
+-- variants of the bundle over the demo corpus (48 masks, 2304 tokens, 4
+-- heads, d64) and the Wan2.1-1.3B 480p corpus (72 masks, 32760 tokens, d128),
+-- both splits complete, CUDA events, 10 (demo) or 5 (Wan) timed launches
+-- after 3 / 2 warm-ups, inputs rotated past L2; 996 timed candidates.  Rows
+-- are derived from the profile split; BENCHMARKS.md ("Plan selection
+-- quality", run C) has the evaluation.  The variant names key builds whose
+-- template hashes are in the sweep database.
+-- Regenerate: tessera-profile export --db FILE --gpu 'NVIDIA H200' --out db/h200.sql
 -- Lookup table exported by tessera-profile from a sweep's database.
 -- Load over db/schema.sql (tessera-profile init --sql FILE).
 INSERT OR IGNORE INTO gpus (name, arch, multiprocessors, memory_bytes, l2_bytes, driver, clock_sm_khz, clock_mem_khz) VALUES ('NVIDIA H200', 'sm_90a', 132, 150109880320, 62914560, 'cuda 13.0', 1980000, 3201000);

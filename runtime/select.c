@@ -472,21 +472,27 @@ static double fill_at(const tsr_features *f, int tile_m, int tile_n)
 }
 
 /* A row borrowed from another region (the nearest one, or the geometry-wide
- * row) was timed on masks of another fill:
- * on this mask its tile may compute far more masked-out pairs than the base
- * plan's (combining random 128x64 blocks into 128x128 tiles computes 1.75x
- * the pairs at 25% density, and measured 1.46x slower on the H200 than
- * retaining them).  Such a row is taken only when its tile's fill is within
- * 10% of the base plan's tile's fill on this mask. */
-#define NEAREST_FILL_SLACK 0.9
-
+ * row) was timed on masks of another fill, and a larger tile than the base
+ * plan's pays for its masked-out pairs only while its higher rate covers
+ * them.  On the H200 the sm90 kernels ran 64x64 tiles at about 350 TFLOP/s,
+ * 128x64 at 506 and 128x128 at 650 (BENCHMARKS.md), close to the square
+ * root of the tile area; combining random 128x64 blocks at 25% density into
+ * 128x128 tiles (fill 0.57 against 1.0) measured 1.46x slower than retaining
+ * them.  So a borrowed row whose tile is larger than the base plan's is
+ * taken only when its fill on this mask is at least sqrt(base area / row
+ * area) times the base tile's fill.  Exact-region rows are always taken:
+ * they were timed on masks like this one. */
 static int fill_ok(const tsr_features *f, const row *r)
 {
   tsr_plan_opts base;
+  double area_base, area_row;
   tsr_select_base(f, &base);
-  if (!base.tile_m || !base.tile_n)
+  area_base = (double)base.tile_m * base.tile_n;
+  area_row = (double)r->tile_m * r->tile_n;
+  if (area_base <= 0 || area_row <= area_base)
     return 1;
-  return fill_at(f, r->tile_m, r->tile_n) >= NEAREST_FILL_SLACK * fill_at(f, base.tile_m, base.tile_n);
+  return fill_at(f, r->tile_m, r->tile_n) >=
+         sqrt(area_base / area_row) * fill_at(f, base.tile_m, base.tile_n);
 }
 
 /* The eligible level-0 row of the same dtype, head dim and geometry whose

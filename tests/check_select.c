@@ -608,10 +608,19 @@ START_TEST(test_build_and_select)
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     ck_assert_int_eq(s.level, 0);
     assert_plan(&s, P_COMB128_SPLIT);
+    /* Borrowed from the nearest region, the same row would run 128x128
+     * tiles at fill 0.3 where the base plan (64x64 blocks retained) fills
+     * 1.0: under sqrt(64*64 / (128*128)) = 0.5, so both 128x128 rows are
+     * refused and the nearest row that wastes nothing is taken. */
     f.density = 0.5;
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     ck_assert_int_eq(s.level, 1);
-    assert_plan(&s, P_COMB128_SPLIT);
+    assert_plan(&s, P_RETAIN_ROW);
+    /* At fill 0.55 the dense kind's row is the nearest one allowed. */
+    f.fill[TSR_FEATURE_TILES - 1] = 0.55;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_ROW);
   }
   /* A head dim the table never saw: base plan (retain at the 64x64 blocks). */
   {

@@ -102,8 +102,9 @@ done
 # A geometry-wide row (level 2) saying "combine 128x64 blocks into 128x128
 # tiles", as SpargeAttn's clustered masks prefer: taken for a banded mask
 # (pairs of key blocks selected together, fill at 128x128 about 0.96), skipped
-# for a random 25% mask (fill 0.57: the combined tiles would compute 1.75x the
-# selected pairs), which keeps the base plan (retain 128x64).
+# for a random 25% mask (fill 0.57, under sqrt(1/2) of the base tile's 1.0:
+# the combined tiles would compute 1.75x the selected pairs), which keeps the
+# base plan (retain 128x64).
 P="$B/tessera-profile"
 echo "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', 132, 1, 2, 'bf16', 128, 128, 64, -1, -1, -1, -1, 'combine', 128, 128, 'row', '', 3, 0.01, 1.2);" >"$D/g.sql"
 "$P" init --db "$D/g.db" --sql "$D/g.sql" >/dev/null 2>"$D/stderr" || bad "init g.db: $(cat "$D/stderr")"
