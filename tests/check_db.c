@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "util.h"
+
 #include "tessera.h"
 
 static char tmpdir[256];
@@ -23,16 +25,12 @@ static unsigned seed;
 
 static void setup(void)
 {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_check_db_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  tu_tmpdir(tmpdir, sizeof tmpdir);
 }
 
 static void teardown(void)
 {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", tmpdir);
+  tu_rmtree(tmpdir);
 }
 
 static void path_in(char *buf, size_t n, const char *name)

@@ -243,7 +243,7 @@ START_TEST(test_exec_corpus)
   }
   ck_assert_int_ge(ran, 6);
   tsr_corpus_close(cp);
-  pc_rmtree(dir);
+  tu_rmtree(dir);
 }
 END_TEST
 

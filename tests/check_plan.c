@@ -536,7 +536,7 @@ START_TEST(test_corpus_masks)
   fprintf(stderr, "corpus_masks: %lld masks, %lld plans verified\n", (long long)tsr_corpus_count(cp),
           (long long)plans);
   tsr_corpus_close(cp);
-  pc_rmtree(dir);
+  tu_rmtree(dir);
 }
 END_TEST
 

@@ -23,16 +23,12 @@ static char tmpdir[256];
 
 static void setup(void)
 {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tsr_check_select_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  tu_tmpdir(tmpdir, sizeof tmpdir);
 }
 
 static void teardown(void)
 {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", tmpdir);
+  tu_rmtree(tmpdir);
 }
 
 /* ---- Features against a brute-force reference -------------------------- */

@@ -9,7 +9,6 @@
 #ifndef TSR_PLAN_CASES_H
 #define TSR_PLAN_CASES_H
 
-#include <ftw.h>
 
 #include "tessera.h"
 #include "util.h"
@@ -173,18 +172,6 @@ static inline void pc_free(pc_case *c)
   free(c->kb);
   free(c->bits);
   memset(c, 0, sizeof *c);
-}
-
-static inline int pc_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-/* Removes a scratch folder and everything in it. */
-static inline void pc_rmtree(const char *dir)
-{
-  nftw(dir, pc_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Generates the corpus generator's demo preset (every mask family on a

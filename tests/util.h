@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <ftw.h>
 
 /* ---- seeds and random numbers ------------------------------------------ */
 
@@ -100,6 +101,19 @@ static inline const char *tu_tmpdir(char *buf, size_t cap)
     abort();
   }
   return buf;
+}
+
+static inline int tu_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Removes a scratch directory and everything in it. */
+static inline void tu_rmtree(const char *dir)
+{
+  if (nftw(dir, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* Writes magic, version, a header text (padded by the caller or not) and
