@@ -482,17 +482,13 @@ static double fill_at(const tsr_features *f, int tile_m, int tile_n)
  * taken only when its fill on this mask is at least sqrt(base area / row
  * area) times the base tile's fill.  Exact-region rows are always taken:
  * they were timed on masks like this one. */
-static int fill_ok(const tsr_features *f, const row *r)
+static int fill_ok(const tsr_features *f, const tsr_plan_opts *base, const row *r)
 {
-  tsr_plan_opts base;
-  double area_base, area_row;
-  tsr_select_base(f, &base);
-  area_base = (double)base.tile_m * base.tile_n;
-  area_row = (double)r->tile_m * r->tile_n;
+  double area_base = (double)base->tile_m * base->tile_n, area_row = (double)r->tile_m * r->tile_n;
   if (area_base <= 0 || area_row <= area_base)
     return 1;
   return fill_at(f, r->tile_m, r->tile_n) >=
-         sqrt(area_base / area_row) * fill_at(f, base.tile_m, base.tile_n);
+         sqrt(area_base / area_row) * fill_at(f, base->tile_m, base->tile_n);
 }
 
 /* The eligible level-0 row of the same dtype, head dim and geometry whose
@@ -500,7 +496,8 @@ static int fill_ok(const tsr_features *f, const row *r)
  * wastes no more than the base plan's on this mask (fill_ok); NULL if none.
  * Rows of one geometry are contiguous in key order: one binary search for
  * the first, then a scan of that geometry's rows (tens). */
-static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_features *f)
+static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_features *f,
+                          const tsr_plan_opts *base)
 {
   int64_t lo = 0, hi = s->n, i;
   const row *best = NULL;
@@ -515,7 +512,7 @@ static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_f
   for (i = lo; i < s->n && key_cmp5(s->rows[i].key, key) == 0; i++) {
     const row *r = &s->rows[i];
     int32_t d = key_distance(r->key, key);
-    if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL) || !fill_ok(f, r))
+    if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL) || !fill_ok(f, base, r))
       continue;
     if (!best || d < best_d || (d == best_d && r->masks > best->masks)) {
       best = r;
@@ -531,6 +528,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   int level;
   const row *skipped = NULL;
   const char *skipped_why = NULL;
+  tsr_plan_opts base;
   text t;
   if (!f || !out)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
@@ -544,12 +542,13 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   out->variant[0] = '\0';
   out->from_table = 0;
   tsr_select_region(f, &out->region);
+  tsr_select_base(f, &base); /* the fallback, and what borrowed rows must not waste more than */
   for (level = 0; s && level < TSR_SELECT_LEVELS; level++) {
     int32_t key[KEY_LEN];
     int64_t lo = 0, hi = s->n - 1;
     make_key(&out->region, level, key);
     if (level == 1) {
-      const row *r = nearest(s, key, f);
+      const row *r = nearest(s, key, f, &base);
       if (r) {
         take(r, f, out, 1);
         return TSR_OK;
@@ -563,7 +562,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         const row *r = &s->rows[mid];
         const char *why;
         int ok = tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why);
-        if (ok && level > 0 && !fill_ok(f, r)) {
+        if (ok && level > 0 && !fill_ok(f, &base, r)) {
           ok = 0;
           why = "its tile computes more masked-out pairs than the base plan's on this mask";
         }
@@ -583,7 +582,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         hi = mid - 1;
     }
   }
-  tsr_select_base(f, &out->opts);
+  out->opts = base;
   out->level = -1;
   out->row_id = -1;
   t.p = out->reason;
