@@ -115,6 +115,12 @@ EXTRA_DIST += tests/gpuplan-bundle.sh
 tests_gpu_plan_SOURCES = tests/gpu_plan.c
 tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# request_time: a timing driver for the request path's phases (not a test;
+# notes/varplan.md), host-only without a GPU.
+check_PROGRAMS += tests/request_time
+tests_request_time_SOURCES = tests/request_time.c
+tests_request_time_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_request_time_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh tests/gpu_profile.sh
 EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh
 
