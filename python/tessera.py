@@ -20,7 +20,9 @@ plan.selected_by / plan.selection say where the plan came from.
 block_mask: bool tensor [H, NQ, NK] or [B, H, NQ, NK] over logical blocks of
 block=(bq, bk) tokens (the last block may be ragged), or of variable sizes:
 block=(q_sizes, k_sizes), the token count of every query and key block (VSA's
-cubes, STA's tiles); variable blocks are planned on the host.
+cubes, STA's tiles); a CUDA mask of either kind is planned on the GPU (a
+variable geometry's block maps are uploaded once per template), a CPU mask on
+the host.
 
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
@@ -275,6 +277,15 @@ def _is_variable(block):
     return not all(isinstance(b, int) for b in block)
 
 
+def _block_key(block):
+    """A hashable key of (bq, bk) or (q_sizes, k_sizes): variable geometries
+    are cached by their sizes (a GpuPlan template uploads its block maps
+    once), so a request costs a tuple of the sizes, not a new geometry."""
+    if not _is_variable(block):
+        return tuple(block)
+    return tuple(tuple(int(x) for x in sizes) for sizes in block)
+
+
 def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block, dtype,
                    layout, scale, tile, mapping, tasks, split_tiles=0):
     """Geometry, checked problem and plan options shared by Plan and GpuPlan.
@@ -460,8 +471,7 @@ class GpuPlan:
         self.layout = layout
         self.shape = (batch, heads_q, seq_q, seq_k)
         self.mask_planes = (c.mask_batch, c.mask_heads)
-        bq, bk = block  # uniform: tsr_gpuplan_create refuses variable blocks
-        self.nq, self.nk = -(-seq_q // bq), -(-seq_k // bk)
+        self.nq, self.nk = lib.tsr_geom_nq(self._geom), lib.tsr_geom_nk(self._geom)
 
     def _mask_ptr(self, mask):
         torch = _torch()
@@ -610,10 +620,9 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
     open_choice = not any(x in plan_kw for x in ("tile", "mapping", "tasks", "split_tiles", "variant"))
-    if (block_mask.is_cuda and not _is_variable(block)
-            and getattr(library(), "tsr_gpuplan_create", None) is not None):
+    if block_mask.is_cuda and getattr(library(), "tsr_gpuplan_create", None) is not None:
         m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
-        key = (id(ctx), b, hq, hkv, sq, sk, d, tuple(block), str(q.dtype), layout, scale,
+        key = (id(ctx), b, hq, hkv, sq, sk, d, _block_key(block), str(q.dtype), layout, scale,
                m.shape[0], m.shape[1], select, tuple(sorted(plan_kw.items())))
         tp = _gpuplans.get(key)
         if tp is None:

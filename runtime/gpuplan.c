@@ -7,6 +7,10 @@
  * tsr_plan_emit) on the caller's stream and then the attention kernel,
  * which reads its task count from the device (tsr_gpu_bind in gpu.c).
  *
+ * Uniform and variable block geometries alike: a variable one uploads its
+ * block maps (each token's block, the block starts) once, at create, and
+ * the kernels look blocks up there instead of dividing by bq / bk.
+ *
  * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
  * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
  * or four cuLaunchKernel calls, no allocation, no synchronisation).
@@ -33,6 +37,7 @@ struct tsr_gpuplan {
   CUfunction count_fn, emit_fn;
   int pdl;                   /* emit launched as a programmatic dependent of count (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
+  CUdeviceptr d_kblk, d_qoff, d_koff; /* variable geometry only */
   CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
   tsr_gp_stats *stats;       /* pinned, written by the device */
 };
@@ -48,7 +53,8 @@ static void free_buffers(tsr_gpuplan *g)
   CUdeviceptr *ptrs[] = {&g->d_tasks,   &g->d_tiles,   &g->d_members,  &g->d_membership,
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
                          &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
-                         &g->d_counts,  &g->d_scan};
+                         &g->d_counts,  &g->d_scan,     &g->d_kblk,     &g->d_qoff,
+                         &g->d_koff};
   size_t i;
   if (tsr_context_make_current(g->ctx, NULL) != TSR_OK) return;
   for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
@@ -97,9 +103,10 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   tsr_plan *pl;
   tsr_status st;
   const tsr_cu *cu;
-  int64_t bq, bk, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
+  int64_t bq = 0, bk = 0, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
   int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
-  int multi = 0;
+  int multi = 0, uniform;
+  tsr_i32 *kblk = NULL, *qoff = NULL, *koff = NULL;
   tsr_gpu_binding b;
 
   if (out) *out = NULL;
@@ -115,10 +122,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     tsr_gpuplan_caps_init(&defcaps);
     caps = &defcaps;
   }
-  if (!tsr_geom_is_uniform(p->geom, &bq, &bk))
-    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                         "cannot plan on the GPU: blocks must be uniform, got a variable geometry "
-                         "(plan on the host)");
+  uniform = tsr_geom_is_uniform(p->geom, &bq, &bk);
   if (o->tasks == TSR_TASKS_PACK)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "cannot plan on the GPU: task layout 'pack' is host-only (use row or split)");
@@ -194,15 +198,41 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
                        (long long)rows);
     goto fail;
   }
+  /* qblk is fixed by the geometry: computed here and uploaded once; a
+   * variable geometry also uploads each key token's block and the block
+   * starts of both sides (O(seq + blocks), once a template). */
+  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
+  if (!uniform) {
+    kblk = malloc((size_t)pl->problem.seq_k * sizeof *kblk);
+    qoff = malloc((size_t)(nq + 1) * sizeof *qoff);
+    koff = malloc((size_t)(nk + 1) * sizeof *koff);
+  }
+  if (!pl->qblk || (!uniform && (!kblk || !qoff || !koff))) {
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for the block maps");
+    goto fail;
+  }
+  pl->n_qblk = pl->problem.seq_q;
+  pl->qblk_nq = 0; /* written here, not by map.c: its cache no longer holds */
+  if (uniform) {
+    for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
+  } else {
+    int64_t i, j;
+    for (i = 0; i <= nq; i++) qoff[i] = (tsr_i32)tsr_geom_q_start(p->geom, i);
+    for (j = 0; j <= nk; j++) koff[j] = (tsr_i32)tsr_geom_k_start(p->geom, j);
+    for (i = 0; i < nq; i++)
+      for (t = qoff[i]; t < qoff[i + 1]; t++) pl->qblk[t] = (tsr_i32)i;
+    for (j = 0; j < nk; j++)
+      for (t = koff[j]; t < koff[j + 1]; t++) kblk[t] = (tsr_i32)j;
+  }
   /* Partial tiles occur only where a tile meets several blocks. */
   for (t = 0; t < nqt; t++) {
     int64_t r0 = t * pl->tile_m, r1 = min64(r0 + pl->tile_m, pl->problem.seq_q);
-    int64_t ns = (r1 - 1) / bq - r0 / bq + 1;
+    int64_t ns = pl->qblk[r1 - 1] - pl->qblk[r0] + 1;
     if (ns > nseg_max) nseg_max = ns;
   }
   for (u = 0; u < nkt && !multi; u++) {
     int64_t c0 = u * pl->tile_n, c1 = min64(c0 + pl->tile_n, pl->problem.seq_k);
-    multi = c0 / bk != (c1 - 1) / bk;
+    multi = uniform ? c0 / bk != (c1 - 1) / bk : kblk[c0] != kblk[c1 - 1];
   }
   multi |= nseg_max > 1;
 
@@ -238,7 +268,10 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
         (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
         (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
         (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
-        (st = dalloc(g, &g->d_scan, scan_bytes, "look-back state", err)))
+        (st = dalloc(g, &g->d_scan, scan_bytes, "look-back state", err)) ||
+        (!uniform && ((st = dalloc(g, &g->d_kblk, pl->problem.seq_k * 4, "key block map", err)) ||
+                      (st = dalloc(g, &g->d_qoff, (nq + 1) * 4, "query block starts", err)) ||
+                      (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)))))
       goto fail;
   }
   if (!caps->no_host_stats) {
@@ -250,15 +283,6 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     memset(g->stats, 0, sizeof *g->stats);
   }
 
-  /* qblk is fixed by the geometry: computed and uploaded once. */
-  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
-  if (!pl->qblk) {
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for qblk");
-    goto fail;
-  }
-  pl->n_qblk = pl->problem.seq_q;
-  pl->qblk_nq = 0; /* written here, not by map.c: its cache no longer holds */
-  for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
   {
     static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
     if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
@@ -266,6 +290,14 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
                            err)) ||
         (st = tsr_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)scan_bytes), "cuMemsetD8(look-back)", err)))
+      goto fail;
+    if (!uniform &&
+        ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_kblk, kblk, (size_t)pl->problem.seq_k * 4),
+                            "cuMemcpyHtoD(kblk)", err)) ||
+         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
+                            err)) ||
+         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
+                            err))))
       goto fail;
   }
 
@@ -324,6 +356,15 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   g->gp.counts = (tsr_i32 *)(uintptr_t)g->d_counts;
   g->gp.scan = (unsigned long long *)(uintptr_t)g->d_scan;
   g->gp.stats = g->stats;
+  if (!uniform) {
+    g->gp.qblk = (const tsr_i32 *)(uintptr_t)g->d_qblk;
+    g->gp.kblk = (const tsr_i32 *)(uintptr_t)g->d_kblk;
+    g->gp.qoff = (const tsr_i32 *)(uintptr_t)g->d_qoff;
+    g->gp.koff = (const tsr_i32 *)(uintptr_t)g->d_koff;
+  }
+  free(kblk);
+  free(qoff);
+  free(koff);
 
   pl->summary.tile_m = pl->tile_m;
   pl->summary.tile_n = pl->tile_n;
@@ -333,6 +374,9 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   *out = g;
   return TSR_OK;
 fail:
+  free(kblk);
+  free(qoff);
+  free(koff);
   tsr_gpuplan_destroy(g);
   return st;
 }

@@ -134,9 +134,9 @@ typedef struct {
 /* ---- GPU planning (templates/plan_gpu.cuh, runtime/gpuplan.c) ----------
  *
  * Parameter block of the planning kernels: a plan template (uniform blocks
- * bq x bk mapped onto tiles BM x BN, row tasks optionally split into
- * chunks of at most `chunk` key tiles) bound to device buffers of bounded
- * capacity.  Problem row r = (b * heads_q + h) * nqt + t.
+ * bq x bk, or variable blocks given by their starts, mapped onto tiles
+ * BM x BN, row tasks optionally split into chunks of at most `chunk` key
+ * tiles) bound to device buffers of bounded capacity.  Problem row r = (b * heads_q + h) * nqt + t.
  *
  * Mask: planes [mask_b][mask_h][nq][nk] (mask_b, mask_h: 1 = broadcast),
  * format 0 = one byte a block (nonzero = selected), 1 = bits, LSB first,
@@ -205,6 +205,11 @@ typedef struct {
   tsr_i32 *counts;             /* TSR_GP_COUNTS ints, then the device features */
   unsigned long long *scan;    /* look-back state (above) */
   tsr_gp_stats *stats;         /* host-mapped, or NULL */
+  /* Variable geometry (added with it; planner-private like the rest):
+   * NULL for uniform blocks, where bq and bk apply; else bq = bk = 0 and
+   * qoff[nq + 1], koff[nk + 1] are the block starts (qoff[nq] = seq_q,
+   * koff[nk] = seq_k), qblk[seq_q], kblk[seq_k] each token's block. */
+  const tsr_i32 *qoff, *koff, *qblk, *kblk;
 } tsr_gpuplan_params;
 
 #endif /* TSR_PLAN_LAYOUT_H */

@@ -708,11 +708,12 @@ const tsr_selector *tsr_context_selector(const tsr_context *ctx);
  * host-visible memory, so the caller can re-select the regime (another
  * template) between steps without synchronising.
  *
- * Scope: uniform blocks bq x bk (ragged last blocks included) on any tile
- * the bundle has a variant for; row tasks, or rows split into near-equal
- * chunks of at most opts.split_tiles key tiles (tasks SPLIT, or AUTO with
- * split_tiles > 0); empty rows become tasks without tiles.  PACK and
- * variable geometries are refused (plan on the host for those).  The host
+ * Scope: uniform blocks bq x bk (ragged last blocks included) or variable
+ * geometries (tsr_geom_variable: the block maps are uploaded once, at
+ * create) on any tile the bundle has a variant for; row tasks, or rows
+ * split into near-equal chunks of at most opts.split_tiles key tiles (tasks
+ * SPLIT, or AUTO with split_tiles > 0); empty rows become tasks without
+ * tiles.  PACK is refused (plan on the host for it).  The host
  * planner is the reference: tsr_gpuplan_download + tsr_plan_verify check a
  * device plan exactly.
  *

@@ -6,9 +6,10 @@
  * tessera-gen compiles it alone, once a target, into <arch>/tsr_plan.cubin
  * of the bundle (registry "planner"); it needs only plan_layout.h.
  *
- * Scope (runtime/gpuplan.c checks it): uniform blocks bq x bk, any tile
- * BM x BN, ragged last blocks; row tasks, optionally split into near-equal
- * chunks of at most `chunk` key tiles (the host planner's rule), merged
+ * Scope (runtime/gpuplan.c checks it): uniform blocks bq x bk (ragged last
+ * blocks) or variable blocks (p.koff != NULL: block starts and each token's
+ * block, uploaded once a template), any tile BM x BN; row tasks, optionally
+ * split into near-equal chunks of at most `chunk` key tiles (the host planner's rule), merged
  * through partial slots while the slot capacity lasts (later rows then stay
  * whole); an empty row is one task without tiles (it writes zeros and
  * lse = -inf).  Tasks are ordered by length class, longest first (11
@@ -67,6 +68,24 @@
 
 namespace tsrgp {
 
+/* Block geometry: uniform (bq, bk) or variable (the token-to-block maps and
+ * block starts of p.qblk / p.kblk / p.qoff / p.koff).  Starts are not
+ * clipped for uniform blocks: callers clip to the tile or seq_k. */
+static __device__ __forceinline__ int kblock(const tsr_gpuplan_params &p, int c)
+{
+  return p.kblk ? __ldg(p.kblk + c) : c / p.bk;
+}
+
+static __device__ __forceinline__ int kstart(const tsr_gpuplan_params &p, int j)
+{
+  return p.koff ? __ldg(p.koff + j) : j * p.bk;
+}
+
+static __device__ __forceinline__ int qstart(const tsr_gpuplan_params &p, int i)
+{
+  return p.qoff ? __ldg(p.qoff + i) : i * p.bq;
+}
+
 struct rowgeo {
   int b, h, t, r0, r1, i0, nseg;
   long long plane; /* first row of the mask plane, in rows */
@@ -81,8 +100,13 @@ static __device__ __forceinline__ rowgeo row_geo(const tsr_gpuplan_params &p, in
   g.b = bh / p.heads_q;
   g.r0 = g.t * p.bm;
   g.r1 = min(g.r0 + p.bm, p.seq_q);
-  g.i0 = g.r0 / p.bq;
-  g.nseg = (g.r1 - 1) / p.bq - g.i0 + 1;
+  if (p.qblk) {
+    g.i0 = __ldg(p.qblk + g.r0);
+    g.nseg = __ldg(p.qblk + g.r1 - 1) - g.i0 + 1;
+  } else {
+    g.i0 = g.r0 / p.bq;
+    g.nseg = (g.r1 - 1) / p.bq - g.i0 + 1;
+  }
   g.plane = (long long)g.b * p.plane_b + (long long)g.h * p.plane_h;
   return g;
 }
@@ -101,7 +125,7 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
                                                   bool &any, bool &full)
 {
   const int c0 = u * p.bn, c1 = min(c0 + p.bn, p.seq_k);
-  const int kb0 = c0 / p.bk, kb1 = (c1 - 1) / p.bk;
+  const int kb0 = kblock(p, c0), kb1 = kblock(p, c1 - 1);
   any = false;
   full = true;
   for (int s = 0; s < g.nseg; ++s)
@@ -153,14 +177,14 @@ static __device__ __forceinline__ T warp_sum(T x)
 }
 
 /* Direct rows: one query segment and tile = key block (retain on the key
- * side), so tile u is mask bit (row, u).  The row is read in units of a
- * 32-bit word a lane where the layout allows: mode 0 bit-packed (a unit is
+ * side, uniform blocks), so tile u is mask bit (row, u).  The row is read
+ * in units of a 32-bit word a lane where the layout allows: mode 0 bit-packed (a unit is
  * 32 tiles), mode 1 bytes with word-aligned rows (4 tiles), mode 2 bytes
  * otherwise (1 tile).  unit_bits gives bit t of the unit = tile
  * unit * tiles_per_unit + t selected; tiles past nk read as clear. */
 static __device__ __forceinline__ bool is_direct(const tsr_gpuplan_params &p, const rowgeo &g)
 {
-  return g.nseg == 1 && p.bn == p.bk;
+  return !p.koff && g.nseg == 1 && p.bn == p.bk;
 }
 
 static __device__ __forceinline__ int unit_mode(const tsr_gpuplan_params &p)
@@ -221,7 +245,7 @@ static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, 
 static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int &len_out,
                                      int &part_out, unsigned long long &sel, unsigned long long &sel2)
 {
-  const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
+  const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   int len = 0, part = 0;
   long long xs = 0; /* simple rows: selected key tokens, from the tiles */
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
@@ -247,9 +271,9 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
       long long x = 0;
 #pragma unroll 4
       for (int j = lane; j < p.nk; j += 32)
-        if (mask_bit(p, g, s, j)) x += min((j + 1) * p.bk, p.seq_k) - j * p.bk;
+        if (mask_bit(p, g, s, j)) x += min(kstart(p, j + 1), p.seq_k) - kstart(p, j);
       x = warp_sum(x);
-      const long long w = min(g.r1, (g.i0 + s + 1) * p.bq) - max(g.r0, (g.i0 + s) * p.bq);
+      const long long w = min(g.r1, qstart(p, g.i0 + s + 1)) - max(g.r0, qstart(p, g.i0 + s));
       sel += (unsigned long long)(w * x);
       sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
     }
@@ -590,7 +614,7 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
 {
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
-  const bool simple = g.nseg == 1 && p.bk % p.bn == 0;
+  const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   int n = 0, np = 0;
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool anyk[4], fullk[4];
@@ -613,9 +637,9 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
               const int c0 = base + w * 32, c1 = min(c0 + 32, p.seq_k);
               unsigned word = 0;
               /* Columns past seq_k (a ragged last tile) stay clear. */
-              for (int j = c0 / p.bk; c0 < c1 && j * p.bk < c1; ++j)
+              for (int j = c0 < c1 ? kblock(p, c0) : 0; c0 < c1 && kstart(p, j) < c1; ++j)
                 if (mask_bit(p, g, s, j)) {
-                  const int a = max(j * p.bk, c0) - c0, e = min((j + 1) * p.bk, c1) - c0;
+                  const int a = max(kstart(p, j), c0) - c0, e = min(kstart(p, j + 1), c1) - c0;
                   word |= (e - a == 32 ? 0xffffffffu : ((1u << (e - a)) - 1u)) << a;
                 }
               p.membership[tr.mem + s * wn + w] = word;

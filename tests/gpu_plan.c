@@ -6,11 +6,17 @@
  * For random masks (empty rows and an empty head, ragged and rectangular
  * sequences, GQA, batch and head broadcast, byte and bit-packed masks, every
  * tile shape of the bundle, retain / combine / subdivide, row and split
- * tasks) and for the masks of a generated demo corpus, each case:
+ * tasks), for variable geometries (STA-like ragged tiles, VSA-like cubes,
+ * random ragged sizes, uniform sizes given as a variable geometry) and for
+ * the masks of a generated demo corpus, each case:
  *   - plans the device mask on the GPU and downloads the plan;
  *   - proves it exact with tsr_plan_verify against the mask;
  *   - compares its counts with tsr_plan_create's for the same options
- *     (tiles, partial tiles, tasks, split rows, empty rows);
+ *     (tiles, partial tiles, tasks, split rows, empty rows), and every
+ *     row's tiles, membership words and chunks byte for byte
+ *     (tests/plan_rows.h: the planners order tasks differently);
+ *   - for uniform sizes given as a variable geometry: the whole device
+ *     plan (every array) byte-identical to the uniform geometry's;
  *   - runs attention with the device plan and with the host plan on the GPU
  *     (outputs poisoned with NaN first) and compares both with the float64
  *     CPU reference (bf16/fp16 tolerance 1e-2, lse 1e-2, -inf exact);
@@ -26,6 +32,7 @@
  */
 #include "cuda_impl.h"
 #include "plan_impl.h"
+#include "plan_rows.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -449,6 +456,11 @@ static void check_job(const job *jb, tensors *x, CUstream s)
          (long long)ds.partial_tiles, (long long)hs.partial_tiles, (long long)ds.tasks_count,
          (long long)hs.tasks_count, (long long)ds.empty_rows, (long long)hs.empty_rows,
          (long long)ds.split_rows, (long long)hs.split_rows);
+  {
+    char why[256];
+    if (plan_rows_diff(dev, host, !jb->capped, why, sizeof why))
+      fail(jb->label, "device vs host plan rows: %s", why);
+  }
   if (tsr_gpuplan_stats_read(gp, &st) != 1 || st.overflow || st.tiles != ds.tiles)
     fail(jb->label, "features: step %lld overflow %d tiles %lld", (long long)st.step, st.overflow,
          (long long)st.tiles);
@@ -576,7 +588,7 @@ static void corpus_cases(CUstream s, uint64_t seed)
     tensors x;
     job jb;
     char label[160];
-    if (!e->bq) continue; /* variable geometries: host planning only */
+
     TRY(tsr_corpus_load_mask(c, i, &m, &e_));
     TRY(tsr_corpus_load_geom(c, i, &g, &e_));
     snprintf(label, sizeof label, "corpus %s %s #%lld", e->family, e->model, (long long)i);
@@ -600,13 +612,201 @@ static void corpus_cases(CUstream s, uint64_t seed)
   }
   printf("  corpus: %lld of %lld masks planned on the GPU and verified (%lld run)\n", (long long)done,
          (long long)n, (long long)runs);
-  if (done == 0) fail("corpus", "no uniform-geometry mask in the demo corpus");
+  if (done == 0) fail("corpus", "no mask in the demo corpus");
   tsr_corpus_close(c);
   {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "gpu_plan: cannot remove %s\n", dir);
   }
+}
+
+/* ---- variable geometries ------------------------------------------------ */
+
+/* Block sizes of a T x Hh x W latent canvas cut into t x h x w tiles, in
+ * tile order (STA and VSA reorder tokens so that each tile is contiguous):
+ * boundary tiles are smaller.  Returns the count. */
+static int64_t canvas_sizes(int T, int Hh, int W, int t, int h, int w, int64_t *out)
+{
+  int64_t n = 0;
+  int a, b, c;
+  for (a = 0; a < T; a += t)
+    for (b = 0; b < Hh; b += h)
+      for (c = 0; c < W; c += w)
+        out[n++] = (int64_t)(t < T - a ? t : T - a) * (h < Hh - b ? h : Hh - b) * (w < W - c ? w : W - c);
+  return n;
+}
+
+/* Random sizes lo..hi summing to exactly seq. */
+static int64_t ragged_sizes(int64_t seq, int lo, int hi, int64_t *out)
+{
+  int64_t n = 0, left = seq;
+  while (left > 0) {
+    int64_t x = lo + (int64_t)(rnd() % (uint32_t)(hi - lo + 1));
+    out[n++] = x < left ? x : left;
+    left -= out[n - 1];
+  }
+  return n;
+}
+
+enum { VG_STA, VG_VSA, VG_RAGGED, VG_UNIFORM, VG_BIG };
+
+typedef struct {
+  const char *label;
+  int B, Hq, Hkv, D;
+  tsr_dtype dt;
+  int geo;           /* VG_*; VG_UNIFORM: sizes `ub` given as a variable geometry */
+  int ub;
+  int tm, tn;
+  tsr_mapping mapping;
+  tsr_tasks tasks;
+  int split;
+  int mask;
+  double density;
+  int mask_b, mask_h;
+  tsr_mask_format fmt;
+  int run;
+} vcase;
+
+static const vcase vcases[] = {
+  {"var-sta-like-128x128-combine-row", 1, 2, 2, 128, TSR_DT_BF16, VG_STA, 0, 128, 128, TSR_MAP_COMBINE,
+   TSR_TASKS_ROW, 0, MK_BAND, 0, 0, 0, TSR_MASK_BYTES, 1},
+  {"var-sta-like-64x64-split-bits", 1, 2, 2, 64, TSR_DT_F16, VG_STA, 0, 64, 64, TSR_MAP_AUTO, TSR_TASKS_SPLIT,
+   3, MK_RANDOM, 0.4, 0, 0, TSR_MASK_BITS, 1},
+  {"var-vsa-like-128x128-row", 1, 3, 3, 128, TSR_DT_BF16, VG_VSA, 0, 128, 128, TSR_MAP_AUTO, TSR_TASKS_ROW, 0,
+   MK_RANDOM, 0.25, 0, 0, TSR_MASK_BYTES, 1},
+  {"var-vsa-like-64x128-split-gqa-bits", 1, 4, 2, 128, TSR_DT_BF16, VG_VSA, 0, 64, 128, TSR_MAP_COMBINE,
+   TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BITS, 1},
+  {"var-ragged-rect-128x64-row-headbcast", 1, 3, 3, 64, TSR_DT_BF16, VG_RAGGED, 0, 128, 64, TSR_MAP_COMBINE,
+   TSR_TASKS_ROW, 0, MK_RANDOM, 0.35, 0, 1, TSR_MASK_BYTES, 1},
+  {"var-ragged-rect-64x64-split-batchbcast", 2, 2, 1, 128, TSR_DT_F16, VG_RAGGED, 0, 64, 64, TSR_MAP_COMBINE,
+   TSR_TASKS_SPLIT, 4, MK_RANDOM, 0.3, 1, 0, TSR_MASK_BITS, 1},
+  {"var-big-blocks-subdivide-64x64-row", 1, 2, 2, 128, TSR_DT_BF16, VG_BIG, 0, 64, 64, TSR_MAP_SUBDIVIDE,
+   TSR_TASKS_ROW, 0, MK_BAND, 0, 0, 0, TSR_MASK_BYTES, 1},
+  {"var-big-blocks-128x128-split", 1, 2, 2, 128, TSR_DT_BF16, VG_BIG, 0, 128, 128, TSR_MAP_AUTO,
+   TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.5, 0, 0, TSR_MASK_BITS, 0},
+  {"var-uniform-64-retain-row", 1, 2, 2, 128, TSR_DT_BF16, VG_UNIFORM, 64, 64, 64, TSR_MAP_AUTO,
+   TSR_TASKS_ROW, 0, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BYTES, 1},
+  {"var-uniform-96-combine-split-bits", 1, 2, 2, 128, TSR_DT_BF16, VG_UNIFORM, 96, 128, 128,
+   TSR_MAP_COMBINE, TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.4, 0, 0, TSR_MASK_BITS, 1},
+  {"var-uniform-128-on-64x64-subdivide", 1, 2, 2, 128, TSR_DT_BF16, VG_UNIFORM, 128, 64, 64,
+   TSR_MAP_SUBDIVIDE, TSR_TASKS_ROW, 0, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BYTES, 0},
+};
+
+/* Plans the device mask with a fresh template and downloads the plan. */
+static tsr_plan *gpu_download(const char *label, const tsr_problem *p, const tsr_plan_opts *o,
+                              const tsr_gpuplan_caps *caps, CUdeviceptr dmask, tsr_mask_format fmt, CUstream s)
+{
+  tsr_gpuplan *gp = NULL;
+  tsr_plan *pl = NULL;
+  tsr_error err;
+  tsr_error_clear(&err);
+  if (tsr_gpuplan_create(ctx, p, o, caps, &gp, &err) || tsr_gpuplan_plan(gp, dmask, fmt, s, &err) ||
+      tsr_gpuplan_download(gp, &pl, &err))
+    fail(label, "uniform template: %s", err.text);
+  tsr_gpuplan_destroy(gp);
+  return pl;
+}
+
+/* Every array of the two plans byte for byte. */
+static void same_bytes(const char *label, const tsr_plan *a, const tsr_plan *b)
+{
+#define SAME(f, n) (a->n == b->n && (a->n == 0 || !memcmp(a->f, b->f, (size_t)a->n * sizeof *a->f)))
+  if (!SAME(tasks, n_tasks) || !SAME(tiles, n_tiles) || !SAME(members, n_members) ||
+      !SAME(membership, n_membership) || !SAME(merges, n_merges) || !SAME(qblk, n_qblk) ||
+      a->n_slots != b->n_slots)
+    fail(label,
+         "variable vs uniform geometry: plans differ (tasks %lld/%lld %d, tiles %lld/%lld %d, members %d, "
+         "words %lld/%lld %d, merges %d, qblk %d)",
+         (long long)a->n_tasks, (long long)b->n_tasks, SAME(tasks, n_tasks), (long long)a->n_tiles,
+         (long long)b->n_tiles, SAME(tiles, n_tiles), SAME(members, n_members), (long long)a->n_membership,
+         (long long)b->n_membership, SAME(membership, n_membership), SAME(merges, n_merges), SAME(qblk, n_qblk));
+#undef SAME
+}
+
+static void var_case(const vcase *c, CUstream s)
+{
+  int64_t qs[4096], ks[4096], nq, nk, Sq = 0, Sk = 0, i;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tensors x;
+  job jb;
+  int mb = c->mask_b ? 1 : c->B, mh = c->mask_h ? 1 : c->Hq;
+  uint8_t *bytes;
+
+  switch (c->geo) {
+  case VG_STA: /* 5x12x20 canvas, 2x4x8 tiles: 27 tiles of 64 tokens and ragged ones */
+    nq = nk = canvas_sizes(5, 12, 20, 2, 4, 8, qs);
+    memcpy(ks, qs, sizeof(int64_t) * (size_t)nk);
+    break;
+  case VG_VSA: /* 6x10x13 canvas, 4x4x4 cubes: 24 cubes, boundary ones smaller */
+    nq = nk = canvas_sizes(6, 10, 13, 4, 4, 4, qs);
+    memcpy(ks, qs, sizeof(int64_t) * (size_t)nk);
+    break;
+  case VG_RAGGED:
+    nq = ragged_sizes(1100, 1, 100, qs);
+    nk = ragged_sizes(950, 1, 300, ks);
+    break;
+  case VG_BIG:
+    nq = ragged_sizes(1500, 100, 500, qs);
+    nk = ragged_sizes(1400, 100, 500, ks);
+    break;
+  default: /* VG_UNIFORM: 1000 tokens in blocks of ub, the last ragged */
+    for (nq = 0; Sq + c->ub < 1000; Sq += c->ub) qs[nq++] = c->ub;
+    qs[nq++] = 1000 - Sq;
+    nk = nq;
+    memcpy(ks, qs, sizeof(int64_t) * (size_t)nk);
+    Sq = 0;
+    break;
+  }
+  for (i = 0; i < nq; i++) Sq += qs[i];
+  for (i = 0; i < nk; i++) Sk += ks[i];
+  TRY(tsr_geom_variable(qs, nq, ks, nk, &g, &e_));
+  bytes = make_mask(mb, mh, (int)nq, (int)nk, c->mask, c->density);
+  TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
+  job_init(&jb, c->label, c->B, c->Hq, c->Hkv, (int)Sq, (int)Sk, c->D, c->dt, g, m, bytes, c->fmt);
+  jb.o.tile_m = c->tm;
+  jb.o.tile_n = c->tn;
+  jb.o.mapping = c->mapping;
+  jb.o.tasks = c->tasks;
+  jb.o.split_tiles = c->split;
+  if (c->split)
+    jb.caps.max_slots = (int64_t)c->B * c->Hq * ((Sq + c->tm - 1) / c->tm) *
+                        (((Sk + c->tn - 1) / c->tn + c->split - 1) / c->split);
+  jb.run = c->run;
+  make_tensors(&x, c->B, c->Hq, c->Hkv, (int)Sq, (int)Sk, c->D, c->dt, c->run);
+  check_job(&jb, &x, s);
+  if (c->geo == VG_UNIFORM) {
+    /* The same sizes as a uniform geometry: the very same plan. */
+    tsr_geom *gu = NULL;
+    tsr_problem pu = jb.p;
+    tsr_plan *a, *b;
+    TRY(tsr_geom_uniform(Sq, Sk, c->ub, c->ub, &gu, &e_));
+    pu.geom = gu;
+    a = gpu_download(c->label, &jb.p, &jb.o, &jb.caps, jb.dmask, jb.fmt, s);
+    b = gpu_download(c->label, &pu, &jb.o, &jb.caps, jb.dmask, jb.fmt, s);
+    if (a && b) {
+      same_bytes(c->label, a, b);
+      printf("  %-44s byte-identical to the uniform geometry's plan (%lld tasks, %lld tiles)\n", c->label,
+             (long long)a->n_tasks, (long long)a->n_tiles);
+    }
+    tsr_plan_destroy(a);
+    tsr_plan_destroy(b);
+    tsr_geom_destroy(gu);
+  }
+  if (c->split) {
+    char label[128];
+    snprintf(label, sizeof label, "%s/slots=5", c->label);
+    jb.label = label;
+    jb.caps.max_slots = 5;
+    jb.capped = 1;
+    check_job(&jb, &x, s);
+  }
+  free_tensors(&x);
+  cu->cuMemFree(jb.dmask);
+  free(bytes);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
 }
 
 /* ---- graph capture and replay ------------------------------------------- */
@@ -757,7 +957,16 @@ static void reject_cases(CUstream s)
   } while (0)
   p.geom = vg;
   p.seq_q = p.seq_k = 512;
-  REJ("variable geometry", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
+  o.tasks = TSR_TASKS_PACK;
+  REJ("pack tasks, variable geometry", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
+  o.tasks = TSR_TASKS_ROW;
+  p.seq_k = 500;
+  REJ("variable geometry vs problem", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_SHAPE);
+  p.seq_k = 512;
+  o.mapping = TSR_MAP_RETAIN;
+  REJ("retain, variable geometry", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
+  o.mapping = TSR_MAP_AUTO;
+  o.tasks = TSR_TASKS_AUTO;
   p.geom = g;
   o.tasks = TSR_TASKS_PACK;
   REJ("pack tasks", tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &err), TSR_ERR_UNSUPPORTED);
@@ -998,6 +1207,8 @@ int main(int argc, char **argv)
 
   printf("random masks:\n");
   for (i = 0; i < (int)(sizeof cases / sizeof cases[0]) && (!quick || i < 4); i++) run_case(&cases[i], s);
+  printf("variable geometries:\n");
+  for (i = 0; i < (int)(sizeof vcases / sizeof vcases[0]) && (!quick || i < 3); i++) var_case(&vcases[i], s);
   if (!quick) {
     printf("corpus masks:\n");
     corpus_cases(s, seed);

@@ -115,6 +115,15 @@ EXTRA_DIST += tests/gpuplan-bundle.sh
 tests_gpu_plan_SOURCES = tests/gpu_plan.c
 tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# check_gpuplan: the GPU planner's host-side checks on a host-only context
+# and the row-by-row plan comparison gpu_plan uses (tests/plan_rows.h).
+check_PROGRAMS += tests/check_gpuplan
+TESTS += tests/check_gpuplan
+EXTRA_DIST += tests/plan_rows.h
+tests_check_gpuplan_SOURCES = tests/check_gpuplan.c tests/plan_rows.h tests/util.h
+tests_check_gpuplan_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_gpuplan_LDADD = $(TSR_CHECK_DEPS)
+tests_check_gpuplan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # request_time: a timing driver for the request path's phases (not a test;
 # notes/varplan.md), host-only without a GPU.
 check_PROGRAMS += tests/request_time

@@ -70,6 +70,10 @@ o = Owner()
 p, opts = tessera._problem_setup(o, 1, hq, hkv, sum(qs), sum(ks), d, (qs, ks), "torch.bfloat16",
                                  "bhsd", None, None, "auto", "auto")
 assert tessera._is_variable((qs, ks)) and not tessera._is_variable((96, 64))
+# GPU templates are cached by the sizes themselves (lists are not hashable).
+assert tessera._block_key((qs, ks)) == (tuple(qs), tuple(ks)) and hash(tessera._block_key((qs, ks)))
+assert tessera._block_key((96, 64)) == (96, 64)
+assert tessera._block_key((qs, ks)) != tessera._block_key((qs, ks[:-1] + [ks[-1] + 1]))
 assert (p.seq_q, p.seq_k) == (sum(qs), sum(ks)) and o._geom
 lib = tessera.library()
 assert (lib.tsr_geom_nq(o._geom), lib.tsr_geom_nk(o._geom)) == (len(qs), len(ks))
