@@ -37,7 +37,7 @@ struct tsr_gpuplan {
   CUfunction count_fn, emit_fn;
   int pdl;                   /* emit launched as a programmatic dependent of count (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
-  CUdeviceptr d_kblk, d_qoff, d_koff; /* variable geometry only */
+  CUdeviceptr d_kblk, d_qoff, d_koff, d_tkb; /* variable geometry only */
   CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
   tsr_gp_stats *stats;       /* pinned, written by the device */
 };
@@ -54,7 +54,7 @@ static void free_buffers(tsr_gpuplan *g)
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
                          &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
                          &g->d_counts,  &g->d_scan,     &g->d_kblk,     &g->d_qoff,
-                         &g->d_koff};
+                         &g->d_koff,    &g->d_tkb};
   size_t i;
   if (tsr_context_make_current(g->ctx, NULL) != TSR_OK) return;
   for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
@@ -106,7 +106,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   int64_t bq = 0, bk = 0, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
   int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
   int multi = 0, uniform;
-  tsr_i32 *kblk = NULL, *qoff = NULL, *koff = NULL;
+  tsr_i32 *kblk = NULL, *qoff = NULL, *koff = NULL, *tkb = NULL;
   tsr_gpu_binding b;
 
   if (out) *out = NULL;
@@ -206,8 +206,9 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     kblk = malloc((size_t)pl->problem.seq_k * sizeof *kblk);
     qoff = malloc((size_t)(nq + 1) * sizeof *qoff);
     koff = malloc((size_t)(nk + 1) * sizeof *koff);
+    tkb = malloc((size_t)nkt * 2 * sizeof *tkb);
   }
-  if (!pl->qblk || (!uniform && (!kblk || !qoff || !koff))) {
+  if (!pl->qblk || (!uniform && (!kblk || !qoff || !koff || !tkb))) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for the block maps");
     goto fail;
   }
@@ -223,6 +224,10 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
       for (t = qoff[i]; t < qoff[i + 1]; t++) pl->qblk[t] = (tsr_i32)i;
     for (j = 0; j < nk; j++)
       for (t = koff[j]; t < koff[j + 1]; t++) kblk[t] = (tsr_i32)j;
+    for (u = 0; u < nkt; u++) {
+      tkb[2 * u] = kblk[u * pl->tile_n];
+      tkb[2 * u + 1] = kblk[min64((u + 1) * pl->tile_n, pl->problem.seq_k) - 1];
+    }
   }
   /* Partial tiles occur only where a tile meets several blocks. */
   for (t = 0; t < nqt; t++) {
@@ -271,7 +276,8 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
         (st = dalloc(g, &g->d_scan, scan_bytes, "look-back state", err)) ||
         (!uniform && ((st = dalloc(g, &g->d_kblk, pl->problem.seq_k * 4, "key block map", err)) ||
                       (st = dalloc(g, &g->d_qoff, (nq + 1) * 4, "query block starts", err)) ||
-                      (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)))))
+                      (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)) ||
+                      (st = dalloc(g, &g->d_tkb, nkt * 8, "key tile blocks", err)))))
       goto fail;
   }
   if (!caps->no_host_stats) {
@@ -297,7 +303,8 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
          (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
                             err)) ||
          (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
-                            err))))
+                            err)) ||
+         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, tkb, (size_t)nkt * 8), "cuMemcpyHtoD(tkb)", err))))
       goto fail;
   }
 
@@ -361,10 +368,12 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     g->gp.kblk = (const tsr_i32 *)(uintptr_t)g->d_kblk;
     g->gp.qoff = (const tsr_i32 *)(uintptr_t)g->d_qoff;
     g->gp.koff = (const tsr_i32 *)(uintptr_t)g->d_koff;
+    g->gp.tkb = (const tsr_i32 *)(uintptr_t)g->d_tkb;
   }
   free(kblk);
   free(qoff);
   free(koff);
+  free(tkb);
 
   pl->summary.tile_m = pl->tile_m;
   pl->summary.tile_n = pl->tile_n;
@@ -377,6 +386,7 @@ fail:
   free(kblk);
   free(qoff);
   free(koff);
+  free(tkb);
   tsr_gpuplan_destroy(g);
   return st;
 }

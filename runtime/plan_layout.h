@@ -208,8 +208,9 @@ typedef struct {
   /* Variable geometry (added with it; planner-private like the rest):
    * NULL for uniform blocks, where bq and bk apply; else bq = bk = 0 and
    * qoff[nq + 1], koff[nk + 1] are the block starts (qoff[nq] = seq_q,
-   * koff[nk] = seq_k), qblk[seq_q], kblk[seq_k] each token's block. */
-  const tsr_i32 *qoff, *koff, *qblk, *kblk;
+   * koff[nk] = seq_k), qblk[seq_q], kblk[seq_k] each token's block,
+   * tkb[2 u], tkb[2 u + 1] the first and last key block of key tile u. */
+  const tsr_i32 *qoff, *koff, *qblk, *kblk, *tkb;
 } tsr_gpuplan_params;
 
 #endif /* TSR_PLAN_LAYOUT_H */

@@ -136,13 +136,93 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
     }
 }
 
+/* Staged rows (variable geometries, at most TSR_GP_VSEG segments and
+ * 32 * TSR_GP_VWORDS key blocks): the warp first copies its segments' mask
+ * rows as bits into shared memory (sw[s * TSR_GP_VWORDS + q]), and a tile's
+ * state is then a bit-range test over the key blocks the tile covers
+ * (p.tkb, per key tile, computed once a template) instead of a global load
+ * per (segment, block): with few heads the planner runs on few SMs and is
+ * bound by those instructions and loads. */
+#define TSR_GP_VSEG 4
+#define TSR_GP_VWORDS 64
+
+static __device__ __forceinline__ bool is_staged(const tsr_gpuplan_params &p, const rowgeo &g)
+{
+  return p.tkb && g.nseg <= TSR_GP_VSEG && p.nk <= 32 * TSR_GP_VWORDS;
+}
+
+/* Copies the row's segments as bits (bits past nk clear).  Warp-wide. */
+static __device__ void stage_row(const tsr_gpuplan_params &p, const rowgeo &g, int lane, unsigned *sw)
+{
+  const int nw = (p.nk + 31) >> 5;
+  const bool aligned = p.format == 0 && (p.pitch & 3) == 0 && ((unsigned long long)p.mask & 3) == 0;
+  for (int s = 0; s < g.nseg; ++s) {
+    const long long row = g.plane + g.i0 + s;
+    for (int q = lane; q < nw; q += 32) {
+      unsigned w = 0;
+      if (p.format != 0) {
+        w = __ldg((const unsigned *)p.mask + row * p.pitch + q);
+      } else if (aligned) {
+        /* pitch = nk is a multiple of 4 here: whole words stay in the row */
+        const unsigned *src = (const unsigned *)((const unsigned char *)p.mask + row * p.pitch) + 8 * q;
+        unsigned x[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[k] = 32 * q + 4 * k < p.nk ? __ldg(src + k) : 0u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const unsigned y = __vcmpne4(x[k], 0u);
+          w |= ((y & 1u) | (y >> 7 & 2u) | (y >> 14 & 4u) | (y >> 21 & 8u)) << (4 * k);
+        }
+      } else {
+        const unsigned char *src = (const unsigned char *)p.mask + row * p.pitch + 32 * q;
+        for (int k = 0; k < 32 && 32 * q + k < p.nk; ++k) w |= (unsigned)(__ldg(src + k) != 0) << k;
+      }
+      const int rem = p.nk - 32 * q;
+      sw[s * TSR_GP_VWORDS + q] = rem >= 32 ? w : w & ((1u << rem) - 1u);
+    }
+  }
+  __syncwarp();
+}
+
+static __device__ __forceinline__ bool staged_bit(const unsigned *sw, int s, int j)
+{
+  return (sw[s * TSR_GP_VWORDS + (j >> 5)] >> (j & 31)) & 1u;
+}
+
+/* Key blocks [a, b] of every staged segment: any selected, all selected. */
+static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsigned *sw, int a, int b,
+                                                    bool &any, bool &full)
+{
+  any = false;
+  full = true;
+  for (int s = 0; s < g.nseg; ++s)
+    for (int q = a >> 5; q <= (b >> 5); ++q) {
+      const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
+      const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
+      const unsigned x = sw[s * TSR_GP_VWORDS + q] & m;
+      any |= x != 0u;
+      full &= x == m;
+    }
+}
+
 /* Tiles u0 + 32 k + lane (k < 4): the loads first, so that each lane has
  * four mask reads in flight.  simple: one segment and every key tile inside
- * one key block, so a tile is one mask bit. */
+ * one key block, so a tile is one mask bit.  sw: the staged row, or NULL. */
 static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p, const rowgeo &g,
-                                                    bool simple, int u0, int lane, bool (&any)[4],
-                                                    bool (&full)[4])
+                                                    bool simple, const unsigned *sw, int u0, int lane,
+                                                    bool (&any)[4], bool (&full)[4])
 {
+  if (sw) {
+    int2 kb[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int u = u0 + 32 * k + lane;
+      kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) staged_state(g, sw, kb[k].x, kb[k].y, any[k], full[k]);
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int u = u0 + 32 * k + lane;
@@ -242,15 +322,16 @@ static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, 
 
 /* General rows: tiles, partial tiles and the features' sums (selected key
  * tokens x of each segment, weighted by its query tokens w in this tile). */
-static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int &len_out,
-                                     int &part_out, unsigned long long &sel, unsigned long long &sel2)
+static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
+                                     int &len_out, int &part_out, unsigned long long &sel,
+                                     unsigned long long &sel2)
 {
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   int len = 0, part = 0;
   long long xs = 0; /* simple rows: selected key tokens, from the tiles */
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool any[4], full[4];
-    tile_states4(p, g, simple, u0, lane, any, full);
+    tile_states4(p, g, simple, sw, u0, lane, any, full);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       len += __popc(__ballot_sync(0xffffffffu, any[k]));
@@ -269,9 +350,18 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
   } else {
     for (int s = 0; s < g.nseg; ++s) {
       long long x = 0;
+      if (sw) {
+        /* a word of blocks a lane, its set bits' sizes */
+        for (int q = lane; q < (p.nk + 31) >> 5; q += 32)
+          for (unsigned bits = sw[s * TSR_GP_VWORDS + q]; bits; bits &= bits - 1u) {
+            const int j = 32 * q + __ffs(bits) - 1;
+            x += __ldg(p.koff + j + 1) - __ldg(p.koff + j);
+          }
+      } else {
 #pragma unroll 4
-      for (int j = lane; j < p.nk; j += 32)
-        if (mask_bit(p, g, s, j)) x += min(kstart(p, j + 1), p.seq_k) - kstart(p, j);
+        for (int j = lane; j < p.nk; j += 32)
+          if (mask_bit(p, g, s, j)) x += min(kstart(p, j + 1), p.seq_k) - kstart(p, j);
+      }
       x = warp_sum(x);
       const long long w = min(g.r1, qstart(p, g.i0 + s + 1)) - max(g.r0, qstart(p, g.i0 + s));
       sel += (unsigned long long)(w * x);
@@ -484,6 +574,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   __shared__ long long s_v[TSR_GP_COUNT_ROWS][TSR_GP_SCAN_VALS];
   __shared__ long long s_tot[TSR_GP_SCAN_VALS], s_pre[TSR_GP_SCAN_VALS];
   __shared__ int s_step, s_ctl[1];
+  __shared__ unsigned s_sw[TSR_GP_COUNT_ROWS][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows (32 KB) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   /* The emit kernel (launched with programmatic stream serialisation
    * where the device has it) may start once every CTA here has: it reads
@@ -518,7 +609,9 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
       sel = (unsigned long long)(w * x);
       sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
     } else {
-      general_count(p, g, lane, len, part, sel, sel2);
+      const bool st = is_staged(p, g);
+      if (st) stage_row(p, g, lane, s_sw[warp]);
+      general_count(p, g, st ? s_sw[warp] : nullptr, lane, len, part, sel, sel2);
     }
     want = want_chunks(p, len);
     if (lane == 0) {
@@ -609,8 +702,8 @@ namespace tsrgp {
 
 /* A general row's tile records and membership words: ballots of the
  * OR / AND per tile give the positions. */
-static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int tile0,
-                                     int word0)
+static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
+                                     int tile0, int word0)
 {
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
@@ -618,7 +711,7 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
   int n = 0, np = 0;
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool anyk[4], fullk[4];
-    tile_states4(p, g, simple, u0, lane, anyk, fullk);
+    tile_states4(p, g, simple, sw, u0, lane, anyk, fullk);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int u = u0 + 32 * k + lane;
@@ -632,6 +725,33 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
         if (!full) {
           tr.mem = word0 + (np + __popc(bp & below)) * seg_words;
           const int base = u * p.bn;
+          if (sw) {
+            /* Staged: the tile's blocks kb.x..kb.y in order, a cursor
+             * over them per segment (their starts hit L1). */
+            const int2 kb = __ldg((const int2 *)p.tkb + u);
+            for (int s = 0; s < g.nseg; ++s) {
+              int j = kb.x, lo = __ldg(p.koff + j);
+              for (int w = 0; w < wn; ++w) {
+                const int c0 = base + w * 32, c1 = min(c0 + 32, p.seq_k);
+                unsigned word = 0;
+                while (j <= kb.y) {
+                  const int hi = __ldg(p.koff + j + 1);
+                  if (hi > c0) break;
+                  ++j;
+                  lo = hi;
+                }
+                for (int jj = j, a0 = lo; jj <= kb.y && a0 < c1; ++jj) {
+                  const int a1 = __ldg(p.koff + jj + 1);
+                  if (staged_bit(sw, s, jj)) {
+                    const int a = max(a0, c0) - c0, e = min(a1, c1) - c0;
+                    word |= (e - a == 32 ? 0xffffffffu : ((1u << (e - a)) - 1u)) << a;
+                  }
+                  a0 = a1;
+                }
+                p.membership[tr.mem + s * wn + w] = word;
+              }
+            }
+          } else
           for (int s = 0; s < g.nseg; ++s)
             for (int w = 0; w < wn; ++w) {
               const int c0 = base + w * 32, c1 = min(c0 + 32, p.seq_k);
@@ -719,6 +839,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
     tsr_plan_emit(const __grid_constant__ tsr_gpuplan_params p)
 {
   using namespace tsrgp;
+  __shared__ unsigned s_sw[TSR_GP_EMIT_THREADS / 32][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
   TSR_GP_EMARK(0);
@@ -727,12 +848,13 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
   /* Nothing up to grid_dep_wait depends on the count kernel: the geometry
    * and the first mask loads overlap its tail. */
   const rowgeo g = row_geo(p, r);
-  const bool direct = is_direct(p, g);
+  const bool direct = is_direct(p, g), st = !direct && is_staged(p, g);
   unsigned b[4] = {0u, 0u, 0u, 0u};
   if (direct) {
     const int mode = unit_mode(p);
     direct_load4(p, g.plane + g.i0, mode, ((p.nk - 1) >> unit_shift(mode)) + 1, 0, lane, b);
   }
+  if (st) stage_row(p, g, lane, s_sw[warp]);
   grid_dep_wait();
   TSR_GP_EMARK(1);
   if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
@@ -740,7 +862,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
   if (p.counts[TSR_GP_OVERFLOW]) return;
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
   if (direct) direct_tiles(p, g, lane, tile0, b);
-  else general_tiles(p, g, lane, tile0, word0);
+  else general_tiles(p, g, st ? s_sw[warp] : nullptr, lane, tile0, word0);
   emit_tasks(p, g, lane, len, tile0, slot, ro);
   TSR_GP_EMARK(2);
 }
