@@ -65,6 +65,9 @@ typedef struct {
   CUdeviceptr counts;   /* [0] tasks, [1] merges (device ints) */
   int masking;          /* partial tiles may occur: pick a variant that masks */
   int may_merge;        /* rows may be split: launch the merge kernel */
+  int64_t max_tasks;    /* the device task count's bound when known at bind (row
+                           tasks: one a row), else 0: flat variants then get one
+                           CTA a task, as host-planned launches do */
 } tsr_gpu_binding;
 /* Chooses and loads pl's variant and attaches the binding, so that
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent

@@ -321,6 +321,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
   b.masking = multi;
   b.may_merge = chunk > 0 && cap_slots > 0;
+  b.max_tasks = chunk ? 0 : rows; /* row tasks: one a row, empty rows included */
   if ((st = tsr_gpu_bind(ctx, pl, &b, err)) || (st = tsr_gpu_load_planner(ctx, &g->mod, err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
