@@ -11,4 +11,5 @@ EXTRA_DIST += scripts/dev/sm90_harness.cu scripts/dev/sm90_variant.cu.in \
 EXTRA_DIST += scripts/dev/sm90b_device.sh scripts/dev/sm90b_validate.sh
 EXTRA_DIST += scripts/dev/gpuplan_device.sh scripts/dev/plan_probe.cu notes/gpuplan.md
 # variable geometries on the GPU planner: one device call, the request bench
-EXTRA_DIST += scripts/dev/varplan_device.sh scripts/dev/varplan_bench.py notes/varplan.md
+EXTRA_DIST += scripts/dev/varplan_device.sh scripts/dev/varplan_bench.py notes/varplan.md \
+	notes/varplan-device-2026-11-29.txt
