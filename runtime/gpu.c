@@ -321,7 +321,10 @@ static void resolve_variant(tsr_context *ctx, const tsr_features *f, const tsr_p
       ctx->memo[slot].outcome = 1;
       if (out->variant[0])
         snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
-                 "; variant %s not in the bundle: its own for the tile", out->variant);
+                 i >= 0 ? "; variant %s cannot serve this plan here (membership, arch or shared "
+                          "memory): the bundle's own for the tile"
+                        : "; variant %s not in the bundle: its own for the tile",
+                 out->variant);
     } else {
       ctx->memo[slot].outcome = 2;
       snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
@@ -460,11 +463,11 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
     gpu_plan_free(g);
     return st;
   }
-  if (e->v.layout == TSR_TL_PERS) {
+  {
+    /* a CTA of a g3 BM-64 variant runs two tasks */
+    int64_t tpc = tsr_variant_tasks_per_cta(&e->v), ctas = (pl->n_tasks + tpc - 1) / tpc;
     int64_t resident = (int64_t)ctx->num_sms * m->occupancy;
-    g->grid = (unsigned)(pl->n_tasks < resident ? pl->n_tasks : resident);
-  } else {
-    g->grid = (unsigned)pl->n_tasks;
+    g->grid = (unsigned)(e->v.layout == TSR_TL_PERS && ctas > resident ? resident : ctas);
   }
   g->merge_grid = (unsigned)(pl->n_merges < 8LL * ctx->num_sms ? pl->n_merges : 8LL * ctx->num_sms);
   pl->gpu = g;
