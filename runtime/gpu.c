@@ -646,8 +646,10 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
    * not (STA on Wan2.1-1.3B: 4.33 ms device-planned vs 3.84 ms
    * host-planned, notes/varplan.md).  Extra CTAs exit at once. */
   g->grid = (unsigned)((int64_t)ctx->num_sms * m->occupancy);
-  if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout != TSR_TL_PERS)
-    g->grid = (unsigned)b->max_tasks;
+  if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout != TSR_TL_PERS) {
+    int64_t tpc = tsr_variant_tasks_per_cta(&ctx->bundle.items[idx].v);
+    g->grid = (unsigned)((b->max_tasks + tpc - 1) / tpc);
+  }
   g->merge_grid = b->may_merge ? (unsigned)(8 * ctx->num_sms) : 0;
   pl->gpu = g;
   pl->gpu_free = gpu_plan_free;
