@@ -513,6 +513,42 @@ done:
   tsr_gpuplan_destroy(gp);
 }
 
+/* The job's options, every row splittable, tensors, then check_job. */
+static void job_check_first(job *jb, int tm, int tn, tsr_mapping mapping, tsr_tasks tasks, int split, int run,
+                            tensors *x, CUstream s)
+{
+  const tsr_problem *p = &jb->p;
+  jb->o.tile_m = tm;
+  jb->o.tile_n = tn;
+  jb->o.mapping = mapping;
+  jb->o.tasks = tasks;
+  jb->o.split_tiles = split;
+  /* Every row may split: the device must then split exactly as the host. */
+  if (split)
+    jb->caps.max_slots = p->batch * p->heads_q * ((p->seq_q + tm - 1) / tm) *
+                         (((p->seq_k + tn - 1) / tn + split - 1) / split);
+  jb->run = run;
+  make_tensors(x, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q, (int)p->seq_k, (int)p->head_dim,
+               p->dtype, run);
+  check_job(jb, x, s);
+}
+
+/* Split jobs again with a small slot capacity; frees the tensors and mask. */
+static void job_check_last(job *jb, int split, tensors *x, CUstream s)
+{
+  if (split) {
+    /* A small slot capacity: later rows stay whole, the plan stays exact. */
+    char label[128];
+    snprintf(label, sizeof label, "%s/slots=5", jb->label);
+    jb->label = label;
+    jb->caps.max_slots = 5;
+    jb->capped = 1;
+    check_job(jb, x, s);
+  }
+  free_tensors(x);
+  cu->cuMemFree(jb->dmask);
+}
+
 static void run_case(const tcase *c, CUstream s)
 {
   tsr_geom *g = NULL;
@@ -528,29 +564,8 @@ static void run_case(const tcase *c, CUstream s)
   bytes = make_mask(mb, mh, nq, nk, c->mask, c->density);
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
   job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
-  jb.o.tile_m = c->tm;
-  jb.o.tile_n = c->tn;
-  jb.o.mapping = c->mapping;
-  jb.o.tasks = c->tasks;
-  jb.o.split_tiles = c->split;
-  /* Every row may split: the device must then split exactly as the host. */
-  if (c->split)
-    jb.caps.max_slots = (int64_t)c->B * c->Hq * ((c->Sq + c->tm - 1) / c->tm) *
-                        (((c->Sk + c->tn - 1) / c->tn + c->split - 1) / c->split);
-  jb.run = c->run;
-  make_tensors(&x, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, c->run);
-  check_job(&jb, &x, s);
-  if (c->split) {
-    /* A small slot capacity: later rows stay whole, the plan stays exact. */
-    char label[128];
-    snprintf(label, sizeof label, "%s/slots=5", c->label);
-    jb.label = label;
-    jb.caps.max_slots = 5;
-    jb.capped = 1;
-    check_job(&jb, &x, s);
-  }
-  free_tensors(&x);
-  cu->cuMemFree(jb.dmask);
+  job_check_first(&jb, c->tm, c->tn, c->mapping, c->tasks, c->split, c->run, &x, s);
+  job_check_last(&jb, c->split, &x, s);
   free(bytes);
   tsr_mask_destroy(m);
   tsr_geom_destroy(g);
@@ -765,17 +780,7 @@ static void var_case(const vcase *c, CUstream s)
   bytes = make_mask(mb, mh, (int)nq, (int)nk, c->mask, c->density);
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
   job_init(&jb, c->label, c->B, c->Hq, c->Hkv, (int)Sq, (int)Sk, c->D, c->dt, g, m, bytes, c->fmt);
-  jb.o.tile_m = c->tm;
-  jb.o.tile_n = c->tn;
-  jb.o.mapping = c->mapping;
-  jb.o.tasks = c->tasks;
-  jb.o.split_tiles = c->split;
-  if (c->split)
-    jb.caps.max_slots = (int64_t)c->B * c->Hq * ((Sq + c->tm - 1) / c->tm) *
-                        (((Sk + c->tn - 1) / c->tn + c->split - 1) / c->split);
-  jb.run = c->run;
-  make_tensors(&x, c->B, c->Hq, c->Hkv, (int)Sq, (int)Sk, c->D, c->dt, c->run);
-  check_job(&jb, &x, s);
+  job_check_first(&jb, c->tm, c->tn, c->mapping, c->tasks, c->split, c->run, &x, s);
   if (c->geo == VG_UNIFORM) {
     /* The same sizes as a uniform geometry: the very same plan. */
     tsr_geom *gu = NULL;
@@ -794,16 +799,7 @@ static void var_case(const vcase *c, CUstream s)
     tsr_plan_destroy(b);
     tsr_geom_destroy(gu);
   }
-  if (c->split) {
-    char label[128];
-    snprintf(label, sizeof label, "%s/slots=5", c->label);
-    jb.label = label;
-    jb.caps.max_slots = 5;
-    jb.capped = 1;
-    check_job(&jb, &x, s);
-  }
-  free_tensors(&x);
-  cu->cuMemFree(jb.dmask);
+  job_check_last(&jb, c->split, &x, s);
   free(bytes);
   tsr_mask_destroy(m);
   tsr_geom_destroy(g);
