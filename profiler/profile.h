@@ -115,10 +115,8 @@ void tsrp_png_free(tsrp_png_image *im);
 void tsrp_png_rect(tsrp_png_image *im, int x, int y, int w, int h, unsigned rgb);
 /* 5x7 bitmap text (digits, letters, a few symbols), scale >= 1. */
 void tsrp_png_text(tsrp_png_image *im, int x, int y, int scale, unsigned rgb, const char *s);
-/* Writes an 8-bit RGB PNG (stored deflate blocks) atomically. */
+/* Writes an 8-bit RGB PNG (zlib-compressed) atomically: through a
+ * temporary file renamed into place, removed on any failure. */
 tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error *err);
-/* The zlib checksums, exposed for tests. */
-uint32_t tsrp_png_crc32(const unsigned char *p, size_t n);
-uint32_t tsrp_png_adler32(const unsigned char *p, size_t n);
 
 #endif
