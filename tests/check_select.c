@@ -743,34 +743,108 @@ static unsigned char *png_read(const char *path, int *w, int *h, long *size);
 START_TEST(test_eval_and_report)
 {
   tu_rng rng = {base_seed + 47};
-  char path[400], out[300];
+  char path[400], out[300], line[400];
   fixture fx;
   tsrp_build_opts bo = {NULL, NULL};
   tsrp_build_stats bs;
   tsrp_eval_stats es;
   tsr_error err = {0};
+  double want, all;
+  FILE *f, *text;
+  int i, n;
   snprintf(path, sizeof path, "%s/e.db", tmpdir);
   build_fixture(&fx, path, &rng, 5);
+  /* Five fully dense eval masks (warm-up steps) on which every plan takes
+   * the same time: speed-up 1 by construction, which the sparse figures
+   * must leave out and the all-mask figures must count. */
+  for (i = 0; i < 5; i++) {
+    tsr_features f;
+    double ms[N_PLANS];
+    int p;
+    mask_features(&rng, 4096, 1.0, 1, &f);
+    ck_assert_double_ge(f.density, TSRP_SPARSE_DENSITY);
+    for (p = 0; p < N_PLANS; p++)
+      ms[p] = 10.0;
+    snprintf(line, sizeof line, "d_%02d.npy", i);
+    record_mask(&fx, &rng, line, "eval", &f, ms);
+  }
   ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
   ck_assert_int_eq(tsrp_eval_run(fx.db, "NVIDIA Test", 132, "eval", NULL, &es, &err), TSR_OK);
-  ck_assert_int_eq(es.masks, 15);
+  ck_assert_int_eq(es.masks, 20);
+  ck_assert_int_eq(es.sparse_masks, 15);
   ck_assert_int_eq(es.unmeasured, 0);
   /* The model's best plan per kind is what the table holds, so selection is
-   * within the 0.1% jitter of the best on every eval mask. */
+   * within the 0.1% jitter of the best on every eval mask; on the dense
+   * ones every plan ties. */
   ck_assert_double_eq_tol(es.within5, 1.0, 1e-12);
+  ck_assert_double_eq_tol(es.sparse_within5, 1.0, 1e-12);
   ck_assert_double_le(es.geo_regret, 0.003);
-  /* Against the direct plan (retain 64x64): 1 on sparse, 1.6 on dense, 1.6
-   * / 0.9 ... the exact geometric mean follows from the model. */
-  {
-    double want = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9)) / 15);
-    ck_assert_double_eq_tol(es.geo_speedup, want, want * 0.003);
-    ck_assert_double_eq_tol(es.geo_best_speedup, want, want * 0.003);
-  }
+  ck_assert_double_le(es.sparse_geo_regret, 0.003);
+  /* Against the direct plan (retain 64x64): 1 on the 0.08 kind, 1.6 on the
+   * 0.6 kind, 1.6 / 0.9 on the uneven kind, 1 on the dense masks; the exact
+   * geometric means follow from the model. */
+  want = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9)) / 15);
+  all = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9) + 5 * log(1.0)) / 20);
+  ck_assert_double_eq_tol(es.sparse_geo_speedup, want, want * 0.003);
+  ck_assert_double_eq_tol(es.sparse_geo_best_speedup, want, want * 0.003);
+  ck_assert_double_eq_tol(es.geo_speedup, all, all * 0.003);
+  ck_assert_double_eq_tol(es.geo_best_speedup, all, all * 0.003);
   tsr_db_close(fx.db);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
   snprintf(out, sizeof out, "%s/report", tmpdir);
-  ck_assert_msg(tsrp_report_write(fx.db, NULL, out, NULL, &err) == TSR_OK, "%s", err.text);
+  text = tmpfile();
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(tsrp_report_write(fx.db, NULL, out, text, &err) == TSR_OK, "%s", err.text);
   tsr_db_close(fx.db);
+  /* The text names the threshold and gives both sets. */
+  rewind(text);
+  n = 0;
+  while (fgets(line, sizeof line, text)) {
+    double a, b, c, d;
+    if (sscanf(line, "  geometric-mean speed-up over the direct plan: %lfx (best possible %lfx)",
+               &a, &b) == 2) {
+      ck_assert_double_eq_tol(a, es.geo_speedup, 0.0005);
+      ck_assert_double_eq_tol(b, es.geo_best_speedup, 0.0005);
+      n++;
+    }
+    if (sscanf(line,
+               "  sparse masks (density < 0.95): 15 of 20: within 5%% %lf%%, regret %lf%%, "
+               "speed-up over direct %lfx (best possible %lfx)",
+               &a, &b, &c, &d) == 4) {
+      ck_assert_double_eq_tol(a, 100.0, 0.05);
+      ck_assert_double_eq_tol(b, 100 * es.sparse_geo_regret, 0.005);
+      ck_assert_double_eq_tol(c, want, want * 0.003);
+      ck_assert_double_eq_tol(d, want, want * 0.003);
+      n++;
+    }
+  }
+  fclose(text);
+  ck_assert_int_eq(n, 2);
+  /* summary.csv: a header and the two sets. */
+  snprintf(path, sizeof path, "%s/summary.csv", out);
+  f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+  ck_assert_str_eq(line, "gpu,split,masks_set,density,masks,within5,geo_regret,"
+                         "geo_speedup_vs_direct,geo_best_speedup_vs_direct\n");
+  for (i = 0; i < 2; i++) {
+    char set[16], dens[16];
+    long long masks;
+    double w5, rg, sp, bsp;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf", set,
+                            dens, &masks, &w5, &rg, &sp, &bsp),
+                     7);
+    ck_assert_str_eq(set, i ? "sparse" : "all");
+    ck_assert_str_eq(dens, i ? "<0.95" : "any");
+    ck_assert_int_eq(masks, i ? 15 : 20);
+    ck_assert_double_eq_tol(w5, 1.0, 1e-9);
+    ck_assert_double_eq_tol(rg, i ? es.sparse_geo_regret : es.geo_regret, 0.00001);
+    ck_assert_double_eq_tol(sp, i ? want : all, 0.003 * sp);
+    ck_assert_double_eq_tol(bsp, i ? want : all, 0.003 * bsp);
+  }
+  ck_assert_ptr_null(fgets(line, sizeof line, f));
+  fclose(f);
   /* Both plots decode (CRCs, inflate, size) and are small. */
   {
     static const char *const plots[] = {"regime.png", "speedup.png"};
@@ -788,6 +862,13 @@ START_TEST(test_eval_and_report)
   }
   snprintf(path, sizeof path, "%s/selection.csv", out);
   ck_assert_int_eq(access(path, R_OK), 0);
+  /* A report folder that cannot be made is an error naming it. */
+  snprintf(path, sizeof path, "%s/e.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
+  snprintf(out, sizeof out, "%s/no/such/report", tmpdir);
+  ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "cannot create report folder '") != NULL, "%s", err.text);
+  tsr_db_close(fx.db);
 }
 END_TEST
 
