@@ -3,7 +3,7 @@
  *
  * Images are 8-bit RGB, rows unfiltered, the IDAT stream compressed by
  * zlib's compress2 at its best level: the plots are flat colours, so a
- * 960x640 plot (1.8 MB of pixels) is written as a few ten kilobytes in
+ * 960x640 plot (1.8 MB of pixels) is written as 8 to 15 kilobytes in
  * about ten milliseconds.  No libpng: the format needs only deflate and
  * CRC-32, both from zlib.  Text is a 5x7 bitmap font covering digits,
  * upper-case letters and a few symbols (lower case is drawn as upper case).

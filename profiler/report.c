@@ -8,7 +8,7 @@
  * geometry allows).  The report writes selection.csv (one line a mask),
  * regime.png (which plan wins where, by density and 128x128 fill) and
  * speedup.png (geometric-mean speed-ups per mask family).  Cost: one pass
- * over the timings; the PNGs are a few ten kilobytes each (zlib).
+ * over the timings; the PNGs are 8 to 15 KB each (zlib).
  */
 #include <errno.h>
 #include <math.h>
