@@ -460,11 +460,11 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
     gpu_plan_free(g);
     return st;
   }
-  if (e->v.layout == TSR_TL_PERS) {
+  {
+    /* a CTA of a g3 BM-64 variant runs two tasks */
+    int64_t tpc = tsr_variant_tasks_per_cta(&e->v), ctas = (pl->n_tasks + tpc - 1) / tpc;
     int64_t resident = (int64_t)ctx->num_sms * m->occupancy;
-    g->grid = (unsigned)(pl->n_tasks < resident ? pl->n_tasks : resident);
-  } else {
-    g->grid = (unsigned)pl->n_tasks;
+    g->grid = (unsigned)(e->v.layout == TSR_TL_PERS && ctas > resident ? resident : ctas);
   }
   g->merge_grid = (unsigned)(pl->n_merges < 8LL * ctx->num_sms ? pl->n_merges : 8LL * ctx->num_sms);
   pl->gpu = g;

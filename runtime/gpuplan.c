@@ -552,9 +552,18 @@ void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_
   if (s->tiles > 0)
     fill = s->density * (double)p->batch * (double)p->heads_q * (double)p->seq_q * (double)p->seq_k /
            ((double)s->tiles * g->pl->tile_m * g->pl->tile_n);
+  /* Only the planner's own tile was counted: the others are marked not
+   * measured (the selector estimates them, see select.c fill_est). */
   for (i = 0; i < TSR_FEATURE_TILES; i++) {
-    f->fill[i] = fill > 1 ? 1 : fill;
-    f->touched[i] = s->tiles;
+    int tm, tn;
+    tsr_features_tile(i, &tm, &tn);
+    if (tm == g->pl->tile_m && tn == g->pl->tile_n) {
+      f->fill[i] = fill > 1 ? 1 : fill;
+      f->touched[i] = s->tiles;
+    } else {
+      f->fill[i] = -1;
+      f->touched[i] = -1;
+    }
   }
   f->rows_per_sm = (double)p->batch * (double)p->heads_q * ceil((double)p->seq_q / 128.0) / g->pl->num_sms;
   f->bq = bq;

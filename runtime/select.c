@@ -58,6 +58,47 @@ static int bin(double v, const double *edges, int n)
   return i;
 }
 
+/* The mask's fill at tile_m x tile_n: 1 when that tile is not a feature
+ * tile (nothing is known against it), the measured value when there is one.
+ * Features published by the GPU planner measure the planner's own tile only
+ * (fill < 0 elsewhere); a larger tile's fill is then estimated from a
+ * measured tile that divides it, as if its touched fraction t = density /
+ * fill of those sub-tiles were scattered independently: a tile of g of
+ * them is touched with probability 1 - (1 - t)^g.  That is exact for
+ * random masks (random 128x64 blocks at 25%: 0.571 at 128x128, as
+ * measured) and low for clustered ones, so an estimate errs toward finer
+ * tiles.  *measured (may be NULL) says which; -1 when nothing is known. */
+static double fill_est(const tsr_features *f, int tile_m, int tile_n, int *measured)
+{
+  int i, m, n, feature_tile = 0;
+  if (measured)
+    *measured = 1;
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    tsr_features_tile(i, &m, &n);
+    if (m == tile_m && n == tile_n) {
+      if (f->fill[i] >= 0)
+        return f->fill[i];
+      feature_tile = 1;
+    }
+  }
+  if (!feature_tile)
+    return 1.0;
+  if (measured)
+    *measured = 0;
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    double t, g;
+    tsr_features_tile(i, &m, &n);
+    if (f->fill[i] <= 0 || tile_m % m || tile_n % n || f->density <= 0)
+      continue;
+    t = f->density / f->fill[i];
+    if (t >= 1)
+      return f->density;
+    g = (double)(tile_m / m) * (tile_n / n);
+    return f->density / (1 - pow(1 - t, g));
+  }
+  return -1;
+}
+
 void tsr_select_region(const tsr_features *f, tsr_region *r)
 {
   int64_t s = f->seq_q > 0 ? f->seq_q : 1;
@@ -73,7 +114,7 @@ void tsr_select_region(const tsr_features *f, tsr_region *r)
   r->seq_bin = sb;
   r->density_bin = bin(f->density, density_edges, 7);
   r->spread_bin = bin(f->row_cv, spread_edges, 2);
-  r->fill_bin = bin(f->fill[TSR_FEATURE_TILES - 1], fill_edges, 2);
+  r->fill_bin = bin(fill_est(f, 128, 128, NULL), fill_edges, 2);
 }
 
 void tsr_select_region_at(const tsr_region *r, int level, tsr_region *out)
@@ -458,19 +499,6 @@ static int32_t key_distance(const int32_t *a, const int32_t *b)
   return d;
 }
 
-/* The mask's fill at tile_m x tile_n (1 when that tile is not a feature
- * tile: nothing is known against it). */
-static double fill_at(const tsr_features *f, int tile_m, int tile_n)
-{
-  int i, m, n;
-  for (i = 0; i < TSR_FEATURE_TILES; i++) {
-    tsr_features_tile(i, &m, &n);
-    if (m == tile_m && n == tile_n)
-      return f->fill[i];
-  }
-  return 1.0;
-}
-
 /* A row borrowed from another region (the nearest one, or the geometry-wide
  * row) was timed on masks of another fill, and a larger tile than the base
  * plan's pays for its masked-out pairs only while its higher rate covers
@@ -485,15 +513,52 @@ static double fill_at(const tsr_features *f, int tile_m, int tile_n)
 static int fill_ok(const tsr_features *f, const tsr_plan_opts *base, const row *r)
 {
   double area_base = (double)base->tile_m * base->tile_n, area_row = (double)r->tile_m * r->tile_n;
+  double fill_row, fill_base;
   if (area_base <= 0 || area_row <= area_base)
     return 1;
-  return fill_at(f, r->tile_m, r->tile_n) >=
-         sqrt(area_base / area_row) * fill_at(f, base->tile_m, base->tile_n);
+  fill_row = fill_est(f, r->tile_m, r->tile_n, NULL);
+  fill_base = fill_est(f, base->tile_m, base->tile_n, NULL);
+  if (fill_row < 0 || fill_base < 0) /* nothing known: the larger tile must not gamble */
+    return 0;
+  return fill_row >= sqrt(area_base / area_row) * fill_base;
+}
+
+/* Whether an exact-region row must also pass fill_ok: when its tile's fill
+ * is an estimate, the region's fill bin is one too, so "timed on masks like
+ * this one" is no longer known. */
+static int fill_estimated(const tsr_features *f, const row *r)
+{
+  int measured;
+  fill_est(f, r->tile_m, r->tile_n, &measured);
+  return !measured;
+}
+
+/* Plan preferences move with the sequence length (at a few thousand tokens
+ * load balance favours smaller tiles, at tens of thousands it does not):
+ * a borrowed row applies only within one octave (seq bin) of a level-0 row
+ * of its geometry, that is, of masks that were profiled.  A geometry with
+ * no level-0 row at all (a hand-written table: tessera-profile init --sql)
+ * says nothing about sequence lengths, and its rows apply to all. */
+static int seq_near(const tsr_selector *s, const int32_t *key0)
+{
+  int64_t i;
+  int any = 0;
+  for (i = 0; i < s->n; i++) {
+    const row *r = &s->rows[i];
+    int32_t d = r->key[5] - key0[5];
+    if (key_cmp5(r->key, key0) != 0)
+      continue;
+    if (d >= -1 && d <= 1)
+      return 1;
+    any = 1;
+  }
+  return !any;
 }
 
 /* The eligible level-0 row of the same dtype, head dim and geometry whose
- * region is nearest to `key` (ties: more profiled masks), and whose tile
- * wastes no more than the base plan's on this mask (fill_ok); NULL if none.
+ * region is nearest to `key` (ties: more profiled masks), within one seq
+ * bin of it (seq_near), and whose tile wastes no more than the base plan's
+ * on this mask (fill_ok); NULL if none.
  * Rows of one geometry are contiguous in key order: one binary search for
  * the first, then a scan of that geometry's rows (tens). */
 static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_features *f,
@@ -512,6 +577,8 @@ static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_f
   for (i = lo; i < s->n && key_cmp5(s->rows[i].key, key) == 0; i++) {
     const row *r = &s->rows[i];
     int32_t d = key_distance(r->key, key);
+    if (r->key[5] < key[5] - 1 || r->key[5] > key[5] + 1) /* seq_near */
+      continue;
     if (!tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, NULL) || !fill_ok(f, base, r))
       continue;
     if (!best || d < best_d || (d == best_d && r->masks > best->masks)) {
@@ -528,6 +595,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   int level;
   const row *skipped = NULL;
   const char *skipped_why = NULL;
+  int32_t key0[KEY_LEN];
   tsr_plan_opts base;
   text t;
   if (!f || !out)
@@ -543,6 +611,7 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
   out->from_table = 0;
   tsr_select_region(f, &out->region);
   tsr_select_base(f, &base); /* the fallback, and what borrowed rows must not waste more than */
+  make_key(&out->region, 0, key0);
   for (level = 0; s && level < TSR_SELECT_LEVELS; level++) {
     int32_t key[KEY_LEN];
     int64_t lo = 0, hi = s->n - 1;
@@ -562,9 +631,13 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
         const row *r = &s->rows[mid];
         const char *why;
         int ok = tsr_select_eligible(f, (tsr_mapping)r->mapping, r->tile_m, r->tile_n, &why);
-        if (ok && level > 0 && !fill_ok(f, &base, r)) {
+        if (ok && (level > 0 || fill_estimated(f, r)) && !fill_ok(f, &base, r)) {
           ok = 0;
           why = "its tile computes more masked-out pairs than the base plan's on this mask";
+        }
+        if (ok && level > 0 && !seq_near(s, key0)) {
+          ok = 0;
+          why = "no mask of its geometry was profiled within an octave of this sequence length";
         }
         if (!ok) {
           if (!skipped) {

@@ -588,8 +588,10 @@ typedef struct {
   double block_density;    /* selected / all logical block pairs */
   double row_cv;           /* std / mean of selected key tokens per logical row */
   double empty_rows;       /* fraction of logical rows with nothing selected */
-  double fill[TSR_FEATURE_TILES];    /* selected pairs / pairs of touched tiles */
-  int64_t touched[TSR_FEATURE_TILES];/* touched tiles (over planes) */
+  double fill[TSR_FEATURE_TILES];    /* selected pairs / pairs of touched tiles; < 0:
+                                        not measured (tsr_gpuplan_features knows the
+                                        planner's tile only) */
+  int64_t touched[TSR_FEATURE_TILES];/* touched tiles (over planes); < 0: not measured */
   double rows_per_sm;      /* batch * heads_q * ceil(seq_q / 128) / num_sms */
   int64_t bq, bk;          /* uniform block sizes; 0 when variable */
   int64_t seq_q, seq_k, head_dim;
@@ -771,8 +773,10 @@ typedef struct {
 /* Returns the step read (0 when no planning has completed). */
 int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *gp, tsr_gpuplan_stats *s);
 /* Features for tsr_select_plan from stats: density, spread, empty rows and
- * the geometry exactly; block_density = density; fill[] from this template's
- * tile for every candidate tile (an estimate). */
+ * the geometry exactly; block_density = density; fill[] and touched[] at
+ * this template's tile only, -1 (not measured) at the others: the selector
+ * estimates those (select.c, fill_est) and lets no larger tile gamble on
+ * an estimate. */
 void tsr_gpuplan_features(const tsr_gpuplan *gp, const tsr_gpuplan_stats *s, tsr_features *f);
 
 #ifdef __cplusplus

@@ -137,15 +137,25 @@ int tsr_variant_threads(const tsr_variant *v)
   return 32 * v->warps;
 }
 
+int tsr_variant_tasks_per_cta(const tsr_variant *v)
+{
+  /* sm90: one consumer warpgroup per 64 query rows of a task; the
+   * warpgroups past the producer may hold two tasks' consumers (g3 at BM
+   * 64), which then run side by side. */
+  if (v->family != TSR_FAMILY_SM90 || v->bm < 64 || v->warpgroups < 2) return 1;
+  return (v->warpgroups - 1) / (v->bm / 64) > 1 ? (v->warpgroups - 1) / (v->bm / 64) : 1;
+}
+
 int64_t tsr_variant_smem_bytes(const tsr_variant *v)
 {
   /* Q tile once, K and V tiles per pipeline stage, 2-byte elements.  The
    * sm90 family adds 1 KiB of slack for the 1024-byte alignment that
-   * 128-byte TMA swizzling needs and 256 bytes of mbarriers
-   * (TSR_SM90_SMEM_BYTES in templates/attn_sm90.cuh). */
+   * 128-byte TMA swizzling needs and 256 bytes of mbarriers, all of it but
+   * the slack once per task a CTA runs (TSR_SM90_SMEM_BYTES in
+   * templates/attn_sm90.cuh). */
   int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
   int64_t bytes = elems * 2;
-  if (v->family == TSR_FAMILY_SM90) bytes += 1024 + 256;
+  if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsr_variant_tasks_per_cta(v) * (bytes + 256);
   return bytes;
 }
 
@@ -155,8 +165,9 @@ int tsr_variant_reg_estimate(const tsr_variant *v)
    * O tile (BM x D) and the S tile (BM x BN) in fp32, plus ~32 registers of
    * addresses, softmax state and fragments. */
   int consumers = v->family == TSR_FAMILY_SM90 ? 128 * (v->warpgroups - 1) : 32 * v->warps;
+  int64_t rows = (int64_t)v->bm * tsr_variant_tasks_per_cta(v);
   if (consumers <= 0) return 1 << 20;
-  return (int)(((int64_t)v->bm * (v->head_dim + v->bn)) / consumers) + 32;
+  return (int)((rows * (v->head_dim + v->bn)) / consumers) + 32;
 }
 
 tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
@@ -211,10 +222,12 @@ tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
     if (v->head_dim != 64 && v->head_dim != 128)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm90 head dim must be 64 or 128, got %d",
                            name, v->head_dim);
-    if (v->warpgroups != 1 + v->bm / 64)
+    /* BM 64 may also run two tasks a CTA (g3), one consumer warpgroup each */
+    if (v->warpgroups != 1 + v->bm / 64 && !(v->bm == 64 && v->warpgroups == 3))
       return tsr_error_set(err, TSR_ERR_INVALID,
-                           "variant '%s': sm90 with BM %d needs %d warpgroups (producer + one per 64 rows), got %d",
-                           name, v->bm, 1 + v->bm / 64, v->warpgroups);
+                           "variant '%s': sm90 with BM %d needs %d warpgroups (producer + one per 64 rows)%s, got %d",
+                           name, v->bm, 1 + v->bm / 64,
+                           v->bm == 64 ? " or 3 (two tasks a CTA)" : "", v->warpgroups);
     if (v->tma_box != 64)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the sm90 family loads through TMA boxes of 64 "
                            "elements ('tma_box': 64), got %d", name, v->tma_box);
@@ -291,6 +304,9 @@ int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_n
   if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") == 0) r += 1000;
   if (!need->membership && !v->membership) r += 100;
   r += 10 * v->stages;
+  /* two 64-row tasks a CTA keep the tensor cores busier than one
+   * (notes/sm90.md, v6): worth more than a pipeline stage */
+  r += 50 * (tsr_variant_tasks_per_cta(v) - 1);
   if (v->layout == TSR_TL_PERS) r += 1;
   return r;
 }

@@ -12,7 +12,9 @@
  *
  *  family  sm80 (mma.sync + ldmatrix + cp.async; runs on sm_80, sm_89,
  *          sm_90a, sm_100a, sm_120) or sm90 (wgmma + TMA; sm_90a only)
- *  w<n>    warps per CTA (sm80 family); g<n> warpgroups per CTA (sm90)
+ *  w<n>    warps per CTA (sm80 family); g<n> warpgroups per CTA (sm90):
+ *          a producer and one consumer per 64 query rows, or at BM 64 also
+ *          g3: two consumers running two tasks side by side
  *  layout  how tasks map to CTAs: pers = a persistent grid of resident CTAs
  *          striding over the task list (task = blockIdx.x + i*gridDim.x),
  *          flat = one CTA per task.  Kernels run the same loop either way;
@@ -66,6 +68,10 @@ tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err);
 
 /* Threads per CTA and dynamic shared memory in bytes. */
 int tsr_variant_threads(const tsr_variant *v);
+/* Tasks a CTA runs side by side: 2 for sm90 variants with 3 warpgroups at
+ * BM 64 (two consumer warpgroups, each its own 64-row task), else 1.  A
+ * flat launch then needs ceil(n_tasks / this) CTAs. */
+int tsr_variant_tasks_per_cta(const tsr_variant *v);
 int64_t tsr_variant_smem_bytes(const tsr_variant *v);
 /* Accumulator registers per thread, a lower bound used for pruning. */
 int tsr_variant_reg_estimate(const tsr_variant *v);

@@ -22,14 +22,16 @@
  * plan_layout.h must be includable (it is self-contained under NVRTC).
  *
  * ---- Launch contract (what the host provides) ------------------------------
- *   threads per CTA   TSR_SM90_THREADS = 128 * (1 + TSR_BM / 64)
- *                     (warpgroup 0 = TMA producer, 1.. = consumers)
- *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TSR_BM*TSR_D*2
- *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256
+ *   threads per CTA   TSR_SM90_THREADS = 128 * TSR_WARPGROUPS: 1 + TSR_BM / 64
+ *                     (warpgroup 0 = TMA producer, 1.. = consumers), or
+ *                     3 with TSR_BM 64: two tasks a CTA (TPC = 2)
+ *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (TSR_BM*TSR_D*2
+ *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256)
  *                     (bm128 bn128 d128: 165120 with 2 stages, 230656 with 3;
  *                     set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
- *   grid              any number of CTAs: CTA b runs tasks b, b + gridDim.x,
- *                     ... (persistent: #SMs; flat: n_tasks), one CTA per SM
+ *   grid              any number of CTAs: CTA b runs tasks TPC*b + i,
+ *                     + TPC*gridDim.x, ... for i < TPC (persistent: #SMs;
+ *                     flat: ceil(n_tasks / TPC)), one CTA per SM
  *   tensor maps       p.tma_q, p.tma_k, p.tma_v, by cuTensorMapEncodeTiled:
  *                     rank 4, dtype BFLOAT16 / FLOAT16 as the variant,
  *                     globalDim     {D, seq, heads, batch}   (innermost first;
@@ -78,10 +80,22 @@
 /* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
  * not part of the variant name): 0 off, 1 every GEMM issue block alternates,
  * 2 only the main loop's blocks alternate. */
+/* Skipping: with two consumer warpgroups and membership code, a warpgroup
+ * whose 64 rows select nothing in a tile skips that tile's GEMMs and
+ * softmax (it still waits on the stage's loads and hands the stage back).
+ * This lets a 128-row tile carry two 64-row logical blocks whose key lists
+ * differ: K/V tiles both select are loaded once, and neither computes the
+ * other's tiles (notes/sm90.md, v5). */
+#define TSR_SM90_SKIP (TSR_MEMBERSHIP && TSR_BM == 128)
 #ifndef TSR_SM90_PINGPONG
 /* measured on the H200 (notes/sm90.md): off is best at d128; loop-only
- * alternation gains 2-3% at d64, where the softmax outweighs the GEMMs */
-#define TSR_SM90_PINGPONG (TSR_D == 64 ? 2 : 0)
+ * alternation gains 2-3% at d64, where the softmax outweighs the GEMMs.
+ * The alternation needs both warpgroups to run the same tiles, so it is
+ * off where they skip independently. */
+#define TSR_SM90_PINGPONG (TSR_D == 64 && !TSR_SM90_SKIP ? 2 : 0)
+#endif
+#if TSR_SM90_SKIP && TSR_SM90_PINGPONG
+#error "attn_sm90.cuh: the consumer ping-pong needs both warpgroups on every tile (no skipping)"
 #endif
 
 #ifndef TSR_DTYPE_BF16
@@ -94,10 +108,23 @@
 #endif
 #include "tsr_common.cuh" /* tsr_ex2, tsr_pack2 (by TSR_DTYPE_BF16) */
 
+/* Consumer warpgroups of one task (one per 64 query rows), and tasks a CTA
+ * runs side by side: with TSR_WARPGROUPS = 1 + 2 * NC the CTA holds two
+ * independent task streams (their own Q, K/V ring, barriers and producer
+ * warp), so that two 64-row tasks keep the tensor cores busy together
+ * (notes/sm90.md, v6). */
 #define TSR_SM90_NC (TSR_BM / 64)
-#define TSR_SM90_THREADS (128 * (1 + TSR_SM90_NC))
+#ifdef TSR_WARPGROUPS
+#define TSR_SM90_WG TSR_WARPGROUPS
+#else
+#define TSR_SM90_WG (1 + TSR_SM90_NC)
+#endif
+#define TSR_SM90_TPC ((TSR_SM90_WG - 1) / TSR_SM90_NC)
+#define TSR_SM90_THREADS (128 * TSR_SM90_WG)
 #define TSR_SM90_SMEM_BYTES \
-  (1024 + TSR_BM * TSR_D * 2 + 2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256)
+  (1024 + TSR_SM90_TPC * (TSR_BM * TSR_D * 2 + 2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256))
+static_assert(TSR_SM90_WG - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_SM90_WG <= 3,
+              "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 with BM 64");
 
 /* tessera-gen also passes what it computed from the variant name: they must
  * agree with this template's own layout. */
@@ -316,6 +343,29 @@ static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_
   }
 }
 
+/* Bit i: whether this consumer warpgroup's rows, which cover the query
+ * segments sa..sb of the tile row, select any key in tile tb + c0 + i of
+ * the task (c0 + i < nt).  One tile per lane, so 32 tiles cost one
+ * dependent pair of loads; every lane gets the same word. */
+static __device__ __forceinline__ tsr_u32 tsr_active_chunk(const tsr_kernel_params &p, int tb, int c0,
+                                                           int nt, int sa, int sb, bool rows_valid,
+                                                           int lane) {
+  bool act = false;
+  if (rows_valid && c0 + lane < nt) {
+    const tsr_tile_rec tr = p.tiles[tb + c0 + lane];
+    if (tr.mem < 0) {
+      act = true;
+    } else {
+      const tsr_u32 *w = p.membership + tr.mem + sa * (TSR_BN / 32);
+      const int nw = (sb - sa + 1) * (TSR_BN / 32);
+      tsr_u32 any = 0;
+      for (int k = 0; k < nw; ++k) any |= __ldg(w + k);
+      act = any != 0u;
+    }
+  }
+  return __ballot_sync(0xffffffffu, act);
+}
+
 /* Online softmax step on this thread's two rows: updates the base-2 row
  * maxima m0/m1, turns s into p = exp2(s*scale - m) in place, returns the
  * rescale factors of the previous state and adds the row sums into l. */
@@ -425,12 +475,24 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
   constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
   constexpr tsr_u32 Q_BYTES = Q_PANEL * HALVES;
 
-  /* 128-byte swizzle wants 1024-byte aligned panels. */
+  constexpr tsr_u32 STREAM = Q_BYTES + 2 * TSR_STAGES * KV_TILE; /* one task stream's tiles */
+  constexpr int TPC = TSR_SM90_TPC;
+
+  /* 128-byte swizzle wants 1024-byte aligned panels.  Stream i: Q, K ring,
+   * V ring at base + i * STREAM; its 256 bytes of barriers after all
+   * streams' tiles. */
   const tsr_u32 raw = (tsr_u32)__cvta_generic_to_shared(tsr_smem_raw);
-  const tsr_u32 sq = (raw + 1023u) & ~1023u;
+  const tsr_u32 base = (raw + 1023u) & ~1023u;
+  const tsr_u32 bars0 = base + TPC * STREAM;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  /* the stream this thread serves: producer warp w serves stream w (warps
+   * w >= TPC idle), consumer warpgroup c serves stream c / NC */
+  const int stream = TPC == 1 ? 0 : wg == 0 ? (tid / 32) % TPC : (wg - 1) / NC;
+  const tsr_u32 sq = base + stream * STREAM;
   const tsr_u32 sk = sq + Q_BYTES;
   const tsr_u32 sv = sk + TSR_STAGES * KV_TILE;
-  const tsr_u32 bars = sv + TSR_STAGES * KV_TILE;
+  const tsr_u32 bars = bars0 + 256 * stream;
   const tsr_u32 q_full = bars, q_empty = bars + 8;
   /* k_full[s] = bars + 16 + 8 s, k_empty, v_full, v_empty follow */
 #define TSR_K_FULL(s) (bars + 16 + 8 * (s))
@@ -438,30 +500,40 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #define TSR_V_FULL(s) (bars + 16 + 8 * (2 * TSR_STAGES + (s)))
 #define TSR_V_EMPTY(s) (bars + 16 + 8 * (3 * TSR_STAGES + (s)))
 
-  const int tid = threadIdx.x;
   if (tid == 0) {
-    tsr_mbar_init(q_full, 1);
-    tsr_mbar_init(q_empty, 4 * NC);
-    for (int s = 0; s < TSR_STAGES; ++s) {
-      tsr_mbar_init(TSR_K_FULL(s), 1);
-      tsr_mbar_init(TSR_K_EMPTY(s), 4 * NC);
-      tsr_mbar_init(TSR_V_FULL(s), 1);
-      tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
+    for (int i = 0; i < TPC; ++i) {
+      const tsr_u32 bars = bars0 + 256 * i; /* stream i's, for the macros */
+      tsr_mbar_init(bars, 1);
+      tsr_mbar_init(bars + 8, 4 * NC);
+      for (int s = 0; s < TSR_STAGES; ++s) {
+        tsr_mbar_init(TSR_K_FULL(s), 1);
+        tsr_mbar_init(TSR_K_EMPTY(s), 4 * NC);
+        tsr_mbar_init(TSR_V_FULL(s), 1);
+        tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  const int wg = tid / 128;
   const int hq_per_kv = p.heads_q / p.heads_kv;
   /* Device-planned launches read the task count the planner wrote. */
   const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
   if (wg == 0) {
-    /* ---- producer: one thread issues every TMA copy ---- */
+    /* ---- producer: one thread a stream issues its TMA copies ---- */
+    /* Register budget: 24 + 2 x 240 a thread with one task (1 KiB of the
+     * file to spare at 168 on entry); two tasks need more producer
+     * registers (two streams' addresses) and fewer consumer ones (64-row
+     * tiles).  An increase the file cannot grant blocks forever, so the
+     * sums keep slack: 32 + 2 x 240 hung on the H200. */
+#if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-    if (tid == 0) {
+#else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+#endif
+    if (tid % 32 == 0 && tid / 32 < TPC) {
       int it = 0, q_uses = 0;
-      for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
+      for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
         const tsr_task_rec tk = p.tasks[task];
         if (tk.tile_end <= tk.tile_begin) continue;
         for (int i = 0; i < tk.n_members; ++i) {
@@ -495,10 +567,15 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
       }
     }
   } else {
-    /* ---- consumers: warpgroup c owns query rows [64c, 64c + 64) ---- */
+    /* ---- consumers: warpgroup c owns query rows [64c, 64c + 64) of its
+     * stream's task (c counted within the stream) ---- */
+#if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+#else
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+#endif
     const float NEG_INF = -__int_as_float(0x7f800000);
-    const int c = wg - 1, wt = tid % 128, warp = wt / 32, lane = tid % 32;
+    const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
     const int rl0 = 64 * c + 16 * warp + g; /* local rows rl0, rl0 + 8 */
     const bool arriver = lane == 0;
@@ -528,7 +605,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_D / 2];
     tsr_u32 pf[TSR_BN / 4];
-    for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
+    for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
       const tsr_task_rec tk = p.tasks[task];
       const int nt = tk.tile_end - tk.tile_begin;
       for (int i = 0; i < tk.n_members; ++i) {
@@ -550,45 +627,104 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           seg1 = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
         }
 #endif
-        float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0, a1;
+#if TSR_SM90_SKIP
+        /* This warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a
+         * tile none of them selects is skipped (tsr_active_chunk). */
+        int sa, sb;
+        const bool rows_valid = mb.q_tile * TSR_BM + 64 * c < p.seq_q;
+        {
+          const int base = mb.q_tile * TSR_BM, last = p.seq_q - 1;
+          const int b0 = __ldg(p.qblk + (base < last ? base : last));
+          const int ra = base + 64 * c, rb = base + 64 * c + 63;
+          sa = __ldg(p.qblk + (ra < last ? ra : last)) - b0;
+          sb = __ldg(p.qblk + (rb < last ? rb : last)) - b0;
+        }
+        tsr_u32 act_bits = 0;
+        int act_chunk = -1;
+#endif
+        /* Whether this warpgroup computes tile u of the task (0 <= u < nt);
+         * called for increasing u only. */
+        auto active = [&](int u) -> bool {
+#if TSR_SM90_SKIP
+          if ((u >> 5) != act_chunk) {
+            act_chunk = u >> 5;
+            act_bits = tsr_active_chunk(p, tk.tile_begin, u & ~31, nt, sa, sb, rows_valid, lane);
+          }
+          return (act_bits >> (u & 31)) & 1u;
+#else
+          (void)u;
+          return true;
+#endif
+        };
+        /* Whether tile u (active, its chunk loaded) is the last one this
+         * warpgroup computes: then Q may be released after its S. */
+        auto last_active = [&](int u) -> bool {
+#if TSR_SM90_SKIP
+          return u == nt - 1 || ((u >> 5) == ((nt - 1) >> 5) && ((act_bits >> (u & 31)) >> 1) == 0);
+#else
+          return u == nt - 1;
+#endif
+        };
+        float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
 #pragma unroll
         for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
         tsr_mbar_wait(q_full, q_uses & 1);
         ++q_uses;
+        bool q_held = true;
+        /* ring position of tile u is it + u; st/ph: the pending tile's */
+        int st = 0;
+        tsr_u32 ph = 0;
 
-        /* first tile: S = Q K^T, softmax */
-        int st = it % TSR_STAGES;
-        tsr_u32 ph = (it / TSR_STAGES) & 1;
-        tsr_tile_rec tr = p.tiles[tk.tile_begin];
-        tsr_mbar_wait(TSR_K_FULL(st), ph);
-        TSR_EDGE_BEGIN();
-        tsr_wg_fence();
+        /* A tile this warpgroup skips: wait for its loads (never arrive
+         * ahead of the full barrier, or the ring's phases would slip) and
+         * hand the stage back. */
+        auto skip_tile = [&](int u) {
+          const int su = (it + u) % TSR_STAGES;
+          const tsr_u32 pu = ((it + u) / TSR_STAGES) & 1;
+          tsr_mbar_wait(TSR_K_FULL(su), pu);
+          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(su));
+          tsr_mbar_wait(TSR_V_FULL(su), pu);
+          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(su));
+        };
+        /* S = Q K_u^T, mask and softmax with nothing pending. */
+        auto first_tile = [&](int u) {
+          st = (it + u) % TSR_STAGES;
+          ph = ((it + u) / TSR_STAGES) & 1;
+          const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+          tsr_mbar_wait(TSR_K_FULL(st), ph);
+          TSR_EDGE_BEGIN();
+          tsr_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < TSR_D / 16; ++kk) {
-          const tsr_u32 off = (kk % 4) * 32;
+          for (int kk = 0; kk < TSR_D / 16; ++kk) {
+            const tsr_u32 off = (kk % 4) * 32;
 #if TSR_BN == 128
-          tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                            dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+            tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                              dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
 #else
-          tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                           dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+            tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                             dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
 #endif
-        }
-        tsr_wg_commit();
-        TSR_EDGE_END();
-        tsr_wg_wait<0>();
-        tsr_fence_regs<TSR_BN / 2>(s);
-        if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
-        if (nt == 1 && arriver) tsr_mbar_arrive(q_empty);
-        tsr_mask_tile(s, p, tr, seg0, seg1, t);
-        tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+          }
+          tsr_wg_commit();
+          TSR_EDGE_END();
+          tsr_wg_wait<0>();
+          tsr_fence_regs<TSR_BN / 2>(s);
+          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
+          if (last_active(u)) {
+            if (arriver) tsr_mbar_arrive(q_empty);
+            q_held = false;
+          }
+          tsr_mask_tile(s, p, tr, seg0, seg1, t);
+          tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
 #pragma unroll
-        for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
-
-        for (int ti = 1; ti < nt; ++ti) {
-          const int sn = (it + 1) % TSR_STAGES;
-          const tsr_u32 phn = ((it + 1) / TSR_STAGES) & 1;
-          tr = p.tiles[tk.tile_begin + ti];
+          for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+        };
+        /* Tile u = pending + 1: S_u = Q K_u^T runs beside O += P V of the
+         * pending tile, and the softmax of S_u beside the P V product. */
+        auto next_tile = [&](int u) {
+          const int sn = (it + u) % TSR_STAGES;
+          const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
+          const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
           tsr_mbar_wait(TSR_K_FULL(sn), phn);
           tsr_mbar_wait(TSR_V_FULL(st), ph);
           TSR_TURN_BEGIN();
@@ -605,7 +741,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
           }
           tsr_wg_commit();
-          /* the previous tile's rescale runs while S = Q K^T is computed */
+          /* the pending tile's rescale runs while S = Q K^T is computed */
           tsr_rescale(o, a0, a1);
           tsr_wg_fence();
 #pragma unroll
@@ -621,7 +757,10 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_wg_wait<1>();
           tsr_fence_regs<TSR_BN / 2>(s);
           if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
-          if (ti == nt - 1 && arriver) tsr_mbar_arrive(q_empty);
+          if (last_active(u)) {
+            if (arriver) tsr_mbar_arrive(q_empty);
+            q_held = false;
+          }
           tsr_mask_tile(s, p, tr, seg0, seg1, t);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
           tsr_wg_wait<0>();
@@ -632,28 +771,53 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
           st = sn;
           ph = phn;
-          ++it;
-        }
-        /* last tile's O += P V */
-        tsr_mbar_wait(TSR_V_FULL(st), ph);
-        TSR_EDGE_BEGIN();
-        tsr_rescale(o, a0, a1);
-        tsr_wg_fence();
+        };
+        /* The pending tile's O += P V with nothing to overlap. */
+        auto drain = [&]() {
+          tsr_mbar_wait(TSR_V_FULL(st), ph);
+          TSR_EDGE_BEGIN();
+          tsr_rescale(o, a0, a1);
+          tsr_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < TSR_BN / 16; ++kk) {
+          for (int kk = 0; kk < TSR_BN / 16; ++kk) {
 #if TSR_D == 128
-          tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+            tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #else
-          tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+            tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #endif
+          }
+          tsr_wg_commit();
+          TSR_EDGE_END();
+          tsr_wg_wait<0>();
+          tsr_fence_regs<TSR_D / 2>(o);
+          tsr_fence_regs_u<TSR_BN / 4>(pf);
+          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+        };
+
+        /* Runs of active tiles are software-pipelined; a skipped tile ends
+         * the run first (drain), so this warpgroup never holds a V stage
+         * while waiting on loads further ahead than the next tile: holding
+         * it across a gap could starve the producer of that stage. */
+        int u = 0;
+        while (u < nt && !active(u)) skip_tile(u++);
+        if (u < nt) {
+          first_tile(u);
+          for (;;) {
+            int nx = u + 1;
+            if (nx < nt && active(nx)) {
+              next_tile(nx);
+              u = nx;
+              continue;
+            }
+            drain();
+            while (nx < nt && !active(nx)) skip_tile(nx++);
+            if (nx >= nt) break;
+            first_tile(nx);
+            u = nx;
+          }
         }
-        tsr_wg_commit();
-        TSR_EDGE_END();
-        tsr_wg_wait<0>();
-        tsr_fence_regs<TSR_D / 2>(o);
-        tsr_fence_regs_u<TSR_BN / 4>(pf);
-        if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
-        ++it;
+        if (q_held && arriver) tsr_mbar_arrive(q_empty);
+        it += nt;
 
         l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);

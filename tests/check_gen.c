@@ -108,6 +108,21 @@ START_TEST(test_name_examples)
   ck_assert_int_eq(v.membership, 0);
   ck_assert_int_eq(tsr_variant_threads(&v), 384);
   ck_assert_int_eq(tsr_variant_check(&v, &err), TSR_OK);
+  ck_assert_int_eq(tsr_variant_tasks_per_cta(&v), 1);
+  {
+    tsr_variant w;
+    /* BM 64 with 3 warpgroups: two 64-row tasks a CTA, each with its own Q
+     * tile, K/V ring and barriers */
+    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 2);
+    ck_assert_int_eq(tsr_variant_threads(&w), 384);
+    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((64 * 128 + 2 * 3 * 64 * 128) * 2 + 256));
+    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
+    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g2_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 1);
+    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + (64 * 128 + 2 * 3 * 64 * 128) * 2 + 256);
+  }
   tsr_variant_format(&v, buf);
   ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");
 }
@@ -159,6 +174,7 @@ static const struct {
   { "tsr_sm80_bf16_d128_m64n64_s2_w3_pers_mb", "warps must be 2, 4 or 8" },
   { "tsr_sm80_bf16_d128_m64n64_s2_w4_pers_mb_tma64", "does not use TMA" },
   { "tsr_sm90_bf16_d128_m128n128_s2_g2_pers_mb_tma64", "needs 3 warpgroups" },
+  { "tsr_sm90_bf16_d128_m64n64_s2_g4_pers_mb_tma64", "needs 2 warpgroups (producer + one per 64 rows) or 3" },
   { "tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb", "TMA boxes of 64" },
   { "tsr_sm90_bf16_d128_m192n128_s2_g4_pers_mb_tma64", "BM must be 64 or 128" },
   { "tsr_sm90_bf16_d256_m128n128_s2_g3_pers_mb_tma64", "head dim must be 64 or 128" },

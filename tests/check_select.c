@@ -621,6 +621,58 @@ START_TEST(test_build_and_select)
     ck_assert_int_eq(s.level, 1);
     assert_plan(&s, P_COMB128_ROW);
   }
+  /* Rows are borrowed only within an octave of profiled sequence lengths
+   * (the fixture's masks are 4096 tokens, seq bin 12): 8192 tokens borrow
+   * the nearest row, 32768 tokens borrow nothing, not even the
+   * geometry-wide row, and say why. */
+  {
+    tsr_features f;
+    tsr_selection s;
+    kind_features(&rng, 1, &f);
+    f.density = 0.8;
+    f.seq_q = f.seq_k = 8192;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 1);
+    assert_plan(&s, P_COMB128_ROW);
+    f.seq_q = f.seq_k = 32768;
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.from_table, 0);
+    ck_assert_int_eq(s.opts.mapping, TSR_MAP_RETAIN);
+    ck_assert_msg(strstr(s.reason, "skipped: no mask of its geometry was profiled within an octave"),
+                  "%s", s.reason);
+    f.seq_q = f.seq_k = 2048; /* bin 11: one octave below */
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.from_table, 1);
+  }
+  /* Features as the GPU planner publishes them (fill measured at its own
+   * 64x64 tile only): the 128x128 fill is estimated.  Where the estimate
+   * clears the fill guard the host's plan is selected; where it does not,
+   * no 128x128 tile gambles on it, even from the exact region. */
+  for (kind = 0; kind < 3; kind++)
+    for (i = 0; i < 3; i++) {
+      tsr_features f, g;
+      tsr_selection sh, sg;
+      int t;
+      kind_features(&rng, kind, &f);
+      g = f;
+      for (t = 1; t < TSR_FEATURE_TILES; t++) {
+        g.fill[t] = -1;
+        g.touched[t] = -1;
+      }
+      ck_assert_int_eq(tsr_select_plan(sel, &f, &sh, &err), TSR_OK);
+      ck_assert_int_eq(tsr_select_plan(sel, &g, &sg, &err), TSR_OK);
+      assert_plan(&sh, expected_plan[kind]);
+      if (kind == 2) {
+        /* density ~0.3 at fill 1: estimate 0.3 / (1 - 0.7^4) = 0.39 < 0.5:
+         * the exact row is refused, the nearest row that keeps 64x64 tiles
+         * (the sparse kind's) is taken. */
+        ck_assert_int_eq(sg.level, 1);
+        assert_plan(&sg, P_RETAIN_ROW);
+      } else {
+        ck_assert_int_eq(sg.region.fill_bin, sh.region.fill_bin);
+        assert_plan(&sg, expected_plan[kind]);
+      }
+    }
   /* A head dim the table never saw: base plan (retain at the 64x64 blocks). */
   {
     tsr_features f;
@@ -1395,6 +1447,70 @@ START_TEST(test_context_default)
 }
 END_TEST
 
+/* A random mask of bq x bk blocks, 2 heads, at density dens, over seq
+ * tokens, with its problem. */
+static void random_request(tu_rng *rng, int64_t seq, int64_t bq, int64_t bk, int64_t head_dim,
+                           double dens, request *r)
+{
+  int64_t nq = (seq + bq - 1) / bq, nk = (seq + bk - 1) / bk;
+  uint8_t *bits = tu_rand_bits(rng, (size_t)(2 * nq * nk), dens);
+  tsr_error err = {0};
+  ck_assert_int_eq(tsr_geom_uniform(seq, seq, bq, bk, &r->g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, nq, nk, bits, &r->m, &err), TSR_OK);
+  free(bits);
+  memset(&r->p, 0, sizeof r->p);
+  r->p.batch = 1;
+  r->p.heads_q = r->p.heads_kv = 2;
+  r->p.seq_q = r->p.seq_k = seq;
+  r->p.head_dim = head_dim;
+  r->p.dtype = TSR_DT_BF16;
+  r->p.geom = r->g;
+}
+
+/* Two selections that were slow on the H200 (BENCHMARKS.md, v6 section),
+ * against the embedded table: random 128x64 blocks at 25% on Wan2.1-1.3B's
+ * 32760 tokens, from host features and from GPU-planner features (fill at
+ * 128x64 only), must keep 128x64 tiles (combining them into 128x128 tiles
+ * ran 1.7x slower); CogVideoX's d64 at 17550 tokens must not borrow the
+ * rows profiled on 2304-token demo masks (subdividing into 64x128 tiles ran
+ * 2.2x slower there).  Both fall back to the automatic plan. */
+START_TEST(test_select_h200_regressions)
+{
+  tu_rng rng = {base_seed + 131};
+  tsr_selector *sel = NULL;
+  tsr_error err = {0};
+  int c;
+  ck_assert_msg(tsr_select_open(NULL, "NVIDIA H200", 132, &sel, &err) == TSR_OK, "%s", err.text);
+  for (c = 0; c < 4; c++) {
+    request r;
+    tsr_features f, g;
+    tsr_selection s;
+    int t, d64 = c >= 2;
+    double dens = 0.2 + 0.1 * tu_uniform(&rng);
+    random_request(&rng, d64 ? 17550 : 32760, 128, d64 && c == 3 ? 128 : 64, d64 ? 64 : 128,
+                   dens, &r);
+    ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
+    g = f;
+    for (t = 0; t < TSR_FEATURE_TILES; t++) {
+      int tm, tn;
+      tsr_features_tile(t, &tm, &tn);
+      if (tm != 128 || tn != f.bk)
+        g.fill[t] = -1, g.touched[t] = -1;
+    }
+    for (t = 0; t < 2; t++) {
+      ck_assert_int_eq(tsr_select_plan(sel, t ? &g : &f, &s, &err), TSR_OK);
+      ck_assert_msg(!s.from_table, "case %d (%s features, density %.3f): %s", c,
+                    t ? "GPU" : "host", dens, s.reason);
+      ck_assert_int_eq(s.opts.tile_m, 128);
+      ck_assert_int_eq(s.opts.tile_n, (int)f.bk);
+      ck_assert_int_eq(s.opts.mapping, TSR_MAP_RETAIN);
+    }
+    free_request(&r);
+  }
+  tsr_select_destroy(sel);
+}
+END_TEST
+
 /* ---- PNG ----------------------------------------------------------------- */
 
 static uint32_t get32(const unsigned char *p)
@@ -1601,6 +1717,7 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_open_errors);
   tcase_add_test(tc, test_context_select);
   tcase_add_test(tc, test_context_default);
+  tcase_add_test(tc, test_select_h200_regressions);
   tcase_add_test(tc, test_png);
   suite_add_tcase(s, tc);
   return s;

@@ -690,6 +690,25 @@ static void graph_case(CUstream s)
           tsr_select_plan(NULL, &f, &sel, &err) != TSR_OK)
         fail("graph", "step %d: features for selection: density %.6f bq %lld: %s", step, f.density,
              (long long)f.bq, err.text);
+      {
+        /* Fill is measured at the planner's tile only: the host's touched
+         * tiles exactly, over nominal tile areas; the other tiles say "not
+         * measured", so the selector estimates them instead of taking this
+         * tile's fill for theirs. */
+        tsr_features hf;
+        int t, tm, tn;
+        double want_fill;
+        TRY(tsr_features_compute(&p, m, 0, &hf, &e_));
+        for (t = 0; t < TSR_FEATURE_TILES; t++) {
+          tsr_features_tile(t, &tm, &tn);
+          want_fill = fmin(1, want_d * B * H * (double)S * S / ((double)hf.touched[t] * tm * tn));
+          if (tm == o.tile_m && tn == o.tile_n
+                  ? f.touched[t] != hf.touched[t] || !(fabs(f.fill[t] - want_fill) < 1e-9)
+                  : f.fill[t] != -1 || f.touched[t] != -1)
+            fail("graph", "step %d: features at %dx%d: fill %.6f touched %lld, want %.6f %lld", step,
+                 tm, tn, f.fill[t], (long long)f.touched[t], want_fill, (long long)hf.touched[t]);
+        }
+      }
       printf("  graph replay step %d: density %.3f spread %.2f tasks %lld merges %lld err %.2e lse %.1e; "
              "next regime: tile %dx%d %s\n",
              step, st.density, st.row_cv, (long long)st.tasks, (long long)st.merges, e, le, sel.opts.tile_m,

@@ -41,7 +41,17 @@
   X(v_bf16_d128_m128n64_s2_mb, 0, 128, 128, 64, 2, 1)   \
   X(v_bf16_d128_m64n128_s2_mb, 0, 128, 64, 128, 2, 1)   \
   X(v_bf16_d128_m128n128_s3_nm, 0, 128, 128, 128, 3, 0) \
-  X(v_bf16_d64_m128n128_s3_nm, 0, 64, 128, 128, 3, 0)
+  X(v_bf16_d64_m128n128_s3_nm, 0, 64, 128, 128, 3, 0)  \
+  X(v_bf16_d128_m64n64_s2_mb, 0, 128, 64, 64, 2, 1)     \
+  X(v_bf16_d128_m128n64_s3_mb, 0, 128, 128, 64, 3, 1)  \
+  X(v_bf16_d64_m128n64_s2_mb, 0, 64, 128, 64, 2, 1)    \
+  X(v_bf16_d64_m64n64_s2_mb, 0, 64, 64, 64, 2, 1)      \
+  X(v_bf16_d128_m128n64_s2_nm, 0, 128, 128, 64, 2, 0)  \
+  X(v_bf16_d128_m128n64_s3_nm, 0, 128, 128, 64, 3, 0)  \
+  X(v_bf16_d128_m64n64_s2_mb_g3, 0, 128, 64, 64, 2, 1) \
+  X(v_bf16_d128_m64n64_s3_mb_g3, 0, 128, 64, 64, 3, 1) \
+  X(v_bf16_d64_m64n64_s3_mb_g3, 0, 64, 64, 64, 3, 1)   \
+  X(v_fp16_d128_m64n64_s2_mb_g3, 1, 128, 64, 64, 2, 1)
 
 struct variant {
   const char *name;
@@ -68,9 +78,13 @@ static CUfunction load_fn(const variant &v) {
   return f;
 }
 
+/* SM90_G3=1 (or a check case of class tpc2) picks the _g3 build */
+static bool g_want_g3 = false;
 static const variant *find_variant(int f16, int d, int bm, int bn, int st, int mb) {
+  const bool g3 = g_want_g3 || (getenv("SM90_G3") && atoi(getenv("SM90_G3")));
   for (const variant &v : g_variants)
-    if (v.f16 == f16 && v.d == d && v.bm == bm && v.bn == bn && v.stages == st && v.mb == mb) return &v;
+    if (v.f16 == f16 && v.d == d && v.bm == bm && v.bn == bn && v.stages == st && v.mb == mb &&
+        (strstr(v.name, "_g3") != nullptr) == g3) return &v;
   fprintf(stderr, "no variant f16=%d d=%d bm=%d bn=%d st=%d mb=%d\n", f16, d, bm, bn, st, mb);
   exit(2);
 }
@@ -147,6 +161,19 @@ static void build_plan(const problem &pr, int BM, int BN, plan &pl) {
           continue;
         }
         const bool empty = urand() < pr.empty_rows;
+        if (getenv("SM90_MASK") && !strcmp(getenv("SM90_MASK"), "topk")) {
+          /* VSA-like (bench-vs-torch's topk): per row the k = density * NKL
+             best of random scores minus the block distance, so neighbouring
+             query blocks pick similar key blocks */
+          std::vector<std::pair<double, int>> sc(pl.NKL);
+          for (int j = 0; j < pl.NKL; ++j) sc[j] = {urand() - fabs((double)i / pl.NQL - (double)j / pl.NKL), j};
+          const int k = std::max(1, (int)ceil(pr.density * pl.NKL));
+          std::nth_element(sc.begin(), sc.begin() + (k - 1), sc.end(),
+                           [](const std::pair<double, int> &a, const std::pair<double, int> &b) { return a.first > b.first; });
+          for (int j = 0; j < pl.NKL; ++j) row[j] = 0;
+          for (int j = 0; j < k && !empty; ++j) row[sc[j].second] = 1;
+          continue;
+        }
         for (int j = 0; j < pl.NKL; ++j) row[j] = !empty && urand() < pr.density;
       }
   pl.qblk.resize(pr.Sq);
@@ -313,8 +340,11 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
   p.tasks = up(pl.tasks); p.tiles = up(pl.tiles); p.members = up(pl.members);
   p.membership = up(pl.membership); p.qblk = up(pl.qblk); p.merges = up(pl.merges);
   p.part_o = dpo; p.part_m = dpm; p.part_l = dpl;
-  const int threads = 128 * (1 + v.bm / 64);
-  const int smem = 1024 + v.bm * D * 2 + 2 * v.stages * v.bn * D * 2 + 256;
+  /* variants built with 3 warpgroups at BM 64 (name ending _g3) run two
+     tasks a CTA */
+  const int tpc = strstr(v.name, "_g3") ? 2 : 1;
+  const int threads = 128 * (1 + tpc * v.bm / 64);
+  const int smem = 1024 + tpc * (v.bm * D * 2 + 2 * v.stages * v.bn * D * 2 + 256);
   CUfunction fn = load_fn(v);
   if (p_cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem) != CUDA_SUCCESS) {
     fprintf(stderr, "cannot set smem %d\n", smem);
@@ -331,7 +361,8 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
   /* persistent grid (one CTA per SM striding over tasks) unless
      SM90_GRID=flat (one CTA per task: the hardware balances the tail) */
   const bool flat = getenv("SM90_GRID") && !strcmp(getenv("SM90_GRID"), "flat");
-  const int grid = flat ? std::max<int>(1, p.n_tasks) : std::min<int>(nsm, std::max<int>(1, p.n_tasks));
+  const int ctas = (p.n_tasks + tpc - 1) / tpc;
+  const int grid = flat ? std::max<int>(1, ctas) : std::min<int>(nsm, std::max<int>(1, ctas));
   LAUNCH();
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
@@ -456,6 +487,7 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "check";
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a case that hangs under `timeout` keeps the lines before it */
   cudaDriverEntryPointQueryResult q;
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&g_encode, 12000, cudaEnableDefault, &q));
   if (!g_encode) { fprintf(stderr, "no cuTensorMapEncodeTiled\n"); return 1; }
@@ -481,9 +513,22 @@ int main(int argc, char **argv) {
       {"bf16 d128 bm64", {1, 2, 1, 1000, 1000, 128, 0, 0, 64, 128, 0.4, 2, 1, 0.1}, 0, 128, 64, 128, 2, 1},
       {"bf16 d128 s3 full", {1, 2, 2, 2000, 2000, 128, 0, 0, 128, 128, 0.6, 0, 0, 0.1}, 0, 128, 128, 128, 3, 0},
       {"bf16 d64 s3 full", {1, 2, 2, 2000, 2000, 64, 0, 1, 128, 128, 0.6, 0, 0, 0.1}, 0, 64, 128, 128, 3, 0},
+      /* consumer warpgroups skipping tiles their 64 rows do not select */
+      {"skip: bf16 d128 64-blocks on 128x64, ragged", {1, 2, 2, 1050, 1000, 128, 0, 1, 64, 64, 0.15, 0, 0, 0.1}, 0, 128, 128, 64, 2, 1},
+      {"skip: bf16 d128 64-blocks on 128x64 s3, gqa", {2, 4, 2, 1300, 1700, 128, 0, 0, 64, 64, 0.1, 0, 1, 0.1}, 0, 128, 128, 64, 3, 1},
+      {"skip: bf16 d128 64-blocks on 128x128, split", {1, 4, 2, 1300, 1200, 128, 0, 0, 64, 64, 0.2, 3, 1, 0.05}, 0, 128, 128, 128, 2, 1},
+      {"skip: bf16 d128 48x64 blocks (two segments)", {1, 2, 2, 1000, 1000, 128, 0, 1, 48, 64, 0.2, 0, 0, 0.1}, 0, 128, 128, 64, 2, 1},
+      {"skip: bf16 d64 64-blocks on 128x64", {2, 4, 2, 900, 1000, 64, 0, 0, 64, 64, 0.2, 2, 0, 0.1}, 0, 64, 128, 64, 2, 1},
+      {"bf16 d128 64x64 tiles", {1, 2, 2, 1000, 1000, 128, 0, 1, 64, 64, 0.3, 0, 0, 0.1}, 0, 128, 64, 64, 2, 1},
+      /* two 64-row tasks a CTA (g3 at BM 64) */
+      {"tpc2: bf16 d128 64x64, odd task count", {1, 3, 3, 1000, 1000, 128, 0, 1, 64, 64, 0.3, 0, 0, 0.1}, 0, 128, 64, 64, 2, 1},
+      {"tpc2: bf16 d128 s3 48x32 blocks, split, gqa", {2, 4, 2, 1100, 1300, 128, 0, 0, 48, 32, 0.3, 3, 1, 0.1}, 0, 128, 64, 64, 3, 1},
+      {"tpc2: fp16 d128 64x64 split", {1, 2, 2, 900, 1200, 128, 1, 1, 64, 64, 0.4, 2, 0, 0.2}, 1, 128, 64, 64, 2, 1},
+      {"tpc2: bf16 d64 s3 64x64 gqa", {2, 4, 1, 700, 800, 64, 0, 0, 64, 64, 0.3, 0, 1, 0.1}, 0, 64, 64, 64, 3, 1},
     };
     uint64_t seed = argc > 2 ? strtoull(argv[2], 0, 10) : 1;
     for (const tc &c : cases) {
+      g_want_g3 = !strncmp(c.what, "tpc2", 4);
       const variant *v = find_variant(c.f16, c.d, c.bm, c.bn, c.st, c.mb);
       printf("case: %s  [%s] seed %llu\n", c.what, v->name, (unsigned long long)seed);
       result r = run_case(c.pr, *v, -1, 0, seed, true);
@@ -504,7 +549,9 @@ int main(int argc, char **argv) {
     if (getenv("SM90_SUFFIX")) { snprintf(nm, sizeof nm, "%s%s", vv.name, getenv("SM90_SUFFIX")); vv.name = nm; }
     const variant *v = &vv;
     for (int a = 10; a < argc; ++a) {
-      problem pr = {1, H, H, S, S, D, 0, 1, lb, lb, atof(argv[a]), 0, 0, 0.0};
+      /* SM90_LBK: key block size when it differs from the query block */
+      const int lbk = getenv("SM90_LBK") ? atoi(getenv("SM90_LBK")) : lb;
+      problem pr = {1, H, H, S, S, D, 0, 1, lb, lbk, atof(argv[a]), 0, 0, 0.0};
       result r = run_case(pr, *v, 48, 10, 7 + a, false);
       const bool ok = r.rel_err < 1e-2 && r.bad_unwritten == 0;
       printf("bench %-32s S=%d H=%d D=%d lb=%d density %.2f: %.3f ms  %.1f eff TFLOP/s  (sampled rel_err %.2e %s)\n",

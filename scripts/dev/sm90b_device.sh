@@ -1,7 +1,4 @@
 #!/bin/sh
-# Needs the v5/v6 kernels (templates/attn_sm90.cuh, gen/catalog.json, the harness,
-# runtime/variant.c, gpu.c) held back at the branch tip until validated: git revert the
-# commit 'hold back the sm90b kernels' first (notes/sm90.md, v6).
 # One device call for the v5/v6 work (skipping consumers, two tasks a CTA):
 # harness correctness cases, then timings at the Wan2.1-1.3B 480p size
 # (64-token blocks: random and top-k; 128-token regression) and CogVideoX-5B

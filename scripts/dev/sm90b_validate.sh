@@ -1,7 +1,4 @@
 #!/bin/sh
-# Needs the v5/v6 kernels (templates/attn_sm90.cuh, gen/catalog.json, the harness,
-# runtime/variant.c, gpu.c) held back at the branch tip until validated: git revert the
-# commit 'hold back the sm90b kernels' first (notes/sm90.md, v6).
 # Device validation of a build folder made on the development machine: SASS
 # of every sm_90a cubin (HGMMA present, no local memory), tests/gpu_attn over
 # every variant, compute-sanitizer memcheck + racecheck on the sm90 families
