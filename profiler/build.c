@@ -304,15 +304,36 @@ static const char *dtype_text(int dt)
   return dt == TSR_DT_BF16 ? "bf16" : dt == TSR_DT_F16 ? "f16" : "f32";
 }
 
-/* Picks the plan for masks idx[0..n) and inserts its row. */
+/* A row leaves the base plan (the direct mapping: what selection falls back
+ * to) only for a geometric-mean gain of at least this much on its profiled
+ * masks.  Smaller gains are within the run-to-run spread of a few masks and
+ * do not carry over: on the H200 sweep of 2026-11-29 13:12 a row that chose
+ * split tasks for a 1.01x gain on 12 demo masks ran 1.36x slower than the
+ * base plan on the evaluation split's radial masks. */
+#define TSRP_BUILD_MARGIN 1.02
+
+/* Whether plan pr is the base plan o (any variant; an automatic base mapping
+ * matches every mapping, as tsrp_build_time_of resolves it). */
+static int is_base(const tsrp_plan_row *pr, const tsr_plan_opts *o)
+{
+  return pr->tile_m == o->tile_m && pr->tile_n == o->tile_n && pr->tasks == o->tasks &&
+         (o->mapping == TSR_MAP_AUTO || pr->mapping == o->mapping);
+}
+
+/* Picks the plan for masks idx[0..n) and inserts its row: the one of best
+ * geometric-mean regret among those timed on the most masks, unless the
+ * best base-plan candidate comes within TSRP_BUILD_MARGIN of it. */
 static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch, int level,
                            const keyed *group, int64_t n, int64_t *rows, tsr_error *err)
 {
-  int64_t p, i, best = -1, best_cover = 0;
-  double best_score = 0, sp_sum = 0;
+  int64_t p, i, best = -1, best_cover = 0, base_p = -1;
+  double best_score = 0, base_score = 0, sp_sum = 0;
   int sp_n = 0;
   const tsrp_plan_row *pr;
+  tsr_plan_opts base0;
   sqlite3_stmt *st = NULL;
+  /* The base plan depends only on exact key fields (geometry): one per group. */
+  tsr_select_base(&ds->masks[group[0].mask].f, &base0);
   for (p = 0; p < ds->n_plans; p++) {
     int64_t cover = 0;
     double score = 0;
@@ -334,6 +355,29 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   }
   if (best < 0)
     return TSR_OK; /* nothing timed in this region */
+  for (p = 0; p < ds->n_plans; p++) {
+    int64_t cover = 0;
+    double score = 0;
+    if (!is_base(&ds->plans[p], &base0))
+      continue;
+    for (i = 0; i < n; i++) {
+      const tsrp_mask_times *m = &ds->masks[group[i].mask];
+      double t = tsrp_build_time(m, ds->plans[p].id), b = tsrp_build_best(m, NULL);
+      if (t > 0 && b > 0) {
+        cover++;
+        score += log(t / b);
+      }
+    }
+    if (cover == best_cover && (base_p < 0 || score < base_score)) {
+      base_p = p;
+      base_score = score;
+    }
+  }
+  if (base_p >= 0 && base_p != best &&
+      exp((base_score - best_score) / (double)best_cover) < TSRP_BUILD_MARGIN) {
+    best = base_p;
+    best_score = base_score;
+  }
   pr = &ds->plans[best];
   for (i = 0; i < n; i++) {
     const tsrp_mask_times *m = &ds->masks[group[i].mask];

@@ -321,7 +321,10 @@ static void resolve_variant(tsr_context *ctx, const tsr_features *f, const tsr_p
       ctx->memo[slot].outcome = 1;
       if (out->variant[0])
         snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
-                 "; variant %s not in the bundle: its own for the tile", out->variant);
+                 i >= 0 ? "; variant %s cannot serve this plan here (membership, arch or shared "
+                          "memory): the bundle's own for the tile"
+                        : "; variant %s not in the bundle: its own for the tile",
+                 out->variant);
     } else {
       ctx->memo[slot].outcome = 2;
       snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
