@@ -4,9 +4,11 @@
  * Generates the corpus preset "demo" (48 masks of a 2,304-token clip)
  * through the library, or reuses one in --corpus DIR, and takes one mask of
  * each sparse-attention family (several block geometries).  For each mask:
- * selects the plan through the lookup table embedded in libtessera (as
- * `tessera plan --select` does), builds and verifies it, runs it on the GPU
- * when a context opens (else on the CPU plan executor, said once), and
+ * selects the plan through the context's lookup table (the one embedded in
+ * libtessera), by the request path's tsr_context_select_features as
+ * `tessera run` does (a host-only context when there is no GPU), builds
+ * and verifies it, runs it on the GPU when a device context opens (else on
+ * the CPU plan executor, said once), and
  * compares the output with the float64 CPU reference of the same mask and
  * with DENSE attention (how much the sparse output moves, how many FLOPs
  * it skips).  Ends with a table; exit 1 when a plan fails to verify or an
@@ -194,9 +196,8 @@ typedef struct {
 /* Selects, plans, verifies and runs one corpus mask; fills r.  Returns a
  * status only for errors that stop the demo (input or environment); a
  * failed verification or a large error is recorded in r. */
-static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector *sel,
-                           tsr_context *ctx, shape_cache *cache, uint64_t seed, row *r,
-                           tsr_error *err)
+static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, int gpu,
+                           shape_cache *cache, uint64_t seed, row *r, tsr_error *err)
 {
   const tsr_corpus_entry *e = tsr_corpus_get(cp, idx);
   const char *base = strrchr(e->file, '/') ? strrchr(e->file, '/') + 1 : e->file;
@@ -210,7 +211,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
   tsr_array ref, out;
   tsr_error verr = {0};
   tsr_status s;
-  double t0, best_fill = 0, tol = ctx ? TOL_GPU : TOL_CPU, total;
+  double t0, best_fill = 0, tol = gpu ? TOL_GPU : TOL_CPU, total;
   int i, best = 0;
 
   memset(&ref, 0, sizeof ref), memset(&out, 0, sizeof out), memset(&p, 0, sizeof p);
@@ -238,9 +239,11 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
          r->name, base, e->family, e->bq ? "uniform" : "variable", (long long)e->nq,
          (long long)e->nk, (long long)e->heads_q, (long long)e->seq_q, r->density);
 
-  /* Selection: features, then the embedded lookup table (or its fallback). */
+  /* Selection: features, then the context's lookup table, its row checked
+   * against the bundle (or the automatic planner on a miss). */
   t0 = now_ms();
-  if ((s = tsr_features_compute(&p, m, 0, &f, err)) || (s = tsr_select_plan(sel, &f, &c, err)))
+  if ((s = tsr_features_compute(&p, m, 0, &f, err)) ||
+      (s = tsr_context_select_features(ctx, &f, NULL, &c, err)))
     goto out;
   for (i = 0; i < TSR_FEATURE_TILES; i++)
     if (f.fill[i] > best_fill)
@@ -257,14 +260,9 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
            (long long)c.row_id, c.level, c.reason);
     snprintf(r->source, sizeof r->source, "table #%lld L%d", (long long)c.row_id, c.level);
   } else {
-    printf("  selected (%.2f ms): fallback: base plan (%s)\n", now_ms() - t0, c.reason);
-    snprintf(r->source, sizeof r->source, "base plan");
-  }
-
-  if (ctx && c.opts.variant && c.opts.variant[0] && !tsr_gpu_has_variant(ctx, c.opts.variant)) {
-    printf("  table variant %s is not in this bundle: the bundle's variant for the same tile\n",
-           c.opts.variant);
-    c.opts.variant = NULL;
+    printf("  selected (%.2f ms): fallback: the automatic planner (%s)\n", now_ms() - t0,
+           c.reason);
+    snprintf(r->source, sizeof r->source, "automatic");
   }
 
   /* Plan and verification. */
@@ -298,7 +296,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, const tsr_selector
     r->ok = 0;
     goto out; /* an unverified plan's indices are not trusted: do not run it */
   }
-  if (ctx) {
+  if (gpu) {
     double times[GPU_RUNS], tmp;
     int j, n;
     /* The first run loads the kernel and uploads the plan; time the others. */
@@ -435,13 +433,13 @@ int cmd_demo(int argc, char **argv)
   int64_t seed = 1, nmasks = 4, device = 0, idx[8];
   char tmpl[4096], exe[4096], *dir = NULL;
   tsr_corpus *cp = NULL;
-  tsr_selector *sel = NULL;
+  const tsr_selector *sel;
   tsr_context *ctx = NULL;
   tsr_context_opts co;
   tsr_error err = {0};
   shape_cache cache;
   row rows[MAX_MASKS];
-  int rc = CLI_USAGE, i, n = 0, all_verified = 1, all_within = 1;
+  int rc = CLI_USAGE, i, n = 0, all_verified = 1, all_within = 1, gpu = 0;
   double t_start = now_ms();
 
   i = cli_parse("demo", "[--corpus DIR] [--seed N] [--masks N] [--gpu | --cpu] [--device N] [--bundle DIR]",
@@ -471,13 +469,15 @@ int cmd_demo(int argc, char **argv)
   memset(&cache, 0, sizeof cache);
   memset(rows, 0, sizeof rows);
 
-  /* The path: the GPU when a context opens (unless --cpu). */
+  /* The path: the GPU when a context opens (unless --cpu).  Either way a
+   * context selects the plans: without a device, a host-only one (the
+   * bundle and the lookup table, no driver). */
+  tsr_context_opts_init(&co);
+  co.device = (int)device;
+  co.bundle_dir = val[O_BUNDLE];
+  if (!co.bundle_dir && !(getenv("TESSERA_BUNDLE") && *getenv("TESSERA_BUNDLE")))
+    co.bundle_dir = build_bundle(exe, sizeof exe);
   if (!val[O_CPU]) {
-    tsr_context_opts_init(&co);
-    co.device = (int)device;
-    co.bundle_dir = val[O_BUNDLE];
-    if (!co.bundle_dir && !(getenv("TESSERA_BUNDLE") && *getenv("TESSERA_BUNDLE")))
-      co.bundle_dir = build_bundle(exe, sizeof exe);
     if (tsr_context_create(&co, &ctx, &err) != TSR_OK) {
       ctx = NULL;
       if (val[O_GPU]) {
@@ -487,11 +487,17 @@ int cmd_demo(int argc, char **argv)
       printf("no GPU found (%s): running the CPU plan executor\n", err.text);
       tsr_error_clear(&err);
     } else {
+      gpu = 1;
       printf("GPU found (device %lld, bundle %s): running the plans on the GPU (bf16)\n",
              (long long)device, co.bundle_dir ? co.bundle_dir : "$TESSERA_BUNDLE or installed");
     }
   } else {
     printf("--cpu: running the CPU plan executor\n");
+  }
+  if (!ctx) {
+    co.device = TSR_CONTEXT_NO_DEVICE;
+    if (tsr_context_create(&co, &ctx, &err) != TSR_OK)
+      goto fail;
   }
 
   if (val[O_CORPUS]) {
@@ -506,16 +512,16 @@ int cmd_demo(int argc, char **argv)
     }
     dir = tmpl;
   }
-  if (open_corpus(dir, (uint64_t)seed, &cp, &err) ||
-      tsr_select_open(NULL, NULL, 0, &sel, &err))
+  if (open_corpus(dir, (uint64_t)seed, &cp, &err))
     goto fail;
+  sel = tsr_context_selector(ctx);
   printf("lookup table: embedded default database, GPU '%s', %lld rows\n",
          tsr_select_gpu(sel)[0] ? tsr_select_gpu(sel) : "(none)", (long long)tsr_select_rows(sel));
   n = pick_masks(cp, (int)nmasks, idx);
   printf("masks: %d of %lld (the sparsest of each family)\n", n, (long long)tsr_corpus_count(cp));
 
   for (i = 0; i < n; i++) {
-    if (run_mask(cp, idx[i], sel, ctx, &cache, (uint64_t)seed, &rows[i], &err))
+    if (run_mask(cp, idx[i], ctx, gpu, &cache, (uint64_t)seed, &rows[i], &err))
       goto fail;
     all_verified = all_verified && rows[i].verified;
     all_within = all_within && rows[i].ok;
@@ -523,18 +529,18 @@ int cmd_demo(int argc, char **argv)
 
   printf("\n%-18s %-7s %-11s %7s %-8s %-9s %-5s %-14s %7s %8s %9s %9s %8s\n", "mask", "family",
          "blocks", "density", "tile", "mapping", "tasks", "source", "wasted", "skipped",
-         ctx ? "gpu ms" : "cpu ms", "err/ref", "vs dense");
+         gpu ? "gpu ms" : "cpu ms", "err/ref", "vs dense");
   for (i = 0; i < n; i++) {
     row *r = &rows[i];
     printf("%-18s %-7s %-11s %7.3f %-8s %-9s %-5s %-14s %6.1f%% %7.1f%% %9.*f %9.2g %8.3f%s\n",
            r->name, r->family, r->geom, r->density, r->tile, r->mapping, r->tasks, r->source,
-           100.0 * r->wasted, 100.0 * r->skipped, ctx ? 3 : 1, r->ms, r->err, r->vs_dense,
+           100.0 * r->wasted, 100.0 * r->skipped, gpu ? 3 : 1, r->ms, r->err, r->vs_dense,
            !r->verified ? "  NOT VERIFIED" : r->ok ? "" : "  TOO FAR");
   }
   printf("\n%s: %d masks on the %s path, every plan verified: %s, every error within %.0e: %s "
          "(%.1f s)\n",
-         all_verified && all_within ? "ok" : "FAILED", n, ctx ? "GPU" : "CPU",
-         all_verified ? "yes" : "no", ctx ? TOL_GPU : TOL_CPU, all_within ? "yes" : "no",
+         all_verified && all_within ? "ok" : "FAILED", n, gpu ? "GPU" : "CPU",
+         all_verified ? "yes" : "no", gpu ? TOL_GPU : TOL_CPU, all_within ? "yes" : "no",
          (now_ms() - t_start) / 1e3);
   rc = all_verified && all_within ? CLI_OK : CLI_FAIL;
   goto done;
@@ -543,7 +549,6 @@ fail:
   rc = cli_status_exit(err.status) == CLI_FAIL ? CLI_FAIL : CLI_USAGE;
 done:
   cache_free(&cache);
-  tsr_select_destroy(sel);
   tsr_corpus_close(cp);
   tsr_context_destroy(ctx);
   if (dir && !val[O_CORPUS])

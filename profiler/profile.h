@@ -77,6 +77,12 @@ double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
 
 /* ---- Evaluation and report (report.c) ---------------------------------- */
 
+/* Masks of at least this density (the features' fraction of token pairs
+ * kept) count as dense: warm-up steps and full attention, where every
+ * candidate computes the same tiles and the speed-up over the direct plan
+ * is 1 by construction.  The sparse_* figures leave them out. */
+#define TSRP_SPARSE_DENSITY 0.95
+
 typedef struct {
   int64_t masks;           /* eval masks with timings */
   int64_t unmeasured;      /* eval masks whose selected plan was not timed */
@@ -85,6 +91,10 @@ typedef struct {
   double geo_regret;       /* geometric mean of t(selected) / t(best) - 1 */
   double geo_speedup;      /* geometric mean of t(direct) / t(selected) */
   double geo_best_speedup; /* the same for the best plan (the ceiling) */
+  /* The same four over the masks of density < TSRP_SPARSE_DENSITY only
+   * (0 when there are none). */
+  int64_t sparse_masks;
+  double sparse_within5, sparse_geo_regret, sparse_geo_speedup, sparse_geo_best_speedup;
 } tsrp_eval_stats;
 
 /* Selects a plan for each mask of `split` through the lookup table in db
@@ -93,7 +103,9 @@ typedef struct {
 tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
                          FILE *csv, tsrp_eval_stats *st, tsr_error *err);
 
-/* Writes regime.png, speedup.png and selection.csv (and stats) into dir. */
+/* Writes regime.png, speedup.png, selection.csv and summary.csv (the
+ * figures of all masks and of the sparse ones) into dir; log (may be NULL)
+ * receives the figures as text. */
 tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
                              tsr_error *err);
 
@@ -115,10 +127,8 @@ void tsrp_png_free(tsrp_png_image *im);
 void tsrp_png_rect(tsrp_png_image *im, int x, int y, int w, int h, unsigned rgb);
 /* 5x7 bitmap text (digits, letters, a few symbols), scale >= 1. */
 void tsrp_png_text(tsrp_png_image *im, int x, int y, int scale, unsigned rgb, const char *s);
-/* Writes an 8-bit RGB PNG (stored deflate blocks) atomically. */
+/* Writes an 8-bit RGB PNG (zlib-compressed) atomically: through a
+ * temporary file renamed into place, removed on any failure. */
 tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error *err);
-/* The zlib checksums, exposed for tests. */
-uint32_t tsrp_png_crc32(const unsigned char *p, size_t n);
-uint32_t tsrp_png_adler32(const unsigned char *p, size_t n);
 
 #endif

@@ -163,7 +163,8 @@ static int cmd_report(int argc, char **argv)
     return status_exit(err.status);
   }
   tsr_db_close(db);
-  printf("wrote %s/selection.csv, %s/regime.png, %s/speedup.png\n", out, out, out);
+  printf("wrote %s/selection.csv, %s/summary.csv, %s/regime.png, %s/speedup.png\n", out, out,
+         out, out);
   return EXIT_OK;
 }
 

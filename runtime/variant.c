@@ -154,7 +154,11 @@ int64_t tsr_variant_smem_bytes(const tsr_variant *v)
    * the slack once per task a CTA runs (TSR_SM90_SMEM_BYTES in
    * templates/attn_sm90.cuh). */
   int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
-  int64_t bytes = elems * 2;
+  int64_t bytes;
+  /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF) */
+  if (v->family == TSR_FAMILY_SM90 && tsr_variant_tasks_per_cta(v) == 2 && v->stages == 2)
+    elems += (int64_t)v->bm * v->head_dim;
+  bytes = elems * 2;
   if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsr_variant_tasks_per_cta(v) * (bytes + 256);
   return bytes;
 }

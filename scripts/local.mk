@@ -8,7 +8,7 @@ EXTRA_DIST += scripts/dev/sm90_harness.cu scripts/dev/sm90_variant.cu.in \
 	scripts/dev/sm90_build.sh scripts/dev/sm90_device.sh scripts/dev/sdpa_dense.py \
 	notes/sm90.md
 # GPU planning: one device call (tests, memcheck, bench), and its notes
-EXTRA_DIST += scripts/dev/sm90b_device.sh scripts/dev/sm90b_validate.sh
+EXTRA_DIST += scripts/dev/sm90b_device.sh scripts/dev/sm90b_validate.sh scripts/dev/sm90d_device.sh
 EXTRA_DIST += scripts/dev/gpuplan_device.sh scripts/dev/plan_probe.cu notes/gpuplan.md
 # variable geometries on the GPU planner: one device call, the request bench
 EXTRA_DIST += scripts/dev/varplan_device.sh scripts/dev/varplan_bench.py notes/varplan.md \

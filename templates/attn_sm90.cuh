@@ -25,8 +25,9 @@
  *   threads per CTA   TSR_SM90_THREADS = 128 * TSR_WARPGROUPS: 1 + TSR_BM / 64
  *                     (warpgroup 0 = TMA producer, 1.. = consumers), or
  *                     3 with TSR_BM 64: two tasks a CTA (TPC = 2)
- *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (TSR_BM*TSR_D*2
- *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256)
+ *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (QBUF*TSR_BM*TSR_D*2
+ *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256), QBUF = 2 with
+ *                     two tasks a CTA and 2 stages (TSR_SM90_QPF), else 1
  *                     (bm128 bn128 d128: 165120 with 2 stages, 230656 with 3;
  *                     set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
  *   grid              any number of CTAs: CTA b runs tasks TPC*b + i,
@@ -120,9 +121,18 @@
 #define TSR_SM90_WG (1 + TSR_SM90_NC)
 #endif
 #define TSR_SM90_TPC ((TSR_SM90_WG - 1) / TSR_SM90_NC)
+/* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
+ * next task's records in flight, so that on a persistent grid the next
+ * task's Q load and record loads run while the current task computes
+ * (notes/sm90.md, v7).  3 stages leave no shared memory for a second Q. */
+#ifndef TSR_SM90_QPF
+#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
+#endif
+#define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
 #define TSR_SM90_THREADS (128 * TSR_SM90_WG)
-#define TSR_SM90_SMEM_BYTES \
-  (1024 + TSR_SM90_TPC * (TSR_BM * TSR_D * 2 + 2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256))
+#define TSR_SM90_SMEM_BYTES                                                                \
+  (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_D * 2 +                             \
+                          2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256))
 static_assert(TSR_SM90_WG - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_SM90_WG <= 3,
               "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 with BM 64");
 
@@ -475,7 +485,8 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
   constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
   constexpr tsr_u32 Q_BYTES = Q_PANEL * HALVES;
 
-  constexpr tsr_u32 STREAM = Q_BYTES + 2 * TSR_STAGES * KV_TILE; /* one task stream's tiles */
+  /* one task stream's tiles: QBUF Q buffers, the K ring, the V ring */
+  constexpr tsr_u32 STREAM = TSR_SM90_QBUF * Q_BYTES + 2 * TSR_STAGES * KV_TILE;
   constexpr int TPC = TSR_SM90_TPC;
 
   /* 128-byte swizzle wants 1024-byte aligned panels.  Stream i: Q, K ring,
@@ -490,15 +501,19 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
    * w >= TPC idle), consumer warpgroup c serves stream c / NC */
   const int stream = TPC == 1 ? 0 : wg == 0 ? (tid / 32) % TPC : (wg - 1) / NC;
   const tsr_u32 sq = base + stream * STREAM;
-  const tsr_u32 sk = sq + Q_BYTES;
+  const tsr_u32 sk = sq + TSR_SM90_QBUF * Q_BYTES;
   const tsr_u32 sv = sk + TSR_STAGES * KV_TILE;
   const tsr_u32 bars = bars0 + 256 * stream;
   const tsr_u32 q_full = bars, q_empty = bars + 8;
+  (void)q_empty; /* with TSR_SM90_QPF only through TSR_Q_EMPTY */
   /* k_full[s] = bars + 16 + 8 s, k_empty, v_full, v_empty follow */
 #define TSR_K_FULL(s) (bars + 16 + 8 * (s))
 #define TSR_K_EMPTY(s) (bars + 16 + 8 * (TSR_STAGES + (s)))
 #define TSR_V_FULL(s) (bars + 16 + 8 * (2 * TSR_STAGES + (s)))
 #define TSR_V_EMPTY(s) (bars + 16 + 8 * (3 * TSR_STAGES + (s)))
+  /* Q buffer b's full / empty barriers (b = 1 only with TSR_SM90_QPF) */
+#define TSR_Q_FULL(b) ((b) ? bars + 16 + 32 * TSR_STAGES : q_full)
+#define TSR_Q_EMPTY(b) (TSR_Q_FULL(b) + 8)
 
   if (tid == 0) {
     for (int i = 0; i < TPC; ++i) {
@@ -511,6 +526,10 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         tsr_mbar_init(TSR_V_FULL(s), 1);
         tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
       }
+#if TSR_SM90_QPF
+      tsr_mbar_init(bars + 16 + 32 * TSR_STAGES, 1);
+      tsr_mbar_init(bars + 16 + 32 * TSR_STAGES + 8, 4 * NC);
+#endif
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -528,11 +547,43 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
      * sums keep slack: 32 + 2 x 240 hung on the H200. */
 #if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+#elif TSR_SM90_QPF
+    /* the prefetched records need more: 56 + 2 x 224, the same sum */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
 #else
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 #endif
     if (tid % 32 == 0 && tid / 32 < TPC) {
       int it = 0, q_uses = 0;
+#if TSR_SM90_QPF
+      /* The next task's record loads while this task's tiles are issued,
+       * and its first member's once the first tile is out; Q alternates
+       * between two buffers, so Q of the next task goes out right after
+       * this task's last K/V, while the consumer still works on them. */
+      const int stride = gridDim.x * TPC;
+      tsr_task_rec tkn;
+      if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
+      tsr_member_rec mbn;
+      bool mbn_ok = false;
+      for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
+        const tsr_task_rec tk = tkn;
+        const bool has_next = task + stride < n_tasks;
+        if (has_next) tkn = p.tasks[task + stride];
+        const bool pf_ok = mbn_ok;
+        mbn_ok = false;
+        if (tk.tile_end <= tk.tile_begin) continue;
+        for (int i = 0; i < tk.n_members; ++i) {
+          const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
+          const int hk = mb.head / hq_per_kv;
+          const int qb = q_uses & 1;
+          tsr_mbar_wait(TSR_Q_EMPTY(qb), ((q_uses >> 1) & 1) ^ 1);
+          tsr_mbar_expect_tx(TSR_Q_FULL(qb), Q_BYTES);
+#pragma unroll
+          for (int h = 0; h < HALVES; ++h)
+            tsr_tma_load(sq + qb * Q_BYTES + h * Q_PANEL, &p.tma_q, TSR_Q_FULL(qb), 64 * h,
+                         mb.q_tile * TSR_BM, mb.head, mb.batch);
+          ++q_uses;
+#else
       for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
         const tsr_task_rec tk = p.tasks[task];
         if (tk.tile_end <= tk.tile_begin) continue;
@@ -546,6 +597,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
             tsr_tma_load(sq + h * Q_PANEL, &p.tma_q, q_full, 64 * h, mb.q_tile * TSR_BM, mb.head,
                          mb.batch);
           ++q_uses;
+#endif
           for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
             const int s = it % TSR_STAGES;
             const tsr_u32 ph = (it / TSR_STAGES) & 1;
@@ -562,6 +614,13 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
             for (int h = 0; h < HALVES; ++h)
               tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
                            hk, mb.batch);
+#if TSR_SM90_QPF
+            if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 &&
+                tkn.tile_end > tkn.tile_begin) {
+              mbn = p.members[tkn.member_begin];
+              mbn_ok = true;
+            }
+#endif
           }
         }
       }
@@ -571,6 +630,8 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
      * stream's task (c counted within the stream) ---- */
 #if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+#elif TSR_SM90_QPF
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
 #else
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #endif
@@ -582,7 +643,11 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
     /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
      * B), V panels (MN-major, B transposed: LBO steps to the next 64
      * columns of D, SBO to the next 8 key rows). */
+#if TSR_SM90_QPF
+    const tsr_u64 dq0 = tsr_desc(sq + 64 * c * 128, 16, 1024); /* Q buffer 0 */
+#else
     const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
+#endif
     const tsr_u64 dk = tsr_desc(sk, 16, 1024);
     const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
 #if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
@@ -605,11 +670,36 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_D / 2];
     tsr_u32 pf[TSR_BN / 4];
+#if TSR_SM90_QPF
+    /* The next task's record, first member and (membership) its rows'
+     * segments load while this task runs, so that no dependent global load
+     * sits between two tasks. */
+    const int stride = gridDim.x * TPC;
+    tsr_task_rec tkn;
+    if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
+    tsr_member_rec mbn;
+    int sgn0 = 0, sgn1 = 0;
+    bool mbn_ok = false;
+    for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
+      const tsr_task_rec tk = tkn;
+      const bool has_next = task + stride < n_tasks;
+      if (has_next) tkn = p.tasks[task + stride];
+      const bool pf_ok = mbn_ok;
+      mbn_ok = false;
+      const int nt = tk.tile_end - tk.tile_begin;
+      for (int i = 0; i < tk.n_members; ++i) {
+        const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
+        const int qb = q_uses & 1;
+        const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
+        const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
+#else
     for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
       const tsr_task_rec tk = p.tasks[task];
       const int nt = tk.tile_end - tk.tile_begin;
       for (int i = 0; i < tk.n_members; ++i) {
         const tsr_member_rec mb = p.members[tk.member_begin + i];
+        const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
+#endif
         const int slot = tk.partial >= 0 ? tk.partial + i : -1;
         if (nt <= 0) {
 #pragma unroll
@@ -619,6 +709,12 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         }
         int seg0 = 0, seg1 = 0;
 #if TSR_MEMBERSHIP
+#if TSR_SM90_QPF
+        if (i == 0 && pf_ok) {
+          seg0 = sgn0;
+          seg1 = sgn1;
+        } else
+#endif
         {
           const int base = mb.q_tile * TSR_BM, last = p.seq_q - 1;
           const int b0 = __ldg(p.qblk + (base < last ? base : last));
@@ -668,7 +764,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
 #pragma unroll
         for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
-        tsr_mbar_wait(q_full, q_uses & 1);
+        tsr_mbar_wait(q_f, q_par);
         ++q_uses;
         bool q_held = true;
         /* ring position of tile u is it + u; st/ph: the pending tile's */
@@ -711,7 +807,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_fence_regs<TSR_BN / 2>(s);
           if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
           if (last_active(u)) {
-            if (arriver) tsr_mbar_arrive(q_empty);
+            if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
           tsr_mask_tile(s, p, tr, seg0, seg1, t);
@@ -758,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_fence_regs<TSR_BN / 2>(s);
           if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
           if (last_active(u)) {
-            if (arriver) tsr_mbar_arrive(q_empty);
+            if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
           tsr_mask_tile(s, p, tr, seg0, seg1, t);
@@ -802,6 +898,12 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         while (u < nt && !active(u)) skip_tile(u++);
         if (u < nt) {
           first_tile(u);
+#if TSR_SM90_QPF
+          if (i == 0 && has_next && tkn.n_members > 0) {
+            mbn = p.members[tkn.member_begin];
+            mbn_ok = true;
+          }
+#endif
           for (;;) {
             int nx = u + 1;
             if (nx < nt && active(nx)) {
@@ -816,8 +918,17 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
             u = nx;
           }
         }
-        if (q_held && arriver) tsr_mbar_arrive(q_empty);
+        if (q_held && arriver) tsr_mbar_arrive(q_e);
         it += nt;
+#if TSR_SM90_QPF && TSR_MEMBERSHIP
+        if (i == 0 && mbn_ok) { /* the next task's first member's segments */
+          const int base = mbn.q_tile * TSR_BM, last = p.seq_q - 1;
+          const int b0 = __ldg(p.qblk + (base < last ? base : last));
+          const int r0 = base + rl0, r1 = base + rl0 + 8;
+          sgn0 = __ldg(p.qblk + (r0 < last ? r0 : last)) - b0;
+          sgn1 = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
+        }
+#endif
 
         l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -840,4 +951,6 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #undef TSR_K_EMPTY
 #undef TSR_V_FULL
 #undef TSR_V_EMPTY
+#undef TSR_Q_FULL
+#undef TSR_Q_EMPTY
 }

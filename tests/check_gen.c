@@ -122,6 +122,11 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g2_flat_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 1);
     ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + (64 * 128 + 2 * 3 * 64 * 128) * 2 + 256);
+    /* two tasks a CTA with 2 stages: a second Q buffer a stream (v7) */
+    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_pers_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 2);
+    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((2 * 64 * 128 + 2 * 2 * 64 * 128) * 2 + 256));
+    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
   }
   tsr_variant_format(&v, buf);
   ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");

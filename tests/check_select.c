@@ -6,13 +6,16 @@
  * the evaluation figures, the PNG writer, and missing or corrupt databases.
  */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "profile.h"
 #include "tessera.h"
@@ -829,49 +832,137 @@ START_TEST(test_build_margin)
 }
 END_TEST
 
+static unsigned char *png_read(const char *path, int *w, int *h, long *size);
+
 START_TEST(test_eval_and_report)
 {
   tu_rng rng = {base_seed + 47};
-  char path[400], out[300];
+  char path[400], out[300], line[400];
   fixture fx;
   tsrp_build_opts bo = {NULL, NULL};
   tsrp_build_stats bs;
   tsrp_eval_stats es;
   tsr_error err = {0};
-  FILE *f;
-  unsigned char sig[8];
+  double want, all;
+  FILE *f, *text;
+  int i, n;
   snprintf(path, sizeof path, "%s/e.db", tmpdir);
   build_fixture(&fx, path, &rng, 5);
+  /* Five fully dense eval masks (warm-up steps) on which every plan takes
+   * the same time: speed-up 1 by construction, which the sparse figures
+   * must leave out and the all-mask figures must count. */
+  for (i = 0; i < 5; i++) {
+    tsr_features f;
+    double ms[N_PLANS];
+    int p;
+    mask_features(&rng, 4096, 1.0, 1, &f);
+    ck_assert_double_ge(f.density, TSRP_SPARSE_DENSITY);
+    for (p = 0; p < N_PLANS; p++)
+      ms[p] = 10.0;
+    snprintf(line, sizeof line, "d_%02d.npy", i);
+    record_mask(&fx, &rng, line, "eval", &f, ms);
+  }
   ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
   ck_assert_int_eq(tsrp_eval_run(fx.db, "NVIDIA Test", 132, "eval", NULL, &es, &err), TSR_OK);
-  ck_assert_int_eq(es.masks, 15);
+  ck_assert_int_eq(es.masks, 20);
+  ck_assert_int_eq(es.sparse_masks, 15);
   ck_assert_int_eq(es.unmeasured, 0);
   /* The model's best plan per kind is what the table holds, so selection is
-   * within the 0.1% jitter of the best on every eval mask. */
+   * within the 0.1% jitter of the best on every eval mask; on the dense
+   * ones every plan ties. */
   ck_assert_double_eq_tol(es.within5, 1.0, 1e-12);
+  ck_assert_double_eq_tol(es.sparse_within5, 1.0, 1e-12);
   ck_assert_double_le(es.geo_regret, 0.003);
-  /* Against the direct plan (retain 64x64): 1 on sparse, 1.6 on dense, 1.6
-   * / 0.9 ... the exact geometric mean follows from the model. */
-  {
-    double want = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9)) / 15);
-    ck_assert_double_eq_tol(es.geo_speedup, want, want * 0.003);
-    ck_assert_double_eq_tol(es.geo_best_speedup, want, want * 0.003);
-  }
+  ck_assert_double_le(es.sparse_geo_regret, 0.003);
+  /* Against the direct plan (retain 64x64): 1 on the 0.08 kind, 1.6 on the
+   * 0.6 kind, 1.6 / 0.9 on the uneven kind, 1 on the dense masks; the exact
+   * geometric means follow from the model. */
+  want = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9)) / 15);
+  all = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.6 / 0.9) + 5 * log(1.0)) / 20);
+  ck_assert_double_eq_tol(es.sparse_geo_speedup, want, want * 0.003);
+  ck_assert_double_eq_tol(es.sparse_geo_best_speedup, want, want * 0.003);
+  ck_assert_double_eq_tol(es.geo_speedup, all, all * 0.003);
+  ck_assert_double_eq_tol(es.geo_best_speedup, all, all * 0.003);
   tsr_db_close(fx.db);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
   snprintf(out, sizeof out, "%s/report", tmpdir);
-  ck_assert_msg(tsrp_report_write(fx.db, NULL, out, NULL, &err) == TSR_OK, "%s", err.text);
+  text = tmpfile();
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(tsrp_report_write(fx.db, NULL, out, text, &err) == TSR_OK, "%s", err.text);
   tsr_db_close(fx.db);
-  snprintf(path, sizeof path, "%s/regime.png", out);
-  f = fopen(path, "rb");
+  /* The text names the threshold and gives both sets. */
+  rewind(text);
+  n = 0;
+  while (fgets(line, sizeof line, text)) {
+    double a, b, c, d;
+    if (sscanf(line, "  geometric-mean speed-up over the direct plan: %lfx (best possible %lfx)",
+               &a, &b) == 2) {
+      ck_assert_double_eq_tol(a, es.geo_speedup, 0.0005);
+      ck_assert_double_eq_tol(b, es.geo_best_speedup, 0.0005);
+      n++;
+    }
+    if (sscanf(line,
+               "  sparse masks (density < 0.95): 15 of 20: within 5%% %lf%%, regret %lf%%, "
+               "speed-up over direct %lfx (best possible %lfx)",
+               &a, &b, &c, &d) == 4) {
+      ck_assert_double_eq_tol(a, 100.0, 0.05);
+      ck_assert_double_eq_tol(b, 100 * es.sparse_geo_regret, 0.005);
+      ck_assert_double_eq_tol(c, want, want * 0.003);
+      ck_assert_double_eq_tol(d, want, want * 0.003);
+      n++;
+    }
+  }
+  fclose(text);
+  ck_assert_int_eq(n, 2);
+  /* summary.csv: a header and the two sets. */
+  snprintf(path, sizeof path, "%s/summary.csv", out);
+  f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fread(sig, 1, 8, f), 8);
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+  ck_assert_str_eq(line, "gpu,split,masks_set,density,masks,within5,geo_regret,"
+                         "geo_speedup_vs_direct,geo_best_speedup_vs_direct\n");
+  for (i = 0; i < 2; i++) {
+    char set[16], dens[16];
+    long long masks;
+    double w5, rg, sp, bsp;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf", set,
+                            dens, &masks, &w5, &rg, &sp, &bsp),
+                     7);
+    ck_assert_str_eq(set, i ? "sparse" : "all");
+    ck_assert_str_eq(dens, i ? "<0.95" : "any");
+    ck_assert_int_eq(masks, i ? 15 : 20);
+    ck_assert_double_eq_tol(w5, 1.0, 1e-9);
+    ck_assert_double_eq_tol(rg, i ? es.sparse_geo_regret : es.geo_regret, 0.00001);
+    ck_assert_double_eq_tol(sp, i ? want : all, 0.003 * sp);
+    ck_assert_double_eq_tol(bsp, i ? want : all, 0.003 * bsp);
+  }
+  ck_assert_ptr_null(fgets(line, sizeof line, f));
   fclose(f);
-  ck_assert_int_eq(memcmp(sig, "\x89PNG\r\n\x1a\n", 8), 0);
+  /* Both plots decode (CRCs, inflate, size) and are small. */
+  {
+    static const char *const plots[] = {"regime.png", "speedup.png"};
+    int k, w, h;
+    long size;
+    for (k = 0; k < 2; k++) {
+      unsigned char *px;
+      snprintf(path, sizeof path, "%s/%s", out, plots[k]);
+      px = png_read(path, &w, &h, &size);
+      ck_assert_int_ge(w, 900);
+      ck_assert_int_ge(h, 500);
+      ck_assert_int_lt(size, 100 * 1000);
+      free(px);
+    }
+  }
   snprintf(path, sizeof path, "%s/selection.csv", out);
   ck_assert_int_eq(access(path, R_OK), 0);
-  snprintf(path, sizeof path, "%s/speedup.png", out);
-  ck_assert_int_eq(access(path, R_OK), 0);
+  /* A report folder that cannot be made is an error naming it. */
+  snprintf(path, sizeof path, "%s/e.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
+  snprintf(out, sizeof out, "%s/no/such/report", tmpdir);
+  ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "cannot create report folder '") != NULL, "%s", err.text);
+  tsr_db_close(fx.db);
 }
 END_TEST
 
@@ -1469,21 +1560,127 @@ static uint32_t get32(const unsigned char *p)
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* CRC-32 bit by bit, sharing nothing with zlib's table-driven one. */
+static uint32_t bit_crc32(const unsigned char *p, size_t n)
+{
+  uint32_t c = 0xffffffffu;
+  size_t i;
+  int k;
+  for (i = 0; i < n; i++) {
+    c ^= p[i];
+    for (k = 0; k < 8; k++)
+      c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xffffffffu;
+}
+
+/* A minimal PNG reader for what the writer must produce (8-bit RGB, no
+ * interlace): checks the signature, every chunk's CRC, IHDR first and
+ * IEND last, inflates the IDAT stream with zlib's uncompress, undoes the
+ * row filters the reader knows (none) and returns the pixels (malloc'ed,
+ * w * h * 3) and the file size. */
+static unsigned char *png_read(const char *path, int *w, int *h, long *size)
+{
+  unsigned char *buf, *z = NULL, *raw, *px;
+  size_t off = 8, zlen = 0, row;
+  uLongf raw_n;
+  int chunks = 0, iend = 0, y;
+  long n;
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open '%s'", path);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  ck_assert_int_gt(n, 8 + 25 + 12 + 12);
+  buf = malloc((size_t)n);
+  ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  ck_assert_int_eq(memcmp(buf, "\x89PNG\r\n\x1a\n", 8), 0);
+  *w = *h = 0;
+  while (off < (size_t)n) {
+    uint32_t len;
+    ck_assert_msg(!iend, "data after IEND");
+    ck_assert_uint_le(off + 12, (size_t)n);
+    len = get32(buf + off);
+    ck_assert_uint_le(off + 12 + len, (size_t)n);
+    ck_assert_uint_eq(get32(buf + off + 8 + len), bit_crc32(buf + off + 4, len + 4));
+    ck_assert_int_eq(chunks == 0, !memcmp(buf + off + 4, "IHDR", 4));
+    if (!memcmp(buf + off + 4, "IHDR", 4)) {
+      ck_assert_uint_eq(len, 13);
+      *w = (int)get32(buf + off + 8);
+      *h = (int)get32(buf + off + 12);
+      ck_assert_int_eq(buf[off + 16], 8); /* bit depth */
+      ck_assert_int_eq(buf[off + 17], 2); /* RGB */
+      ck_assert_int_eq(buf[off + 18] | buf[off + 19] | buf[off + 20], 0);
+    } else if (!memcmp(buf + off + 4, "IDAT", 4)) {
+      z = realloc(z, zlen + len);
+      memcpy(z + zlen, buf + off + 8, len);
+      zlen += len;
+    } else if (!memcmp(buf + off + 4, "IEND", 4)) {
+      ck_assert_uint_eq(len, 0);
+      iend = 1;
+    }
+    off += 12 + len;
+    chunks++;
+  }
+  ck_assert_msg(iend, "no IEND chunk");
+  ck_assert_int_gt(*w, 0);
+  ck_assert_int_gt(*h, 0);
+  ck_assert_uint_gt(zlen, 0);
+  row = (size_t)*w * 3 + 1;
+  raw_n = (uLongf)(row * (size_t)*h) + 1; /* one spare byte: a longer stream is an error */
+  raw = malloc(raw_n);
+  ck_assert_int_eq(uncompress(raw, &raw_n, z, (uLong)zlen), Z_OK);
+  ck_assert_uint_eq(raw_n, row * (size_t)*h);
+  px = malloc((size_t)*w * (size_t)*h * 3);
+  for (y = 0; y < *h; y++) {
+    ck_assert_int_eq(raw[(size_t)y * row], 0); /* filter type none */
+    memcpy(px + (size_t)y * (row - 1), raw + (size_t)y * row + 1, row - 1);
+  }
+  free(raw);
+  free(z);
+  free(buf);
+  *size = n;
+  return px;
+}
+
+/* Reads the file back and compares every pixel with the canvas. */
+static long png_check(const tsrp_png_image *im, const char *path)
+{
+  int w, h;
+  long size;
+  unsigned char *px = png_read(path, &w, &h, &size);
+  ck_assert_int_eq(w, im->w);
+  ck_assert_int_eq(h, im->h);
+  ck_assert_int_eq(memcmp(px, im->px, (size_t)w * (size_t)h * 3), 0);
+  free(px);
+  return size;
+}
+
+/* Entries of tmpdir whose name starts with prefix. */
+static int count_entries(const char *prefix)
+{
+  DIR *d = opendir(tmpdir);
+  struct dirent *e;
+  int n = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)))
+    n += !strncmp(e->d_name, prefix, strlen(prefix));
+  closedir(d);
+  return n;
+}
+
 START_TEST(test_png)
 {
   tu_rng rng = {base_seed + 71};
   tsrp_png_image im;
   tsr_error err = {0};
-  char path[300];
-  unsigned char *buf;
-  long n;
-  FILE *f;
-  int w = (int)tu_range(&rng, 30, 300), h = (int)tu_range(&rng, 30, 300), x, y;
-  size_t off, zoff, zlen, rawpos = 0;
-  unsigned char *raw;
-  /* Known answers of the checksums. */
-  ck_assert_uint_eq(tsrp_png_crc32((const unsigned char *)"123456789", 9), 0xcbf43926u);
-  ck_assert_uint_eq(tsrp_png_adler32((const unsigned char *)"Wikipedia", 9), 0x11e60398u);
+  char path[300], want[400];
+  struct stat sb;
+  int w = (int)tu_range(&rng, 30, 300), h = (int)tu_range(&rng, 30, 300), x, y, k;
+  long size;
+  ck_assert_uint_eq(bit_crc32((const unsigned char *)"123456789", 9), 0xcbf43926u);
+  /* Noise (incompressible) with text on it: every pixel must come back. */
   ck_assert_int_eq(tsrp_png_new(&im, w, h, &err), TSR_OK);
   for (y = 0; y < h; y++)
     for (x = 0; x < w; x++)
@@ -1491,64 +1688,56 @@ START_TEST(test_png)
   tsrp_png_text(&im, 2, 2, 1, 0, "TESSERA 0.1");
   snprintf(path, sizeof path, "%s/t.png", tmpdir);
   ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_OK);
-  f = fopen(path, "rb");
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  buf = malloc((size_t)n);
-  ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  ck_assert_int_eq(memcmp(buf, "\x89PNG\r\n\x1a\n", 8), 0);
-  /* Walk the chunks, checking each CRC; decode the stored blocks back. */
-  off = 8;
-  zoff = zlen = 0;
-  while (off + 12 <= (size_t)n) {
-    uint32_t len = get32(buf + off);
-    ck_assert_uint_eq(get32(buf + off + 8 + len), tsrp_png_crc32(buf + off + 4, len + 4));
-    if (!memcmp(buf + off + 4, "IHDR", 4)) {
-      ck_assert_uint_eq(get32(buf + off + 8), (uint32_t)w);
-      ck_assert_uint_eq(get32(buf + off + 12), (uint32_t)h);
-    }
-    if (!memcmp(buf + off + 4, "IDAT", 4)) {
-      zoff = off + 8;
-      zlen = len;
-    }
-    off += 12 + len;
+  png_check(&im, path);
+  tsrp_png_free(&im);
+  /* A plot as the report draws one (960x640: panel, grid, markers, text):
+   * decodes exactly and is small (stored blocks made it 1.8 MB). */
+  ck_assert_int_eq(tsrp_png_new(&im, 960, 640, &err), TSR_OK);
+  tsrp_png_rect(&im, 80, 60, 560, 500, 0xf4f4f4);
+  for (k = 0; k <= 6; k++) {
+    tsrp_png_rect(&im, 80 + k * 560 / 6, 60, 1, 500, 0xcccccc);
+    tsrp_png_rect(&im, 80, 60 + k * 500 / 6, 560, 1, 0xcccccc);
   }
-  ck_assert_uint_eq(off, (size_t)n);
-  ck_assert_uint_gt(zlen, 0);
-  ck_assert_uint_eq((buf[zoff] * 256u + buf[zoff + 1]) % 31u, 0);
-  raw = malloc((size_t)(w * 3 + 1) * (size_t)h);
-  {
-    size_t p = zoff + 2;
-    int final = 0;
-    while (!final) {
-      unsigned len = buf[p + 1] | (unsigned)buf[p + 2] << 8;
-      unsigned nlen = buf[p + 3] | (unsigned)buf[p + 4] << 8;
-      final = buf[p] & 1;
-      ck_assert_uint_eq(len ^ 0xffffu, nlen);
-      memcpy(raw + rawpos, buf + p + 5, len);
-      rawpos += len;
-      p += 5 + len;
-    }
-    ck_assert_uint_eq(rawpos, (size_t)(w * 3 + 1) * (size_t)h);
-    ck_assert_uint_eq(get32(buf + p), tsrp_png_adler32(raw, rawpos));
-  }
-  for (y = 0; y < h; y++) {
-    ck_assert_int_eq(raw[(size_t)y * (size_t)(w * 3 + 1)], 0);
-    ck_assert_int_eq(memcmp(raw + (size_t)y * (size_t)(w * 3 + 1) + 1,
-                            im.px + (size_t)y * (size_t)w * 3, (size_t)w * 3), 0);
-  }
-  free(raw);
-  free(buf);
+  for (k = 0; k < 200; k++)
+    tsrp_png_rect(&im, (int)tu_range(&rng, 80, 633), (int)tu_range(&rng, 60, 553), 7, 7,
+                  (unsigned)(tu_next(&rng) & 0xffffff));
+  for (k = 0; k < 24; k++)
+    tsrp_png_text(&im, 660, 60 + 18 * k, 1, 0, "SUBDIVIDE 64X128 ROW 0.95");
+  tsrp_png_text(&im, 80, 20, 2, 0, "BEST PLAN PER MASK - NVIDIA H200");
+  snprintf(path, sizeof path, "%s/plot.png", tmpdir);
+  ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_OK);
+  size = png_check(&im, path);
+  printf("png: a 960x640 plot is %ld bytes\n", size);
+  ck_assert_int_lt(size, 100 * 1000);
+  /* Writing over an existing image replaces it. */
+  tsrp_png_rect(&im, 0, 0, 960, 10, 0x123456);
+  ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_OK);
+  png_check(&im, path);
   tsrp_png_free(&im);
   ck_assert_int_eq(tsrp_png_new(&im, 0, 10, &err), TSR_ERR_INVALID);
   ck_assert_ptr_null(im.px);
-  /* An unwritable path leaves nothing behind. */
+  ck_assert_int_eq(tsrp_png_new(&im, 10, 8193, &err), TSR_ERR_INVALID);
+  ck_assert_ptr_null(im.px);
+  ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_ERR_INVALID);
+  /* An unwritable path: a clear error naming it, nothing left behind. */
   ck_assert_int_eq(tsrp_png_new(&im, 4, 4, &err), TSR_OK);
   snprintf(path, sizeof path, "%s/no/such/dir.png", tmpdir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_ERR_IO);
+  snprintf(want, sizeof want, "cannot write image '%s': No such file or directory", path);
+  ck_assert_str_eq(err.text, want);
+  ck_assert_int_eq(count_entries("no"), 0);
+  /* The path is a folder: the temporary file is written, the rename fails,
+   * and the temporary file is removed; the folder is untouched. */
+  snprintf(path, sizeof path, "%s/adir.png", tmpdir);
+  ck_assert_int_eq(mkdir(path, 0777), 0);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "cannot write image '") && strstr(err.text, "adir.png': "), "%s",
+                err.text);
+  ck_assert_int_eq(count_entries("adir.png"), 1);
+  ck_assert_int_eq(stat(path, &sb), 0);
+  ck_assert(S_ISDIR(sb.st_mode));
   tsrp_png_free(&im);
 }
 END_TEST

@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli-demo.sh: `tessera demo` on the CPU path: generates the demo corpus
-# (then reuses it), selects, plans, verifies and runs masks of two families
+# (then reuses it), selects (through a host-only context, as `tessera run`
+# does), plans, verifies and runs masks of two families
 # and geometries, prints the table and exits 0; a plan that fails to verify
 # or an output off the reference exits 1; bad options exit 2.  Cost: a few
 # seconds (one dense float64 reference of 4 x 2,304 tokens, two masks).
@@ -32,7 +33,7 @@ printf '%s\n' "$rows" | awk '{ # name is 4 fields: family $5, blocks $6, density
   if (sk !~ /%$/ || w !~ /%$/ || sk + 0 <= 0) { print "FAIL: skipped " sk " wasted " w; bad = 1 }
   if (vd == "" || vd + 0 < 0) { print "FAIL: vs dense " vd; bad = 1 }
   if ($8 !~ /^[0-9]+x[0-9]+$/) { print "FAIL: tile " $8; bad = 1 }
-  if ($0 !~ /(table #[0-9]+ L[0-2]|base plan)/) { print "FAIL: no source"; bad = 1 }
+  if ($0 !~ /(table #[0-9]+ L[0-2]|automatic)/) { print "FAIL: no source"; bad = 1 }
 } END { exit bad }' || fail=1
 printf '%s\n' "$out" | grep -q '^ok: 2 masks on the CPU path, every plan verified: yes' || say "no ok line"
 # the svg mask keeps the band of near blocks: close to dense on these inputs
@@ -53,6 +54,13 @@ printf '%s\n' "$out" | grep -q 'TOO FAR' || say "corrupt output not flagged"
 "$B/tessera" demo --cpu --masks 1 --seed 2 --corpus "$tmp/c" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] || say "other seed: exit not 2"
 grep -q "^tessera demo: corpus '.*' holds preset 'demo' seed 1" "$tmp/err" || say "other seed message: $(cat "$tmp/err")"
+
+# selection goes through a (host-only) context, which needs the bundle:
+# a missing one is a one-line environment error, not a crash
+TESSERA_BUNDLE="$tmp/no-bundle" "$B/tessera" demo --cpu --masks 1 --corpus "$tmp/c" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || say "missing bundle: exit not 2"
+grep -q "^tessera demo: cannot read kernel registry '$tmp/no-bundle/registry.json'" "$tmp/err" ||
+  say "missing bundle message: $(cat "$tmp/err")"
 
 for bad in '--masks 0' '--masks 9' '--seed x' '--gpu --cpu' '--cpu --device 1' '--nope'; do
   # shellcheck disable=SC2086

@@ -36,7 +36,7 @@ mask=$(ls "$tmp/demo/masks" | sed -n 1p) # 128x128 blocks (dense warm-up)
   --explain --db "$tmp/p.db" >"$tmp/plan" 2>&1 || { cat "$tmp/plan"; say "note: plan of $mask failed"; }
 grep "^reason:" "$tmp/plan" || true
 "$prof" report --db "$tmp/p.db" --out "$tmp/report" || die "report failed"
-for f in selection.csv regime.png speedup.png; do
+for f in selection.csv summary.csv regime.png speedup.png; do
   [ -s "$tmp/report/$f" ] || die "report lacks $f"
 done
 say "ok"

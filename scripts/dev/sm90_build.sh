@@ -20,7 +20,10 @@ for v in v_bf16_d128_m128n128_s2_mb:0:128:128:128:2:1 v_bf16_d128_m128n128_s2_nm
          v_bf16_d128_m64n64_s2_mb_g3:0:128:64:64:2:1:-DTSR_WARPGROUPS=3 \
          v_bf16_d128_m64n64_s3_mb_g3:0:128:64:64:3:1:-DTSR_WARPGROUPS=3 \
          v_bf16_d64_m64n64_s3_mb_g3:0:64:64:64:3:1:-DTSR_WARPGROUPS=3 \
-         v_fp16_d128_m64n64_s2_mb_g3:1:128:64:64:2:1:-DTSR_WARPGROUPS=3 v_bf16_d64_m64n64_s2_mb:0:64:64:64:2:1; do
+         v_fp16_d128_m64n64_s2_mb_g3:1:128:64:64:2:1:-DTSR_WARPGROUPS=3 v_bf16_d64_m64n64_s2_mb:0:64:64:64:2:1 \
+         v_bf16_d64_m64n64_s2_mb_g3:0:64:64:64:2:1:-DTSR_WARPGROUPS=3 \
+         v_bf16_d128_m64n64_s2_mb_g3_old:0:128:64:64:2:1:-DTSR_WARPGROUPS=3,-DTSR_SM90_QPF=0 \
+         v_bf16_d64_m64n64_s2_mb_g3_old:0:64:64:64:2:1:-DTSR_WARPGROUPS=3,-DTSR_SM90_QPF=0; do
   IFS=: read name f16 d bm bn st mb extra <<EOT
 $v
 EOT

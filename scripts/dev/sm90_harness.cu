@@ -51,6 +51,7 @@
   X(v_bf16_d128_m64n64_s2_mb_g3, 0, 128, 64, 64, 2, 1) \
   X(v_bf16_d128_m64n64_s3_mb_g3, 0, 128, 64, 64, 3, 1) \
   X(v_bf16_d64_m64n64_s3_mb_g3, 0, 64, 64, 64, 3, 1)   \
+  X(v_bf16_d64_m64n64_s2_mb_g3, 0, 64, 64, 64, 2, 1)   \
   X(v_fp16_d128_m64n64_s2_mb_g3, 1, 128, 64, 64, 2, 1)
 
 struct variant {
@@ -344,7 +345,9 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
      tasks a CTA */
   const int tpc = strstr(v.name, "_g3") ? 2 : 1;
   const int threads = 128 * (1 + tpc * v.bm / 64);
-  const int smem = 1024 + tpc * (v.bm * D * 2 + 2 * v.stages * v.bn * D * 2 + 256);
+  /* two Q buffers a stream with two tasks a CTA and 2 stages (TSR_SM90_QPF) */
+  const int qbuf = tpc == 2 && v.stages == 2 ? 2 : 1;
+  const int smem = 1024 + tpc * (qbuf * v.bm * D * 2 + 2 * v.stages * v.bn * D * 2 + 256);
   CUfunction fn = load_fn(v);
   if (p_cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem) != CUDA_SUCCESS) {
     fprintf(stderr, "cannot set smem %d\n", smem);
@@ -359,10 +362,13 @@ static result run_case(const problem &pr, const variant &v, int check_rows, int 
   int nsm;
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
   /* persistent grid (one CTA per SM striding over tasks) unless
-     SM90_GRID=flat (one CTA per task: the hardware balances the tail) */
+     SM90_GRID=flat (one CTA per task: the hardware balances the tail);
+     SM90_GRID=N caps the persistent grid at N CTAs (checks of streams that
+     run many tasks) */
   const bool flat = getenv("SM90_GRID") && !strcmp(getenv("SM90_GRID"), "flat");
+  const int cap = getenv("SM90_GRID") && atoi(getenv("SM90_GRID")) > 0 ? atoi(getenv("SM90_GRID")) : nsm;
   const int ctas = (p.n_tasks + tpc - 1) / tpc;
-  const int grid = flat ? std::max<int>(1, ctas) : std::min<int>(nsm, std::max<int>(1, ctas));
+  const int grid = flat ? std::max<int>(1, ctas) : std::min<int>(cap, std::max<int>(1, ctas));
   LAUNCH();
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
@@ -525,6 +531,10 @@ int main(int argc, char **argv) {
       {"tpc2: bf16 d128 s3 48x32 blocks, split, gqa", {2, 4, 2, 1100, 1300, 128, 0, 0, 48, 32, 0.3, 3, 1, 0.1}, 0, 128, 64, 64, 3, 1},
       {"tpc2: fp16 d128 64x64 split", {1, 2, 2, 900, 1200, 128, 1, 1, 64, 64, 0.4, 2, 0, 0.2}, 1, 128, 64, 64, 2, 1},
       {"tpc2: bf16 d64 s3 64x64 gqa", {2, 4, 1, 700, 800, 64, 0, 0, 64, 64, 0.3, 0, 1, 0.1}, 0, 64, 64, 64, 3, 1},
+      /* two Q buffers and prefetched records (2 stages, v7) */
+      {"tpc2: bf16 d128 s2 48x32 blocks, split, gqa", {2, 4, 2, 1100, 1300, 128, 0, 0, 48, 32, 0.3, 3, 1, 0.1}, 0, 128, 64, 64, 2, 1},
+      {"tpc2: bf16 d64 s2 64x64 gqa, empty rows", {2, 4, 1, 700, 800, 64, 0, 0, 64, 64, 0.3, 0, 1, 0.3}, 0, 64, 64, 64, 2, 1},
+      {"tpc2: bf16 d128 s2 64x64 bshd, many empty rows", {1, 3, 3, 1300, 1000, 128, 0, 1, 64, 64, 0.2, 0, 0, 0.4}, 0, 128, 64, 64, 2, 1},
     };
     uint64_t seed = argc > 2 ? strtoull(argv[2], 0, 10) : 1;
     for (const tc &c : cases) {
