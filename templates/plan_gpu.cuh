@@ -136,9 +136,11 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
     }
 }
 
-/* Staged rows (variable geometries, at most TSR_GP_VSEG segments and
- * 32 * TSR_GP_VWORDS key blocks): the warp first copies its segments' mask
- * rows as bits into shared memory (sw[s * TSR_GP_VWORDS + q]), and a tile's
+/* Staged rows (variable geometries whose segments' mask rows fit
+ * TSR_GP_VSEG * TSR_GP_VWORDS words: segments x ceil(nk / 32)): the warp
+ * first copies its segments' mask rows as bits into shared memory
+ * (sw[s * ceil(nk / 32) + q]; VSA's boundary cubes give rows of up to 12
+ * segments over 624 cubes, 20 words a segment), and a tile's
  * state is then a bit-range test over the key blocks the tile covers
  * (p.tkb, per key tile, computed once a template) instead of a global load
  * per (segment, block): with few heads the planner runs on few SMs and is
@@ -148,7 +150,7 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
 
 static __device__ __forceinline__ bool is_staged(const tsr_gpuplan_params &p, const rowgeo &g)
 {
-  return p.tkb && g.nseg <= TSR_GP_VSEG && p.nk <= 32 * TSR_GP_VWORDS;
+  return p.tkb && g.nseg * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
 }
 
 /* Copies the row's segments as bits (bits past nk clear).  Warp-wide. */
@@ -178,19 +180,19 @@ static __device__ void stage_row(const tsr_gpuplan_params &p, const rowgeo &g, i
         for (int k = 0; k < 32 && 32 * q + k < p.nk; ++k) w |= (unsigned)(__ldg(src + k) != 0) << k;
       }
       const int rem = p.nk - 32 * q;
-      sw[s * TSR_GP_VWORDS + q] = rem >= 32 ? w : w & ((1u << rem) - 1u);
+      sw[s * nw + q] = rem >= 32 ? w : w & ((1u << rem) - 1u);
     }
   }
   __syncwarp();
 }
 
-static __device__ __forceinline__ bool staged_bit(const unsigned *sw, int s, int j)
+static __device__ __forceinline__ bool staged_bit(const unsigned *sw, int nw, int s, int j)
 {
-  return (sw[s * TSR_GP_VWORDS + (j >> 5)] >> (j & 31)) & 1u;
+  return (sw[s * nw + (j >> 5)] >> (j & 31)) & 1u;
 }
 
 /* Key blocks [a, b] of every staged segment: any selected, all selected. */
-static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsigned *sw, int a, int b,
+static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsigned *sw, int nw, int a, int b,
                                                     bool &any, bool &full)
 {
   any = false;
@@ -199,7 +201,7 @@ static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsig
     for (int q = a >> 5; q <= (b >> 5); ++q) {
       const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
       const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
-      const unsigned x = sw[s * TSR_GP_VWORDS + q] & m;
+      const unsigned x = sw[s * nw + q] & m;
       any |= x != 0u;
       full &= x == m;
     }
@@ -220,7 +222,7 @@ static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p,
       kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) staged_state(g, sw, kb[k].x, kb[k].y, any[k], full[k]);
+    for (int k = 0; k < 4; ++k) staged_state(g, sw, (p.nk + 31) >> 5, kb[k].x, kb[k].y, any[k], full[k]);
     return;
   }
 #pragma unroll
@@ -353,7 +355,7 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
       if (sw) {
         /* a word of blocks a lane, its set bits' sizes */
         for (int q = lane; q < (p.nk + 31) >> 5; q += 32)
-          for (unsigned bits = sw[s * TSR_GP_VWORDS + q]; bits; bits &= bits - 1u) {
+          for (unsigned bits = sw[s * ((p.nk + 31) >> 5) + q]; bits; bits &= bits - 1u) {
             const int j = 32 * q + __ffs(bits) - 1;
             x += __ldg(p.koff + j + 1) - __ldg(p.koff + j);
           }
@@ -742,7 +744,7 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
                 }
                 for (int jj = j, a0 = lo; jj <= kb.y && a0 < c1; ++jj) {
                   const int a1 = __ldg(p.koff + jj + 1);
-                  if (staged_bit(sw, s, jj)) {
+                  if (staged_bit(sw, (p.nk + 31) >> 5, s, jj)) {
                     const int a = max(a0, c0) - c0, e = min(a1, c1) - c0;
                     word |= (e - a == 32 ? 0xffffffffu : ((1u << (e - a)) - 1u)) << a;
                   }
