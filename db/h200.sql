@@ -13,7 +13,8 @@
 -- are derived from the profile split, leaving the base plan only for a gain
 -- of 2% or more (profiler/build.c); BENCHMARKS.md ("Plan selection quality",
 -- run D) has the evaluation.  The variant names key builds whose template
--- hashes are in the sweep database.
+-- hashes are in the sweep database, whose timings are db/h200-timings.sql.gz
+-- (tests/h200-table.sh derives these rows from them and compares).
 -- Regenerate: tessera-profile export --db FILE --gpu 'NVIDIA H200' --out db/h200.sql
 -- Lookup table exported by tessera-profile from a sweep's database.
 -- Load over db/schema.sql (tessera-profile init --sql FILE).

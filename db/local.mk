@@ -2,6 +2,8 @@
 # compiled into libtessera as C strings (db/embedded.c, generated in the
 # build tree) and built into an installed tessera.db by tessera-profile.
 EXTRA_DIST += db/schema.sql db/h200.sql
+# Every timing behind db/h200.sql (gzipped SQL; tests/h200-table.sh).
+EXTRA_DIST += db/h200-timings.sql.gz
 dist_pkgdata_DATA += db/schema.sql db/h200.sql
 BUILT_SOURCES += db/embedded.c
 CLEANFILES += db/embedded.c db/embedded.c.tmp

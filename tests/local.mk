@@ -105,6 +105,10 @@ tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS) $(ZLIB_LIB
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
+# h200-table.sh: db/h200.sql and the published selection figures reproduce
+# from the recorded timings (db/h200-timings.sql.gz).
+TESTS += tests/h200-table.sh
+EXTRA_DIST += tests/h200-table.sh
 
 # GPU planning: gpu_plan is plain C (no Check on the GPU machine) and exits
 # 77 without a GPU; gpuplan-bundle.sh checks on any machine that every cubin
@@ -130,8 +134,8 @@ check_PROGRAMS += tests/request_time
 tests_request_time_SOURCES = tests/request_time.c
 tests_request_time_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_request_time_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-TESTS += tests/profile_cli.sh tests/gpu_profile.sh
-EXTRA_DIST += tests/profile_cli.sh tests/gpu_profile.sh
+TESTS += tests/gpu_profile.sh
+EXTRA_DIST += tests/gpu_profile.sh
 
 # python binding
 TESTS += tests/python-binding.sh
