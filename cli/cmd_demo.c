@@ -229,9 +229,8 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, 
   if ((s = cache_get(cache, e, seed, err)) || (s = tsr_corpus_load_geom(cp, idx, &g, err)) ||
       (s = tsr_corpus_load_mask(cp, idx, &m, err)))
     goto out;
-  p.batch = tsr_mask_batch(m), p.heads_q = e->heads_q, p.heads_kv = e->heads_kv;
-  p.seq_q = e->seq_q, p.seq_k = e->seq_k, p.head_dim = e->head_dim;
-  p.dtype = TSR_DT_BF16, p.layout = TSR_LAYOUT_BHSD, p.geom = g;
+  tsr_corpus_problem(e, g, &p);
+  p.batch = tsr_mask_batch(m);
   if ((s = tsr_problem_check(&p, err)))
     goto out;
   r->density = tsr_mask_density(m);

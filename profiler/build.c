@@ -320,6 +320,24 @@ static int is_base(const tsrp_plan_row *pr, const tsr_plan_opts *o)
          (o->mapping == TSR_MAP_AUTO || pr->mapping == o->mapping);
 }
 
+/* Plan p on the group's masks: how many timed it (returned), and the sum
+ * of log(time / the mask's best time) over those. */
+static int64_t plan_score(const tsrp_dataset *ds, const keyed *group, int64_t n, int64_t p,
+                          double *score)
+{
+  int64_t i, cover = 0;
+  *score = 0;
+  for (i = 0; i < n; i++) {
+    const tsrp_mask_times *m = &ds->masks[group[i].mask];
+    double t = tsrp_build_time(m, ds->plans[p].id), b = tsrp_build_best(m, NULL);
+    if (t > 0 && b > 0) {
+      cover++;
+      *score += log(t / b);
+    }
+  }
+  return cover;
+}
+
 /* Picks the plan for masks idx[0..n) and inserts its row: the one of best
  * geometric-mean regret among those timed on the most masks, unless the
  * best base-plan candidate comes within TSRP_BUILD_MARGIN of it. */
@@ -335,16 +353,8 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   /* The base plan depends only on exact key fields (geometry): one per group. */
   tsr_select_base(&ds->masks[group[0].mask].f, &base0);
   for (p = 0; p < ds->n_plans; p++) {
-    int64_t cover = 0;
-    double score = 0;
-    for (i = 0; i < n; i++) {
-      const tsrp_mask_times *m = &ds->masks[group[i].mask];
-      double t = tsrp_build_time(m, ds->plans[p].id), b = tsrp_build_best(m, NULL);
-      if (t > 0 && b > 0) {
-        cover++;
-        score += log(t / b);
-      }
-    }
+    double score;
+    int64_t cover = plan_score(ds, group, n, p, &score);
     if (cover == 0)
       continue;
     if (cover > best_cover || (cover == best_cover && score / cover < best_score / best_cover)) {
@@ -356,18 +366,11 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   if (best < 0)
     return TSR_OK; /* nothing timed in this region */
   for (p = 0; p < ds->n_plans; p++) {
-    int64_t cover = 0;
-    double score = 0;
+    double score;
+    int64_t cover;
     if (!is_base(&ds->plans[p], &base0))
       continue;
-    for (i = 0; i < n; i++) {
-      const tsrp_mask_times *m = &ds->masks[group[i].mask];
-      double t = tsrp_build_time(m, ds->plans[p].id), b = tsrp_build_best(m, NULL);
-      if (t > 0 && b > 0) {
-        cover++;
-        score += log(t / b);
-      }
-    }
+    cover = plan_score(ds, group, n, p, &score);
     if (cover == best_cover && (base_p < 0 || score < base_score)) {
       base_p = p;
       base_score = score;

@@ -413,16 +413,7 @@ static int run_sweep(const sweep_opts *o)
       tsr_mask_destroy(mask);
       goto fail;
     }
-    memset(&p, 0, sizeof p);
-    p.batch = 1;
-    p.heads_q = e->heads_q;
-    p.heads_kv = e->heads_kv;
-    p.seq_q = e->seq_q;
-    p.seq_k = e->seq_k;
-    p.head_dim = e->head_dim;
-    p.dtype = TSR_DT_BF16;
-    p.layout = TSR_LAYOUT_BHSD;
-    p.geom = geom;
+    tsr_corpus_problem(e, geom, &p);
     if (tsr_problem_check(&p, &err) != TSR_OK ||
         tsr_features_compute(&p, mask, tsr_context_num_sms(ctx), &f, &err) != TSR_OK)
       goto mask_fail;

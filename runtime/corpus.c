@@ -1313,6 +1313,20 @@ static tsr_status load_sizes(const char *path, int64_t want, int64_t sum, tsr_ar
   return TSR_OK;
 }
 
+void tsr_corpus_problem(const tsr_corpus_entry *e, const tsr_geom *g, tsr_problem *p)
+{
+  memset(p, 0, sizeof *p);
+  p->batch = 1;
+  p->heads_q = e->heads_q;
+  p->heads_kv = e->heads_kv;
+  p->seq_q = e->seq_q;
+  p->seq_k = e->seq_k;
+  p->head_dim = e->head_dim;
+  p->dtype = TSR_DT_BF16;
+  p->layout = TSR_LAYOUT_BHSD;
+  p->geom = g;
+}
+
 tsr_status tsr_corpus_load_geom(const tsr_corpus *c, int64_t i, tsr_geom **out, tsr_error *err)
 {
   const tsr_corpus_entry *e = tsr_corpus_get(c, i);

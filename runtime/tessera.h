@@ -391,6 +391,10 @@ tsr_status tsr_corpus_load_mask(const tsr_corpus *c, int64_t i, tsr_mask **out,
 /* Builds entry i's block geometry (uniform, or from its size files). */
 tsr_status tsr_corpus_load_geom(const tsr_corpus *c, int64_t i, tsr_geom **out,
                                 tsr_error *err);
+/* The problem entry e describes over geometry g (borrowed): batch 1, its
+ * heads, sequence lengths and head dim, bf16, BHSD, default scale.  Not
+ * checked (tsr_problem_check). */
+void tsr_corpus_problem(const tsr_corpus_entry *e, const tsr_geom *g, tsr_problem *p);
 
 /* Generation.  Deterministic in (preset, seed): the same call writes the same
  * bytes, whatever `jobs`. */

@@ -515,8 +515,7 @@ START_TEST(test_corpus_masks)
     size_t ti, li;
     ck_assert_msg(tsr_corpus_load_geom(cp, i, &g, &err) == TSR_OK, "%s", err.text);
     ck_assert_msg(tsr_corpus_load_mask(cp, i, &m, &err) == TSR_OK, "%s", err.text);
-    p.batch = 1, p.heads_q = e->heads_q, p.heads_kv = e->heads_kv, p.seq_q = e->seq_q;
-    p.seq_k = e->seq_k, p.head_dim = e->head_dim, p.dtype = TSR_DT_BF16, p.geom = g;
+    tsr_corpus_problem(e, g, &p);
     for (ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
       for (li = 0; li < sizeof layouts / sizeof layouts[0]; li++) {
         tsr_plan_opts o;

@@ -116,16 +116,7 @@ int main(int argc, char **argv)
     if (!qs || !ks || !t[9]) DIE("out of memory");
     for (i = 0; i < nq; i++) qs[i] = tsr_geom_q_start(g, i + 1) - tsr_geom_q_start(g, i);
     for (i = 0; i < nk; i++) ks[i] = tsr_geom_k_start(g, i + 1) - tsr_geom_k_start(g, i);
-    memset(&p, 0, sizeof p);
-    p.batch = 1;
-    p.heads_q = e->heads_q;
-    p.heads_kv = e->heads_kv;
-    p.seq_q = e->seq_q;
-    p.seq_k = e->seq_k;
-    p.head_dim = e->head_dim;
-    p.dtype = TSR_DT_BF16;
-    p.layout = TSR_LAYOUT_BHSD;
-    p.geom = g;
+    tsr_corpus_problem(e, g, &p);
     for (r = 0; r < reps; r++) {
       double t0, t1;
       t0 = now_us();
