@@ -17,6 +17,17 @@ if test -z "$cuobjdump"; then
   echo "gen-sass: skipped: cuobjdump not found (pip install nvidia-cuda-cuobjdump, then re-run configure)"
   exit 77
 fi
+# cuobjdump 13.5 and later disassemble through nvdisasm, found on PATH:
+# put configure's (or one beside cuobjdump) first, and name it when absent
+# rather than failing on every cubin.
+nvdisasm=${NVDISASM:-}
+test -n "$nvdisasm" || nvdisasm=$(sed -n 's/^NVDISASM = //p' "$top/Makefile" 2>/dev/null)
+test -n "$nvdisasm" && test -x "$nvdisasm" || nvdisasm=$(dirname "$cuobjdump")/nvdisasm
+test -x "$nvdisasm" || nvdisasm=$(command -v nvdisasm 2>/dev/null || true)
+if test -n "$nvdisasm"; then
+  PATH=$(dirname "$nvdisasm"):$PATH
+  export PATH
+fi
 bundle=$top/bundle
 test -f "$bundle/registry.json" || { echo "gen-sass: no bundle at $bundle"; exit 1; }
 fail=0
@@ -27,7 +38,15 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
     name=$(basename "$f" .cubin)
     # Only what the registry lists (stale files from an older catalog do not count).
     grep -q "\"$arch/$name.cubin\"" "$bundle/registry.json" || continue
-    sass=$("$cuobjdump" -sass "$f" 2>&1) || { echo "gen-sass: cuobjdump failed on $f: $sass"; fail=1; continue; }
+    sass=$("$cuobjdump" -sass "$f" 2>&1) || {
+      case $sass in
+        *nvdisasm*)
+          ver=$("$cuobjdump" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+          echo "gen-sass: $cuobjdump needs nvdisasm, which is not on PATH or beside it" \
+            "(pip install nvidia-cuda-nvdisasm matching cuobjdump ${ver:-?}, or sh scripts/setup-and-test)"
+          exit 1 ;;
+      esac
+      echo "gen-sass: cuobjdump failed on $f: $sass"; fail=1; continue; }
     case $name in
       tsr_sm80_*) want="HMMA LDGSTS" ;;
       tsr_sm90_*) want="HGMMA" ;;
@@ -44,5 +63,5 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
   done
 done
 test $n -gt 0 || { echo "gen-sass: no cubins checked"; exit 1; }
-echo "gen-sass: $n cubins checked with $cuobjdump"
+echo "gen-sass: $n cubins checked with $cuobjdump (nvdisasm: ${nvdisasm:-none})"
 exit $fail
