@@ -4,7 +4,14 @@
  * base-2 domain of plan_layout.h, the online softmax update per key tile
  * (a row with nothing selected in a tile leaves m and l untouched),
  * membership bits per query-block segment, partial slots for split rows and
- * the log-sum-exp merge.  Any plan bug (a tile dropped, duplicated or
+ * the log-sum-exp merge.
+ *
+ * Non-finite inputs give what tsr_ref_attention gives (its header has the
+ * rules): NaN flows through exp2 and the sums as in the kernels, only
+ * selected columns enter the sums (a selected one even under p = 0, so
+ * 0 * NaN counts), and a row that selected something but whose every score
+ * was -inf is NaN, not the empty row's zeros.  A split row's NaN travels to
+ * the merge as part_m = NaN (plan_layout.h).  Any plan bug (a tile dropped, duplicated or
  * mis-masked, a slot mixed up) changes the output, so plans are tested on
  * any machine against tsr_ref_attention.
  *
@@ -63,6 +70,7 @@ typedef struct {
   float *o, *lse;
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
+  unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
 } exec_ctx;
@@ -82,6 +90,7 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
   for (rr = 0; rr < nr; rr++) {
     x->m[rr] = -INFINITY;
     x->l[rr] = 0.0f;
+    x->sel[rr] = 0;
   }
   memset(x->acc, 0, (size_t)(nr * D) * sizeof *x->acc);
   for (ti = t->tile_begin; ti < t->tile_end; ti++) {
@@ -91,30 +100,36 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
       int64_t seg = pl->qblk[r0 + rr] - pl->qblk[r0];
       const tsr_u32 *w = tr->mem >= 0 ? pl->membership + tr->mem + seg * WN : NULL;
       const float *qr = qb + rr * D;
-      float *ar = x->acc + rr * D, mx = -INFINITY, mnew, alpha;
+      float *ar = x->acc + rr * D, mx = -INFINITY, mnew, msafe, alpha;
+      int any = 0;
       for (c = 0; c < nc; c++) {
-        float sc = -INFINITY;
-        if (!w || (w[c >> 5] >> (c & 31) & 1u)) {
+        x->on[c] = !w || (w[c >> 5] >> (c & 31) & 1u);
+        if (x->on[c]) {
           const float *kr = kb + (c0 + c) * D;
           float dot = 0.0f;
           for (d = 0; d < D; d++)
             dot += qr[d] * kr[d];
-          sc = dot * x->scale_log2;
-          if (sc > mx)
-            mx = sc;
+          x->s[c] = dot * x->scale_log2;
+          any = 1;
+          if (x->s[c] > mx) /* skips NaN, as fmaxf; the NaN reaches l below */
+            mx = x->s[c];
         }
-        x->s[c] = sc;
       }
-      if (mx == -INFINITY)
+      if (!any)
         continue; /* nothing selected here: m and l stay as they are */
+      x->sel[rr] = 1;
       mnew = x->m[rr] > mx ? x->m[rr] : mx;
-      alpha = exp2f(x->m[rr] - mnew);
+      /* Every score so far -inf: exponentiate against 0, so that a real -inf
+       * score gives p = 0 and not exp2(-inf - -inf); the epilogue makes such
+       * a row NaN. */
+      msafe = mnew == -INFINITY ? 0.0f : mnew;
+      alpha = exp2f(x->m[rr] - msafe);
       x->l[rr] *= alpha;
       for (d = 0; d < D; d++)
         ar[d] *= alpha;
       for (c = 0; c < nc; c++) {
-        if (x->s[c] != -INFINITY) {
-          float pr = exp2f(x->s[c] - mnew);
+        if (x->on[c]) {
+          float pr = exp2f(x->s[c] - msafe);
           const float *vr = vb + (c0 + c) * D;
           x->l[rr] += pr;
           for (d = 0; d < D; d++)
@@ -127,22 +142,25 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
 
   for (rr = 0; rr < nr; rr++) {
     const float *ar = x->acc + rr * D;
+    float lv = x->l[rr], mv = x->m[rr];
+    if (x->sel[rr] && mv == -INFINITY)
+      lv = NAN; /* selected keys, every score -inf: the reference's exp(-inf - -inf) */
     if (slot >= 0) {
       float *po = x->part_o + (slot * BM + rr) * D;
       memcpy(po, ar, (size_t)D * sizeof *po);
-      x->part_m[slot * BM + rr] = x->m[rr];
-      x->part_l[slot * BM + rr] = x->l[rr];
+      x->part_m[slot * BM + rr] = isnan(lv) ? NAN : mv;
+      x->part_l[slot * BM + rr] = lv;
     } else {
       int64_t row = ((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr;
       float *orow = x->o + row * D;
-      if (x->l[rr] == 0.0f) {
+      if (lv == 0.0f) { /* nothing selected */
         memset(orow, 0, (size_t)D * sizeof *orow);
         x->lse[row] = -INFINITY;
-      } else {
-        float inv = 1.0f / x->l[rr];
+      } else { /* a NaN lv makes the row and its lse NaN */
+        float inv = 1.0f / lv;
         for (d = 0; d < D; d++)
           orow[d] = ar[d] * inv;
-        x->lse[row] = (x->m[rr] + log2f(x->l[rr])) * 0.69314718055994530942f;
+        x->lse[row] = (mv + log2f(lv)) * 0.69314718055994530942f;
       }
     }
   }
@@ -157,24 +175,25 @@ static void run_merge(exec_ctx *x, const tsr_merge_rec *mg)
   int64_t nr = r0 + BM < p->seq_q ? BM : p->seq_q - r0, rr, s, d;
   for (rr = 0; rr < nr; rr++) {
     int64_t row = ((int64_t)mg->batch * p->heads_q + mg->head) * p->seq_q + r0 + rr;
-    float *orow = x->o + row * D, M = -INFINITY, L = 0.0f;
+    float *orow = x->o + row * D, M = -INFINITY, Ms, L = 0.0f;
     for (s = mg->slot_begin; s < mg->slot_begin + mg->n_slots; s++)
-      if (x->part_m[s * BM + rr] > M)
+      if (x->part_m[s * BM + rr] > M) /* skips a NaN slot, as fmaxf */
         M = x->part_m[s * BM + rr];
+    Ms = M == -INFINITY ? 0.0f : M; /* only empty or NaN slots: no -inf - -inf */
     memset(orow, 0, (size_t)D * sizeof *orow);
-    if (M == -INFINITY) {
-      x->lse[row] = -INFINITY;
-      continue;
-    }
     for (s = mg->slot_begin; s < mg->slot_begin + mg->n_slots; s++) {
       float ms = x->part_m[s * BM + rr], w;
       const float *po = x->part_o + (s * BM + rr) * D;
       if (ms == -INFINITY)
-        continue;
-      w = exp2f(ms - M);
+        continue; /* selected nothing */
+      w = exp2f(ms - Ms); /* NaN for a NaN slot: L and the row become NaN */
       L += x->part_l[s * BM + rr] * w;
       for (d = 0; d < D; d++)
         orow[d] += po[d] * w;
+    }
+    if (L == 0.0f) { /* no slot selected anything */
+      x->lse[row] = -INFINITY;
+      continue;
     }
     for (d = 0; d < D; d++)
       orow[d] /= L;
@@ -228,8 +247,10 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
   x.m = malloc((size_t)pl->tile_m * sizeof(float));
   x.l = malloc((size_t)pl->tile_m * sizeof(float));
   x.s = malloc((size_t)pl->tile_n * sizeof(float));
+  x.on = malloc((size_t)pl->tile_n);
+  x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
-      !x.m || !x.l || !x.s) {
+      !x.m || !x.l || !x.s || !x.on || !x.sel) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
                        (long long)n_o);
     goto done;
@@ -286,5 +307,7 @@ done:
   free(x.m);
   free(x.l);
   free(x.s);
+  free(x.on);
+  free(x.sel);
   return st;
 }

@@ -125,7 +125,7 @@ typedef struct {
   const tsr_i32 *qblk;    /* [seq_q] logical query block of each token */
   const tsr_merge_rec *merges;
   float *part_o;          /* [slots][BM][D] unnormalised */
-  float *part_m;          /* [slots][BM] base-2 row max */
+  float *part_m;          /* [slots][BM] base-2 row max; NaN: the row is NaN */
   float *part_l;          /* [slots][BM] row sum */
   const tsr_i32 *n_tasks_dev;  /* device planner's task count, or NULL */
   const tsr_i32 *n_merges_dev; /* device planner's merge count, or NULL */

@@ -8,6 +8,39 @@
  * weighted V).  Nothing outside the selected blocks is ever touched, so an
  * unselected interaction cannot leak in.  Cost: O(selected pairs * D)
  * double operations plus one Sk x D double copy of K and V per KV head.
+ *
+ * Non-finite values (the definition every other path reproduces).  What
+ * plain IEEE float64 arithmetic gives in the computation below is the
+ * result; for a query token with a non-empty set K of selected key tokens:
+ *
+ *   s_j = scale * sum_d q_d k_jd      (inf * 0 and inf - inf are NaN)
+ *   mx  = max_{j in K} s_j,   p_j = exp(s_j - mx),   L = sum_j p_j
+ *   o_d = (sum_j p_j v_jd) / L,       lse = mx + log L
+ *
+ * which works out, per row, as:
+ *  - any selected score NaN, any +inf (exp(inf - inf)), or every selected
+ *    score -inf (exp(-inf - -inf)): L is NaN, so the whole row of o and its
+ *    lse are NaN.  (The max below skips NaN; with a NaN score L is NaN
+ *    whatever mx is, so that choice changes nothing.)
+ *  - otherwise mx is finite, lse is finite, and a selected score of -inf
+ *    only gives p_j = 0;
+ * and per element of o (lse does not involve v):
+ *  - o_d is NaN when a selected v_jd is NaN, even under p_j = 0 (0 * NaN),
+ *    when v_jd = +-inf under p_j = 0 (0 * inf), or when +inf and -inf both
+ *    reach the sum; otherwise +-inf when a selected v_jd is +-inf.
+ * A row with no selected key is the contract's zeros and lse -inf, and no
+ * unselected key is ever read, so NaN there changes nothing.
+ *
+ * The float32 paths (tsr_cpu_execute, the GPU kernels) give the same
+ * positions, NaN where this gives NaN and inf where it gives inf, as long
+ * as the inputs stay clear of float32 range effects: no finite product or
+ * sum overflowing float32 (fp16 outputs: 65504), no probability or online
+ * rescale factor underflowing to 0 in float32 where it does not here (then
+ * 0 * inf makes NaN).  One known exception on the GPU: a non-finite v_jd at
+ * a key that a row does not select, in a key tile that row's physical tile
+ * computes because other rows of it select that key, reaches the row
+ * through the tensor-core product (0 * NaN), as it does in FlashAttention
+ * and FlexAttention; a row with no selected key at all still gets zeros.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -184,8 +217,11 @@ double tsr_ref_max_rel_error(const tsr_array *got, const tsr_array *want)
     return INFINITY;
   for (i = 0; i < n; i++) {
     double a = elem(got, i), w = elem(want, i);
-    if (isnan(a) || isnan(w))
-      return INFINITY;
+    if (isnan(a) || isnan(w)) {
+      if (isnan(a) != isnan(w)) /* NaN where the reference has none, or the reverse */
+        return INFINITY;
+      continue;
+    }
     if (isinf(a) || isinf(w)) {
       if (a != w)
         return INFINITY;

@@ -244,9 +244,11 @@ tsr_status tsr_ref_attention(const tsr_geom *g, const tsr_mask *m,
                              double scale, tsr_array *out, tsr_array *lse,
                              tsr_error *err);
 /* Normwise relative difference max|got - want| / max|want| between two
- * float arrays (float16/32/64) of equal element count; infinities must agree
- * exactly (lse of empty rows).  A count, NaN or infinity mismatch gives
- * INFINITY; an all-zero `want` gives the absolute difference. */
+ * float arrays (float16/32/64) of equal element count, over the elements
+ * finite in both; NaN and infinities must sit in the same places (NaN with
+ * NaN, an infinity with the same infinity: lse of empty rows, non-finite
+ * inputs).  A count, NaN or infinity mismatch gives INFINITY; an all-zero
+ * `want` gives the absolute difference. */
 double tsr_ref_max_rel_error(const tsr_array *got, const tsr_array *want);
 
 /* ---- Plans (runtime/plan.c, map.c, tasks.c, verify.c) ----------------- */

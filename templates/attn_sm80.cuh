@@ -15,6 +15,13 @@
  * written directly (o, lse) or as an unnormalised partial (part_o, part_m,
  * part_l) for the merge kernel.
  *
+ * Non-finite q, k, v: NaN scores pass fmaxf (which drops them) and reach
+ * the row sum through ex2, +inf scores make exp2(inf - inf) there, so the
+ * main loop needs no test of its own; the epilogue keeps such a NaN sum
+ * (only l == 0 means "nothing selected": zeros, lse -inf) and makes a row
+ * that selected keys whose scores were all -inf NaN, as the reference
+ * does (runtime/ref.c).  A split row's NaN goes to the merge as part_m NaN.
+ *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch
  * eight distinct bank groups.  Exactly tsr_variant_smem_bytes() bytes.
@@ -106,6 +113,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       float m[MT][2], l[MT][2];
 #if TSR_MEMBERSHIP
       int seg[MT][2];
+      bool sel[MT][2]; /* the row selected some key of the task's tiles */
 #endif
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
@@ -116,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           m[i][hh] = TSR_NEG_INF;
           l[i][hh] = 0.f;
 #if TSR_MEMBERSHIP
+          sel[i][hh] = false;
           const int r = q0 + row_base + i * 16 + (lane >> 2) + 8 * hh;
           seg[i][hh] = r < p.seq_q ? p.qblk[r] - p.qblk[q0] : 0;
 #endif
@@ -180,10 +189,13 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
 #if TSR_MEMBERSHIP
-            unsigned words[MW];
+            unsigned words[MW], any = 0u;
 #pragma unroll
-            for (int w = 0; w < MW; ++w)
+            for (int w = 0; w < MW; ++w) {
               words[w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + w] : 0xffffffffu;
+              any |= words[w];
+            }
+            sel[i][hh] |= any != 0u; /* per tile, not per element */
 #endif
             float mx = TSR_NEG_INF;
 #pragma unroll
@@ -267,6 +279,14 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           lv += __shfl_xor_sync(0xffffffffu, lv, 2);
           const int r = row_base + i * 16 + (lane >> 2) + 8 * hh;
           const int row = q0 + r;
+#if TSR_MEMBERSHIP
+          const bool selected = sel[i][hh];
+#else
+          const bool selected = ntiles > 0; /* every tile is full */
+#endif
+          /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
+           * is NaN, not the empty row's zeros. */
+          if (selected && m[i][hh] == TSR_NEG_INF) lv = __int_as_float(0x7fc00000);
           if (task.partial >= 0) {
             const long long slot = task.partial + mi;
             float *po = p.part_o + (slot * BM + r) * D;
@@ -276,20 +296,23 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
               *(float2 *)(po + d) = make_float2(acc[i][n][2 * hh], acc[i][n][2 * hh + 1]);
             }
             if ((lane & 3) == 0) {
-              p.part_m[slot * BM + r] = m[i][hh];
+              p.part_m[slot * BM + r] = lv != lv ? lv : m[i][hh]; /* NaN marks a NaN row */
               p.part_l[slot * BM + r] = lv;
             }
           } else if (row < p.seq_q) {
-            const float inv = lv > 0.f ? 1.f / lv : 0.f;
+            /* lv == 0: nothing selected, zeros even where a masked column's
+             * 0 * NaN reached acc; a NaN lv makes the row and lse NaN. */
+            const bool none = lv == 0.f;
+            const float inv = none ? 0.f : 1.f / lv;
             tsr_u16 *go = (tsr_u16 *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + row * p.o_stride[2];
 #pragma unroll
             for (int n = 0; n < ND; ++n) {
               const int d = n * 8 + (lane & 3) * 2;
-              *(unsigned *)(go + d) = tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
+              *(unsigned *)(go + d) = none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
             }
             if ((lane & 3) == 0 && p.lse)
               p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-                  lv > 0.f ? (m[i][hh] + log2f(lv)) * TSR_LN2 : TSR_NEG_INF;
+                  none ? TSR_NEG_INF : (m[i][hh] + log2f(lv)) * TSR_LN2;
           }
         }
       }

@@ -318,16 +318,24 @@ static __device__ __forceinline__ void tsr_bar_arrive(int id, int n) {
 /* ---- consumer pieces ------------------------------------------------------ */
 
 /* Masks S (this thread's two rows, columns 8j + 2t + e) to -inf where the
- * tile's membership bits are clear or the column is past seq_k. */
+ * tile's membership bits are clear or the column is past seq_k.  With
+ * membership code, sel0/sel1 also note whether the row selects any column
+ * of the tile (per tile, from the words it loads anyway): the epilogue
+ * tells a row whose selected scores were all -inf from an empty one. */
 static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_params &p,
-                                                     tsr_tile_rec tr, int seg0, int seg1, int t) {
+                                                     tsr_tile_rec tr, int seg0, int seg1, int t,
+                                                     bool &sel0, bool &sel1) {
 #if TSR_MEMBERSHIP
   if (tr.mem >= 0) {
     const tsr_u32 *w0 = p.membership + tr.mem + seg0 * (TSR_BN / 32);
     const tsr_u32 *w1 = p.membership + tr.mem + seg1 * (TSR_BN / 32);
+    tsr_u32 any0 = 0u, any1 = 0u;
 #pragma unroll
     for (int w = 0; w < TSR_BN / 32; ++w) {
-      const tsr_u32 b0 = __ldg(w0 + w) >> (2 * t), b1 = __ldg(w1 + w) >> (2 * t);
+      const tsr_u32 x0 = __ldg(w0 + w), x1 = __ldg(w1 + w);
+      const tsr_u32 b0 = x0 >> (2 * t), b1 = x1 >> (2 * t);
+      any0 |= x0;
+      any1 |= x1;
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         const int j = 4 * w + jj;
@@ -338,7 +346,13 @@ static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_
         }
       }
     }
+    sel0 |= any0 != 0u;
+    sel1 |= any1 != 0u;
+  } else {
+    sel0 = sel1 = true;
   }
+#else
+  (void)sel0, (void)sel1; /* every tile full: the epilogue knows from nt */
 #endif
   const int lim = p.seq_k - tr.k_tile * TSR_BN; /* columns >= lim are past seq_k */
   if (lim < TSR_BN) {
@@ -378,7 +392,10 @@ static __device__ __forceinline__ tsr_u32 tsr_active_chunk(const tsr_kernel_para
 
 /* Online softmax step on this thread's two rows: updates the base-2 row
  * maxima m0/m1, turns s into p = exp2(s*scale - m) in place, returns the
- * rescale factors of the previous state and adds the row sums into l. */
+ * rescale factors of the previous state and adds the row sums into l.
+ * Non-finite scores need no test here: fmaxf drops a NaN from the max but
+ * ex2 carries it into p and l; a +inf score makes ex2(inf - inf) = NaN;
+ * the epilogue keeps the NaN (runtime/ref.c has the rules). */
 static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float &m0, float &m1,
                                                    float &l0, float &l1, float &a0, float &a1) {
   const float NEG_INF = -__int_as_float(0x7f800000);
@@ -429,7 +446,10 @@ static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1)
 }
 
 /* Writes one member's result rows of this thread: o (normalised) and lse, or
- * the unnormalised partial slot.  l0/l1 are full row sums. */
+ * the unnormalised partial slot.  l0/l1 are full row sums: 0 for a row that
+ * selected nothing (zeros and lse -inf, even where a masked column's 0 * NaN
+ * reached o), NaN for a NaN row (o and lse NaN; part_m NaN marks it for the
+ * merge). */
 static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, tsr_member_rec mb,
                                                     int partial_slot, const float *o, float m0,
                                                     float m1, float l0, float l1, int rl0, int t) {
@@ -444,32 +464,34 @@ static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, 
       *(float2 *)(po + (tsr_i64)rl1 * TSR_D + c) = make_float2(o[4 * j + 2], o[4 * j + 3]);
     }
     if (t == 0) {
-      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl0] = m0;
-      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl1] = m1;
+      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl0] = l0 != l0 ? l0 : m0;
+      p.part_m[(tsr_i64)partial_slot * TSR_BM + rl1] = l1 != l1 ? l1 : m1;
       p.part_l[(tsr_i64)partial_slot * TSR_BM + rl0] = l0;
       p.part_l[(tsr_i64)partial_slot * TSR_BM + rl1] = l1;
     }
     return;
   }
   const int r0 = mb.q_tile * TSR_BM + rl0, r1 = mb.q_tile * TSR_BM + rl1;
-  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const bool z0 = l0 == 0.f, z1 = l1 == 0.f;
+  const float i0 = z0 ? 0.f : 1.f / l0, i1 = z1 ? 0.f : 1.f / l1;
   const tsr_i64 ob = mb.batch * p.o_stride[0] + mb.head * p.o_stride[1];
   tsr_u32 *o0 = (tsr_u32 *)((unsigned short *)p.o + ob + r0 * p.o_stride[2]);
   tsr_u32 *o1 = (tsr_u32 *)((unsigned short *)p.o + ob + r1 * p.o_stride[2]);
   if (r0 < p.seq_q) {
 #pragma unroll
-    for (int j = 0; j < TSR_D / 8; ++j) o0[4 * j + t] = tsr_pack2(o[4 * j] * i0, o[4 * j + 1] * i0);
+    for (int j = 0; j < TSR_D / 8; ++j)
+      o0[4 * j + t] = z0 ? 0u : tsr_pack2(o[4 * j] * i0, o[4 * j + 1] * i0);
   }
   if (r1 < p.seq_q) {
 #pragma unroll
     for (int j = 0; j < TSR_D / 8; ++j)
-      o1[4 * j + t] = tsr_pack2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
+      o1[4 * j + t] = z1 ? 0u : tsr_pack2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
   }
   if (p.lse && t == 0) {
     const float LN2 = 0.693147180559945309f;
     float *lr = p.lse + ((tsr_i64)mb.batch * p.heads_q + mb.head) * p.seq_q;
-    if (r0 < p.seq_q) lr[r0] = l0 > 0.f ? (m0 + __log2f(l0)) * LN2 : NEG_INF;
-    if (r1 < p.seq_q) lr[r1] = l1 > 0.f ? (m1 + __log2f(l1)) * LN2 : NEG_INF;
+    if (r0 < p.seq_q) lr[r0] = z0 ? NEG_INF : (m0 + __log2f(l0)) * LN2;
+    if (r1 < p.seq_q) lr[r1] = z1 ? NEG_INF : (m1 + __log2f(l1)) * LN2;
   }
 }
 
@@ -762,6 +784,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #endif
         };
         float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
+        bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
 #pragma unroll
         for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
         tsr_mbar_wait(q_f, q_par);
@@ -810,7 +833,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
             if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
-          tsr_mask_tile(s, p, tr, seg0, seg1, t);
+          tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
 #pragma unroll
           for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
@@ -857,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
             if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
-          tsr_mask_tile(s, p, tr, seg0, seg1, t);
+          tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
           tsr_wg_wait<0>();
           tsr_fence_regs<TSR_D / 2>(o);
@@ -934,6 +957,13 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#if !TSR_MEMBERSHIP
+        sel0 = sel1 = true; /* nt > 0 full tiles */
+#endif
+        /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
+         * is NaN, not the empty row's zeros. */
+        if (sel0 && m0 == NEG_INF) l0 = __int_as_float(0x7fc00000);
+        if (sel1 && m1 == NEG_INF) l1 = __int_as_float(0x7fc00000);
         tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
       }
     }

@@ -12,7 +12,8 @@ typedef unsigned short tsr_u16;
 #define TSR_NEG_INF __int_as_float(0xff800000)
 #define TSR_LN2 0.69314718055994530942f
 
-/* 2^x with the MUFU unit; ex2(-inf) = 0, which the masked softmax needs. */
+/* 2^x with the MUFU unit; ex2(-inf) = 0, which the masked softmax needs,
+ * and ex2(NaN) = NaN, which carries a NaN score into the row sum. */
 static __device__ __forceinline__ float tsr_ex2(float x)
 {
   float y;

@@ -6,6 +6,11 @@
  * 1e-5 relative (max |diff| / max |ref|) and lse likewise, with -inf in
  * exactly the same places; a row the plan forgets stays NaN (the executor
  * poisons its outputs) and fails.
+ *
+ * Non-finite inputs (test_exec_nonfinite): NaN or inf at random selected
+ * places of q, k or v; over plans that subdivide, combine, split rows and
+ * merge, the executor must give NaN and inf exactly where the reference
+ * does (the rules of runtime/ref.c), and the same values elsewhere.
  */
 #include <check.h>
 
@@ -104,6 +109,54 @@ START_TEST(test_exec_random)
     ran += run_combo(&c, &q, &k, &v, &ro, &rl, ti, mp, tk, split, sms);
   }
   ck_assert_int_ge(ran, 1);
+  tsr_npy_free(&q);
+  tsr_npy_free(&k);
+  tsr_npy_free(&v);
+  tsr_npy_free(&ro);
+  tsr_npy_free(&rl);
+  pc_free(&c);
+}
+END_TEST
+
+/* Non-finite inputs: each kind over random problems, the default plan and
+ * random plans (every mapping and task layout, split rows with merges)
+ * against the reference, position for position. */
+START_TEST(test_exec_nonfinite)
+{
+  int kind = _i % TU_NF_KINDS;
+  tu_rng r = {tu_seed("exec_nonfinite", 5151) + 7919u * (uint64_t)_i};
+  pc_case c;
+  tsr_array q, k, v, ro, rl;
+  tsr_error err = {0};
+  tu_nf_place places[4];
+  int n, ran = 0, placed;
+  ck_assert_int_eq(pc_make(&r, &c, 260), 0);
+  rand_array(&r, &q, c.B, c.Hq, c.Sq, c.D);
+  rand_array(&r, &k, c.B, c.Hkv, c.Sk, c.D);
+  rand_array(&r, &v, c.B, c.Hkv, c.Sk, c.D);
+  placed = tu_inject_nonfinite(&r, kind, (int)tu_range(&r, 1, 4), c.B, c.Hq, c.Hkv, c.Sq, c.Sk,
+                               c.D, q.data, k.data, v.data, c.bits, c.mb, c.mh, c.nq, c.nk, c.qb,
+                               c.kb, places);
+  snprintf(c.what + strlen(c.what), sizeof c.what - strlen(c.what), ", %d x %s", placed,
+           tu_nf_names[kind]);
+  ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "ref: %s",
+                err.text);
+  if (placed > 0) { /* the poison reached the reference's output */
+    int64_t i, bad = 0;
+    for (i = 0; i < tsr_array_numel(&ro); i++)
+      bad += !isfinite(((float *)ro.data)[i]);
+    ck_assert_msg(bad > 0, "%s: no non-finite reference output", c.what);
+  }
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 1, TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0);
+  for (n = 0; n < 6; n++) {
+    int ti = (int)tu_range(&r, 0, PC_NTILES - 1);
+    tsr_mapping mp = (tsr_mapping)tu_range(&r, 0, 3);
+    tsr_tasks tk = (tsr_tasks)tu_range(&r, 0, 3);
+    int split = tu_uniform(&r) < 0.3 ? 0 : (int)tu_range(&r, 1, 3);
+    ran += run_combo(&c, &q, &k, &v, &ro, &rl, ti, mp, tk, split, 0);
+  }
+  ck_assert_int_ge(ran, 2);
   tsr_npy_free(&q);
   tsr_npy_free(&k);
   tsr_npy_free(&v);
@@ -255,6 +308,7 @@ int main(void)
   int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_exec_random, 0, 60);
+  tcase_add_loop_test(tc, test_exec_nonfinite, 0, 4 * TU_NF_KINDS);
   tcase_add_test(tc, test_exec_f16_3d);
   tcase_add_test(tc, test_exec_rejects);
   tcase_add_test(tc, test_exec_corpus);

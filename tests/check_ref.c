@@ -7,6 +7,12 @@
  * Every key token that no query of its KV head selects is set to NaN in K
  * and V, so an unselected interaction leaking into the result shows up as a
  * NaN, not as a small error.
+ *
+ * Non-finite inputs (test_nonfinite): NaN or inf at random selected places
+ * of q, k or v; the reference must put NaN and inf exactly where the naive
+ * float64 computation does, and the rules of runtime/ref.c are checked on
+ * the places themselves (a poisoned q row is NaN, a NaN key makes the rows
+ * selecting it NaN, a poisoned v element the column of those rows).
  */
 #include <check.h>
 
@@ -24,6 +30,7 @@ typedef struct {
   int f16;          /* float16 inputs */
   double scale;     /* 0 = default */
   int four;         /* 4-D tensors */
+  int nonfinite;    /* 1 + a TU_NF_* kind: poison selected places; 0 none */
 } rcase;
 
 /* Random block sizes (1..maxb) summing to S; returns the count. */
@@ -45,6 +52,62 @@ static int64_t variable_bounds(tu_rng *r, int64_t S, int64_t maxb, int64_t **bou
   return n;
 }
 
+/* The rules of runtime/ref.c on the poisoned places themselves: a q place
+ * makes its row and lse NaN; a NaN k makes every row selecting the key NaN,
+ * an inf k those rows whose q has the positive sign there (+inf score); a
+ * NaN (inf) v element makes that column NaN (+inf) in every row selecting
+ * the key, a NaN v under an inf k too (0 * NaN where the score is -inf). */
+static void check_places(const rcase *c, const tu_nf_place *pl, int n, const uint8_t *bits,
+                         const int64_t *qb, const int64_t *kb, int64_t nq, int64_t nk,
+                         const float *q, const float *o, const float *l)
+{
+  int64_t D = c->D, grp = c->Hq / c->Hkv, h, t, d;
+  int i;
+  for (i = 0; i < n; i++) {
+    const tu_nf_place *p = &pl[i];
+    int kind = c->nonfinite - 1;
+    if (p->t == 'q') {
+      int64_t row = (p->b * c->Hq + p->h) * c->Sq + p->s;
+      for (d = 0; d < D; d++)
+        ck_assert_msg(isnan(o[row * D + d]), "case %s: %s row %lld column %lld is %g, not NaN",
+                      c->name, tu_nf_names[kind], (long long)row, (long long)d, o[row * D + d]);
+      ck_assert_msg(isnan(l[row]), "case %s: lse of poisoned row %lld is %g", c->name,
+                    (long long)row, l[row]);
+      continue;
+    }
+    for (h = p->h * grp; h < (p->h + 1) * grp; h++) {
+      const uint8_t *plane =
+          bits + ((c->mb == 1 ? 0 : p->b) * c->mh + (c->mh == 1 ? 0 : h)) * nq * nk;
+      uint8_t *tok = tu_materialise(plane, nq, nk, qb, kb);
+      for (t = 0; t < c->Sq; t++) {
+        int64_t row = (p->b * c->Hq + h) * c->Sq + t;
+        if (!tok[t * c->Sk + p->s])
+          continue;
+        if (kind == TU_NF_NAN_K || (kind == TU_NF_INF_K && q[row * D + p->d] > 0)) {
+          for (d = 0; d < D; d++)
+            ck_assert_msg(isnan(o[row * D + d]), "case %s: %s: row %lld is not NaN", c->name,
+                          tu_nf_names[kind], (long long)row);
+          ck_assert(isnan(l[row]));
+        } else if (kind == TU_NF_INF_K_NAN_V) {
+          ck_assert_msg(isnan(o[row * D + p->d2]), "case %s: %s: row %lld column %lld is %g",
+                        c->name, tu_nf_names[kind], (long long)row, (long long)p->d2,
+                        o[row * D + p->d2]);
+        } else if (kind == TU_NF_NAN_V) {
+          ck_assert_msg(isnan(o[row * D + p->d]), "case %s: nan-v: row %lld column %lld is %g",
+                        c->name, (long long)row, (long long)p->d, o[row * D + p->d]);
+          ck_assert(isfinite(l[row]));
+        } else if (kind == TU_NF_INF_V) {
+          ck_assert_msg(isinf(o[row * D + p->d]) && o[row * D + p->d] > 0,
+                        "case %s: inf-v: row %lld column %lld is %g", c->name, (long long)row,
+                        (long long)p->d, o[row * D + p->d]);
+          ck_assert(isfinite(l[row]));
+        }
+      }
+      free(tok);
+    }
+  }
+}
+
 static void run_case(const rcase *c, uint64_t seed)
 {
   tu_rng r = {seed};
@@ -59,7 +122,8 @@ static void run_case(const rcase *c, uint64_t seed)
   tsr_array aq, ak, av, out, lse;
   tsr_error err = {0};
   double scale = c->scale ? c->scale : 1.0 / sqrt((double)c->D), e_out, e_lse;
-  int off = c->four ? 0 : 1;
+  int off = c->four ? 0 : 1, nplaced = 0;
+  tu_nf_place places[3];
 
   fprintf(stderr, "case %s: seed %llu\n", c->name, (unsigned long long)seed);
   if (c->bq) {
@@ -79,6 +143,8 @@ static void run_case(const rcase *c, uint64_t seed)
         memset(bits + i * nk, 0, (size_t)nk);
   if (c->empty_head)
     memset(bits, 0, (size_t)(nq * nk));
+  if (c->nonfinite) /* something to poison */
+    bits[tu_range(&r, 0, nmask - 1)] = 1;
   ck_assert_int_eq(tsr_mask_from_bytes(c->mb, c->mh, nq, nk, bits, &m, &err), TSR_OK);
 
   q = tu_rand_f32(&r, (size_t)nqk, 1.0);
@@ -100,6 +166,13 @@ static void run_case(const rcase *c, uint64_t seed)
               v[((b * c->Hkv + h) * c->Sk + u) * c->D + d] = NAN;
             }
       }
+  if (c->nonfinite) {
+    nplaced = tu_inject_nonfinite(&r, c->nonfinite - 1, (int)tu_range(&r, 1, 3), c->B, c->Hq,
+                                  c->Hkv, c->Sq, c->Sk, c->D, q, k, v, bits, c->mb, c->mh, nq, nk,
+                                  qb, kb, places);
+    fprintf(stderr, "case %s: %d place(s) of %s\n", c->name, nplaced,
+            tu_nf_names[c->nonfinite - 1]);
+  }
   memset(&aq, 0, sizeof aq);
   aq.ndim = ak.ndim = av.ndim = c->four ? 4 : 3;
   {
@@ -152,6 +225,12 @@ static void run_case(const rcase *c, uint64_t seed)
         ck_assert(((float *)out.data)[i * c->D + d] == 0.0f);
   if (c->empty_head)
     ck_assert(isinf(((float *)lse.data)[0]) && ((float *)lse.data)[0] < 0);
+  if (c->nonfinite) {
+    ck_assert_msg(nplaced > 0, "case %s: nothing selected to poison", c->name);
+    ck_assert_msg(tu_count_nonfinite(want, (size_t)nqk) > 0, "case %s: no non-finite output",
+                  c->name);
+    check_places(c, places, nplaced, bits, qb, kb, nq, nk, q, out.data, lse.data);
+  }
 
   if (c->f16) {
     free(aq.data);
@@ -167,24 +246,24 @@ static void run_case(const rcase *c, uint64_t seed)
 }
 
 static const rcase cases[] = {
-    /* name           B  Hq Hkv  Sq   Sk   D   bq  bk mb mh dens er eh f16 scale four */
-    {"square",        1, 2, 2, 256, 256, 32, 64, 64, 1, 2, 0.4, 0, 0, 0, 0, 0},
-    {"ragged",        1, 2, 2, 300, 300, 16, 64, 64, 1, 2, 0.5, 0, 0, 0, 0, 0},
-    {"rectangular",   1, 2, 2, 250, 250, 24, 48, 80, 1, 2, 0.5, 0, 0, 0, 0, 0},
-    {"variable",      1, 3, 3, 213, 187, 16, 0, 0, 1, 3, 0.4, 0, 0, 0, 0, 0},
-    {"empty_rows",    1, 2, 2, 200, 200, 16, 32, 32, 1, 2, 0.5, 1, 0, 0, 0, 0},
-    {"empty_head",    1, 3, 3, 128, 128, 16, 32, 32, 1, 3, 0.5, 0, 1, 0, 0, 0},
-    {"cross_lengths", 1, 2, 2, 100, 333, 16, 32, 48, 1, 2, 0.5, 0, 0, 0, 0, 0},
-    {"gqa_6_2",       1, 6, 2, 160, 200, 16, 32, 32, 1, 6, 0.4, 1, 0, 0, 0, 0},
-    {"gqa_4_1",       1, 4, 1, 96, 96, 8, 16, 16, 1, 4, 0.5, 0, 0, 0, 0, 0},
-    {"batch_4d",      2, 2, 1, 130, 90, 16, 32, 16, 2, 2, 0.5, 1, 0, 0, 0, 1},
-    {"batch_bcast",   3, 3, 3, 64, 64, 8, 16, 16, 1, 1, 0.5, 0, 0, 0, 0, 1},
-    {"f16",           1, 2, 2, 200, 150, 64, 64, 32, 1, 2, 0.5, 0, 0, 1, 0, 0},
-    {"scale",         1, 2, 2, 100, 100, 16, 25, 25, 1, 2, 0.5, 0, 0, 0, 0.37, 0},
-    {"negative_scale",1, 1, 1, 50, 70, 4, 7, 9, 1, 1, 0.6, 0, 0, 0, -2.0, 0},
-    {"tiny_blocks",   1, 2, 1, 37, 41, 1, 1, 1, 1, 2, 0.3, 1, 0, 0, 0, 0},
-    {"dense",         1, 1, 1, 65, 65, 32, 128, 128, 1, 1, 1.0, 0, 0, 0, 0, 0},
-    {"variable_gqa_4d", 2, 4, 2, 150, 170, 8, 0, 0, 2, 4, 0.3, 1, 0, 1, 0, 1},
+    /* name           B  Hq Hkv  Sq   Sk   D   bq  bk mb mh dens er eh f16 scale four nf */
+    {"square",        1, 2, 2, 256, 256, 32, 64, 64, 1, 2, 0.4, 0, 0, 0, 0, 0, 0},
+    {"ragged",        1, 2, 2, 300, 300, 16, 64, 64, 1, 2, 0.5, 0, 0, 0, 0, 0, 0},
+    {"rectangular",   1, 2, 2, 250, 250, 24, 48, 80, 1, 2, 0.5, 0, 0, 0, 0, 0, 0},
+    {"variable",      1, 3, 3, 213, 187, 16, 0, 0, 1, 3, 0.4, 0, 0, 0, 0, 0, 0},
+    {"empty_rows",    1, 2, 2, 200, 200, 16, 32, 32, 1, 2, 0.5, 1, 0, 0, 0, 0, 0},
+    {"empty_head",    1, 3, 3, 128, 128, 16, 32, 32, 1, 3, 0.5, 0, 1, 0, 0, 0, 0},
+    {"cross_lengths", 1, 2, 2, 100, 333, 16, 32, 48, 1, 2, 0.5, 0, 0, 0, 0, 0, 0},
+    {"gqa_6_2",       1, 6, 2, 160, 200, 16, 32, 32, 1, 6, 0.4, 1, 0, 0, 0, 0, 0},
+    {"gqa_4_1",       1, 4, 1, 96, 96, 8, 16, 16, 1, 4, 0.5, 0, 0, 0, 0, 0, 0},
+    {"batch_4d",      2, 2, 1, 130, 90, 16, 32, 16, 2, 2, 0.5, 1, 0, 0, 0, 1, 0},
+    {"batch_bcast",   3, 3, 3, 64, 64, 8, 16, 16, 1, 1, 0.5, 0, 0, 0, 0, 1, 0},
+    {"f16",           1, 2, 2, 200, 150, 64, 64, 32, 1, 2, 0.5, 0, 0, 1, 0, 0, 0},
+    {"scale",         1, 2, 2, 100, 100, 16, 25, 25, 1, 2, 0.5, 0, 0, 0, 0.37, 0, 0},
+    {"negative_scale",1, 1, 1, 50, 70, 4, 7, 9, 1, 1, 0.6, 0, 0, 0, -2.0, 0, 0},
+    {"tiny_blocks",   1, 2, 1, 37, 41, 1, 1, 1, 1, 2, 0.3, 1, 0, 0, 0, 0, 0},
+    {"dense",         1, 1, 1, 65, 65, 32, 128, 128, 1, 1, 1.0, 0, 0, 0, 0, 0, 0},
+    {"variable_gqa_4d", 2, 4, 2, 150, 170, 8, 0, 0, 2, 4, 0.3, 1, 0, 1, 0, 1, 0},
 };
 
 START_TEST(test_cases)
@@ -193,30 +272,51 @@ START_TEST(test_cases)
 }
 END_TEST
 
+/* A random small case (lengths 1-150, any blocks, GQA, batches, f16). */
+static void random_case(tu_rng *r, rcase *c)
+{
+  int64_t grp = tu_range(r, 1, 3);
+  memset(c, 0, sizeof *c);
+  c->name = "random";
+  c->four = (int)tu_range(r, 0, 1);
+  c->B = c->four ? tu_range(r, 1, 2) : 1;
+  c->Hkv = tu_range(r, 1, 2);
+  c->Hq = c->Hkv * grp;
+  c->Sq = tu_range(r, 1, 150);
+  c->Sk = tu_range(r, 1, 150);
+  c->D = tu_range(r, 1, 40);
+  if (tu_range(r, 0, 3)) {
+    c->bq = tu_range(r, 1, 64);
+    c->bk = tu_range(r, 1, 64);
+  }
+  c->mb = tu_range(r, 0, 1) ? c->B : 1;
+  c->mh = tu_range(r, 0, 1) ? c->Hq : 1;
+  c->density = tu_uniform(r);
+  c->empty_rows = (int)tu_range(r, 0, 1);
+  c->f16 = (int)tu_range(r, 0, 1);
+  c->scale = tu_range(r, 0, 1) ? 0 : tu_uniform(r);
+}
+
 START_TEST(test_random_cases)
 {
   tu_rng r = {tu_seed("random_cases", 2000) + (uint64_t)_i};
   rcase c;
-  int64_t grp = tu_range(&r, 1, 3);
-  memset(&c, 0, sizeof c);
-  c.name = "random";
-  c.four = (int)tu_range(&r, 0, 1);
-  c.B = c.four ? tu_range(&r, 1, 2) : 1;
-  c.Hkv = tu_range(&r, 1, 2);
-  c.Hq = c.Hkv * grp;
-  c.Sq = tu_range(&r, 1, 150);
-  c.Sk = tu_range(&r, 1, 150);
-  c.D = tu_range(&r, 1, 40);
-  if (tu_range(&r, 0, 3)) {
-    c.bq = tu_range(&r, 1, 64);
-    c.bk = tu_range(&r, 1, 64);
-  }
-  c.mb = tu_range(&r, 0, 1) ? c.B : 1;
-  c.mh = tu_range(&r, 0, 1) ? c.Hq : 1;
-  c.density = tu_uniform(&r);
-  c.empty_rows = (int)tu_range(&r, 0, 1);
-  c.f16 = (int)tu_range(&r, 0, 1);
-  c.scale = tu_range(&r, 0, 1) ? 0 : tu_uniform(&r);
+  random_case(&r, &c);
+  run_case(&c, tu_next(&r));
+}
+END_TEST
+
+/* NaN and inf in q, k or v, each kind over random cases (density at least
+ * 0.2, so that something is selected to poison). */
+START_TEST(test_nonfinite)
+{
+  tu_rng r = {tu_seed("nonfinite", 3000) + (uint64_t)_i};
+  rcase c;
+  random_case(&r, &c);
+  c.name = tu_nf_names[_i % TU_NF_KINDS];
+  c.nonfinite = 1 + _i % TU_NF_KINDS;
+  if (c.density < 0.2)
+    c.density += 0.2;
   run_case(&c, tu_next(&r));
 }
 END_TEST
@@ -322,6 +422,16 @@ START_TEST(test_max_rel_error)
   ck_assert(isinf(tsr_ref_max_rel_error(&A, &C)));
   a[2] = NAN;
   ck_assert(isinf(tsr_ref_max_rel_error(&A, &C)));
+  /* NaN with NaN and an infinity with the same one agree (non-finite inputs) */
+  c[2] = NAN;
+  ck_assert(tsr_ref_max_rel_error(&A, &C) == 0);
+  c[1] = INFINITY;
+  ck_assert(isinf(tsr_ref_max_rel_error(&A, &C)));
+  a[1] = INFINITY;
+  ck_assert(tsr_ref_max_rel_error(&A, &C) == 0);
+  a[1] = -INFINITY;
+  ck_assert(isinf(tsr_ref_max_rel_error(&A, &C)));
+  a[1] = 2, c[1] = 2, c[2] = -INFINITY;
   a[2] = -INFINITY;
   A.shape[0] = 3;
   ck_assert(isinf(tsr_ref_max_rel_error(&A, &C)));
@@ -336,6 +446,7 @@ int main(void)
   int failed;
   tcase_add_loop_test(tc, test_cases, 0, (int)(sizeof cases / sizeof cases[0]));
   tcase_add_loop_test(tc, test_random_cases, 0, 40);
+  tcase_add_loop_test(tc, test_nonfinite, 0, 6 * TU_NF_KINDS);
   tcase_add_test(tc, test_max_rel_error);
   tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(rj, rej_setup, rej_teardown);

@@ -15,7 +15,10 @@
  *
  * MODE: uniform (ragged, rectangular, GQA, 3-D), batch (4-D, cross
  * lengths, per-batch masks, empty rows), variable (variable blocks),
- * f16 (float16 inputs).  Inputs are written with the test's own .npy writer.
+ * f16 (float16 inputs), nan (uniform with NaN at one element of a query row
+ * that selects something: check also requires that whole row of out.npy
+ * and its lse to be NaN, as the reference's are).  Inputs are written with
+ * the test's own .npy writer.
  */
 #include "tessera.h"
 #include "util.h"
@@ -26,6 +29,8 @@ typedef struct {
   int64_t *qb, *kb;
   float *q, *k, *v;
   uint8_t *mask;
+  tu_nf_place nf[1]; /* mode nan: the poisoned q element */
+  int n_nf;
 } tcase;
 
 static int64_t random_bounds(tu_rng *r, int64_t S, int64_t **b)
@@ -77,6 +82,10 @@ static void make(tcase *c, uint64_t seed, const char *mode)
   c->q = tu_rand_f32(&r, (size_t)(c->B * c->Hq * c->Sq * c->D), 1.0);
   c->k = tu_rand_f32(&r, (size_t)(c->B * c->Hkv * c->Sk * c->D), 1.0);
   c->v = tu_rand_f32(&r, (size_t)(c->B * c->Hkv * c->Sk * c->D), 1.0);
+  if (!strcmp(mode, "nan"))
+    c->n_nf = tu_inject_nonfinite(&r, TU_NF_NAN_Q, 1, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D,
+                                  c->q, c->k, c->v, c->mask, c->mb, c->Hq, c->nq, c->nk, c->qb,
+                                  c->kb, c->nf);
   if (c->f16) { /* what the file holds is what the naive computation sees */
     for (i = 0; i < c->B * c->Hq * c->Sq * c->D; i++)
       c->q[i] = tsr_half_to_float(tsr_float_to_half(c->q[i]));
@@ -177,6 +186,16 @@ static int check(const char *dir, uint64_t seed, const char *mode, double scale,
   e2 = tu_rel_err(lse.data, want_lse, (size_t)nlse);
   printf("cli_attn %s seed %llu: out rel err %.3g, lse rel err %.3g\n", mode,
          (unsigned long long)seed, e1, e2);
+  if (!strcmp(mode, "nan")) { /* the poisoned row itself, whatever the comparison says */
+    int64_t row = (c.nf[0].b * c.Hq + c.nf[0].h) * c.Sq + c.nf[0].s, d, nan = 0;
+    for (d = 0; d < c.D; d++)
+      nan += isnan(((const float *)out.data)[row * c.D + d]);
+    printf("cli_attn nan: row %lld (head %lld, token %lld): %lld of %lld outputs NaN, lse %g\n",
+           (long long)row, (long long)c.nf[0].h, (long long)c.nf[0].s, (long long)nan,
+           (long long)c.D, ((const float *)lse.data)[row]);
+    if (c.n_nf != 1 || nan != c.D || !isnan(((const float *)lse.data)[row]))
+      e1 = INFINITY;
+  }
   tsr_npy_free(&out), tsr_npy_free(&lse);
   free(want), free(want_lse);
   release(&c);

@@ -40,6 +40,9 @@ tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+# cli-nan.sh: a NaN in q gives NaN in that row of --out (ref and cpu backends).
+TESTS += tests/cli-nan.sh
+EXTRA_DIST += tests/cli-nan.sh
 
 # planning
 EXTRA_DIST += tests/plan_cases.h tests/plan.sh

@@ -10,7 +10,9 @@
  *    with runtime/: it materialises the token-level mask from block
  *    boundaries the test computes itself and does a plain two-pass softmax
  *    over every key, skipping the unselected ones.
- *  - tu_rel_err: max |got - want| / max |want|, with -inf agreement.
+ *  - tu_rel_err: max |got - want| / max |want|, with NaN and infinities
+ *    required in the same places.
+ *  - tu_inject_nonfinite: NaN or inf at random selected places of q, k, v.
  */
 #ifndef TSR_TEST_UTIL_H
 #define TSR_TEST_UTIL_H
@@ -247,15 +249,19 @@ static inline void tu_naive_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_
   free(s);
 }
 
-/* max |got - want| / max |want| over finite entries; matching infinities
- * are equal, a mismatched infinity or NaN gives INFINITY. */
+/* max |got - want| / max |want| over entries finite in both; NaN matches
+ * NaN and an infinity the same infinity, any other mismatch of the
+ * non-finite positions gives INFINITY. */
 static inline double tu_rel_err(const float *got, const double *want, size_t n)
 {
   double md = 0, mw = 0;
   size_t i;
   for (i = 0; i < n; i++) {
-    if (isnan(got[i]) || isnan(want[i]))
-      return INFINITY;
+    if (isnan(got[i]) || isnan(want[i])) {
+      if (!isnan(got[i]) || !isnan(want[i]))
+        return INFINITY;
+      continue;
+    }
     if (isinf(got[i]) || isinf(want[i])) {
       if ((double)got[i] != want[i])
         return INFINITY;
@@ -267,6 +273,117 @@ static inline double tu_rel_err(const float *got, const double *want, size_t n)
       mw = fabs(want[i]);
   }
   return mw > 0 ? md / mw : md;
+}
+
+/* ---- non-finite inputs ------------------------------------------------------ */
+
+/* What tu_inject_nonfinite puts where: NaN or +inf at one element of q
+ * (a query row), of k or of v (a key); TU_NF_NEG_ROWS puts +inf at q[t][d]
+ * and makes k[.][d] negative for every key of the row's KV head, so that
+ * every selected score of row t is -inf (NaN in the reference, not the
+ * empty row's zeros); TU_NF_INF_K_NAN_V puts +inf at k[s][d] and NaN at
+ * v[s][d2] of the same key: rows whose q is negative at d score it -inf,
+ * p = 0, and still get NaN in column d2 (0 * NaN). */
+enum { TU_NF_NAN_Q, TU_NF_NAN_K, TU_NF_NAN_V, TU_NF_INF_Q, TU_NF_INF_K, TU_NF_INF_V,
+       TU_NF_NEG_ROWS, TU_NF_INF_K_NAN_V, TU_NF_KINDS };
+static const char *const tu_nf_names[TU_NF_KINDS] = {
+    "nan-q", "nan-k", "nan-v", "inf-q", "inf-k", "inf-v", "neg-inf-rows", "inf-k-nan-v"};
+
+/* A place tu_inject_nonfinite poisoned: tensor 'q', 'k' or 'v', batch b,
+ * head h (a query head for q, a KV head for k and v), token s, column d;
+ * d2: the v column of TU_NF_INF_K_NAN_V. */
+typedef struct {
+  char t;
+  int64_t b, h, s, d, d2;
+} tu_nf_place;
+
+/* The block holding token x of boundaries bnd[0..n]. */
+static inline int64_t tu_block_of(const int64_t *bnd, int64_t n, int64_t x)
+{
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    if (bnd[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* Poisons `count` places with `kind` (float arrays [B][H][S][D], mask
+ * [mb][mh][nq][nk] as tu_naive_attention takes), each drawn among the
+ * places some query selects: query rows with a selected key, keys that a
+ * query of their KV head selects.  Places go to `pl` (count entries);
+ * returns how many were poisoned (0 when the mask selects nothing; a place
+ * may be drawn twice). */
+static inline int tu_inject_nonfinite(tu_rng *r, int kind, int count, int64_t B, int64_t Hq,
+                                      int64_t Hkv, int64_t Sq, int64_t Sk, int64_t D, float *q,
+                                      float *k, float *v, const uint8_t *mask, int64_t mb,
+                                      int64_t mh, int64_t nq, int64_t nk, const int64_t *qb,
+                                      const int64_t *kb, tu_nf_place *pl)
+{
+  const int on_q = kind == TU_NF_NAN_Q || kind == TU_NF_INF_Q || kind == TU_NF_NEG_ROWS;
+  const float val = kind == TU_NF_NAN_Q || kind == TU_NF_NAN_K || kind == TU_NF_NAN_V ? NAN
+                                                                                       : INFINITY;
+  /* (TU_NF_INF_K_NAN_V sets its two values itself) */
+  int64_t grp = Hq / Hkv, H = on_q ? Hq : Hkv, S = on_q ? Sq : Sk, b, h, x, j, u, n = 0;
+  int64_t *cand = malloc((size_t)(B * H * S + 1) * sizeof *cand);
+  int placed = 0;
+  /* the candidates: every selected row (b, h, t) or used key (b, hk, s) */
+  for (b = 0; b < B; b++)
+    for (h = 0; h < H; h++)
+      for (x = 0; x < S; x++) {
+        int used = 0;
+        for (j = 0; j < (on_q ? nk : nq) && !used; j++) {
+          int64_t g;
+          if (on_q)
+            used = mask[(((mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h)) * nq +
+                         tu_block_of(qb, nq, x)) * nk + j] && kb[j + 1] > kb[j];
+          else
+            for (g = h * grp; g < (h + 1) * grp && !used; g++)
+              used = mask[(((mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : g)) * nq + j) * nk +
+                          tu_block_of(kb, nk, x)] && qb[j + 1] > qb[j];
+        }
+        if (used)
+          cand[n++] = (b * H + h) * S + x;
+      }
+  for (; n > 0 && placed < count; placed++) {
+    int64_t c = cand[tu_range(r, 0, n - 1)], d = tu_range(r, 0, D - 1), d2 = -1;
+    int64_t s = c % S, hh = c / S % H, bb = c / S / H;
+    if (on_q) {
+      q[c * D + d] = val;
+      if (kind == TU_NF_NEG_ROWS)
+        for (u = 0; u < Sk; u++) {
+          float *e = &k[((bb * Hkv + hh / grp) * Sk + u) * D + d];
+          if (*e > 0) /* a NaN (an unselected key's poison) stays */
+            *e = -*e;
+          else if (*e == 0)
+            *e = -1.0f;
+        }
+    } else if (kind == TU_NF_NAN_K || kind == TU_NF_INF_K) {
+      k[c * D + d] = val;
+    } else if (kind == TU_NF_INF_K_NAN_V) {
+      k[c * D + d] = INFINITY;
+      d2 = tu_range(r, 0, D - 1);
+      v[c * D + d2] = NAN;
+    } else {
+      v[c * D + d] = val;
+    }
+    pl[placed] = (tu_nf_place){on_q ? 'q' : kind == TU_NF_NAN_V || kind == TU_NF_INF_V ? 'v' : 'k',
+                               bb, hh, s, d, d2};
+  }
+  free(cand);
+  return placed;
+}
+
+/* Non-finite entries of n doubles (an expected result). */
+static inline size_t tu_count_nonfinite(const double *x, size_t n)
+{
+  size_t i, c = 0;
+  for (i = 0; i < n; i++)
+    c += !isfinite(x[i]);
+  return c;
 }
 
 #endif
