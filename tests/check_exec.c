@@ -138,7 +138,7 @@ START_TEST(test_exec_nonfinite)
                                c.D, q.data, k.data, v.data, c.bits, c.mb, c.mh, c.nq, c.nk, c.qb,
                                c.kb, places);
   snprintf(c.what + strlen(c.what), sizeof c.what - strlen(c.what), ", %d x %s", placed,
-           tu_nf_names[kind]);
+           tu_nf_name(kind));
   ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "ref: %s",
                 err.text);
   if (placed > 0) { /* the poison reached the reference's output */

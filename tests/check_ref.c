@@ -70,7 +70,7 @@ static void check_places(const rcase *c, const tu_nf_place *pl, int n, const uin
       int64_t row = (p->b * c->Hq + p->h) * c->Sq + p->s;
       for (d = 0; d < D; d++)
         ck_assert_msg(isnan(o[row * D + d]), "case %s: %s row %lld column %lld is %g, not NaN",
-                      c->name, tu_nf_names[kind], (long long)row, (long long)d, o[row * D + d]);
+                      c->name, tu_nf_name(kind), (long long)row, (long long)d, o[row * D + d]);
       ck_assert_msg(isnan(l[row]), "case %s: lse of poisoned row %lld is %g", c->name,
                     (long long)row, l[row]);
       continue;
@@ -86,11 +86,11 @@ static void check_places(const rcase *c, const tu_nf_place *pl, int n, const uin
         if (kind == TU_NF_NAN_K || (kind == TU_NF_INF_K && q[row * D + p->d] > 0)) {
           for (d = 0; d < D; d++)
             ck_assert_msg(isnan(o[row * D + d]), "case %s: %s: row %lld is not NaN", c->name,
-                          tu_nf_names[kind], (long long)row);
+                          tu_nf_name(kind), (long long)row);
           ck_assert(isnan(l[row]));
         } else if (kind == TU_NF_INF_K_NAN_V) {
           ck_assert_msg(isnan(o[row * D + p->d2]), "case %s: %s: row %lld column %lld is %g",
-                        c->name, tu_nf_names[kind], (long long)row, (long long)p->d2,
+                        c->name, tu_nf_name(kind), (long long)row, (long long)p->d2,
                         o[row * D + p->d2]);
         } else if (kind == TU_NF_NAN_V) {
           ck_assert_msg(isnan(o[row * D + p->d]), "case %s: nan-v: row %lld column %lld is %g",
@@ -171,7 +171,7 @@ static void run_case(const rcase *c, uint64_t seed)
                                   c->Hkv, c->Sq, c->Sk, c->D, q, k, v, bits, c->mb, c->mh, nq, nk,
                                   qb, kb, places);
     fprintf(stderr, "case %s: %d place(s) of %s\n", c->name, nplaced,
-            tu_nf_names[c->nonfinite - 1]);
+            tu_nf_name(c->nonfinite - 1));
   }
   memset(&aq, 0, sizeof aq);
   aq.ndim = ak.ndim = av.ndim = c->four ? 4 : 3;
@@ -313,7 +313,7 @@ START_TEST(test_nonfinite)
   tu_rng r = {tu_seed("nonfinite", 3000) + (uint64_t)_i};
   rcase c;
   random_case(&r, &c);
-  c.name = tu_nf_names[_i % TU_NF_KINDS];
+  c.name = tu_nf_name(_i % TU_NF_KINDS);
   c.nonfinite = 1 + _i % TU_NF_KINDS;
   if (c.density < 0.2)
     c.density += 0.2;

@@ -12,9 +12,22 @@
  * where the planner is present, with tsr_plan_create over every mapping and
  * task layout.  Each plan runs with every bundle variant that serves it on
  * this device's target (so the sm80 family is tested on sm_90a next to the
- * sm90 family).  Outputs are poisoned (NaN) first; a NaN left anywhere, a
- * relative error of 1e-2 or more in o, or an lse off by 1e-2 fails.
- * One case is also captured into a CUDA graph and replayed.
+ * sm90 family).  Outputs are poisoned first with a huge finite value (so a
+ * row left unwritten fails even where NaN is expected); a NaN or infinity
+ * where the reference has none (or the reverse), a relative error of 1e-2
+ * or more in o, or an lse off by 1e-2 fails.  One case is also captured
+ * into a CUDA graph and replayed.
+ *
+ * Non-finite inputs (nf_cases): NaN or inf in q, in k, in v, rows whose
+ * selected scores are all -inf, and an inf k with a NaN v under it (the
+ * kinds of tests/util.h), over split rows with merges, GQA packs, empty
+ * rows, variable blocks and full tiles, with every serving variant of both
+ * families and the planner's plans: NaN and inf must sit exactly where the
+ * float64 reference has them (the rules of runtime/ref.c).  v is poisoned
+ * only at keys of a key block every non-empty query block selects: a
+ * non-finite v at a key that some rows of a computed tile do not select
+ * reaches those rows through the tensor-core product (0 * NaN), the one
+ * known exception runtime/ref.c documents; empty rows must stay zeros.
  *
  *   gpu_attn [--quick | --bench] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
@@ -29,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util.h" /* tu_inject_nonfinite */
 
 #define SKIP 77
 
@@ -78,6 +93,7 @@ static uint16_t f2bf(float f)
 {
   uint32_t u;
   memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
   u += 0x7fff + ((u >> 16) & 1);
   return (uint16_t)(u >> 16);
 }
@@ -102,10 +118,12 @@ static float h2f(uint16_t h)
 }
 static uint16_t f2h(float f)
 {
-  /* Inputs here are in [-1, 1]: normal or zero halves only. */
+  /* Inputs here are in [-1, 1] (normal or zero halves), NaN or inf. */
   uint32_t u, s, e, m;
   memcpy(&u, &f, 4);
   s = (u >> 16) & 0x8000;
+  if ((u & 0x7fffffff) > 0x7f800000u) return (uint16_t)(s | 0x7e00);
+  if ((u & 0x7fffffff) == 0x7f800000u) return (uint16_t)(s | 0x7c00);
   if ((u & 0x7fffffff) < 0x38800000u) return (uint16_t)s;
   e = ((u >> 23) & 255) - 112;
   m = u & 0x7fffff;
@@ -160,9 +178,61 @@ static void make_blocks(int S, int b, int **starts, int *n, int **blk)
 
 static uint8_t *mask_at(const prob *P, int b, int h) { return P->mask + ((size_t)b * P->c->Hq + h) * P->nq * P->nk; }
 
+/* The float64 reference over exactly the selected key tokens, in plain
+ * IEEE arithmetic (the definition of runtime/ref.c): a row with no
+ * selected key gives zeros and lse -inf; otherwise mx is the max score
+ * (NaN if one is NaN), p = exp(s - mx) for every selected key, even one
+ * whose score is -inf (0 * NaN counts). */
+static void compute_ref(prob *P)
+{
+  const tcase *c = P->c;
+  int b, h, i, j, d;
+  double *s = malloc((size_t)c->Sk * sizeof(double));
+  uint8_t *on = malloc((size_t)c->Sk);
+  for (b = 0; b < c->B; b++)
+    for (h = 0; h < c->Hq; h++) {
+      int hk = h / (c->Hq / c->Hkv);
+      const uint8_t *m = mask_at(P, b, h);
+      for (i = 0; i < c->Sq; i++) {
+        const float *qr = P->q + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
+        double mx = -INFINITY, sum = 0;
+        double *orow = P->ref_o + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
+        double *lse = P->ref_lse + ((size_t)b * c->Hq + h) * c->Sq + i;
+        int any = 0;
+        for (d = 0; d < c->D; d++) orow[d] = 0;
+        for (j = 0; j < c->Sk; j++) {
+          const float *kr = P->k + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
+          double acc = 0;
+          on[j] = m[(size_t)P->qblk[i] * P->nk + P->kblk[j]];
+          if (!on[j]) continue;
+          any = 1;
+          for (d = 0; d < c->D; d++) acc += (double)qr[d] * kr[d];
+          s[j] = acc * P->scale;
+          mx = isnan(s[j]) || isnan(mx) ? NAN : s[j] > mx ? s[j] : mx;
+        }
+        if (!any) {
+          *lse = -INFINITY;
+          continue;
+        }
+        for (j = 0; j < c->Sk; j++) {
+          const float *vr = P->v + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
+          double p;
+          if (!on[j]) continue;
+          p = exp(s[j] - mx);
+          sum += p;
+          for (d = 0; d < c->D; d++) orow[d] += p * vr[d];
+        }
+        for (d = 0; d < c->D; d++) orow[d] /= sum;
+        *lse = mx + log(sum);
+      }
+    }
+  free(s);
+  free(on);
+}
+
 static void make_problem(prob *P, const tcase *c)
 {
-  int b, h, i, j, d;
+  int b, h, i, j;
   size_t nqel = (size_t)c->B * c->Hq * c->Sq * c->D, nkel = (size_t)c->B * c->Hkv * c->Sk * c->D;
   memset(P, 0, sizeof *P);
   P->c = c;
@@ -198,49 +268,9 @@ static void make_problem(prob *P, const tcase *c)
   for (i = 0; i < (int)nkel; i++) P->k[i] = to_f(c->dt, from_f(c->dt, (float)(2 * urand() - 1)));
   for (i = 0; i < (int)nkel; i++) P->v[i] = to_f(c->dt, from_f(c->dt, (float)(2 * urand() - 1)));
   P->scale = 1.0 / sqrt((double)c->D);
-
-  /* float64 reference over exactly the selected key tokens. */
   P->ref_o = calloc(nqel, sizeof(double));
   P->ref_lse = calloc((size_t)c->B * c->Hq * c->Sq, sizeof(double));
-  {
-    double *s = malloc((size_t)c->Sk * sizeof(double));
-    for (b = 0; b < c->B; b++)
-      for (h = 0; h < c->Hq; h++) {
-        int hk = h / (c->Hq / c->Hkv);
-        const uint8_t *m = mask_at(P, b, h);
-        for (i = 0; i < c->Sq; i++) {
-          const float *qr = P->q + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
-          double mx = -INFINITY, sum = 0;
-          double *orow = P->ref_o + (((size_t)b * c->Hq + h) * c->Sq + i) * c->D;
-          for (j = 0; j < c->Sk; j++) {
-            const float *kr = P->k + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
-            double acc = 0;
-            if (!m[(size_t)P->qblk[i] * P->nk + P->kblk[j]]) {
-              s[j] = -INFINITY;
-              continue;
-            }
-            for (d = 0; d < c->D; d++) acc += (double)qr[d] * kr[d];
-            s[j] = acc * P->scale;
-            if (s[j] > mx) mx = s[j];
-          }
-          if (mx == -INFINITY) {
-            P->ref_lse[((size_t)b * c->Hq + h) * c->Sq + i] = -INFINITY;
-            continue;
-          }
-          for (j = 0; j < c->Sk; j++) {
-            const float *vr = P->v + (((size_t)b * c->Hkv + hk) * c->Sk + j) * c->D;
-            double p;
-            if (s[j] == -INFINITY) continue;
-            p = exp(s[j] - mx);
-            sum += p;
-            for (d = 0; d < c->D; d++) orow[d] += p * vr[d];
-          }
-          for (d = 0; d < c->D; d++) orow[d] /= sum;
-          P->ref_lse[((size_t)b * c->Hq + h) * c->Sq + i] = mx + log(sum);
-        }
-      }
-    free(s);
-  }
+  compute_ref(P);
 }
 
 static void free_problem(prob *P)
@@ -467,6 +497,8 @@ typedef struct {
   tsr_gpu_tensors t;
   uint16_t *host_o;
   float *host_lse;
+  uint16_t *poison_o;      /* the poison patterns, uploaded before each launch */
+  float *poison_lse;
 } devbufs;
 
 static void strides_for(const tcase *c, int H, int S, int64_t *st)
@@ -511,6 +543,15 @@ static void make_devbufs(const tsr_cu *cu, const prob *P, devbufs *db)
   db->t.q = db->q; db->t.k = db->k; db->t.v = db->v; db->t.o = db->o; db->t.lse = db->lse;
   db->host_o = malloc(db->o_bytes);
   db->host_lse = malloc(db->lse_bytes);
+  /* Huge finite values: 3.39e38 in bf16, 65504 in fp16, FLT_MAX in lse. */
+  db->poison_o = malloc(db->o_bytes);
+  db->poison_lse = malloc(db->lse_bytes);
+  {
+    size_t i;
+    const uint16_t po = c->dt == TSR_DT_BF16 ? 0x7f7f : 0x7bff;
+    for (i = 0; i < db->o_bytes / 2; i++) db->poison_o[i] = po;
+    for (i = 0; i < db->lse_bytes / 4; i++) db->poison_lse[i] = 3.40282347e38f;
+  }
 }
 
 static void free_devbufs(const tsr_cu *cu, devbufs *db)
@@ -518,51 +559,79 @@ static void free_devbufs(const tsr_cu *cu, devbufs *db)
   cu->cuMemFree(db->q); cu->cuMemFree(db->k); cu->cuMemFree(db->v);
   cu->cuMemFree(db->o); cu->cuMemFree(db->lse);
   free(db->host_o); free(db->host_lse);
+  free(db->poison_o); free(db->poison_lse);
 }
 
-/* NaN in bf16, fp16 and fp32 alike: all bits set. */
+/* A huge finite value everywhere: an element the kernel leaves unwritten
+ * fails the comparison whether the reference has a number or NaN there. */
 static void poison(const tsr_cu *cu, const devbufs *db)
 {
-  CK(cu->cuMemsetD8(db->o, 0xff, db->o_bytes));
-  CK(cu->cuMemsetD8(db->lse, 0xff, db->lse_bytes));
-  /* The memsets run on the legacy stream: finish them before the launch. */
+  CK(cu->cuMemcpyHtoD(db->o, db->poison_o, db->o_bytes));
+  CK(cu->cuMemcpyHtoD(db->lse, db->poison_lse, db->lse_bytes));
+  /* The copies run on the legacy stream: finish them before the launch. */
   CK(cu->cuCtxSynchronize());
+}
+
+/* Whether got and want agree on being non-finite: NaN with NaN, an
+ * infinity with the same infinity (both finite: 1, compared elsewhere). */
+static int same_nonfinite(double got, double want)
+{
+  if (isnan(got) || isnan(want)) return isnan(got) && isnan(want);
+  if (isinf(got) || isinf(want)) return got == want;
+  return 1;
+}
+
+/* Judges a result o [B][Hq][Sq][D], lse [B][Hq][Sq] against the reference:
+ * non-finite values in the same places, o within tol relative (max-norm),
+ * lse within tol (relative above 1).  Returns 0 when it passes. */
+static int judge(const prob *P, const float *o, const float *lse, double tol, const char *what)
+{
+  const tcase *c = P->c;
+  size_t row, d, nrows = (size_t)c->B * c->Hq * c->Sq, bad_o = 0, bad_lse = 0;
+  double maxref = 0, maxerr = 0, lse_err = 0;
+  for (row = 0; row < nrows; row++) {
+    double rl = P->ref_lse[row], gl = lse[row];
+    for (d = 0; d < (size_t)c->D; d++) {
+      double g = o[row * c->D + d], r = P->ref_o[row * c->D + d];
+      if (!isfinite(g) || !isfinite(r)) {
+        bad_o += !same_nonfinite(g, r);
+        continue;
+      }
+      if (fabs(r) > maxref) maxref = fabs(r);
+      if (fabs(g - r) > maxerr) maxerr = fabs(g - r);
+    }
+    if (!isfinite(gl) || !isfinite(rl)) bad_lse += !same_nonfinite(gl, rl);
+    else {
+      double e = fabs(gl - rl) / (fabs(rl) > 1 ? fabs(rl) : 1);
+      if (e > lse_err) lse_err = e;
+    }
+  }
+  {
+    double rel = maxref > 0 ? maxerr / maxref : maxerr;
+    int ok = bad_o == 0 && bad_lse == 0 && rel < tol && lse_err < tol;
+    printf("  %-44s rel err o %.2e  lse %.2e  non-finite mismatch o %zu lse %zu  %s\n", what, rel, lse_err,
+           bad_o, bad_lse, ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+  }
 }
 
 /* Compares the device result with the reference; returns 0 when it passes. */
 static int compare(const tsr_cu *cu, const prob *P, devbufs *db, const char *what)
 {
   const tcase *c = P->c;
-  size_t b, h, s, d, nan = 0, bad_lse = 0;
-  double maxref = 0, maxerr = 0, lse_err = 0;
+  size_t b, h, s, d, i = 0;
+  float *o = malloc((size_t)c->B * c->Hq * c->Sq * c->D * sizeof *o);
+  int fails;
   CK(cu->cuMemcpyDtoH(db->host_o, db->o, db->o_bytes));
   CK(cu->cuMemcpyDtoH(db->host_lse, db->lse, db->lse_bytes));
   for (b = 0; b < (size_t)c->B; b++)
     for (h = 0; h < (size_t)c->Hq; h++)
-      for (s = 0; s < (size_t)c->Sq; s++) {
-        size_t row = (b * c->Hq + h) * c->Sq + s;
-        double rl = P->ref_lse[row], gl = db->host_lse[row];
-        for (d = 0; d < (size_t)c->D; d++) {
-          float g = to_f(c->dt, db->host_o[b * db->t.o_stride[0] + h * db->t.o_stride[1] + s * db->t.o_stride[2] + d]);
-          double r = P->ref_o[row * c->D + d];
-          if (isnan(g)) { nan++; continue; }
-          if (fabs(r) > maxref) maxref = fabs(r);
-          if (fabs(g - r) > maxerr) maxerr = fabs(g - r);
-        }
-        if (isnan(gl)) nan++;
-        else if (isinf(rl) || isinf(gl)) { if (rl != gl) bad_lse++; }
-        else {
-          double e = fabs(gl - rl) / (fabs(rl) > 1 ? fabs(rl) : 1);
-          if (e > lse_err) lse_err = e;
-        }
-      }
-  {
-    double rel = maxref > 0 ? maxerr / maxref : maxerr;
-    int ok = nan == 0 && bad_lse == 0 && rel < 1e-2 && lse_err < 1e-2;
-    printf("  %-44s rel err o %.2e  lse %.2e  nan %zu  lse-inf mismatch %zu  %s\n", what, rel, lse_err, nan,
-           bad_lse, ok ? "ok" : "FAIL");
-    return ok ? 0 : 1;
-  }
+      for (s = 0; s < (size_t)c->Sq; s++)
+        for (d = 0; d < (size_t)c->D; d++)
+          o[i++] = to_f(c->dt, db->host_o[b * db->t.o_stride[0] + h * db->t.o_stride[1] + s * db->t.o_stride[2] + d]);
+  fails = judge(P, o, db->host_lse, 1e-2, what);
+  free(o);
+  return fails;
 }
 
 /* Runs plan `pl` with variant `name` (upload, launch, sync, compare). */
@@ -688,16 +757,20 @@ static int cross_check_ref(const prob *P)
   }
   for (i = 0; i < n; i++) {
     double r = P->ref_o[i], x = ((float *)o.data)[i];
+    if (!isfinite(r) || !isfinite(x)) {
+      bad += !same_nonfinite(x, r);
+      continue;
+    }
     if (fabs(r) > mo) mo = fabs(r);
     if (fabs(x - r) > eo) eo = fabs(x - r);
   }
   for (i = 0; i < nr; i++) {
     double r = P->ref_lse[i], x = ((float *)l.data)[i];
-    if (isinf(r) || isinf(x)) bad += r != x;
+    if (!isfinite(r) || !isfinite(x)) bad += !same_nonfinite(x, r);
     else if (fabs(x - r) > el) el = fabs(x - r);
   }
   eo = mo > 0 ? eo / mo : eo;
-  printf("  %-44s rel diff o %.2e  lse %.2e  inf mismatch %d  %s\n", "(test reference vs tsr_ref_attention)", eo, el,
+  printf("  %-44s rel diff o %.2e  lse %.2e  non-finite mismatch %d  %s\n", "(test reference vs tsr_ref_attention)", eo, el,
          bad, eo < 1e-5 && el < 1e-5 && !bad ? "ok" : "FAIL");
   tsr_npy_free(&o);
   tsr_npy_free(&l);
@@ -795,6 +868,133 @@ static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbu
   return fails;
 }
 
+
+/* ---- non-finite inputs ------------------------------------------------------ */
+
+#define NF_SEED 0x6e6f6e66696e6974ULL /* the non-finite runs' stream: seed ^ this */
+
+static const tcase nf_cases[] = {
+  { "nf-bf16-d128-random-split", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 },
+  { "nf-fp16-d64-empty-rows-bshd", 2, 2, 1, 400, 450, 64, TSR_DT_F16, 1, 32, 32, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
+  { "nf-fp16-d128-pack-bcast", 1, 4, 2, 500, 500, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0 },
+  { "nf-bf16-d64-variable-128x128-split", 1, 2, 2, 700, 650, 64, TSR_DT_BF16, 0, 0, 0, 128, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
+  { "nf-bf16-d128-full-aligned", 1, 2, 2, 512, 512, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0 },
+};
+
+/* Poisons P's inputs with `kind` (tests/util.h: up to 2 places, each where
+ * some query selects it) and recomputes the reference; returns the number
+ * of places.  The kinds that put a non-finite value in v first make one
+ * random key block J selected by every non-empty query block of every plane
+ * and poison keys of J only: then every row of a computed tile either
+ * selects the key or selects nothing (and must stay zeros). */
+static int poison_inputs(prob *P, int kind)
+{
+  const tcase *c = P->c;
+  const int on_v = kind == TU_NF_NAN_V || kind == TU_NF_INF_V || kind == TU_NF_INF_K_NAN_V;
+  const size_t rows = (size_t)c->B * c->Hq * P->nq;
+  int64_t *qb = malloc((size_t)(P->nq + 1) * sizeof *qb), *kb = malloc((size_t)(P->nk + 1) * sizeof *kb);
+  uint8_t *where = P->mask;
+  tu_rng r;
+  tu_nf_place pl[2];
+  size_t i;
+  int n, j;
+  r.s = (uint64_t)rnd() << 32 | rnd();
+  for (j = 0; j <= P->nq; j++) qb[j] = P->qs[j];
+  for (j = 0; j <= P->nk; j++) kb[j] = P->ks[j];
+  if (on_v) {
+    const int J = (int)(rnd() % (uint32_t)P->nk);
+    where = calloc(rows * P->nk, 1);
+    for (i = 0; i < rows; i++) {
+      uint8_t *row = P->mask + i * P->nk;
+      int any = 0;
+      for (j = 0; j < P->nk; j++) any |= row[j];
+      if (any) row[J] = where[i * P->nk + J] = 1;
+    }
+  }
+  n = tu_inject_nonfinite(&r, kind, 2, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, P->q, P->k, P->v, where, c->B,
+                          c->Hq, P->nq, P->nk, qb, kb, pl);
+  if (where != P->mask) free(where);
+  free(qb);
+  free(kb);
+  compute_ref(P);
+  return n;
+}
+
+/* The test's own plan run by tsr_cpu_execute (float32, the kernels'
+ * arithmetic on the CPU) against the reference, so that the builder's
+ * records and the poisoning are checked on any machine. */
+static int host_run(const prob *P)
+{
+  const tcase *c = P->c;
+  tsr_plan *pl = build_plan(P);
+  tsr_array q, k, v, o, l;
+  tsr_error err;
+  int fails;
+  tsr_error_clear(&err);
+  memset(&q, 0, sizeof q);
+  q.dtype = TSR_DT_F32; q.ndim = 4; q.shape[0] = c->B; q.shape[1] = c->Hq; q.shape[2] = c->Sq; q.shape[3] = c->D;
+  q.data = P->q;
+  k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
+  v = k; v.data = P->v;
+  if (tsr_cpu_execute(pl, &q, &k, &v, &o, &l, &err) != TSR_OK) {
+    printf("  own plan on tsr_cpu_execute: %s  FAIL\n", err.text);
+    free_own_plan(pl);
+    return 1;
+  }
+  fails = judge(P, o.data, l.data, 1e-4, "(own plan on tsr_cpu_execute)");
+  tsr_npy_free(&o);
+  tsr_npy_free(&l);
+  free_own_plan(pl);
+  return fails;
+}
+
+/* Every non-finite kind over nf_cases: the host-side checks (the test's
+ * reference against tsr_ref_attention, its own plan on the CPU executor),
+ * then with a context (ctx non-NULL) the own plan with every serving
+ * variant and the planner's plans on the GPU. */
+static int nonfinite_runs(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int quick,
+                          int *ran)
+{
+  size_t ci;
+  int kind, fails = 0;
+  for (ci = 0; ci < sizeof nf_cases / sizeof *nf_cases; ci++)
+    for (kind = 0; kind < TU_NF_KINDS; kind++) {
+      const tcase *c = &nf_cases[ci];
+      const size_t nqel = (size_t)c->B * c->Hq * c->Sq * c->D, nrows = (size_t)c->B * c->Hq * c->Sq;
+      prob P;
+      devbufs db;
+      tsr_plan *pl;
+      size_t bad_o, nan_l = 0, i;
+      int n;
+      if (quick && (!c->quick || (kind != TU_NF_NAN_Q && kind != TU_NF_NAN_V))) continue;
+      make_problem(&P, c);
+      n = poison_inputs(&P, kind);
+      bad_o = tu_count_nonfinite(P.ref_o, nqel);
+      for (i = 0; i < nrows; i++) nan_l += isnan(P.ref_lse[i]);
+      printf("nonfinite case %s, %s: %d place(s); reference: %zu non-finite outputs, %zu NaN lse\n", c->label,
+             tu_nf_name(kind), n, bad_o, nan_l);
+      if (n == 0 || bad_o == 0) {
+        printf("  the poison reached no output  FAIL\n");
+        fails++;
+        free_problem(&P);
+        continue;
+      }
+      fails += cross_check_ref(&P);
+      fails += host_run(&P);
+      if (!ctx) {
+        free_problem(&P);
+        continue;
+      }
+      make_devbufs(cu, &P, &db);
+      pl = build_plan(&P);
+      fails += run_all_variants(ctx, cu, bundle, &P, pl, &db, stream, quick, 0, ran);
+      free_own_plan(pl);
+      fails += planner_runs(ctx, cu, &P, &db, stream, quick, ran);
+      free_devbufs(cu, &db);
+      free_problem(&P);
+    }
+  return fails;
+}
 
 /* ---- --bench: time every serving variant on a video-DiT-sized problem ---- */
 
@@ -953,6 +1153,14 @@ int main(int argc, char **argv)
   o.bundle_dir = dir;
   tsr_error_clear(&err);
   if (tsr_context_create(&o, &ctx, &err) != TSR_OK) {
+    if (err.status == TSR_ERR_NO_DEVICE && !do_bench) {
+      /* The host-side parts still run: a failure there fails the test. */
+      printf("gpu_attn: no GPU (%s): host-side checks only\n", err.text);
+      rng_state = seed ^ NF_SEED;
+      fails = nonfinite_runs(NULL, NULL, NULL, NULL, quick, &ran);
+      printf("gpu_attn: host-side checks: %d failures; GPU runs skipped\n", fails);
+      return fails ? 1 : SKIP;
+    }
     if (err.status == TSR_ERR_NO_DEVICE) {
       printf("gpu_attn: skipped: %s\n", err.text);
       return SKIP;
@@ -998,6 +1206,8 @@ int main(int argc, char **argv)
     free_devbufs(cu, &db);
     free_problem(&P);
   }
+  rng_state = seed ^ NF_SEED; /* the same problems as the host-only run */
+  fails += nonfinite_runs(ctx, cu, &bundle, stream, quick, &ran);
 
   cu->cuStreamDestroy(stream);
   tsr_bundle_free(&bundle);

@@ -286,8 +286,12 @@ static inline double tu_rel_err(const float *got, const double *want, size_t n)
  * p = 0, and still get NaN in column d2 (0 * NaN). */
 enum { TU_NF_NAN_Q, TU_NF_NAN_K, TU_NF_NAN_V, TU_NF_INF_Q, TU_NF_INF_K, TU_NF_INF_V,
        TU_NF_NEG_ROWS, TU_NF_INF_K_NAN_V, TU_NF_KINDS };
-static const char *const tu_nf_names[TU_NF_KINDS] = {
-    "nan-q", "nan-k", "nan-v", "inf-q", "inf-k", "inf-v", "neg-inf-rows", "inf-k-nan-v"};
+static inline const char *tu_nf_name(int kind)
+{
+  static const char *const names[TU_NF_KINDS] = {
+      "nan-q", "nan-k", "nan-v", "inf-q", "inf-k", "inf-v", "neg-inf-rows", "inf-k-nan-v"};
+  return kind >= 0 && kind < TU_NF_KINDS ? names[kind] : "?";
+}
 
 /* A place tu_inject_nonfinite poisoned: tensor 'q', 'k' or 'v', batch b,
  * head h (a query head for q, a KV head for k and v), token s, column d;
