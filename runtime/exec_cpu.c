@@ -4,16 +4,16 @@
  * base-2 domain of plan_layout.h, the online softmax update per key tile
  * (a row with nothing selected in a tile leaves m and l untouched),
  * membership bits per query-block segment, partial slots for split rows and
- * the log-sum-exp merge.
+ * the log-sum-exp merge.  Any plan bug (a tile dropped, duplicated or
+ * mis-masked, a slot mixed up) changes the output, so plans are tested on
+ * any machine against tsr_ref_attention.
  *
  * Non-finite inputs give what tsr_ref_attention gives (its header has the
  * rules): NaN flows through exp2 and the sums as in the kernels, only
  * selected columns enter the sums (a selected one even under p = 0, so
  * 0 * NaN counts), and a row that selected something but whose every score
  * was -inf is NaN, not the empty row's zeros.  A split row's NaN travels to
- * the merge as part_m = NaN (plan_layout.h).  Any plan bug (a tile dropped, duplicated or
- * mis-masked, a slot mixed up) changes the output, so plans are tested on
- * any machine against tsr_ref_attention.
+ * the merge as part_m = NaN (plan_layout.h).
  *
  * Cost: O(computed pairs x D) flops, single threaded; meant for tests and
  * `tessera run --backend cpu`, not for speed.  Memory: float32 copies of

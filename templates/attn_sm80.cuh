@@ -308,7 +308,8 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #pragma unroll
             for (int n = 0; n < ND; ++n) {
               const int d = n * 8 + (lane & 3) * 2;
-              *(unsigned *)(go + d) = none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
+              *(unsigned *)(go + d) =
+                  none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
             }
             if ((lane & 3) == 0 && p.lse)
               p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =

@@ -9,8 +9,9 @@
  * lse = (M + log2 L) ln 2; a row no slot selected anything for (every
  * m_s = -inf) gets zeros and lse = -inf.  A slot whose row is NaN has
  * m_s = NaN (the kernels' epilogues): fmaxf leaves it out of M, and its
- * weight 2^(NaN - M) makes L, o and lse NaN, as the reference's row is.  Cost: reads n_slots x BM x D floats a record,
- * a memory-bound pass much smaller than the attention itself.
+ * weight 2^(NaN - M) makes L, o and lse NaN, as the reference's row is.
+ * Cost: reads n_slots x BM x D floats a record, a memory-bound pass much
+ * smaller than the attention itself.
  */
 #ifndef TSR_MERGE_CUH
 #define TSR_MERGE_CUH
