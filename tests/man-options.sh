@@ -119,12 +119,17 @@ while :; do
     has "$sopts" "$o" || bad "$name --help describes $o, the synopsis of $name in $page does not give it"
     # "  --opt ARG  ..." takes a value; "  --opt  ..." is a flag
     if printf '%s\n' "$help" | grep -qE -- "^ +(-[A-Za-z], )?$o [^ ]"; then
-      run "$B/$bin" "$@" "$o" 1 --help >/dev/null 2>"$tmp/err"
+      probe="$o 1 --help"
     else
-      run "$B/$bin" "$@" "$o" --help >/dev/null 2>"$tmp/err"
+      probe="$o --help"
     fi
+    # shellcheck disable=SC2086
+    run "$B/$bin" "$@" $probe >/dev/null 2>"$tmp/err"
+    st=$?
     if grep -qiE 'unrecogni[sz]ed option|unknown option|invalid option' "$tmp/err"; then
       bad "$name does not accept $o, which its --help describes: $(head -n 1 "$tmp/err")"
+    elif [ "$st" -ge 124 ] || grep -qE 'Sanitizer|runtime error' "$tmp/err"; then
+      bad "$name $probe: exit $st, $(grep -m 1 -E 'Sanitizer|runtime error' "$tmp/err")"
     fi
   done
 done
