@@ -64,9 +64,10 @@ void cli_sub_help(FILE *f, const char *cmd, const cli_sub *subs, const cli_sub_o
     if (at < 0 && (opts->subs & all) != all) {
       size_t len = 0;
       for (i = 0; subs[i].name; i++)
-        if (opts->subs & (1u << i))
-          len += (size_t)snprintf(prefix + len, sizeof prefix - len, "%s%s", len ? "/" : "",
-                                  subs[i].name);
+        if (opts->subs & (1u << i)) {
+          snprintf(prefix + len, sizeof prefix - len, "%s%s", len ? "/" : "", subs[i].name);
+          len = strlen(prefix);
+        }
       snprintf(prefix + len, sizeof prefix - len, ": ");
     }
     put_opt(f, opts->name, opts->arg, prefix, opts->help);

@@ -2,12 +2,13 @@
 
 No compile step: the shared library is found through $TESSERA_LIBRARY, then
 the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
-running needs both.  Importing loads the library when it is found and
-compares the struct copies below with the library's (tsr_abi_sizeof): a
-binding and a library that disagree raise ImportError naming the struct.  Tensors are CUDA tensors (bf16 or fp16) shaped
+running needs both.  Tensors are CUDA tensors (bf16 or fp16) shaped
 [B, H, S, D] (SDPA) or [B, S, H, D] (most DiT code); the binding passes their
 pointers, strides and the current stream, so a call is asynchronous and can
-be captured in a CUDA graph once planned.
+be captured in a CUDA graph once planned.  Importing loads the library when
+it is found and compares the struct copies below with the library's
+(tsr_abi_sizeof): a binding and a library that disagree raise ImportError
+naming the struct and both sizes.
 
     import tessera
     ctx = tessera.Context()                          # device 0, embedded lookup table
@@ -32,8 +33,8 @@ the host.
 
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
-regime on the context and reuses it, so a step is planning kernels + attention on the
-current stream.  The regime is re-selected from the lookup table with the
+regime on the context and reuses it, so a step is planning kernels +
+attention on the current stream.  The regime is re-selected from the lookup table with the
 features the planner published for the previous completed step (density,
 row spread), so a shape's first step runs the automatic template.  A
 GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
@@ -297,12 +298,13 @@ _contexts_lock = threading.Lock()
 def default_context(device=None):
     """The context attention() uses when given none: one per device (the
     current CUDA device when None), created on first use and kept for the
-    process.  Thread-safe: concurrent first calls create one context."""
+    process (a closed one is replaced).  Thread-safe: concurrent first calls
+    create one context."""
     if device is None:
         device = _torch().cuda.current_device()
     with _contexts_lock:
         ctx = _contexts.get(device)
-        if ctx is None:
+        if ctx is None or not ctx._h:
             ctx = _contexts[device] = Context(device=device)
         return ctx
 
@@ -655,7 +657,6 @@ class _GpuTemplates:
         self.selected_by = _LEVELS.get(sel.level, "table") if gp else "fallback"
         self.cur = gp or self.auto
         return self.cur
-
 
     def close(self):
         for gp in [self.auto, *self.plans.values()]:

@@ -316,6 +316,11 @@ try:
     gc.collect()
     assert w_ctx() is None and w_tp() is None, "a context or its templates outlived the last reference"
     assert len(tessera._contexts) == 1 and len(created) == 3
+    # A closed default context is replaced, once.
+    d = tessera.default_context(tessera.NO_DEVICE)
+    d.close()
+    d2 = tessera.default_context(tessera.NO_DEVICE)
+    assert d2 is not d and d2._h and tessera.default_context(tessera.NO_DEVICE) is d2
 finally:
     tessera.GpuPlan, tessera.Context = real_gpuplan, real_context
 print("python-binding: attention() without a context: 1 context, 1 template per shape over 350 calls")
