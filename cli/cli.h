@@ -45,6 +45,24 @@ typedef struct {
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
               int argc, char **argv);
 void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
+/* The help of a command with subcommands (corpus, db), whose parsers are
+ * their own: each subcommand's synopsis ("DIR [--csv FILE]") and one-line
+ * description, ended by {NULL}; the options, ended by {NULL}, each with the
+ * subcommands that take it (bit i: subs[i]).  Prints the usage of `sub`
+ * with its options, or with sub NULL (or unknown) of every subcommand. */
+typedef struct {
+  const char *name;
+  const char *synopsis;
+  const char *help;
+} cli_sub;
+typedef struct {
+  const char *name;
+  const char *arg;
+  const char *help;
+  unsigned subs;
+} cli_sub_opt;
+void cli_sub_help(FILE *f, const char *cmd, const cli_sub *subs, const cli_sub_opt *opts,
+                  const char *sub);
 /* The block geometry (cli/blocks.c): uniform from `block` ("BQ[xBK]") over
  * sq x sk tokens, or variable from the .npy files `qblocks` and `kblocks`
  * (1-D int32/int64 block sizes), whose sums must then equal sq and sk unless

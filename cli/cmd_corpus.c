@@ -17,25 +17,28 @@
 
 #include "cli.h"
 
-static void usage(FILE *f)
+static const cli_sub corpus_subs[] = {
+    {"generate", "--preset NAME --out DIR [--seed N] [--limit N] [--jobs N]",
+     "synthesise masks of a preset into DIR (masks/, geom/, manifest.json)"},
+    {"stats", "DIR [--csv FILE]", "per-family counts, density, row-length spread and contiguity"},
+    {"list", "", "the presets"},
+    {NULL, NULL, NULL},
+};
+enum { SUB_GENERATE = 1u << 0, SUB_STATS = 1u << 1 };
+static const cli_sub_opt corpus_opts[] = {
+    {"--preset", "NAME", "'paper', 'demo' or a model name (see 'tessera corpus list')", SUB_GENERATE},
+    {"--out", "DIR", "output folder, created when missing", SUB_GENERATE},
+    {"--seed", "N", "corpus seed (default 1); same seed, same bytes", SUB_GENERATE},
+    {"--limit", "N", "write only the first N masks of the preset", SUB_GENERATE},
+    {"--jobs", "N", "worker threads, 1 to 64 (default 2)", SUB_GENERATE},
+    {"--csv", "FILE", "also write one row per (mask, head) to FILE", SUB_STATS},
+    {NULL, NULL, NULL, 0},
+};
+
+/* sub: "generate", "stats", "list", or NULL for all of them. */
+static void usage(FILE *f, const char *sub)
 {
-  fprintf(f,
-          "usage: tessera corpus generate --preset NAME --out DIR [--seed N] [--limit N] [--jobs N]\n"
-          "       tessera corpus stats DIR [--csv FILE]\n"
-          "       tessera corpus list\n"
-          "\n"
-          "  generate   synthesise masks of a preset into DIR (masks/, geom/, manifest.json)\n"
-          "  stats      per-family counts, density, row-length spread and contiguity\n"
-          "  list       the presets\n"
-          "\n"
-          "  --preset NAME  'paper', 'demo' or a model name (see 'tessera corpus list')\n"
-          "  --out DIR      output folder, created when missing\n"
-          "  --seed N       corpus seed (default 1); same seed, same bytes\n"
-          "  --limit N      write only the first N masks of the preset\n"
-          "  --jobs N       worker threads (default 2)\n"
-          "  --csv FILE     also write one row per (mask, head) to FILE\n"
-          "\n"
-          "See tessera-corpus(1).\n");
+  cli_sub_help(f, "corpus", corpus_subs, corpus_opts, sub);
 }
 
 typedef struct {
@@ -72,7 +75,7 @@ static int cmd_generate(int argc, char **argv)
   for (i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
+      usage(stdout, "generate");
       return CLI_OK;
     }
     if (!val) {
@@ -157,7 +160,7 @@ static int cmd_stats(int argc, char **argv)
 
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      usage(stdout, "stats");
       return CLI_OK;
     }
     if (!strcmp(argv[i], "--csv")) {
@@ -297,9 +300,17 @@ static int cmd_stats(int argc, char **argv)
   return rc;
 }
 
-static int cmd_list(void)
+static int cmd_list(int argc, char **argv)
 {
   int i;
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    usage(stdout, "list");
+    return CLI_OK;
+  }
+  if (argc > 1) {
+    cli_errorf("corpus", "list takes no arguments, got '%s'", argv[1]);
+    return CLI_USAGE;
+  }
   printf("presets:\n");
   for (i = 0; i < tsr_corpus_preset_count(); i++)
     printf("  %-20s %s\n", tsr_corpus_preset_name(i), tsr_corpus_preset_help(i));
@@ -309,11 +320,11 @@ static int cmd_list(void)
 int cmd_corpus(int argc, char **argv)
 {
   if (argc < 2) {
-    usage(stderr);
+    usage(stderr, NULL);
     return CLI_USAGE;
   }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-    usage(stdout);
+    usage(stdout, NULL);
     return CLI_OK;
   }
   if (!strcmp(argv[1], "generate"))
@@ -321,7 +332,7 @@ int cmd_corpus(int argc, char **argv)
   if (!strcmp(argv[1], "stats"))
     return cmd_stats(argc - 1, argv + 1);
   if (!strcmp(argv[1], "list"))
-    return cmd_list();
+    return cmd_list(argc - 1, argv + 1);
   cli_errorf("corpus", "unknown subcommand '%s' (generate, stats, list)", argv[1]);
   return CLI_USAGE;
 }

@@ -15,11 +15,24 @@
 
 #include "cli.h"
 
-static void usage(FILE *f)
+static const cli_sub db_subs[] = {
+    {"tables", "[--db FILE]", "one line per GPU table: rows, profiled masks, when it was built"},
+    {"show", "[--db FILE] [--gpu NAME] [--level N]",
+     "the lookup rows: region, plan, masks, regret and speed-up"},
+    {NULL, NULL, NULL},
+};
+enum { SUB_TABLES = 1u << 0, SUB_SHOW = 1u << 1 };
+static const cli_sub_opt db_opts[] = {
+    {"--db", "FILE", "the database to read (default: the embedded one)", SUB_TABLES | SUB_SHOW},
+    {"--gpu", "NAME", "only the rows of this GPU", SUB_SHOW},
+    {"--level", "N", "only the rows of this level, 0 to 2", SUB_SHOW},
+    {NULL, NULL, NULL, 0},
+};
+
+/* sub: "tables", "show", or NULL for both. */
+static void usage(FILE *f, const char *sub)
 {
-  fprintf(f, "usage: tessera db tables [--db FILE]\n"
-             "       tessera db show [--db FILE] [--gpu NAME] [--level N]\n"
-             "Without --db, the embedded default database is read.\n");
+  cli_sub_help(f, "db", db_subs, db_opts, sub);
 }
 
 static int tables(tsr_db *db)
@@ -113,12 +126,12 @@ int cmd_db(int argc, char **argv)
   tsr_db *db;
   int c, rc;
   if (argc < 2) {
-    usage(stderr);
+    usage(stderr, NULL);
     return CLI_USAGE;
   }
   sub = argv[1];
   if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-    usage(stdout);
+    usage(stdout, NULL);
     return CLI_OK;
   }
   if (strcmp(sub, "tables") && strcmp(sub, "show")) {
@@ -137,7 +150,7 @@ int cmd_db(int argc, char **argv)
         return CLI_USAGE;
       }
     } else if (c == 'h') {
-      usage(stdout);
+      usage(stdout, sub);
       return CLI_OK;
     } else
       return CLI_USAGE;

@@ -46,7 +46,7 @@ static const cli_opt plan_opts[] = {
     [O_DETAIL] = {"--detail", NULL, "with --json: include the task, tile, member, merge arrays"},
     [O_BENCH] = {"--bench", NULL, "time planning (median of repeated runs) per mask"},
     [O_SELECT] = {"--select", NULL, "tile, mapping and tasks from the lookup table (unless given)"},
-    [O_EXPLAIN] = {"--explain", NULL, "with --select: the mask's features, the table row hit, why"},
+    [O_EXPLAIN] = {"--explain", NULL, "select as --select does and print the features, the row hit, why"},
     [O_DB] = {"--db", "FILE", "lookup database for --select (default: the embedded one)"},
     [O_GPU] = {"--gpu", "NAME", "GPU whose table --select reads (default: the table's only GPU)"},
     {NULL, NULL, NULL},
@@ -58,7 +58,7 @@ static const char synopsis[] =
     "       --head-dim D [--heads N] [--heads-kv N] [--arch sm_90a] [--tile BMxBN]\n"
     "       [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack] [--split N]\n"
     "       [--sms N] [--verify] [--json [--detail]] [--bench]\n"
-    "       [--select [--explain] [--db FILE] [--gpu NAME]]";
+    "       [--select|--explain [--db FILE] [--gpu NAME]]";
 
 /* A positive integer option that fits an int (limit `max`); 0 on success. */
 static int int_opt(const char *val, const char *name, int64_t max, int64_t *out)
@@ -358,12 +358,11 @@ int cmd_plan(int argc, char **argv)
     cli_errorf("plan", "%s", err.text);
     goto done;
   }
-  if (val[O_EXPLAIN] && !val[O_SELECT]) {
-    cli_errorf("plan", "--explain needs --select");
-    goto done;
-  }
+  /* Explaining is explaining a selection: --explain selects. */
+  if (val[O_EXPLAIN])
+    val[O_SELECT] = val[O_EXPLAIN];
   if ((val[O_DB] || val[O_GPU]) && !val[O_SELECT]) {
-    cli_errorf("plan", "--db and --gpu need --select");
+    cli_errorf("plan", "--db and --gpu need --select or --explain");
     goto done;
   }
   if (val[O_SELECT] && select_plan(val, &p, m, &o, &explain))

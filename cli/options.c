@@ -15,16 +15,64 @@ static const cli_opt *find(const cli_opt *opts, const char *name, size_t len)
   return NULL;
 }
 
+/* One line of an options list: "  --name ARG   help" (prefix: "sub: "). */
+static void put_opt(FILE *f, const char *name, const char *arg, const char *prefix,
+                    const char *help)
+{
+  char left[64];
+  snprintf(left, sizeof left, "%s%s%s", name, arg ? " " : "", arg ? arg : "");
+  fprintf(f, "  %-24s %s%s\n", left, prefix, help);
+}
+
 void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts)
 {
   fprintf(f, "usage: tessera %s %s\n\noptions:\n", cmd, synopsis);
-  for (; opts->name; opts++) {
-    char left[64];
-    snprintf(left, sizeof left, "%s%s%s", opts->name, opts->arg ? " " : "",
-             opts->arg ? opts->arg : "");
-    fprintf(f, "  %-24s %s\n", left, opts->help);
+  for (; opts->name; opts++)
+    put_opt(f, opts->name, opts->arg, "", opts->help);
+  put_opt(f, "--help", NULL, "", "print this help and exit");
+  fprintf(f, "\nSee man tessera-%s(1).\n", cmd);
+}
+
+void cli_sub_help(FILE *f, const char *cmd, const cli_sub *subs, const cli_sub_opt *opts,
+                  const char *sub)
+{
+  unsigned all = 0, want;
+  int i, n = 0, at = -1;
+  for (i = 0; subs[i].name; i++) {
+    all |= 1u << i;
+    if (sub && !strcmp(sub, subs[i].name))
+      at = i;
   }
-  fprintf(f, "  %-24s %s\n", "--help", "print this help and exit");
+  want = at >= 0 ? 1u << at : all;
+  for (i = 0; subs[i].name; i++)
+    if (want & (1u << i))
+      fprintf(f, "%s tessera %s %s%s%s\n", n++ ? "      " : "usage:", cmd, subs[i].name,
+              subs[i].synopsis[0] ? " " : "", subs[i].synopsis);
+  if (at >= 0) {
+    fprintf(f, "\n%s\n", subs[at].help);
+  } else {
+    fprintf(f, "\ncommands:\n");
+    for (i = 0; subs[i].name; i++)
+      fprintf(f, "  %-10s %s\n", subs[i].name, subs[i].help);
+  }
+  fprintf(f, "\noptions:\n");
+  for (; opts->name; opts++) {
+    /* In the overview an option of some subcommands only names them. */
+    char prefix[64] = "";
+    if (!(opts->subs & want))
+      continue;
+    if (at < 0 && (opts->subs & all) != all) {
+      size_t len = 0;
+      for (i = 0; subs[i].name; i++)
+        if (opts->subs & (1u << i)) {
+          snprintf(prefix + len, sizeof prefix - len, "%s%s", len ? "/" : "", subs[i].name);
+          len = strlen(prefix);
+        }
+      snprintf(prefix + len, sizeof prefix - len, ": ");
+    }
+    put_opt(f, opts->name, opts->arg, prefix, opts->help);
+  }
+  put_opt(f, "--help", NULL, "", "print this help and exit");
   fprintf(f, "\nSee man tessera-%s(1).\n", cmd);
 }
 

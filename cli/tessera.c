@@ -70,9 +70,11 @@ int cli_parse_pair(const char *s, int64_t *a, int64_t *b)
 static void usage(FILE *f)
 {
   size_t i;
-  fprintf(f, "usage: tessera COMMAND [OPTIONS]\n\ncommands:\n");
+  fprintf(f, "usage: tessera COMMAND [OPTIONS]\n       tessera --help | --version\n\ncommands:\n");
   for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\noptions:\n  %-10s print this help and exit\n  %-10s print the version and exit\n",
+          "--help", "--version");
   fprintf(f, "\n'tessera COMMAND --help' describes a command; man tessera(1).\n");
 }
 

@@ -66,11 +66,32 @@ typedef struct {
   int verbose;
 } gen_t;
 
+static const char usage_line[] =
+    "usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR\n"
+    "       [-j|--jobs JOBS] [--targets LIST] [--list] [-v|--verbose]\n";
+
+/* --help: the usage and every option (man tessera-gen(1) says more). */
+static void help(FILE *f)
+{
+  fputs(usage_line, f);
+  fputs("\noptions:\n"
+        "  --catalog FILE       kernel catalog (gen/catalog.json)\n"
+        "  --templates DIR      folder of the kernel templates (*.cuh)\n"
+        "  --layout FILE        runtime/plan_layout.h, the plan records and kernel parameters\n"
+        "  --out DIR            bundle folder to write\n"
+        "  -j, --jobs JOBS      compiles at a time, 1 to 64 (default 2)\n"
+        "  --targets LIST       comma-separated subset of sm_80,sm_89,sm_90a,sm_100a,sm_120\n"
+        "  --list               print each catalog variant with the targets it fits, and exit\n"
+        "  -v, --verbose        print each compile and its NVRTC log\n"
+        "  --help               print this help and exit\n"
+        "\nSee man tessera-gen(1).\n",
+        f);
+}
+
 static void die_usage(const char *msg)
 {
   fprintf(stderr, "tessera-gen: %s\n", msg);
-  fprintf(stderr, "usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
-                  "[-j JOBS] [--targets LIST] [--list] [-v]\n");
+  fputs(usage_line, stderr);
   exit(2);
 }
 
@@ -636,8 +657,7 @@ int main(int argc, char **argv)
     }
     case 'v': g.verbose = 1; break;
     case 'h':
-      printf("usage: tessera-gen --catalog FILE --templates DIR --layout FILE --out DIR "
-             "[-j JOBS] [--targets LIST] [--list] [-v]\n");
+      help(stdout);
       return 0;
     default: die_usage("unknown option");
     }

@@ -2,7 +2,8 @@
 # Its modules form a small static library so the tests link the same code.
 noinst_LIBRARIES = profiler/libtsrprofile.a
 profiler_libtsrprofile_a_SOURCES = profiler/profile.h profiler/sweep.h \
-	profiler/build.c profiler/report.c profiler/png.c profiler/sweep.c
+	profiler/build.c profiler/report.c profiler/png.c profiler/sweep.c \
+	profiler/help.c
 profiler_libtsrprofile_a_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/profiler $(SQLITE_CFLAGS) \
 	$(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 

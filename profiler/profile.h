@@ -3,7 +3,7 @@
  * the sweep, the table derivation, the report and the tests.  Not installed.
  *
  * Prefixes: tsrp_sweep_* (sweep.c), tsrp_build_* (build.c), tsrp_eval_* and
- * tsrp_report_* (report.c), tsrp_png_* (png.c).
+ * tsrp_report_* (report.c), tsrp_png_* (png.c), tsrp_help (help.c).
  */
 #ifndef TSRP_PROFILE_H
 #define TSRP_PROFILE_H
@@ -130,5 +130,12 @@ void tsrp_png_text(tsrp_png_image *im, int x, int y, int scale, unsigned rgb, co
 /* Writes an 8-bit RGB PNG (zlib-compressed) atomically: through a
  * temporary file renamed into place, removed on any failure. */
 tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error *err);
+
+/* ---- Usage (help.c) ---------------------------------------------------- */
+
+/* Prints the usage of command `cmd` ("sweep", "build", ...) with its
+ * options, or with cmd NULL the overview of every command.  Returns 0, or
+ * -1 (nothing printed) for an unknown command. */
+int tsrp_help(FILE *f, const char *cmd);
 
 #endif

@@ -644,9 +644,7 @@ int tsrp_sweep_main(int argc, char **argv)
       if (!*optarg || *end || !(o.budget > 0) || !isfinite(o.budget)) goto bad;
       break;
     case 'h':
-      printf("usage: tessera-profile sweep --corpus DIR --db FILE [--device N] [--budget SECONDS]\n"
-             "       [--variants GLOB] [--split NAME] [--repeats N] [--warmup N] [--limit N]\n"
-             "       [--bundle DIR]\n");
+      tsrp_help(stdout, "sweep");
       return EXIT_OK;
     default:
       return EXIT_USAGE;

@@ -47,24 +47,6 @@ static int status_exit(tsr_status s)
              : EXIT_FAIL;
 }
 
-static const char *usage_text =
-    "usage: tessera-profile COMMAND [OPTIONS]\n"
-    "\n"
-    "commands:\n"
-    "  sweep   --corpus DIR --db FILE [--device N] [--budget SECONDS] [--variants GLOB]\n"
-    "          [--split NAME] [--repeats N] [--warmup N] [--limit N]\n"
-    "          time every eligible candidate plan of every mask on this GPU\n"
-    "  build   --db FILE [--gpu NAME] [--split NAME]\n"
-    "          derive the lookup table from the timings\n"
-    "  report  --db FILE --out DIR [--gpu NAME]\n"
-    "          selection quality, regime map and speed-ups (PNG, CSV)\n"
-    "  export  --db FILE [--gpu NAME] [--out FILE]\n"
-    "          the lookup table as SQL text (what db/h200.sql holds)\n"
-    "  init    --db FILE [--sql FILE]\n"
-    "          create a database holding the shipped tables (or FILE's SQL)\n"
-    "\n"
-    "man tessera-profile(1) describes every option.\n";
-
 /* ---- options ----------------------------------------------------------- */
 
 enum { O_DB, O_GPU, O_SPLIT, O_OUT, O_SQL, O_COUNT };
@@ -84,7 +66,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, unsigned allowed, 
   optind = 1;
   while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
     if (c == 'h') {
-      fputs(usage_text, stdout);
+      tsrp_help(stdout, cmd);
       return EXIT_OK;
     }
     if (c < 0 || c >= O_COUNT)
@@ -290,11 +272,11 @@ static int cmd_init(int argc, char **argv)
 int main(int argc, char **argv)
 {
   if (argc < 2) {
-    fputs(usage_text, stderr);
+    tsrp_help(stderr, NULL);
     return EXIT_USAGE;
   }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-    fputs(usage_text, stdout);
+    tsrp_help(stdout, NULL);
     return EXIT_OK;
   }
   if (!strcmp(argv[1], "--version")) {
@@ -312,6 +294,6 @@ int main(int argc, char **argv)
   if (!strcmp(argv[1], "init"))
     return cmd_init(argc - 1, argv + 1);
   fprintf(stderr, "tessera-profile: unknown command '%s'\n", argv[1]);
-  fputs(usage_text, stderr);
+  tsrp_help(stderr, NULL);
   return EXIT_USAGE;
 }

@@ -5,11 +5,18 @@ the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
 running needs both.  Tensors are CUDA tensors (bf16 or fp16) shaped
 [B, H, S, D] (SDPA) or [B, S, H, D] (most DiT code); the binding passes their
 pointers, strides and the current stream, so a call is asynchronous and can
-be captured in a CUDA graph once planned.
+be captured in a CUDA graph once planned.  Importing loads the library when
+it is found and compares the struct copies below with the library's
+(tsr_abi_sizeof): a binding and a library that disagree raise ImportError
+naming the struct and both sizes.
 
     import tessera
     ctx = tessera.Context()                          # device 0, embedded lookup table
     o = tessera.attention(q, k, v, block_mask, block=(128, 128), context=ctx)
+
+Without context=, attention() uses tessera.default_context(q's device): one
+context per device for the process, so repeated calls create nothing new.
+A context owns attention()'s GPU plan templates; closing it frees them.
 
 A host mask is planned with the plan the context's lookup table selects for
 its features (tile, mapping, task layout, variant; the automatic planner
@@ -26,8 +33,8 @@ the host.
 
 A CUDA mask is planned on the GPU, where it already is (no copy to the host,
 no synchronisation): attention() keeps one GpuPlan template per shape and
-regime and reuses it, so a step is planning kernels + attention on the
-current stream.  The regime is re-selected from the lookup table with the
+regime on the context and reuses it, so a step is planning kernels +
+attention on the current stream.  The regime is re-selected from the lookup table with the
 features the planner published for the previous completed step (density,
 row spread), so a shape's first step runs the automatic template.  A
 GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
@@ -45,9 +52,10 @@ make it (call once) before capturing a graph.
 import ctypes
 import ctypes.util
 import os
+import threading
 
-__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "last_selection", "library",
-           "NO_DEVICE"]
+__all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "default_context",
+           "last_selection", "library", "NO_DEVICE"]
 
 # ---- enums mirrored from tessera.h (keep in order) ------------------------
 DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
@@ -138,6 +146,30 @@ class _GpuPlanStats(ctypes.Structure):
 
 MASK_BYTES, MASK_BITS = 0, 1
 
+# The C struct each ctypes mirror above copies; library() compares their
+# sizes with the library's own (tsr_abi_sizeof) and refuses a mismatch.
+_MIRRORS = {"tsr_error": _Error, "tsr_problem": _Problem, "tsr_plan_opts": _PlanOpts,
+            "tsr_context_opts": _ContextOpts, "tsr_gpu_tensors": _GpuTensors,
+            "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
+            "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats}
+
+
+def _check_abi(lib, path):
+    """ImportError unless every mirror has the library's size for its struct:
+    a field added, removed or retyped on one side would otherwise shift every
+    field after it silently."""
+    fn = getattr(lib, "tsr_abi_sizeof", None)
+    if fn is None:
+        raise ImportError(f"{path} has no tsr_abi_sizeof: it is older than this tessera.py")
+    fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
+    for name, mirror in _MIRRORS.items():
+        want, got = fn(name.encode()), ctypes.sizeof(mirror)
+        if want == 0:
+            raise ImportError(f"{path} does not know struct {name} (tsr_abi_sizeof gives 0)")
+        if want != got:
+            raise ImportError(f"struct {name}: {want} bytes in {path}, {got} bytes in tessera.py's "
+                              f"copy ({mirror.__name__}): the binding and the library disagree")
+
 
 _lib = None
 
@@ -152,6 +184,7 @@ def library():
         raise TesseraError("libtessera not found: set TESSERA_LIBRARY to the path of "
                            "libtessera.so or install Tessera")
     lib = ctypes.CDLL(path)
+    _check_abi(lib, path)
     P, I64, I, V = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, None
     sigs = {
         "tsr_geom_uniform": (I, [I64, I64, I64, I64, ctypes.POINTER(P), P]),
@@ -223,6 +256,9 @@ class Context:
     no PyTorch) that selects and plans but cannot run."""
 
     def __init__(self, device=None, db=None, bundle=None):
+        # attention()'s GPU plan templates made with this context, by shape
+        # (_GpuTemplates): they live and die with it.
+        self._gpuplans = {}
         lib = library()
         if device != NO_DEVICE:
             torch = _torch()
@@ -244,11 +280,33 @@ class Context:
         self.table_rows = lib.tsr_select_rows(sel)
 
     def close(self):
+        # The templates' device buffers belong to this context: free them first.
+        templates, self._gpuplans = getattr(self, "_gpuplans", {}), {}
+        for tp in templates.values():
+            tp.close()
         if getattr(self, "_h", None):
             library().tsr_context_destroy(self._h)
             self._h = None
 
     __del__ = close
+
+
+_contexts = {}  # default_context(): device index -> Context, for the process
+_contexts_lock = threading.Lock()
+
+
+def default_context(device=None):
+    """The context attention() uses when given none: one per device (the
+    current CUDA device when None), created on first use and kept for the
+    process (a closed one is replaced).  Thread-safe: concurrent first calls
+    create one context."""
+    if device is None:
+        device = _torch().cuda.current_device()
+    with _contexts_lock:
+        ctx = _contexts.get(device)
+        if ctx is None or not ctx._h:
+            ctx = _contexts[device] = Context(device=device)
+        return ctx
 
 
 _DTYPES = {"torch.bfloat16": DT_BF16, "torch.float16": DT_F16}
@@ -600,6 +658,12 @@ class _GpuTemplates:
         self.cur = gp or self.auto
         return self.cur
 
+    def close(self):
+        for gp in [self.auto, *self.plans.values()]:
+            if gp is not None:
+                gp.close()
+        self.plans = {}
+
 
 def last_selection():
     """Where the plan of the latest attention() call came from:
@@ -618,21 +682,27 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     a CPU mask is planned on the host with the plan the lookup table selects
     for its features.  select=False: the automatic plan (template).  Giving
     tile, mapping or tasks plans as asked.  last_selection() says why."""
-    ctx = context or Context(device=q.device.index)
+    ctx = context if context is not None else default_context(q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
     open_choice = not any(x in plan_kw for x in ("tile", "mapping", "tasks", "split_tiles", "variant"))
     if block_mask.is_cuda and getattr(library(), "tsr_gpuplan_create", None) is not None:
         m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
-        key = (id(ctx), b, hq, hkv, sq, sk, d, _block_key(block), str(q.dtype), layout, scale,
+        # One template set per shape and options, held by the context: a
+        # request of a known shape allocates nothing.
+        key = (b, hq, hkv, sq, sk, d, _block_key(block), str(q.dtype), layout, scale,
                m.shape[0], m.shape[1], select, tuple(sorted(plan_kw.items())))
-        tp = _gpuplans.get(key)
+        tp = ctx._gpuplans.get(key)
         if tp is None:
             def make(**regime):
                 kw = dict(plan_kw, **regime)
                 return GpuPlan(ctx, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype, layout=layout,
                                scale=scale, mask_batch=m.shape[0], mask_heads=m.shape[1], **kw)
-            tp = _gpuplans[key] = _GpuTemplates(ctx, make, select and open_choice)
+            tp = _GpuTemplates(ctx, make, select and open_choice)
+            other = ctx._gpuplans.setdefault(key, tp)
+            if other is not tp:  # another thread made this shape's first
+                tp.close()
+                tp = other
         gp = tp.pick()
         _last_selection.update(selected_by=tp.selected_by if open_choice else "options",
                                selection=tp.selection)
@@ -650,10 +720,19 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
 
 
 _pending = []
-_gpuplans = {}  # GPU plan templates by shape (_GpuTemplates); kept for the process
 _last_selection = {"selected_by": None, "selection": None}
 
 
 def _reap():
     while _pending and _pending[0][2].query():
         _pending.pop(0)[0].close()
+
+
+# Loading the library here checks the struct mirrors against it, so a
+# binding and a library that disagree fail at import (ImportError).  A
+# library not found (or not loadable) yet is not an import error: library()
+# says what to set when first used.
+try:
+    library()
+except (TesseraError, OSError):
+    pass

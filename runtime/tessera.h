@@ -786,6 +786,16 @@ int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *gp, tsr_gpuplan_stats *s);
  * an estimate. */
 void tsr_gpuplan_features(const tsr_gpuplan *gp, const tsr_gpuplan_stats *s, tsr_features *f);
 
+/* ---- ABI (runtime/abi.c) ---------------------------------------------- */
+
+/* sizeof the public struct named `type_name` ("tsr_problem", "tsr_features",
+ * ...: every plain struct passed by pointer, tsr_error, tsr_problem,
+ * tsr_plan_opts, tsr_plan_summary, tsr_context_opts, tsr_gpu_tensors,
+ * tsr_features, tsr_region, tsr_selection, tsr_gpuplan_caps,
+ * tsr_gpuplan_stats), as this library was built; 0 for an unknown name or
+ * NULL.  Bindings that copy the structs compare their copies' sizes. */
+size_t tsr_abi_sizeof(const char *type_name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,13 @@ tests_check_ref_SOURCES = tests/check_ref.c tests/util.h
 tests_check_ref_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_ref_LDADD = $(TSR_CHECK_DEPS)
 tests_check_ref_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# tsr_abi_sizeof, what the Python binding checks its struct copies against
+check_PROGRAMS += tests/check_abi
+TESTS += tests/check_abi
+tests_check_abi_SOURCES = tests/check_abi.c
+tests_check_abi_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_abi_LDADD = $(TSR_CHECK_DEPS)
+tests_check_abi_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 check_PROGRAMS += tests/cli_attn
 tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
 tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
@@ -141,5 +148,5 @@ TESTS += tests/gpu_profile.sh
 EXTRA_DIST += tests/gpu_profile.sh
 
 # python binding
-TESTS += tests/python-binding.sh
-EXTRA_DIST += tests/python-binding.sh
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py

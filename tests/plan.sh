@@ -118,6 +118,22 @@ expect_ok "reason: table row 1 at level 2" --mask "$D/b6.npy" $S6
 expect_ok "selected: retain 128x64 row" --mask "$D/r6.npy" $S6
 expect_ok "row 1 (combine 128x128) skipped: its tile computes more masked-out pairs than the base plan's" --mask "$D/r6.npy" $S6
 }
+# --explain alone selects (man tessera-profile says `tessera plan --explain`):
+# the same selection, explanation and plan as --select --explain, text and JSON.
+S7="--block 128x64 --seq 8192 --head-dim 128 --explain --db $D/g.db"
+for m in b6 r6; do
+  for j in "" --json; do
+    # shellcheck disable=SC2086
+    "$T" plan --mask "$D/$m.npy" $S6 $j >"$D/sel.out" 2>&1 || bad "$m --select --explain $j: exit $?"
+    # shellcheck disable=SC2086
+    if "$T" plan --mask "$D/$m.npy" $S7 $j >"$D/exp.out" 2>&1; then
+      cmp -s "$D/sel.out" "$D/exp.out" || bad "$m: --explain $j differs from --select --explain $j"
+    else
+      bad "$m: --explain $j without --select exits $?: $(head -n 1 "$D/exp.out")"
+    fi
+  done
+done
+grep -q '"selection"' "$D/exp.out" || bad "--explain --json printed no selection"
 
 # --- rejected inputs exit 2 ----------------------------------------------------
 # shellcheck disable=SC2086

@@ -7,6 +7,13 @@
 # table): the embedded H200 table and a recorded one (a row written by
 # tessera-profile init), the renamed-variant fallback, selection off or
 # overridden, a bad database path; every selected plan verifies exactly.
+# The struct mirrors: importing checks each against tsr_abi_sizeof, and a
+# copy of the binding with any one mirror changed (or a library without
+# tsr_abi_sizeof) fails to import, naming the struct and both sizes.
+# attention() without a context: one default context per device (made once
+# under concurrent first calls), GPU plan templates cached on the context
+# (one per shape however many calls) and freed with it; run with stand-ins
+# for the tensors and for GpuPlan, which need a GPU.
 # Skips (77) without python3 or the shared library, and in the sanitizer build.
 top=${TSR_TOP_BUILDDIR:-.}
 src=${TSR_TOP_SRCDIR:-.}
@@ -22,7 +29,8 @@ fi
 # Names used before they are defined only fail when that line runs on a
 # GPU: pyflakes finds them here (installed by scripts/setup-common).
 if command -v pyflakes3 >/dev/null 2>&1; then
-  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/scripts/dev/*.py || exit 1
+  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/scripts/dev/*.py \
+    "$src/tests/gpu_python_leak.py" || exit 1
 else
   echo "python-binding: pyflakes3 not installed, lint skipped"
 fi
@@ -36,7 +44,7 @@ cols="gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, 
   echo "INSERT INTO lookup ($cols) VALUES ('NVIDIA H200', 'sm_90a', 132, 1, 2, 'bf16', 128, 64, 64, -1, -1, -1, -1, 'retain', 64, 64, 'row', 'tsr_sm90_bf16_d128_m64n64_s2_g2_pers_mb_tma64', 4, 0.01, 1.2);"
 } >"$tmp/rows.sql"
 "$top/tessera-profile" init --db "$tmp/t.db" --sql "$tmp/rows.sql" >/dev/null || exit 99
-export TSR_PY_BUNDLE="$top/bundle" TSR_PY_DB="$tmp/t.db"
+export TSR_PY_BUNDLE="$top/bundle" TSR_PY_DB="$tmp/t.db" TSR_PY_TMP="$tmp" TSR_PY_SRC="$src/python"
 TESSERA_LIBRARY=$lib PYTHONPATH=$src/python exec python3 - <<'PY'
 import math, random, sys
 import tessera
@@ -172,5 +180,149 @@ except tessera.TesseraError as e:
     assert db + ".missing" in str(e), str(e)
 else:
     raise AssertionError("a missing database was accepted")
+# ---- the struct mirrors against the library ---------------------------------
+MIRRORS = {"tsr_error": "_Error", "tsr_problem": "_Problem", "tsr_plan_opts": "_PlanOpts",
+           "tsr_context_opts": "_ContextOpts", "tsr_gpu_tensors": "_GpuTensors",
+           "tsr_plan_summary": "_Summary", "tsr_features": "_Features",
+           "tsr_selection": "_Selection", "tsr_gpuplan_caps": "_GpuPlanCaps",
+           "tsr_gpuplan_stats": "_GpuPlanStats"}
+lib.tsr_abi_sizeof.restype, lib.tsr_abi_sizeof.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
+for cname, pyname in MIRRORS.items():
+    assert lib.tsr_abi_sizeof(cname.encode()) == ctypes.sizeof(getattr(tessera, pyname)), cname
+assert lib.tsr_abi_sizeof(b"tsr_nothing") == 0 and lib.tsr_abi_sizeof(None) == 0
+import re, subprocess
+tmp, pysrc = os.environ["TSR_PY_TMP"], os.environ["TSR_PY_SRC"]
+text = open(os.path.join(pysrc, "tessera.py")).read()
+
+def import_copy(source, library, code="import tessera"):
+    """Runs `code` with `source` as tessera in a fresh interpreter; (exit, stderr)."""
+    d = os.path.join(tmp, "copy")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tessera.py"), "w") as f:
+        f.write(source)
+    env = dict(os.environ, PYTHONPATH=d, TESSERA_LIBRARY=library)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, r.stderr
+
+# The unchanged copy imports, and importing loaded (and so checked) the
+# library; one field more in any one mirror does not import.
+rc, err = import_copy(text, os.environ["TESSERA_LIBRARY"],
+                      "import sys, tessera; sys.exit(0 if tessera._lib is not None else 3)")
+assert rc == 0, (rc, err)
+for cname, pyname in MIRRORS.items():
+    head = "class %s(ctypes.Structure):\n    _fields_ = [" % pyname
+    assert text.count(head) == 1, head
+    rc, err = import_copy(text.replace(head, head + '("abi_probe", ctypes.c_uint64), '),
+                          os.environ["TESSERA_LIBRARY"])
+    want = lib.tsr_abi_sizeof(cname.encode())
+    got = re.search(r"ImportError: struct (\w+): (\d+) bytes in .*, (\d+) bytes in tessera.py's copy", err)
+    assert rc != 0 and got, (cname, rc, err[-400:])
+    probe = type("Probe", (ctypes.Structure,), {"_fields_": [("abi_probe", ctypes.c_uint64)] +
+                                                   getattr(tessera, pyname)._fields_})
+    assert (got[1], int(got[2]), int(got[3])) == (cname, want, ctypes.sizeof(probe)), (cname, got.groups())
+# A field dropped: the last of tsr_gpuplan_stats (an int, padded to 8 bytes).
+head = '("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64),\n                ("overflow", ctypes.c_int)]'
+assert text.count(head) == 1
+rc, err = import_copy(text.replace(head, '("slots", ctypes.c_int64), ("membership_words", ctypes.c_int64)]'),
+                      os.environ["TESSERA_LIBRARY"])
+assert rc != 0 and "struct tsr_gpuplan_stats: %d bytes" % lib.tsr_abi_sizeof(b"tsr_gpuplan_stats") in err, err[-400:]
+# A library without tsr_abi_sizeof (an older libtessera; here libm).
+rc, err = import_copy(text, ctypes.util.find_library("m") or "libm.so.6")
+assert rc != 0 and "has no tsr_abi_sizeof" in err, err[-400:]
+print("python-binding: every struct mirror checked at import; a changed mirror is refused")
+
+# ---- attention() without a context: one context per device, templates cached --
+import gc, threading, time, weakref
+os.environ["TESSERA_BUNDLE"] = bundle
+class Dev:
+    index = tessera.NO_DEVICE  # the default context of "device -1": host-only, no GPU
+class Fake:
+    """Just what attention() reads of a CUDA tensor before handing it on."""
+    def __init__(self, shape):
+        self.shape, self.is_cuda, self.device, self.dtype = tuple(shape), True, Dev(), "torch.bfloat16"
+    def dim(self):
+        return len(self.shape)
+    def stride(self):
+        st = [1]
+        for n in reversed(self.shape[1:]):
+            st.insert(0, st[0] * n)
+        return tuple(st)
+    def is_contiguous(self):
+        return True
+    def unsqueeze(self, i):
+        return Fake(self.shape[:i] + (1,) + self.shape[i:])
+made = []
+class FakeGpuPlan:
+    """GpuPlan's part in attention(): made per template, called per request."""
+    def __init__(self, ctx, *args, **kw):
+        self.ctx, self.args, self.calls, self.closed_with = ctx, args, 0, None
+        made.append(weakref.ref(self))
+    def __call__(self, q, k, v, mask, out=None, lse=None):
+        self.calls += 1
+        return "out"
+    def close(self):
+        if self.closed_with is None:  # was the context still open?
+            self.closed_with = bool(getattr(self.ctx, "_h", None))
+    __del__ = close
+created = []
+class CountingContext(tessera.Context):
+    def __init__(self, *a, **kw):
+        time.sleep(0.05)  # widen the window for concurrent first calls
+        created.append(1)
+        super().__init__(*a, **kw)
+real_gpuplan, real_context = tessera.GpuPlan, tessera.Context
+tessera.GpuPlan, tessera.Context = FakeGpuPlan, CountingContext
+try:
+    # Concurrent first calls make one default context.
+    tessera._contexts.pop(tessera.NO_DEVICE, None)
+    got, start = [], threading.Barrier(8)
+    def first():
+        start.wait()
+        got.append(tessera.default_context(tessera.NO_DEVICE))
+    threads = [threading.Thread(target=first) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(created) == 1 and len(got) == 8 and all(c is got[0] for c in got), (len(created), len(got))
+    ctx = got[0]
+    # Many calls of one shape: no new context, one template; a second shape, a second.
+    hq, sq, d, blk = 4, rng.randint(200, 3000), 128, rng.choice([64, 128])
+    nb = -(-sq // blk)
+    q, m = Fake((1, hq, sq, d)), Fake((hq, nb, nb))
+    for _ in range(300):
+        assert tessera.attention(q, q, q, m, block=(blk, blk), select=False) == "out"
+    assert len(created) == 1, f"{len(created)} contexts made by 300 calls"
+    assert len(made) == 1 and made[0]().calls == 300, (len(made), made[0]() and made[0]().calls)
+    assert len(ctx._gpuplans) == 1 and tessera.last_selection()["selected_by"] == "off"
+    q2 = Fake((1, hq, sq + 1, d))
+    m2 = Fake((hq, -(-(sq + 1) // blk), -(-(sq + 1) // blk)))
+    for _ in range(50):
+        tessera.attention(q2, q2, q2, m2, block=(blk, blk), select=False)
+    assert len(created) == 1 and len(made) == 2 and len(ctx._gpuplans) == 2, (len(created), len(made))
+    # Templates belong to their context: closed before it, gone with it.
+    own = tessera.Context(device=tessera.NO_DEVICE, bundle=bundle)
+    tessera.attention(q, q, q, m, block=(blk, blk), context=own, select=False)
+    tp = made[-1]()
+    assert len(made) == 3 and tp.ctx is own and len(own._gpuplans) == 1
+    own.close()
+    assert tp.closed_with is True, "a template was closed after its context, or not at all"
+    assert not own._gpuplans
+    own2 = tessera.Context(device=tessera.NO_DEVICE, bundle=bundle)
+    tessera.attention(q, q, q, m, block=(blk, blk), context=own2, select=False)
+    w_ctx, w_tp = weakref.ref(own2), made[-1]
+    del own, own2, tp
+    gc.collect()
+    assert w_ctx() is None and w_tp() is None, "a context or its templates outlived the last reference"
+    assert len(tessera._contexts) == 1 and len(created) == 3
+    # A closed default context is replaced, once.
+    d = tessera.default_context(tessera.NO_DEVICE)
+    d.close()
+    d2 = tessera.default_context(tessera.NO_DEVICE)
+    assert d2 is not d and d2._h and tessera.default_context(tessera.NO_DEVICE) is d2
+finally:
+    tessera.GpuPlan, tessera.Context = real_gpuplan, real_context
+print("python-binding: attention() without a context: 1 context, 1 template per shape over 350 calls")
 print("python-binding: ok")
 PY

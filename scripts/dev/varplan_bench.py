@@ -98,7 +98,7 @@ def main():
         sel = tessera.last_selection()
         # The template the request path used: its planning kernels alone,
         # and attention with its plan alone (CUDA events).
-        tp = [t for key, t in tessera._gpuplans.items() if key[7] == tessera._block_key(block)][0]
+        tp = [t for key, t in ctx._gpuplans.items() if key[6] == tessera._block_key(block)][0]
         gp = tp.cur
         t_gplan = events(lambda: gp.plan(mb))
         gp.plan(mb)
