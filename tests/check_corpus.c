@@ -849,9 +849,11 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(err.text, "not a tessera-corpus"), "%s", err.text);
 
-  /* A real manifest with one field removed, then a mask of the wrong shape. */
+  /* A real manifest with one field removed, then a mask of the wrong shape
+   * (generation refuses a folder holding something else: emptied first). */
   o.limit = 3;
   o.preset = "demo";
+  tu_rmtree(dir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);
   {
@@ -871,6 +873,7 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(err.text, "entry 1") && strstr(err.text, "'seq_q'"), "%s", err.text);
 
+  tu_rmtree(dir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_OK);
