@@ -998,11 +998,10 @@ static tsr_status check_target(const tsr_corpus_gen_opts *o, int64_t count, int 
   snprintf(what, sizeof what, "cannot use corpus folder '%s': incomplete, cannot read", dir);
   for (i = 0; i < count && st == TSR_OK; i++) {
     const tsr_corpus_entry *e = tsr_corpus_get(c, i);
-    st = tsr_in_check(e->file, what, err);
-    if (st == TSR_OK && e->q_sizes)
-      st = tsr_in_check(e->q_sizes, what, err);
-    if (st == TSR_OK && e->k_sizes)
-      st = tsr_in_check(e->k_sizes, what, err);
+    if (tsr_in_check(e->file, what, &probe) ||
+        (e->q_sizes && tsr_in_check(e->q_sizes, what, &probe)) ||
+        (e->k_sizes && tsr_in_check(e->k_sizes, what, &probe)))
+      st = tsr_error_set(err, TSR_ERR_INVALID, "%s", probe.text);
   }
   tsr_corpus_close(c);
   *reuse = st == TSR_OK;
