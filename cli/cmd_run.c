@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -173,6 +174,24 @@ static tsr_status choose_opts(const char **val, const tsr_problem *p, const tsr_
   return TSR_OK;
 }
 
+/* When an output is this process's standard output (--out /dev/stdout, or
+ * a FIFO that stdout also writes), the messages go to stderr instead, so
+ * the stream holds the .npy alone. */
+static void messages_off_stdout(const char *const *outputs, int n)
+{
+  struct stat so, sp;
+  int i;
+  if (fstat(STDOUT_FILENO, &so) != 0)
+    return;
+  for (i = 0; i < n; i++)
+    if (outputs[i] && stat(outputs[i], &sp) == 0 && sp.st_dev == so.st_dev &&
+        sp.st_ino == so.st_ino) {
+      fflush(stdout);
+      dup2(STDERR_FILENO, STDOUT_FILENO);
+      return;
+    }
+}
+
 static void print_plan(const char *backend, const tsr_plan *pl, const char *by)
 {
   tsr_plan_summary sum;
@@ -314,6 +333,7 @@ int cmd_run(int argc, char **argv)
     cli_errorf("run", "%s", err.text);
     goto done;
   }
+  messages_off_stdout((const char *const[]){val[O_OUT], val[O_LSE]}, 2);
   names[0] = val[O_Q], names[1] = val[O_K], names[2] = val[O_V];
   memset(&p, 0, sizeof p);
   if (tsr_npy_load(val[O_Q], &q, &err) || tsr_npy_load(val[O_K], &k, &err) ||

@@ -12,6 +12,9 @@
  *   a character device, FIFO   opened and written directly: there is nothing
  *                              to rename, and replacing /dev/stdout with a
  *                              regular file is what must never happen;
+ *   an open file, by /proc     what /dev/stdout names after "> f" or ">> f"
+ *                              (a link through /proc/self/fd): appended to,
+ *                              as the shell's descriptor would, not replaced;
  *   a folder (tsr_out_dir)     a temporary folder beside it, renamed onto it;
  *   anything else              refused, naming the path and what it is.
  *
@@ -134,12 +137,17 @@ static char *strip_copy(const char *p, size_t n)
 
 /* Follows the symbolic links from path to what they finally name: *out
  * (malloc'ed) and, when it exists (*exists = 1), its lstat in *sb.  A
- * relative link is taken from the folder of the link.  -1 with errno. */
-static int resolve(const char *path, char **out, struct stat *sb, int *exists)
+ * relative link is taken from the folder of the link.  *proc_fd (may be
+ * NULL) tells whether a link under /proc was followed (/dev/stdout ->
+ * /proc/self/fd/1): what it names is a file the process has open.  -1
+ * with errno. */
+static int resolve(const char *path, char **out, struct stat *sb, int *exists, int *proc_fd)
 {
   char *p = strip_copy(path, strlen(path)), buf[PATH_MAX];
   int hops;
   *out = NULL;
+  if (proc_fd)
+    *proc_fd = 0;
   for (hops = 0; p; hops++) {
     ssize_t n;
     char *slash, *next;
@@ -161,6 +169,8 @@ static int resolve(const char *path, char **out, struct stat *sb, int *exists)
     }
     if ((n = readlink(p, buf, sizeof buf - 1)) < 0)
       break;
+    if (proc_fd && !strncmp(p, "/proc/", 6))
+      *proc_fd = 1;
     buf[n] = '\0';
     slash = strrchr(p, '/');
     if (buf[0] == '/' || !slash) {
@@ -410,7 +420,7 @@ static tsr_status add_file(tsr_out *t, const char *path, int flags, int kind, ts
   out_entry *x;
   struct stat sb;
   char buf[PATH_MAX + 32];
-  int fd;
+  int fd, proc_fd;
   tsr_status st;
   if (!t || !path || !*path)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot write: no file name");
@@ -434,8 +444,22 @@ static tsr_status add_file(tsr_out *t, const char *path, int flags, int kind, ts
     }
     return TSR_OK;
   }
-  if (resolve(path, &x->target, &sb, &x->existed) != 0)
+  if (resolve(path, &x->target, &sb, &x->existed, &proc_fd) != 0)
     return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno)));
+  if (kind == E_FILE && proc_fd && x->existed && S_ISREG(sb.st_mode)) {
+    /* /dev/stdout redirected to a file: the shell's file, written where the
+     * shell writes (appended: "> f" made it empty, ">> f" keeps its start),
+     * not replaced by a new one. */
+    x->kind = E_DIRECT;
+    if ((fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY)) < 0 ||
+        !(x->f = fdopen(fd, "ab"))) {
+      if (fd >= 0)
+        close(fd);
+      return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path,
+                                  strerror(errno)));
+    }
+    return TSR_OK;
+  }
   if (x->existed && !S_ISREG(sb.st_mode))
     return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write '%s'%s: %s, not a regular file",
                                 path, via(x, buf, sizeof buf), tsr_file_kind(sb.st_mode)));
@@ -486,7 +510,7 @@ tsr_status tsr_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replace
   if (!(x = push(t, path)))
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot write folder '%s': out of memory", path);
   x->kind = E_DIR;
-  if (resolve(path, &x->target, &sb, &x->existed) != 0)
+  if (resolve(path, &x->target, &sb, &x->existed, NULL) != 0)
     return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write folder '%s': %s", path,
                                 strerror(errno)));
   if (x->existed) {
@@ -596,9 +620,10 @@ tsr_status tsr_out_commit(tsr_out *t, tsr_error *err)
   for (i = 0; i < t->n && st == TSR_OK; i++)
     if (put_in_place(&t->e[i], t->n > 1) != 0) {
       char buf[PATH_MAX + 32];
+      const char *why = strerror(errno);
       st = tsr_error_set(err, TSR_ERR_IO, "cannot write %s'%s'%s: %s",
                          t->e[i].kind == E_DIR ? "folder " : "", t->e[i].path,
-                         via(&t->e[i], buf, sizeof buf), strerror(errno));
+                         via(&t->e[i], buf, sizeof buf), why);
     }
   if (st != TSR_OK)
     for (i = t->n - 1; i >= 0; i--)

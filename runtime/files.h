@@ -11,8 +11,10 @@
  * a failure anywhere removes the temporaries and leaves every file that
  * existed before as it was.  A symbolic link is written through (the temp
  * goes beside the link's target, the link stays); a character device or a
- * FIFO (/dev/stdout, a pipe) is written directly; a directory or any other
- * non-regular file is never replaced.  Folders (a corpus, a report) are
+ * FIFO (/dev/stdout, a pipe) is written directly, and so is a file the
+ * process has open, named through /proc (/dev/stdout redirected to a file:
+ * appended to); a directory or any other non-regular file is never
+ * replaced.  Folders (a corpus, a report) are
  * built the same way: a temporary folder beside the target, renamed into
  * place when complete.
  *
@@ -69,8 +71,11 @@ typedef int (*tsr_out_replaceable)(const char *dir, void *ud);
 tsr_status tsr_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replaceable, void *ud,
                        const char **work, tsr_error *err);
 /* Closes every stream, then renames every temporary onto its target; on any
- * failure undoes what it had renamed and removes the temporaries.  Frees t
- * either way; t may be NULL after a failed begin (returns the error). */
+ * failure undoes what it had renamed and removes the temporaries.  (What
+ * went to a device, FIFO or open file cannot be taken back: add those
+ * after the regular files, so that a refused path fails before anything is
+ * written to them.)  Frees t either way; t may be NULL after a failed
+ * begin (returns the error). */
 tsr_status tsr_out_commit(tsr_out *t, tsr_error *err);
 /* Removes the temporaries and frees t (NULL is fine); targets are untouched. */
 void tsr_out_abort(tsr_out *t);

@@ -181,6 +181,35 @@ START_TEST(test_char_device)
 }
 END_TEST
 
+/* A file the process has open, named through /proc (/dev/stdout after
+ * "> f" or ">> f"): written where that open file writes, appended to it,
+ * never replaced by a new file. */
+START_TEST(test_proc_fd_appends)
+{
+  tu_rng r = {base_seed + 11};
+  unsigned char *head = rand_bytes(&r, 50), *data = rand_bytes(&r, 5000), *both;
+  char name[64];
+  struct stat before, after;
+  tsr_error err = {0};
+  int fd;
+  put(at("log"), head, 50);
+  fd = open(at("log"), O_WRONLY | O_APPEND);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(fstat(fd, &before), 0);
+  snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+  ck_assert_int_eq(tsr_out_write(name, data, 5000, &err), TSR_OK);
+  close(fd);
+  ck_assert_int_eq(stat(at("log"), &after), 0);
+  ck_assert_int_eq(before.st_ino, after.st_ino);
+  both = malloc(5050);
+  memcpy(both, head, 50);
+  memcpy(both + 50, data, 5000);
+  ck_assert(same(at("log"), both, 5050));
+  no_leftovers();
+  free(head), free(data), free(both);
+}
+END_TEST
+
 /* ---- refused targets ----------------------------------------------------- */
 
 START_TEST(test_directory_refused)
@@ -495,6 +524,7 @@ static Suite *files_suite(void)
   tcase_add_loop_test(tc, test_write_through_links, 0, 4);
   tcase_add_loop_test(tc, test_fifo_written_directly, 0, 3);
   tcase_add_test(tc, test_char_device);
+  tcase_add_test(tc, test_proc_fd_appends);
   tcase_add_test(tc, test_directory_refused);
   tcase_add_test(tc, test_new_only_and_same_file);
   tcase_add_loop_test(tc, test_failed_add_keeps_existing, 0, 4);

@@ -220,6 +220,15 @@ timeout 20 "$T" run $IN --out "$D/fifo.npy" >"$D/stdout" 2>"$D/stderr" || bad "r
 wait $reader || bad "the FIFO's reader got nothing (exit $?)"
 [ -p "$D/fifo.npy" ] || bad "--out FIFO replaced by a regular file"
 cmp -s "$D/from_fifo.npy" "$D/want.npy" || bad "the FIFO's reader did not get the output"
+# ... also when stdout writes the same FIFO (as with --out /dev/stdout | ...):
+# the messages go to stderr, the reader gets the .npy alone
+timeout 20 cat "$D/fifo.npy" >"$D/from_fifo.npy" &
+reader=$!
+# shellcheck disable=SC2086
+timeout 20 "$T" run $IN --out "$D/fifo.npy" >"$D/fifo.npy" 2>"$D/stderr" || bad "run --out FIFO >FIFO: exit $?: $(cat "$D/stderr")"
+wait $reader || bad "the FIFO's reader got nothing (exit $?)"
+cmp -s "$D/from_fifo.npy" "$D/want.npy" || bad "--out the FIFO stdout writes: not the .npy alone"
+grep -q "^ref: batch 1, .*wrote '$D/fifo.npy'" "$D/stderr" || bad "--out the FIFO stdout writes: no message on stderr"
 rm -f "$D/fifo.npy" "$D/from_fifo.npy"
 # a folder at --out: refused, kept
 mkdir "$D/dir.npy" && echo keep >"$D/dir.npy/keep"
