@@ -72,9 +72,8 @@ tsr_status tsr_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replace
                        const char **work, tsr_error *err);
 /* Closes every stream, then renames every temporary onto its target; on any
  * failure undoes what it had renamed and removes the temporaries.  (What
- * went to a device, FIFO or open file cannot be taken back: add those
- * after the regular files, so that a refused path fails before anything is
- * written to them.)  Frees t either way; t may be NULL after a failed
+ * goes to a device, FIFO or open file is written as it is produced and
+ * cannot be taken back.)  Frees t either way; t may be NULL after a failed
  * begin (returns the error). */
 tsr_status tsr_out_commit(tsr_out *t, tsr_error *err);
 /* Removes the temporaries and frees t (NULL is fine); targets are untouched. */
