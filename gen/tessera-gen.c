@@ -221,7 +221,7 @@ static int load_headers(gen_t *g, const char *tdir, const char *layout)
   struct dirent *de;
   char *names[MAX_HEADERS];
   tsr_error err = {0};
-  int n = 0, i;
+  int n = 0, i, k, untaken = 0;
   if (!d) {
     fprintf(stderr, "tessera-gen: cannot open templates folder '%s': %s\n", tdir, strerror(errno));
     return -1;
@@ -235,23 +235,30 @@ static int load_headers(gen_t *g, const char *tdir, const char *layout)
   qsort(names, (size_t)n, sizeof *names, cmp_str);
   g->hdr[0].name = strdup("plan_layout.h");
   g->hdr[0].text = read_text(layout, "cannot read plan layout", &err);
-  if (!g->hdr[0].text) {
-    fprintf(stderr, "tessera-gen: %s\n", err.text);
-    return -1;
-  }
+  if (!g->hdr[0].text)
+    goto fail;
   g->nhdr = 1;
   for (i = 0; i < n; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tdir, names[i]);
     g->hdr[g->nhdr].name = names[i];
+    untaken = i + 1;
     g->hdr[g->nhdr].text = read_text(path, "cannot read template", &err);
-    if (!g->hdr[g->nhdr].text) {
-      fprintf(stderr, "tessera-gen: %s\n", err.text);
-      return -1;
-    }
+    if (!g->hdr[g->nhdr].text)
+      goto fail;
     g->nhdr++;
   }
   return 0;
+fail:
+  fprintf(stderr, "tessera-gen: %s\n", err.text);
+  for (k = 0; k <= g->nhdr; k++) {
+    free(g->hdr[k].name);
+    free(g->hdr[k].text);
+  }
+  for (k = untaken; k < n; k++)
+    free(names[k]);
+  g->nhdr = 0;
+  return -1;
 }
 
 static int find_header(const gen_t *g, const char *name)
@@ -663,7 +670,10 @@ int main(int argc, char **argv)
     return 0;
   }
   if (!tdir || !layout || !g.out) die_usage("missing --templates, --layout or --out");
-  if (load_headers(&g, tdir, layout) != 0) return 2;
+  if (load_headers(&g, tdir, layout) != 0) {
+    tsr_catalog_free(&g.cat);
+    return 2;
+  }
   if (nvrtcVersion(&nmaj, &nmin) != NVRTC_SUCCESS) {
     fprintf(stderr, "tessera-gen: cannot query the NVRTC version\n");
     return 2;
