@@ -263,7 +263,7 @@ tsr_status tsr_npy_load(const char *path, tsr_array *out, tsr_error *err)
   /* stat before open: a FIFO or a device is refused, not waited on */
   f = tsr_in_open(path, "cannot open", err);
   if (!f)
-    return err && err->status ? err->status : TSR_ERR_IO;
+    return TSR_ERR_IO;
   if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
     s = tsr_error_set(err, TSR_ERR_IO, "cannot read '%s': not a regular file", path);
     goto done;
