@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "files.h"
 
 static const cli_sub corpus_subs[] = {
     {"generate", "--preset NAME --out DIR [--seed N] [--limit N] [--jobs N]",
@@ -126,8 +127,12 @@ static int cmd_generate(int argc, char **argv)
     cli_errorf("corpus", "%s", err.text);
     return CLI_USAGE;
   }
-  printf("wrote %" PRId64 " masks of preset '%s' (seed %" PRIu64 ") to %s\n", n, o.preset,
-         o.seed, o.out_dir);
+  if (n == 0)
+    printf("kept %s: it holds preset '%s' (seed %" PRIu64 ") already\n", o.out_dir, o.preset,
+           o.seed);
+  else
+    printf("wrote %" PRId64 " masks of preset '%s' (seed %" PRIu64 ") to %s\n", n, o.preset,
+           o.seed, o.out_dir);
   return CLI_OK;
 }
 
@@ -151,6 +156,7 @@ static int cmd_stats(int argc, char **argv)
   const char *dir = NULL, *csv = NULL;
   tsr_corpus *c = NULL;
   tsr_error err;
+  tsr_out *csv_out = NULL;
   FILE *cf = NULL;
   head_feat *hf = NULL;
   int64_t *fam_of = NULL, nh = 0, cap = 0, i, h, k;
@@ -189,9 +195,9 @@ static int cmd_stats(int argc, char **argv)
     return CLI_USAGE;
   }
   if (csv) {
-    cf = fopen(csv, "w");
-    if (!cf) {
-      cli_errorf("corpus", "cannot write '%s': %s", csv, strerror(errno));
+    if (tsr_out_begin(&csv_out, &err) || tsr_out_file(csv_out, csv, 0, &cf, &err)) {
+      cli_errorf("corpus", "%s", err.text);
+      tsr_out_abort(csv_out);
       tsr_corpus_close(c);
       return CLI_USAGE;
     }
@@ -290,9 +296,11 @@ static int cmd_stats(int argc, char **argv)
       free(cv);
     }
   }
-  if (cf && fclose(cf) != 0 && rc == CLI_OK) {
-    cli_errorf("corpus", "cannot write '%s': %s", csv, strerror(errno));
+  if (csv_out && rc == CLI_OK && tsr_out_commit(csv_out, &err) != TSR_OK) {
+    cli_errorf("corpus", "%s", err.text);
     rc = CLI_USAGE;
+  } else if (rc != CLI_OK) {
+    tsr_out_abort(csv_out); /* no CSV of half a corpus */
   }
   free(hf);
   free(fam_of);

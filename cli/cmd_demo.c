@@ -344,38 +344,27 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return remove(path);
 }
 
-/* Opens the demo corpus in dir, generating it there first when dir holds
- * no manifest (or one of another preset or seed). */
+/* Opens the demo corpus in dir: generated there when dir is new or empty,
+ * reused when it holds that complete corpus; anything else is refused by
+ * tsr_corpus_generate (named, left as it is). */
 static tsr_status open_corpus(const char *dir, uint64_t seed, tsr_corpus **out, tsr_error *err)
 {
   tsr_corpus_gen_opts go;
   int64_t n = 0;
   double t0;
   tsr_status s;
-  tsr_error probe = {0};
-  if (tsr_corpus_open(dir, out, &probe) == TSR_OK) {
-    if (!strcmp(tsr_corpus_preset(*out), "demo") && tsr_corpus_seed(*out) == seed) {
-      printf("corpus: reusing '%s' (preset demo, seed %llu, %lld masks)\n", dir,
-             (unsigned long long)seed, (long long)tsr_corpus_count(*out));
-      return TSR_OK;
-    }
-    s = tsr_error_set(err, TSR_ERR_INVALID,
-                      "corpus '%s' holds preset '%s' seed %llu, not preset 'demo' seed %llu "
-                      "(give another --corpus folder)",
-                      dir, tsr_corpus_preset(*out), (unsigned long long)tsr_corpus_seed(*out),
-                      (unsigned long long)seed);
-    tsr_corpus_close(*out);
-    *out = NULL;
-    return s;
-  }
   tsr_corpus_gen_opts_init(&go);
   go.preset = "demo", go.out_dir = dir, go.seed = seed, go.jobs = 2;
   t0 = now_ms();
-  if ((s = tsr_corpus_generate(&go, &n, err)))
+  if ((s = tsr_corpus_generate(&go, &n, err)) || (s = tsr_corpus_open(dir, out, err)))
     return s;
-  printf("corpus: generated preset demo (seed %llu) in '%s': %lld masks in %.0f ms\n",
-         (unsigned long long)seed, dir, (long long)n, now_ms() - t0);
-  return tsr_corpus_open(dir, out, err);
+  if (n == 0)
+    printf("corpus: reusing '%s' (preset demo, seed %llu, %lld masks)\n", dir,
+           (unsigned long long)seed, (long long)tsr_corpus_count(*out));
+  else
+    printf("corpus: generated preset demo (seed %llu) in '%s': %lld masks in %.0f ms\n",
+           (unsigned long long)seed, dir, (long long)n, now_ms() - t0);
+  return TSR_OK;
 }
 
 /* The families in the order the demo takes them: the first four cover

@@ -5,9 +5,10 @@
  * Everything the user hands in is checked here, before any work, with the
  * offending file named: tensors and mask are loaded, their sizes read into a
  * problem, the geometry built from the block sizes and the tensors' lengths,
- * and the mask checked against both.  Outputs are written atomically (the
- * library's .npy writer); if the second output fails the first is removed,
- * so a failed run leaves no result behind.  The plan of the cpu and gpu
+ * and the mask checked against both.  --out and --lse are the outputs of
+ * one transaction (runtime/files.h), opened before any work and renamed
+ * into place together at the end: a failed run leaves no result behind and
+ * every file that was there before as it was.  The plan of the cpu and gpu
  * backends is selected from the lookup table (the embedded default or
  * --db), as the library's request path does, unless the options fix it.
  * Cost: reading the inputs, the features of the mask and a table lookup
@@ -18,9 +19,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "files.h"
 
 enum {
   O_BACKEND, O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_Q, O_K, O_V, O_OUT, O_LSE, O_SCALE,
@@ -171,6 +174,24 @@ static tsr_status choose_opts(const char **val, const tsr_problem *p, const tsr_
   return TSR_OK;
 }
 
+/* When an output is this process's standard output (--out /dev/stdout, or
+ * a FIFO that stdout also writes), the messages go to stderr instead, so
+ * the stream holds the .npy alone. */
+static void messages_off_stdout(const char *const *outputs, int n)
+{
+  struct stat so, sp;
+  int i;
+  if (fstat(STDOUT_FILENO, &so) != 0)
+    return;
+  for (i = 0; i < n; i++)
+    if (outputs[i] && stat(outputs[i], &sp) == 0 && sp.st_dev == so.st_dev &&
+        sp.st_ino == so.st_ino) {
+      fflush(stdout);
+      dup2(STDERR_FILENO, STDOUT_FILENO);
+      return;
+    }
+}
+
 static void print_plan(const char *backend, const tsr_plan *pl, const char *by)
 {
   tsr_plan_summary sum;
@@ -246,6 +267,8 @@ int cmd_run(int argc, char **argv)
   const char *val[O_COUNT];
   const char *names[3];
   tsr_array q, k, v, out, lse;
+  tsr_out *outs = NULL;
+  FILE *fo = NULL, *fl = NULL;
   tsr_mask *m = NULL;
   tsr_geom *g = NULL;
   tsr_problem p;
@@ -305,6 +328,12 @@ int cmd_run(int argc, char **argv)
     return CLI_USAGE;
   }
 
+  if (tsr_out_begin(&outs, &err) || tsr_out_file(outs, val[O_OUT], 0, &fo, &err) ||
+      (val[O_LSE] && tsr_out_file(outs, val[O_LSE], 0, &fl, &err))) {
+    cli_errorf("run", "%s", err.text);
+    goto done;
+  }
+  messages_off_stdout((const char *const[]){val[O_OUT], val[O_LSE]}, 2);
   names[0] = val[O_Q], names[1] = val[O_K], names[2] = val[O_V];
   memset(&p, 0, sizeof p);
   if (tsr_npy_load(val[O_Q], &q, &err) || tsr_npy_load(val[O_K], &k, &err) ||
@@ -362,12 +391,14 @@ int cmd_run(int argc, char **argv)
       goto done;
     }
   }
-  if (tsr_npy_save(val[O_OUT], &out, &err)) {
-    cli_errorf("run", "%s", err.text);
-    goto done;
+  s = tsr_npy_write(fo, val[O_OUT], &out, &err);
+  if (s == TSR_OK && val[O_LSE])
+    s = tsr_npy_write(fl, val[O_LSE], &lse, &err);
+  if (s == TSR_OK) {
+    s = tsr_out_commit(outs, &err);
+    outs = NULL;
   }
-  if (val[O_LSE] && tsr_npy_save(val[O_LSE], &lse, &err)) {
-    unlink(val[O_OUT]); /* no half of a result */
+  if (s != TSR_OK) {
     cli_errorf("run", "%s", err.text);
     goto done;
   }
@@ -379,6 +410,7 @@ int cmd_run(int argc, char **argv)
          val[O_LSE] ? " and '" : "", val[O_LSE] ? val[O_LSE] : "", val[O_LSE] ? "'" : "");
   rc = CLI_OK;
 done:
+  tsr_out_abort(outs);
   tsr_npy_free(&q), tsr_npy_free(&k), tsr_npy_free(&v);
   tsr_npy_free(&out), tsr_npy_free(&lse);
   tsr_mask_destroy(m);

@@ -4,6 +4,7 @@
  * small arrays; the cost is the JSON parse.
  */
 #include "catalog.h"
+#include "files.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -233,13 +234,13 @@ tsr_status tsr_catalog_parse(const char *text, const char *label, tsr_catalog *o
 
 tsr_status tsr_catalog_load(const char *path, tsr_catalog *out, tsr_error *err)
 {
-  FILE *f = fopen(path, "rb");
+  FILE *f;
   char *buf = NULL;
   long n;
   tsr_status st;
 
   memset(out, 0, sizeof *out);
-  if (!f) return tsr_error_set(err, TSR_ERR_IO, "cannot read catalog '%s': %s", path, strerror(errno));
+  if (!(f = tsr_in_open(path, "cannot read catalog", err))) return TSR_ERR_IO;
   if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
     fclose(f);
     return tsr_error_set(err, TSR_ERR_IO, "cannot read catalog '%s': cannot seek", path);

@@ -23,6 +23,7 @@
  */
 #include "bundle.h"
 #include "catalog.h"
+#include "files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -95,18 +96,22 @@ static void die_usage(const char *msg)
   exit(2);
 }
 
-static char *read_text(const char *path)
+/* The whole of a regular file (a FIFO or a folder is refused, not read),
+ * or NULL with the reason in err (may be NULL), "<what> 'path': why". */
+static char *read_text(const char *path, const char *what, tsr_error *err)
 {
-  FILE *f = fopen(path, "rb");
+  FILE *f = tsr_in_open(path, what, err);
   char *buf;
   long n;
   if (!f) return NULL;
   if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
       !(buf = malloc((size_t)n + 1))) {
+    tsr_error_set(err, TSR_ERR_IO, "%s '%s': %s", what ? what : "cannot read", path, strerror(errno));
     fclose(f);
     return NULL;
   }
   if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    tsr_error_set(err, TSR_ERR_IO, "%s '%s': short read", what ? what : "cannot read", path);
     fclose(f);
     free(buf);
     return NULL;
@@ -116,29 +121,21 @@ static char *read_text(const char *path)
   return buf;
 }
 
-/* Writes `len` bytes to path through a temporary file and rename(2). */
+/* Writes `len` bytes to path as one output transaction (files.h: a
+ * temporary beside the target, renamed onto it; links written through);
+ * says why on stderr when it cannot. */
 static int write_atomic(const char *path, const void *data, size_t len)
 {
-  char tmp[4096];
-  FILE *f;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  f = fopen(tmp, "wb");
-  if (!f) return -1;
-  if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
-    unlink(tmp);
-    return -1;
-  }
-  if (rename(tmp, path) != 0) {
-    unlink(tmp);
-    return -1;
-  }
-  return 0;
+  tsr_error err = {0};
+  if (tsr_out_write(path, data, len, &err) == TSR_OK) return 0;
+  fprintf(stderr, "tessera-gen: %s\n", err.text);
+  return -1;
 }
 
 /* Writes only when the content differs, so make sees no change otherwise. */
 static int write_if_changed(const char *path, const char *text)
 {
-  char *old = read_text(path);
+  char *old = read_text(path, NULL, NULL);
   int same = old && strcmp(old, text) == 0;
   free(old);
   return same ? 0 : write_atomic(path, text, strlen(text));
@@ -244,7 +241,8 @@ static int load_headers(gen_t *g, const char *tdir, const char *layout)
   DIR *d = opendir(tdir);
   struct dirent *de;
   char *names[MAX_HEADERS];
-  int n = 0, i;
+  tsr_error err = {0};
+  int n = 0, i, k, untaken = 0;
   if (!d) {
     fprintf(stderr, "tessera-gen: cannot open templates folder '%s': %s\n", tdir, strerror(errno));
     return -1;
@@ -257,24 +255,31 @@ static int load_headers(gen_t *g, const char *tdir, const char *layout)
   closedir(d);
   qsort(names, (size_t)n, sizeof *names, cmp_str);
   g->hdr[0].name = strdup("plan_layout.h");
-  g->hdr[0].text = read_text(layout);
-  if (!g->hdr[0].text) {
-    fprintf(stderr, "tessera-gen: cannot read plan layout '%s': %s\n", layout, strerror(errno));
-    return -1;
-  }
+  g->hdr[0].text = read_text(layout, "cannot read plan layout", &err);
+  if (!g->hdr[0].text)
+    goto fail;
   g->nhdr = 1;
   for (i = 0; i < n; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tdir, names[i]);
     g->hdr[g->nhdr].name = names[i];
-    g->hdr[g->nhdr].text = read_text(path);
-    if (!g->hdr[g->nhdr].text) {
-      fprintf(stderr, "tessera-gen: cannot read template '%s': %s\n", path, strerror(errno));
-      return -1;
-    }
+    untaken = i + 1;
+    g->hdr[g->nhdr].text = read_text(path, "cannot read template", &err);
+    if (!g->hdr[g->nhdr].text)
+      goto fail;
     g->nhdr++;
   }
   return 0;
+fail:
+  fprintf(stderr, "tessera-gen: %s\n", err.text);
+  for (k = 0; k <= g->nhdr; k++) {
+    free(g->hdr[k].name);
+    free(g->hdr[k].text);
+  }
+  for (k = untaken; k < n; k++)
+    free(names[k]);
+  g->nhdr = 0;
+  return -1;
 }
 
 static int find_header(const gen_t *g, const char *name)
@@ -463,13 +468,15 @@ static void finish_job(const gen_t *g, job_t *j, int status)
             WTERMSIG(status), strsignal(WTERMSIG(status)), name, arch);
     j->state = J_FAILED;
   } else if (WEXITSTATUS(status) != 0) {
-    char *log = read_text(lpath);
+    char *log = read_text(lpath, NULL, NULL);
     fprintf(stderr, "tessera-gen: cannot compile variant '%s' for %s (exit %d); NVRTC log:\n%s\n",
             name, arch, WEXITSTATUS(status), log && *log ? log : "(empty)");
     free(log);
     j->state = J_FAILED;
-  } else if (rename(part, cub) != 0 || write_atomic(hpath, j->hash, 16) != 0) {
+  } else if (rename(part, cub) != 0) {
     fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", cub, strerror(errno));
+    j->state = J_FAILED;
+  } else if (write_atomic(hpath, j->hash, 16) != 0) {
     j->state = J_FAILED;
   } else {
     const char *cache = getenv("TESSERA_GEN_CACHE");
@@ -481,7 +488,7 @@ static void finish_job(const gen_t *g, job_t *j, int status)
         fprintf(stderr, "tessera-gen: warning: cannot store '%s' in the cache '%s'\n", name, cache);
     }
     if (g->verbose) {
-      char *log = read_text(lpath);
+      char *log = read_text(lpath, NULL, NULL);
       printf("tessera-gen: compiled %s for %s%s%s", name, arch, log && *log ? ":\n" : "\n",
              log ? log : "");
       free(log);
@@ -500,7 +507,7 @@ static int try_reuse(const gen_t *g, job_t *j)
   int ok;
   path_of(g, j, ".cubin", cub, sizeof cub);
   path_of(g, j, ".hash", hpath, sizeof hpath);
-  old = read_text(hpath);
+  old = read_text(hpath, NULL, NULL);
   ok = old && strcmp(old, j->hash) == 0 && stat(cub, &st) == 0 && st.st_size > 0;
   free(old);
   if (ok) return 1;
@@ -683,7 +690,10 @@ int main(int argc, char **argv)
     return 0;
   }
   if (!tdir || !layout || !g.out) die_usage("missing --templates, --layout or --out");
-  if (load_headers(&g, tdir, layout) != 0) return 2;
+  if (load_headers(&g, tdir, layout) != 0) {
+    tsr_catalog_free(&g.cat);
+    return 2;
+  }
   if (nvrtcVersion(&nmaj, &nmin) != NVRTC_SUCCESS) {
     fprintf(stderr, "tessera-gen: cannot query the NVRTC version\n");
     return 2;
@@ -742,10 +752,8 @@ int main(int argc, char **argv)
       return 2;
     }
     snprintf(spath, sizeof spath, "%s/src/%s.cu", g.out, e->name);
-    if (write_if_changed(spath, g.src[i]) != 0) {
-      fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", spath, strerror(errno));
+    if (write_if_changed(spath, g.src[i]) != 0)
       return 2;
-    }
     for (a = 0; a < TSR_N_ARCHS; a++)
       if (fit & (1u << a)) queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
   }
@@ -763,10 +771,8 @@ int main(int argc, char **argv)
   {
     char spath[4096];
     snprintf(spath, sizeof spath, "%s/src/%s.cu", g.out, PLANNER_NAME);
-    if (write_if_changed(spath, g.src[g.cat.n]) != 0) {
-      fprintf(stderr, "tessera-gen: cannot write '%s': %s\n", spath, strerror(errno));
+    if (write_if_changed(spath, g.src[g.cat.n]) != 0)
       return 2;
-    }
   }
   for (a = 0; a < TSR_N_ARCHS; a++)
     if (targets & (1u << a)) queue_job(&g, &jobs[njobs++], g.cat.n, a, &reused, &done);
@@ -807,7 +813,7 @@ int main(int argc, char **argv)
     return 1;
   }
   if (write_registry(&g, jobs, njobs) != 0) {
-    fprintf(stderr, "tessera-gen: cannot write '%s/registry.json': %s\n", g.out, strerror(errno));
+    fprintf(stderr, "tessera-gen: bundle registry not written\n");
     return 1;
   }
   printf("tessera-gen: %zu variants, %zu cubins (%d compiled, %d reused) with NVRTC %s in %.1f s\n",

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "files.h"
 #include "profile.h"
 
 tsr_status tsrp_png_new(tsrp_png_image *im, int w, int h, tsr_error *err)
@@ -128,15 +129,14 @@ tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error 
   size_t row, raw_n;
   uLongf z_n;
   unsigned char ihdr[13], *raw = NULL, *z = NULL;
-  char tmp[1100];
+  tsr_out *t = NULL;
   FILE *f = NULL;
-  int y, zrc, fail = 0, e = 0;
+  tsr_status s;
+  int y, zrc;
   if (!im || !im->px || im->w <= 0 || im->h <= 0)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot write image '%s': no pixels", path);
   row = (size_t)im->w * 3 + 1;
   raw_n = row * (size_t)im->h; /* at most 8192 x 24577 bytes: fits uLong */
-  if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot write image '%s': path too long", path);
   /* Filter byte 0 (none) before each row. */
   raw = malloc(raw_n);
   z_n = compressBound((uLong)raw_n);
@@ -164,31 +164,16 @@ tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error 
   ihdr[10] = 0; /* deflate */
   ihdr[11] = 0; /* adaptive filtering */
   ihdr[12] = 0; /* no interlace */
-  /* The whole file goes to a temporary name and is renamed into place, so
-   * a failure at any point leaves no partial image at `path`. */
-  f = fopen(tmp, "wb");
-  if (!f) {
-    fail = 1;
-    e = errno;
-  } else {
-    fail = fwrite(sig, 1, 8, f) != 8 || chunk(f, "IHDR", ihdr, 13) || chunk(f, "IDAT", z, z_n) ||
-           chunk(f, "IEND", NULL, 0);
-    if (fail)
-      e = errno;
-    if (fclose(f) != 0 && !fail) {
-      fail = 1;
-      e = errno;
-    }
-    if (!fail && rename(tmp, path) != 0) {
-      fail = 1;
-      e = errno;
-    }
-    if (fail)
-      unlink(tmp);
-  }
+  /* An output transaction of one file (files.h): a failure at any point
+   * leaves no partial image at `path`. */
+  if ((s = tsr_out_begin(&t, err)) == TSR_OK && (s = tsr_out_file(t, path, 0, &f, err)) == TSR_OK &&
+      (fwrite(sig, 1, 8, f) != 8 || chunk(f, "IHDR", ihdr, 13) || chunk(f, "IDAT", z, z_n) ||
+       chunk(f, "IEND", NULL, 0)))
+    s = tsr_error_set(err, TSR_ERR_IO, "cannot write image '%s': %s", path, strerror(errno));
   free(z);
-  if (fail)
-    return tsr_error_set(err, TSR_ERR_IO, "cannot write image '%s': %s", path,
-                         e ? strerror(e) : "write failed");
-  return TSR_OK;
+  if (s != TSR_OK) {
+    tsr_out_abort(t);
+    return s;
+  }
+  return tsr_out_commit(t, err);
 }

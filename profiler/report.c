@@ -7,9 +7,12 @@
  * sweep, same GPU) and with the direct plan (the base plan: retain where the
  * geometry allows).  The report writes selection.csv (one line a mask),
  * regime.png (which plan wins where, by density and 128x128 fill) and
- * speedup.png (geometric-mean speed-ups per mask family).  Cost: one pass
- * over the timings; the PNGs are 8 to 15 KB each (zlib).
+ * speedup.png (geometric-mean speed-ups per mask family), into a temporary
+ * folder beside --out that is renamed onto it when complete (files.h): a
+ * failure leaves no report folder, or the previous report as it was.
+ * Cost: one pass over the timings; the PNGs are 8 to 15 KB each (zlib).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -18,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "profile.h"
 
 static void plan_text(const tsrp_dataset *ds, int64_t plan_id, char *buf, size_t n)
@@ -319,29 +323,6 @@ static tsr_status draw_speedup(tsr_db *db, const tsrp_dataset *ds, const char *p
   return s;
 }
 
-/* Opens `path`'s temporary file for writing (tmp receives its name). */
-static tsr_status tmp_open(const char *path, char *tmp, size_t n, FILE **f, tsr_error *err)
-{
-  snprintf(tmp, n, "%s.tmp", path);
-  if (!(*f = fopen(tmp, "w")))
-    return tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  return TSR_OK;
-}
-
-/* Closes the temporary file and renames it to path when s is TSR_OK;
- * else (or when closing or renaming fails) removes it. */
-static tsr_status tmp_commit(FILE *f, const char *tmp, const char *path, tsr_status s,
-                             tsr_error *err)
-{
-  if (fclose(f) != 0 && s == TSR_OK)
-    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s'", tmp);
-  if (s == TSR_OK && rename(tmp, path) != 0)
-    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-  if (s != TSR_OK)
-    unlink(tmp);
-  return s;
-}
-
 /* summary.csv: the figures of all masks and of the sparse ones. */
 static void write_summary(FILE *f, const char *gpu, const char *split, const tsrp_eval_stats *st)
 {
@@ -354,19 +335,61 @@ static void write_summary(FILE *f, const char *gpu, const char *split, const tsr
           st->sparse_geo_speedup, st->sparse_geo_best_speedup);
 }
 
+static const char *const report_files[] = {"selection.csv", "summary.csv", "regime.png",
+                                           "speedup.png"};
+
+/* A folder holding nothing but report files (a previous report) is
+ * replaced as a whole; any other non-empty folder is refused. */
+static int is_report(const char *dir, void *ud)
+{
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int ok = d != NULL;
+  size_t k;
+  (void)ud;
+  while (ok && (e = readdir(d))) {
+    int known = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    for (k = 0; k < sizeof report_files / sizeof *report_files; k++)
+      known |= !strcmp(e->d_name, report_files[k]);
+    ok = known;
+  }
+  if (d)
+    closedir(d);
+  return ok;
+}
+
+/* selection.csv and summary.csv in the report's folder `work`. */
+static tsr_status write_csvs(const char *work, tsr_db *db, const char *gpu, int sms,
+                             const char *split, tsrp_eval_stats *st, tsr_error *err)
+{
+  char sel[1200], sum[1200];
+  tsr_out *t;
+  FILE *fs, *fm;
+  tsr_status s;
+  snprintf(sel, sizeof sel, "%s/selection.csv", work);
+  snprintf(sum, sizeof sum, "%s/summary.csv", work);
+  if ((s = tsr_out_begin(&t, err)) != TSR_OK)
+    return s;
+  if ((s = tsr_out_file(t, sel, 0, &fs, err)) == TSR_OK &&
+      (s = tsr_out_file(t, sum, 0, &fm, err)) == TSR_OK &&
+      (s = tsrp_eval_run(db, gpu, sms, split, fs, st, err)) == TSR_OK) {
+    write_summary(fm, gpu, split, st);
+    return tsr_out_commit(t, err);
+  }
+  tsr_out_abort(t);
+  return s;
+}
+
 tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
                              tsr_error *err)
 {
-  char name[128], path[1200], tmp[1300];
+  char name[128], path[1200];
   int sms = 0;
   tsrp_dataset prof, ev;
   tsrp_eval_stats st;
-  const char *split = "eval";
-  FILE *csv;
+  const char *split = "eval", *work = NULL;
+  tsr_out *t = NULL;
   tsr_status s;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return tsr_error_set(err, TSR_ERR_IO, "cannot create report folder '%s': %s", dir,
-                         strerror(errno));
   if ((s = pick_gpu(db, gpu, name, sizeof name, &sms, err)) != TSR_OK)
     return s;
   if ((s = tsrp_build_load(db, name, sms, "profile", &prof, err)) != TSR_OK)
@@ -377,19 +400,20 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
   }
   if (ev.measurements == 0)
     split = "profile"; /* no evaluation sweep: report on the profiling masks */
-  snprintf(path, sizeof path, "%s/selection.csv", dir);
-  if ((s = tmp_open(path, tmp, sizeof tmp, &csv, err)) != TSR_OK)
+  if ((s = tsr_out_begin(&t, err)) != TSR_OK ||
+      (s = tsr_out_dir(t, dir, is_report, NULL, &work, err)) != TSR_OK)
     goto done;
-  s = tsrp_eval_run(db, name, sms, split, csv, &st, err);
-  if ((s = tmp_commit(csv, tmp, path, s, err)) != TSR_OK)
+  if ((s = write_csvs(work, db, name, sms, split, &st, err)) != TSR_OK)
     goto done;
-  snprintf(path, sizeof path, "%s/summary.csv", dir);
-  if ((s = tmp_open(path, tmp, sizeof tmp, &csv, err)) != TSR_OK)
+  snprintf(path, sizeof path, "%s/regime.png", work);
+  if ((s = draw_regime(&prof, path, err)) != TSR_OK)
     goto done;
-  write_summary(csv, name, split, &st);
-  if ((s = tmp_commit(csv, tmp, path, ferror(csv) ? TSR_ERR_IO : TSR_OK, err)) != TSR_OK)
+  snprintf(path, sizeof path, "%s/speedup.png", work);
+  if ((s = draw_speedup(db, ev.measurements ? &ev : &prof, path, err)) != TSR_OK)
     goto done;
-  if (log)
+  s = tsr_out_commit(t, err);
+  t = NULL;
+  if (s == TSR_OK && log)
     fprintf(log,
             "%s (%d SMs), %s split: %lld masks (%lld not timed for the selected plan), "
             "%lld from the table\n"
@@ -403,12 +427,8 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
             st.geo_best_speedup, TSRP_SPARSE_DENSITY, (long long)st.sparse_masks,
             (long long)st.masks, 100 * st.sparse_within5, 100 * st.sparse_geo_regret,
             st.sparse_geo_speedup, st.sparse_geo_best_speedup);
-  snprintf(path, sizeof path, "%s/regime.png", dir);
-  if ((s = draw_regime(&prof, path, err)) != TSR_OK)
-    goto done;
-  snprintf(path, sizeof path, "%s/speedup.png", dir);
-  s = draw_speedup(db, ev.measurements ? &ev : &prof, path, err);
 done:
+  tsr_out_abort(t);
   tsrp_build_free(&prof);
   tsrp_build_free(&ev);
   return s;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "files.h"
 #include "profile.h"
 #include "sweep.h"
 
@@ -155,9 +156,9 @@ static int cmd_report(int argc, char **argv)
 static int cmd_export(int argc, char **argv)
 {
   const char *v[O_COUNT], *dbp, *out, *gpu;
-  char tmp[1100];
   tsr_error err = {0};
   tsr_db *db;
+  tsr_out *t = NULL;
   FILE *f = stdout;
   int64_t c2 = 0;
   int ok, rc = parse_opts("export", argc, argv, 1u << O_DB | 1u << O_GPU | 1u << O_OUT, v);
@@ -170,28 +171,20 @@ static int cmd_export(int argc, char **argv)
     errorf("export", "%s", err.text);
     return EXIT_USAGE;
   }
-  if (out) {
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    f = fopen(tmp, "w");
-    if (!f) {
-      errorf("export", "cannot write '%s': %s", tmp, strerror(errno));
-      tsr_db_close(db);
-      return EXIT_USAGE;
-    }
+  if (out && (tsr_out_begin(&t, &err) != TSR_OK || tsr_out_file(t, out, 0, &f, &err) != TSR_OK)) {
+    errorf("export", "%s", err.text);
+    tsr_out_abort(t);
+    tsr_db_close(db);
+    return EXIT_USAGE;
   }
   ok = tsrp_report_export(db, gpu, f, &c2, &err) == TSR_OK;
+  tsr_db_close(db);
+  if (ok && out)
+    ok = tsr_out_commit(t, &err) == TSR_OK;
+  else
+    tsr_out_abort(t);
   if (!ok)
     errorf("export", "%s", err.text);
-  tsr_db_close(db);
-  if (out) {
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, out) != 0) {
-      unlink(tmp);
-      if (ok)
-        errorf("export", "cannot write '%s': %s", out, strerror(errno));
-      return EXIT_USAGE;
-    }
-  }
   if (ok)
     fprintf(stderr, "exported %lld lookup rows\n", (long long)c2);
   return ok ? EXIT_OK : EXIT_USAGE;
@@ -201,13 +194,11 @@ static int cmd_export(int argc, char **argv)
 
 static char *read_file(const char *path, tsr_error *err)
 {
-  FILE *f = fopen(path, "rb");
+  FILE *f = tsr_in_open(path, NULL, err);
   char *buf = NULL;
   long n;
-  if (!f) {
-    tsr_error_set(err, TSR_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+  if (!f)
     return NULL;
-  }
   if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
       (buf = malloc((size_t)n + 1)) != NULL) {
     if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
@@ -224,10 +215,10 @@ static char *read_file(const char *path, tsr_error *err)
 
 static int cmd_init(int argc, char **argv)
 {
-  const char *v[O_COUNT], *dbp, *sqlp;
-  char tmp[1100];
+  const char *v[O_COUNT], *dbp, *sqlp, *tmp;
   char *text = NULL;
   tsr_error err = {0};
+  tsr_out *t = NULL;
   tsr_db *db;
   tsr_status s;
   int rc = parse_opts("init", argc, argv, 1u << O_DB | 1u << O_SQL, v);
@@ -235,35 +226,26 @@ static int cmd_init(int argc, char **argv)
     return rc;
   dbp = v[O_DB];
   sqlp = v[O_SQL];
-  if (access(dbp, F_OK) == 0) {
-    errorf("init", "cannot create '%s': file exists", dbp);
-    return EXIT_USAGE;
-  }
-  if (sqlp && !(text = read_file(sqlp, &err))) {
-    errorf("init", "%s", err.text);
-    return EXIT_USAGE;
-  }
-  /* Built beside the target and renamed, so a failure leaves no file. */
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", dbp, (long)getpid());
-  s = tsr_db_open(tmp, TSR_DB_CREATE, &db, &err);
-  if (s == TSR_OK) {
+  /* Never over an existing file; built in a temporary beside the target
+   * (through links) and renamed, so a failure leaves no file. */
+  if ((s = tsr_out_begin(&t, &err)) == TSR_OK)
+    s = tsr_out_path(t, dbp, TSR_OUT_NEW, &tmp, &err);
+  if (s == TSR_OK && sqlp && !(text = read_file(sqlp, &err)))
+    s = err.status;
+  if (s == TSR_OK && (s = tsr_db_open(tmp, TSR_DB_CREATE, &db, &err)) == TSR_OK) {
     s = tsr_db_exec(db, text ? text : tsr_db_default_sql(), &err);
     if (s == TSR_OK)
       s = tsr_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err);
     tsr_db_close(db);
   }
   free(text);
-  if (s != TSR_OK || rename(tmp, dbp) != 0) {
-    char aux[1200];
-    if (s == TSR_OK)
-      errorf("init", "cannot create '%s': %s", dbp, strerror(errno));
-    else
-      errorf("init", "%s", err.text);
-    unlink(tmp);
-    snprintf(aux, sizeof aux, "%s-wal", tmp);
-    unlink(aux);
-    snprintf(aux, sizeof aux, "%s-shm", tmp);
-    unlink(aux);
+  if (s == TSR_OK) {
+    s = tsr_out_commit(t, &err);
+    t = NULL;
+  }
+  tsr_out_abort(t);
+  if (s != TSR_OK) {
+    errorf("init", "%s", err.text);
     return EXIT_USAGE;
   }
   return EXIT_OK;

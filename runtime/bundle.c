@@ -4,6 +4,7 @@
  * are read on demand, one file each, when a variant is first launched.
  */
 #include "bundle.h"
+#include "files.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -91,14 +92,18 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot load kernel bundle '%s': out of memory", dir);
   }
   snprintf(path, n, "%s/registry.json", dir);
-  root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  {
+    FILE *f = tsr_in_open(path, "cannot read kernel registry", err);
+    if (!f) {
+      root = NULL;
+      st = TSR_ERR_IO;
+      goto done;
+    }
+    root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+  }
   if (!root) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-      st = tsr_error_set(err, TSR_ERR_IO, "cannot read kernel registry '%s': %s", path, strerror(errno));
-    else
-      st = tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': line %d: %s", path, je.line, je.text);
-    if (f) fclose(f);
+    st = tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': line %d: %s", path, je.line, je.text);
     goto done;
   }
   j = json_object_get(root, "format");
@@ -211,11 +216,10 @@ static tsr_status read_cubin_file(char *path, void **data, size_t *size, tsr_err
   *data = NULL;
   *size = 0;
   if (!path) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot read cubin: out of memory");
-  f = fopen(path, "rb");
+  f = tsr_in_open(path, "cannot read cubin", err);
   if (!f) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_IO, "cannot read cubin '%s': %s", path, strerror(errno));
     free(path);
-    return st;
+    return TSR_ERR_IO;
   }
   if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 16 || fseek(f, 0, SEEK_SET) != 0 ||
       !(buf = malloc((size_t)n))) {

@@ -39,6 +39,7 @@
 
 #include "config.h"
 #include "corpus_impl.h"
+#include "files.h"
 
 #define FILE_BUDGET (512 * 1024) /* blocks per mask file, see above */
 #define F(x) (1u << TSR_FAM_##x)
@@ -201,6 +202,7 @@ typedef struct {
 
 typedef struct {
   const tsr_corpus_gen_opts *o;
+  const char *dir;        /* the temporary folder the corpus is built in */
   plan_entry *e;
   int64_t n;
   gen_ctx *ctx;
@@ -743,7 +745,7 @@ static tsr_status gen_entry(gen_state *g, plan_entry *e, tsr_error *err)
   a.shape[1] = nq;
   a.shape[2] = nk;
   a.data = bits;
-  snprintf(path, sizeof path, "%s/%s", g->o->out_dir, e->file);
+  snprintf(path, sizeof path, "%s/%s", g->dir, e->file);
   st = tsr_npy_save(path, &a, err);
 done:
   free(bits);
@@ -771,7 +773,7 @@ static void *gen_worker(void *arg)
     i = g->next++;
     pthread_mutex_unlock(&g->lock);
     tsr_error_clear(&err);
-    st = g->phase == 0 ? ctx_build(&g->ctx[i], g->o->seed, g->o->out_dir, &err)
+    st = g->phase == 0 ? ctx_build(&g->ctx[i], g->o->seed, g->dir, &err)
                        : gen_entry(g, &g->e[i], &err);
     pthread_mutex_lock(&g->lock);
     if (st && !g->failed) {
@@ -881,7 +883,7 @@ static json_t *entry_json(const gen_state *g, int64_t id, const plan_entry *e)
 static tsr_status write_manifest(const gen_state *g, tsr_error *err)
 {
   json_t *root = json_object(), *entries = json_array(), *fams = json_object();
-  char path[4200], tmp[4300];
+  char path[4200], *text;
   int64_t i, n_eval = 0;
   int fam;
   tsr_status st = TSR_OK;
@@ -910,17 +912,14 @@ static tsr_status write_manifest(const gen_state *g, tsr_error *err)
                                 (json_int_t)n_eval));
   json_object_set_new(root, "families", fams);
   json_object_set_new(root, "entries", entries);
-  snprintf(path, sizeof path, "%s/manifest.json", g->o->out_dir);
-  snprintf(tmp, sizeof tmp, "%s/.manifest.json.tmp", g->o->out_dir);
-  if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_REAL_PRECISION(6)) != 0) {
-    st = tsr_error_set(err, TSR_ERR_IO, "cannot write corpus manifest '%s': %s", tmp,
-                       strerror(errno ? errno : EIO));
-    remove(tmp);
-  } else if (rename(tmp, path) != 0) {
-    st = tsr_error_set(err, TSR_ERR_IO, "cannot write corpus manifest '%s': %s", path,
-                       strerror(errno));
-    remove(tmp);
-  }
+  snprintf(path, sizeof path, "%s/manifest.json", g->dir);
+  text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+  if (!text)
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot write corpus manifest '%s': out of memory",
+                       path);
+  else
+    st = tsr_out_write(path, text, strlen(text), err);
+  free(text);
   json_decref(root);
   return st;
 }
@@ -961,12 +960,81 @@ static tsr_status make_dirs(const char *dir, tsr_error *err)
   return TSR_OK;
 }
 
+/* What to do with the folder o->out_dir for a corpus of `count` entries:
+ * generate it (absent, or an empty folder), reuse it (*reuse = 1: it holds
+ * that complete corpus, every file of its manifest there), or refuse it:
+ * anything else is someone's data, named in the error and left alone. */
+static tsr_status check_target(const tsr_corpus_gen_opts *o, int64_t count, int *reuse,
+                               tsr_error *err)
+{
+  const char *dir = o->out_dir;
+  struct stat sb;
+  tsr_corpus *c = NULL;
+  tsr_error probe = {0};
+  tsr_status st = TSR_OK;
+  char what[4300];
+  int64_t i;
+  *reuse = 0;
+  if (stat(dir, &sb) != 0)
+    return TSR_OK; /* absent, or unreachable: creating it names the problem */
+  if (!S_ISDIR(sb.st_mode))
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot use corpus folder '%s': %s, not a folder",
+                         dir, tsr_file_kind(sb.st_mode));
+  if (tsr_file_dir_empty(dir) == 1)
+    return TSR_OK;
+  if (tsr_corpus_open(dir, &c, &probe) != TSR_OK)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "cannot use corpus folder '%s': not empty and not a complete corpus "
+                         "(%s)",
+                         dir, probe.text);
+  if (strcmp(tsr_corpus_preset(c), o->preset) || tsr_corpus_seed(c) != o->seed ||
+      tsr_corpus_count(c) != count)
+    st = tsr_error_set(err, TSR_ERR_INVALID,
+                       "corpus '%s' holds preset '%s' seed %llu (%lld masks), not preset '%s' "
+                       "seed %llu (%lld masks): give another folder",
+                       dir, tsr_corpus_preset(c), (unsigned long long)tsr_corpus_seed(c),
+                       (long long)tsr_corpus_count(c), o->preset, (unsigned long long)o->seed,
+                       (long long)count);
+  snprintf(what, sizeof what, "cannot use corpus folder '%s': incomplete, cannot read", dir);
+  for (i = 0; i < count && st == TSR_OK; i++) {
+    const tsr_corpus_entry *e = tsr_corpus_get(c, i);
+    if (tsr_in_check(e->file, what, &probe) ||
+        (e->q_sizes && tsr_in_check(e->q_sizes, what, &probe)) ||
+        (e->k_sizes && tsr_in_check(e->k_sizes, what, &probe)))
+      st = tsr_error_set(err, TSR_ERR_INVALID, "%s", probe.text);
+  }
+  tsr_corpus_close(c);
+  *reuse = st == TSR_OK;
+  return st;
+}
+
+/* mkdir -p of the folder that will hold `dir`. */
+static tsr_status make_parent(const char *dir, tsr_error *err)
+{
+  char buf[4096];
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  while (n > 0 && dir[n - 1] != '/')
+    n--;
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  if (n == 0 || (n == 1 && dir[0] == '/'))
+    return TSR_OK;
+  if (n >= sizeof buf)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid corpus folder '%s'", dir);
+  memcpy(buf, dir, n);
+  buf[n] = '\0';
+  return make_dirs(buf, err);
+}
+
 tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written, tsr_error *err)
 {
   gen_state g;
   char sub[4200];
+  tsr_out *t = NULL;
   int64_t i;
-  int k, jobs;
+  int k, jobs, reuse = 0;
   tsr_status st;
 
   if (written)
@@ -983,18 +1051,28 @@ tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written, t
     return st;
   if (o->limit > 0 && o->limit < g.n)
     g.n = o->limit;
+  if ((st = check_target(o, g.n, &reuse, err)) != TSR_OK || reuse) {
+    free(g.e);
+    return st;
+  }
   g.ctx = calloc((size_t)g.n + 1, sizeof *g.ctx);
   if (!g.ctx) {
     free(g.e);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot allocate the corpus contexts");
   }
-  st = make_dirs(o->out_dir, err);
+  /* Built in a temporary folder beside out_dir, renamed into place when
+   * complete: a failure leaves no partial corpus. */
+  st = make_parent(o->out_dir, err);
+  if (!st)
+    st = tsr_out_begin(&t, err);
+  if (!st)
+    st = tsr_out_dir(t, o->out_dir, NULL, NULL, &g.dir, err);
   if (!st) {
-    snprintf(sub, sizeof sub, "%s/masks", o->out_dir);
+    snprintf(sub, sizeof sub, "%s/masks", g.dir);
     st = make_dirs(sub, err);
   }
   if (!st) {
-    snprintf(sub, sizeof sub, "%s/geom", o->out_dir);
+    snprintf(sub, sizeof sub, "%s/geom", g.dir);
     st = make_dirs(sub, err);
   }
   /* Contexts per (model, method geometry): dense entries use frame-major 128. */
@@ -1038,6 +1116,11 @@ tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written, t
   pthread_mutex_destroy(&g.lock);
   if (!st)
     st = write_manifest(&g, err);
+  if (!st) {
+    st = tsr_out_commit(t, err);
+    t = NULL;
+  }
+  tsr_out_abort(t);
   if (!st && written)
     *written = g.n;
   for (k = 0; k < g.nctx; k++)
@@ -1106,6 +1189,8 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
   tsr_corpus *c;
   json_error_t je;
   json_t *ents;
+  FILE *mf;
+  tsr_status mst;
   char *mpath;
   int64_t i, v;
   const char *bad = NULL;
@@ -1120,17 +1205,20 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
     tsr_corpus_close(c);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
   }
-  c->root = json_load_file(mpath, 0, &je);
-  if (!c->root) {
-    tsr_status st = access(mpath, R_OK) != 0
-                        ? tsr_error_set(err, TSR_ERR_IO, "cannot read corpus manifest '%s': %s",
-                                        mpath, strerror(errno))
-                        : tsr_error_set(err, TSR_ERR_FORMAT,
-                                        "cannot read corpus manifest '%s': line %d: %s", mpath,
-                                        je.line, je.text);
+  /* a FIFO or a folder named manifest.json is refused, not waited on */
+  mst = TSR_ERR_IO;
+  if ((mf = tsr_in_open(mpath, "cannot read corpus manifest", err)) != NULL) {
+    c->root = json_loadf(mf, 0, &je);
+    fclose(mf);
+    mst = c->root ? TSR_OK
+                  : tsr_error_set(err, TSR_ERR_FORMAT,
+                                  "cannot read corpus manifest '%s': line %d: %s", mpath, je.line,
+                                  je.text);
+  }
+  if (mst != TSR_OK) {
     free(mpath);
     tsr_corpus_close(c);
-    return st;
+    return mst;
   }
   if (!get_str(c->root, "format") || strcmp(get_str(c->root, "format"), "tessera-corpus") ||
       get_int(c->root, "version", &v) || v != 1) {

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "files.h"
 #include "tessera.h"
 
 /* Generated at build time from db/schema.sql and db/h200.sql (db/local.mk). */
@@ -232,14 +233,12 @@ static tsr_status open_file(tsr_db *db, const char *path, int flags, tsr_error *
   struct stat sb;
   tsr_status st;
   int64_t v;
-  if (stat(path, &sb) != 0) {
-    if (errno != ENOENT || (flags & TSR_DB_READONLY) || !(flags & TSR_DB_CREATE))
-      return tsr_error_set(err, TSR_ERR_IO, "cannot open lookup database '%s': %s", path,
-                           strerror(errno));
-  } else if (!S_ISREG(sb.st_mode)) {
-    return tsr_error_set(err, TSR_ERR_IO, "cannot open lookup database '%s': not a regular file",
-                         path);
-  }
+  /* Only a regular file (after links), checked before SQLite opens it: a
+   * FIFO would block the open; absent is fine when it is to be created. */
+  if (!(stat(path, &sb) != 0 && errno == ENOENT && (flags & TSR_DB_CREATE) &&
+        !(flags & TSR_DB_READONLY)) &&
+      (st = tsr_in_check(path, "cannot open lookup database", err)) != TSR_OK)
+    return st;
   if (flags & TSR_DB_READONLY) {
     db->readonly = 1;
     if ((st = db_connect(db, path, SQLITE_OPEN_READONLY, err)) != TSR_OK)

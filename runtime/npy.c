@@ -9,20 +9,20 @@
  * match the shape exactly.  Cost: one read of the file into one malloc'ed
  * buffer; the header parse is linear in its (bounded) length.
  *
- * Saving writes a temporary file beside the target and renames it, so a
- * failure never leaves a partial file under the final name.
+ * Saving goes through the output transactions of files.c: a temporary file
+ * beside the target, renamed onto it, so a failure never leaves a partial
+ * file under the final name; tsr_npy_write lets a command make several
+ * arrays the outputs of one transaction.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "tessera.h"
+#include "files.h"
 
 /* Headers this long are not something NumPy writes for <= 8 dimensions;
  * refusing them bounds the allocation a hostile file can cause. */
@@ -260,9 +260,10 @@ tsr_status tsr_npy_load(const char *path, tsr_array *out, tsr_error *err)
   if (!path || !out)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_load: null argument");
   memset(&a, 0, sizeof a);
-  f = fopen(path, "rb");
+  /* stat before open: a FIFO or a device is refused, not waited on */
+  f = tsr_in_open(path, "cannot open", err);
   if (!f)
-    return tsr_error_set(err, TSR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    return TSR_ERR_IO;
   if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
     s = tsr_error_set(err, TSR_ERR_IO, "cannot read '%s': not a regular file", path);
     goto done;
@@ -369,34 +370,17 @@ done:
 
 /* ---- saving ------------------------------------------------------------ */
 
-static int write_all(int fd, const void *buf, size_t n)
+tsr_status tsr_npy_write(FILE *f, const char *path, const tsr_array *a, tsr_error *err)
 {
-  const char *p = buf;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-tsr_status tsr_npy_save(const char *path, const tsr_array *a, tsr_error *err)
-{
-  char dict[512], *tmp = NULL;
+  char dict[512];
   unsigned char pre[12];
   size_t dlen, prelen, total, pad, nbytes, i;
   const char *code = NULL;
-  int fd = -1, k, saved_errno = 0;
+  int k;
   int64_t numel;
-  tsr_status s = TSR_OK;
 
-  if (!path || !a)
-    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_save: null argument");
+  if (!f || !path || !a)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_write: null argument");
   for (i = 0; i < N_DTYPES; i++)
     if (dtype_table[i].dt == a->dtype)
       code = dtype_table[i].code;
@@ -445,40 +429,25 @@ tsr_status tsr_npy_save(const char *path, const tsr_array *a, tsr_error *err)
   }
   memset(dict + dlen, ' ', pad);
   dict[dlen + pad] = '\n';
+  if (fwrite(pre, 1, prelen, f) != prelen || fwrite(dict, 1, dlen + pad + 1, f) != dlen + pad + 1 ||
+      (nbytes && fwrite(a->data, 1, nbytes, f) != nbytes))
+    return tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+  return TSR_OK;
+}
 
-  tmp = malloc(strlen(path) + 64);
-  if (!tmp)
-    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot write '%s': out of memory", path);
-  {
-    /* A unique name without global state: pid, a clock reading and the
-     * attempt number; O_EXCL makes a collision a retry, never a clobber. */
-    struct timespec ts;
-    int attempt;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    for (attempt = 0; attempt < 100 && fd < 0; attempt++) {
-      sprintf(tmp, "%s.tmp.%ld.%ld.%d", path, (long)getpid(), (long)ts.tv_nsec, attempt);
-      fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd < 0 && errno != EEXIST)
-        break;
-    }
-  }
-  if (fd < 0) {
-    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    free(tmp);
+tsr_status tsr_npy_save(const char *path, const tsr_array *a, tsr_error *err)
+{
+  tsr_out *t;
+  FILE *f;
+  tsr_status s;
+  if (!path || !a)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_save: null argument");
+  if ((s = tsr_out_begin(&t, err)) != TSR_OK)
     return s;
-  }
-  if (write_all(fd, pre, prelen) || write_all(fd, dict, dlen + pad + 1) ||
-      write_all(fd, a->data, nbytes))
-    saved_errno = errno;
-  if (close(fd) && !saved_errno)
-    saved_errno = errno;
-  if (!saved_errno && rename(tmp, path))
-    saved_errno = errno;
-  if (saved_errno) {
-    unlink(tmp);
-    s = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(saved_errno));
-  }
-  free(tmp);
+  if ((s = tsr_out_file(t, path, 0, &f, err)) == TSR_OK &&
+      (s = tsr_npy_write(f, path, a, err)) == TSR_OK)
+    return tsr_out_commit(t, err);
+  tsr_out_abort(t);
   return s;
 }
 

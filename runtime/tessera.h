@@ -113,7 +113,9 @@ int64_t tsr_array_numel(const tsr_array *a);
  * naming the file.  On failure *out is left zeroed. */
 tsr_status tsr_npy_load(const char *path, tsr_array *out, tsr_error *err);
 /* Writes `a` atomically: to a temporary file beside `path`, then rename(2), so
- * a failure never leaves a partial file at `path`. */
+ * a failure never leaves a partial file at `path`.  A symbolic link is
+ * written through (the link stays), a character device or FIFO directly; a
+ * directory or other non-regular file is refused. */
 tsr_status tsr_npy_save(const char *path, const tsr_array *a, tsr_error *err);
 void tsr_npy_free(tsr_array *a);
 
@@ -402,7 +404,7 @@ void tsr_corpus_problem(const tsr_corpus_entry *e, const tsr_geom *g, tsr_proble
  * bytes, whatever `jobs`. */
 typedef struct {
   const char *preset;  /* "paper", "demo" or a model name (tsr_corpus_preset_name) */
-  const char *out_dir; /* created when missing (parents too) */
+  const char *out_dir; /* created when missing (parents too); see tsr_corpus_generate */
   uint64_t seed;       /* default 1 */
   int64_t limit;       /* at most this many entries (0 = all) */
   int jobs;            /* worker threads (default 1) */
@@ -412,8 +414,13 @@ typedef struct {
 } tsr_corpus_gen_opts;
 
 void tsr_corpus_gen_opts_init(tsr_corpus_gen_opts *o);
-/* Writes OUT_DIR/masks/NAME.npy, OUT_DIR/geom/NAME.npy and OUT_DIR/manifest.json
- * (last, atomically).  *written (may be NULL) receives the entry count. */
+/* Writes OUT_DIR/masks/NAME.npy, OUT_DIR/geom/NAME.npy and OUT_DIR/manifest.json,
+ * built in a temporary folder beside OUT_DIR and renamed onto it when
+ * complete, so a failure leaves no partial corpus.  OUT_DIR must be absent,
+ * an empty folder, or hold the complete corpus of this preset, seed and
+ * entry count, which is kept as it is (*written = 0); anything else is
+ * refused (TSR_ERR_INVALID) and left alone.  *written (may be NULL)
+ * receives the entry count written. */
 tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written,
                                tsr_error *err);
 /* Presets: "paper", "demo" and one per model; help is one line. */

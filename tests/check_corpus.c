@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <jansson.h>
@@ -849,9 +851,11 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(err.text, "not a tessera-corpus"), "%s", err.text);
 
-  /* A real manifest with one field removed, then a mask of the wrong shape. */
+  /* A real manifest with one field removed, then a mask of the wrong shape
+   * (generation refuses a folder holding something else: emptied first). */
   o.limit = 3;
   o.preset = "demo";
+  tu_rmtree(dir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);
   {
@@ -871,6 +875,7 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(err.text, "entry 1") && strstr(err.text, "'seq_q'"), "%s", err.text);
 
+  tu_rmtree(dir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_OK);
@@ -890,6 +895,147 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_load_geom(c, -1, &g, &err), TSR_ERR_INVALID);
   tsr_corpus_close(c);
   tsr_corpus_close(NULL);
+}
+END_TEST
+
+/* Entries of folder d whose name contains `part`. */
+static int count_named(const char *d, const char *part)
+{
+  DIR *dd = opendir(d);
+  struct dirent *e;
+  int n = 0;
+  while (dd && (e = readdir(dd)))
+    n += strstr(e->d_name, part) != NULL;
+  if (dd)
+    closedir(dd);
+  return n;
+}
+
+static void put_text(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int holds_text(const char *path, const char *text)
+{
+  size_t n;
+  unsigned char *b = slurp(path, &n);
+  int same = n == strlen(text) && !memcmp(b, text, n);
+  free(b);
+  return same;
+}
+
+/* Where generation may write: a new or empty folder (built aside, renamed
+ * into place), or the complete corpus asked for (kept); a folder holding
+ * anything else -- a corrupt manifest, someone's files, another corpus, an
+ * incomplete one -- is refused and left byte for byte as it was; a failure
+ * half-way leaves no folder and no temporary. */
+START_TEST(test_generate_folders)
+{
+  tu_rng r = {tu_seed("corpus_folders", 37)};
+  tsr_corpus_gen_opts o;
+  tsr_corpus *c;
+  tsr_error err;
+  char d[512], p[700], q[700], text[200], mine[64];
+  struct stat s1, s2;
+  struct rlimit old, lim;
+  int64_t n = -1;
+
+  tsr_corpus_gen_opts_init(&o);
+  o.preset = "demo";
+  o.limit = 3;
+  o.out_dir = d;
+  /* a corrupt manifest beside someone's file */
+  snprintf(text, sizeof text, "{\"format\": \"tessera-corpus\", \"version\": 1, \"entries\": [%llu,",
+           (unsigned long long)tu_next(&r));
+  snprintf(mine, sizeof mine, "%016llx\n", (unsigned long long)tu_next(&r));
+  snprintf(d, sizeof d, "%s/corrupt", tmp);
+  ck_assert_int_eq(mkdir(d, 0777), 0);
+  snprintf(p, sizeof p, "%s/manifest.json", d);
+  snprintf(q, sizeof q, "%s/mine.txt", d);
+  put_text(p, text);
+  put_text(q, mine);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, d) && strstr(err.text, "not a complete corpus"), "%s", err.text);
+  ck_assert(holds_text(p, text));
+  ck_assert(holds_text(q, mine));
+  ck_assert_int_eq(count_named(d, ""), 4); /* ., .., the two files */
+  ck_assert_int_eq(count_named(tmp, ".tmp."), 0);
+  /* no manifest, someone's file */
+  ck_assert_int_eq(unlink(p), 0);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  ck_assert(holds_text(q, mine));
+  ck_assert_int_eq(count_named(d, ""), 3);
+  /* a file where the folder goes */
+  tsr_error_clear(&err);
+  o.out_dir = q;
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "a regular file, not a folder"), "%s", err.text);
+  ck_assert(holds_text(q, mine));
+
+  /* a link to an empty folder: the corpus lands in the folder, the link stays */
+  o.out_dir = d;
+  snprintf(d, sizeof d, "%s/real", tmp);
+  ck_assert_int_eq(mkdir(d, 0777), 0);
+  snprintf(d, sizeof d, "%s/link", tmp);
+  ck_assert_int_eq(symlink("real", d), 0);
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_corpus_generate(&o, &n, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(lstat(d, &s1), 0);
+  ck_assert(S_ISLNK(s1.st_mode));
+  snprintf(p, sizeof p, "%s/real/manifest.json", tmp);
+  ck_assert_int_eq(stat(p, &s1), 0);
+  ck_assert_int_eq(tsr_corpus_open(d, &c, &err), TSR_OK);
+  ck_assert_int_eq(tsr_corpus_count(c), 3);
+  /* the same corpus again: kept, nothing rewritten */
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_OK);
+  ck_assert_int_eq(n, 0);
+  ck_assert_int_eq(stat(p, &s2), 0);
+  ck_assert_int_eq(s1.st_ino, s2.st_ino);
+  ck_assert_int_eq(s1.st_mtime, s2.st_mtime);
+  /* another seed or size: refused, kept */
+  o.seed = 2;
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "holds preset 'demo' seed 1 (3 masks), not preset 'demo' seed 2"),
+                "%s", err.text);
+  o.seed = 1;
+  o.limit = 4;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  o.limit = 3;
+  /* incomplete: a mask gone */
+  ck_assert_int_eq(unlink(tsr_corpus_get(c, 1)->file), 0);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_generate(&o, &n, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "incomplete") && strstr(err.text, tsr_corpus_get(c, 1)->file),
+                "%s", err.text);
+  ck_assert_int_eq(stat(p, &s2), 0);
+  ck_assert_int_eq(s1.st_ino, s2.st_ino);
+  tsr_corpus_close(c);
+
+  /* A failure half-way, as on a full disk: files are limited to 20 kB, so
+   * every mask (under 10 kB) is written and the manifest (60 kB) is not. */
+  snprintf(d, sizeof d, "%s/full", tmp);
+  o.limit = 0;
+  ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 20000;
+  signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG */
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  tsr_error_clear(&err);
+  n = tsr_corpus_generate(&o, NULL, &err);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  ck_assert_int_eq(n, TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "manifest.json") && strstr(err.text, strerror(EFBIG)), "%s",
+                err.text);
+  ck_assert_int_ne(access(d, F_OK), 0);
+  ck_assert_int_eq(count_named(tmp, ".tmp."), 0);
 }
 END_TEST
 
@@ -945,6 +1091,7 @@ int main(void)
   tcase_add_test(tc, test_manifest_roundtrip);
   tcase_add_test(tc, test_demo_reference);
   tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_generate_folders);
   tcase_add_loop_test(tc, test_features, 0, 12);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);

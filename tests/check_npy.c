@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "tessera.h"
 #include "util.h"
@@ -24,17 +26,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char p[600];
-  while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') {
-      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-      unlink(p);
-    }
-  if (d)
-    closedir(d);
-  rmdir(dir);
+  tu_rmtree(dir);
 }
 
 static int count_files(void)
@@ -463,6 +455,118 @@ START_TEST(test_bf16)
 }
 END_TEST
 
+/* A random float32 [2..4, 1..9, 1..9] array. */
+static void rand_array(tu_rng *r, tsr_array *a)
+{
+  memset(a, 0, sizeof *a);
+  a->dtype = TSR_DT_F32;
+  a->ndim = 3;
+  a->shape[0] = tu_range(r, 2, 4);
+  a->shape[1] = tu_range(r, 1, 9);
+  a->shape[2] = tu_range(r, 1, 9);
+  a->data = tu_rand_f32(r, (size_t)tsr_array_numel(a), 1.0);
+}
+
+static void expect_loads(const char *p, const tsr_array *a)
+{
+  tsr_array b;
+  tsr_error err = {0};
+  ck_assert_msg(tsr_npy_load(p, &b, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(b.ndim, 3);
+  ck_assert_int_eq(tsr_array_numel(&b), tsr_array_numel(a));
+  ck_assert(memcmp(b.data, a->data, (size_t)tsr_array_numel(a) * 4) == 0);
+  tsr_npy_free(&b);
+}
+
+static mode_t lmode(const char *p)
+{
+  struct stat st;
+  ck_assert_int_eq(lstat(p, &st), 0);
+  return st.st_mode;
+}
+
+/* The writer writes through a link (the link stays a link, its target gets
+ * the array), into a FIFO directly (it stays a FIFO; the reader gets the
+ * array), and refuses a folder (left as it was). */
+START_TEST(test_save_targets)
+{
+  tu_rng r = {tu_seed("save_targets", 303) + (uint64_t)_i};
+  char real[600], link[600], fifo[600], copy[600], d[600], inner[700];
+  tsr_array a;
+  tsr_error err = {0};
+  int status;
+  pid_t pid;
+  rand_array(&r, &a);
+  snprintf(real, sizeof real, "%s/real.npy", dir);
+  snprintf(link, sizeof link, "%s/link.npy", dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo.npy", dir);
+  snprintf(copy, sizeof copy, "%s/copy.npy", dir);
+  snprintf(d, sizeof d, "%s/d.npy", dir);
+  snprintf(inner, sizeof inner, "%s/keep", d);
+  tu_write_npy(real, "<f4", 1, (int64_t[]){1}, "abcd", 4);
+  ck_assert_int_eq(symlink("real.npy", link), 0);
+  ck_assert_int_eq(tsr_npy_save(link, &a, &err), TSR_OK);
+  ck_assert(S_ISLNK(lmode(link)));
+  expect_loads(real, &a);
+
+  ck_assert_int_eq(mkfifo(fifo, 0666), 0);
+  pid = tu_fifo_reader(fifo, copy);
+  ck_assert_int_gt(pid, 0);
+  ck_assert_int_eq(tsr_npy_save(fifo, &a, &err), TSR_OK);
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ck_assert(S_ISFIFO(lmode(fifo)));
+  expect_loads(copy, &a);
+
+  ck_assert_int_eq(mkdir(d, 0777), 0);
+  tu_write_npy(inner, "<f4", 1, (int64_t[]){1}, "wxyz", 4);
+  ck_assert_int_eq(tsr_npy_save(d, &a, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, d) && strstr(err.text, "a directory, not a regular file"), "%s",
+                err.text);
+  ck_assert(S_ISDIR(lmode(d)));
+  ck_assert_int_eq(count_files(), 5); /* real, link, fifo, copy, d: no temporary */
+  free(a.data);
+}
+END_TEST
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A FIFO (nothing ever writes it) or a folder given as an input is refused
+ * at once, by the loader and the mask loader, never waited on. */
+START_TEST(test_load_refuses_fifo)
+{
+  char fifo[600], link[600], d[600];
+  tsr_mask *m = (tsr_mask *)1;
+  tsr_array a;
+  tsr_error err = {0};
+  double t0 = now_s();
+  snprintf(fifo, sizeof fifo, "%s/m.npy", dir);
+  snprintf(link, sizeof link, "%s/l.npy", dir);
+  snprintf(d, sizeof d, "%s/d.npy", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0666), 0);
+  ck_assert_int_eq(symlink("m.npy", link), 0);
+  ck_assert_int_eq(mkdir(d, 0777), 0);
+  memset(&a, 0x5a, sizeof a);
+  ck_assert_int_eq(tsr_npy_load(fifo, &a, &err), TSR_ERR_IO);
+  ck_assert_ptr_null(a.data);
+  ck_assert_msg(strstr(err.text, fifo) && strstr(err.text, "a FIFO, not a regular file"), "%s",
+                err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_mask_load(link, &m, &err), TSR_ERR_IO);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(err.text, link) && strstr(err.text, "a FIFO"), "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_npy_load(d, &a, &err), TSR_ERR_IO);
+  ck_assert_msg(strstr(err.text, "a directory, not a regular file"), "%s", err.text);
+  ck_assert_msg(now_s() - t0 < 1.0, "refusing took %.3f s", now_s() - t0);
+}
+END_TEST
+
 static Suite *npy_suite(void)
 {
   Suite *s = suite_create("npy");
@@ -483,6 +587,13 @@ static Suite *npy_suite(void)
   tcase_add_test(tc, test_half_rounding);
   tcase_add_test(tc, test_bf16);
   tcase_set_timeout(tc, 60);
+  suite_add_tcase(s, tc);
+  /* a loader that waited on a FIFO would hang: fail in seconds instead */
+  tc = tcase_create("targets");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_loop_test(tc, test_save_targets, 0, 3);
+  tcase_add_test(tc, test_load_refuses_fifo);
+  tcase_set_timeout(tc, 5);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -956,12 +956,37 @@ START_TEST(test_eval_and_report)
   }
   snprintf(path, sizeof path, "%s/selection.csv", out);
   ck_assert_int_eq(access(path, R_OK), 0);
-  /* A report folder that cannot be made is an error naming it. */
   snprintf(path, sizeof path, "%s/e.db", tmpdir);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
+  /* A second report replaces the first as a whole; a folder holding
+   * anything but a report is refused and kept as it is. */
+  {
+    struct stat s1, s2;
+    char notes[700], sel[700];
+    snprintf(sel, sizeof sel, "%s/selection.csv", out);
+    ck_assert_int_eq(stat(sel, &s1), 0);
+    tsr_error_clear(&err);
+    ck_assert_msg(tsrp_report_write(fx.db, NULL, out, NULL, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(stat(sel, &s2), 0);
+    ck_assert_int_ne(s1.st_ino, s2.st_ino);
+    snprintf(notes, sizeof notes, "%s/notes.txt", out);
+    f = fopen(notes, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("mine\n", f);
+    fclose(f);
+    tsr_error_clear(&err);
+    ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
+    ck_assert_msg(strstr(err.text, out) && strstr(err.text, "not empty"), "%s", err.text);
+    ck_assert_int_eq(access(notes, R_OK), 0);
+    ck_assert_int_eq(stat(sel, &s1), 0);
+    ck_assert_int_eq(s1.st_ino, s2.st_ino);
+  }
+  /* A report folder that cannot be made is an error naming it. */
   snprintf(out, sizeof out, "%s/no/such/report", tmpdir);
+  tsr_error_clear(&err);
   ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
-  ck_assert_msg(strstr(err.text, "cannot create report folder '") != NULL, "%s", err.text);
+  ck_assert_msg(strstr(err.text, "cannot write folder '") && strstr(err.text, "/no/such/report'"),
+                "%s", err.text);
   tsr_db_close(fx.db);
 }
 END_TEST
@@ -1724,17 +1749,18 @@ START_TEST(test_png)
   snprintf(path, sizeof path, "%s/no/such/dir.png", tmpdir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_ERR_IO);
-  snprintf(want, sizeof want, "cannot write image '%s': No such file or directory", path);
+  snprintf(want, sizeof want, "cannot write '%s': No such file or directory", path);
   ck_assert_str_eq(err.text, want);
   ck_assert_int_eq(count_entries("no"), 0);
-  /* The path is a folder: the temporary file is written, the rename fails,
-   * and the temporary file is removed; the folder is untouched. */
+  /* The path is a folder: refused before anything is written (files.h),
+   * the folder untouched and no temporary file left. */
   snprintf(path, sizeof path, "%s/adir.png", tmpdir);
   ck_assert_int_eq(mkdir(path, 0777), 0);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsrp_png_write(&im, path, &err), TSR_ERR_IO);
-  ck_assert_msg(strstr(err.text, "cannot write image '") && strstr(err.text, "adir.png': "), "%s",
-                err.text);
+  ck_assert_msg(strstr(err.text, "cannot write '") &&
+                    strstr(err.text, "adir.png': a directory, not a regular file"),
+                "%s", err.text);
   ck_assert_int_eq(count_entries("adir.png"), 1);
   ck_assert_int_eq(stat(path, &sb), 0);
   ck_assert(S_ISDIR(sb.st_mode));

@@ -54,6 +54,19 @@ printf '%s\n' "$out" | grep -q 'TOO FAR' || say "corrupt output not flagged"
 "$B/tessera" demo --cpu --masks 1 --seed 2 --corpus "$tmp/c" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] || say "other seed: exit not 2"
 grep -q "^tessera demo: corpus '.*' holds preset 'demo' seed 1" "$tmp/err" || say "other seed message: $(cat "$tmp/err")"
+# a folder whose manifest is corrupt is refused (exit 2, named), not
+# overwritten: every byte and every file stays
+mkdir "$tmp/bad"
+printf '{"format": "tessera-corpus", "version": 1, "entries": [{"id": %s' "$(od -An -tu4 -N4 /dev/urandom)" \
+  >"$tmp/bad/manifest.json"
+head -c 500 /dev/urandom >"$tmp/bad/results.bin"
+snap() { (cd "$1" && ls -liR . && find . -type f -exec cksum {} + | sort); }
+snap "$tmp/bad" >"$tmp/bad.before"
+"$B/tessera" demo --cpu --masks 1 --corpus "$tmp/bad" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || say "corrupt manifest: exit not 2"
+grep -q "^tessera demo: cannot use corpus folder '$tmp/bad': not empty and not a complete corpus (cannot read corpus manifest '$tmp/bad/manifest.json'" "$tmp/err" ||
+  say "corrupt manifest message: $(cat "$tmp/err")"
+snap "$tmp/bad" | cmp -s - "$tmp/bad.before" || say "corrupt manifest: the folder was changed"
 
 # selection goes through a (host-only) context, which needs the bundle:
 # a missing one is a one-line environment error, not a crash

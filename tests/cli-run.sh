@@ -188,4 +188,88 @@ head -c 3000 /dev/urandom >"$D/junk.db"
   expect_reject "--db and --explain select the plan" $X --backend cpu --explain --tile 64x64
 }
 
+# --- where the outputs go, and inputs that are not files -------------------------
+# --out and --lse are one transaction (runtime/files.h): a link is written
+# through (the link stays), a FIFO directly (it stays a FIFO), a folder is
+# refused (left as it was); a failing --lse leaves the --out that was there
+# byte for byte.  An input that is not a regular file (a FIFO as --mask) is
+# refused at once, never waited on.
+rm -f "$D"/*.npy
+s=$((SEED + 70))
+blk=$("$H" gen "$D" "$s" uniform) || bad "gen for output files"
+IN="--mask $D/mask.npy --block $blk --q $D/q.npy --k $D/k.npy --v $D/v.npy"
+mkdir "$D/sub"
+ln -s sub/out_real.npy "$D/out.npy" # dangling: the run creates the target
+ln -s sub/lse_real.npy "$D/lse.npy"
+for round in new existing; do
+  # shellcheck disable=SC2086
+  "$T" run $IN --out "$D/out.npy" --lse "$D/lse.npy" >"$D/stdout" 2>"$D/stderr" \
+    || bad "run through links ($round targets): $(cat "$D/stderr")"
+  [ -L "$D/out.npy" ] && [ -L "$D/lse.npy" ] || bad "a link at --out/--lse was replaced ($round)"
+  [ -f "$D/sub/out_real.npy" ] && [ -f "$D/sub/lse_real.npy" ] || bad "link targets not written ($round)"
+  "$H" check "$D" "$s" uniform 0 || bad "output written through links ($round)"
+done
+cp "$D/sub/out_real.npy" "$D/want.npy"
+rm -f "$D/out.npy" "$D/lse.npy"
+# a FIFO at --out: its reader gets the result (the reader gives up after 20 s)
+mkfifo "$D/fifo.npy"
+timeout 20 cat "$D/fifo.npy" >"$D/from_fifo.npy" &
+reader=$!
+# shellcheck disable=SC2086
+timeout 20 "$T" run $IN --out "$D/fifo.npy" >"$D/stdout" 2>"$D/stderr" || bad "run --out FIFO: exit $?: $(cat "$D/stderr")"
+wait $reader || bad "the FIFO's reader got nothing (exit $?)"
+[ -p "$D/fifo.npy" ] || bad "--out FIFO replaced by a regular file"
+cmp -s "$D/from_fifo.npy" "$D/want.npy" || bad "the FIFO's reader did not get the output"
+# ... also when stdout writes the same FIFO (as with --out /dev/stdout | ...):
+# the messages go to stderr, the reader gets the .npy alone
+timeout 20 cat "$D/fifo.npy" >"$D/from_fifo.npy" &
+reader=$!
+# shellcheck disable=SC2086
+timeout 20 "$T" run $IN --out "$D/fifo.npy" >"$D/fifo.npy" 2>"$D/stderr" || bad "run --out FIFO >FIFO: exit $?: $(cat "$D/stderr")"
+wait $reader || bad "the FIFO's reader got nothing (exit $?)"
+cmp -s "$D/from_fifo.npy" "$D/want.npy" || bad "--out the FIFO stdout writes: not the .npy alone"
+grep -q "^ref: batch 1, .*wrote '$D/fifo.npy'" "$D/stderr" || bad "--out the FIFO stdout writes: no message on stderr"
+rm -f "$D/fifo.npy" "$D/from_fifo.npy"
+# a folder at --out: refused, kept
+mkdir "$D/dir.npy" && echo keep >"$D/dir.npy/keep"
+# shellcheck disable=SC2086
+expect_reject "cannot write '$D/dir.npy': a directory, not a regular file" $IN --out "$D/dir.npy"
+[ -d "$D/dir.npy" ] && [ "$(cat "$D/dir.npy/keep")" = keep ] && [ "$(ls -A "$D/dir.npy")" = keep ] \
+  || bad "--out folder changed"
+# a failing --lse (no such folder; a folder): the --out that was there stays byte for byte
+head -c 4096 /dev/urandom >"$D/prev.npy"
+cp "$D/prev.npy" "$D/prev0.npy"
+for lse in "$D/nodir/lse.npy" "$D/dir.npy"; do
+  # shellcheck disable=SC2086
+  "$T" run $IN --out "$D/prev.npy" --lse "$lse" >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  [ $rc -eq 2 ] || bad "failing --lse '$lse': exit $rc, not 2"
+  grep -qF "cannot write '$lse'" "$D/stderr" || bad "failing --lse: $(cat "$D/stderr")"
+  cmp -s "$D/prev.npy" "$D/prev0.npy" || bad "failing --lse '$lse' changed or removed --out"
+  ls "$D" | grep -q tmp && bad "temporary file left behind by failing --lse '$lse'"
+done
+# --out and --lse naming one file through a link: refused, nothing written
+ln -s prev.npy "$D/alias.npy"
+# shellcheck disable=SC2086
+"$T" run $IN --out "$D/prev.npy" --lse "$D/alias.npy" >"$D/stdout" 2>"$D/stderr"
+[ $? -eq 2 ] && grep -q "names the same file" "$D/stderr" || bad "--out, --lse one file: $(cat "$D/stderr")"
+cmp -s "$D/prev.npy" "$D/prev0.npy" || bad "--out, --lse one file changed --out"
+# FIFOs (nothing writes them) as inputs: exit 2 within a second
+mkfifo "$D/in_fifo.npy"
+for opt in mask q; do
+  case $opt in
+    mask) args="--mask $D/in_fifo.npy --block $blk --q $D/q.npy" ;;
+    q) args="--mask $D/mask.npy --block $blk --q $D/in_fifo.npy" ;;
+  esac
+  # shellcheck disable=SC2086
+  timeout 1 "$T" run $args --k "$D/k.npy" --v "$D/v.npy" --out "$D/o.npy" >"$D/stdout" 2>"$D/stderr"
+  rc=$?
+  [ $rc -eq 2 ] || bad "FIFO as --$opt: exit $rc, not 2 (124: it waited)"
+  grep -qF "'$D/in_fifo.npy': a FIFO, not a regular file" "$D/stderr" || bad "FIFO as --$opt: $(cat "$D/stderr")"
+  [ ! -e "$D/o.npy" ] || bad "FIFO as --$opt left an output"
+done
+timeout 1 "$T" run --mask "$D/mask.npy" --q-blocks "$D/in_fifo.npy" --k-blocks "$D/in_fifo.npy" \
+  --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" --out "$D/o.npy" >"$D/stdout" 2>"$D/stderr"
+[ $? -eq 2 ] && grep -q "a FIFO" "$D/stderr" || bad "FIFO as --q-blocks: $(cat "$D/stderr")"
+
 exit $fail

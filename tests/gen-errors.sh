@@ -64,5 +64,22 @@ out=$(run "$tmp/o2") || die "code edit build failed: $out"
 echo "$out" | grep -q "(1 compiled, " || die "a code edit did not recompile (only) the variant: $out"
 head -c 4 "$tmp/o2/sm_80/$name.cubin" | od -c | grep -q "E   L   F" || die "cubin is not an ELF file"
 grep -q "\"hash\"" "$tmp/o2/registry.json" || die "registry has no hash"
+# 4. inputs that are not files are refused at once (exit 2, named), never
+#    waited on; the registry is written through a link (the link stays)
+mkfifo "$tmp/cat.fifo" "$tmp/t/zz_fifo.cuh"
+out=$(timeout 1 "$gen" --catalog "$tmp/cat.fifo" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" \
+  --out "$tmp/o3" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || die "FIFO as --catalog: exit $rc, want 2 (124: it waited)"
+echo "$out" | grep -q "cannot read catalog '$tmp/cat.fifo': a FIFO, not a regular file" || die "FIFO catalog: $out"
+out=$(timeout 1 "$gen" --catalog "$tmp/cat.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" \
+  --out "$tmp/o3" --targets sm_80 2>&1)
+rc=$?
+[ $rc -eq 2 ] || die "FIFO as a template: exit $rc, want 2 (124: it waited)"
+echo "$out" | grep -q "cannot read template '$tmp/t/zz_fifo.cuh': a FIFO, not a regular file" || die "FIFO template: $out"
+rm -f "$tmp/t/zz_fifo.cuh"
+mv "$tmp/o2/registry.json" "$tmp/o2/registry.real" && ln -s registry.real "$tmp/o2/registry.json"
+out=$(run "$tmp/o2") || die "build over a registry link failed: $out"
+[ -L "$tmp/o2/registry.json" ] && grep -q "\"hash\"" "$tmp/o2/registry.real" || die "the registry link was replaced"
 [ $fail -eq 0 ] && echo "gen-errors: ok"
 exit $fail

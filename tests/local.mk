@@ -9,6 +9,14 @@ EXTRA_DIST += tests/util.h
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = $(SHELL)
 
+# files: output transactions and input checks (runtime/files.h)
+check_PROGRAMS += tests/check_files
+TESTS += tests/check_files
+tests_check_files_SOURCES = tests/check_files.c tests/util.h
+tests_check_files_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_files_LDADD = $(TSR_CHECK_DEPS)
+tests_check_files_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+
 # foundation
 check_PROGRAMS += tests/check_npy tests/check_geom tests/check_mask tests/check_problem \
 	tests/check_ref

@@ -54,6 +54,54 @@ done
 "$prof" build --db "$tmp/a.db" 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] || bad "build without timings: exit $rc"
 grep -q "no timings" "$tmp/err" || bad "build without timings: $(cat "$tmp/err")"
+# report with no timings: exit 2, and no --out folder left behind
+"$prof" report --db "$tmp/a.db" --out "$tmp/rep" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] || bad "report without timings: exit $rc"
+grep -q "no timings" "$tmp/err" || bad "report without timings: $(cat "$tmp/err")"
+[ ! -e "$tmp/rep" ] || bad "report without timings left the --out folder"
+ls "$tmp" | grep -q 'rep.tmp' && bad "report without timings left a temporary folder"
+
+# Files written through links (the link stays), into FIFOs directly (they
+# stay FIFOs); folders refused.
+"$prof" export --db "$tmp/a.db" --out "$tmp/want.sql" 2>/dev/null || bad "export failed"
+ln -s sub/real.sql "$tmp/l.sql" && mkdir "$tmp/sub"
+"$prof" export --db "$tmp/a.db" --out "$tmp/l.sql" 2>/dev/null || bad "export through a link failed"
+[ -L "$tmp/l.sql" ] && cmp -s "$tmp/sub/real.sql" "$tmp/want.sql" || bad "export --out a link: link replaced or target not written"
+mkfifo "$tmp/f.sql"
+timeout 20 cat "$tmp/f.sql" >"$tmp/from_fifo.sql" &
+reader=$!
+timeout 20 "$prof" export --db "$tmp/a.db" --out "$tmp/f.sql" 2>/dev/null || bad "export --out a FIFO: exit $?"
+wait $reader || bad "export --out a FIFO: the reader got nothing"
+[ -p "$tmp/f.sql" ] && cmp -s "$tmp/from_fifo.sql" "$tmp/want.sql" || bad "export --out a FIFO: replaced or not written"
+mkdir "$tmp/d.sql"
+"$prof" export --db "$tmp/a.db" --out "$tmp/d.sql" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "'$tmp/d.sql': a directory, not a regular file" "$tmp/err" || bad "export --out a folder: exit $rc: $(cat "$tmp/err")"
+[ -d "$tmp/d.sql" ] || bad "export --out a folder: folder replaced"
+# init through a dangling link creates its target, keeps the link; a link to
+# an existing file is an existing file
+ln -s sub/new.db "$tmp/ln.db"
+"$prof" init --db "$tmp/ln.db" 2>"$tmp/err" || bad "init through a link: $(cat "$tmp/err")"
+[ -L "$tmp/ln.db" ] && [ -f "$tmp/sub/new.db" ] || bad "init through a link replaced the link"
+"$tess" db tables --db "$tmp/ln.db" >/dev/null || bad "db tables through a link"
+"$prof" init --db "$tmp/ln.db" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "file exists" "$tmp/err" || bad "init over a link to a file: exit $rc"
+mkdir "$tmp/d.db"
+"$prof" init --db "$tmp/d.db" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "d.db" "$tmp/err" || bad "init --db a folder: exit $rc: $(cat "$tmp/err")"
+[ -d "$tmp/d.db" ] || bad "init --db a folder: folder replaced"
+# FIFOs (nothing writes them) as the database or --sql: exit 2 at once
+mkfifo "$tmp/f.db"
+for cmd in "$prof build --db" "$prof export --db" "$prof report --out $tmp/r2 --db" "$tess db tables --db"; do
+  timeout 1 $cmd "$tmp/f.db" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] || bad "$cmd FIFO: exit $rc (124: it waited)"
+  grep -q "f.db': a FIFO, not a regular file" "$tmp/err" || bad "$cmd FIFO: $(cat "$tmp/err")"
+done
+[ ! -e "$tmp/r2" ] || bad "report of a FIFO left its --out folder"
+mkfifo "$tmp/in.sql"
+timeout 1 "$prof" init --db "$tmp/x.db" --sql "$tmp/in.sql" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "in.sql': a FIFO" "$tmp/err" || bad "init --sql FIFO: exit $rc: $(cat "$tmp/err")"
+[ ! -e "$tmp/x.db" ] || bad "init --sql FIFO left a database"
+
 # Usage errors.
 "$prof" frobnicate >/dev/null 2>&1; [ $? -eq 2 ] || bad "unknown command accepted"
 "$prof" build >/dev/null 2>&1; [ $? -eq 2 ] || bad "build without --db accepted"

@@ -6,6 +6,8 @@
  *  - tu_rng: splitmix64, a tiny seeded generator (no libc rand state).
  *  - tu_write_npy_raw: writes .npy bytes exactly as given, so tests can make
  *    malformed files the library's writer would never produce.
+ *  - tu_fifo_reader: a child process copying a FIFO to a file, as
+ *    `cat fifo > copy &` does.
  *  - tu_naive_attention: an INDEPENDENT float64 attention.  It shares no code
  *    with runtime/: it materialises the token-level mask from block
  *    boundaries the test computes itself and does a plain two-pass softmax
@@ -116,6 +118,25 @@ static inline void tu_rmtree(const char *dir)
 {
   if (nftw(dir, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
     fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Starts a child that copies the FIFO `fifo` into the file `copy` until
+ * the writer closes it; waitpid() it.  (Exit 0 when the copy is whole.) */
+static inline pid_t tu_fifo_reader(const char *fifo, const char *copy)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *in = fopen(fifo, "rb"), *out = fopen(copy, "wb");
+    char buf[4096];
+    size_t k;
+    if (!in || !out)
+      _exit(3);
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+      if (fwrite(buf, 1, k, out) != k)
+        _exit(4);
+    _exit(fclose(out) != 0);
+  }
+  return pid;
 }
 
 /* Writes magic, version, a header text (padded by the caller or not) and
