@@ -123,6 +123,13 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
  * kernels do: max CTA load / mean load per multiprocessor (a key tile costs
  * 4, a member's Q load and store 1); -1 when out of memory. */
 double tsr_tasks_balance(const tsr_plan *pl);
+/* Physical tiles the planner supports: rows a multiple of 16, columns of
+ * 32 (the kernels' MMA shapes and 32-bit membership words), each at most
+ * TSR_MAX_TILE.  map.c resolves tiles with them, tsr_plan_opts_check
+ * checks requested ones. */
+static inline int tsr_tile_m_ok(int64_t v) { return v >= 16 && v <= TSR_MAX_TILE && v % 16 == 0; }
+static inline int tsr_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TILE && v % 32 == 0; }
+
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 
