@@ -119,6 +119,16 @@ tsr_status tsr_error_set(tsr_error *err, tsr_status status, const char *fmt, ...
  * blocks): one byte each, 16 GiB at the limit, which keeps every size the
  * planner derives from a mask (words, bytes) clear of 64-bit overflow. */
 #define TSR_MAX_MASK_PAIRS ((int64_t)1 << 34)
+/* Not from addressing but from what a lookup database holds: the steps of
+ * SQLite's virtual machine one statement on a tsr_db handle may take, 2^26
+ * (about a second of one core; the largest statement of tessera-profile
+ * build over the H200 timings of db/h200-timings.sql.gz takes 89,000), so
+ * that a recursive trigger or a table of billions of rows fails with a
+ * message instead of running for hours (tsr_db_set_budget; views are
+ * refused at open); and the rows one GPU's lookup table may have when
+ * loaded (tsr_select_load; the shipped H200 table has 28). */
+#define TSR_DB_MAX_STEPS ((int64_t)1 << 26)
+#define TSR_SELECT_MAX_ROWS ((int64_t)1 << 16)
 
 /* ---- NumPy .npy arrays (runtime/npy.c) -------------------------------- */
 
@@ -572,6 +582,13 @@ struct sqlite3 *tsr_db_sqlite(tsr_db *db);
 const char *tsr_db_default_sql(void);
 
 tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err);
+/* Steps of SQLite's virtual machine any one statement on the handle may
+ * take before it is stopped (the tools' own statements on tsr_db_sqlite
+ * included); steps <= 0 restores TSR_DB_MAX_STEPS. */
+void tsr_db_set_budget(tsr_db *db, int64_t steps);
+/* The last error on the handle's connection as text, saying so when a
+ * statement was stopped at the budget (sqlite3_errmsg says "interrupted"). */
+const char *tsr_db_errmsg(tsr_db *db);
 /* BEGIN IMMEDIATE (takes the write lock now, waiting up to the busy timeout). */
 tsr_status tsr_db_begin(tsr_db *db, tsr_error *err);
 tsr_status tsr_db_commit(tsr_db *db, tsr_error *err);
