@@ -796,11 +796,14 @@ typedef struct {
   int64_t BN, sk, nk, W;
 } count_ctx;
 
-/* Whether key tile u is full for a row whose segments all select the key
- * blocks set in andb. */
-static int tile_full(const count_ctx *c, const uint64_t *andb, int64_t u)
+/* Whether key tile u, which holds tokens of key block j, is full for a row
+ * whose segments all select the key blocks set in andb: bit j when the
+ * tile lies inside block j, else every block it touches. */
+static int tile_full(const count_ctx *c, const uint64_t *andb, int64_t u, int64_t j)
 {
   int64_t a = u * c->BN, b = a + c->BN < c->sk ? a + c->BN : c->sk;
+  if (tsr_geom_k_start(c->g, j) <= a && b <= tsr_geom_k_start(c->g, j + 1))
+    return bit_at(andb, j);
   return all_set(andb, k_block_of(c->g, c->nk, a), k_block_of(c->g, c->nk, b - 1));
 }
 
@@ -820,9 +823,9 @@ static void count_row(const count_ctx *c, const uint64_t *orb, const uint64_t *a
       if (u0 > t1)
         continue;
       nt += t1 - u0 + 1;
-      np += !tile_full(c, andb, t1);
+      np += !tile_full(c, andb, t1, j);
       if (u0 == t0 && t0 != t1) {
-        np += !tile_full(c, andb, t0);
+        np += !tile_full(c, andb, t0, j);
         edges = 2;
       }
       if (!bit_at(andb, j)) /* the tiles inside block j */
@@ -843,11 +846,9 @@ static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c)
   return r;
 }
 
-/* Counts the mask's tile records and membership words, stopping once one
- * passes its limit; 0, or -1 when out of memory. */
-static int count_records(const tsr_plan *pl, const tsr_mask *m, int simd, int64_t *tiles,
-                         int64_t *words)
+int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
 {
+  int simd = simd_level();
   const tsr_geom *g = pl->problem.geom;
   int64_t BM = pl->tile_m, sq = pl->problem.seq_q, nqt = pl->n_q_tiles;
   int64_t np = tsr_mask_batch(m) * tsr_mask_heads(m), pi;
@@ -908,7 +909,7 @@ static int count_records(const tsr_plan *pl, const tsr_mask *m, int simd, int64_
 }
 
 /* Refuses a problem whose plan would outgrow the 32-bit record offsets. */
-static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, int simd, tsr_error *err)
+static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_error *err)
 {
   const tsr_problem *p = &pl->problem;
   const tsr_geom *g = p->geom;
@@ -928,7 +929,7 @@ static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, int simd
                          what, (long long)TSR_MAX_ROWS);
   if (tiles <= TSR_MAX_TILE_RECORDS && words <= TSR_MAX_MEMBERSHIP_WORDS)
     return TSR_OK;
-  if (count_records(pl, m, simd, &tiles, &words))
+  if (tsr_map_count(pl, m, &tiles, &words))
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory counting tiles");
   if (tiles > TSR_MAX_TILE_RECORDS)
     return tsr_error_set(err, TSR_ERR_CAPACITY,
@@ -962,7 +963,7 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   memset(rows, 0, sizeof *rows);
   c.pl = pl;
   c.simd = simd_level();
-  st = check_capacity(pl, m, c.simd, err);
+  st = check_capacity(pl, m, err);
   if (!st)
     st = build_tables(&c, err);
   if (st)

@@ -112,6 +112,16 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
 tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows,
                          tsr_error *err);
 
+/* The tile records and membership words tsr_map_build would emit for the
+ * mask over the resolved plan pl (tile and tile counts set by
+ * tsr_map_resolve): a broadcast plane once, before GQA heads with
+ * identical rows share theirs, so never fewer than it emits.  Stops once
+ * either passes its limit (tessera.h).  No per-token or per-tile table:
+ * O(planes x query blocks x words a row + selected blocks).  The planner's
+ * capacity check runs it when a cheap bound exceeds a limit; the tests
+ * compare it with plans.  0, or -1 when out of memory. */
+int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words);
+
 /* Groups rows into tasks per opts->tasks (row / split / pack / auto), orders
  * them longest-first, allocates partial slots and merge records, fills
  * pl->tasks, members, merges, n_slots, task_layout and the task counts of
