@@ -213,6 +213,24 @@ static int bad(const char *dir)
     tu_write_npy(P("mask_good.npy"), "|b1", 3, ms, bits, 32);
   }
   tu_write_npy(P("good.npy"), "<f4", 3, s3, x, n2);
+  /* Sizes (tests/limits.sh): a 1x1 mask of one selected block, the same as
+   * packed bits, an empty and an overflowing list of block sizes. */
+  {
+    int64_t one[3] = {1, 1, 1}, zero[1] = {0}, eight[1] = {8}, huge[8];
+    uint8_t sel = 1;
+    for (i = 0; i < 8; i++)
+      huge[i] = (int64_t)1 << 62;
+    tu_write_npy(P("mask_one.npy"), "|b1", 3, one, &sel, 1);
+    tu_write_npy(P("maskbits_one.npy"), "|u1", 3, one, &sel, 1);
+    tu_write_npy(P("sizes_empty.npy"), "<i8", 1, zero, huge, 0);
+    tu_write_npy(P("sizes_huge.npy"), "<i8", 1, eight, huge, sizeof huge);
+  }
+  {
+    int64_t b3[4] = {3, 2, 4, 4}; /* batch 3 over good.npy's batch 1 */
+    uint8_t ones[96];
+    memset(ones, 1, sizeof ones);
+    tu_write_npy(P("mask_batch3.npy"), "|b1", 4, b3, ones, sizeof ones);
+  }
 #undef P
   return 0;
 }

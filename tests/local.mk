@@ -38,8 +38,8 @@ tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
 tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
-EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh tests/limits.sh
+EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh tests/limits.sh
 
 # planning
 EXTRA_DIST += tests/plan_cases.h tests/plan.sh
