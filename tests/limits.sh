@@ -70,6 +70,7 @@ X="--q $G --k $G --v $G --out $D/out.npy"
   refuse "the array is empty" \
     "$T" run --mask "$D/mask_good.npy" --q-blocks "$D/sizes_empty.npy" --k-blocks "$D/sizes_empty.npy" $X
   refuse "does not match the problem: batch 3, expected 1" "$T" run --mask "$D/mask_batch3.npy" --block 16 $X
+  grep -q "batch 3, expected 1\$" "$D/stderr" || bad "not 'expected 1': $(cat "$D/stderr")"
 }
 [ -e "$D/out.npy" ] && bad "an output was written"
 
