@@ -777,13 +777,18 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
  * saves), and stops at the first limit passed: O(planes x query blocks x
  * words a row + selected blocks x log key blocks). */
 
+typedef struct {
+  const int64_t *ks; /* key block starts, nk + 1 */
+  int64_t BN, sk, nk, W;
+} count_ctx;
+
 /* The key block holding token x. */
-static int64_t k_block_of(const tsr_geom *g, int64_t nk, int64_t x)
+static int64_t k_block_of(const count_ctx *c, int64_t x)
 {
-  int64_t lo = 0, hi = nk - 1;
+  int64_t lo = 0, hi = c->nk - 1;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo + 1) / 2;
-    if (tsr_geom_k_start(g, mid) <= x)
+    if (c->ks[mid] <= x)
       lo = mid;
     else
       hi = mid - 1;
@@ -791,20 +796,15 @@ static int64_t k_block_of(const tsr_geom *g, int64_t nk, int64_t x)
   return lo;
 }
 
-typedef struct {
-  const tsr_geom *g;
-  int64_t BN, sk, nk, W;
-} count_ctx;
-
 /* Whether key tile u, which holds tokens of key block j, is full for a row
  * whose segments all select the key blocks set in andb: bit j when the
  * tile lies inside block j, else every block it touches. */
 static int tile_full(const count_ctx *c, const uint64_t *andb, int64_t u, int64_t j)
 {
   int64_t a = u * c->BN, b = a + c->BN < c->sk ? a + c->BN : c->sk;
-  if (tsr_geom_k_start(c->g, j) <= a && b <= tsr_geom_k_start(c->g, j + 1))
+  if (c->ks[j] <= a && b <= c->ks[j + 1])
     return bit_at(andb, j);
-  return all_set(andb, k_block_of(c->g, c->nk, a), k_block_of(c->g, c->nk, b - 1));
+  return all_set(andb, k_block_of(c, a), k_block_of(c, b - 1));
 }
 
 /* Tiles and partial tiles emit_row emits for a row with these OR and AND
@@ -817,8 +817,7 @@ static void count_row(const count_ctx *c, const uint64_t *orb, const uint64_t *a
     uint64_t x;
     for (x = orb[w]; x; x &= x - 1) {
       int64_t j = w * 64 + __builtin_ctzll(x), edges = 1;
-      int64_t t0 = tsr_geom_k_start(c->g, j) / c->BN;
-      int64_t t1 = (tsr_geom_k_start(c->g, j + 1) - 1) / c->BN;
+      int64_t t0 = c->ks[j] / c->BN, t1 = (c->ks[j + 1] - 1) / c->BN;
       int64_t u0 = t0 > last ? t0 : last + 1;
       if (u0 > t1)
         continue;
@@ -855,25 +854,34 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
   int64_t wn = pl->tile_n / 32;
   count_ctx c;
   uint64_t *buf;
-  c.g = g;
+  int64_t *ks, j;
+  int over = 0;
   c.BN = pl->tile_n;
   c.sk = pl->problem.seq_k;
   c.nk = tsr_geom_nk(g);
   c.W = (c.nk + 63) / 64;
   *tiles = *words = 0;
   buf = malloc((size_t)c.W * 3 * sizeof *buf);
-  if (!buf)
+  ks = malloc((size_t)(c.nk + 1) * sizeof *ks);
+  if (!buf || !ks) {
+    free(buf);
+    free(ks);
     return -1;
-  for (pi = 0; pi < np; pi++) {
+  }
+  for (j = 0; j <= c.nk; j++)
+    ks[j] = tsr_geom_k_start(g, j);
+  c.ks = ks;
+  for (pi = 0; pi < np && !over; pi++) {
     int64_t b = pi / tsr_mask_heads(m), h = pi % tsr_mask_heads(m), t = 0, i = 0;
     int64_t pw;
     const uint64_t *packed = tsr_mask_packed_plane(m, b, h, &pw);
     const uint8_t *bytes = packed ? NULL : tsr_mask_plane(m, b, h);
     if (!packed && !bytes) {
       free(buf);
+      free(ks);
       return -1;
     }
-    while (t < nqt) {
+    while (t < nqt && !over) {
       int64_t a = t * BM, e = a + BM < sq ? a + BM : sq, i1, r, run = 1, nt, npart;
       uint64_t *orb = buf + c.W, *andb = buf + 2 * c.W;
       while (tsr_geom_q_start(g, i + 1) <= a)
@@ -897,14 +905,13 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
       count_row(&c, orb, andb, &nt, &npart);
       *tiles = mul_add_sat(run, nt, *tiles);
       *words = mul_add_sat(run, mul_add_sat(npart, (i1 - i + 1) * wn, 0), *words);
-      if (*tiles > TSR_MAX_TILE_RECORDS || *words > TSR_MAX_MEMBERSHIP_WORDS) {
-        free(buf);
-        return 0;
-      }
+      /* past a limit: no need to count on */
+      over = *tiles > TSR_MAX_TILE_RECORDS || *words > TSR_MAX_MEMBERSHIP_WORDS;
       t += run;
     }
   }
   free(buf);
+  free(ks);
   return 0;
 }
 

@@ -1757,10 +1757,12 @@ static void crafted_db(char *path, size_t n, const char *name, const char *sql)
   sqlite3_close(h);
 }
 
+/* CPU seconds of this process: what a refusal costs, whatever else the
+ * machine runs (wall time on a loaded machine says nothing). */
 static double seconds(void)
 {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -1797,7 +1799,7 @@ START_TEST(test_select_bounded)
   ck_assert_int_eq(host_context(path, &ctx, &err), TSR_ERR_DB);
   ck_assert_ptr_null(ctx);
   ck_assert_msg(strstr(err.text, "'lookup' is a view"), "%s", err.text);
-  ck_assert_msg(seconds() - t0 < 1.0, "refused after %.2f s", seconds() - t0);
+  ck_assert_msg(seconds() - t0 < 1.0, "refused after %.2f s of CPU", seconds() - t0);
   /* More rows for the GPU than a lookup table may have. */
   snprintf(want, sizeof want, "more than %lld rows for 'NVIDIA H200'", (long long)TSR_SELECT_MAX_ROWS);
   ck_assert_int_eq(TSR_SELECT_MAX_ROWS, 65536);
@@ -1861,7 +1863,7 @@ static Suite *select_suite(void)
   /* Unbounded, these ran forever: a short timeout is part of the test. */
   tc = tcase_create("bounded");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 10);
+  tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_select_bounded);
   suite_add_tcase(s, tc);
   return s;
