@@ -926,6 +926,8 @@ static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_erro
   int64_t words = mul_add_sat(mul_add_sat(np, pl->n_q_tiles + nq, 0),
                               mul_add_sat(pl->n_k_tiles, pl->tile_n / 32, 0), 0);
   char what[160];
+  if (rows <= TSR_MAX_ROWS && tiles <= TSR_MAX_TILE_RECORDS && words <= TSR_MAX_MEMBERSHIP_WORDS)
+    return TSR_OK; /* every real problem: no count, no message */
   snprintf(what, sizeof what, "tile %dx%d over %lld x %lld tokens", pl->tile_m, pl->tile_n,
            (long long)p->seq_q, (long long)p->seq_k);
   if (rows > TSR_MAX_ROWS)
