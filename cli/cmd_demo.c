@@ -84,7 +84,8 @@ static tsr_status make_tensor(int64_t h, int64_t s, int64_t dim, double pos, uin
       (uint64_t)n <= SIZE_MAX / sizeof *x)
     x = malloc((size_t)n * sizeof *x);
   if (!x)
-    return tsr_error_set(err, TSR_ERR_NOMEM, "demo: out of memory for a %lldx%lldx%lld tensor",
+    return tsr_error_set(err, TSR_ERR_NOMEM,
+                         "demo: cannot allocate a %lldx%lldx%lld float32 tensor: out of memory",
                          (long long)h, (long long)s, (long long)dim);
   for (i = 0; i < n; i++) { /* sum of uniforms: roughly normal, unit variance */
     t = (i / dim) % s;

@@ -128,29 +128,36 @@ refuse "row 5 has bk 99999999999, out of range" \
   "$T" plan --mask "$M1" --block 64 --seq 64 --head-dim 64 --select --db "$D/wide.db"
 
 # --- tessera corpus: a manifest past the limits, or naming files outside ---------------
+H="$B/tests/cli_attn"
 "$T" corpus generate --preset demo --out "$D/c" --limit 6 >/dev/null 2>&1 || bad "corpus generate"
 cp "$D/c/manifest.json" "$D/manifest.orig"
-edit() { sed "0,/$1/s//$2/" "$D/manifest.orig" >"$D/c/manifest.json"; }
-edit '"seq_q": 2304' '"seq_q": 1099511627776'
+edit() { cp "$D/manifest.orig" "$D/c/manifest.json" && "$H" edit "$D/c/manifest.json" "$@" || bad "edit $*"; }
+edit 0 seq_q=1099511627776
 refuse "entry 0: 'seq_q' is 1099511627776, more than $MAX" "$T" corpus stats "$D/c"
-edit '"head_dim": 64' '"head_dim": 99999999999'
+edit 0 head_dim=99999999999
 refuse "entry 0: 'head_dim' is 99999999999, more than 2147483647" "$T" corpus stats "$D/c"
-edit '"nq": 18' '"nq": 19'
+edit 0 geometry.nq=19
 refuse "entry 0: geometry of 19 x 18 blocks does not cover 2304 x 2304 tokens" "$T" corpus stats "$D/c"
-edit '"file": "masks\/[^"]*"' '"file": "..\/..\/x.npy"'
-refuse "entry 0: 'file' names '../../x.npy' outside the corpus folder: a '..' component" \
+edit 1 file=../../x.npy
+refuse "entry 1: 'file' names '../../x.npy' outside the corpus folder: a '..' component" \
   "$T" corpus stats "$D/c"
-edit '"file": "masks\/[^"]*"' '"file": "\/etc\/passwd"'
+edit 0 file=/etc/passwd
 refuse "outside the corpus folder: an absolute path" "$T" corpus stats "$D/c"
 ln -s /etc/passwd "$D/c/masks/link.npy"
-edit '"file": "masks\/[^"]*"' '"file": "masks\/link.npy"'
+edit 0 file=masks/link.npy
 refuse "outside the corpus folder: a path that resolves to '/etc/passwd'" "$T" corpus stats "$D/c"
 cp "$D/manifest.orig" "$D/c/manifest.json"
 timeout 5 "$T" corpus stats "$D/c" >/dev/null 2>"$D/stderr" || bad "the original manifest: $(cat "$D/stderr")"
 refuse "invalid --jobs '99999999999'" "$T" corpus generate --preset demo --out "$D/c2" --jobs 99999999999
 
-# --- tessera demo: options past their range, echoed as given --------------------------
+# --- tessera demo ----------------------------------------------------------------------
 refuse "invalid --masks '99999999999': expected 1..8" "$T" demo --masks 99999999999
 refuse "invalid --device '99999999999'" "$T" demo --device 99999999999
+# An entry within every limit whose tensors are 16 x 2^30 x 2^30 = 2^64 elements: the
+# product wrapped to 0 and the demo read past an empty buffer; now it is refused.
+edit 4 density=0 heads_q=16 heads_kv=16 model_heads=16 seq_q=1073741824 seq_k=1073741824 \
+  head_dim=1073741824 geometry.bq=1073741824 geometry.bk=1073741824 geometry.nq=1 geometry.nk=1
+refuse "demo: cannot allocate a 16x1073741824x1073741824 float32 tensor" \
+  "$T" demo --corpus "$D/c" --masks 1 --cpu
 
 exit $fail
