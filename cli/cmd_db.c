@@ -91,7 +91,8 @@ static int show(tsr_db *db, const char *gpu, int level)
     snprintf(blocks, sizeof blocks, "%lldx%lld", num(st, 5), num(st, 6));
     snprintf(plan, sizeof plan, "%.20s %lldx%lld %.20s", txt(st, 11), num(st, 12), num(st, 13),
              txt(st, 14));
-    printf("%5lld %-16.16s %3lld %-5s %4lld %8s %4lld %4lld %4lld %4lld  %-26s %5lld %7.4f %7.3f  %s\n",
+    printf("%5lld %-16.16s %3lld %-5s %4lld %8s %4lld %4lld %4lld %4lld  %-26s %5lld %7.4f "
+           "%7.3f  %s\n",
            num(st, 0), txt(st, 1), num(st, 2), txt(st, 3), num(st, 4), blocks, num(st, 7),
            num(st, 8), num(st, 9), num(st, 10), plan, num(st, 16), sqlite3_column_double(st, 17),
            sqlite3_column_double(st, 18), txt(st, 15));

@@ -1110,8 +1110,11 @@ static const char *entry_limits(const tsr_corpus_entry *e, char *why, size_t n)
                (long long)lim[i].max);
       return why;
     }
-  if (e->bq && (e->nq != (e->seq_q + e->bq - 1) / e->bq || e->nk != (e->seq_k + e->bk - 1) / e->bk)) {
-    snprintf(why, n, "geometry of %lld x %lld blocks does not cover %lld x %lld tokens in blocks of %lldx%lld",
+  if (e->bq && (e->nq != (e->seq_q + e->bq - 1) / e->bq ||
+                e->nk != (e->seq_k + e->bk - 1) / e->bk)) {
+    snprintf(why, n,
+             "geometry of %lld x %lld blocks does not cover %lld x %lld tokens in blocks of "
+             "%lldx%lld",
              (long long)e->nq, (long long)e->nk, (long long)e->seq_q, (long long)e->seq_k,
              (long long)e->bq, (long long)e->bk);
     return why;
@@ -1135,30 +1138,30 @@ static const char *path_escapes(const char *dir, const char *rel, const char *pa
 {
   const char *c = rel;
   char *rdir, *rpath;
-  if (!*rel || *rel == '/')
-    return snprintf(why, n, "%s", *rel ? "an absolute path" : "an empty path"), why;
-  while (*c) {
+  int inside = 1;
+  if (!*rel || *rel == '/') {
+    snprintf(why, n, "%s", *rel ? "an absolute path" : "an empty path");
+    return why;
+  }
+  for (; *c; c += *c == '/') {
     size_t len = strcspn(c, "/");
-    if (len == 2 && c[0] == '.' && c[1] == '.')
-      return snprintf(why, n, "a '..' component"), why;
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      snprintf(why, n, "a '..' component");
+      return why;
+    }
     c += len;
-    c += *c == '/';
   }
   rpath = realpath(path, NULL);
-  if (!rpath)
-    return NULL;
-  rdir = realpath(dir, NULL);
+  rdir = rpath ? realpath(dir, NULL) : NULL;
   if (rdir) {
     size_t len = strlen(rdir);
-    int inside = !strncmp(rpath, rdir, len) && (rpath[len] == '/' || !strcmp(rdir, "/"));
+    inside = !strncmp(rpath, rdir, len) && (rpath[len] == '/' || !strcmp(rdir, "/"));
     if (!inside)
       snprintf(why, n, "a path that resolves to '%.200s'", rpath);
-    free(rdir);
-    free(rpath);
-    return inside ? NULL : why;
   }
+  free(rdir);
   free(rpath);
-  return NULL;
+  return inside ? NULL : why;
 }
 
 static int get_int(json_t *o, const char *k, int64_t *v)
@@ -1300,9 +1303,11 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
           continue;
         if (!(c->paths[3 * i + k] = join(dir, rel[k])))
           bad = "memory";
-        else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc))
-          snprintf(why_buf, sizeof why_buf, "'%s' names '%.100s' outside the corpus folder: %.180s",
-                   key[k], rel[k], esc), why = why_buf;
+        else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
+          snprintf(why_buf, sizeof why_buf,
+                   "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k], esc);
+          why = why_buf;
+        }
       }
       e->file = c->paths[3 * i];
       e->q_sizes = c->paths[3 * i + 1];

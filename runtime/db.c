@@ -173,25 +173,31 @@ static int schema_section(int version, const char **begin, const char **end)
   return 1;
 }
 
+/* Section `version` of the schema as a malloc'ed string: NULL when out of
+ * memory, or when there is no such section (then *absent = 1). */
+static char *section_text(int version, int *absent)
+{
+  const char *b, *e;
+  char *text;
+  *absent = !schema_section(version, &b, &e);
+  if (*absent || !(text = malloc((size_t)(e - b) + 1)))
+    return NULL;
+  memcpy(text, b, (size_t)(e - b));
+  text[e - b] = '\0';
+  return text;
+}
+
 /* Applies schema sections 1..version to connection h (a fresh in-memory
  * database for check_schema); 0 on success. */
 static int apply_schema(sqlite3 *h, int version)
 {
-  int n;
-  for (n = 1; n <= version; n++) {
-    const char *b, *e;
-    char *text;
-    int rc;
-    if (!schema_section(n, &b, &e) || !(text = malloc((size_t)(e - b) + 1)))
-      return -1;
-    memcpy(text, b, (size_t)(e - b));
-    text[e - b] = '\0';
-    rc = sqlite3_exec(h, text, NULL, NULL, NULL);
+  int n, absent, rc = SQLITE_OK;
+  for (n = 1; n <= version && rc == SQLITE_OK; n++) {
+    char *text = section_text(n, &absent);
+    rc = text ? sqlite3_exec(h, text, NULL, NULL, NULL) : SQLITE_NOMEM;
     free(text);
-    if (rc != SQLITE_OK)
-      return -1;
   }
-  return 0;
+  return rc == SQLITE_OK ? 0 : -1;
 }
 
 /* Checks that every table of the schema at `version` is a table of db's
@@ -308,19 +314,13 @@ static tsr_status migrate(tsr_db *db, int target, tsr_error *err)
   if (v > 0 && (st = check_schema(db, (int)v, err)) != TSR_OK)
     goto fail;
   for (n = (int)v + 1; n <= target; n++) {
-    const char *b, *e;
-    char *text;
-    if (!schema_section(n, &b, &e)) {
-      st = tsr_error_set(err, TSR_ERR_DB, "embedded schema lacks version %d", n);
-      goto fail;
-    }
-    text = malloc((size_t)(e - b) + 1);
+    int absent;
+    char *text = section_text(n, &absent);
     if (!text) {
-      st = tsr_error_set(err, TSR_ERR_NOMEM, "out of memory migrating '%s'", db->path);
+      st = absent ? tsr_error_set(err, TSR_ERR_DB, "embedded schema lacks version %d", n)
+                  : tsr_error_set(err, TSR_ERR_NOMEM, "out of memory migrating '%s'", db->path);
       goto fail;
     }
-    memcpy(text, b, (size_t)(e - b));
-    text[e - b] = '\0';
     st = tsr_db_exec(db, text, err);
     free(text);
     if (st != TSR_OK)

@@ -35,7 +35,6 @@
 
 #include "plan_impl.h"
 
-
 /* Block sizes as text for messages: "96x96" or "variable". */
 static void block_text(const tsr_geom *g, char *buf, size_t n)
 {

@@ -154,8 +154,8 @@ START_TEST(test_limits)
   ck_assert_int_eq(tsr_geom_nk(g), 1);
   tsr_geom_destroy(g);
   ck_assert_int_eq(tsr_geom_uniform(64, TSR_MAX_SEQ + 1, 64, 64, &g, &err), TSR_ERR_INVALID);
-  snprintf(want, sizeof want, "invalid key length %lld: must be 1..%lld", (long long)TSR_MAX_SEQ + 1,
-           (long long)TSR_MAX_SEQ);
+  snprintf(want, sizeof want, "invalid key length %lld: must be 1..%lld",
+           (long long)TSR_MAX_SEQ + 1, (long long)TSR_MAX_SEQ);
   ck_assert_msg(strstr(err.text, want), "%s", err.text);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_geom_uniform(64, 64, TSR_MAX_SEQ + 1, 64, &g, &err), TSR_ERR_INVALID);

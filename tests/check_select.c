@@ -1801,7 +1801,8 @@ START_TEST(test_select_bounded)
   ck_assert_msg(strstr(err.text, "'lookup' is a view"), "%s", err.text);
   ck_assert_msg(seconds() - t0 < 1.0, "refused after %.2f s of CPU", seconds() - t0);
   /* More rows for the GPU than a lookup table may have. */
-  snprintf(want, sizeof want, "more than %lld rows for 'NVIDIA H200'", (long long)TSR_SELECT_MAX_ROWS);
+  snprintf(want, sizeof want, "more than %lld rows for 'NVIDIA H200'",
+           (long long)TSR_SELECT_MAX_ROWS);
   ck_assert_int_eq(TSR_SELECT_MAX_ROWS, 65536);
   crafted_db(path, sizeof path, "huge.db", LOOKUP_ROWS("65537", "NVIDIA H200"));
   sel = (tsr_selector *)&sel;
