@@ -20,9 +20,15 @@ static int load_sizes(const char *cmd, const char *path, const char *opt, int64_
     cli_errorf(cmd, "%s", err.text);
     return -1;
   }
-  if ((a.dtype != TSR_DT_I32 && a.dtype != TSR_DT_I64) || a.ndim != 1 || a.shape[0] < 1) {
+  if ((a.dtype != TSR_DT_I32 && a.dtype != TSR_DT_I64) || a.ndim != 1) {
     cli_errorf(cmd, "cannot use %s '%s': expected a non-empty 1-D int32 or int64 array, got %s with %d dimensions",
                opt, path, tsr_dtype_name(a.dtype), a.ndim);
+    tsr_npy_free(&a);
+    return -1;
+  }
+  if (a.shape[0] < 1) {
+    cli_errorf(cmd, "cannot use %s '%s': the array is empty, expected at least one block size",
+               opt, path);
     tsr_npy_free(&a);
     return -1;
   }
@@ -33,6 +39,17 @@ static int load_sizes(const char *cmd, const char *path, const char *opt, int64_
   tsr_npy_free(&a);
   if (!*sizes) {
     cli_errorf(cmd, "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+int cli_check_block(const char *cmd, const char *block)
+{
+  int64_t bq, bk;
+  if (cli_parse_pair(block, &bq, &bk) || bq > TSR_MAX_SEQ || bk > TSR_MAX_SEQ) {
+    cli_errorf(cmd, "invalid --block '%s': expected BQ or BQxBK, positive integers up to %lld",
+               block, (long long)TSR_MAX_SEQ);
     return -1;
   }
   return 0;
@@ -49,10 +66,9 @@ int cli_make_geom(const char *cmd, const char *block, const char *qblocks, const
       cli_errorf(cmd, "--block and --q-blocks/--k-blocks exclude each other");
       return -1;
     }
-    if (cli_parse_pair(block, &bq, &bk)) {
-      cli_errorf(cmd, "invalid --block '%s': expected BQ or BQxBK, positive integers", block);
+    if (cli_check_block(cmd, block))
       return -1;
-    }
+    cli_parse_pair(block, &bq, &bk);
     if (tsr_geom_uniform(sq, sk, bq, bk, g, &err) != TSR_OK) {
       cli_errorf(cmd, "invalid --block '%s': %s", block, err.text);
       return -1;

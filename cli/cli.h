@@ -71,6 +71,9 @@ void cli_sub_help(FILE *f, const char *cmd, const cli_sub *subs, const cli_sub_o
  * Returns 0, or -1 with *g NULL. */
 int cli_make_geom(const char *cmd, const char *block, const char *qblocks, const char *kblocks,
                   int64_t sq, int64_t sk, const char *q_len, const char *k_len, tsr_geom **g);
+/* Checks the syntax and range of a --block value ("BQ[xBK]") before any
+ * file is read; 0, or -1 after printing the error. */
+int cli_check_block(const char *cmd, const char *block);
 /* Prints a selection's features, region, plan and reason (cli/explain.c),
  * as `tessera plan --select --explain` and `tessera run --explain` show it. */
 void cli_print_selection(const tsr_features *f, const tsr_selection *c);

@@ -35,6 +35,16 @@ static void usage(FILE *f, const char *sub)
   cli_sub_help(f, "db", db_subs, db_opts, sub);
 }
 
+/* Column i as text: "-" for NULL, which printf would show as "(null)". */
+static const char *txt(sqlite3_stmt *st, int i)
+{
+  const char *t = (const char *)sqlite3_column_text(st, i);
+  return t ? t : "-";
+}
+
+/* Integer column i in full (sqlite3_column_int would truncate to 32 bits). */
+static long long num(sqlite3_stmt *st, int i) { return (long long)sqlite3_column_int64(st, i); }
+
 static int tables(tsr_db *db)
 {
   sqlite3_stmt *st;
@@ -48,22 +58,19 @@ static int tables(tsr_db *db)
                          "m.feature_version = l.feature_version) FROM lookup l GROUP BY "
                          "l.gpu_name, l.multiprocessors, l.feature_version ORDER BY l.gpu_name",
                          -1, &st, NULL) != SQLITE_OK) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
     return CLI_USAGE;
   }
   printf("%-28s %4s %8s %6s %7s  %s\n", "gpu", "sms", "features", "rows", "masks", "built");
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const unsigned char *built = sqlite3_column_text(st, 4);
-    printf("%-28s %4d %8d %6d %7d  %s%s\n", (const char *)sqlite3_column_text(st, 0),
-           sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
-           sqlite3_column_int(st, 5), built ? (const char *)built : "-",
-           sqlite3_column_int(st, 2) == TSR_FEATURES_VERSION ? "" : "  (other feature version: "
-                                                                     "not used)");
+    printf("%-28s %4lld %8lld %6lld %7lld  %s%s\n", txt(st, 0), num(st, 1), num(st, 2),
+           num(st, 3), num(st, 5), txt(st, 4),
+           num(st, 2) == TSR_FEATURES_VERSION ? "" : "  (other feature version: not used)");
     n++;
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
     return CLI_USAGE;
   }
   if (n == 0)
@@ -83,7 +90,7 @@ static int show(tsr_db *db, const char *gpu, int level)
                          "gpu_name = ?1) AND (?2 < 0 OR level = ?2) ORDER BY gpu_name, level, "
                          "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin",
                          -1, &st, NULL) != SQLITE_OK) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
     return CLI_USAGE;
   }
   if (gpu)
@@ -93,23 +100,20 @@ static int show(tsr_db *db, const char *gpu, int level)
          "dtype", "dim", "blocks", "seq", "dens", "sprd", "fill", "plan", "masks", "regret",
          "speedup", "variant");
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    char blocks[24], plan[48];
-    snprintf(blocks, sizeof blocks, "%dx%d", sqlite3_column_int(st, 5), sqlite3_column_int(st, 6));
-    snprintf(plan, sizeof plan, "%s %dx%d %s", (const char *)sqlite3_column_text(st, 11),
-             sqlite3_column_int(st, 12), sqlite3_column_int(st, 13),
-             (const char *)sqlite3_column_text(st, 14));
-    printf("%5d %-16.16s %3d %-5s %4d %8s %4d %4d %4d %4d  %-26s %5d %7.4f %7.3f  %s\n",
-           sqlite3_column_int(st, 0), (const char *)sqlite3_column_text(st, 1),
-           sqlite3_column_int(st, 2), (const char *)sqlite3_column_text(st, 3),
-           sqlite3_column_int(st, 4), blocks, sqlite3_column_int(st, 7),
-           sqlite3_column_int(st, 8), sqlite3_column_int(st, 9), sqlite3_column_int(st, 10), plan,
-           sqlite3_column_int(st, 16), sqlite3_column_double(st, 17),
-           sqlite3_column_double(st, 18), (const char *)sqlite3_column_text(st, 15));
+    char blocks[48], plan[96];
+    snprintf(blocks, sizeof blocks, "%lldx%lld", num(st, 5), num(st, 6));
+    snprintf(plan, sizeof plan, "%.20s %lldx%lld %.20s", txt(st, 11), num(st, 12), num(st, 13),
+             txt(st, 14));
+    printf("%5lld %-16.16s %3lld %-5s %4lld %8s %4lld %4lld %4lld %4lld  %-26s %5lld %7.4f "
+           "%7.3f  %s\n",
+           num(st, 0), txt(st, 1), num(st, 2), txt(st, 3), num(st, 4), blocks, num(st, 7),
+           num(st, 8), num(st, 9), num(st, 10), plan, num(st, 16), sqlite3_column_double(st, 17),
+           sqlite3_column_double(st, 18), txt(st, 15));
     n++;
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
     return CLI_USAGE;
   }
   printf("%d row(s)%s\n", n, n ? "" : ": selection falls back to the base plan");

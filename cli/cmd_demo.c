@@ -76,11 +76,16 @@ static double now_ms(void)
 static tsr_status make_tensor(int64_t h, int64_t s, int64_t dim, double pos, uint64_t *rng,
                               tsr_array *a, tsr_error *err)
 {
-  int64_t i, t, d, n = h * s * dim;
-  float *x = malloc((size_t)n * sizeof *x);
+  int64_t i, t, d, n;
+  float *x = NULL;
   memset(a, 0, sizeof *a);
+  /* The sizes come from a manifest: a product past size_t is out of memory too. */
+  if (!__builtin_mul_overflow(h, s, &n) && !__builtin_mul_overflow(n, dim, &n) &&
+      (uint64_t)n <= SIZE_MAX / sizeof *x)
+    x = malloc((size_t)n * sizeof *x);
   if (!x)
-    return tsr_error_set(err, TSR_ERR_NOMEM, "demo: out of memory for a %lldx%lldx%lld tensor",
+    return tsr_error_set(err, TSR_ERR_NOMEM,
+                         "demo: cannot allocate a %lldx%lldx%lld float32 tensor: out of memory",
                          (long long)h, (long long)s, (long long)dim);
   for (i = 0; i < n; i++) { /* sum of uniforms: roughly normal, unit variance */
     t = (i / dim) % s;

@@ -71,21 +71,36 @@ static int int_opt(const char *val, const char *name, int64_t max, int64_t *out)
   return 0;
 }
 
-/* The geometry from --block + --seq[/--seq-k] or --q-blocks + --k-blocks. */
-static int make_geom(const char **val, tsr_geom **g)
+/* The sizes the options give (0 where absent), checked before any file is
+ * read: --seq, --seq-k, --heads, --heads-kv and the syntax of --block. */
+typedef struct {
+  int64_t sq, sk, heads, heads_kv;
+} plan_sizes;
+
+static int parse_sizes(const char **val, plan_sizes *z)
 {
-  int64_t sq = 0, sk = 0;
-  if (val[O_SEQ] && int_opt(val[O_SEQ], "--seq", INT32_MAX, &sq))
+  memset(z, 0, sizeof *z);
+  if (val[O_SEQ] && int_opt(val[O_SEQ], "--seq", TSR_MAX_SEQ, &z->sq))
     return -1;
-  if (val[O_SEQK] && int_opt(val[O_SEQK], "--seq-k", INT32_MAX, &sk))
+  if (val[O_SEQK] && int_opt(val[O_SEQK], "--seq-k", TSR_MAX_SEQ, &z->sk))
     return -1;
-  if (!sk)
-    sk = sq;
-  if (val[O_BLOCK] && !sq && !val[O_QBLOCKS] && !val[O_KBLOCKS]) {
+  if (!z->sk)
+    z->sk = z->sq;
+  if (val[O_HEADS] && int_opt(val[O_HEADS], "--heads", 65536, &z->heads))
+    return -1;
+  if (val[O_HEADSKV] && int_opt(val[O_HEADSKV], "--heads-kv", 65536, &z->heads_kv))
+    return -1;
+  if (val[O_BLOCK] && !z->sq && !val[O_QBLOCKS] && !val[O_KBLOCKS]) {
     cli_errorf("plan", "missing --seq S: --block needs the sequence length");
     return -1;
   }
-  return cli_make_geom("plan", val[O_BLOCK], val[O_QBLOCKS], val[O_KBLOCKS], sq, sk, "--seq",
+  return val[O_BLOCK] ? cli_check_block("plan", val[O_BLOCK]) : 0;
+}
+
+/* The geometry from --block + --seq[/--seq-k] or --q-blocks + --k-blocks. */
+static int make_geom(const char **val, const plan_sizes *z, tsr_geom **g)
+{
+  return cli_make_geom("plan", val[O_BLOCK], val[O_QBLOCKS], val[O_KBLOCKS], z->sq, z->sk, "--seq",
                        val[O_SEQK] ? "--seq-k" : "--seq", g);
 }
 
@@ -134,6 +149,13 @@ static int make_opts(const char **val, tsr_plan_opts *o)
       return -1;
     }
     o->arch = a;
+  }
+  {
+    tsr_error err = {0};
+    if (tsr_plan_opts_check(o, &err) != TSR_OK) {
+      cli_errorf("plan", "%s", err.text);
+      return -1;
+    }
   }
   return 0;
 }
@@ -294,7 +316,7 @@ int cmd_plan(int argc, char **argv)
   tsr_plan_summary s;
   tsr_problem p;
   tsr_error err = {0};
-  int64_t x;
+  plan_sizes z;
   int rc = CLI_USAGE, i;
   char *explain = NULL;
 
@@ -314,11 +336,12 @@ int cmd_plan(int argc, char **argv)
     return CLI_USAGE;
   }
   memset(&p, 0, sizeof p);
-  if (int_opt(val[O_HEADDIM], "--head-dim", 1024, &p.head_dim) || make_opts(val, &o))
+  if (int_opt(val[O_HEADDIM], "--head-dim", 1024, &p.head_dim) || make_opts(val, &o) ||
+      parse_sizes(val, &z))
     return CLI_USAGE;
   if (val[O_MASKBITS]) {
     /* Packed rows do not say how many key blocks they hold: the geometry does. */
-    if (make_geom(val, &g))
+    if (make_geom(val, &z, &g))
       goto done;
     if (tsr_mask_load_packed(val[O_MASK], tsr_geom_nk(g), &m, &err)) {
       cli_errorf("plan", "%s", err.text);
@@ -329,25 +352,19 @@ int cmd_plan(int argc, char **argv)
       cli_errorf("plan", "%s", err.text);
       goto done;
     }
-    if (make_geom(val, &g))
+    if (make_geom(val, &z, &g))
       goto done;
   }
   p.batch = tsr_mask_batch(m);
-  p.heads_q = tsr_mask_heads(m);
-  if (val[O_HEADS]) {
-    if (int_opt(val[O_HEADS], "--heads", 65536, &p.heads_q))
-      goto done;
-  }
+  p.heads_q = z.heads ? z.heads : tsr_mask_heads(m);
   p.heads_kv = p.heads_q;
-  if (val[O_HEADSKV]) {
-    if (int_opt(val[O_HEADSKV], "--heads-kv", 65536, &x))
-      goto done;
-    if (p.heads_q % x) {
+  if (z.heads_kv) {
+    if (p.heads_q % z.heads_kv) {
       cli_errorf("plan", "invalid --heads-kv %lld: %lld query heads are not a multiple of it",
-                 (long long)x, (long long)p.heads_q);
+                 (long long)z.heads_kv, (long long)p.heads_q);
       goto done;
     }
-    p.heads_kv = x;
+    p.heads_kv = z.heads_kv;
   }
   p.seq_q = tsr_geom_seq_q(g);
   p.seq_k = tsr_geom_seq_k(g);

@@ -327,6 +327,16 @@ int cmd_run(int argc, char **argv)
     cli_errorf("run", "--out and --lse name the same file '%s'", val[O_OUT]);
     return CLI_USAGE;
   }
+  /* Every option is checked before any file is read. */
+  {
+    tsr_plan_opts po;
+    if (plan_opts(val, &po, &err) != TSR_OK || tsr_plan_opts_check(&po, &err) != TSR_OK) {
+      cli_errorf("run", "%s", err.text);
+      return CLI_USAGE;
+    }
+  }
+  if (val[O_BLOCK] && cli_check_block("run", val[O_BLOCK]))
+    return CLI_USAGE;
 
   if (tsr_out_begin(&outs, &err) || tsr_out_file(outs, val[O_OUT], 0, &fo, &err) ||
       (val[O_LSE] && tsr_out_file(outs, val[O_LSE], 0, &fl, &err))) {

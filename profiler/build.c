@@ -21,7 +21,7 @@
 static tsr_status sql_fail(tsr_db *db, tsr_error *err)
 {
   return tsr_error_set(err, TSR_ERR_DB, "cannot derive lookup table in '%s': %s", tsr_db_path(db),
-                       sqlite3_errmsg(tsr_db_sqlite(db)));
+                       tsr_db_errmsg(db));
 }
 
 void tsrp_build_free(tsrp_dataset *ds)

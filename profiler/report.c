@@ -48,7 +48,7 @@ static tsr_status pick_gpu(tsr_db *db, const char *gpu, char *name, size_t n, in
                          "g.id AND m.status = 'ok') ORDER BY g.name LIMIT 1",
                          -1, &st, NULL) != SQLITE_OK)
     return tsr_error_set(err, TSR_ERR_DB, "cannot read '%s': %s", tsr_db_path(db),
-                         sqlite3_errmsg(tsr_db_sqlite(db)));
+                         tsr_db_errmsg(db));
   if (gpu)
     sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(st);
@@ -515,7 +515,7 @@ tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *row
            gpu);
   if (a < 0 || b < 0 || c < 0 || ferror(f))
     return tsr_error_set(err, TSR_ERR_DB, "cannot export lookup table from '%s': %s",
-                         tsr_db_path(db), sqlite3_errmsg(tsr_db_sqlite(db)));
+                         tsr_db_path(db), tsr_db_errmsg(db));
   if (rows)
     *rows = c;
   return TSR_OK;

@@ -1170,6 +1170,83 @@ void tsr_corpus_close(tsr_corpus *c)
   free(c);
 }
 
+/* Why entry e's sizes are out of the limits of tessera.h (into why), or
+ * NULL: checked when the manifest is read, so that nothing is allocated
+ * for a size no plan or kernel could address. */
+static const char *entry_limits(const tsr_corpus_entry *e, char *why, size_t n)
+{
+  const struct {
+    const char *name;
+    int64_t v, max;
+  } lim[] = {
+      {"heads_q", e->heads_q, TSR_MAX_DIM},   {"heads_kv", e->heads_kv, TSR_MAX_DIM},
+      {"model_heads", e->model_heads, TSR_MAX_DIM}, {"head_dim", e->head_dim, TSR_MAX_DIM},
+      {"seq_q", e->seq_q, TSR_MAX_SEQ},       {"seq_k", e->seq_k, TSR_MAX_SEQ},
+      {"nq", e->nq, e->seq_q},                {"nk", e->nk, e->seq_k},
+      {"bq", e->bq, TSR_MAX_SEQ},             {"bk", e->bk, TSR_MAX_SEQ},
+  };
+  size_t i;
+  int64_t pairs;
+  for (i = 0; i < sizeof lim / sizeof lim[0]; i++)
+    if (lim[i].v > lim[i].max) {
+      snprintf(why, n, "'%s' is %lld, more than %lld", lim[i].name, (long long)lim[i].v,
+               (long long)lim[i].max);
+      return why;
+    }
+  if (e->bq && (e->nq != (e->seq_q + e->bq - 1) / e->bq ||
+                e->nk != (e->seq_k + e->bk - 1) / e->bk)) {
+    snprintf(why, n,
+             "geometry of %lld x %lld blocks does not cover %lld x %lld tokens in blocks of "
+             "%lldx%lld",
+             (long long)e->nq, (long long)e->nk, (long long)e->seq_q, (long long)e->seq_k,
+             (long long)e->bq, (long long)e->bk);
+    return why;
+  }
+  if (__builtin_mul_overflow(e->heads_q, e->nq, &pairs) ||
+      __builtin_mul_overflow(pairs, e->nk, &pairs) || pairs > TSR_MAX_MASK_PAIRS) {
+    snprintf(why, n, "mask of %lld x %lld x %lld blocks is more than %lld block pairs",
+             (long long)e->heads_q, (long long)e->nq, (long long)e->nk,
+             (long long)TSR_MAX_MASK_PAIRS);
+    return why;
+  }
+  return NULL;
+}
+
+/* Why the manifest's relative path `rel` (joined to `dir` as `path`) names
+ * a file outside the corpus folder, or NULL: an empty or absolute path, a
+ * '..' component, or a path that resolves (through links) outside `dir`.
+ * A file that does not exist yet is left to the loader to report. */
+static const char *path_escapes(const char *dir, const char *rel, const char *path, char *why,
+                                size_t n)
+{
+  const char *c = rel;
+  char *rdir, *rpath;
+  int inside = 1;
+  if (!*rel || *rel == '/') {
+    snprintf(why, n, "%s", *rel ? "an absolute path" : "an empty path");
+    return why;
+  }
+  for (; *c; c += *c == '/') {
+    size_t len = strcspn(c, "/");
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      snprintf(why, n, "a '..' component");
+      return why;
+    }
+    c += len;
+  }
+  rpath = realpath(path, NULL);
+  rdir = rpath ? realpath(dir, NULL) : NULL;
+  if (rdir) {
+    size_t len = strlen(rdir);
+    inside = !strncmp(rpath, rdir, len) && (rpath[len] == '/' || !strcmp(rdir, "/"));
+    if (!inside)
+      snprintf(why, n, "a path that resolves to '%.200s'", rpath);
+  }
+  free(rdir);
+  free(rpath);
+  return inside ? NULL : why;
+}
+
 static int get_int(json_t *o, const char *k, int64_t *v)
 {
   json_t *x = json_object_get(o, k);
@@ -1193,7 +1270,8 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
   tsr_status mst;
   char *mpath;
   int64_t i, v;
-  const char *bad = NULL;
+  const char *bad = NULL, *why = NULL;
+  char why_buf[320];
 
   *out = NULL;
   if (!dir)
@@ -1295,22 +1373,44 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
     if (!bad && (!json_is_array(c->heads[i]) ||
                  (int64_t)json_array_size(c->heads[i]) != e->heads_q))
       bad = "heads";
-    if (bad)
+    if (bad || (why = entry_limits(e, why_buf, sizeof why_buf)) != NULL)
       break;
     e->density = json_number_value(json_object_get(o, "density"));
     e->seed = strtoull(seed, NULL, 0);
-    c->paths[3 * i] = join(dir, e->file);
-    if (!strcmp(kind, "variable")) {
-      c->paths[3 * i + 1] = join(dir, get_str(geo, "q_sizes"));
-      c->paths[3 * i + 2] = join(dir, get_str(geo, "k_sizes"));
-      if (!c->paths[3 * i + 1] || !c->paths[3 * i + 2])
-        bad = "memory";
+    {
+      const char *rel[3] = {e->file, NULL, NULL};
+      const char *key[3] = {"file", "q_sizes", "k_sizes"};
+      int k;
+      if (!strcmp(kind, "variable")) {
+        rel[1] = get_str(geo, "q_sizes");
+        rel[2] = get_str(geo, "k_sizes");
+      }
+      for (k = 0; k < 3 && !bad && !why; k++) {
+        char esc[260];
+        if (!rel[k])
+          continue;
+        if (!(c->paths[3 * i + k] = join(dir, rel[k])))
+          bad = "memory";
+        else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
+          snprintf(why_buf, sizeof why_buf,
+                   "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k], esc);
+          why = why_buf;
+        }
+      }
+      e->file = c->paths[3 * i];
       e->q_sizes = c->paths[3 * i + 1];
       e->k_sizes = c->paths[3 * i + 2];
     }
-    if (!c->paths[3 * i])
-      bad = "memory";
-    e->file = c->paths[3 * i];
+    if (why)
+      break;
+  }
+  if (why) {
+    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
+                                  "cannot read corpus manifest '%s': entry %lld: %s", mpath,
+                                  (long long)i, why);
+    free(mpath);
+    tsr_corpus_close(c);
+    return st;
   }
   if (bad) {
     tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
@@ -1390,8 +1490,22 @@ static tsr_status load_sizes(const char *path, int64_t want, int64_t sum, tsr_ar
                          "cannot read block sizes '%s': expected int64 [%lld]", path,
                          (long long)want);
   }
-  for (i = 0; i < want; i++)
-    s += ((const int64_t *)a->data)[i];
+  /* sum <= TSR_MAX_SEQ (tsr_corpus_open), so s never overflows. */
+  for (i = 0; i < want; i++) {
+    int64_t v = ((const int64_t *)a->data)[i];
+    if (v < 1 || v > sum - s) {
+      tsr_npy_free(a);
+      return v < 1 ? tsr_error_set(err, TSR_ERR_SHAPE,
+                                   "cannot read block sizes '%s': block %lld has size %lld, "
+                                   "must be positive",
+                                   path, (long long)i, (long long)v)
+                   : tsr_error_set(err, TSR_ERR_SHAPE,
+                                   "cannot read block sizes '%s': with block %lld of size %lld "
+                                   "they sum to more than %lld tokens",
+                                   path, (long long)i, (long long)v, (long long)sum);
+    }
+    s += v;
+  }
   if (s != sum) {
     tsr_npy_free(a);
     return tsr_error_set(err, TSR_ERR_SHAPE,

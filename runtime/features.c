@@ -93,26 +93,10 @@ static uint64_t group_mask(int64_t g)
   return m;
 }
 
-/* Logical block holding token t, given block starts s[0..n] (binary search;
- * geometries are small). */
-static int64_t block_of(const int64_t *s, int64_t n, int64_t t)
-{
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    int64_t mid = (lo + hi + 1) / 2;
-    if (s[mid] <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 typedef struct {
   int64_t nq, nk, words;
   int64_t *qs, *ks;                     /* block starts, nq+1 / nk+1 */
   double *kw;                           /* key block widths, nk */
-  int64_t *t_qlo[TSR_FEATURE_TILES], *t_qhi[TSR_FEATURE_TILES]; /* per query tile */
   int64_t *b_klo[TSR_FEATURE_TILES], *b_khi[TSR_FEATURE_TILES]; /* key tiles of a key block */
   int64_t n_qt[TSR_FEATURE_TILES], n_kt[TSR_FEATURE_TILES];
   uint64_t *rows;                       /* nq * words packed bits of a plane */
@@ -126,8 +110,6 @@ static void scratch_free(scratch *s)
   free(s->ks);
   free(s->kw);
   for (t = 0; t < TSR_FEATURE_TILES; t++) {
-    free(s->t_qlo[t]);
-    free(s->t_qhi[t]);
     free(s->b_klo[t]);
     free(s->b_khi[t]);
   }
@@ -160,17 +142,10 @@ static int scratch_init(scratch *s, const tsr_geom *g)
     int64_t tm = tile_m_of[t], tn = tile_n_of[t];
     s->n_qt[t] = (sq + tm - 1) / tm;
     s->n_kt[t] = (sk + tn - 1) / tn;
-    s->t_qlo[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
-    s->t_qhi[t] = malloc(sizeof(int64_t) * (size_t)s->n_qt[t]);
     s->b_klo[t] = malloc(sizeof(int64_t) * (size_t)s->nk);
     s->b_khi[t] = malloc(sizeof(int64_t) * (size_t)s->nk);
-    if (!s->t_qlo[t] || !s->t_qhi[t] || !s->b_klo[t] || !s->b_khi[t])
+    if (!s->b_klo[t] || !s->b_khi[t])
       return -1;
-    for (i = 0; i < s->n_qt[t]; i++) {
-      int64_t end = (i + 1) * tm < sq ? (i + 1) * tm : sq;
-      s->t_qlo[t][i] = block_of(s->qs, s->nq, i * tm);
-      s->t_qhi[t][i] = block_of(s->qs, s->nq, end - 1);
-    }
     for (i = 0; i < s->nk; i++) {
       s->b_klo[t][i] = s->ks[i] / tn;
       s->b_khi[t][i] = (s->ks[i + 1] - 1) / tn;
@@ -258,14 +233,21 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
         empty += tok == 0;
       }
       for (t = 0; t < TSR_FEATURE_TILES; t++) {
-        int64_t tm = tile_m_of[t], tn = tile_n_of[t], r, w, prev_lo = -1, prev_hi = -1;
+        int64_t tm = tile_m_of[t], tn = tile_n_of[t], r = 0, w, qlo = 0;
         int64_t cnt = 0, width = 0;
-        for (r = 0; r < s.n_qt[t]; r++) {
-          int64_t rows_in = (r + 1) * tm < sq ? tm : sq - r * tm;
-          int64_t qlo = s.t_qlo[t][r], qhi = s.t_qhi[t][r];
-          /* Tile rows over the same logical rows touch the same key tiles
-           * (64-row tiles in 128-row blocks, say): reuse the count. */
-          if (qlo != prev_lo || qhi != prev_hi) {
+        while (r < s.n_qt[t]) {
+          int64_t a = r * tm, e = a + tm < sq ? a + tm : sq, qhi, run = 1, rows_in;
+          while (s.qs[qlo + 1] <= a)
+            qlo++;
+          for (qhi = qlo; s.qs[qhi + 1] < e; qhi++)
+            ;
+          /* Tile rows inside one logical row, up to its end, touch the same
+           * key tiles (64-row tiles in 128-row blocks, say): one count for
+           * the run, so the walk is O(blocks), not O(tokens / tile). */
+          if (qhi == qlo)
+            run = (s.qs[qlo + 1] == sq ? s.n_qt[t] : s.qs[qlo + 1] / tm) - r;
+          rows_in = ((r + run) * tm < sq ? (r + run) * tm : sq) - a;
+          {
             int64_t cur_end = -1;
             memcpy(s.acc, s.rows + qlo * s.words, sizeof(uint64_t) * (size_t)s.words);
             for (i = qlo + 1; i <= qhi; i++)
@@ -314,11 +296,10 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
               }
             }
             }
-            prev_lo = qlo;
-            prev_hi = qhi;
           }
-          touched[t] += cnt;
+          touched[t] += run * cnt;
           area[t] += (double)rows_in * (double)width;
+          r += run;
         }
       }
     }

@@ -7,8 +7,9 @@
  * asks q_start(i) / k_start(j) and never special-cases uniform blocks.  Cost:
  * (nq + nk + 2) int64 per geometry; accessors are O(1).
  *
- * Token counts are limited to TSR_GEOM_MAX_SEQ because kernels index tokens
- * with 32-bit integers.
+ * Token counts are limited to TSR_MAX_SEQ (tessera.h, "Size limits"):
+ * kernels index tokens with 32-bit integers.  Block sizes are limited
+ * alike; a block longer than its sequence is one ragged block.
  */
 #include <stdlib.h>
 
@@ -48,18 +49,18 @@ tsr_status tsr_geom_uniform(int64_t seq_q, int64_t seq_k, int64_t bq, int64_t bk
   if (!out)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_geom_uniform: null argument");
   *out = NULL;
-  if (seq_q < 1 || seq_q > TSR_GEOM_MAX_SEQ)
+  if (seq_q < 1 || seq_q > TSR_MAX_SEQ)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid query length %lld: must be 1..%lld",
-                         (long long)seq_q, (long long)TSR_GEOM_MAX_SEQ);
-  if (seq_k < 1 || seq_k > TSR_GEOM_MAX_SEQ)
+                         (long long)seq_q, (long long)TSR_MAX_SEQ);
+  if (seq_k < 1 || seq_k > TSR_MAX_SEQ)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid key length %lld: must be 1..%lld",
-                         (long long)seq_k, (long long)TSR_GEOM_MAX_SEQ);
-  if (bq < 1 || bq > TSR_GEOM_MAX_SEQ)
+                         (long long)seq_k, (long long)TSR_MAX_SEQ);
+  if (bq < 1 || bq > TSR_MAX_SEQ)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid query block size %lld: must be 1..%lld",
-                         (long long)bq, (long long)TSR_GEOM_MAX_SEQ);
-  if (bk < 1 || bk > TSR_GEOM_MAX_SEQ)
+                         (long long)bq, (long long)TSR_MAX_SEQ);
+  if (bk < 1 || bk > TSR_MAX_SEQ)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid key block size %lld: must be 1..%lld",
-                         (long long)bk, (long long)TSR_GEOM_MAX_SEQ);
+                         (long long)bk, (long long)TSR_MAX_SEQ);
   s = geom_alloc((seq_q + bq - 1) / bq, (seq_k + bk - 1) / bk, &g, err);
   if (s != TSR_OK)
     return s;
@@ -88,10 +89,11 @@ static tsr_status prefix(const int64_t *sizes, int64_t n, int64_t *start, const 
       return tsr_error_set(err, TSR_ERR_INVALID,
                            "invalid %s block %lld: size %lld, must be positive", what,
                            (long long)i, (long long)sizes[i]);
-    if (sizes[i] > TSR_GEOM_MAX_SEQ - start[i])
+    if (sizes[i] > TSR_MAX_SEQ - start[i])
       return tsr_error_set(err, TSR_ERR_INVALID,
-                           "invalid %s blocks: total length exceeds %lld tokens", what,
-                           (long long)TSR_GEOM_MAX_SEQ);
+                           "invalid %s blocks: with block %lld of size %lld the total length "
+                           "exceeds %lld tokens",
+                           what, (long long)i, (long long)sizes[i], (long long)TSR_MAX_SEQ);
     start[i + 1] = start[i] + sizes[i];
   }
   return TSR_OK;
@@ -105,12 +107,12 @@ tsr_status tsr_geom_variable(const int64_t *q_sizes, int64_t nq, const int64_t *
   if (!out)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_geom_variable: null argument");
   *out = NULL;
-  if (nq < 1 || nq > TSR_GEOM_MAX_SEQ || !q_sizes)
+  if (nq < 1 || nq > TSR_MAX_SEQ || !q_sizes)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid query block count %lld: must be 1..%lld",
-                         (long long)nq, (long long)TSR_GEOM_MAX_SEQ);
-  if (nk < 1 || nk > TSR_GEOM_MAX_SEQ || !k_sizes)
+                         (long long)nq, (long long)TSR_MAX_SEQ);
+  if (nk < 1 || nk > TSR_MAX_SEQ || !k_sizes)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid key block count %lld: must be 1..%lld",
-                         (long long)nk, (long long)TSR_GEOM_MAX_SEQ);
+                         (long long)nk, (long long)TSR_MAX_SEQ);
   s = geom_alloc(nq, nk, &g, err);
   if (s != TSR_OK)
     return s;

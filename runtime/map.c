@@ -35,9 +35,6 @@
 
 #include "plan_impl.h"
 
-static int valid_tile_m(int v) { return v >= 16 && v <= 512 && v % 16 == 0; }
-static int valid_tile_n(int v) { return v >= 32 && v <= 512 && v % 32 == 0; }
-
 /* Block sizes as text for messages: "96x96" or "variable". */
 static void block_text(const tsr_geom *g, char *buf, size_t n)
 {
@@ -64,10 +61,16 @@ static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combin
     i0 = i;
     s0 = is_q ? tsr_geom_q_start(g, i0) : tsr_geom_k_start(g, i0);
     e0 = is_q ? tsr_geom_q_start(g, i0 + 1) : tsr_geom_k_start(g, i0 + 1);
-    if (e0 < b)
+    if (e0 < b) {
       *combined = 1;
-    else if (b - a == tile && e0 - s0 > tile) /* a ragged last tile does not count */
-      *subdivided = 1;
+    } else {
+      if (b - a == tile && e0 - s0 > tile) /* a ragged last tile does not count */
+        *subdivided = 1;
+      /* The next tiles inside this block say the same: on to the last of
+       * them, so the walk is O(blocks), not O(tokens / tile). */
+      if (e0 - a >= 2 * tile)
+        a += ((e0 - a) / tile - 1) * tile;
+    }
   }
 }
 
@@ -87,8 +90,7 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   if (tm == 0 && tn == 0) {
     switch (o->mapping) {
     case TSR_MAP_RETAIN:
-      if (!uniform || !valid_tile_m((int)(bq < 1024 ? bq : 0)) ||
-          !valid_tile_n((int)(bk < 1024 ? bk : 0)))
+      if (!uniform || !tsr_tile_m_ok(bq) || !tsr_tile_n_ok(bk))
         return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                              "mapping 'retain' needs uniform blocks usable as a tile "
                              "(rows a multiple of 16, columns of 32, at most 512), got blocks %s",
@@ -119,7 +121,7 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
     tm = 128;
   if (tn == 0)
     tn = 128;
-  if (!valid_tile_m(tm) || !valid_tile_n(tn))
+  if (!tsr_tile_m_ok(tm) || !tsr_tile_n_ok(tn))
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "tile %dx%d is not supported: rows must be a multiple of 16 and "
                          "columns a multiple of 32, each at most 512",
@@ -758,6 +760,198 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
   return TSR_OK;
 }
 
+/* ---- Capacity ------------------------------------------------------------
+ *
+ * Plans address rows, tile records and membership words with 32-bit
+ * integers (tessera.h, "Size limits"), so a problem that would outgrow them
+ * is refused before anything is allocated for it: the problem rows exactly,
+ * then the records by a bound (every tile of every row of every mask plane,
+ * every segment's words for each), which any real problem stays far below;
+ * only past the bound are the records counted exactly.  The count needs no
+ * per-token or per-tile table: query tiles lying inside one query block
+ * have the same rows (one count serves the run of them), and a row's key
+ * tiles follow from its selected key blocks, all but the two edge tiles of
+ * a block lying inside it.  It counts what emit_row emits, a broadcast
+ * plane once, before GQA heads with identical rows share (which only
+ * saves), and stops at the first limit passed: O(planes x query blocks x
+ * words a row + selected blocks x log key blocks). */
+
+typedef struct {
+  const int64_t *ks; /* key block starts, nk + 1 */
+  int64_t BN, sk, nk, W;
+} count_ctx;
+
+/* The key block holding token x. */
+static int64_t k_block_of(const count_ctx *c, int64_t x)
+{
+  int64_t lo = 0, hi = c->nk - 1;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo + 1) / 2;
+    if (c->ks[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* Whether key tile u, which holds tokens of key block j, is full for a row
+ * whose segments all select the key blocks set in andb: bit j when the
+ * tile lies inside block j, else every block it touches. */
+static int tile_full(const count_ctx *c, const uint64_t *andb, int64_t u, int64_t j)
+{
+  int64_t a = u * c->BN, b = a + c->BN < c->sk ? a + c->BN : c->sk;
+  if (c->ks[j] <= a && b <= c->ks[j + 1])
+    return bit_at(andb, j);
+  return all_set(andb, k_block_of(c, a), k_block_of(c, b - 1));
+}
+
+/* Tiles and partial tiles emit_row emits for a row with these OR and AND
+ * words over its segments. */
+static void count_row(const count_ctx *c, const uint64_t *orb, const uint64_t *andb,
+                      int64_t *tiles, int64_t *partial)
+{
+  int64_t w, last = -1, nt = 0, np = 0;
+  for (w = 0; w < c->W; w++) {
+    uint64_t x;
+    for (x = orb[w]; x; x &= x - 1) {
+      int64_t j = w * 64 + __builtin_ctzll(x), edges = 1;
+      int64_t t0 = c->ks[j] / c->BN, t1 = (c->ks[j + 1] - 1) / c->BN;
+      int64_t u0 = t0 > last ? t0 : last + 1;
+      if (u0 > t1)
+        continue;
+      nt += t1 - u0 + 1;
+      np += !tile_full(c, andb, t1, j);
+      if (u0 == t0 && t0 != t1) {
+        np += !tile_full(c, andb, t0, j);
+        edges = 2;
+      }
+      if (!bit_at(andb, j)) /* the tiles inside block j */
+        np += t1 - u0 + 1 - edges;
+      last = t1;
+    }
+  }
+  *tiles = nt;
+  *partial = np;
+}
+
+/* a * b + c, saturating at INT64_MAX (all non-negative). */
+static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c)
+{
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r))
+    return INT64_MAX;
+  return r;
+}
+
+int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
+{
+  int simd = simd_level();
+  const tsr_geom *g = pl->problem.geom;
+  int64_t BM = pl->tile_m, sq = pl->problem.seq_q, nqt = pl->n_q_tiles;
+  int64_t np = tsr_mask_batch(m) * tsr_mask_heads(m), pi;
+  int64_t wn = pl->tile_n / 32;
+  count_ctx c;
+  uint64_t *buf;
+  int64_t *ks, j;
+  int over = 0;
+  c.BN = pl->tile_n;
+  c.sk = pl->problem.seq_k;
+  c.nk = tsr_geom_nk(g);
+  c.W = (c.nk + 63) / 64;
+  *tiles = *words = 0;
+  buf = malloc((size_t)c.W * 3 * sizeof *buf);
+  ks = malloc((size_t)(c.nk + 1) * sizeof *ks);
+  if (!buf || !ks) {
+    free(buf);
+    free(ks);
+    return -1;
+  }
+  for (j = 0; j <= c.nk; j++)
+    ks[j] = tsr_geom_k_start(g, j);
+  c.ks = ks;
+  for (pi = 0; pi < np && !over; pi++) {
+    int64_t b = pi / tsr_mask_heads(m), h = pi % tsr_mask_heads(m), t = 0, i = 0;
+    int64_t pw;
+    const uint64_t *packed = tsr_mask_packed_plane(m, b, h, &pw);
+    const uint8_t *bytes = packed ? NULL : tsr_mask_plane(m, b, h);
+    if (!packed && !bytes) {
+      free(buf);
+      free(ks);
+      return -1;
+    }
+    while (t < nqt && !over) {
+      int64_t a = t * BM, e = a + BM < sq ? a + BM : sq, i1, r, run = 1, nt, npart;
+      uint64_t *orb = buf + c.W, *andb = buf + 2 * c.W;
+      while (tsr_geom_q_start(g, i + 1) <= a)
+        i++;
+      for (i1 = i; tsr_geom_q_start(g, i1 + 1) < e; i1++)
+        ;
+      if (i1 == i) { /* the tiles up to the block's end have the same rows */
+        int64_t end = tsr_geom_q_start(g, i + 1);
+        run = (end == sq ? nqt : end / BM) - t;
+      }
+      for (r = i; r <= i1; r++) {
+        const uint64_t *row = packed ? packed + r * c.W : buf;
+        int64_t w;
+        if (!packed)
+          pack_rows(simd, bytes + r * c.nk, 1, c.nk, buf);
+        for (w = 0; w < c.W; w++) {
+          orb[w] = r == i ? row[w] : orb[w] | row[w];
+          andb[w] = r == i ? row[w] : andb[w] & row[w];
+        }
+      }
+      count_row(&c, orb, andb, &nt, &npart);
+      *tiles = mul_add_sat(run, nt, *tiles);
+      *words = mul_add_sat(run, mul_add_sat(npart, (i1 - i + 1) * wn, 0), *words);
+      /* past a limit: no need to count on */
+      over = *tiles > TSR_MAX_TILE_RECORDS || *words > TSR_MAX_MEMBERSHIP_WORDS;
+      t += run;
+    }
+  }
+  free(buf);
+  free(ks);
+  return 0;
+}
+
+/* Refuses a problem whose plan would outgrow the 32-bit record offsets. */
+static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_error *err)
+{
+  const tsr_problem *p = &pl->problem;
+  const tsr_geom *g = p->geom;
+  int64_t np = tsr_mask_batch(m) * tsr_mask_heads(m), nq = tsr_geom_nq(g);
+  int64_t rows = mul_add_sat(p->batch * p->heads_q, pl->n_q_tiles, 0);
+  int64_t tiles = mul_add_sat(mul_add_sat(np, pl->n_q_tiles, 0), pl->n_k_tiles, 0);
+  int64_t words = mul_add_sat(mul_add_sat(np, pl->n_q_tiles + nq, 0),
+                              mul_add_sat(pl->n_k_tiles, pl->tile_n / 32, 0), 0);
+  char what[160];
+  if (rows <= TSR_MAX_ROWS && tiles <= TSR_MAX_TILE_RECORDS && words <= TSR_MAX_MEMBERSHIP_WORDS)
+    return TSR_OK; /* every real problem: no count, no message */
+  snprintf(what, sizeof what, "tile %dx%d over %lld x %lld tokens", pl->tile_m, pl->tile_n,
+           (long long)p->seq_q, (long long)p->seq_k);
+  if (rows > TSR_MAX_ROWS)
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "plan too large: batch %lld x %lld query heads x %lld query tiles (%s) is "
+                         "more than the %lld rows a plan can address",
+                         (long long)p->batch, (long long)p->heads_q, (long long)pl->n_q_tiles,
+                         what, (long long)TSR_MAX_ROWS);
+  if (tiles <= TSR_MAX_TILE_RECORDS && words <= TSR_MAX_MEMBERSHIP_WORDS)
+    return TSR_OK;
+  if (tsr_map_count(pl, m, &tiles, &words))
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory counting tiles");
+  if (tiles > TSR_MAX_TILE_RECORDS)
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "plan too large: the mask selects more than the %lld tile records a plan "
+                         "can address (%s)",
+                         (long long)TSR_MAX_TILE_RECORDS, what);
+  if (words > TSR_MAX_MEMBERSHIP_WORDS)
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "plan too large: the mask's partial tiles need more than the %lld "
+                         "membership words a plan can address (%s)",
+                         (long long)TSR_MAX_MEMBERSHIP_WORDS, what);
+  return TSR_OK;
+}
+
 tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, tsr_error *err)
 {
   map_ctx c;
@@ -776,11 +970,13 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   memset(&c, 0, sizeof c);
   memset(rows, 0, sizeof *rows);
   c.pl = pl;
-  st = build_tables(&c, err);
+  c.simd = simd_level();
+  st = check_capacity(pl, m, err);
+  if (!st)
+    st = build_tables(&c, err);
   if (st)
     goto done;
   np = mb * mh;
-  c.simd = simd_level();
   {
     const char *cap = getenv("TESSERA_PLAN_SIMD");
     rows->plain = cap && !strcmp(cap, "none");

@@ -27,9 +27,6 @@ struct tsr_mask {
   int64_t words;      /* ceil(nk / 64) */
 };
 
-/* Largest mask accepted: 2^34 pairs (16 GiB) is far beyond any real
- * request and keeps every size computation clear of overflow. */
-#define MASK_MAX_PAIRS ((int64_t)1 << 34)
 
 static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
                            const char *name, int packed, tsr_mask **out, tsr_error *err)
@@ -45,10 +42,10 @@ static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
                                   name, names[i], (long long)dims[i])
                   : tsr_error_set(err, TSR_ERR_SHAPE, "invalid mask: %s is %lld, must be positive",
                                   names[i], (long long)dims[i]);
-    if (dims[i] > MASK_MAX_PAIRS / n)
+    if (dims[i] > TSR_MAX_MASK_PAIRS / n)
       return tsr_error_set(err, TSR_ERR_SHAPE, "invalid mask%s%s%s: more than %lld block pairs",
                            name ? " '" : "", name ? name : "", name ? "'" : "",
-                           (long long)MASK_MAX_PAIRS);
+                           (long long)TSR_MAX_MASK_PAIRS);
     n *= dims[i];
   }
   m = calloc(1, sizeof *m);
@@ -336,6 +333,16 @@ static void describe(char *buf, size_t cap, const tsr_geom *g, int query)
              (long long)seq);
 }
 
+/* What a mask extent may be: 1 (broadcast) or the problem's `v` ("1 or 1"
+ * would say nothing). */
+static void extent_text(char *buf, size_t cap, int64_t v)
+{
+  if (v == 1)
+    snprintf(buf, cap, "1");
+  else
+    snprintf(buf, cap, "1 or %lld", (long long)v);
+}
+
 tsr_status tsr_mask_check(const tsr_mask *m, const tsr_geom *g, int64_t batch, int64_t heads_q,
                           const char *name, tsr_error *err)
 {
@@ -358,14 +365,19 @@ tsr_status tsr_mask_check(const tsr_mask *m, const tsr_geom *g, int64_t batch, i
                          "%s does not match the geometry: %lld key blocks, but %s gives %lld",
                          subj, (long long)m->nk, how, (long long)tsr_geom_nk(g));
   }
-  if (m->batch != 1 && m->batch != batch)
+  if (m->batch != 1 && m->batch != batch) {
+    char want[48];
+    extent_text(want, sizeof want, batch);
     return tsr_error_set(err, TSR_ERR_SHAPE,
-                         "%s does not match the problem: batch %lld, expected 1 or %lld", subj,
-                         (long long)m->batch, (long long)batch);
-  if (m->heads != 1 && m->heads != heads_q)
+                         "%s does not match the problem: batch %lld, expected %s", subj,
+                         (long long)m->batch, want);
+  }
+  if (m->heads != 1 && m->heads != heads_q) {
+    char want[48];
+    extent_text(want, sizeof want, heads_q);
     return tsr_error_set(err, TSR_ERR_SHAPE,
-                         "%s does not match the problem: %lld heads, expected 1 or %lld (query "
-                         "heads)",
-                         subj, (long long)m->heads, (long long)heads_q);
+                         "%s does not match the problem: %lld heads, expected %s (query heads)",
+                         subj, (long long)m->heads, want);
+  }
   return TSR_OK;
 }

@@ -66,7 +66,8 @@ int64_t tsr_array_numel(const tsr_array *a)
   if (!a || a->ndim < 0 || a->ndim > TSR_MAX_DIMS)
     return 0;
   for (i = 0; i < a->ndim; i++)
-    n *= a->shape[i];
+    if (a->shape[i] < 0 || __builtin_mul_overflow(n, a->shape[i], &n))
+      return -1;
   return n;
 }
 
@@ -395,6 +396,8 @@ tsr_status tsr_npy_write(FILE *f, const char *path, const tsr_array *a, tsr_erro
       return tsr_error_set(err, TSR_ERR_INVALID, "cannot write '%s': negative dimension %lld",
                            path, (long long)a->shape[k]);
   numel = tsr_array_numel(a);
+  if (numel < 0 || (uint64_t)numel > SIZE_MAX / tsr_dtype_size(a->dtype))
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot write '%s': shape too large", path);
   nbytes = (size_t)numel * tsr_dtype_size(a->dtype);
   if (nbytes && !a->data)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot write '%s': no data", path);

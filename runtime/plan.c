@@ -105,8 +105,16 @@ void tsr_plan_destroy(tsr_plan *pl)
   free(pl);
 }
 
-static tsr_status check_opts(const tsr_plan_opts *o, tsr_error *err)
+tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err)
 {
+  if (!o)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_plan_opts_check: null options");
+  if (o->tile_m < 0 || o->tile_n < 0 || (o->tile_m && !tsr_tile_m_ok(o->tile_m)) ||
+      (o->tile_n && !tsr_tile_n_ok(o->tile_n)))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "tile %dx%d is not supported: rows must be a multiple of 16 and "
+                         "columns a multiple of 32, each at most %d",
+                         o->tile_m, o->tile_n, TSR_MAX_TILE);
   if ((unsigned)o->mapping > TSR_MAP_SUBDIVIDE)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid plan mapping %d", (int)o->mapping);
   if ((unsigned)o->tasks > TSR_TASKS_PACK)
@@ -146,7 +154,7 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
     tsr_plan_opts_init(&defaults);
     o = &defaults;
   }
-  st = check_opts(o, err);
+  st = tsr_plan_opts_check(o, err);
   if (st)
     return st;
   pl->problem = *p;

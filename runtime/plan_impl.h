@@ -112,6 +112,16 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
 tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows,
                          tsr_error *err);
 
+/* The tile records and membership words tsr_map_build would emit for the
+ * mask over the resolved plan pl (tile and tile counts set by
+ * tsr_map_resolve): a broadcast plane once, before GQA heads with
+ * identical rows share theirs, so never fewer than it emits.  Stops once
+ * either passes its limit (tessera.h).  No per-token or per-tile table:
+ * O(planes x query blocks x words a row + selected blocks).  The planner's
+ * capacity check runs it when a cheap bound exceeds a limit; the tests
+ * compare it with plans.  0, or -1 when out of memory. */
+int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words);
+
 /* Groups rows into tasks per opts->tasks (row / split / pack / auto), orders
  * them longest-first, allocates partial slots and merge records, fills
  * pl->tasks, members, merges, n_slots, task_layout and the task counts of
@@ -123,6 +133,13 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
  * kernels do: max CTA load / mean load per multiprocessor (a key tile costs
  * 4, a member's Q load and store 1); -1 when out of memory. */
 double tsr_tasks_balance(const tsr_plan *pl);
+/* Physical tiles the planner supports: rows a multiple of 16, columns of
+ * 32 (the kernels' MMA shapes and 32-bit membership words), each at most
+ * TSR_MAX_TILE.  map.c resolves tiles with them, tsr_plan_opts_check
+ * checks requested ones. */
+static inline int tsr_tile_m_ok(int64_t v) { return v >= 16 && v <= TSR_MAX_TILE && v % 16 == 0; }
+static inline int tsr_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TILE && v % 32 == 0; }
+
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 

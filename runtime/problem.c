@@ -16,21 +16,30 @@ tsr_status tsr_problem_check(tsr_problem *p, tsr_error *err)
   static const struct {
     const char *name;
     size_t off;
+    int64_t max;
   } sizes[] = {
-      {"batch", offsetof(tsr_problem, batch)},       {"query heads", offsetof(tsr_problem, heads_q)},
-      {"key/value heads", offsetof(tsr_problem, heads_kv)},
-      {"query length", offsetof(tsr_problem, seq_q)}, {"key length", offsetof(tsr_problem, seq_k)},
-      {"head dim", offsetof(tsr_problem, head_dim)},
+      {"batch", offsetof(tsr_problem, batch), TSR_MAX_DIM},
+      {"query heads", offsetof(tsr_problem, heads_q), TSR_MAX_DIM},
+      {"key/value heads", offsetof(tsr_problem, heads_kv), TSR_MAX_DIM},
+      {"query length", offsetof(tsr_problem, seq_q), TSR_MAX_SEQ},
+      {"key length", offsetof(tsr_problem, seq_k), TSR_MAX_SEQ},
+      {"head dim", offsetof(tsr_problem, head_dim), TSR_MAX_DIM},
   };
   size_t i;
   if (!p)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_problem_check: null problem");
   for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     int64_t v = *(const int64_t *)((const char *)p + sizes[i].off);
-    if (v < 1 || v > TSR_GEOM_MAX_SEQ)
+    if (v < 1 || v > sizes[i].max)
       return tsr_error_set(err, TSR_ERR_INVALID, "invalid problem: %s is %lld, must be 1..%lld",
-                           sizes[i].name, (long long)v, (long long)TSR_GEOM_MAX_SEQ);
+                           sizes[i].name, (long long)v, (long long)sizes[i].max);
   }
+  /* Every (batch, query head) has at least one row of query tiles. */
+  if (p->batch > TSR_MAX_ROWS / p->heads_q)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "invalid problem: batch %lld x %lld query heads exceeds the %lld rows "
+                         "a plan can address",
+                         (long long)p->batch, (long long)p->heads_q, (long long)TSR_MAX_ROWS);
   if (p->heads_q % p->heads_kv)
     return tsr_error_set(err, TSR_ERR_SHAPE,
                          "invalid problem: %lld query heads is not a multiple of %lld key/value "
@@ -95,11 +104,12 @@ tsr_status tsr_problem_from_arrays(tsr_problem *p, const tsr_array *q, const tsr
     dim[i][0] = t[i]->ndim == 4 ? t[i]->shape[0] : 1;
     for (j = 0; j < 3; j++)
       dim[i][j + 1] = t[i]->shape[t[i]->ndim - 3 + j];
-    for (j = 0; j < 4; j++)
-      if (dim[i][j] < 1 || dim[i][j] > TSR_GEOM_MAX_SEQ)
+    for (j = 0; j < 4; j++) {
+      int64_t max = j == 2 ? TSR_MAX_SEQ : TSR_MAX_DIM;
+      if (dim[i][j] < 1 || dim[i][j] > max)
         return tsr_error_set(err, TSR_ERR_SHAPE, "invalid %s: %s is %lld, must be 1..%lld",
-                             sb[i], dim_name[j], (long long)dim[i][j],
-                             (long long)TSR_GEOM_MAX_SEQ);
+                             sb[i], dim_name[j], (long long)dim[i][j], (long long)max);
+    }
   }
   for (i = 1; i < 3; i++)
     for (j = 0; j < 4; j += 3) /* batch and head dim agree across q, k, v */

@@ -194,7 +194,32 @@ static void take(const row *r, const tsr_features *f, tsr_selection *out, int le
 static tsr_status load_fail(tsr_db *db, tsr_error *err)
 {
   return tsr_error_set(err, TSR_ERR_DB, "cannot read lookup table from '%s': %s", tsr_db_path(db),
-                       sqlite3_errmsg(tsr_db_sqlite(db)));
+                       tsr_db_errmsg(db));
+}
+
+/* Column i as text, "" for NULL (a printf of NULL would say "(null)"). */
+static const char *col_text(sqlite3_stmt *st, int i)
+{
+  const char *t = (const char *)sqlite3_column_text(st, i);
+  return t ? t : "";
+}
+
+/* Whether the integer columns of a lookup row (level, head_dim, bq, bk,
+ * the bins, tile_m, tile_n, masks) fit 32 bits: sqlite3_column_int would
+ * truncate a wider value silently (bk 99999999999 read as 1215752191).  The
+ * first that does not goes to *bad. */
+static int cols_fit_int32(sqlite3_stmt *st, int *bad)
+{
+  static const int cols[] = {1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 15};
+  size_t i;
+  for (i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+    int64_t v = sqlite3_column_int64(st, cols[i]);
+    if (v < INT32_MIN || v > INT32_MAX) {
+      *bad = cols[i];
+      return 0;
+    }
+  }
+  return 1;
 }
 
 /* dtype names as stored in the lookup table. */
@@ -238,7 +263,7 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
     sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-      snprintf(s->gpu, sizeof s->gpu, "%s", (const char *)sqlite3_column_text(st, 0));
+      snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
       s->multiprocessors = sqlite3_column_int(st, 1);
     } else if (rc != SQLITE_DONE) {
       goto dbfail;
@@ -268,6 +293,26 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
     int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
     int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
     int64_t id = sqlite3_column_int64(st, 0);
+    int wide = -1;
+    if (s->n == TSR_SELECT_MAX_ROWS) {
+      tsr_status big = tsr_error_set(err, TSR_ERR_DB,
+                                     "cannot read lookup table from '%s': more than %lld rows "
+                                     "for '%s', the most a lookup table may have",
+                                     tsr_db_path(db), (long long)TSR_SELECT_MAX_ROWS, s->gpu);
+      sqlite3_finalize(st);
+      tsr_select_destroy(s);
+      return big;
+    }
+    if (!cols_fit_int32(st, &wide)) {
+      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
+                                     "cannot read lookup table from '%s': row %" PRId64
+                                     " has %s %lld, out of range",
+                                     tsr_db_path(db), id, sqlite3_column_name(st, wide),
+                                     (long long)sqlite3_column_int64(st, wide));
+      sqlite3_finalize(st);
+      tsr_select_destroy(s);
+      return bad;
+    }
     level = sqlite3_column_int(st, 1);
     if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
         sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||

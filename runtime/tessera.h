@@ -80,6 +80,56 @@ tsr_status tsr_error_set(tsr_error *err, tsr_status status, const char *fmt, ...
 #endif
     ;
 
+/* ---- Size limits ------------------------------------------------------ */
+
+/* Every size a caller or an input file gives (options, .npy shapes, corpus
+ * manifests, lookup rows) is checked against these before anything is
+ * allocated for it, and refused with a message naming the size, its value
+ * and the limit: TSR_ERR_INVALID or TSR_ERR_SHAPE for a size out of range,
+ * TSR_ERR_CAPACITY for a plan that would outgrow its records.  Each limit is
+ * what the kernels and the plan records (plan_layout.h) can address: they
+ * index tokens, tiles, rows, tasks and records with 32-bit signed integers
+ * (tsr_i32); only element offsets (index x stride) are 64-bit.  tessera(3)
+ * and the LIMITS sections of the man pages list them with the memory each
+ * unit costs. */
+
+/* Largest physical tile edge the planner accepts (rows a multiple of 16,
+ * columns of 32; map.c). */
+#define TSR_MAX_TILE 512
+/* Tokens of a query or key sequence.  A kernel computes token = q_tile * BM
+ * + row (k_tile * BN + column) in 32 bits, up to the end of the last tile,
+ * so a sequence leaves room for one largest tile below 2^31:
+ * 2,147,483,136. */
+#define TSR_MAX_SEQ ((int64_t)INT32_MAX - TSR_MAX_TILE + 1)
+/* Batch, heads and head dim: 32-bit kernel parameters and record fields
+ * (tsr_kernel_params, tsr_task_rec). */
+#define TSR_MAX_DIM ((int64_t)INT32_MAX)
+/* Problem rows, batch x query heads x query tiles: task, member and merge
+ * records and the planner's row tables number them in 32 bits (and so does
+ * the device planner, tsr_gpuplan_params.n_rows). */
+#define TSR_MAX_ROWS ((int64_t)INT32_MAX)
+/* Tile records of a plan: tasks address them by 32-bit tile_begin and
+ * tile_end.  Counted over the mask's planes (a broadcast plane once), before
+ * GQA heads with identical rows share theirs. */
+#define TSR_MAX_TILE_RECORDS ((int64_t)INT32_MAX)
+/* Membership words of a plan: a tile addresses its words by a 32-bit
+ * offset (tsr_tile_rec.mem).  Counted like the tile records. */
+#define TSR_MAX_MEMBERSHIP_WORDS ((int64_t)INT32_MAX)
+/* Block pairs of a logical mask (batch x heads x query blocks x key
+ * blocks): one byte each, 16 GiB at the limit, which keeps every size the
+ * planner derives from a mask (words, bytes) clear of 64-bit overflow. */
+#define TSR_MAX_MASK_PAIRS ((int64_t)1 << 34)
+/* Not from addressing but from what a lookup database holds: the steps of
+ * SQLite's virtual machine one statement on a tsr_db handle may take, 2^26
+ * (about a second of one core; the largest statement of tessera-profile
+ * build over the H200 timings of db/h200-timings.sql.gz takes 89,000), so
+ * that a recursive trigger or a table of billions of rows fails with a
+ * message instead of running for hours (tsr_db_set_budget; views are
+ * refused at open); and the rows one GPU's lookup table may have when
+ * loaded (tsr_select_load; the shipped H200 table has 28). */
+#define TSR_DB_MAX_STEPS ((int64_t)1 << 26)
+#define TSR_SELECT_MAX_ROWS ((int64_t)1 << 16)
+
 /* ---- NumPy .npy arrays (runtime/npy.c) -------------------------------- */
 
 typedef enum {
@@ -106,6 +156,9 @@ typedef struct {
 
 size_t tsr_dtype_size(tsr_dtype dt);
 const char *tsr_dtype_name(tsr_dtype dt);
+/* The product of the shape (1 for 0 dimensions); -1 when a dimension is
+ * negative or the product overflows int64, 0 for a NULL array or an ndim
+ * outside 0..TSR_MAX_DIMS. */
 int64_t tsr_array_numel(const tsr_array *a);
 
 /* Reads a version 1/2/3 .npy file.  Rejects Fortran order, big-endian data,
@@ -132,8 +185,9 @@ uint16_t tsr_float_to_bf16(float f);
  * sequence lengths. */
 typedef struct tsr_geom tsr_geom;
 
-/* Kernels index tokens with 32-bit integers: longer sequences are refused. */
-#define TSR_GEOM_MAX_SEQ ((int64_t)INT32_MAX)
+/* The longest sequence (TSR_MAX_SEQ, "Size limits" below); kept for callers
+ * that used the name before the limits had their own section. */
+#define TSR_GEOM_MAX_SEQ TSR_MAX_SEQ
 
 tsr_status tsr_geom_uniform(int64_t seq_q, int64_t seq_k, int64_t bq, int64_t bk,
                             tsr_geom **out, tsr_error *err);
@@ -283,6 +337,12 @@ typedef struct {
 typedef struct tsr_plan tsr_plan;
 
 void tsr_plan_opts_init(tsr_plan_opts *o);
+/* Checks what the options say on their own, before any problem: tile sizes
+ * (0 = the planner's; else rows a multiple of 16, columns of 32, each at
+ * most TSR_MAX_TILE), mapping and task names, multiprocessors, split chunk,
+ * arch and variant names.  tsr_plan_create checks them too; tools call it
+ * first to refuse bad options before reading any input. */
+tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err);
 /* Maps the mask onto physical tiles and organises tasks.  The problem's
  * geometry is borrowed.  Pure host work. */
 tsr_status tsr_plan_create(const tsr_problem *p, const tsr_mask *m,
@@ -531,6 +591,13 @@ struct sqlite3 *tsr_db_sqlite(tsr_db *db);
 const char *tsr_db_default_sql(void);
 
 tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err);
+/* Steps of SQLite's virtual machine any one statement on the handle may
+ * take before it is stopped (the tools' own statements on tsr_db_sqlite
+ * included); steps <= 0 restores TSR_DB_MAX_STEPS. */
+void tsr_db_set_budget(tsr_db *db, int64_t steps);
+/* The last error on the handle's connection as text, saying so when a
+ * statement was stopped at the budget (sqlite3_errmsg says "interrupted"). */
+const char *tsr_db_errmsg(tsr_db *db);
 /* BEGIN IMMEDIATE (takes the write lock now, waiting up to the busy timeout). */
 tsr_status tsr_db_begin(tsr_db *db, tsr_error *err);
 tsr_status tsr_db_commit(tsr_db *db, tsr_error *err);

@@ -1039,6 +1039,269 @@ START_TEST(test_generate_folders)
 }
 END_TEST
 
+/* ---- limits and paths of manifest entries (issue 14: 7, 8, 9) ------------------ */
+
+/* One field of a manifest entry set to an integer, or a string when text. */
+typedef struct {
+  const char *key;   /* "seq_q", or "geometry.bq" inside the entry's geometry */
+  json_int_t value;
+  const char *text;
+} field_edit;
+
+/* Rewrites DIR/manifest.json as DIR/manifest.orig (saved on the first call)
+ * with the n edits applied to entry i. */
+static void edit_entry(const char *dir, int64_t i, const field_edit *fe, int n)
+{
+  char p[600], o[600], *text;
+  json_t *root, *e;
+  FILE *f;
+  int k;
+  snprintf(p, sizeof p, "%s/manifest.json", dir);
+  snprintf(o, sizeof o, "%s/manifest.orig", dir);
+  if (access(o, F_OK))
+    ck_assert_int_eq(rename(p, o), 0);
+  root = json_load_file(o, 0, NULL);
+  ck_assert_ptr_nonnull(root);
+  e = json_array_get(json_object_get(root, "entries"), (size_t)i);
+  for (k = 0; k < n; k++) {
+    const char *dot = strchr(fe[k].key, '.');
+    json_t *obj = dot ? json_object_get(e, "geometry") : e;
+    json_object_set_new(obj, dot ? dot + 1 : fe[k].key,
+                        fe[k].text ? json_string(fe[k].text) : json_integer(fe[k].value));
+  }
+  text = json_dumps(root, 0);
+  f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+  free(text);
+  json_decref(root);
+}
+
+/* Opens dir with the edits applied: TSR_ERR_FORMAT naming entry i and every
+ * needle (NULL-ended), or TSR_OK when the first needle is NULL. */
+static void open_expect(const char *dir, int64_t i, const field_edit *fe, int n,
+                        const char *const *needles)
+{
+  tsr_corpus *c = NULL;
+  tsr_error err = {0};
+  char entry[64];
+  tsr_status st;
+  edit_entry(dir, i, fe, n);
+  st = tsr_corpus_open(dir, &c, &err);
+  if (!needles[0]) {
+    ck_assert_msg(st == TSR_OK, "%s: %s", fe[0].key, err.text);
+    tsr_corpus_close(c);
+    return;
+  }
+  ck_assert_msg(st == TSR_ERR_FORMAT, "%s: status %d (%s)", fe[0].key, st, err.text);
+  ck_assert_ptr_null(c);
+  snprintf(entry, sizeof entry, "entry %lld:", (long long)i);
+  ck_assert_msg(strstr(err.text, entry), "%s", err.text);
+  for (; *needles; needles++)
+    ck_assert_msg(strstr(err.text, *needles), "'%s' not in: %s", *needles, err.text);
+}
+
+/* A random entry of the corpus in dir with a variable geometry. */
+static int64_t variable_entry(const char *dir, tu_rng *r)
+{
+  tsr_corpus *c = NULL;
+  tsr_error err = {0};
+  int64_t i, pick = -1, seen = 0;
+  char p[600], o[600];
+  snprintf(p, sizeof p, "%s/manifest.json", dir);
+  snprintf(o, sizeof o, "%s/manifest.orig", dir);
+  if (!access(o, F_OK)) /* the original, not an edit */
+    ck_assert_int_eq(rename(o, p), 0);
+  ck_assert_msg(tsr_corpus_open(dir, &c, &err) == TSR_OK, "%s", err.text);
+  for (i = 0; i < tsr_corpus_count(c); i++)
+    if (tsr_corpus_get(c, i)->q_sizes && tu_range(r, 0, seen++) == 0)
+      pick = i;
+  tsr_corpus_close(c);
+  ck_assert_int_ge(pick, 0);
+  return pick;
+}
+
+START_TEST(test_manifest_limits)
+{
+  char dir[512], over[64];
+  tu_rng r = {tu_seed("manifest_limits", 61)};
+  int64_t e = tu_range(&r, 0, 5); /* an svg entry of the demo preset: 2304 tokens, 128x128 */
+  const char *ok[] = {NULL};
+  generate("demo", "lim", 1, 1, 12, dir, sizeof dir);
+  snprintf(over, sizeof over, "is %lld, more than %lld", (long long)TSR_MAX_SEQ + 1,
+           (long long)TSR_MAX_SEQ);
+  {
+    /* the issue's case: seq_q = 2^40 was accepted and failed at allocation */
+    field_edit fe[] = {{"seq_q", (json_int_t)1 << 40, NULL}};
+    const char *n[] = {"'seq_q' is 1099511627776, more than 2147483136", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"seq_k", TSR_MAX_SEQ + 1, NULL}};
+    const char *n[] = {"'seq_k'", over, NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"geometry.bk", TSR_MAX_SEQ + 1, NULL}};
+    const char *n[] = {"'bk'", over, NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"head_dim", TSR_MAX_DIM + 1, NULL}};
+    const char *n[] = {"'head_dim' is 2147483648, more than 2147483647", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    /* a geometry that does not cover the tokens */
+    field_edit fe[] = {{"geometry.nq", tu_range(&r, 19, 2304), NULL}};
+    const char *n[] = {"does not cover 2304 x 2304 tokens in blocks of 128x128", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"geometry.nk", 2305, NULL}};
+    const char *n[] = {"'nk' is 2305, more than 2304", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    /* at the limits and consistent: accepted (the mask file is read later) */
+    field_edit fe[] = {{"seq_q", TSR_MAX_SEQ, NULL}, {"seq_k", TSR_MAX_SEQ, NULL},
+                       {"geometry.bq", TSR_MAX_SEQ, NULL}, {"geometry.bk", 1 << 24, NULL},
+                       {"geometry.nq", 1, NULL}, {"geometry.nk", 128, NULL}};
+    open_expect(dir, e, fe, 6, ok);
+  }
+  {
+    /* 4 heads x 2^20 x 2^13 blocks = 2^35 pairs, each count within its sequence */
+    field_edit fe[] = {{"seq_q", 1 << 20, NULL},     {"seq_k", 1 << 13, NULL},
+                       {"geometry.bq", 1, NULL},     {"geometry.bk", 1, NULL},
+                       {"geometry.nq", 1 << 20, NULL}, {"geometry.nk", 1 << 13, NULL}};
+    const char *n[] = {"4 x 1048576 x 8192 blocks is more than 17179869184 block pairs", NULL};
+    open_expect(dir, e, fe, 6, n);
+  }
+  /* Paths: absolute, a '..' component, a link resolving outside the folder. */
+  {
+    field_edit fe[] = {{"file", 0, "../../x.npy"}};
+    const char *n[] = {"'file' names '../../x.npy' outside the corpus folder: a '..' component",
+                       NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"file", 0, "masks/../../x.npy"}};
+    const char *n[] = {"outside the corpus folder: a '..' component", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"file", 0, "/etc/passwd"}};
+    const char *n[] = {"'/etc/passwd' outside the corpus folder: an absolute path", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    field_edit fe[] = {{"file", 0, ""}};
+    const char *n[] = {"an empty path", NULL};
+    open_expect(dir, e, fe, 1, n);
+  }
+  {
+    char link[600], target[600];
+    FILE *f;
+    field_edit out[] = {{"file", 0, "masks/out.npy"}}, in[] = {{"file", 0, "./masks/in.npy"}};
+    const char *n[] = {"'masks/out.npy' outside the corpus folder: a path that resolves to",
+                       "outside.npy", NULL};
+    snprintf(target, sizeof target, "%s/outside.npy", tmp);
+    f = fopen(target, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    snprintf(link, sizeof link, "%s/masks/out.npy", dir);
+    ck_assert_int_eq(symlink(target, link), 0);
+    open_expect(dir, e, out, 1, n);
+    /* a link inside the folder to a file inside it is fine, and so is "./" */
+    snprintf(link, sizeof link, "%s/masks/in.npy", dir);
+    snprintf(target, sizeof target, "%s/masks/inside.npy", dir);
+    f = fopen(target, "w");
+    fclose(f);
+    ck_assert_int_eq(symlink("inside.npy", link), 0);
+    open_expect(dir, e, in, 1, ok);
+  }
+  {
+    /* a variable entry's size files too */
+    field_edit fe[] = {{"geometry.k_sizes", 0, "geom/../../k.npy"}};
+    const char *n[] = {"'k_sizes' names 'geom/../../k.npy' outside the corpus folder", NULL};
+    open_expect(dir, variable_entry(dir, &r), fe, 1, n);
+  }
+}
+END_TEST
+
+/* Block sizes that overflow int64 when summed ([2^62] x 8: the sanitizer
+ * build aborted, the normal one said "they sum to 0"), negative or zero
+ * ones, and ones past the sequence: refused, naming the block and size. */
+START_TEST(test_block_sizes_overflow)
+{
+  char dir[512], path[700];
+  tu_rng r = {tu_seed("block_sizes_overflow", 62)};
+  int64_t e, nq, seq, sizes[4096], k, bad;
+  tsr_corpus *c = NULL;
+  tsr_geom *g = NULL;
+  tsr_error err = {0};
+  tsr_array a;
+  const tsr_corpus_entry *ce;
+  generate("demo", "sizes", 1, 1, 12, dir, sizeof dir);
+  e = variable_entry(dir, &r);
+  ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_OK);
+  ce = tsr_corpus_get(c, e);
+  ck_assert_ptr_nonnull(ce->q_sizes);
+  nq = ce->nq;
+  seq = ce->seq_q;
+  ck_assert_int_le(nq, 4096);
+  memset(&a, 0, sizeof a);
+  a.dtype = TSR_DT_I64;
+  a.ndim = 1;
+  a.shape[0] = nq;
+  a.data = sizes;
+  snprintf(path, sizeof path, "%s", ce->q_sizes);
+  /* all 2^62: the running sum overflows at the second block */
+  for (k = 0; k < nq; k++)
+    sizes[k] = (int64_t)1 << 62;
+  ck_assert_int_eq(tsr_npy_save(path, &a, &err), TSR_OK);
+  ck_assert_int_eq(tsr_corpus_load_geom(c, e, &g, &err), TSR_ERR_SHAPE);
+  ck_assert_ptr_null(g);
+  ck_assert_msg(strstr(err.text, "with block 0 of size 4611686018427387904 they sum to more than")
+                && strstr(err.text, path), "%s", err.text);
+  /* sizes summing to exactly 2^64 + seq wrap around to seq when added unchecked */
+  for (k = 0; k < nq; k++)
+    sizes[k] = 1;
+  sizes[0] = INT64_MAX;
+  sizes[1] = INT64_MAX;
+  sizes[2] = 2 + seq - nq; /* INT64_MAX * 2 + 2 = 2^64 */
+  ck_assert_int_ge(sizes[2], 1);
+  ck_assert_int_eq(tsr_npy_save(path, &a, &err), TSR_OK);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_load_geom(c, e, &g, &err), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(err.text, "with block 0 of size 9223372036854775807"), "%s", err.text);
+  /* a non-positive block */
+  bad = tu_range(&r, 0, nq - 1);
+  for (k = 0; k < nq; k++)
+    sizes[k] = 1;
+  sizes[bad] = -tu_range(&r, 0, 5);
+  ck_assert_int_eq(tsr_npy_save(path, &a, &err), TSR_OK);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_corpus_load_geom(c, e, &g, &err), TSR_ERR_SHAPE);
+  {
+    char want[96];
+    snprintf(want, sizeof want, "block %lld has size %lld, must be positive", (long long)bad,
+             (long long)sizes[bad]);
+    ck_assert_msg(strstr(err.text, want), "%s", err.text);
+  }
+  /* positive sizes that sum to the tokens load */
+  for (k = 0; k < nq; k++)
+    sizes[k] = seq / nq + (k < seq % nq);
+  ck_assert_int_eq(tsr_npy_save(path, &a, &err), TSR_OK);
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_corpus_load_geom(c, e, &g, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_geom_seq_q(g), seq);
+  tsr_geom_destroy(g);
+  tsr_corpus_close(c);
+}
+END_TEST
+
 START_TEST(test_features)
 {
   tu_rng r = {tu_seed("corpus_features", 25) + (uint64_t)_i};
@@ -1092,6 +1355,8 @@ int main(void)
   tcase_add_test(tc, test_demo_reference);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_generate_folders);
+  tcase_add_test(tc, test_manifest_limits);
+  tcase_add_test(tc, test_block_sizes_overflow);
   tcase_add_loop_test(tc, test_features, 0, 12);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -565,6 +566,183 @@ START_TEST(test_concurrent_writers)
 }
 END_TEST
 
+/* ---- Schema shape and bounded queries (issue 14, 5) ---------------------- */
+
+/* A fresh tessera database at `name` (schema `version`), then `sql` run on
+ * it directly; its path into buf. */
+static void crafted(char *buf, size_t n, const char *name, int version, const char *sql)
+{
+  sqlite3 *h;
+  char *msg = NULL;
+  tsr_error err = {0};
+  path_in(buf, n, name);
+  ck_assert_msg(tsr_db_create_at(buf, version, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(sqlite3_open(buf, &h), SQLITE_OK);
+  ck_assert_msg(sqlite3_exec(h, sql, NULL, NULL, &msg) == SQLITE_OK, "%s", msg ? msg : "");
+  sqlite3_close(h);
+}
+
+/* CPU seconds of this process: what a refusal costs, whatever else the
+ * machine runs (wall time on a loaded machine says nothing). */
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every column of lookup, so a view can offer the same shape. */
+#define LOOKUP_COLS                                                                       \
+  "id, gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, bk, " \
+  "seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, "  \
+  "masks, regret, speedup"
+
+/* A lookup VIEW over an endless recursive query, with the table's columns. */
+static const char recursive_view[] =
+    "DROP TABLE lookup; CREATE VIEW lookup AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
+    "SELECT x + 1 FROM r) SELECT x AS id, 'NVIDIA H200' AS gpu_name, 'sm_90a' AS arch, "
+    "132 AS multiprocessors, 1 AS feature_version, 0 AS level, 'bf16' AS dtype, 64 AS head_dim, "
+    "0 AS bq, 0 AS bk, 0 AS seq_bin, 0 AS density_bin, 0 AS spread_bin, 0 AS fill_bin, "
+    "'combine' AS mapping, 128 AS tile_m, 128 AS tile_n, 'row' AS tasks, '' AS variant, "
+    "1 AS masks, 1.0 AS regret, 1.0 AS speedup FROM r";
+
+/* Opens path read-only and for writing: both refused, naming the path and
+ * every needle, within a second. */
+static void expect_refused(const char *path, const char *n1, const char *n2)
+{
+  int flags[2] = {TSR_DB_READONLY, 0}, i;
+  for (i = 0; i < 2; i++) {
+    tsr_db *db = (tsr_db *)&db;
+    tsr_error err = {0};
+    double t0 = now_s();
+    ck_assert_int_eq(tsr_db_open(path, flags[i], &db, &err), TSR_ERR_DB);
+    ck_assert_msg(now_s() - t0 < 1.0, "refused after %.2f s of CPU", now_s() - t0);
+    ck_assert_ptr_null(db);
+    ck_assert_msg(strstr(err.text, path) && strstr(err.text, n1) && (!n2 || strstr(err.text, n2)),
+                  "%s", err.text);
+  }
+}
+
+START_TEST(test_schema_shape)
+{
+  char path[300];
+  /* The issue's case: `SELECT count(*) FROM lookup` at open ran forever. */
+  crafted(path, sizeof path, "recursive.db", TSR_DB_SCHEMA_VERSION, recursive_view);
+  expect_refused(path, "'lookup' is a view, not a table of the tessera schema", NULL);
+  /* A view of exactly the right columns over the real rows: still no table. */
+  crafted(path, sizeof path, "view.db", TSR_DB_SCHEMA_VERSION,
+          "INSERT INTO lookup (" LOOKUP_COLS ") VALUES (1, 'NVIDIA H200', 'sm_90a', 132, 1, 2, "
+          "'bf16', 64, 0, 0, -1, -1, -1, -1, 'combine', 128, 128, 'row', '', 1, 1.0, 1.0);"
+          "CREATE TABLE real_lookup AS SELECT * FROM lookup; DROP TABLE lookup; "
+          "CREATE VIEW lookup AS SELECT " LOOKUP_COLS " FROM real_lookup");
+  expect_refused(path, "'lookup' is a view", NULL);
+  /* A table lacking a column the code reads. */
+  crafted(path, sizeof path, "missing-col.db", TSR_DB_SCHEMA_VERSION,
+          "DROP TABLE lookup; CREATE TABLE lookup (id INTEGER PRIMARY KEY, gpu_name TEXT NOT "
+          "NULL, arch TEXT NOT NULL, multiprocessors INTEGER NOT NULL)");
+  expect_refused(path, "table 'lookup' has no column 'feature_version'", NULL);
+  /* A column of another type, and one that allows NULL (a NULL gpu_name
+   * was printed as "(null)"). */
+  crafted(path, sizeof path, "type.db", TSR_DB_SCHEMA_VERSION,
+          "ALTER TABLE plans RENAME TO old_plans; CREATE TABLE plans (id INTEGER PRIMARY KEY, "
+          "mapping TEXT NOT NULL, tile_m TEXT NOT NULL, tile_n INTEGER NOT NULL, tasks TEXT NOT "
+          "NULL, variant TEXT NOT NULL)");
+  expect_refused(path, "column 'plans.tile_m' is 'TEXT NOT NULL', expected 'INTEGER NOT NULL'",
+                 NULL);
+  crafted(path, sizeof path, "nullable.db", TSR_DB_SCHEMA_VERSION,
+          "CREATE TABLE l2 AS SELECT * FROM lookup; DROP TABLE lookup; CREATE TABLE lookup ("
+          "id INTEGER PRIMARY KEY, gpu_name TEXT, arch TEXT NOT NULL, multiprocessors INTEGER "
+          "NOT NULL, feature_version INTEGER NOT NULL, level INTEGER NOT NULL, dtype TEXT NOT "
+          "NULL, head_dim INTEGER NOT NULL, bq INTEGER NOT NULL, bk INTEGER NOT NULL, seq_bin "
+          "INTEGER NOT NULL, density_bin INTEGER NOT NULL, spread_bin INTEGER NOT NULL, fill_bin "
+          "INTEGER NOT NULL, mapping TEXT NOT NULL, tile_m INTEGER NOT NULL, tile_n INTEGER NOT "
+          "NULL, tasks TEXT NOT NULL, variant TEXT NOT NULL, masks INTEGER NOT NULL, regret REAL "
+          "NOT NULL, speedup REAL NOT NULL); INSERT INTO lookup (" LOOKUP_COLS ") VALUES (1, "
+          "NULL, 'sm_90a', 132, 1, 2, 'bf16', 64, 0, 0, -1, -1, -1, -1, 'combine', 128, 128, "
+          "'row', '', 1, 1.0, 1.0)");
+  expect_refused(path, "column 'lookup.gpu_name' is 'TEXT', expected 'TEXT NOT NULL'", NULL);
+  /* A table of the schema missing altogether. */
+  crafted(path, sizeof path, "no-meta.db", TSR_DB_SCHEMA_VERSION, "DROP TABLE lookup_meta");
+  expect_refused(path, "'lookup_meta' is missing", NULL);
+  /* A version-1 file is checked at its own version before it is migrated,
+   * and left as it was when refused. */
+  crafted(path, sizeof path, "v1-view.db", 1,
+          "ALTER TABLE measurements RENAME TO m0; CREATE VIEW measurements AS SELECT * FROM m0");
+  {
+    tsr_db *db = (tsr_db *)&db;
+    tsr_error err = {0};
+    ck_assert_int_eq(tsr_db_open(path, 0, &db, &err), TSR_ERR_DB);
+    ck_assert_msg(strstr(err.text, "'measurements' is a view") && strstr(err.text, "version 1)"),
+                  "%s", err.text);
+    ck_assert_int_eq(count(path, "PRAGMA user_version"), 1);
+    ck_assert_int_eq(count(path, "SELECT count(*) FROM sqlite_master WHERE name = 'lookup_meta'"),
+                     0);
+  }
+  /* Extra columns and tables are no harm: the file opens. */
+  crafted(path, sizeof path, "extra.db", TSR_DB_SCHEMA_VERSION,
+          "ALTER TABLE lookup ADD COLUMN note TEXT; CREATE TABLE mine (x)");
+  {
+    tsr_db *db = NULL;
+    tsr_error err = {0};
+    ck_assert_msg(tsr_db_open(path, TSR_DB_READONLY, &db, &err) == TSR_OK, "%s", err.text);
+    tsr_db_close(db);
+    ck_assert_msg(tsr_db_open(path, 0, &db, &err) == TSR_OK, "%s", err.text);
+    tsr_db_close(db);
+  }
+}
+END_TEST
+
+START_TEST(test_step_budget)
+{
+  char path[300];
+  tsr_db *db = NULL;
+  tsr_error err = {0};
+  double t0;
+  int64_t n = 20000 + (int64_t)(seed % 1000);
+  char sql[256];
+  sqlite3_stmt *st;
+  /* An endless statement stops at the default budget, with a message. */
+  path_in(path, sizeof path, "budget.db");
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+  t0 = now_s();
+  ck_assert_int_eq(tsr_db_exec(db, "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+                                   "FROM r) SELECT count(*) FROM r", &err), TSR_ERR_DB);
+  ck_assert_msg(now_s() - t0 < 4.0, "stopped after %.2f s of CPU", now_s() - t0);
+  snprintf(sql, sizeof sql, "a query ran past %lld steps", (long long)TSR_DB_MAX_STEPS);
+  ck_assert_msg(strstr(err.text, sql) && strstr(err.text, path), "%s", err.text);
+  /* The tools' own statements on the connection are bounded too. */
+  tsr_db_set_budget(db, 50000);
+  snprintf(sql, sizeof sql, "CREATE TABLE big AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
+                            "SELECT x + 1 FROM r WHERE x < %lld) SELECT x FROM r", (long long)n);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_db_exec(db, sql, &err), TSR_ERR_DB);
+  ck_assert_msg(strstr(err.text, "ran past 50000 steps"), "%s", err.text);
+  tsr_db_set_budget(db, 0); /* back to the default */
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
+  tsr_db_set_budget(db, 50000);
+  ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT sum(x) FROM big", -1, &st, NULL),
+                   SQLITE_OK);
+  ck_assert_int_eq(sqlite3_step(st), SQLITE_INTERRUPT);
+  ck_assert_msg(strstr(tsr_db_errmsg(db), "ran past 50000 steps"), "%s", tsr_db_errmsg(db));
+  sqlite3_finalize(st);
+  /* The count starts again with each statement: many small ones pass. */
+  {
+    int i;
+    for (i = 0; i < 200; i++) {
+      ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT x FROM big WHERE rowid = ?",
+                                          -1, &st, NULL), SQLITE_OK);
+      sqlite3_bind_int(st, 1, i + 1);
+      ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+      ck_assert_int_eq(sqlite3_column_int(st, 0), i + 1);
+      sqlite3_finalize(st);
+    }
+    ck_assert_str_eq(tsr_db_errmsg(db), "not an error");
+  }
+  tsr_db_close(db);
+}
+END_TEST
+
 static Suite *db_suite(void)
 {
   Suite *s = suite_create("db");
@@ -578,6 +756,13 @@ static Suite *db_suite(void)
   tcase_add_test(tc, test_put_and_record);
   tcase_add_test(tc, test_resume_after_kill);
   tcase_add_test(tc, test_concurrent_writers);
+  suite_add_tcase(s, tc);
+  /* Unbounded, these ran forever: a short timeout is part of the test. */
+  tc = tcase_create("bounded");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_schema_shape);
+  tcase_add_test(tc, test_step_budget);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -139,6 +139,52 @@ START_TEST(test_variable_rejects)
 }
 END_TEST
 
+/* Sizes at and past TSR_MAX_SEQ, and block sizes whose sum overflows
+ * int64 (issue 14, 7 and 8): refused naming the block, never wrapped. */
+START_TEST(test_limits)
+{
+  tu_rng r = {tu_seed("geom_limits", 13)};
+  tsr_geom *g = NULL;
+  tsr_error err = {0};
+  int64_t sizes[8], i, n = tu_range(&r, 2, 8);
+  char want[160];
+  ck_assert_int_eq(tsr_geom_uniform(TSR_MAX_SEQ, TSR_MAX_SEQ, 128, TSR_MAX_SEQ, &g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_geom_nq(g), (TSR_MAX_SEQ + 127) / 128);
+  ck_assert_int_eq(tsr_geom_q_start(g, tsr_geom_nq(g)), TSR_MAX_SEQ);
+  ck_assert_int_eq(tsr_geom_nk(g), 1);
+  tsr_geom_destroy(g);
+  ck_assert_int_eq(tsr_geom_uniform(64, TSR_MAX_SEQ + 1, 64, 64, &g, &err), TSR_ERR_INVALID);
+  snprintf(want, sizeof want, "invalid key length %lld: must be 1..%lld",
+           (long long)TSR_MAX_SEQ + 1, (long long)TSR_MAX_SEQ);
+  ck_assert_msg(strstr(err.text, want), "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_geom_uniform(64, 64, TSR_MAX_SEQ + 1, 64, &g, &err), TSR_ERR_INVALID);
+  /* [2^62] x n: the sum passes the limit at block 0; INT64_MAX twice */
+  for (i = 0; i < n; i++)
+    sizes[i] = (int64_t)1 << 62;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_geom_variable(sizes, n, sizes, 1, &g, &err), TSR_ERR_INVALID);
+  ck_assert_ptr_null(g);
+  ck_assert_msg(strstr(err.text, "with block 0 of size 4611686018427387904 the total length "
+                                 "exceeds 2147483136 tokens"), "%s", err.text);
+  sizes[0] = 1 + tu_range(&r, 0, 1000);
+  sizes[1] = INT64_MAX;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_geom_variable(sizes, 2, sizes, 1, &g, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "query blocks: with block 1 of size 9223372036854775807"), "%s",
+                err.text);
+  /* sizes summing to exactly the limit are fine */
+  sizes[0] = TSR_MAX_SEQ - 100, sizes[1] = 100;
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_geom_variable(sizes, 2, sizes, 2, &g, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_geom_seq_k(g), TSR_MAX_SEQ);
+  tsr_geom_destroy(g);
+  sizes[1] = 101;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_geom_variable(sizes, 2, sizes, 1, &g, &err), TSR_ERR_INVALID);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("geom");
@@ -150,6 +196,7 @@ int main(void)
   tcase_add_test(tc, test_uniform_rejects);
   tcase_add_loop_test(tc, test_variable_random, 0, 30);
   tcase_add_test(tc, test_variable_rejects);
+  tcase_add_test(tc, test_limits);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -11,6 +11,7 @@
  *    GQA and empty-row packing, balance estimate.
  */
 #include <check.h>
+#include <time.h>
 
 #include "plan_cases.h"
 #include "plan_impl.h"
@@ -166,6 +167,21 @@ START_TEST(test_map_random)
           continue;
         ck_assert_msg(st == TSR_OK, "%s: %s", c.what, err.text);
         ran++;
+        {
+          /* The capacity check's count: what the plan emits, or more where
+           * GQA heads with identical rows share their tiles. */
+          int64_t nt = -1, nw = -1;
+          ck_assert_int_eq(tsr_map_count(pl, c.m, &nt, &nw), 0);
+          if (c.mh > 1 && c.Hq > c.Hkv) {
+            ck_assert_int_ge(nt, pl->n_tiles);
+            ck_assert_int_ge(nw, pl->n_membership);
+          } else {
+            ck_assert_msg(nt == pl->n_tiles && nw == pl->n_membership,
+                          "%s tile %dx%d: counted %lld tiles, %lld words; plan has %lld, %lld",
+                          c.what, pl->tile_m, pl->tile_n, (long long)nt, (long long)nw,
+                          (long long)pl->n_tiles, (long long)pl->n_membership);
+          }
+        }
         if (tk == TSR_TASKS_AUTO || ti == 2)
           check_tiles_exact(&c, pl);
         check_tasks(&c, pl, (tsr_tasks)tk, split);
@@ -442,6 +458,154 @@ START_TEST(test_tasks_split_balance)
 }
 END_TEST
 
+/* ---- Capacity (issue 14, 7): refused before allocating, in milliseconds -- */
+
+/* CPU seconds of this process: what a refusal costs, whatever else the
+ * machine runs (wall time on a loaded machine says nothing). */
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A problem of one batch, `heads` heads over seq_q x seq_k tokens in
+ * uniform blocks (its geometry into *g). */
+static tsr_problem big_problem(int64_t heads, int64_t sq, int64_t sk, int64_t bq, int64_t bk,
+                               tsr_geom **g)
+{
+  tsr_problem p;
+  tsr_error err = {0};
+  memset(&p, 0, sizeof p);
+  ck_assert_msg(tsr_geom_uniform(sq, sk, bq, bk, g, &err) == TSR_OK, "%s", err.text);
+  p.batch = 1, p.heads_q = p.heads_kv = heads, p.seq_q = sq, p.seq_k = sk, p.head_dim = 64;
+  p.dtype = TSR_DT_BF16, p.geom = *g;
+  return p;
+}
+
+/* Plans and expects TSR_ERR_CAPACITY naming `what`, within a second. */
+static void expect_capacity(const tsr_problem *p, const tsr_mask *m, int tm, int tn,
+                            const char *what)
+{
+  tsr_plan_opts o;
+  tsr_plan *pl = (tsr_plan *)&o;
+  tsr_error err = {0};
+  double t0 = now_s(), dt;
+  tsr_status st;
+  tsr_plan_opts_init(&o);
+  o.tile_m = tm, o.tile_n = tn;
+  st = tsr_plan_create(p, m, &o, &pl, &err);
+  dt = now_s() - t0;
+  ck_assert_msg(st == TSR_ERR_CAPACITY, "tile %dx%d: status %s: %s", tm, tn, tsr_strerror(st),
+                err.text);
+  ck_assert_ptr_null(pl);
+  ck_assert_msg(strstr(err.text, what) && strstr(err.text, "plan too large"), "%s", err.text);
+  ck_assert_msg(dt < 1.0, "tile %dx%d: refused after %.2f s of CPU", tm, tn, dt);
+}
+
+START_TEST(test_capacity_one_block)
+{
+  /* The issue's case: a 1x1 mask of one block as long as the longest
+   * sequence.  The plan would need (2^31 / 128)^2 tile records (16 GiB at
+   * 8 bytes), 2^49 at tile 16x32: it ran a minute at 19 GB, or was killed. */
+  tsr_geom *g;
+  tsr_mask *m;
+  tsr_error err = {0};
+  uint8_t one = 1;
+  tsr_problem p = big_problem(1, TSR_MAX_SEQ, TSR_MAX_SEQ, TSR_MAX_SEQ, TSR_MAX_SEQ, &g);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 1, 1, 1, &one, &m, &err), TSR_OK);
+  expect_capacity(&p, m, 0, 0, "tile records");
+  expect_capacity(&p, m, 16, 32, "tile records");
+  expect_capacity(&p, m, 512, 512, "tile records");
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+  /* rows: 65536 heads x 2^27 query tiles of 16 rows */
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 1, 1, 1, &one, &m, &err), TSR_OK);
+  p = big_problem(65536, TSR_MAX_SEQ, 4096, TSR_MAX_SEQ, 4096, &g);
+  expect_capacity(&p, m, 16, 32, "rows a plan can address");
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+END_TEST
+
+/* Packed rows of nq x nk blocks, bit (i, j) set with probability dens;
+ * returns the set bits. */
+static int64_t packed_mask(tu_rng *r, int64_t nq, int64_t nk, double dens, tsr_mask **m)
+{
+  int64_t rb = (nk + 7) / 8, i, j, n = 0;
+  uint8_t *bits = calloc((size_t)(nq * rb), 1);
+  tsr_error err = {0};
+  for (i = 0; i < nq; i++)
+    for (j = 0; j < nk; j++)
+      if (tu_uniform(r) < dens) {
+        bits[i * rb + j / 8] |= (uint8_t)(1u << (j % 8));
+        n++;
+      }
+  ck_assert_int_eq(tsr_mask_from_packed(1, 1, nq, nk, bits, rb, m, &err), TSR_OK);
+  free(bits);
+  return n;
+}
+
+START_TEST(test_capacity_counted)
+{
+  /* 2^23 tokens in 2048 x 2048 blocks of 4096: every bound says more than
+   * 2^31 tiles at 128x128 (65536^2); the exact count decides.  A selected
+   * block is 32 x 32 full tiles. */
+  tu_rng r = {tu_seed("capacity_counted", 77)};
+  int64_t S = (int64_t)1 << 23, nsel, nt = -1, nw = -1;
+  tsr_geom *g;
+  tsr_mask *m;
+  tsr_plan *pl = NULL;
+  tsr_plan_opts o;
+  tsr_error err = {0};
+  tsr_problem p = big_problem(1, S, S, 4096, 4096, &g);
+  double t0;
+  tsr_plan_opts_init(&o);
+  o.tile_m = o.tile_n = 128;
+  /* sparse: planned, its tiles exactly the count */
+  nsel = packed_mask(&r, 2048, 2048, tu_range(&r, 20, 60) / 2048.0 / 2048.0 * 100, &m);
+  ck_assert_int_gt(nsel, 0);
+  ck_assert_msg(tsr_plan_create(&p, m, &o, &pl, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(pl->n_tiles, 1024 * nsel);
+  ck_assert_int_eq(pl->n_membership, 0);
+  ck_assert_int_eq(tsr_map_count(pl, m, &nt, &nw), 0);
+  ck_assert_int_eq(nt, 1024 * nsel);
+  ck_assert_int_eq(nw, 0);
+  tsr_plan_destroy(pl);
+  tsr_mask_destroy(m);
+  /* 60%: 2.5M blocks, 2.6e9 tiles: refused */
+  nsel = packed_mask(&r, 2048, 2048, 0.6, &m);
+  ck_assert_int_gt(1024 * nsel, TSR_MAX_TILE_RECORDS);
+  t0 = now_s();
+  expect_capacity(&p, m, 128, 128, "tile records");
+  ck_assert_double_lt(now_s() - t0, 1.0);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+END_TEST
+
+START_TEST(test_capacity_words)
+{
+  /* Query blocks of 16 tokens alternately selecting every key block and
+   * none: each 128x512 tile has 8 segments and is partial, with 16 words a
+   * segment: 4096 x 4096 tiles (fine) but 2^31 membership words. */
+  int64_t sq = (int64_t)1 << 19, sk = (int64_t)1 << 21, nq = sq / 16, nk = sk / 512, i;
+  int64_t rb = nk / 8;
+  uint8_t *bits = calloc((size_t)(nq * rb), 1);
+  tsr_geom *g;
+  tsr_mask *m;
+  tsr_error err = {0};
+  tsr_problem p = big_problem(1, sq, sk, 16, 512, &g);
+  for (i = 0; i < nq; i += 2)
+    memset(bits + i * rb, 0xff, (size_t)rb);
+  ck_assert_int_eq(tsr_mask_from_packed(1, 1, nq, nk, bits, rb, &m, &err), TSR_OK);
+  free(bits);
+  expect_capacity(&p, m, 128, 512, "membership words");
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("map");
@@ -455,6 +619,14 @@ int main(void)
   tcase_add_test(tc, test_map_rejects);
   tcase_add_test(tc, test_tasks_gqa_empty);
   tcase_add_test(tc, test_tasks_split_balance);
+  suite_add_tcase(s, tc);
+  /* Each refusal takes milliseconds; unchecked, these plans ran for
+   * minutes at tens of GB. */
+  tc = tcase_create("capacity");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_capacity_one_block);
+  tcase_add_test(tc, test_capacity_counted);
+  tcase_add_test(tc, test_capacity_words);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

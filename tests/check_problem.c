@@ -102,6 +102,75 @@ START_TEST(test_from_arrays)
 }
 END_TEST
 
+/* The limits of tessera.h, at and just past each (issue 14, 7). */
+START_TEST(test_limits)
+{
+  tsr_geom *g = NULL;
+  tsr_problem p;
+  tsr_error err = {0};
+  char want[128];
+  /* a sequence of TSR_MAX_SEQ tokens (one block) is valid, one more is not */
+  ck_assert_int_eq(tsr_geom_uniform(TSR_MAX_SEQ, 64, TSR_MAX_SEQ, 64, &g, &err), TSR_OK);
+  p = good();
+  p.seq_q = TSR_MAX_SEQ, p.seq_k = 64, p.geom = g;
+  ck_assert_msg(tsr_problem_check(&p, &err) == TSR_OK, "%s", err.text);
+  p.seq_q = TSR_MAX_SEQ + 1;
+  ck_assert_int_eq(tsr_problem_check(&p, &err), TSR_ERR_INVALID);
+  snprintf(want, sizeof want, "query length is %lld, must be 1..%lld", (long long)TSR_MAX_SEQ + 1,
+           (long long)TSR_MAX_SEQ);
+  ck_assert_msg(strstr(err.text, want), "%s", err.text);
+  ck_assert_int_eq(TSR_MAX_SEQ, 2147483136); /* as the man pages say */
+  tsr_geom_destroy(g);
+  /* a longer sequence makes no geometry either */
+  g = (tsr_geom *)&p;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_geom_uniform(TSR_MAX_SEQ + 1, 64, 64, 64, &g, &err), TSR_ERR_INVALID);
+  ck_assert_ptr_null(g);
+  /* batch x query heads past the rows a plan can address */
+  p = good();
+  p.batch = 65536, p.heads_q = 32768 + 1, p.heads_kv = 1;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_problem_check(&p, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "batch 65536 x 32769 query heads exceeds the 2147483647 rows"),
+                "%s", err.text);
+  p.heads_q = 32767; /* 65536 x 32767 < 2^31 */
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_problem_check(&p, &err) == TSR_OK, "%s", err.text);
+  /* arrays: the length dimension has the sequence limit */
+  {
+    tsr_array q, k;
+    tsr_problem a;
+    const char *names[3] = {"q.npy", "k.npy", "k.npy"};
+    memset(&q, 0, sizeof q);
+    q.dtype = TSR_DT_F32, q.ndim = 3, q.shape[0] = 1, q.shape[1] = TSR_MAX_SEQ + 1, q.shape[2] = 8;
+    k = q;
+    k.shape[1] = 16;
+    tsr_error_clear(&err);
+    ck_assert_int_eq(tsr_problem_from_arrays(&a, &q, &k, &k, names, &err), TSR_ERR_SHAPE);
+    snprintf(want, sizeof want, "invalid q 'q.npy': length is %lld, must be 1..%lld",
+             (long long)TSR_MAX_SEQ + 1, (long long)TSR_MAX_SEQ);
+    ck_assert_msg(strstr(err.text, want), "%s", err.text);
+    q.shape[1] = TSR_MAX_SEQ;
+    tsr_error_clear(&err);
+    ck_assert_msg(tsr_problem_from_arrays(&a, &q, &k, &k, names, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(a.seq_q, TSR_MAX_SEQ);
+  }
+  /* shape products that overflow int64 are -1, not a wrapped count */
+  {
+    tsr_array x;
+    memset(&x, 0, sizeof x);
+    x.ndim = 3, x.shape[0] = (int64_t)1 << 40, x.shape[1] = (int64_t)1 << 30, x.shape[2] = 16;
+    ck_assert_int_eq(tsr_array_numel(&x), -1);
+    x.shape[1] = 1 << 18;
+    ck_assert_int_eq(tsr_array_numel(&x), (int64_t)1 << 62);
+    x.shape[1] = 1 << 19; /* 2^63 */
+    ck_assert_int_eq(tsr_array_numel(&x), -1);
+    x.shape[2] = -1;
+    ck_assert_int_eq(tsr_array_numel(&x), -1);
+  }
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("problem");
@@ -111,6 +180,7 @@ int main(void)
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_check);
   tcase_add_test(tc, test_from_arrays);
+  tcase_add_test(tc, test_limits);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

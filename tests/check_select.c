@@ -1768,6 +1768,104 @@ START_TEST(test_png)
 }
 END_TEST
 
+/* ---- Bounded reads of a lookup database (issue 14, 5) -------------------- */
+
+/* A fresh tessera database at tmpdir/name with `sql` run on it directly. */
+static void crafted_db(char *path, size_t n, const char *name, const char *sql)
+{
+  sqlite3 *h;
+  char *msg = NULL;
+  tsr_error err = {0};
+  snprintf(path, n, "%s/%s", tmpdir, name);
+  ck_assert_msg(tsr_db_create_at(path, TSR_DB_SCHEMA_VERSION, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(sqlite3_open(path, &h), SQLITE_OK);
+  ck_assert_msg(sqlite3_exec(h, sql, NULL, NULL, &msg) == SQLITE_OK, "%s", msg ? msg : "");
+  sqlite3_close(h);
+}
+
+/* CPU seconds of this process: what a refusal costs, whatever else the
+ * machine runs (wall time on a loaded machine says nothing). */
+static double seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* `rows` lookup rows for one GPU, distinct by head_dim (INSERT ... SELECT). */
+#define LOOKUP_ROWS(rows, gpu)                                                                  \
+  "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, "        \
+  "head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, "     \
+  "tasks, variant, masks, regret, speedup) WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT "  \
+  "x + 1 FROM r WHERE x < " rows ") SELECT '" gpu "', 'sm_90a', 132, 1, 2, 'bf16', x, 0, 0, "   \
+  "-1, -1, -1, -1, 'combine', 128, 128, 'row', '', 1, 1.0, 1.0 FROM r"
+
+START_TEST(test_select_bounded)
+{
+  char path[300], want[160];
+  tsr_selector *sel = (tsr_selector *)&sel;
+  tsr_context *ctx = (tsr_context *)&ctx;
+  tsr_error err = {0};
+  tsr_db *db = NULL;
+  double t0;
+  /* The issue's case: a recursive VIEW as lookup hung the selection open
+   * and a context (tessera run --db) forever. */
+  crafted_db(path, sizeof path, "view.db",
+             "DROP TABLE lookup; CREATE VIEW lookup AS WITH RECURSIVE r(x) AS (SELECT 1 UNION "
+             "ALL SELECT x + 1 FROM r) SELECT x AS id, 'NVIDIA H200' AS gpu_name, 'sm_90a' AS "
+             "arch, 132 AS multiprocessors, 1 AS feature_version, 0 AS level, 'bf16' AS dtype, "
+             "64 AS head_dim, 0 AS bq, 0 AS bk, 0 AS seq_bin, 0 AS density_bin, 0 AS spread_bin, "
+             "0 AS fill_bin, 'combine' AS mapping, 128 AS tile_m, 128 AS tile_n, 'row' AS tasks, "
+             "'' AS variant, 1 AS masks, 1.0 AS regret, 1.0 AS speedup FROM r");
+  t0 = seconds();
+  ck_assert_int_eq(tsr_select_open(path, NULL, 0, &sel, &err), TSR_ERR_DB);
+  ck_assert_ptr_null(sel);
+  ck_assert_msg(strstr(err.text, path) && strstr(err.text, "'lookup' is a view"), "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(host_context(path, &ctx, &err), TSR_ERR_DB);
+  ck_assert_ptr_null(ctx);
+  ck_assert_msg(strstr(err.text, "'lookup' is a view"), "%s", err.text);
+  ck_assert_msg(seconds() - t0 < 1.0, "refused after %.2f s of CPU", seconds() - t0);
+  /* More rows for the GPU than a lookup table may have. */
+  snprintf(want, sizeof want, "more than %lld rows for 'NVIDIA H200'",
+           (long long)TSR_SELECT_MAX_ROWS);
+  ck_assert_int_eq(TSR_SELECT_MAX_ROWS, 65536);
+  crafted_db(path, sizeof path, "huge.db", LOOKUP_ROWS("65537", "NVIDIA H200"));
+  sel = (tsr_selector *)&sel;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_select_open(path, NULL, 0, &sel, &err), TSR_ERR_DB);
+  ck_assert_ptr_null(sel);
+  ck_assert_msg(strstr(err.text, want) && strstr(err.text, path), "%s", err.text);
+  /* ...and the most it may have loads */
+  crafted_db(path, sizeof path, "full.db", LOOKUP_ROWS("65536", "NVIDIA H200"));
+  tsr_error_clear(&err);
+  ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsr_select_rows(sel), 65536);
+  tsr_select_destroy(sel);
+  /* Rows read past a (small) budget: stopped, and said. */
+  crafted_db(path, sizeof path, "other.db", LOOKUP_ROWS("60000", "Other GPU"));
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &db, &err), TSR_OK);
+  tsr_db_set_budget(db, 100000);
+  sel = (tsr_selector *)&sel;
+  ck_assert_int_eq(tsr_select_load(db, NULL, 0, &sel, &err), TSR_ERR_DB);
+  ck_assert_ptr_null(sel);
+  ck_assert_msg(strstr(err.text, "a query ran past 100000 steps"), "%s", err.text);
+  tsr_db_close(db);
+  /* Values past 32 bits were truncated (bk 99999999999 read as 1215752191). */
+  crafted_db(path, sizeof path, "wide.db",
+             "INSERT INTO lookup (id, gpu_name, arch, multiprocessors, feature_version, level, "
+             "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
+             "tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES (7, 'NVIDIA H200', "
+             "'sm_90a', 132, 1, 0, 'bf16', 64, 128, 99999999999, 11, 4, 1, 0, 'combine', 128, "
+             "128, 'row', '', 2, 1.0, 1.3)");
+  sel = (tsr_selector *)&sel;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_select_open(path, NULL, 0, &sel, &err), TSR_ERR_DB);
+  ck_assert_ptr_null(sel);
+  ck_assert_msg(strstr(err.text, "row 7 has bk 99999999999, out of range"), "%s", err.text);
+}
+END_TEST
+
 static Suite *select_suite(void)
 {
   Suite *s = suite_create("select");
@@ -1788,6 +1886,12 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_context_default);
   tcase_add_test(tc, test_select_h200_regressions);
   tcase_add_test(tc, test_png);
+  suite_add_tcase(s, tc);
+  /* Unbounded, these ran forever: a short timeout is part of the test. */
+  tc = tcase_create("bounded");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_select_bounded);
   suite_add_tcase(s, tc);
   return s;
 }

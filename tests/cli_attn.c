@@ -12,6 +12,12 @@
  *                                 relative, else 1
  *   cli_attn bad DIR              writes malformed inputs for the rejection
  *                                 tests
+ *   cli_attn edit MANIFEST I KEY=VALUE...
+ *                                 sets fields of entry I of a corpus
+ *                                 manifest (tests/limits.sh): an integer
+ *                                 or a string; "geometry.KEY" inside the
+ *                                 geometry; heads_q=N resizes the heads array
+ *                                 (copies of the first) as well
  *
  * MODE: uniform (ragged, rectangular, GQA, 3-D), batch (4-D, cross
  * lengths, per-batch masks, empty rows), variable (variable blocks),
@@ -20,6 +26,8 @@
  * and its lse to be NaN, as the reference's are).  Inputs are written with
  * the test's own .npy writer.
  */
+#include <jansson.h>
+
 #include "tessera.h"
 #include "util.h"
 
@@ -232,8 +240,65 @@ static int bad(const char *dir)
     tu_write_npy(P("mask_good.npy"), "|b1", 3, ms, bits, 32);
   }
   tu_write_npy(P("good.npy"), "<f4", 3, s3, x, n2);
+  /* Sizes (tests/limits.sh): a 1x1 mask of one selected block, the same as
+   * packed bits, an empty and an overflowing list of block sizes. */
+  {
+    int64_t one[3] = {1, 1, 1}, zero[1] = {0}, eight[1] = {8}, huge[8];
+    uint8_t sel = 1;
+    for (i = 0; i < 8; i++)
+      huge[i] = (int64_t)1 << 62;
+    tu_write_npy(P("mask_one.npy"), "|b1", 3, one, &sel, 1);
+    tu_write_npy(P("maskbits_one.npy"), "|u1", 3, one, &sel, 1);
+    tu_write_npy(P("sizes_empty.npy"), "<i8", 1, zero, huge, 0);
+    tu_write_npy(P("sizes_huge.npy"), "<i8", 1, eight, huge, sizeof huge);
+  }
+  {
+    int64_t b3[4] = {3, 2, 4, 4}; /* batch 3 over good.npy's batch 1 */
+    uint8_t ones[96];
+    memset(ones, 1, sizeof ones);
+    tu_write_npy(P("mask_batch3.npy"), "|b1", 4, b3, ones, sizeof ones);
+  }
 #undef P
   return 0;
+}
+
+/* Sets fields of one manifest entry in place; 0 on success. */
+static int edit(const char *path, long idx, int n, char **kv)
+{
+  json_t *root = json_load_file(path, 0, NULL), *e, *obj;
+  int i, rc = 1;
+  e = json_array_get(json_object_get(root, "entries"), (size_t)idx);
+  if (!e) {
+    fprintf(stderr, "cli_attn edit: no entry %ld in '%s'\n", idx, path);
+    json_decref(root);
+    return 1;
+  }
+  for (i = 0; i < n; i++) {
+    char key[128], *eq = strchr(kv[i], '='), *dot, *end;
+    long long v;
+    if (!eq || (size_t)(eq - kv[i]) >= sizeof key)
+      goto out;
+    memcpy(key, kv[i], (size_t)(eq - kv[i]));
+    key[eq - kv[i]] = '\0';
+    dot = strchr(key, '.');
+    obj = dot ? json_object_get(e, "geometry") : e;
+    v = strtoll(eq + 1, &end, 10);
+    json_object_set_new(obj, dot ? dot + 1 : key, *end || end == eq + 1 ? json_string(eq + 1)
+                                                                        : json_integer(v));
+    if (!strcmp(key, "heads_q")) {
+      json_t *h = json_object_get(e, "heads"), *first = json_array_get(h, 0);
+      long long k;
+      json_incref(first);
+      json_array_clear(h);
+      for (k = 0; k < v; k++)
+        json_array_append(h, first);
+      json_decref(first);
+    }
+  }
+  rc = json_dump_file(root, path, 0) ? 1 : 0;
+out:
+  json_decref(root);
+  return rc;
 }
 
 int main(int argc, char **argv)
@@ -245,6 +310,9 @@ int main(int argc, char **argv)
                  argc == 7 ? atof(argv[6]) : 1e-5);
   if (argc == 3 && !strcmp(argv[1], "bad"))
     return bad(argv[2]);
-  fprintf(stderr, "usage: cli_attn gen DIR SEED MODE | check DIR SEED MODE SCALE [TOL] | bad DIR\n");
+  if (argc >= 5 && !strcmp(argv[1], "edit"))
+    return edit(argv[2], strtol(argv[3], NULL, 10), argc - 4, argv + 4);
+  fprintf(stderr, "usage: cli_attn gen DIR SEED MODE | check DIR SEED MODE SCALE [TOL] | bad DIR | "
+                  "edit MANIFEST I KEY=VALUE...\n");
   return 2;
 }

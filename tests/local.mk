@@ -50,7 +50,7 @@ tests_check_abi_LDADD = $(TSR_CHECK_DEPS)
 tests_check_abi_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 check_PROGRAMS += tests/cli_attn
 tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
-tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(JANSSON_CFLAGS)
 tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
@@ -58,6 +58,8 @@ EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 # cli-nan.sh: a NaN in q gives NaN in that row of --out (ref and cpu backends).
 TESTS += tests/cli-nan.sh
 EXTRA_DIST += tests/cli-nan.sh
+TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh tests/limits.sh
+EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh tests/limits.sh
 
 # planning
 EXTRA_DIST += tests/plan_cases.h tests/plan.sh
