@@ -6,8 +6,7 @@ libtessera_la_LIBADD = $(SQLITE_LIBS) $(JANSSON_LIBS)
 libtessera_la_LDFLAGS = -version-info 0:0:0 -no-undefined
 libtessera_la_SOURCES = \
 	runtime/tessera.h runtime/plan_layout.h runtime/plan_impl.h \
-	runtime/status.c runtime/abi.c
-	runtime/status.c runtime/files.h runtime/files.c
+	runtime/status.c runtime/abi.c runtime/files.h runtime/files.c
 
 # foundation: .npy I/O, geometry, masks, problems, CPU reference
 libtessera_la_SOURCES += \
