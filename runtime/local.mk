@@ -16,10 +16,6 @@ libtessera_la_SOURCES += \
 libtessera_la_SOURCES += \
 	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
 
-# mask corpus
-libtessera_la_SOURCES += \
-	runtime/corpus_impl.h runtime/corpus.c runtime/corpus_families.c runtime/corpus_synth.c
-
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
 	runtime/variant.h runtime/variant.c runtime/bundle.h runtime/bundle.c \
@@ -30,6 +26,6 @@ libtessera_la_SOURCES += runtime/gpuplan.c
 
 # lookup database and plan selection
 libtessera_la_SOURCES += \
-	runtime/db.c runtime/features.c runtime/select.c
+	runtime/db_impl.h runtime/db.c runtime/features.c runtime/select.c
 nodist_libtessera_la_SOURCES = db/embedded.c
 

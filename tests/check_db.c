@@ -20,6 +20,7 @@
 #include "util.h"
 
 #include "tessera.h"
+#include "tools.h"
 
 static char tmpdir[256];
 static unsigned seed;
