@@ -2,7 +2,7 @@
 # commands, and GPU tests that exit 77 (skip) where no GPU is present.
 TESTS_ENVIRONMENT = \
 	TSR_TOP_SRCDIR='$(abs_top_srcdir)' TSR_TOP_BUILDDIR='$(abs_top_builddir)'; \
-	export TSR_TOP_SRCDIR TSR_TOP_BUILDDIR;
+	TSR_CC='$(CC)'; export TSR_TOP_SRCDIR TSR_TOP_BUILDDIR TSR_CC;
 TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/profiler $(CHECK_CFLAGS) \
 	$(JANSSON_CFLAGS)
 TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
@@ -14,10 +14,11 @@ EXTRA_DIST += tests/util.h
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = $(SHELL)
 
-# The tree: runtime/ includes no tools header, and tessera.h names no
-# SQLite (layout.sh).
-TESTS += tests/layout.sh
-EXTRA_DIST += tests/layout.sh
+# The tree: libtessera.so exports exactly tessera.h's functions
+# (exports.sh, nm -D against the compiler's reading of the header); runtime/
+# includes no tools header, and tessera.h names no SQLite (layout.sh).
+TESTS += tests/exports.sh tests/layout.sh
+EXTRA_DIST += tests/exports.sh tests/layout.sh
 
 # files: output transactions and input checks (runtime/files.h)
 check_PROGRAMS += tests/check_files
