@@ -8,12 +8,29 @@
  * Work: a CTA of TSR_WARPS warps walks tasks blockIdx.x, +gridDim.x, ...;
  * for each member of a task it loads the BM x D query tile once, then
  * streams K and V tiles listed in tiles[tile_begin, tile_end).  Each warp
- * owns BM / TSR_WARPS consecutive query rows (16 or 32).  Scores are masked
- * (keys past seq_k, and the membership bits of partial tiles) before the
- * base-2 online softmax (scale_log2 must be positive); a row whose tile has
- * no selected column leaves its running max and sum untouched.  Output is
- * written directly (o, lse) or as an unnormalised partial (part_o, part_m,
- * part_l) for the merge kernel.
+ * owns BM / TSR_WARPS consecutive query rows (16 or 32) and keeps their Q
+ * fragments in registers for the whole member; the S accumulators of a key
+ * tile become the A operand of P V in registers.  Scores are masked (keys
+ * past seq_k, and the membership bits of partial tiles; full in-bounds
+ * tiles skip the masking pass) before the base-2 online softmax
+ * (scale_log2 must be positive, and is folded into one FFMA per
+ * probability); a row whose tile has no selected column leaves its running
+ * max and sum untouched.  Output is written directly (o, lse) or as an
+ * unnormalised partial (part_o, part_m, part_l) for the merge kernel.
+ *
+ * Pipeline: one cp.async group per key tile (K and V together), the Q tile
+ * joining the first; tile j + ST - 1 is issued right after the barrier that
+ * makes tile j visible, into the stage tile j - 1 used, so one barrier a
+ * tile suffices.  The next tile records are read an iteration ahead, so no
+ * warp waits on a global load before issuing its copies.
+ *
+ * Registers: every loop is unrolled; values that the compiler would
+ * otherwise hoist out of the tile loop and keep live (one 64-bit global
+ * offset per copied row, one shared address per fragment) are either
+ * stepped through an opaque register (copies) or formed from one base per
+ * operand with an XOR (fragments), which is what kept the old kernel at 255
+ * registers with local-memory spills.  tests/gen-fit.sh asserts that no
+ * cubin has LDL/STL.
  *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch
@@ -30,6 +47,7 @@ constexpr int ST = TSR_STAGES;
 constexpr int NT = TSR_THREADS;
 constexpr int MT = BM / (16 * W);  /* m16 slices a warp */
 constexpr int DC = D / 8;          /* 16-byte chunks a row */
+constexpr int RB = D * 2;          /* bytes a shared-memory row */
 constexpr int NN = BN / 8;         /* n8 score tiles */
 constexpr int ND = D / 8;          /* n8 output tiles */
 constexpr int KD = D / 16;         /* k16 steps of Q K^T */
@@ -37,28 +55,53 @@ constexpr int KN = BN / 16;        /* k16 steps of P V */
 constexpr int MW = BN / 32;        /* membership words a segment */
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
+static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
+              "tile copies must divide evenly among the threads");
 static_assert((BM * D + 2 * ST * BN * D) * 2 <= TSR_SMEM_BYTES, "shared memory layout exceeds TSR_SMEM_BYTES");
 
-/* Element offset of chunk c (8 elements) of row r in a swizzled tile. */
-static __device__ __forceinline__ int sw(int r, int c)
+/* Byte offset of chunk c (8 elements) of row r in a swizzled tile. */
+static __device__ __forceinline__ unsigned sw(int r, int c)
 {
-  return r * D + ((c ^ (r & 7)) << 3);
+  return (unsigned)(r * RB + ((c ^ (r & 7)) << 4));
 }
 
-/* Copies `rows` rows of D elements (row stride `stride`) into a swizzled
- * tile of `cap` rows; rows past `rows` are zero-filled. */
-template <int CAP>
-static __device__ __forceinline__ void load_rows(tsr_u16 *dst, const tsr_u16 *src, long long stride,
-                                                 int rows)
+/* A value the compiler must treat as unknown: it cannot fold what follows
+ * into loop-invariant products and hoist them (64-bit row offsets, one a
+ * copied row, were what spilled). */
+static __device__ __forceinline__ long long opaque(long long x)
 {
-  const unsigned base = tsr_smem_u32(dst);
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+/* Copies `rows` rows of D elements (row stride `stride` elements) into a
+ * swizzled tile of CAP rows at shared address dst; rows past `rows` are
+ * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC. */
+template <int CAP>
+static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *src, long long stride, int rows)
+{
+  constexpr int STEP = NT / DC;
+  const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
+  const long long step = opaque(stride * STEP);
+  const tsr_u16 *g = src + r0 * stride + c * 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < CAP * DC; i += NT) {
-    const int r = i / DC, c = i % DC;
+  for (int k = 0; k < CAP / STEP; ++k) {
+    const int r = r0 + k * STEP;
     const bool ok = r < rows;
-    const tsr_u16 *g = ok ? src + (long long)r * stride + c * 8 : src;
-    tsr_cp_async16(base + 2u * (unsigned)sw(r, c), g, ok ? 16 : 0);
+    tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
+    g += step;
   }
+}
+
+/* Shared address of an ldmatrix x4 fragment: 16-row block `blk`, chunk pair
+ * `k` (chunks 2k, 2k + 1).  `lane_off` is the lane's byte offset in block 0
+ * at chunk pair 0, sw(rl, cb) for its row rl (rl & 7 == lane & 7) and chunk
+ * bit cb; chunk 2k + cb then sits at lane_off ^ ((k & 3) << 5) plus
+ * (k >> 2) * 128, so every fragment is one XOR and immediates away from one
+ * base register. */
+static __device__ __forceinline__ unsigned frag(unsigned tile, unsigned lane_off, int blk, int k)
+{
+  return tile + (unsigned)(blk * 16 * RB + ((k >> 2) << 7)) + (lane_off ^ (unsigned)((k & 3) << 5));
 }
 }  // namespace tsr80
 
@@ -67,18 +110,25 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 {
   using namespace tsr80;
   extern __shared__ __align__(128) unsigned char tsr_smem[];
-  tsr_u16 *sQ = (tsr_u16 *)tsr_smem;
-  tsr_u16 *sK = sQ + BM * D;
-  tsr_u16 *sV = sK + ST * BN * D;
+  const unsigned sQ = tsr_smem_u32(tsr_smem);
+  const unsigned sK = sQ + BM * RB;
+  const unsigned sV = sK + ST * BN * RB;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = p.heads_q / p.heads_kv;
   const int row_base = warp * MT * 16;
+  /* Lane offsets of the three fragment kinds (see frag): Q (A operand) and
+   * V (B operand through ldmatrix.trans) take rows lane & 15 and chunk bit
+   * lane >> 4; K (B operand) takes rows (lane & 7) + 8 (lane >> 4) and chunk
+   * bit (lane >> 3) & 1. */
+  const unsigned qv_off = sw((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  const unsigned k_off = sw((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 
   /* Device-planned launches read the task count the planner wrote. */
   const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
   for (int t = blockIdx.x; t < n_tasks; t += gridDim.x) {
     const tsr_task_rec task = p.tasks[t];
     const int ntiles = task.tile_end - task.tile_begin;
+    const tsr_tile_rec *trec = p.tiles + task.tile_begin;
     for (int mi = 0; mi < task.n_members; ++mi) {
       const tsr_member_rec mem = p.members[task.member_begin + mi];
       const int b = mem.batch, h = mem.head, q0 = mem.q_tile * BM;
@@ -89,21 +139,27 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       const tsr_u16 *gv = (const tsr_u16 *)p.v + b * p.v_stride[0] + hk * p.v_stride[1];
 
       __syncthreads(); /* the previous member is done with shared memory */
-      load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
-      tsr_cp_async_commit();
+      /* Prologue: Q joins tile 0's group; tiles 1 .. ST-2 get a group each.
+       * A task without tiles loads nothing (its members may be any row). */
+      if (ntiles > 0) load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
 #pragma unroll
       for (int s = 0; s < ST - 1; ++s) {
         if (s < ntiles) {
-          const int k0 = p.tiles[task.tile_begin + s].k_tile * BN;
+          const int k0 = trec[s].k_tile * BN;
           const int kr = min(BN, p.seq_k - k0);
-          load_rows<BN>(sK + s * BN * D, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-          load_rows<BN>(sV + s * BN * D, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+          load_rows<BN>(sK + s * BN * RB, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+          load_rows<BN>(sV + s * BN * RB, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
         }
         tsr_cp_async_commit();
       }
+      /* Records read an iteration ahead: the current tile's, and the key
+       * tile of the next copy (tile j + ST - 1 at iteration j). */
+      tsr_tile_rec tr_next = ntiles > 0 ? trec[0] : tsr_tile_rec{0, -1};
+      int kt_ahead = ST - 1 < ntiles ? trec[ST - 1].k_tile : 0;
 
       float acc[MT][ND][4];
       float m[MT][2], l[MT][2];
+      unsigned qf[MT][KD][4];
 #if TSR_MEMBERSHIP
       int seg[MT][2];
 #endif
@@ -123,24 +179,49 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       }
 
       for (int j = 0; j < ntiles; ++j) {
+        const tsr_tile_rec tr = tr_next;
+        if (j + 1 < ntiles) tr_next = trec[j + 1];
+        tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
+        __syncthreads();             /* everyone's; and tile j - 1's stage is free */
         {
           const int jn = j + ST - 1;
           if (jn < ntiles) {
-            const int k0 = p.tiles[task.tile_begin + jn].k_tile * BN;
+            const int k0 = kt_ahead * BN;
             const int kr = min(BN, p.seq_k - k0);
-            const int st = jn % ST;
-            load_rows<BN>(sK + st * BN * D, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-            load_rows<BN>(sV + st * BN * D, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            const unsigned st = (unsigned)(jn % ST) * (BN * RB);
+            load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+            load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
           }
           tsr_cp_async_commit();
         }
-        tsr_cp_async_wait<ST - 1>();
-        __syncthreads();
+        if (j == 0) {
+          /* Q fragments stay in registers for all of the member's tiles. */
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk)
+              tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1],
+                              qf[i][kk][2], qf[i][kk][3]);
+        }
 
-        const tsr_tile_rec tr = p.tiles[task.tile_begin + j];
         const int k0 = tr.k_tile * BN;
-        const tsr_u16 *cK = sK + (j % ST) * BN * D;
-        const tsr_u16 *cV = sV + (j % ST) * BN * D;
+        const unsigned cK = sK + (unsigned)(j % ST) * (BN * RB);
+        const unsigned cV = sV + (unsigned)(j % ST) * (BN * RB);
+#if TSR_MEMBERSHIP
+        const bool partial = tr.mem >= 0;
+        /* Issued before the product so that its latency hides behind it. */
+        unsigned words[MT][2][MW];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+            for (int w = 0; w < MW; ++w)
+              words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + w] : 0xffffffffu;
+#else
+        const bool partial = false;
+#endif
 
         /* S = Q K^T over D in k16 steps. */
         float s[MT][NN][4];
@@ -150,55 +231,57 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           for (int n = 0; n < NN; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
-          unsigned a[MT][4];
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            const int r = row_base + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int c = kk * 2 + (lane >> 4);
-            tsr_ldmatrix_x4(tsr_smem_u32(sQ + sw(r, c)), a[i][0], a[i][1], a[i][2], a[i][3]);
-          }
 #pragma unroll
           for (int nn = 0; nn < NN / 2; ++nn) {
             unsigned b0, b1, b2, b3;
-            const int r = nn * 16 + (lane & 7) + (lane >> 4) * 8;
-            const int c = kk * 2 + ((lane >> 3) & 1);
-            tsr_ldmatrix_x4(tsr_smem_u32(cK + sw(r, c)), b0, b1, b2, b3);
+            tsr_ldmatrix_x4(frag(cK, k_off, nn, kk), b0, b1, b2, b3);
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-              tsr_mma16816(s[i][2 * nn], a[i], b0, b1);
-              tsr_mma16816(s[i][2 * nn + 1], a[i], b2, b3);
+              tsr_mma16816(s[i][2 * nn], qf[i][kk], b0, b1);
+              tsr_mma16816(s[i][2 * nn + 1], qf[i][kk], b2, b3);
             }
           }
         }
 
-        /* Mask, scale into the base-2 domain, and update the online softmax. */
+        /* Mask keys past seq_k and unselected columns of partial tiles; a
+         * full in-bounds tile (the common case) skips this pass. */
+        if (partial || k0 + BN > p.seq_k) {
+          const int kr = p.seq_k - k0;
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
 #if TSR_MEMBERSHIP
-        const bool partial = tr.mem >= 0;
+              unsigned wl[MW]; /* this lane's columns at bits 8 (n & 3) + e */
+#pragma unroll
+              for (int w = 0; w < MW; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
 #endif
+#pragma unroll
+              for (int n = 0; n < NN; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int col = n * 8 + (lane & 3) * 2 + e;
+                  bool ok = col < kr;
+#if TSR_MEMBERSHIP
+                  ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
+#endif
+                  if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
+                }
+              }
+            }
+          }
+        }
+
+        /* Scale into the base-2 domain and update the online softmax. */
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-#if TSR_MEMBERSHIP
-            unsigned words[MW];
-#pragma unroll
-            for (int w = 0; w < MW; ++w)
-              words[w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + w] : 0xffffffffu;
-#endif
             float mx = TSR_NEG_INF;
 #pragma unroll
             for (int n = 0; n < NN; ++n) {
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = n * 8 + (lane & 3) * 2 + e;
-                bool ok = k0 + col < p.seq_k;
-#if TSR_MEMBERSHIP
-                ok = ok && ((words[n >> 2] >> (col & 31)) & 1u); /* n8 tile n lies in word n / 4 */
-#endif
-                const float v = ok ? s[i][n][2 * hh + e] : TSR_NEG_INF;
-                s[i][n][2 * hh + e] = v;
-                mx = fmaxf(mx, v);
-              }
+              for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -243,9 +326,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #pragma unroll
           for (int dd = 0; dd < ND / 2; ++dd) {
             unsigned b0, b1, b2, b3;
-            const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int c = dd * 2 + (lane >> 4);
-            tsr_ldmatrix_x4_trans(tsr_smem_u32(cV + sw(r, c)), b0, b1, b2, b3);
+            tsr_ldmatrix_x4_trans(frag(cV, qv_off, kk, dd), b0, b1, b2, b3);
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
               tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
@@ -253,10 +334,8 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
             }
           }
         }
-        __syncthreads(); /* this stage is refilled ST-1 iterations later */
       }
       tsr_cp_async_wait<0>();
-
       /* Epilogue: finish the row sums across the quad, then write. */
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
