@@ -48,11 +48,18 @@ constexpr int NT = TSR_THREADS;
 constexpr int MT = BM / (16 * W);  /* m16 slices a warp */
 constexpr int DC = D / 8;          /* 16-byte chunks a row */
 constexpr int RB = D * 2;          /* bytes a shared-memory row */
-constexpr int NN = BN / 8;         /* n8 score tiles */
 constexpr int ND = D / 8;          /* n8 output tiles */
 constexpr int KD = D / 16;         /* k16 steps of Q K^T */
-constexpr int KN = BN / 16;        /* k16 steps of P V */
 constexpr int MW = BN / 32;        /* membership words a segment */
+/* Keys a softmax step: a tile is taken SB columns at a time (scores, mask,
+ * online softmax, P V), so the score registers are MT x SB / 2 a thread,
+ * not MT x BN / 2.  At head dim 128 with 128-key tiles the whole tile's
+ * scores (64) next to O (64) and Q (32) left too little for the fragments
+ * (sm_100a spilled); two steps of 64 cost one more rescale of O a tile. */
+constexpr int SB = (D >= 128 && BN > 64) ? 64 : BN;
+constexpr int NS = SB / 8;         /* n8 score tiles a step */
+constexpr int MWS = SB / 32;       /* membership words a step */
+static_assert(BN % SB == 0, "bad softmax step");
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
 static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
@@ -210,127 +217,136 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
         const unsigned cV = sV + (unsigned)(j % ST) * (BN * RB);
 #if TSR_MEMBERSHIP
         const bool partial = tr.mem >= 0;
-        /* Issued before the product so that its latency hides behind it. */
-        unsigned words[MT][2][MW];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-            for (int w = 0; w < MW; ++w)
-              words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + w] : 0xffffffffu;
 #else
         const bool partial = false;
 #endif
+        /* The tile's keys in steps of SB (see SB): scores, mask, softmax,
+         * P V for each; not unrolled, so that the compiler cannot overlap
+         * one step's scores with the previous step's P V registers. */
+#pragma unroll 1
+        for (int sb = 0; sb < BN / SB; ++sb) {
+          const int c0 = sb * SB; /* first column of the step in the tile */
+#if TSR_MEMBERSHIP
+          /* Issued before the product so that its latency hides behind it. */
+          unsigned words[MT][2][MWS];
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int w = 0; w < MWS; ++w)
+                words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
+#endif
 
-        /* S = Q K^T over D in k16 steps. */
-        float s[MT][NN][4];
+          /* S = Q K^T over D in k16 steps. */
+          float s[MT][NS][4];
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+          for (int i = 0; i < MT; ++i)
 #pragma unroll
-          for (int n = 0; n < NN; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+            for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < KD; ++kk) {
+          for (int kk = 0; kk < KD; ++kk) {
 #pragma unroll
-          for (int nn = 0; nn < NN / 2; ++nn) {
-            unsigned b0, b1, b2, b3;
-            tsr_ldmatrix_x4(frag(cK, k_off, nn, kk), b0, b1, b2, b3);
+            for (int nn = 0; nn < NS / 2; ++nn) {
+              unsigned b0, b1, b2, b3;
+              tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
 #pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              tsr_mma16816(s[i][2 * nn], qf[i][kk], b0, b1);
-              tsr_mma16816(s[i][2 * nn + 1], qf[i][kk], b2, b3);
+              for (int i = 0; i < MT; ++i) {
+                tsr_mma16816(s[i][2 * nn], qf[i][kk], b0, b1);
+                tsr_mma16816(s[i][2 * nn + 1], qf[i][kk], b2, b3);
+              }
             }
           }
-        }
 
-        /* Mask keys past seq_k and unselected columns of partial tiles; a
-         * full in-bounds tile (the common case) skips this pass. */
-        if (partial || k0 + BN > p.seq_k) {
-          const int kr = p.seq_k - k0;
+          /* Mask keys past seq_k and unselected columns of partial tiles; a
+           * full in-bounds step (the common case) skips this pass. */
+          if (partial || k0 + c0 + SB > p.seq_k) {
+            const int kr = p.seq_k - k0 - c0;
 #pragma unroll
-          for (int i = 0; i < MT; ++i) {
+            for (int i = 0; i < MT; ++i) {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
+              for (int hh = 0; hh < 2; ++hh) {
 #if TSR_MEMBERSHIP
-              unsigned wl[MW]; /* this lane's columns at bits 8 (n & 3) + e */
+                unsigned wl[MWS]; /* this lane's columns at bits 8 (n & 3) + e */
 #pragma unroll
-              for (int w = 0; w < MW; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
+                for (int w = 0; w < MWS; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
 #endif
 #pragma unroll
-              for (int n = 0; n < NN; ++n) {
+                for (int n = 0; n < NS; ++n) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int col = n * 8 + (lane & 3) * 2 + e;
-                  bool ok = col < kr;
+                  for (int e = 0; e < 2; ++e) {
+                    const int col = n * 8 + (lane & 3) * 2 + e;
+                    bool ok = col < kr;
 #if TSR_MEMBERSHIP
-                  ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
+                    ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
 #endif
-                  if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
+                    if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
+                  }
                 }
               }
             }
           }
-        }
 
-        /* Scale into the base-2 domain and update the online softmax. */
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float mx = TSR_NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NN; ++n) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            /* Maxima are taken on raw scores and scaled once (scale_log2 >
-             * 0), so each probability is one FFMA and one EX2. */
-            const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
-            /* A row with nothing selected so far keeps m = -inf; subtract 0
-             * then so that exp2(-inf - -inf) never makes a NaN. */
-            const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
-            const float alpha = tsr_ex2(m[i][hh] - msafe);
-            float sum = 0.f;
-#pragma unroll
-            for (int n = 0; n < NN; ++n) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
-                s[i][n][2 * hh + e] = pv;
-                sum += pv;
-              }
-            }
-            l[i][hh] = l[i][hh] * alpha + sum;
-            m[i][hh] = mnew;
-#pragma unroll
-            for (int n = 0; n < ND; ++n) {
-              acc[i][n][2 * hh] *= alpha;
-              acc[i][n][2 * hh + 1] *= alpha;
-            }
-          }
-        }
-
-        /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
-#pragma unroll
-        for (int kk = 0; kk < KN; ++kk) {
-          unsigned a[MT][4];
+          /* Scale into the base-2 domain and update the online softmax. */
 #pragma unroll
           for (int i = 0; i < MT; ++i) {
-            a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
-            a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
-            a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-            a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-          }
 #pragma unroll
-          for (int dd = 0; dd < ND / 2; ++dd) {
-            unsigned b0, b1, b2, b3;
-            tsr_ldmatrix_x4_trans(frag(cV, qv_off, kk, dd), b0, b1, b2, b3);
+            for (int hh = 0; hh < 2; ++hh) {
+              float mx = TSR_NEG_INF;
+#pragma unroll
+              for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
+              }
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+              /* Maxima are taken on raw scores and scaled once (scale_log2 >
+               * 0), so each probability is one FFMA and one EX2. */
+              const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
+              /* A row with nothing selected so far keeps m = -inf; subtract 0
+               * then so that exp2(-inf - -inf) never makes a NaN. */
+              const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
+              const float alpha = tsr_ex2(m[i][hh] - msafe);
+              float sum = 0.f;
+#pragma unroll
+              for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
+                  s[i][n][2 * hh + e] = pv;
+                  sum += pv;
+                }
+              }
+              l[i][hh] = l[i][hh] * alpha + sum;
+              m[i][hh] = mnew;
+#pragma unroll
+              for (int n = 0; n < ND; ++n) {
+                acc[i][n][2 * hh] *= alpha;
+                acc[i][n][2 * hh + 1] *= alpha;
+              }
+            }
+          }
+
+          /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
+#pragma unroll
+          for (int kk = 0; kk < NS / 2; ++kk) {
+            unsigned a[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-              tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
-              tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+              a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
+              a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
+              a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+              a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dd = 0; dd < ND / 2; ++dd) {
+              unsigned b0, b1, b2, b3;
+              tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
+#pragma unroll
+              for (int i = 0; i < MT; ++i) {
+                tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
+                tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+              }
             }
           }
         }
