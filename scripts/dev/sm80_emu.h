@@ -74,6 +74,15 @@ static inline float __shfl_xor_sync(unsigned, float v, int m)
   return v;
 }
 
+static inline int __any_sync(unsigned, int pred)
+{
+  uint32_t u = pred != 0;
+  const emu_slot *all = emu_warp_collective(&u, 1, 5, NULL);
+  for (int l = 0; l < 32; l++)
+    if (all[l][0]) return 1;
+  return 0;
+}
+
 /* ---- tsr_common.cuh ---- */
 #define TSR_NEG_INF __int_as_float(0xff800000)
 #define TSR_LN2 0.69314718055994530942f

@@ -9,14 +9,15 @@
 #
 #   scripts/dev/sm80_emu.sh BUILDDIR [gpu_attn arguments]
 #   EMU_CC=8.9 (the sm_89 subset), EMU_LATE=1, EMU_SEED=n, EMU_SMS=n; see sm80_emu_rt.cc
-#   EMU_VARIANTS="name ..." limits the build to those variants.
+#   EMU_VARIANTS="name ..." limits the build to those variants; EMU_OUT=DIR builds
+#   there instead of BUILDDIR/emu.
 set -eu
 b=$(cd "${1:?usage: sm80_emu.sh BUILDDIR [gpu_attn args]}" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 tdir=${EMU_TEMPLATES:-$top/templates}
-out=$b/emu
+out=${EMU_OUT:-$b/emu}
 mkdir -p "$out/stub-attn" "$out/stub-merge" "$out/obj"
 : > "$out/stub-attn/merge.cuh"
 : > "$out/stub-merge/attn_sm80.cuh"
