@@ -9,8 +9,8 @@
  * for each member of a task it loads the BM x D query tile once, then
  * streams K and V tiles listed in tiles[tile_begin, tile_end).  Each warp
  * owns BM / TSR_WARPS consecutive query rows (16 or 32) and keeps their Q
- * fragments in registers for the whole member; the S accumulators of a key
- * tile become the A operand of P V in registers.  Scores are masked (keys
+ * fragments in registers for the whole member where they fit (QREG); the S
+ * accumulators of a key tile become the A operand of P V in registers.  Scores are masked (keys
  * past seq_k, and the membership bits of partial tiles; full in-bounds
  * tiles skip the masking pass) before the base-2 online softmax
  * (scale_log2 must be positive, and is folded into one FFMA per
@@ -51,15 +51,31 @@ constexpr int RB = D * 2;          /* bytes a shared-memory row */
 constexpr int ND = D / 8;          /* n8 output tiles */
 constexpr int KD = D / 16;         /* k16 steps of Q K^T */
 constexpr int MW = BN / 32;        /* membership words a segment */
-/* Keys a softmax step: a tile is taken SB columns at a time (scores, mask,
- * online softmax, P V), so the score registers are MT x SB / 2 a thread,
- * not MT x BN / 2.  At head dim 128 with 128-key tiles the whole tile's
- * scores (64) next to O (64) and Q (32) left too little for the fragments
- * (sm_100a spilled); two steps of 64 cost one more rescale of O a tile. */
-constexpr int SB = (D >= 128 && BN > 64) ? 64 : BN;
+/* Register footprint of the data a thread holds, 32-bit registers: O is
+ * MT x D / 2, the scores of a softmax step of sb keys MT x sb / 2, Q's
+ * fragments (when kept in registers) MT x D / 4. */
+__host__ __device__ constexpr int data_regs(int sb, bool q) { return MT * (D / 2 + sb / 2 + (q ? D / 4 : 0)); }
+/* What fits next to the fragments, addresses and softmax state without
+ * spilling: 160 spilled on sm_100a (MT 1, D 128, 128 keys a step), 128 did
+ * not anywhere; tests/gen-sass.sh is the judge. */
+constexpr int DATA_REGS = 144;
+/* Keys a softmax step (SB) and whether Q stays in registers (QREG): a tile
+ * is taken SB columns at a time (scores, mask, online softmax, P V), the
+ * widest step that fits with Q in registers, else without (Q fragments then
+ * re-read from shared memory each k16 step), else 32 keys without.  One
+ * more step a tile costs one more row max, sum and (if a max moved) O
+ * rescale. */
+__host__ __device__ constexpr int pick_sb(bool q)
+{
+  return data_regs(BN, q) <= DATA_REGS ? BN
+         : BN > 64 && data_regs(64, q) <= DATA_REGS ? 64
+         : data_regs(32, q) <= DATA_REGS ? 32 : 0;
+}
+constexpr bool QREG = pick_sb(true) > 0;
+constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
-static_assert(BN % SB == 0, "bad softmax step");
+static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
 static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
@@ -166,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 
       float acc[MT][ND][4];
       float m[MT][2], l[MT][2];
-      unsigned qf[MT][KD][4];
+      unsigned qf[QREG ? MT : 1][QREG ? KD : 1][4]; /* Q fragments (QREG) */
 #if TSR_MEMBERSHIP
       int seg[MT][2];
 #endif
@@ -202,14 +218,16 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           }
           tsr_cp_async_commit();
         }
-        if (j == 0) {
-          /* Q fragments stay in registers for all of the member's tiles. */
+        if constexpr (QREG) {
+          if (j == 0) {
+            /* Q fragments stay in registers for all of the member's tiles. */
 #pragma unroll
-          for (int i = 0; i < MT; ++i)
+            for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int kk = 0; kk < KD; ++kk)
-              tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1],
-                              qf[i][kk][2], qf[i][kk][3]);
+              for (int kk = 0; kk < KD; ++kk)
+                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1],
+                                qf[i][kk][2], qf[i][kk][3]);
+          }
         }
 
         const int k0 = tr.k_tile * BN;
@@ -244,16 +262,28 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
-#pragma unroll
+          /* Q from shared memory (not QREG): unrolled by two only, or the
+           * compiler hoists the next steps' Q fragments and spills (sm_89). */
+#pragma unroll QREG ? KD : 2
           for (int kk = 0; kk < KD; ++kk) {
+            unsigned qa[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+              if constexpr (QREG) {
+                qa[i][0] = qf[i][kk][0]; qa[i][1] = qf[i][kk][1];
+                qa[i][2] = qf[i][kk][2]; qa[i][3] = qf[i][kk][3];
+              } else {
+                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
+              }
+            }
 #pragma unroll
             for (int nn = 0; nn < NS / 2; ++nn) {
               unsigned b0, b1, b2, b3;
               tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
 #pragma unroll
               for (int i = 0; i < MT; ++i) {
-                tsr_mma16816(s[i][2 * nn], qf[i][kk], b0, b1);
-                tsr_mma16816(s[i][2 * nn + 1], qf[i][kk], b2, b3);
+                tsr_mma16816(s[i][2 * nn], qa[i], b0, b1);
+                tsr_mma16816(s[i][2 * nn + 1], qa[i], b2, b3);
               }
             }
           }
