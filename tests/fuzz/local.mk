@@ -3,7 +3,8 @@
 # (the CI step), make fuzz for FUZZ_SECONDS; both need only the harnesses,
 # the tools that make their seeds and tessera.db, never the kernel bundle.
 TSR_FUZZ_NAMES = npy mask corpus db_file db_sql
-EXTRA_DIST += tests/fuzz/README.md tests/fuzz/run.sh tests/fuzz/npy.dict tests/fuzz/sql.dict
+EXTRA_DIST += tests/fuzz/README.md tests/fuzz/run.sh tests/fuzz/npy.dict tests/fuzz/sql.dict \
+	notes/fuzz.md
 
 if FUZZING
 noinst_PROGRAMS += tests/fuzz/fuzz_npy tests/fuzz/fuzz_mask tests/fuzz/fuzz_corpus \
