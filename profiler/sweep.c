@@ -432,7 +432,7 @@ static int run_sweep(const sweep_opts *o)
       dm.family = e->family;
       dm.model = e->model;
       dm.geometry = geomtxt;
-      dm.dtype = "bf16";
+      dm.dtype = tsr_dtype_name(p.dtype);
       dm.batch = 1;
       dm.heads_q = p.heads_q;
       dm.heads_kv = p.heads_kv;

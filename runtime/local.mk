@@ -23,13 +23,13 @@ libtessera_la_SOURCES += \
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
 	runtime/variant.h runtime/variant.c runtime/bundle.h runtime/bundle.c \
-	runtime/cuda_impl.h runtime/cuda.c runtime/gpu.c
+	runtime/cuda_impl.h runtime/cuda.c runtime/context_impl.h runtime/context.c runtime/gpu.c
 
 # GPU planning: device planner host side (kernels: templates/plan_gpu.cuh)
 libtessera_la_SOURCES += runtime/gpuplan.c
 
 # lookup database and plan selection
 libtessera_la_SOURCES += \
-	runtime/db.c runtime/features.c runtime/select.c
+	runtime/db.c runtime/features.c runtime/select_impl.h runtime/select.c
 nodist_libtessera_la_SOURCES = db/embedded.c
 

@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera.h"
+#include "select_impl.h"
 
 #define KEY_LEN 9 /* level + 8 region fields */
+#define NEAREST_PREFIX "nearest region: "
 
 typedef struct {
   int32_t key[KEY_LEN];
@@ -28,8 +29,12 @@ typedef struct {
   uint8_t mapping, tasks;
   int32_t masks;
   float regret, speedup;
+  uint8_t fate;   /* tsr_row_fate: TSR_ROW_RUNS until a context settles it */
   char variant[96];
-  char why[160]; /* the reason text of a hit, made once at load */
+  /* The reason text of a hit, made once at load (and completed once by a
+   * context's bundle check): a selection copies it whole, after the
+   * nearest region's prefix. */
+  char why[sizeof ((tsr_selection *)0)->reason - sizeof NEAREST_PREFIX + 1];
 } row;
 
 struct tsr_selector {
@@ -181,9 +186,8 @@ static void take(const row *r, const tsr_features *f, tsr_selection *out, int le
   out->level = level;
   out->row_id = r->id;
   if (level == 1) {
-    static const char pre[] = "nearest region: ";
-    memcpy(out->reason, pre, sizeof pre - 1);
-    memcpy(out->reason + sizeof pre - 1, r->why, sizeof r->why);
+    memcpy(out->reason, NEAREST_PREFIX, sizeof NEAREST_PREFIX - 1);
+    memcpy(out->reason + sizeof NEAREST_PREFIX - 1, r->why, sizeof r->why);
   } else {
     memcpy(out->reason, r->why, sizeof r->why);
   }
@@ -222,16 +226,11 @@ static int cols_fit_int32(sqlite3_stmt *st, int *bad)
   return 1;
 }
 
-/* dtype names as stored in the lookup table. */
+/* dtypes as stored in the lookup table: their tsr_dtype_name. */
 static int dtype_parse(const char *s)
 {
-  if (!strcmp(s, "bf16"))
-    return TSR_DT_BF16;
-  if (!strcmp(s, "f16"))
-    return TSR_DT_F16;
-  if (!strcmp(s, "f32"))
-    return TSR_DT_F32;
-  return -1;
+  tsr_dtype d;
+  return tsr_dtype_parse(s, &d) ? -1 : (int)d;
 }
 
 tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr_selector **out,
@@ -634,8 +633,27 @@ static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_f
   return best;
 }
 
-tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
-                           tsr_error *err)
+/* A hit on a row that cannot run on the context's device
+ * (TSR_ROW_NO_KERNEL): the row's reason, which says so, then the
+ * fallback's. */
+static void no_kernel(tsr_selection *out, const tsr_plan_opts *base, const char *tail)
+{
+  text t;
+  t.p = out->reason;
+  t.n = sizeof out->reason;
+  t.len = strlen(out->reason);
+  put_s(&t, tail);
+  out->opts = *base;
+  out->variant[0] = '\0';
+  out->from_table = 0;
+  out->level = -1;
+  out->row_id = -1;
+}
+
+/* tsr_select_plan, with `tail` ending the reason of a fallback (": base
+ * plan", or ": automatic plan" on the request path). */
+static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
+                              const char *tail, tsr_error *err)
 {
   int level;
   const row *skipped = NULL;
@@ -665,6 +683,8 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       const row *r = nearest(s, key, f, &base);
       if (r) {
         take(r, f, out, 1);
+        if (r->fate == TSR_ROW_NO_KERNEL)
+          no_kernel(out, &base, tail);
         return TSR_OK;
       }
       continue;
@@ -692,6 +712,8 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
           break;
         }
         take(r, f, out, level);
+        if (r->fate == TSR_ROW_NO_KERNEL)
+          no_kernel(out, &base, tail);
         return TSR_OK;
       }
       if (c < 0)
@@ -728,8 +750,14 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       put_s(&t, skipped_why);
     }
   }
-  put_s(&t, ": base plan");
+  put_s(&t, tail);
   return TSR_OK;
+}
+
+tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
+                           tsr_error *err)
+{
+  return select_core(s, f, out, ": base plan", err);
 }
 
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
@@ -772,15 +800,13 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
 tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
                               const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
 {
-  static const char base_tail[] = ": base plan", auto_tail[] = ": automatic plan";
   tsr_plan_opts b;
   tsr_status st;
-  size_t len;
   if (base)
     b = *base;
   else
     tsr_plan_opts_init(&b);
-  if ((st = tsr_select_plan(s, f, out, err)) != TSR_OK)
+  if ((st = select_core(s, f, out, ": automatic plan", err)) != TSR_OK)
     return st;
   if (out->from_table) {
     /* The row decides the tile, mapping, task layout and variant; the
@@ -798,11 +824,29 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
   /* A miss keeps what the request path did before there was a table: the
    * automatic planner (or the caller's options). */
   out->opts = b;
-  len = strlen(out->reason);
-  if (len >= sizeof base_tail - 1 && !strcmp(out->reason + len - (sizeof base_tail - 1), base_tail))
-    len -= sizeof base_tail - 1;
-  if (len > sizeof out->reason - sizeof auto_tail)
-    len = sizeof out->reason - sizeof auto_tail;
-  memcpy(out->reason + len, auto_tail, sizeof auto_tail);
   return TSR_OK;
+}
+
+/* ---- Rows as a context settles them (select_impl.h) -------------------- */
+
+void tsr_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out)
+{
+  const row *r = &s->rows[i];
+  out->dtype = (tsr_dtype)r->key[1];
+  out->head_dim = r->key[2];
+  out->mapping = (tsr_mapping)r->mapping;
+  out->tile_m = r->tile_m;
+  out->tile_n = r->tile_n;
+  out->variant = r->variant;
+}
+
+void tsr_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note)
+{
+  row *r = &s->rows[i];
+  size_t len = strlen(r->why);
+  r->fate = (uint8_t)fate;
+  if (fate != TSR_ROW_RUNS)
+    r->variant[0] = '\0';
+  if (note)
+    snprintf(r->why + len, sizeof r->why - len, "%s", note);
 }

@@ -1341,7 +1341,7 @@ START_TEST(test_context_select)
     memset(&s, 0xa5, sizeof s);
     ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
     assert_automatic(&s, 132);
-    ck_assert_msg(strstr(s.reason, "no usable row for bfloat16 d64") != NULL, "%s", s.reason);
+    ck_assert_msg(strstr(s.reason, "no usable row for bf16 d64") != NULL, "%s", s.reason);
     plan_verify(&r, &s, &sum);
     tsr_plan_opts_init(&o);
     ck_assert_int_eq(tsr_plan_create(&r.p, r.m, &o, &pl, &err), TSR_OK);
