@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "bundle.h"
 #include "plan_impl.h"
 
 enum { O_CORPUS, O_SEED, O_MASKS, O_GPU, O_CPU, O_DEVICE, O_BUNDLE, O_COUNT };
@@ -467,9 +468,7 @@ int cmd_demo(int argc, char **argv)
    * bundle and the lookup table, no driver). */
   tsr_context_opts_init(&co);
   co.device = (int)device;
-  co.bundle_dir = val[O_BUNDLE];
-  if (!co.bundle_dir && !(getenv("TESSERA_BUNDLE") && *getenv("TESSERA_BUNDLE")))
-    co.bundle_dir = build_bundle(exe, sizeof exe);
+  co.bundle_dir = tsr_bundle_dir(val[O_BUNDLE], build_bundle(exe, sizeof exe));
   if (!val[O_CPU]) {
     if (tsr_context_create(&co, &ctx, &err) != TSR_OK) {
       ctx = NULL;
@@ -482,7 +481,7 @@ int cmd_demo(int argc, char **argv)
     } else {
       gpu = 1;
       printf("GPU found (device %lld, bundle %s): running the plans on the GPU (bf16)\n",
-             (long long)device, co.bundle_dir ? co.bundle_dir : "$TESSERA_BUNDLE or installed");
+             (long long)device, co.bundle_dir);
     }
   } else {
     printf("--cpu: running the CPU plan executor\n");

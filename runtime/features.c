@@ -306,7 +306,7 @@ tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num
   {
     double nrows = (double)(planes * s.nq), mean = row_sum / nrows;
     double var = row_sq / nrows - mean * mean;
-    int sms = num_sms ? num_sms : 132;
+    int sms = num_sms ? num_sms : TSR_DEFAULT_NUM_SMS;
     f->density = sel_pairs / ((double)planes * (double)sq * (double)sk);
     f->block_density = (double)sel_blocks / ((double)planes * (double)s.nq * (double)s.nk);
     f->row_cv = mean > 0 ? sqrt(var > 0 ? var : 0) / mean : 0;
