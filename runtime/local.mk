@@ -10,7 +10,8 @@ libtessera_la_SOURCES = \
 
 # foundation: .npy I/O, geometry, masks, problems, CPU reference
 libtessera_la_SOURCES += \
-	runtime/npy.c runtime/geom.c runtime/mask.c runtime/problem.c runtime/ref.c
+	runtime/npy.c runtime/geom.c runtime/simd.h runtime/simd.c runtime/mask.c runtime/problem.c \
+	runtime/ref.c
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \

@@ -251,8 +251,10 @@ tsr_status tsr_mask_from_packed(int64_t batch, int64_t heads, int64_t nq, int64_
  * nk (the key blocks, from the geometry) must pack into the last dimension. */
 tsr_status tsr_mask_load_packed(const char *path, int64_t nk, tsr_mask **out, tsr_error *err);
 /* The packed [nq][*words] plane used by (b, h): row i's words at
- * plane + i * *words, bit j % 64 of word j / 64; NULL for a byte mask (or
- * b, h out of range).  *words = ceil(nk / 64) either way. */
+ * plane + i * *words, bit j % 64 of word j / 64, bits past nk clear.
+ * Every mask has them, built once when it is made (from the bytes of a
+ * byte mask); NULL for b, h out of range.  *words = ceil(nk / 64) either
+ * way. */
 const uint64_t *tsr_mask_packed_plane(const tsr_mask *m, int64_t b, int64_t h, int64_t *words);
 /* Fraction of selected block pairs (by block count, not tokens). */
 double tsr_mask_density(const tsr_mask *m);
