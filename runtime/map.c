@@ -48,7 +48,8 @@ static void block_text(const tsr_geom *g, char *buf, size_t n)
  * (combined), and whether some tile lies inside a larger block, so that the
  * block spans several tiles (subdivided).  Neither means the tiles are the
  * blocks (retain).  A 96-token block straddling a 128-token tile boundary is
- * combined, not subdivided: no tile lies inside it.  O(blocks + tiles). */
+ * combined, not subdivided: no tile lies inside it.  O(blocks + tiles): the
+ * walk for variable blocks (uniform ones: axis_uniform). */
 static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combined,
                           int *subdivided)
 {
@@ -70,6 +71,40 @@ static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combin
       if (e0 - a >= 2 * tile)
         a += ((e0 - a) / tile - 1) * tile;
     }
+  }
+}
+
+/* axis_relation for uniform blocks of b tokens over s (the last ragged) and
+ * tiles of t: a tile holds a block boundary k*b < s unless every such
+ * boundary is a multiple of t; a whole tile lies inside a block when the
+ * largest block, the first (min(b, s) tokens), is larger than the tile. */
+static void axis_uniform(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
+{
+  if (b % t != 0 && b < s)
+    *combined = 1;
+  if ((b < s ? b : s) > t)
+    *subdivided = 1;
+}
+
+void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+                              int tile_n, int *combined, int *subdivided)
+{
+  *combined = *subdivided = 0;
+  axis_uniform(bq, tile_m, sq, combined, subdivided);
+  axis_uniform(bk, tile_n, sk, combined, subdivided);
+}
+
+int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided)
+{
+  switch (mapping) {
+  case TSR_MAP_RETAIN:
+    return !combined && !subdivided;
+  case TSR_MAP_COMBINE:
+    return combined;
+  case TSR_MAP_SUBDIVIDE:
+    return subdivided;
+  default:
+    return 1;
   }
 }
 
@@ -126,37 +161,25 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
                          "columns a multiple of 32, each at most 512",
                          tm, tn);
 
-  axis_relation(g, 1, tm, &combined, &subdivided);
-  axis_relation(g, 0, tn, &combined, &subdivided);
-  switch (o->mapping) {
-  case TSR_MAP_RETAIN:
-    if (combined || subdivided)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'retain' needs the tile to equal the logical block, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_RETAIN;
-    break;
-  case TSR_MAP_COMBINE:
-    if (!combined)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'combine' needs tiles that span several logical blocks, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_COMBINE;
-    break;
-  case TSR_MAP_SUBDIVIDE:
-    if (!subdivided)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'subdivide' needs logical blocks larger than the tile, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_SUBDIVIDE;
-    break;
-  default:
-    pl->mapping = combined ? TSR_MAP_COMBINE : subdivided ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN;
-    break;
+  if (uniform) {
+    tsr_map_relation_uniform(bq, bk, pl->problem.seq_q, pl->problem.seq_k, tm, tn, &combined,
+                             &subdivided);
+  } else {
+    axis_relation(g, 1, tm, &combined, &subdivided);
+    axis_relation(g, 0, tn, &combined, &subdivided);
   }
+  if (!tsr_map_applies(o->mapping, combined, subdivided)) {
+    static const char *const needs[] = {
+        [TSR_MAP_RETAIN] = "needs the tile to equal the logical block",
+        [TSR_MAP_COMBINE] = "needs tiles that span several logical blocks",
+        [TSR_MAP_SUBDIVIDE] = "needs logical blocks larger than the tile"};
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "mapping '%s' %s, got tile %dx%d and blocks %s",
+                         tsr_plan_mapping_name(o->mapping), needs[o->mapping], tm, tn, blocks);
+  }
+  if (o->mapping != TSR_MAP_AUTO)
+    pl->mapping = o->mapping;
+  else
+    pl->mapping = combined ? TSR_MAP_COMBINE : subdivided ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN;
   pl->tile_m = tm;
   pl->tile_n = tn;
   pl->n_q_tiles = (pl->problem.seq_q + tm - 1) / tm;

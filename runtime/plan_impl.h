@@ -102,6 +102,17 @@ typedef struct {
                                      throughout (tasks.c too), for the tests */
 } tsr_map_rows;
 
+/* The mapping rule, the one source for the planner and the selection
+ * (select.c): along each axis, whether some tile holds tokens of several
+ * logical blocks (combined) and whether some whole tile lies inside a
+ * larger block (subdivided); retain needs neither, combine the first,
+ * subdivide the second.  For uniform blocks (bq x bk over sq x sk tokens,
+ * the last ragged) in O(1). */
+void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+                              int tile_n, int *combined, int *subdivided);
+/* Whether `mapping` applies to tiles with that relation (AUTO always). */
+int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided);
+
 /* Chooses the tile (opts or default) and resolves the mapping against the
  * geometry: fills pl->tile_m, tile_n, mapping, n_q_tiles, n_k_tiles and
  * summary.combined / subdivided.  TSR_ERR_UNSUPPORTED names both sizes

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_impl.h"
 #include "select_impl.h"
 
 #define KEY_LEN 9 /* level + 8 region fields */
@@ -416,22 +417,13 @@ const char *tsr_select_gpu(const tsr_selector *s) { return s ? s->gpu : ""; }
 
 /* ---- Selection --------------------------------------------------------- */
 
-/* How tiles of edge t relate to uniform blocks of edge b over s tokens,
- * exactly as the planner's map.c sees it: combined when some tile holds a
- * block boundary (a boundary k*b < s that is not a multiple of t),
- * subdivided when some whole tile lies inside a block larger than it (the
- * first block, min(b, s) tokens, is the largest). */
-static void axis_relation(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
-{
-  if (b % t != 0 && b < s)
-    *combined = 1;
-  if ((b < s ? b : s) > t)
-    *subdivided = 1;
-}
-
 int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, int tile_n,
                         const char **why)
 {
+  /* Why each mapping does not apply, as reasons say it. */
+  static const char *const needs[] = {[TSR_MAP_RETAIN] = "retain needs blocks equal to the tile",
+                                      [TSR_MAP_COMBINE] = "combine needs tiles that span several blocks",
+                                      [TSR_MAP_SUBDIVIDE] = "subdivide needs blocks larger than the tile"};
   const char *w = NULL;
   int comb = 0, sub = 0;
   if (tile_m <= 0 || tile_n <= 0) {
@@ -442,14 +434,10 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, 
     if (mapping == TSR_MAP_RETAIN)
       w = "retain needs uniform blocks, the geometry is variable";
   } else {
-    axis_relation(f->bq, tile_m, f->seq_q, &comb, &sub);
-    axis_relation(f->bk, tile_n, f->seq_k, &comb, &sub);
-    if (mapping == TSR_MAP_RETAIN && (comb || sub))
-      w = "retain needs blocks equal to the tile";
-    else if (mapping == TSR_MAP_COMBINE && !comb)
-      w = "combine needs tiles that span several blocks";
-    else if (mapping == TSR_MAP_SUBDIVIDE && !sub)
-      w = "subdivide needs blocks larger than the tile";
+    /* The planner's own rule (map.c), on the features' geometry. */
+    tsr_map_relation_uniform(f->bq, f->bk, f->seq_q, f->seq_k, tile_m, tile_n, &comb, &sub);
+    if (!tsr_map_applies(mapping, comb, sub))
+      w = needs[mapping];
   }
   if (why)
     *why = w;
