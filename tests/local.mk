@@ -104,6 +104,10 @@ tests_check_gen_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # gen-sass.sh: the cubins use the intended instructions (cuobjdump).
 TESTS += tests/gen-sass.sh tests/gen-errors.sh
 EXTRA_DIST += tests/gen-sass.sh tests/gen-errors.sh
+# gen-constants.sh: every template constant comes from tessera-gen, one name
+# each, none defaulted.
+TESTS += tests/gen-constants.sh
+EXTRA_DIST += tests/gen-constants.sh
 # gpu_attn: plain C (no Check: the GPU machine lacks it); exits 77 without
 # a GPU.  Run on the device by scripts/device-check.
 check_PROGRAMS += tests/gpu_attn
