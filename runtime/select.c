@@ -234,12 +234,123 @@ static int dtype_parse(const char *s)
   return tsr_dtype_parse(s, &d) ? -1 : (int)d;
 }
 
+/* The first GPU the table knows (by name, then multiprocessors) into s;
+ * none leaves s->gpu empty. */
+static int first_gpu(sqlite3 *h, tsr_selector *s)
+{
+  sqlite3_stmt *st = NULL;
+  int rc;
+  if (sqlite3_prepare_v2(h,
+                         "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
+                         "ORDER BY gpu_name, multiprocessors LIMIT 1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
+    s->multiprocessors = sqlite3_column_int(st, 1);
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Appends the lookup row at st (the query of tsr_select_load) to s after
+ * checking it; the caller finalizes st after an error, whose message quotes
+ * the row's texts. */
+static tsr_status read_row(tsr_db *db, sqlite3_stmt *st, tsr_selector *s, int64_t *cap,
+                           tsr_error *err)
+{
+  row *r;
+  const char *dt = (const char *)sqlite3_column_text(st, 2);
+  const char *mp = (const char *)sqlite3_column_text(st, 10);
+  const char *tk = (const char *)sqlite3_column_text(st, 13);
+  const char *va = (const char *)sqlite3_column_text(st, 14);
+  int dti = dt ? dtype_parse(dt) : -1;
+  tsr_mapping mpe = TSR_MAP_AUTO;
+  tsr_tasks tke = TSR_TASKS_AUTO;
+  int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
+  int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
+  int64_t id = sqlite3_column_int64(st, 0);
+  int wide = -1;
+  if (s->n == TSR_SELECT_MAX_ROWS)
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': more than %lld rows "
+                         "for '%s', the most a lookup table may have",
+                         tsr_db_path(db), (long long)TSR_SELECT_MAX_ROWS, s->gpu);
+  if (!cols_fit_int32(st, &wide))
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': row %" PRId64
+                         " has %s %lld, out of range",
+                         tsr_db_path(db), id, sqlite3_column_name(st, wide),
+                         (long long)sqlite3_column_int64(st, wide));
+  level = sqlite3_column_int(st, 1);
+  if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
+      sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
+      sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024)
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': row %" PRId64
+                         " is malformed (dtype '%s', mapping '%s', tasks '%s', "
+                         "level %d)",
+                         tsr_db_path(db), id, dt ? dt : "", mp ? mp : "", tk ? tk : "", level);
+  if (s->n == *cap) {
+    int64_t nc = *cap ? *cap * 2 : 64;
+    row *nr = realloc(s->rows, sizeof *nr * (size_t)nc);
+    if (!nr)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
+    s->rows = nr;
+    *cap = nc;
+  }
+  r = &s->rows[s->n++];
+  memset(r, 0, sizeof *r);
+  r->id = id;
+  r->key[0] = level;
+  r->key[1] = dti;
+  for (i = 2; i < KEY_LEN; i++)
+    r->key[i] = sqlite3_column_int(st, i + 1);
+  r->mapping = (uint8_t)mpi;
+  r->tile_m = (int16_t)sqlite3_column_int(st, 11);
+  r->tile_n = (int16_t)sqlite3_column_int(st, 12);
+  r->tasks = (uint8_t)tki;
+  snprintf(r->variant, sizeof r->variant, "%s", va ? va : "");
+  r->masks = sqlite3_column_int(st, 15);
+  r->regret = (float)sqlite3_column_double(st, 16);
+  r->speedup = (float)sqlite3_column_double(st, 17);
+  return TSR_OK;
+}
+
+/* Each row's reason, once; and why an empty table is empty. */
+static void make_reasons(tsr_db *db, tsr_selector *s)
+{
+  int64_t i;
+  for (i = 0; i < s->n; i++) {
+    row *r = &s->rows[i];
+    snprintf(r->why, sizeof r->why,
+             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
+             "regret %.3f, speed-up %.2fx over the base plan",
+             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
+  }
+  if (s->n > 0)
+    return;
+  if (!strcmp(tsr_db_path(db), ":memory:"))
+    snprintf(s->note, sizeof s->note,
+             "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
+             s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
+  else if (!s->gpu[0])
+    snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
+             tsr_db_path(db), TSR_FEATURES_VERSION);
+  else
+    snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows for '%.40s' (%d SMs)",
+             tsr_db_path(db), s->gpu, s->multiprocessors);
+}
+
 tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr_selector **out,
                            tsr_error *err)
 {
   sqlite3 *h = tsr_db_sqlite(db);
   sqlite3_stmt *st = NULL;
   tsr_selector *s;
+  tsr_status bad = TSR_OK;
   int64_t cap = 0;
   int rc;
   if (!out)
@@ -254,22 +365,8 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   if (gpu && *gpu) {
     snprintf(s->gpu, sizeof s->gpu, "%s", gpu);
     s->multiprocessors = multiprocessors;
-  } else {
-    if (sqlite3_prepare_v2(h,
-                           "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
-                           "ORDER BY gpu_name, multiprocessors LIMIT 1",
-                           -1, &st, NULL) != SQLITE_OK)
-      goto dbfail;
-    sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
-      s->multiprocessors = sqlite3_column_int(st, 1);
-    } else if (rc != SQLITE_DONE) {
-      goto dbfail;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
+  } else if (first_gpu(h, s)) {
+    goto dbfail;
   }
   if (sqlite3_prepare_v2(h,
                          "SELECT id, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
@@ -281,103 +378,18 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   sqlite3_bind_text(st, 1, s->gpu, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(st, 2, s->multiprocessors);
   sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    row *r;
-    const char *dt = (const char *)sqlite3_column_text(st, 2);
-    const char *mp = (const char *)sqlite3_column_text(st, 10);
-    const char *tk = (const char *)sqlite3_column_text(st, 13);
-    const char *va = (const char *)sqlite3_column_text(st, 14);
-    int dti = dt ? dtype_parse(dt) : -1;
-    tsr_mapping mpe = TSR_MAP_AUTO;
-    tsr_tasks tke = TSR_TASKS_AUTO;
-    int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
-    int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
-    int64_t id = sqlite3_column_int64(st, 0);
-    int wide = -1;
-    if (s->n == TSR_SELECT_MAX_ROWS) {
-      tsr_status big = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': more than %lld rows "
-                                     "for '%s', the most a lookup table may have",
-                                     tsr_db_path(db), (long long)TSR_SELECT_MAX_ROWS, s->gpu);
-      sqlite3_finalize(st);
-      tsr_select_destroy(s);
-      return big;
-    }
-    if (!cols_fit_int32(st, &wide)) {
-      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': row %" PRId64
-                                     " has %s %lld, out of range",
-                                     tsr_db_path(db), id, sqlite3_column_name(st, wide),
-                                     (long long)sqlite3_column_int64(st, wide));
-      sqlite3_finalize(st);
-      tsr_select_destroy(s);
-      return bad;
-    }
-    level = sqlite3_column_int(st, 1);
-    if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
-        sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
-        sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024) {
-      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': row %" PRId64
-                                     " is malformed (dtype '%s', mapping '%s', tasks '%s', "
-                                     "level %d)",
-                                     tsr_db_path(db), id, dt ? dt : "", mp ? mp : "",
-                                     tk ? tk : "", level);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    if ((bad = read_row(db, st, s, &cap, err)) != TSR_OK) {
       sqlite3_finalize(st); /* after the message: it invalidates the texts */
       tsr_select_destroy(s);
       return bad;
     }
-    if (s->n == cap) {
-      int64_t nc = cap ? cap * 2 : 64;
-      row *nr = realloc(s->rows, sizeof *nr * (size_t)nc);
-      if (!nr) {
-        sqlite3_finalize(st);
-        tsr_select_destroy(s);
-        return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
-      }
-      s->rows = nr;
-      cap = nc;
-    }
-    r = &s->rows[s->n++];
-    memset(r, 0, sizeof *r);
-    r->id = id;
-    r->key[0] = level;
-    r->key[1] = dti;
-    for (i = 2; i < KEY_LEN; i++)
-      r->key[i] = sqlite3_column_int(st, i + 1);
-    r->mapping = (uint8_t)mpi;
-    r->tile_m = (int16_t)sqlite3_column_int(st, 11);
-    r->tile_n = (int16_t)sqlite3_column_int(st, 12);
-    r->tasks = (uint8_t)tki;
-    snprintf(r->variant, sizeof r->variant, "%s", va ? va : "");
-    r->masks = sqlite3_column_int(st, 15);
-    r->regret = (float)sqlite3_column_double(st, 16);
-    r->speedup = (float)sqlite3_column_double(st, 17);
-  }
   if (rc != SQLITE_DONE)
     goto dbfail;
   sqlite3_finalize(st);
   if (s->n > 0)
     qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
-  for (cap = 0; cap < s->n; cap++) {
-    row *r = &s->rows[cap];
-    snprintf(r->why, sizeof r->why,
-             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
-             "regret %.3f, speed-up %.2fx over the base plan",
-             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
-  }
-  if (s->n == 0) {
-    if (!strcmp(tsr_db_path(db), ":memory:"))
-      snprintf(s->note, sizeof s->note,
-               "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
-               s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
-    else if (!s->gpu[0])
-      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
-               tsr_db_path(db), TSR_FEATURES_VERSION);
-    else
-      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows for '%.40s' (%d SMs)",
-               tsr_db_path(db), s->gpu, s->multiprocessors);
-  }
+  make_reasons(db, s);
   *out = s;
   return TSR_OK;
 dbfail:
