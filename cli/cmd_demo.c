@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "bundle.h"
 #include "tools.h"
 #include "plan_impl.h"
 
@@ -468,9 +469,7 @@ int cmd_demo(int argc, char **argv)
    * bundle and the lookup table, no driver). */
   tsr_context_opts_init(&co);
   co.device = (int)device;
-  co.bundle_dir = val[O_BUNDLE];
-  if (!co.bundle_dir && !(getenv("TESSERA_BUNDLE") && *getenv("TESSERA_BUNDLE")))
-    co.bundle_dir = build_bundle(exe, sizeof exe);
+  co.bundle_dir = tsr_bundle_dir(val[O_BUNDLE], build_bundle(exe, sizeof exe));
   if (!val[O_CPU]) {
     if (tsr_context_create(&co, &ctx, &err) != TSR_OK) {
       ctx = NULL;
@@ -483,7 +482,7 @@ int cmd_demo(int argc, char **argv)
     } else {
       gpu = 1;
       printf("GPU found (device %lld, bundle %s): running the plans on the GPU (bf16)\n",
-             (long long)device, co.bundle_dir ? co.bundle_dir : "$TESSERA_BUNDLE or installed");
+             (long long)device, co.bundle_dir);
     }
   } else {
     printf("--cpu: running the CPU plan executor\n");

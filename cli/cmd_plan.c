@@ -24,6 +24,9 @@ enum {
   O_EXPLAIN, O_DB, O_GPU, O_COUNT
 };
 
+#define SMS_TEXT_(n) #n
+#define SMS_TEXT(n) SMS_TEXT_(n) /* the macro's value as a string */
+
 static const cli_opt plan_opts[] = {
     [O_MASK] = {"--mask", "M.npy", "logical block mask, bool/uint8 [H,NQ,NK] or [B,H,NQ,NK]"},
     [O_MASKBITS] = {"--mask-bits", NULL, "the mask holds packed bits: uint8 [H,NQ,NK/8] or [B,H,NQ,NK/8], LSB first"},
@@ -40,7 +43,7 @@ static const cli_opt plan_opts[] = {
     [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "physical mapping (default auto)"},
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "task organisation (default auto)"},
     [O_SPLIT] = {"--split", "N", "most key tiles per split chunk (default: the planner's choice)"},
-    [O_SMS] = {"--sms", "N", "multiprocessors of the persistent grid (default 132, an H200)"},
+    [O_SMS] = {"--sms", "N", "multiprocessors of the persistent grid (default " SMS_TEXT(TSR_DEFAULT_NUM_SMS) ", an H200)"},
     [O_VERIFY] = {"--verify", NULL, "prove exact coverage on the CPU; exit 1 naming the first violation"},
     [O_JSON] = {"--json", NULL, "print the plan as JSON instead of the summary"},
     [O_DETAIL] = {"--detail", NULL, "with --json: include the task, tile, member, merge arrays"},
@@ -249,7 +252,7 @@ static int select_plan(const char **val, const tsr_problem *p, const tsr_mask *m
 }
 
 static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_plan_summary *s,
-                          const char *mask, const tsr_plan_opts *o)
+                          const char *mask)
 {
   int64_t bq, bk;
   const tsr_geom *g = p->geom;
@@ -257,12 +260,11 @@ static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_pl
                     : s->mapping == TSR_MAP_RETAIN ? "retain (tiles are the blocks)"
                     : s->combined ? "combine (tiles span several blocks or parts of them)"
                                   : "subdivide (blocks span several tiles)";
-  (void)pl;
   printf("problem: mask '%s', batch %lld, heads %lld/%lld, %lld x %lld tokens, head dim %lld, "
          "arch %s\n",
          mask, (long long)p->batch, (long long)p->heads_q, (long long)p->heads_kv,
          (long long)p->seq_q, (long long)p->seq_k, (long long)p->head_dim,
-         o->arch ? o->arch : "sm_90a");
+         pl->arch);
   if (tsr_geom_is_uniform(g, &bq, &bk))
     printf("blocks: uniform %lldx%lld, %lld x %lld blocks\n", (long long)bq, (long long)bk,
            (long long)tsr_geom_nq(g), (long long)tsr_geom_nk(g));
@@ -279,7 +281,7 @@ static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_pl
          (long long)s->split_rows, (long long)s->merges, (long long)s->slots,
          (long long)s->empty_rows);
   printf("balance: %.3f (max / mean load over %d multiprocessors)\n", s->balance,
-         o->num_sms ? o->num_sms : 132);
+         pl->num_sms);
   printf("variant: %s\n", s->variant[0] ? s->variant : "(chosen at launch)");
 }
 
@@ -402,7 +404,7 @@ int cmd_plan(int argc, char **argv)
       printf("%s\n", text);
     free(text);
   } else {
-    print_summary(&p, pl, &s, val[O_MASK], &o);
+    print_summary(&p, pl, &s, val[O_MASK]);
   }
   if (val[O_VERIFY]) {
     if (getenv("TESSERA_PLAN_CORRUPT"))

@@ -46,7 +46,7 @@ static const cli_opt run_opts[] = {
     [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "cpu/gpu: physical mapping"},
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "cpu/gpu: task organisation"},
     [O_CHECK] = {"--check", "TOL", "compare with the CPU reference; exit 1 above TOL"},
-    [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for float16 inputs, else bf16)"},
+    [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for fp16 inputs, else bf16)"},
     [O_NOSELECT] = {"--no-select", NULL, "cpu/gpu: plan with the automatic planner, not the lookup table"},
     [O_DB] = {"--db", "FILE", "cpu/gpu: lookup database to select from (default: the embedded one)"},
     [O_EXPLAIN] = {"--explain", NULL, "cpu/gpu: print the mask's features, the table row hit and why"},
@@ -272,6 +272,7 @@ int cmd_run(int argc, char **argv)
   tsr_mask *m = NULL;
   tsr_geom *g = NULL;
   tsr_problem p;
+  tsr_dtype dev_dtype = TSR_DT_BF16; /* --dtype */
   tsr_error err = {0};
   tsr_status s;
   double scale = 0, tol = 0;
@@ -315,7 +316,8 @@ int cmd_run(int argc, char **argv)
     cli_errorf("run", "--db and --explain select the plan: drop --tile, --mapping and --tasks");
     return CLI_USAGE;
   }
-  if (val[O_DTYPE] && strcmp(val[O_DTYPE], "bf16") && strcmp(val[O_DTYPE], "fp16")) {
+  if (val[O_DTYPE] && (tsr_dtype_parse(val[O_DTYPE], &dev_dtype) ||
+                       (dev_dtype != TSR_DT_BF16 && dev_dtype != TSR_DT_F16))) {
     cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
     return CLI_USAGE;
   }
@@ -359,9 +361,7 @@ int cmd_run(int argc, char **argv)
     goto done;
   }
   p.scale = scale;
-  p.dtype = q.dtype == TSR_DT_F16 ? TSR_DT_F16 : TSR_DT_BF16;
-  if (val[O_DTYPE])
-    p.dtype = !strcmp(val[O_DTYPE], "fp16") ? TSR_DT_F16 : TSR_DT_BF16;
+  p.dtype = val[O_DTYPE] ? dev_dtype : q.dtype == TSR_DT_F16 ? TSR_DT_F16 : TSR_DT_BF16;
   p.layout = TSR_LAYOUT_BHSD;
   p.geom = g;
 

@@ -56,7 +56,7 @@ CREATE TABLE masks (
   seq_q INTEGER NOT NULL,
   seq_k INTEGER NOT NULL,
   head_dim INTEGER NOT NULL,
-  dtype TEXT NOT NULL,                -- "bf16" / "f16"
+  dtype TEXT NOT NULL,                -- tsr_dtype_name: "bf16" / "fp16"
   content_hash TEXT NOT NULL,         -- FNV-1a 64 of the mask bits, hex
   UNIQUE (corpus, path, content_hash)
 );

@@ -123,8 +123,8 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
   }
   for (i = 0; i < json_array_size(j); i++) {
     const char *s = json_string_value(json_array_get(j, i));
-    if (s && strcmp(s, "bf16") == 0) dts[ndt++] = TSR_DT_BF16;
-    else if (s && strcmp(s, "fp16") == 0) dts[ndt++] = TSR_DT_F16;
+    tsr_dtype dt;
+    if (!tsr_dtype_parse(s, &dt) && tsr_variant_dtype_name(dt)) dts[ndt++] = dt;
     else {
       json_decref(j);
       return bad(c, "unknown dtype at position %s%lld (want \"bf16\" or \"fp16\")", "", (long long)i);

@@ -301,7 +301,7 @@ static int keyed_cmp(const void *a, const void *b)
 
 static const char *dtype_text(int dt)
 {
-  return dt == TSR_DT_BF16 ? "bf16" : dt == TSR_DT_F16 ? "f16" : "f32";
+  return tsr_dtype_name((tsr_dtype)dt);
 }
 
 /* A row leaves the base plan (the direct mapping: what selection falls back

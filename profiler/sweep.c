@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "bundle.h"
-#include "cuda_impl.h"
+#include "context_impl.h"
 #include "plan_impl.h"
 #include "profile.h"
 #include "sweep.h"
@@ -260,14 +260,12 @@ static int parse_int(const char *s, int lo, int *out)
   return 0;
 }
 
-/* Whether a bundle entry is a candidate variant for the problem and tile. */
-static int variant_fits(const tsr_bundle_entry *e, const char *arch, const tsr_problem *p, int tm,
-                        int tn, const char *glob)
+/* Whether a bundle entry is a candidate variant for the problem and tile
+ * on the context's device (the request path's rule, tsr_context_serves). */
+int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, const tsr_problem *p,
+                         int tm, int tn, const char *glob)
 {
   tsr_variant_need need;
-  int a = tsr_arch_index(arch);
-  if (a < 0 || !(e->targets & (1u << a)))
-    return 0;
   if (glob && fnmatch(glob, e->name, 0) != 0)
     return 0;
   need.dtype = p->dtype;
@@ -279,7 +277,7 @@ static int variant_fits(const tsr_bundle_entry *e, const char *arch, const tsr_p
    * all full) 6-11% faster on the H200; for a plan with partial tiles the
    * upload refuses them and the candidate is recorded as ineligible. */
   need.membership = 0;
-  return tsr_variant_serves(&e->v, arch, &need);
+  return tsr_context_serves(ctx, e, &need);
 }
 
 /* NVRTC options of each variant's build for `arch`, from the bundle's
@@ -351,9 +349,7 @@ static int run_sweep(const sweep_opts *o)
     goto done;
   }
   /* The same bundle the context loaded, for names and template hashes. */
-  bdir = o->bundle && *o->bundle ? o->bundle : getenv("TESSERA_BUNDLE");
-  if (!bdir || !*bdir)
-    bdir = TSR_PKGLIBDIR "/bundle";
+  bdir = tsr_bundle_dir(o->bundle, NULL);
   if (tsr_bundle_load(bdir, &bundle, &err) != TSR_OK)
     goto fail;
   vopts = variant_options(bdir, tsr_context_arch(ctx));
@@ -432,7 +428,7 @@ static int run_sweep(const sweep_opts *o)
       dm.family = e->family;
       dm.model = e->model;
       dm.geometry = geomtxt;
-      dm.dtype = "bf16";
+      dm.dtype = tsr_dtype_name(p.dtype);
       dm.batch = 1;
       dm.heads_q = p.heads_q;
       dm.heads_kv = p.heads_kv;
@@ -469,7 +465,7 @@ static int run_sweep(const sweep_opts *o)
             int ai = tsr_arch_index(tsr_context_arch(ctx));
             char params[256];
             tsr_status s;
-            if (!variant_fits(be, tsr_context_arch(ctx), &p, tm, tn, o->variants))
+            if (!tsrp_sweep_candidate(ctx, be, &p, tm, tn, o->variants))
               continue;
             snprintf(params, sizeof params,
                      "{\"family\":\"%s\",\"bm\":%d,\"bn\":%d,\"head_dim\":%d,\"stages\":%d,"

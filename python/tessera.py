@@ -36,7 +36,8 @@ no synchronisation): attention() keeps one GpuPlan template per shape and
 regime on the context and reuses it, so a step is planning kernels +
 attention on the current stream.  The regime is re-selected from the lookup table with the
 features the planner published for the previous completed step (density,
-row spread), so a shape's first step runs the automatic template.  A
+row spread), by libtessera's tsr_gpuplan_reselect (so C callers choose
+alike), and a shape's first step runs the automatic template.  A
 GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
 mask buffer's contents changing between replays:
 
@@ -144,6 +145,10 @@ class _GpuPlanStats(ctypes.Structure):
                 ("overflow", ctypes.c_int)]
 
 
+class _Regime(ctypes.Structure):
+    _fields_ = [("changed", ctypes.c_int), ("opts", _PlanOpts), ("sel", _Selection)]
+
+
 MASK_BYTES, MASK_BITS = 0, 1
 
 # The C struct each ctypes mirror above copies; library() compares their
@@ -151,7 +156,8 @@ MASK_BYTES, MASK_BITS = 0, 1
 _MIRRORS = {"tsr_error": _Error, "tsr_problem": _Problem, "tsr_plan_opts": _PlanOpts,
             "tsr_context_opts": _ContextOpts, "tsr_gpu_tensors": _GpuTensors,
             "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
-            "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats}
+            "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats,
+            "tsr_gpuplan_regime": _Regime}
 
 
 def _check_abi(lib, path):
@@ -228,6 +234,7 @@ def library():
             "tsr_gpuplan_summarize": (V, [P, P]),
             "tsr_gpuplan_stats_read": (I64, [P, P]),
             "tsr_gpuplan_features": (V, [P, P, P]),
+            "tsr_gpuplan_reselect": (I, [P, P, P, P, P]),
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -618,37 +625,32 @@ class _GpuTemplates:
                           else "selection off: the automatic template")
 
     def pick(self):
+        """The template for this step: the regime libtessera re-selects
+        (tsr_gpuplan_reselect, the policy C callers get) from the latest
+        completed step of the current template, made on first use."""
         if not self.select or _torch().cuda.is_current_stream_capturing():
             return self.cur
         lib, err, cur = library(), _Error(), self.cur
         st = cur._stats()
-        if st.step == 0 or st.overflow or (id(cur), st.step) == self.seen:
+        if (id(cur), st.step) == self.seen:
+            return cur
+        r = _Regime()
+        _check(lib.tsr_gpuplan_reselect(self.ctx._h, cur._h, ctypes.byref(st), ctypes.byref(r),
+                                        ctypes.byref(err)), err)
+        if not r.changed:  # no completed step yet, or it overflowed: keep the template
             return cur
         self.seen = (id(cur), st.step)
-        f, sel, base = _Features(), _Selection(), _PlanOpts()
-        lib.tsr_gpuplan_features(cur._h, ctypes.byref(st), ctypes.byref(f))
-        lib.tsr_plan_opts_init(ctypes.byref(base))
-        _check(lib.tsr_context_select_features(self.ctx._h, ctypes.byref(f), ctypes.byref(base),
-                                               ctypes.byref(sel), ctypes.byref(err)), err)
+        sel, o = r.sel, r.opts
         self.selection = sel.reason.decode(errors="replace")
         if not sel.from_table:
             self.selected_by, self.cur = "fallback", self.auto
             return self.cur
-        o, tasks, split = sel.opts, sel.opts.tasks, 0
-        if tasks == TASKS["split"]:
-            # The host planner splits into chunks of the mean row: estimate it
-            # from this step's tiles, in the selected tile's key tiles.
-            summ = cur.summary()
-            rows = cur.shape[0] * cur.shape[1] * -(-cur.shape[2] // summ["tile_m"])
-            split = max(1, round(st.tiles / max(rows, 1) * summ["tile_n"] / o.tile_n))
-        elif tasks != TASKS["row"]:
-            tasks = TASKS["row"]  # pack is host-only; row is the GPU planner's default
-        regime = (o.tile_m, o.tile_n, o.mapping, tasks, split, sel.variant)
+        regime = (o.tile_m, o.tile_n, o.mapping, o.tasks, o.split_tiles, sel.variant)
         if regime not in self.plans:
             try:
                 self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n),
                                                mapping=self._NAMES_M[o.mapping],
-                                               tasks=self._NAMES_T[tasks], split_tiles=split,
+                                               tasks=self._NAMES_T[o.tasks], split_tiles=o.split_tiles,
                                                variant=sel.variant.decode() or None)
             except TesseraError as e:  # a regime the GPU planner cannot take
                 self.plans[regime] = None

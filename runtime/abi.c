@@ -20,7 +20,8 @@
   X(tsr_region)                                                              \
   X(tsr_selection)                                                           \
   X(tsr_gpuplan_caps)                                                        \
-  X(tsr_gpuplan_stats)
+  X(tsr_gpuplan_stats)                                                       \
+  X(tsr_gpuplan_regime)
 
 static const struct {
   const char *name;

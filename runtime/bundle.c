@@ -12,6 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef TSR_PKGLIBDIR
+#define TSR_PKGLIBDIR "/usr/local/lib/tessera"
+#endif
+
+const char *tsr_bundle_dir(const char *asked, const char *local)
+{
+  const char *env = getenv("TESSERA_BUNDLE");
+  if (asked && *asked)
+    return asked;
+  if (env && *env)
+    return env;
+  if (local && *local)
+    return local;
+  return TSR_PKGLIBDIR "/bundle";
+}
+
 static int get_int(json_t *o, const char *k, int *out)
 {
   json_t *j = json_object_get(o, k);
@@ -177,18 +193,24 @@ long tsr_bundle_find(const tsr_bundle *b, const char *name)
   return -1;
 }
 
+int tsr_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
+                      const tsr_variant_need *need)
+{
+  int a = tsr_arch_index(arch);
+  return a >= 0 && (e->targets & (1u << a)) && e->smem <= smem_limit &&
+         tsr_variant_serves(&e->v, arch, need);
+}
+
 long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
                      int64_t smem_limit)
 {
   long best = -1;
-  int best_rank = -1, a = tsr_arch_index(arch);
+  int best_rank = -1;
   size_t i;
-  if (a < 0) return -1;
   for (i = 0; i < b->n; i++) {
     const tsr_bundle_entry *e = &b->items[i];
     int r;
-    if (!(e->targets & (1u << a)) || e->smem > smem_limit) continue;
-    if (!tsr_variant_serves(&e->v, arch, need)) continue;
+    if (!tsr_bundle_serves(e, arch, smem_limit, need)) continue;
     r = tsr_variant_rank(&e->v, arch, need);
     if (r > best_rank) {
       best_rank = r;

@@ -42,11 +42,25 @@ typedef struct {
   unsigned planner;                   /* bit i: <arch i>/tsr_plan.cubin built */
 } tsr_bundle;
 
+/* Where the bundle is: `asked` (a caller's folder) when given, else
+ * $TESSERA_BUNDLE when set, else `local` (a tool's own fallback, such as
+ * the build's bundle beside the binary; may be NULL), else the installed
+ * one (TSR_PKGLIBDIR/bundle).  The one rule for every loader: the context,
+ * the sweep and the demo.  Returns one of those strings (or the
+ * environment's), not a copy. */
+const char *tsr_bundle_dir(const char *asked, const char *local);
 /* Reads <dir>/registry.json. */
 tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err);
 void tsr_bundle_free(tsr_bundle *b);
 /* Index of the variant called `name`, or -1. */
 long tsr_bundle_find(const tsr_bundle *b, const char *name);
+/* Whether entry e can run a plan needing `need` on a device of target
+ * `arch` that lets a block use `smem_limit` bytes of shared memory: built
+ * for arch, within the limit, and serving the plan's dtype, head dim, tile
+ * and membership (tsr_variant_serves).  The one rule behind every choice
+ * of a variant (tsr_context_serves gives it the device's arch and limit). */
+int tsr_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
+                      const tsr_variant_need *need);
 /* Best variant serving `need` on `arch` within `smem_limit` bytes, or -1. */
 long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
                      int64_t smem_limit);

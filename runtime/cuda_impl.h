@@ -49,7 +49,7 @@ void tsr_cu_close(tsr_cu *cu);
  * as TSR_ERR_CUDA (TSR_ERR_NO_DEVICE for no device / no driver). */
 tsr_status tsr_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err);
 
-/* The context's driver table, device and properties (gpu.c). */
+/* The context's driver table, device and properties (context.c). */
 const tsr_cu *tsr_context_cu(const tsr_context *ctx);
 CUdevice tsr_context_device(const tsr_context *ctx);
 /* Compile target of the device ("sm_90a"), multiprocessor count. */

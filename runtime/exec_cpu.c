@@ -34,7 +34,7 @@ static tsr_status check_tensor(const tsr_array *a, const char *name, int64_t bat
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot execute plan: %s is missing", name);
   if (a->dtype != TSR_DT_F32 && a->dtype != TSR_DT_F16)
     return tsr_error_set(err, TSR_ERR_DTYPE, "cannot execute plan: %s has dtype %s, expected "
-                         "float32 or float16", name, tsr_dtype_name(a->dtype));
+                         "float32 or fp16", name, tsr_dtype_name(a->dtype));
   if (a->ndim != 4 && !(a->ndim == 3 && batch == 1))
     return tsr_error_set(err, TSR_ERR_SHAPE, "cannot execute plan: %s has %d dimensions, "
                          "expected 4 (or 3 with batch 1)", name, a->ndim);

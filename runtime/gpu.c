@@ -1,72 +1,29 @@
 /*
- * gpu.c: GPU execution of a plan.  A context loads the driver, picks the
- * bundle's target for the device (sm_90a on the H200) and loads a variant's
- * module on its first use.  tsr_gpu_upload chooses the plan's variant and
- * copies the plan arrays to the device once; tsr_gpu_launch fills the
- * kernel parameter block and enqueues the attention kernel and, when the
- * plan splits rows, the merge kernel on the caller's stream, with no host
- * synchronisation, so launches can be captured in a CUDA graph.
+ * gpu.c: GPU execution of a plan on a context (context.c: driver, bundle,
+ * selection).  A variant's module is loaded on its first use.
+ * tsr_gpu_upload chooses the plan's variant and copies the plan arrays to
+ * the device once; tsr_gpu_launch fills the kernel parameter block and
+ * enqueues the attention kernel and, when the plan splits rows, the merge
+ * kernel on the caller's stream, with no host synchronisation, so launches
+ * can be captured in a CUDA graph.
  *
  * Cost: upload is a handful of cuMemAlloc + synchronous copies of the plan
  * arrays (kilobytes to a few megabytes); a launch is host work of a few
  * microseconds (two TMA encodes per tensor for TMA variants) plus one or two
  * cuLaunchKernel calls.
  *
- * The context also owns the plan selector: tsr_context_create reads the
- * lookup table for the device (a few milliseconds for the embedded
- * default, once), and tsr_context_select turns a request's (problem, mask)
- * into plan options: features, one binary search per table level, then a
- * check of the row's variant against the bundle (a scan of its few dozen
- * entries), about a microsecond on top of the features.  A host-only
- * context (TSR_CONTEXT_NO_DEVICE) has the bundle and the table but no
- * driver, so selection runs and is tested on machines without a GPU.
- *
- * Lifetime: a plan's device copies hold a reference on the context, so the
- * context outlives them whichever of tsr_plan_destroy and
- * tsr_context_destroy comes first.
+ * Lifetime: a plan's device copies hold a reference on the context
+ * (tsr_context_retain), released when the plan drops them.
  */
-#include "bundle.h"
-#include "cuda_impl.h"
+#include "context_impl.h"
 #include "plan_impl.h"
-#include "variant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef TSR_PKGLIBDIR
-#define TSR_PKGLIBDIR "/usr/local/lib/tessera"
-#endif
-
 _Static_assert(sizeof(tsr_tmap) == sizeof(CUtensorMap), "tsr_tmap must match CUtensorMap");
-
-typedef struct {
-  CUmodule mod;
-  CUfunction attn, merge;
-  int occupancy; /* resident CTAs a multiprocessor */
-} loaded_t;
-
-struct tsr_context {
-  tsr_cu cu;
-  CUdevice dev;
-  CUcontext pctx;
-  int refs;       /* the caller's handle + plans holding device copies */
-  char arch[16];
-  int cc_major, cc_minor, num_sms;
-  int64_t smem_optin;
-  tsr_bundle bundle;
-  loaded_t *mods; /* per bundle entry, loaded on first use */
-  tsr_selector *selector; /* the device's lookup table */
-  /* How each recently hit row's variant fares against the bundle, by row
-   * id modulo the size (ids start at 1: 0 is empty).  A row decides the
-   * dtype, head dim, tile and variant, so its outcome never changes. */
-  struct {
-    int64_t row;
-    int outcome; /* 0 keep the row's variant, 1 the bundle's own, 2 automatic plan */
-    char note[TSR_VARIANT_NAME_MAX + 96];
-  } memo[64];
-};
 
 typedef struct {
   tsr_context *ctx;
@@ -77,131 +34,10 @@ typedef struct {
   unsigned grid, merge_grid;
 } gpu_plan;
 
-void tsr_context_opts_init(tsr_context_opts *o)
-{
-  o->device = 0;
-  o->bundle_dir = NULL;
-  o->db_path = NULL;
-}
-
-const tsr_cu *tsr_context_cu(const tsr_context *ctx) { return &ctx->cu; }
-CUdevice tsr_context_device(const tsr_context *ctx) { return ctx->dev; }
-const char *tsr_context_arch(const tsr_context *ctx) { return ctx->arch; }
-int tsr_context_num_sms(const tsr_context *ctx) { return ctx->num_sms; }
-
-tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err)
-{
-  if (!ctx->pctx)
-    return tsr_error_set(err, TSR_ERR_NO_DEVICE,
-                         "the context has no device (created with TSR_CONTEXT_NO_DEVICE)");
-  return tsr_cu_check(&ctx->cu, ctx->cu.cuCtxSetCurrent(ctx->pctx), "cuCtxSetCurrent", err);
-}
-
-static void context_release(tsr_context *ctx)
-{
-  size_t i;
-  if (!ctx || --ctx->refs > 0) return;
-  if (ctx->pctx) {
-    ctx->cu.cuCtxSetCurrent(ctx->pctx);
-    for (i = 0; ctx->mods && i < ctx->bundle.n; i++)
-      if (ctx->mods[i].mod) ctx->cu.cuModuleUnload(ctx->mods[i].mod);
-    ctx->cu.cuDevicePrimaryCtxRelease(ctx->dev);
-  }
-  free(ctx->mods);
-  tsr_select_destroy(ctx->selector);
-  tsr_bundle_free(&ctx->bundle);
-  tsr_cu_close(&ctx->cu);
-  free(ctx);
-}
-
-void tsr_context_destroy(tsr_context *ctx)
-{
-  context_release(ctx);
-}
-
-tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_error *err)
-{
-  tsr_context_opts def;
-  tsr_context *ctx;
-  tsr_status st;
-  int count = 0, smem = 0;
-  const char *arch, *dir;
-  char name[128];
-
-  *out = NULL;
-  if (!o) {
-    tsr_context_opts_init(&def);
-    o = &def;
-  }
-  ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
-  ctx->refs = 1;
-  if (o->device == TSR_CONTEXT_NO_DEVICE) {
-    /* Host only: the target and grid the shipped table was made for. */
-    snprintf(ctx->arch, sizeof ctx->arch, "sm_90a");
-    ctx->num_sms = 132;
-    ctx->smem_optin = tsr_arch_smem_limit(ctx->arch);
-    name[0] = '\0';
-    goto tables;
-  }
-  st = tsr_cu_open(&ctx->cu, err);
-  if (st) goto fail;
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuInit(0), "cuInit", err))) goto fail;
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGetCount(&count), "cuDeviceGetCount", err))) goto fail;
-  if (o->device < 0 || o->device >= count) {
-    st = tsr_error_set(err, TSR_ERR_NO_DEVICE, "no CUDA device %d: %d device(s) present", o->device, count);
-    goto fail;
-  }
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGet(&ctx->dev, o->device), "cuDeviceGet", err))) goto fail;
-  ctx->cu.cuDeviceGetAttribute(&ctx->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev);
-  ctx->cu.cuDeviceGetAttribute(&ctx->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev);
-  ctx->cu.cuDeviceGetAttribute(&ctx->num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev);
-  ctx->cu.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev);
-  ctx->smem_optin = smem;
-  arch = tsr_arch_for_cc(ctx->cc_major, ctx->cc_minor);
-  if (!arch) {
-    if (ctx->cu.cuDeviceGetName(name, sizeof name, ctx->dev) != CUDA_SUCCESS) strcpy(name, "?");
-    st = tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                       "no kernel target for device '%s' of compute capability %d.%d", name,
-                       ctx->cc_major, ctx->cc_minor);
-    goto fail;
-  }
-  snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
-  if (ctx->cu.cuDeviceGetName(name, sizeof name, ctx->dev) != CUDA_SUCCESS) name[0] = '\0';
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDevicePrimaryCtxRetain(&ctx->pctx, ctx->dev),
-                         "cuDevicePrimaryCtxRetain", err)))
-    goto fail;
-  if ((st = tsr_context_make_current(ctx, err))) goto fail;
-
-tables:
-
-  /* The bundle: the caller's folder, then $TESSERA_BUNDLE, then the
-   * installed one. */
-  dir = o->bundle_dir;
-  if (!dir || !*dir) dir = getenv("TESSERA_BUNDLE");
-  if (!dir || !*dir) dir = TSR_PKGLIBDIR "/bundle";
-  if ((st = tsr_bundle_load(dir, &ctx->bundle, err))) goto fail;
-  ctx->mods = calloc(ctx->bundle.n + 1, sizeof *ctx->mods);
-  if (!ctx->mods) {
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
-    goto fail;
-  }
-  /* The device's rows of the table (the table's only GPU when the name is
-   * unknown); a GPU the table lacks loads an empty selector. */
-  if ((st = tsr_select_open(o->db_path, name[0] ? name : NULL, name[0] ? ctx->num_sms : 0,
-                            &ctx->selector, err)))
-    goto fail;
-  *out = ctx;
-  return TSR_OK;
-fail:
-  context_release(ctx);
-  return st;
-}
-
 /* Loads variant idx's module and functions on first use. */
 static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
 {
-  loaded_t *m = &ctx->mods[idx];
+  tsr_loaded_variant *m = &ctx->mods[idx];
   const tsr_bundle_entry *e = &ctx->bundle.items[idx];
   char mname[TSR_VARIANT_NAME_MAX + 8];
   void *data;
@@ -250,7 +86,7 @@ static void gpu_plan_free(void *p)
       if (*ptrs[i]) ctx->cu.cuMemFree(*ptrs[i]);
   }
   free(g);
-  context_release(ctx);
+  tsr_context_release(ctx);
 }
 
 static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *src, size_t bytes,
@@ -266,117 +102,6 @@ static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *s
   }
   if (src) return tsr_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(*dst, src, bytes), "cuMemcpyHtoD", err);
   return TSR_OK;
-}
-
-int tsr_gpu_has_variant(const tsr_context *ctx, const char *name)
-{
-  long i;
-  if (!ctx || !name)
-    return 0;
-  i = tsr_bundle_find(&ctx->bundle, name);
-  return i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch)));
-}
-
-/* ---- Selection ------------------------------------------------------------ */
-
-const tsr_selector *tsr_context_selector(const tsr_context *ctx) { return ctx ? ctx->selector : NULL; }
-
-/* Appends `text` to the selection's reason, cut to fit. */
-static void reason_append(tsr_selection *out, const char *text)
-{
-  size_t len = strlen(out->reason), n = strlen(text);
-  if (len + n >= sizeof out->reason)
-    n = sizeof out->reason - 1 - len;
-  memcpy(out->reason + len, text, n);
-  out->reason[len + n] = '\0';
-}
-
-/* The row's variant against the bundle: kept when the bundle holds it for
- * the device and it serves the tile; else dropped, so that tsr_gpu_upload
- * picks the bundle's variant for the same tile (table rows name the build
- * they were timed with, which a later catalog may have renamed); else, when
- * nothing in the bundle serves the tile, the automatic plan.  Plans other
- * than retain may carry partial tiles, so their variant must mask.  The
- * bundle scan costs about a microsecond: its outcome is remembered per row. */
-static void resolve_variant(tsr_context *ctx, const tsr_features *f, const tsr_plan_opts *base,
-                            tsr_selection *out)
-{
-  size_t slot = (size_t)((uint64_t)out->row_id % (sizeof ctx->memo / sizeof ctx->memo[0]));
-  tsr_variant_need need;
-  long i;
-  if (ctx->memo[slot].row != out->row_id || out->row_id <= 0) {
-    const char *dt = tsr_variant_dtype_name(f->dtype);
-    need.dtype = f->dtype;
-    need.head_dim = (int)f->head_dim;
-    need.bm = out->opts.tile_m;
-    need.bn = out->opts.tile_n;
-    need.membership = out->opts.mapping != TSR_MAP_RETAIN;
-    ctx->memo[slot].note[0] = '\0';
-    i = out->variant[0] ? tsr_bundle_find(&ctx->bundle, out->variant) : -1;
-    if (i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch))) &&
-        ctx->bundle.items[i].smem <= ctx->smem_optin &&
-        tsr_variant_serves(&ctx->bundle.items[i].v, ctx->arch, &need)) {
-      ctx->memo[slot].outcome = 0;
-    } else if (tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin) >= 0) {
-      ctx->memo[slot].outcome = 1;
-      if (out->variant[0])
-        snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
-                 i >= 0 ? "; variant %s cannot serve this plan here (membership, arch or shared "
-                          "memory): the bundle's own for the tile"
-                        : "; variant %s not in the bundle: its own for the tile",
-                 out->variant);
-    } else {
-      ctx->memo[slot].outcome = 2;
-      snprintf(ctx->memo[slot].note, sizeof ctx->memo[slot].note,
-               "; no %s d%d %dx%d variant in the bundle for %s: automatic plan",
-               dt ? dt : tsr_dtype_name(f->dtype), need.head_dim, need.bm, need.bn, ctx->arch);
-    }
-    ctx->memo[slot].row = out->row_id;
-  }
-  reason_append(out, ctx->memo[slot].note);
-  if (ctx->memo[slot].outcome == 0)
-    return;
-  out->variant[0] = '\0';
-  out->opts.variant = NULL;
-  if (ctx->memo[slot].outcome == 2) {
-    out->opts = *base;
-    out->from_table = 0;
-    out->level = -1;
-    out->row_id = -1;
-  }
-}
-
-tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
-                                       const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
-{
-  tsr_plan_opts b;
-  tsr_status st;
-  if (!ctx || !f || !out)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
-                         !ctx ? "context" : !f ? "features" : "output");
-  if (base)
-    b = *base;
-  else
-    tsr_plan_opts_init(&b);
-  if (!b.num_sms)
-    b.num_sms = ctx->num_sms;
-  if ((st = tsr_select_request(ctx->selector, f, &b, out, err)))
-    return st;
-  if (out->from_table)
-    resolve_variant(ctx, f, &b, out);
-  return TSR_OK;
-}
-
-tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,
-                              const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
-{
-  tsr_features f;
-  tsr_status st;
-  if (!ctx || !p || !m || !out)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
-                         !ctx ? "context" : !p ? "problem" : !m ? "mask" : "output");
-  st = tsr_features_compute(p, m, base && base->num_sms ? base->num_sms : ctx->num_sms, &f, err);
-  return st ? st : tsr_context_select_features(ctx, &f, base, out, err);
 }
 
 /* Fills pl->variant (or checks the one named there); membership: the plan
@@ -400,7 +125,7 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
     if (i < 0 || !(ctx->bundle.items[i].targets & (1u << a)))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT, "kernel variant '%s' is not in the %s bundle '%s'",
                            pl->variant, ctx->arch, ctx->bundle.dir);
-    if (!tsr_variant_serves(&ctx->bundle.items[i].v, ctx->arch, &need))
+    if (!tsr_context_serves(ctx, &ctx->bundle.items[i], &need))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT,
                            "kernel variant '%s' does not fit the plan (%s, head dim %d, tile %dx%d%s)",
                            pl->variant, dt, need.head_dim, need.bm, need.bn,
@@ -425,7 +150,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
   long idx = -1;
   tsr_status st;
   const tsr_bundle_entry *e;
-  loaded_t *m;
+  tsr_loaded_variant *m;
   size_t slots;
 
   if (!ctx || !pl) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_upload: null context or plan");
@@ -444,7 +169,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
   g = calloc(1, sizeof *g);
   if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot upload plan: out of memory");
   g->ctx = ctx;
-  ctx->refs++;
+  tsr_context_retain(ctx);
   g->variant = idx;
   slots = (size_t)pl->n_slots;
   if ((st = upload_array(ctx, &g->tasks, pl->tasks, (size_t)pl->n_tasks * sizeof *pl->tasks, "tasks", err)) ||
@@ -524,7 +249,7 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
 {
   const gpu_plan *g;
   const tsr_bundle_entry *e;
-  const loaded_t *m;
+  const tsr_loaded_variant *m;
   tsr_kernel_params p;
   tsr_status st;
   double scale;
@@ -613,7 +338,7 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   gpu_plan *g;
   long idx = -1;
   tsr_status st;
-  const loaded_t *m;
+  const tsr_loaded_variant *m;
 
   if (!ctx || !pl || !b || !b->counts)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_bind: null context, plan, binding or counts");
@@ -625,7 +350,7 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   g = calloc(1, sizeof *g);
   if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot bind device plan: out of memory");
   g->ctx = ctx;
-  ctx->refs++;
+  tsr_context_retain(ctx);
   g->variant = idx;
   g->borrowed = 1;
   g->tasks = b->tasks;
@@ -689,7 +414,7 @@ static tsr_status check_host(const char *name, const tsr_array *a, int64_t B, in
   int off;
   if (!a || !a->data) return tsr_error_set(err, TSR_ERR_INVALID, "GPU run: tensor %s is missing", name);
   if (a->dtype != TSR_DT_F32 && a->dtype != TSR_DT_F16)
-    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU run: tensor %s must be float32 or float16, got %s", name,
+    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU run: tensor %s must be float32 or fp16, got %s", name,
                          tsr_dtype_name(a->dtype));
   if (a->ndim != 3 && a->ndim != 4)
     return tsr_error_set(err, TSR_ERR_SHAPE, "GPU run: tensor %s must have 3 or 4 dimensions, got %d", name,

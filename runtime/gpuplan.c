@@ -18,7 +18,7 @@
  * The features record lives in pinned host memory that the emit kernel's first thread writes
  * through unified addressing; reading it is a seqlock-guarded copy.
  */
-#include "cuda_impl.h"
+#include "context_impl.h"
 #include "plan_impl.h"
 
 #include <math.h>
@@ -628,4 +628,15 @@ void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_
   f->head_dim = p->head_dim;
   f->dtype = p->dtype;
   f->num_sms = g->pl->num_sms;
+}
+
+tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *g, const tsr_gpuplan_stats *s,
+                                tsr_gpuplan_regime *out, tsr_error *err)
+{
+  tsr_features f;
+  if (!ctx || !g || !s || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot re-select a GPU plan: %s is NULL",
+                         !ctx ? "context" : !g ? "GPU plan" : !s ? "stats" : "output");
+  tsr_gpuplan_features(g, s, &f);
+  return tsr_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n, out, err);
 }

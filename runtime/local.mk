@@ -10,7 +10,8 @@ libtessera_la_SOURCES = \
 
 # foundation: .npy I/O, geometry, masks, problems, CPU reference
 libtessera_la_SOURCES += \
-	runtime/npy.c runtime/geom.c runtime/mask.c runtime/problem.c runtime/ref.c
+	runtime/npy.c runtime/geom.c runtime/simd.h runtime/simd.c runtime/mask.c runtime/problem.c \
+	runtime/ref.c
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
@@ -19,7 +20,7 @@ libtessera_la_SOURCES += \
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \
 	runtime/variant.h runtime/variant.c runtime/bundle.h runtime/bundle.c \
-	runtime/cuda_impl.h runtime/cuda.c runtime/gpu.c
+	runtime/cuda_impl.h runtime/cuda.c runtime/context_impl.h runtime/context.c runtime/gpu.c
 
 # GPU planning: device planner host side (kernels: templates/plan_gpu.cuh)
 libtessera_la_SOURCES += runtime/gpuplan.c
@@ -27,6 +28,7 @@ libtessera_la_SOURCES += runtime/gpuplan.c
 # lookup database and plan selection
 libtessera_la_SOURCES += \
 	runtime/db_impl.h runtime/db.c runtime/features.c runtime/select.c
+	runtime/db.c runtime/features.c runtime/select_impl.h runtime/select.c
 nodist_libtessera_la_SOURCES = db/embedded.c
 
 # libtessera.so exports exactly the functions tessera.h declares (internals

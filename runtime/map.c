@@ -9,31 +9,30 @@
  * every segment selects all of them, and is partial otherwise, with BN/32
  * column words per segment (plan_layout.h).
  *
- * Cost: each mask plane is packed once into row bitsets over key blocks
- * (64 mask bytes an AVX-512BW instruction, 32 with AVX2, 16 with SSE2,
- * chosen at run time), or used as it is when the mask is packed already;
- * then, while the plane is in the cache, every (plane, query tile) is one
- * OR/AND over its segments' bitsets and one walk over the set bits (with
- * AVX-512, 16 bits a compress and two 64-byte stores of tile records), so
- * planning is O(mask bytes / 64 + emitted tiles + membership words + rows),
- * with no per-token loop (qblk, the one per-token array of the contract, is
- * kept across replans of one geometry).  On one core of a Sapphire Rapids
- * Xeon about 0.08 ns a mask byte, 0.5 ns a tile and 20 ns a row with
- * tasks.c (BENCHMARKS.md).  Rows that are identical (a batch- or
- * head-broadcast mask, GQA heads with identical rows) share one tile range
- * instead of being emitted again.  All arrays live in the plan's reusable
- * buffers (tsr_plan_buf): replanning into the same plan allocates nothing
- * once the buffers are large enough.
+ * Cost: the mask's planes come as row bitsets over key blocks, packed once
+ * when the mask was made (mask.c: 64 mask bytes an AVX-512BW instruction);
+ * while a plane is in the cache, every (plane, query tile) is one OR/AND
+ * over its segments' bitsets and one walk over the set bits (with AVX-512,
+ * 16 bits a compress and two 64-byte stores of tile records), so planning
+ * is O(mask words + emitted tiles + membership words + rows), with no
+ * per-token loop (qblk, the one per-token array of the contract, is kept
+ * across replans of one geometry).  On one core of a Sapphire Rapids Xeon
+ * about 0.08 ns a mask byte (the packing, measured when the planner still
+ * packed), 0.5 ns a tile and 20 ns a row with tasks.c (BENCHMARKS.md).
+ * Rows that are identical (a batch- or head-broadcast mask, GQA heads with
+ * identical rows) share one tile range instead of being emitted again.  All
+ * arrays live in the plan's reusable buffers (tsr_plan_buf): replanning
+ * into the same plan allocates nothing once the buffers are large enough.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define MAP_X86 1
-#endif
 
 #include "plan_impl.h"
+#include "simd.h"
+#ifdef TSR_X86
+#include <immintrin.h>
+#endif
 
 /* Block sizes as text for messages: "96x96" or "variable". */
 static void block_text(const tsr_geom *g, char *buf, size_t n)
@@ -49,7 +48,8 @@ static void block_text(const tsr_geom *g, char *buf, size_t n)
  * (combined), and whether some tile lies inside a larger block, so that the
  * block spans several tiles (subdivided).  Neither means the tiles are the
  * blocks (retain).  A 96-token block straddling a 128-token tile boundary is
- * combined, not subdivided: no tile lies inside it.  O(blocks + tiles). */
+ * combined, not subdivided: no tile lies inside it.  O(blocks + tiles): the
+ * walk for variable blocks (uniform ones: axis_uniform). */
 static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combined,
                           int *subdivided)
 {
@@ -71,6 +71,40 @@ static void axis_relation(const tsr_geom *g, int is_q, int64_t tile, int *combin
       if (e0 - a >= 2 * tile)
         a += ((e0 - a) / tile - 1) * tile;
     }
+  }
+}
+
+/* axis_relation for uniform blocks of b tokens over s (the last ragged) and
+ * tiles of t: a tile holds a block boundary k*b < s unless every such
+ * boundary is a multiple of t; a whole tile lies inside a block when the
+ * largest block, the first (min(b, s) tokens), is larger than the tile. */
+static void axis_uniform(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
+{
+  if (b % t != 0 && b < s)
+    *combined = 1;
+  if ((b < s ? b : s) > t)
+    *subdivided = 1;
+}
+
+void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+                              int tile_n, int *combined, int *subdivided)
+{
+  *combined = *subdivided = 0;
+  axis_uniform(bq, tile_m, sq, combined, subdivided);
+  axis_uniform(bk, tile_n, sk, combined, subdivided);
+}
+
+int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided)
+{
+  switch (mapping) {
+  case TSR_MAP_RETAIN:
+    return !combined && !subdivided;
+  case TSR_MAP_COMBINE:
+    return combined;
+  case TSR_MAP_SUBDIVIDE:
+    return subdivided;
+  default:
+    return 1;
   }
 }
 
@@ -127,37 +161,25 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
                          "columns a multiple of 32, each at most 512",
                          tm, tn);
 
-  axis_relation(g, 1, tm, &combined, &subdivided);
-  axis_relation(g, 0, tn, &combined, &subdivided);
-  switch (o->mapping) {
-  case TSR_MAP_RETAIN:
-    if (combined || subdivided)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'retain' needs the tile to equal the logical block, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_RETAIN;
-    break;
-  case TSR_MAP_COMBINE:
-    if (!combined)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'combine' needs tiles that span several logical blocks, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_COMBINE;
-    break;
-  case TSR_MAP_SUBDIVIDE:
-    if (!subdivided)
-      return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
-                           "mapping 'subdivide' needs logical blocks larger than the tile, "
-                           "got tile %dx%d and blocks %s",
-                           tm, tn, blocks);
-    pl->mapping = TSR_MAP_SUBDIVIDE;
-    break;
-  default:
-    pl->mapping = combined ? TSR_MAP_COMBINE : subdivided ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN;
-    break;
+  if (uniform) {
+    tsr_map_relation_uniform(bq, bk, pl->problem.seq_q, pl->problem.seq_k, tm, tn, &combined,
+                             &subdivided);
+  } else {
+    axis_relation(g, 1, tm, &combined, &subdivided);
+    axis_relation(g, 0, tn, &combined, &subdivided);
   }
+  if (!tsr_map_applies(o->mapping, combined, subdivided)) {
+    static const char *const needs[] = {
+        [TSR_MAP_RETAIN] = "needs the tile to equal the logical block",
+        [TSR_MAP_COMBINE] = "needs tiles that span several logical blocks",
+        [TSR_MAP_SUBDIVIDE] = "needs logical blocks larger than the tile"};
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "mapping '%s' %s, got tile %dx%d and blocks %s",
+                         tsr_plan_mapping_name(o->mapping), needs[o->mapping], tm, tn, blocks);
+  }
+  if (o->mapping != TSR_MAP_AUTO)
+    pl->mapping = o->mapping;
+  else
+    pl->mapping = combined ? TSR_MAP_COMBINE : subdivided ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN;
   pl->tile_m = tm;
   pl->tile_n = tn;
   pl->n_q_tiles = (pl->problem.seq_q + tm - 1) / tm;
@@ -165,127 +187,6 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   pl->summary.combined = combined;
   pl->summary.subdivided = subdivided;
   return TSR_OK;
-}
-
-/* Instruction sets the mapping may use: the best this CPU has, capped by
- * the environment variable TESSERA_PLAN_SIMD (none, sse2, avx2, avx512) so
- * that the tests can compare every path with the portable one.  The plan
- * is the same byte for byte whatever the level. */
-enum { SIMD_NONE, SIMD_SSE2, SIMD_AVX2, SIMD_AVX512 };
-
-static int simd_level(void)
-{
-  static const char *const names[] = {"none", "sse2", "avx2", "avx512"};
-  const char *cap = getenv("TESSERA_PLAN_SIMD");
-  int lvl = SIMD_NONE, i;
-#ifdef MAP_X86
-  lvl = SIMD_SSE2;
-  if (__builtin_cpu_supports("avx2"))
-    lvl = SIMD_AVX2;
-  if (lvl == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
-    lvl = SIMD_AVX512;
-#endif
-  for (i = 0; cap && i < 4; i++)
-    if (!strcmp(cap, names[i]) && i < lvl)
-      lvl = i;
-  return lvl;
-}
-
-/* Packs rows of n 0/1 bytes into rows of bits (LSB first) of ceil(n/64)
- * words: the portable version, 8 bytes per multiply. */
-static void pack_bits(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
-{
-  int64_t w, nw = (n + 63) / 64, r;
-  for (r = 0; r < rows; r++, src += n, dst += nw) {
-    for (w = 0; w < nw; w++) {
-      const uint8_t *p = src + w * 64;
-      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
-      uint64_t x = 0;
-      int64_t c = 0;
-      for (; c + 8 <= len; c += 8) {
-        uint64_t v;
-        memcpy(&v, p + c, 8);
-        x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
-      }
-      for (; c < len; c++)
-        x |= (uint64_t)(p[c] & 1) << c;
-      dst[w] = x;
-    }
-  }
-}
-
-#ifdef MAP_X86
-/* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
- * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
- * ragged end through a masked load, so a word is one instruction pair.
- * Bytes c..len-1 of the word at p into x, 16 a movemask, then one by one
- * (inlined into the AVX2 version too, for its ragged end). */
-static inline uint64_t pack_word_sse2(const uint8_t *p, int64_t c, int64_t len, uint64_t x)
-{
-  for (; c + 16 <= len; c += 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
-    x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
-  }
-  for (; c < len; c++)
-    x |= (uint64_t)(p[c] & 1) << c;
-  return x;
-}
-
-static void pack_bits_sse2(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
-{
-  int64_t w, nw = (n + 63) / 64, r;
-  for (r = 0; r < rows; r++, src += n, dst += nw)
-    for (w = 0; w < nw; w++)
-      dst[w] = pack_word_sse2(src + w * 64, 0, n - w * 64 < 64 ? n - w * 64 : 64, 0);
-}
-
-__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t rows, int64_t n,
-                                                           uint64_t *dst)
-{
-  int64_t w, nw = (n + 63) / 64, r;
-  for (r = 0; r < rows; r++, src += n, dst += nw) {
-    for (w = 0; w < nw; w++) {
-      const uint8_t *p = src + w * 64;
-      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
-      uint64_t x = 0;
-      for (; c + 32 <= len; c += 32) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
-        x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
-      }
-      dst[w] = pack_word_sse2(p, c, len, x);
-    }
-  }
-}
-
-__attribute__((target("avx512f,avx512bw"))) static void pack_bits_avx512(const uint8_t *src,
-                                                                        int64_t rows, int64_t n, uint64_t *dst)
-{
-  int64_t w, nw = (n + 63) / 64, r;
-  for (r = 0; r < rows; r++, src += n, dst += nw) {
-    for (w = 0; w < nw; w++) {
-      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
-      __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
-      __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
-      dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
-    }
-  }
-}
-#endif
-
-/* Packs `rows` rows of n bytes (contiguous) into rows of ceil(n/64) words. */
-static void pack_rows(int simd, const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
-{
-#ifdef MAP_X86
-  if (simd == SIMD_AVX512)
-    pack_bits_avx512(src, rows, n, dst);
-  else if (simd == SIMD_AVX2)
-    pack_bits_avx2(src, rows, n, dst);
-  else if (simd == SIMD_SSE2)
-    pack_bits_sse2(src, rows, n, dst);
-  else
-#endif
-    pack_bits(src, rows, n, dst);
-  (void)simd;
 }
 
 /* Full tiles of retained keys, one per set bit j of the W words at x
@@ -304,7 +205,7 @@ static int64_t emit_full(const uint64_t *x, int64_t W, tsr_tile_rec *t)
   return n;
 }
 
-#ifdef MAP_X86
+#ifdef TSR_X86
 /* SSE2: the bit walk (its loop branch predicts well, where a walk over
  * runs of bits mispredicts on every short run of a random mask), with
  * all-set words, the inside of a band, stored two records at a time. */
@@ -422,10 +323,9 @@ typedef struct {
                                    two words (then all_set) */
   int k_retain;                 /* key tiles are the key blocks */
   int k_uniform;                /* key blocks uniform (last one may be short) */
-  uint64_t *bits;               /* packed planes [planes][nq][W] */
   uint64_t *orb, *andb;         /* per-row scratch, W words each */
   int64_t cap_tiles, cap_mem;
-  int simd;                     /* SIMD_* level */
+  int simd;                     /* TSR_SIMD_* level */
 } map_ctx;
 
 static int grow_tiles(map_ctx *c, int64_t need)
@@ -530,10 +430,10 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
   if (c->k_retain && orb == andb) {
     /* Retained keys and one query segment: every tile is full, one per set
      * bit; the columns follow from the count (only the last tile is short). */
-#ifdef MAP_X86
-    if (c->simd == SIMD_AVX512)
+#ifdef TSR_X86
+    if (c->simd == TSR_SIMD_AVX512)
       n = emit_full_avx512(orb, W, tiles);
-    else if (c->simd >= SIMD_SSE2)
+    else if (c->simd >= TSR_SIMD_SSE2)
       n = emit_full_sse2(orb, W, tiles);
     else
 #endif
@@ -846,7 +746,6 @@ static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c)
 
 int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
 {
-  int simd = simd_level();
   const tsr_geom *g = pl->problem.geom;
   int64_t BM = pl->tile_m, sq = pl->problem.seq_q, nqt = pl->n_q_tiles;
   int64_t np = tsr_mask_batch(m) * tsr_mask_heads(m), pi;
@@ -860,7 +759,7 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
   c.nk = tsr_geom_nk(g);
   c.W = (c.nk + 63) / 64;
   *tiles = *words = 0;
-  buf = malloc((size_t)c.W * 3 * sizeof *buf);
+  buf = malloc((size_t)c.W * 2 * sizeof *buf);
   ks = malloc((size_t)(c.nk + 1) * sizeof *ks);
   if (!buf || !ks) {
     free(buf);
@@ -872,17 +771,10 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
   c.ks = ks;
   for (pi = 0; pi < np && !over; pi++) {
     int64_t b = pi / tsr_mask_heads(m), h = pi % tsr_mask_heads(m), t = 0, i = 0;
-    int64_t pw;
-    const uint64_t *packed = tsr_mask_packed_plane(m, b, h, &pw);
-    const uint8_t *bytes = packed ? NULL : tsr_mask_plane(m, b, h);
-    if (!packed && !bytes) {
-      free(buf);
-      free(ks);
-      return -1;
-    }
+    const uint64_t *packed = tsr_mask_packed_plane(m, b, h, NULL);
     while (t < nqt && !over) {
       int64_t a = t * BM, e = a + BM < sq ? a + BM : sq, i1, r, run = 1, nt, npart;
-      uint64_t *orb = buf + c.W, *andb = buf + 2 * c.W;
+      uint64_t *orb = buf, *andb = buf + c.W;
       while (tsr_geom_q_start(g, i + 1) <= a)
         i++;
       for (i1 = i; tsr_geom_q_start(g, i1 + 1) < e; i1++)
@@ -892,10 +784,8 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
         run = (end == sq ? nqt : end / BM) - t;
       }
       for (r = i; r <= i1; r++) {
-        const uint64_t *row = packed ? packed + r * c.W : buf;
+        const uint64_t *row = packed + r * c.W;
         int64_t w;
-        if (!packed)
-          pack_rows(simd, bytes + r * c.nk, 1, c.nk, buf);
         for (w = 0; w < c.W; w++) {
           orb[w] = r == i ? row[w] : orb[w] | row[w];
           andb[w] = r == i ? row[w] : andb[w] & row[w];
@@ -965,12 +855,11 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   prow *pr = NULL;
   double *psel = NULL;
   const uint64_t **planes = NULL;
-  int packed;
 
   memset(&c, 0, sizeof c);
   memset(rows, 0, sizeof *rows);
   c.pl = pl;
-  c.simd = simd_level();
+  c.simd = tsr_simd_level();
   st = check_capacity(pl, m, err);
   if (!st)
     st = build_tables(&c, err);
@@ -981,9 +870,6 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
     const char *cap = getenv("TESSERA_PLAN_SIMD");
     rows->plain = cap && !strcmp(cap, "none");
   }
-  packed = tsr_mask_packed_plane(m, 0, 0, NULL) != NULL;
-  c.bits = packed ? NULL
-                  : tsr_plan_buf(pl, TSR_BUF_BITS, (size_t)(np * c.nq * c.W) * sizeof *c.bits + 8);
   planes = tsr_plan_buf(pl, TSR_BUF_PLANES, (size_t)np * sizeof *planes);
   pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
   psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
@@ -996,28 +882,21 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, ts
   pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
   c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
   c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
-  if ((!packed && !c.bits) || !planes || !pr || !psel || !rows->tile_begin || !rows->tile_end ||
+  if (!planes || !pr || !psel || !rows->tile_begin || !rows->tile_end ||
       !rows->all_full || !rows->twin || !pl->tiles || !pl->membership) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for %lld mask planes",
                        (long long)np);
     goto done;
   }
 
-  /* Plane by plane: pack (unless the mask is packed already), count, and
-   * emit while the plane's bits are still in the cache. */
+  /* Plane by plane, on the mask's packed rows (mask.c): count, then emit
+   * while the plane's bits are still in the cache. */
   for (pi = 0; pi < np; pi++) {
     int64_t head = pi % mh;
-    const uint64_t *plane;
-    if (packed) {
-      plane = tsr_mask_packed_plane(m, pi / mh, head, NULL);
-    } else {
-      uint64_t *dst = c.bits + pi * c.nq * c.W;
-      pack_rows(c.simd, tsr_mask_plane(m, pi / mh, head), c.nq, c.nk, dst);
-      plane = dst;
-    }
+    const uint64_t *plane = tsr_mask_packed_plane(m, pi / mh, head, NULL);
     planes[pi] = plane;
 #ifdef HAVE_POPCNT_COPY
-    if (hw_popcnt && c.simd > SIMD_NONE)
+    if (hw_popcnt && c.simd > TSR_SIMD_NONE)
       psel[pi] = plane_selected_popcnt(&c, plane, &pop);
     else
 #endif

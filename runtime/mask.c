@@ -6,24 +6,32 @@
  * (a 1024 x 1024 block mask is 1 MiB per head) and the reference, the
  * verifier and the features index them directly.  A mask made from packed
  * bits (tsr_mask_from_packed, as a producer on the GPU or numpy.packbits
- * writes them) keeps the bits instead, in rows of 64-bit words, which the
- * planner reads as they are: planning then skips the pass over NQ*NK bytes
- * that dominates large masks (14 MB for Wan2.1-14B 720p, against 1.9 MB
- * of bits).  Its bytes are expanded on first use of tsr_mask_bits or
- * tsr_mask_plane.  Batch or head extent 1 broadcasts.  Cost: B*H*NQ*NK
- * bytes or B*H*NQ*ceil(NK/64) words; tsr_mask_check is O(1), density
- * O(size).
+ * writes them) keeps the bits instead.  Either way the mask owns its rows
+ * packed into 64-bit words (tsr_mask_packed_plane), built once: from the
+ * bytes when the mask is made, 64 bytes an AVX-512BW instruction (32 with
+ * AVX2, 16 with SSE2, chosen at run time: simd.h), or as given.  The
+ * planner (map.c) and the features (features.c) read those rows and never
+ * pack, so a request that computes features and then plans reads the
+ * NQ*NK bytes once, and a packed mask not at all (14 MB for Wan2.1-14B
+ * 720p, against 1.9 MB of bits).  A packed mask's bytes are expanded on
+ * first use of tsr_mask_bits or tsr_mask_plane.  Batch or head extent 1
+ * broadcasts.  Cost: B*H*NQ*ceil(NK/64) words, plus B*H*NQ*NK bytes for a
+ * byte mask; tsr_mask_check is O(1), density O(size).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
 #include "tessera.h"
+#ifdef TSR_X86
+#include <immintrin.h>
+#endif
 
 struct tsr_mask {
   int64_t batch, heads, nq, nk;
   uint8_t *bits;      /* bytes; NULL until expanded for a packed mask */
-  uint64_t *packed;   /* packed rows of `words` words (LSB first), or NULL */
+  uint64_t *packed;   /* packed rows of `words` words (LSB first) */
   int64_t words;      /* ceil(nk / 64) */
 };
 
@@ -51,9 +59,13 @@ static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
   m = calloc(1, sizeof *m);
   if (m && !packed)
     m->bits = malloc((size_t)n);
-  if (m && packed)
+  if (m)
     m->packed = malloc((size_t)(n / nk * ((nk + 63) / 64)) * 8);
-  if (!m || !(packed ? (void *)m->packed : (void *)m->bits)) {
+  if (!m || !m->packed || (!packed && !m->bits)) {
+    if (m) {
+      free(m->bits);
+      free(m->packed);
+    }
     free(m);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot make mask: out of memory for %lld pairs",
                          (long long)n);
@@ -70,6 +82,112 @@ static tsr_status mask_new(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
 static int64_t mask_size(const tsr_mask *m)
 {
   return m->batch * m->heads * m->nq * m->nk;
+}
+
+/* ---- Packing the rows of a byte mask, once ------------------------------ */
+
+/* Packs rows of n 0/1 bytes into rows of bits (LSB first) of ceil(n/64)
+ * words: the portable version, 8 bytes per multiply. */
+static void pack_bits(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      uint64_t x = 0;
+      int64_t c = 0;
+      for (; c + 8 <= len; c += 8) {
+        uint64_t v;
+        memcpy(&v, p + c, 8);
+        x |= (((v & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56) << c;
+      }
+      for (; c < len; c++)
+        x |= (uint64_t)(p[c] & 1) << c;
+      dst[w] = x;
+    }
+  }
+}
+
+#ifdef TSR_X86
+/* Mask bytes are 0 or 1: shifting bit 0 to bit 7 lets movemask gather 16
+ * (SSE2) or 32 (AVX2) of them at once; AVX-512BW tests 64 bytes, the
+ * ragged end through a masked load, so a word is one instruction pair.
+ * Bytes c..len-1 of the word at p into x, 16 a movemask, then one by one
+ * (inlined into the AVX2 version too, for its ragged end). */
+static inline uint64_t pack_word_sse2(const uint8_t *p, int64_t c, int64_t len, uint64_t x)
+{
+  for (; c + 16 <= len; c += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + c));
+    x |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_slli_epi16(v, 7)) << c;
+  }
+  for (; c < len; c++)
+    x |= (uint64_t)(p[c] & 1) << c;
+  return x;
+}
+
+static void pack_bits_sse2(const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw)
+    for (w = 0; w < nw; w++)
+      dst[w] = pack_word_sse2(src + w * 64, 0, n - w * 64 < 64 ? n - w * 64 : 64, 0);
+}
+
+__attribute__((target("avx2"))) static void pack_bits_avx2(const uint8_t *src, int64_t rows, int64_t n,
+                                                           uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      const uint8_t *p = src + w * 64;
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64, c = 0;
+      uint64_t x = 0;
+      for (; c + 32 <= len; c += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + c));
+        x |= (uint64_t)(unsigned)_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)) << c;
+      }
+      dst[w] = pack_word_sse2(p, c, len, x);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void pack_bits_avx512(const uint8_t *src,
+                                                                        int64_t rows, int64_t n, uint64_t *dst)
+{
+  int64_t w, nw = (n + 63) / 64, r;
+  for (r = 0; r < rows; r++, src += n, dst += nw) {
+    for (w = 0; w < nw; w++) {
+      int64_t len = n - w * 64 < 64 ? n - w * 64 : 64;
+      __mmask64 k = len == 64 ? ~0ULL : (1ULL << len) - 1;
+      __m512i v = _mm512_maskz_loadu_epi8(k, src + w * 64);
+      dst[w] = (uint64_t)_mm512_test_epi8_mask(v, v);
+    }
+  }
+}
+#endif
+
+/* Packs `rows` rows of n bytes (contiguous) into rows of ceil(n/64) words. */
+static void pack_rows(int simd, const uint8_t *src, int64_t rows, int64_t n, uint64_t *dst)
+{
+#ifdef TSR_X86
+  if (simd == TSR_SIMD_AVX512)
+    pack_bits_avx512(src, rows, n, dst);
+  else if (simd == TSR_SIMD_AVX2)
+    pack_bits_avx2(src, rows, n, dst);
+  else if (simd == TSR_SIMD_SSE2)
+    pack_bits_sse2(src, rows, n, dst);
+  else
+#endif
+    pack_bits(src, rows, n, dst);
+  (void)simd;
+}
+
+
+/* The packed rows of a byte mask, from its bytes (0 or 1). */
+static void pack_mask(tsr_mask *m)
+{
+  pack_rows(tsr_simd_level(), m->bits, m->batch * m->heads * m->nq, m->nk, m->packed);
 }
 
 tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t nk,
@@ -89,6 +207,7 @@ tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t
   n = mask_size(m);
   for (i = 0; i < n; i++)
     m->bits[i] = bits[i] != 0;
+  pack_mask(m);
   *out = m;
   return TSR_OK;
 }
@@ -127,6 +246,7 @@ tsr_status tsr_mask_load(const char *path, tsr_mask **out, tsr_error *err)
   n = mask_size(m);
   for (i = 0; i < n; i++)
     m->bits[i] = ((const uint8_t *)a.data)[i] != 0;
+  pack_mask(m);
   *out = m;
 done:
   tsr_npy_free(&a);
@@ -235,7 +355,7 @@ static uint8_t *mask_bytes(const tsr_mask *cm)
 {
   tsr_mask *m = (tsr_mask *)(uintptr_t)cm;
   int64_t r, j, rows;
-  if (m->bits || !m->packed)
+  if (m->bits)
     return m->bits;
   rows = m->batch * m->heads * m->nq;
   m->bits = malloc((size_t)(rows * m->nk));
@@ -298,25 +418,16 @@ const uint64_t *tsr_mask_packed_plane(const tsr_mask *m, int64_t b, int64_t h, i
   int64_t bb = m->batch == 1 ? 0 : b, hh = m->heads == 1 ? 0 : h;
   if (words)
     *words = m->words;
-  if (!m->packed || b < 0 || h < 0 || bb >= m->batch || hh >= m->heads)
+  if (b < 0 || h < 0 || bb >= m->batch || hh >= m->heads)
     return NULL;
   return m->packed + (bb * m->heads + hh) * m->nq * m->words;
 }
 
 double tsr_mask_density(const tsr_mask *m)
 {
-  int64_t i, n = mask_size(m), ones = 0;
-  if (!m->bits && m->packed) {
-    int64_t nw = n / m->nk * m->words;
-    for (i = 0; i < nw; i++) {
-      uint64_t x = m->packed[i];
-      for (; x; x &= x - 1)
-        ones++;
-    }
-    return (double)ones / (double)n;
-  }
-  for (i = 0; i < n; i++)
-    ones += m->bits[i];
+  int64_t i, n = mask_size(m), nw = n / m->nk * m->words, ones = 0;
+  for (i = 0; i < nw; i++) /* bits past nk are clear */
+    ones += __builtin_popcountll(m->packed[i]);
   return (double)ones / (double)n;
 }
 

@@ -28,6 +28,9 @@
  * refusing them bounds the allocation a hostile file can cause. */
 #define NPY_MAX_HEADER (1 << 16)
 
+/* The one table of dtypes: the .npy code, the size, and the one name the
+ * library, its tools, kernel variant names, catalogs and lookup tables
+ * spell each dtype with (tsr_dtype_name, tsr_dtype_parse). */
 static const struct {
   tsr_dtype dt;
   const char *code; /* descr without the byte-order character */
@@ -36,7 +39,7 @@ static const struct {
 } dtype_table[] = {
     {TSR_DT_BOOL, "b1", 1, "bool"},     {TSR_DT_U8, "u1", 1, "uint8"},
     {TSR_DT_I32, "i4", 4, "int32"},     {TSR_DT_I64, "i8", 8, "int64"},
-    {TSR_DT_F16, "f2", 2, "float16"},   {TSR_DT_BF16, NULL, 2, "bfloat16"},
+    {TSR_DT_F16, "f2", 2, "fp16"},      {TSR_DT_BF16, NULL, 2, "bf16"},
     {TSR_DT_F32, "f4", 4, "float32"},   {TSR_DT_F64, "f8", 8, "float64"},
 };
 #define N_DTYPES (sizeof dtype_table / sizeof dtype_table[0])
@@ -57,6 +60,17 @@ const char *tsr_dtype_name(tsr_dtype dt)
     if (dtype_table[i].dt == dt)
       return dtype_table[i].name;
   return "unknown";
+}
+
+int tsr_dtype_parse(const char *name, tsr_dtype *out)
+{
+  size_t i;
+  for (i = 0; name && i < N_DTYPES; i++)
+    if (!strcmp(dtype_table[i].name, name)) {
+      *out = dtype_table[i].dt;
+      return 0;
+    }
+  return -1;
 }
 
 int64_t tsr_array_numel(const tsr_array *a)

@@ -121,8 +121,8 @@ tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid plan task layout %d", (int)o->tasks);
   if (o->num_sms < 0 || o->num_sms > 65536)
     return tsr_error_set(err, TSR_ERR_INVALID,
-                         "invalid multiprocessor count %d: expected 1 to 65536 (0 = 132)",
-                         o->num_sms);
+                         "invalid multiprocessor count %d: expected 1 to 65536 (0 = %d)",
+                         o->num_sms, TSR_DEFAULT_NUM_SMS);
   if (o->split_tiles < 0)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid split chunk %d: must not be negative",
                          o->split_tiles);
@@ -166,8 +166,8 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
   pl->opts = *o;
   pl->opts.arch = NULL;
   pl->opts.variant = NULL;
-  pl->num_sms = o->num_sms ? o->num_sms : 132;
-  strcpy(pl->arch, o->arch ? o->arch : "sm_90a");
+  pl->num_sms = o->num_sms ? o->num_sms : TSR_DEFAULT_NUM_SMS;
+  strcpy(pl->arch, o->arch ? o->arch : TSR_DEFAULT_ARCH);
   if (o->variant)
     strcpy(pl->variant, o->variant);
 

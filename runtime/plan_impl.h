@@ -26,7 +26,7 @@ enum {
   TSR_BUF_MERGES,
   /* map.c */
   TSR_BUF_QS, TSR_BUF_KS, TSR_BUF_I0, TSR_BUF_I1, TSR_BUF_KB0, TSR_BUF_KB1, TSR_BUF_KT0,
-  TSR_BUF_KT1, TSR_BUF_KCOLS, TSR_BUF_ORAND, TSR_BUF_BITS, TSR_BUF_PROW, TSR_BUF_PSEL,
+  TSR_BUF_KT1, TSR_BUF_KCOLS, TSR_BUF_ORAND, TSR_BUF_PROW, TSR_BUF_PSEL,
   TSR_BUF_ROW_TB, TSR_BUF_ROW_TE, TSR_BUF_ROW_FULL, TSR_BUF_ROW_TWIN, TSR_BUF_PLANES,
   TSR_BUF_COLMASK, TSR_BUF_CMOFF, TSR_BUF_KMASK,
   /* tasks.c */
@@ -101,6 +101,17 @@ typedef struct {
   int plain;                      /* TESSERA_PLAN_SIMD=none: the reference paths
                                      throughout (tasks.c too), for the tests */
 } tsr_map_rows;
+
+/* The mapping rule, the one source for the planner and the selection
+ * (select.c): along each axis, whether some tile holds tokens of several
+ * logical blocks (combined) and whether some whole tile lies inside a
+ * larger block (subdivided); retain needs neither, combine the first,
+ * subdivide the second.  For uniform blocks (bq x bk over sq x sk tokens,
+ * the last ragged) in O(1). */
+void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+                              int tile_n, int *combined, int *subdivided);
+/* Whether `mapping` applies to tiles with that relation (AUTO always). */
+int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided);
 
 /* Chooses the tile (opts or default) and resolves the mapping against the
  * geometry: fills pl->tile_m, tile_n, mapping, n_q_tiles, n_k_tiles and

@@ -50,7 +50,7 @@ tsr_status tsr_problem_check(tsr_problem *p, tsr_error *err)
                          p->scale);
   if (p->dtype != TSR_DT_BF16 && p->dtype != TSR_DT_F16)
     return tsr_error_set(err, TSR_ERR_DTYPE,
-                         "invalid problem: device dtype %s, expected bfloat16 or float16",
+                         "invalid problem: device dtype %s, expected bf16 or fp16",
                          tsr_dtype_name(p->dtype));
   if (p->layout != TSR_LAYOUT_BHSD && p->layout != TSR_LAYOUT_BSHD)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid problem: unknown layout %d",
@@ -94,7 +94,7 @@ tsr_status tsr_problem_from_arrays(tsr_problem *p, const tsr_array *q, const tsr
     subject(sb, names, i);
   for (i = 0; i < 3; i++) {
     if (t[i]->dtype != TSR_DT_F32 && t[i]->dtype != TSR_DT_F16)
-      return tsr_error_set(err, TSR_ERR_DTYPE, "invalid %s: expected float32 or float16, got %s",
+      return tsr_error_set(err, TSR_ERR_DTYPE, "invalid %s: expected float32 or fp16, got %s",
                            sb[i], tsr_dtype_name(t[i]->dtype));
     if (t[i]->ndim != 3 && t[i]->ndim != 4)
       return tsr_error_set(err, TSR_ERR_SHAPE,

@@ -18,9 +18,11 @@
 #include <string.h>
 
 #include "db_impl.h"
-#include "tessera.h"
+#include "plan_impl.h"
+#include "select_impl.h"
 
 #define KEY_LEN 9 /* level + 8 region fields */
+#define NEAREST_PREFIX "nearest region: "
 
 typedef struct {
   int32_t key[KEY_LEN];
@@ -29,8 +31,12 @@ typedef struct {
   uint8_t mapping, tasks;
   int32_t masks;
   float regret, speedup;
+  uint8_t fate;   /* tsr_row_fate: TSR_ROW_RUNS until a context settles it */
   char variant[96];
-  char why[160]; /* the reason text of a hit, made once at load */
+  /* The reason text of a hit, made once at load (and completed once by a
+   * context's bundle check): a selection copies it whole, after the
+   * nearest region's prefix. */
+  char why[sizeof ((tsr_selection *)0)->reason - sizeof NEAREST_PREFIX + 1];
 } row;
 
 struct tsr_selector {
@@ -182,9 +188,8 @@ static void take(const row *r, const tsr_features *f, tsr_selection *out, int le
   out->level = level;
   out->row_id = r->id;
   if (level == 1) {
-    static const char pre[] = "nearest region: ";
-    memcpy(out->reason, pre, sizeof pre - 1);
-    memcpy(out->reason + sizeof pre - 1, r->why, sizeof r->why);
+    memcpy(out->reason, NEAREST_PREFIX, sizeof NEAREST_PREFIX - 1);
+    memcpy(out->reason + sizeof NEAREST_PREFIX - 1, r->why, sizeof r->why);
   } else {
     memcpy(out->reason, r->why, sizeof r->why);
   }
@@ -223,16 +228,121 @@ static int cols_fit_int32(sqlite3_stmt *st, int *bad)
   return 1;
 }
 
-/* dtype names as stored in the lookup table. */
+/* dtypes as stored in the lookup table: their tsr_dtype_name. */
 static int dtype_parse(const char *s)
 {
-  if (!strcmp(s, "bf16"))
-    return TSR_DT_BF16;
-  if (!strcmp(s, "f16"))
-    return TSR_DT_F16;
-  if (!strcmp(s, "f32"))
-    return TSR_DT_F32;
-  return -1;
+  tsr_dtype d;
+  return tsr_dtype_parse(s, &d) ? -1 : (int)d;
+}
+
+/* The first GPU the table knows (by name, then multiprocessors) into s;
+ * none leaves s->gpu empty. */
+static int first_gpu(sqlite3 *h, tsr_selector *s)
+{
+  sqlite3_stmt *st = NULL;
+  int rc;
+  if (sqlite3_prepare_v2(h,
+                         "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
+                         "ORDER BY gpu_name, multiprocessors LIMIT 1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
+    s->multiprocessors = sqlite3_column_int(st, 1);
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Appends the lookup row at st (the query of tsr_select_load) to s after
+ * checking it; the caller finalizes st after an error, whose message quotes
+ * the row's texts. */
+static tsr_status read_row(tsr_db *db, sqlite3_stmt *st, tsr_selector *s, int64_t *cap,
+                           tsr_error *err)
+{
+  row *r;
+  const char *dt = (const char *)sqlite3_column_text(st, 2);
+  const char *mp = (const char *)sqlite3_column_text(st, 10);
+  const char *tk = (const char *)sqlite3_column_text(st, 13);
+  const char *va = (const char *)sqlite3_column_text(st, 14);
+  int dti = dt ? dtype_parse(dt) : -1;
+  tsr_mapping mpe = TSR_MAP_AUTO;
+  tsr_tasks tke = TSR_TASKS_AUTO;
+  int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
+  int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
+  int64_t id = sqlite3_column_int64(st, 0);
+  int wide = -1;
+  if (s->n == TSR_SELECT_MAX_ROWS)
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': more than %lld rows "
+                         "for '%s', the most a lookup table may have",
+                         tsr_db_path(db), (long long)TSR_SELECT_MAX_ROWS, s->gpu);
+  if (!cols_fit_int32(st, &wide))
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': row %" PRId64
+                         " has %s %lld, out of range",
+                         tsr_db_path(db), id, sqlite3_column_name(st, wide),
+                         (long long)sqlite3_column_int64(st, wide));
+  level = sqlite3_column_int(st, 1);
+  if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
+      sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
+      sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024)
+    return tsr_error_set(err, TSR_ERR_DB,
+                         "cannot read lookup table from '%s': row %" PRId64
+                         " is malformed (dtype '%s', mapping '%s', tasks '%s', "
+                         "level %d)",
+                         tsr_db_path(db), id, dt ? dt : "", mp ? mp : "", tk ? tk : "", level);
+  if (s->n == *cap) {
+    int64_t nc = *cap ? *cap * 2 : 64;
+    row *nr = realloc(s->rows, sizeof *nr * (size_t)nc);
+    if (!nr)
+      return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
+    s->rows = nr;
+    *cap = nc;
+  }
+  r = &s->rows[s->n++];
+  memset(r, 0, sizeof *r);
+  r->id = id;
+  r->key[0] = level;
+  r->key[1] = dti;
+  for (i = 2; i < KEY_LEN; i++)
+    r->key[i] = sqlite3_column_int(st, i + 1);
+  r->mapping = (uint8_t)mpi;
+  r->tile_m = (int16_t)sqlite3_column_int(st, 11);
+  r->tile_n = (int16_t)sqlite3_column_int(st, 12);
+  r->tasks = (uint8_t)tki;
+  snprintf(r->variant, sizeof r->variant, "%s", va ? va : "");
+  r->masks = sqlite3_column_int(st, 15);
+  r->regret = (float)sqlite3_column_double(st, 16);
+  r->speedup = (float)sqlite3_column_double(st, 17);
+  return TSR_OK;
+}
+
+/* Each row's reason, once; and why an empty table is empty. */
+static void make_reasons(tsr_db *db, tsr_selector *s)
+{
+  int64_t i;
+  for (i = 0; i < s->n; i++) {
+    row *r = &s->rows[i];
+    snprintf(r->why, sizeof r->why,
+             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
+             "regret %.3f, speed-up %.2fx over the base plan",
+             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
+  }
+  if (s->n > 0)
+    return;
+  if (!strcmp(tsr_db_path(db), ":memory:"))
+    snprintf(s->note, sizeof s->note,
+             "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
+             s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
+  else if (!s->gpu[0])
+    snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
+             tsr_db_path(db), TSR_FEATURES_VERSION);
+  else
+    snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows for '%.40s' (%d SMs)",
+             tsr_db_path(db), s->gpu, s->multiprocessors);
 }
 
 tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr_selector **out,
@@ -241,6 +351,7 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   sqlite3 *h = tsr_db_sqlite(db);
   sqlite3_stmt *st = NULL;
   tsr_selector *s;
+  tsr_status bad = TSR_OK;
   int64_t cap = 0;
   int rc;
   if (!out)
@@ -255,22 +366,8 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   if (gpu && *gpu) {
     snprintf(s->gpu, sizeof s->gpu, "%s", gpu);
     s->multiprocessors = multiprocessors;
-  } else {
-    if (sqlite3_prepare_v2(h,
-                           "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
-                           "ORDER BY gpu_name, multiprocessors LIMIT 1",
-                           -1, &st, NULL) != SQLITE_OK)
-      goto dbfail;
-    sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
-      s->multiprocessors = sqlite3_column_int(st, 1);
-    } else if (rc != SQLITE_DONE) {
-      goto dbfail;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
+  } else if (first_gpu(h, s)) {
+    goto dbfail;
   }
   if (sqlite3_prepare_v2(h,
                          "SELECT id, level, dtype, head_dim, bq, bk, seq_bin, density_bin, "
@@ -282,103 +379,18 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   sqlite3_bind_text(st, 1, s->gpu, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(st, 2, s->multiprocessors);
   sqlite3_bind_int(st, 3, TSR_FEATURES_VERSION);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    row *r;
-    const char *dt = (const char *)sqlite3_column_text(st, 2);
-    const char *mp = (const char *)sqlite3_column_text(st, 10);
-    const char *tk = (const char *)sqlite3_column_text(st, 13);
-    const char *va = (const char *)sqlite3_column_text(st, 14);
-    int dti = dt ? dtype_parse(dt) : -1;
-    tsr_mapping mpe = TSR_MAP_AUTO;
-    tsr_tasks tke = TSR_TASKS_AUTO;
-    int mpi = tsr_plan_parse_mapping(mp, &mpe) ? -1 : (int)mpe;
-    int tki = tsr_plan_parse_tasks(tk, &tke) ? -1 : (int)tke, level, i;
-    int64_t id = sqlite3_column_int64(st, 0);
-    int wide = -1;
-    if (s->n == TSR_SELECT_MAX_ROWS) {
-      tsr_status big = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': more than %lld rows "
-                                     "for '%s', the most a lookup table may have",
-                                     tsr_db_path(db), (long long)TSR_SELECT_MAX_ROWS, s->gpu);
-      sqlite3_finalize(st);
-      tsr_select_destroy(s);
-      return big;
-    }
-    if (!cols_fit_int32(st, &wide)) {
-      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': row %" PRId64
-                                     " has %s %lld, out of range",
-                                     tsr_db_path(db), id, sqlite3_column_name(st, wide),
-                                     (long long)sqlite3_column_int64(st, wide));
-      sqlite3_finalize(st);
-      tsr_select_destroy(s);
-      return bad;
-    }
-    level = sqlite3_column_int(st, 1);
-    if (dti < 0 || mpi <= 0 || tki <= 0 || level < 0 || level >= TSR_SELECT_LEVELS ||
-        sqlite3_column_int(st, 11) <= 0 || sqlite3_column_int(st, 12) <= 0 ||
-        sqlite3_column_int(st, 11) > 1024 || sqlite3_column_int(st, 12) > 1024) {
-      tsr_status bad = tsr_error_set(err, TSR_ERR_DB,
-                                     "cannot read lookup table from '%s': row %" PRId64
-                                     " is malformed (dtype '%s', mapping '%s', tasks '%s', "
-                                     "level %d)",
-                                     tsr_db_path(db), id, dt ? dt : "", mp ? mp : "",
-                                     tk ? tk : "", level);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    if ((bad = read_row(db, st, s, &cap, err)) != TSR_OK) {
       sqlite3_finalize(st); /* after the message: it invalidates the texts */
       tsr_select_destroy(s);
       return bad;
     }
-    if (s->n == cap) {
-      int64_t nc = cap ? cap * 2 : 64;
-      row *nr = realloc(s->rows, sizeof *nr * (size_t)nc);
-      if (!nr) {
-        sqlite3_finalize(st);
-        tsr_select_destroy(s);
-        return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
-      }
-      s->rows = nr;
-      cap = nc;
-    }
-    r = &s->rows[s->n++];
-    memset(r, 0, sizeof *r);
-    r->id = id;
-    r->key[0] = level;
-    r->key[1] = dti;
-    for (i = 2; i < KEY_LEN; i++)
-      r->key[i] = sqlite3_column_int(st, i + 1);
-    r->mapping = (uint8_t)mpi;
-    r->tile_m = (int16_t)sqlite3_column_int(st, 11);
-    r->tile_n = (int16_t)sqlite3_column_int(st, 12);
-    r->tasks = (uint8_t)tki;
-    snprintf(r->variant, sizeof r->variant, "%s", va ? va : "");
-    r->masks = sqlite3_column_int(st, 15);
-    r->regret = (float)sqlite3_column_double(st, 16);
-    r->speedup = (float)sqlite3_column_double(st, 17);
-  }
   if (rc != SQLITE_DONE)
     goto dbfail;
   sqlite3_finalize(st);
   if (s->n > 0)
     qsort(s->rows, (size_t)s->n, sizeof *s->rows, row_cmp);
-  for (cap = 0; cap < s->n; cap++) {
-    row *r = &s->rows[cap];
-    snprintf(r->why, sizeof r->why,
-             "table row %" PRId64 " at level %d for %.40s: best of %d profiled masks, "
-             "regret %.3f, speed-up %.2fx over the base plan",
-             r->id, (int)r->key[0], s->gpu, (int)r->masks, r->regret, r->speedup);
-  }
-  if (s->n == 0) {
-    if (!strcmp(tsr_db_path(db), ":memory:"))
-      snprintf(s->note, sizeof s->note,
-               "the embedded default lookup table has no rows%s%.40s%s (feature version %d)",
-               s->gpu[0] ? " for '" : "", s->gpu, s->gpu[0] ? "'" : "", TSR_FEATURES_VERSION);
-    else if (!s->gpu[0])
-      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows (feature version %d)",
-               tsr_db_path(db), TSR_FEATURES_VERSION);
-    else
-      snprintf(s->note, sizeof s->note, "the lookup table in '%.60s' has no rows for '%.40s' (%d SMs)",
-               tsr_db_path(db), s->gpu, s->multiprocessors);
-  }
+  make_reasons(db, s);
   *out = s;
   return TSR_OK;
 dbfail:
@@ -418,22 +430,13 @@ const char *tsr_select_gpu(const tsr_selector *s) { return s ? s->gpu : ""; }
 
 /* ---- Selection --------------------------------------------------------- */
 
-/* How tiles of edge t relate to uniform blocks of edge b over s tokens,
- * exactly as the planner's map.c sees it: combined when some tile holds a
- * block boundary (a boundary k*b < s that is not a multiple of t),
- * subdivided when some whole tile lies inside a block larger than it (the
- * first block, min(b, s) tokens, is the largest). */
-static void axis_relation(int64_t b, int64_t t, int64_t s, int *combined, int *subdivided)
-{
-  if (b % t != 0 && b < s)
-    *combined = 1;
-  if ((b < s ? b : s) > t)
-    *subdivided = 1;
-}
-
 int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, int tile_n,
                         const char **why)
 {
+  /* Why each mapping does not apply, as reasons say it. */
+  static const char *const needs[] = {[TSR_MAP_RETAIN] = "retain needs blocks equal to the tile",
+                                      [TSR_MAP_COMBINE] = "combine needs tiles that span several blocks",
+                                      [TSR_MAP_SUBDIVIDE] = "subdivide needs blocks larger than the tile"};
   const char *w = NULL;
   int comb = 0, sub = 0;
   if (tile_m <= 0 || tile_n <= 0) {
@@ -444,14 +447,10 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, 
     if (mapping == TSR_MAP_RETAIN)
       w = "retain needs uniform blocks, the geometry is variable";
   } else {
-    axis_relation(f->bq, tile_m, f->seq_q, &comb, &sub);
-    axis_relation(f->bk, tile_n, f->seq_k, &comb, &sub);
-    if (mapping == TSR_MAP_RETAIN && (comb || sub))
-      w = "retain needs blocks equal to the tile";
-    else if (mapping == TSR_MAP_COMBINE && !comb)
-      w = "combine needs tiles that span several blocks";
-    else if (mapping == TSR_MAP_SUBDIVIDE && !sub)
-      w = "subdivide needs blocks larger than the tile";
+    /* The planner's own rule (map.c), on the features' geometry. */
+    tsr_map_relation_uniform(f->bq, f->bk, f->seq_q, f->seq_k, tile_m, tile_n, &comb, &sub);
+    if (!tsr_map_applies(mapping, comb, sub))
+      w = needs[mapping];
   }
   if (why)
     *why = w;
@@ -635,8 +634,27 @@ static const row *nearest(const tsr_selector *s, const int32_t *key, const tsr_f
   return best;
 }
 
-tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
-                           tsr_error *err)
+/* A hit on a row that cannot run on the context's device
+ * (TSR_ROW_NO_KERNEL): the row's reason, which says so, then the
+ * fallback's. */
+static void no_kernel(tsr_selection *out, const tsr_plan_opts *base, const char *tail)
+{
+  text t;
+  t.p = out->reason;
+  t.n = sizeof out->reason;
+  t.len = strlen(out->reason);
+  put_s(&t, tail);
+  out->opts = *base;
+  out->variant[0] = '\0';
+  out->from_table = 0;
+  out->level = -1;
+  out->row_id = -1;
+}
+
+/* tsr_select_plan, with `tail` ending the reason of a fallback (": base
+ * plan", or ": automatic plan" on the request path). */
+static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
+                              const char *tail, tsr_error *err)
 {
   int level;
   const row *skipped = NULL;
@@ -666,6 +684,8 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       const row *r = nearest(s, key, f, &base);
       if (r) {
         take(r, f, out, 1);
+        if (r->fate == TSR_ROW_NO_KERNEL)
+          no_kernel(out, &base, tail);
         return TSR_OK;
       }
       continue;
@@ -693,6 +713,8 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
           break;
         }
         take(r, f, out, level);
+        if (r->fate == TSR_ROW_NO_KERNEL)
+          no_kernel(out, &base, tail);
         return TSR_OK;
       }
       if (c < 0)
@@ -729,8 +751,14 @@ tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_sel
       put_s(&t, skipped_why);
     }
   }
-  put_s(&t, ": base plan");
+  put_s(&t, tail);
   return TSR_OK;
+}
+
+tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f, tsr_selection *out,
+                           tsr_error *err)
+{
+  return select_core(s, f, out, ": base plan", err);
 }
 
 char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
@@ -773,15 +801,13 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel)
 tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
                               const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
 {
-  static const char base_tail[] = ": base plan", auto_tail[] = ": automatic plan";
   tsr_plan_opts b;
   tsr_status st;
-  size_t len;
   if (base)
     b = *base;
   else
     tsr_plan_opts_init(&b);
-  if ((st = tsr_select_plan(s, f, out, err)) != TSR_OK)
+  if ((st = select_core(s, f, out, ": automatic plan", err)) != TSR_OK)
     return st;
   if (out->from_table) {
     /* The row decides the tile, mapping, task layout and variant; the
@@ -806,11 +832,29 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
   /* A miss keeps what the request path did before there was a table: the
    * automatic planner (or the caller's options). */
   out->opts = b;
-  len = strlen(out->reason);
-  if (len >= sizeof base_tail - 1 && !strcmp(out->reason + len - (sizeof base_tail - 1), base_tail))
-    len -= sizeof base_tail - 1;
-  if (len > sizeof out->reason - sizeof auto_tail)
-    len = sizeof out->reason - sizeof auto_tail;
-  memcpy(out->reason + len, auto_tail, sizeof auto_tail);
   return TSR_OK;
+}
+
+/* ---- Rows as a context settles them (select_impl.h) -------------------- */
+
+void tsr_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out)
+{
+  const row *r = &s->rows[i];
+  out->dtype = (tsr_dtype)r->key[1];
+  out->head_dim = r->key[2];
+  out->mapping = (tsr_mapping)r->mapping;
+  out->tile_m = r->tile_m;
+  out->tile_n = r->tile_n;
+  out->variant = r->variant;
+}
+
+void tsr_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note)
+{
+  row *r = &s->rows[i];
+  size_t len = strlen(r->why);
+  r->fate = (uint8_t)fate;
+  if (fate != TSR_ROW_RUNS)
+    r->variant[0] = '\0';
+  if (note)
+    snprintf(r->why + len, sizeof r->why - len, "%s", note);
 }

@@ -160,7 +160,12 @@ typedef struct {
 } tsr_array;
 
 size_t tsr_dtype_size(tsr_dtype dt);
+/* The one spelling of each dtype, everywhere (messages, kernel variant
+ * names, catalogs, lookup tables): "bool", "uint8", "int32", "int64",
+ * "fp16", "bf16", "float32", "float64"; "unknown" for other values. */
 const char *tsr_dtype_name(tsr_dtype dt);
+/* Parses those names; returns 0 on success, -1 for an unknown name. */
+int tsr_dtype_parse(const char *name, tsr_dtype *out);
 /* The product of the shape (1 for 0 dimensions); -1 when a dimension is
  * negative or the product overflows int64, 0 for a NULL array or an ndim
  * outside 0..TSR_MAX_DIMS. */
@@ -251,8 +256,10 @@ tsr_status tsr_mask_from_packed(int64_t batch, int64_t heads, int64_t nq, int64_
  * nk (the key blocks, from the geometry) must pack into the last dimension. */
 tsr_status tsr_mask_load_packed(const char *path, int64_t nk, tsr_mask **out, tsr_error *err);
 /* The packed [nq][*words] plane used by (b, h): row i's words at
- * plane + i * *words, bit j % 64 of word j / 64; NULL for a byte mask (or
- * b, h out of range).  *words = ceil(nk / 64) either way. */
+ * plane + i * *words, bit j % 64 of word j / 64, bits past nk clear.
+ * Every mask has them, built once when it is made (from the bytes of a
+ * byte mask); NULL for b, h out of range.  *words = ceil(nk / 64) either
+ * way. */
 const uint64_t *tsr_mask_packed_plane(const tsr_mask *m, int64_t b, int64_t h, int64_t *words);
 /* Fraction of selected block pairs (by block count, not tokens). */
 double tsr_mask_density(const tsr_mask *m);
@@ -328,12 +335,18 @@ typedef enum {
   TSR_TASKS_PACK     /* query tiles / GQA heads with identical key lists share a task */
 } tsr_tasks;
 
+/* What a plan is made for when the options do not say: the H200's grid and
+ * compile target, which the shipped lookup table was profiled on (also
+ * what a host-only context stands for). */
+#define TSR_DEFAULT_NUM_SMS 132
+#define TSR_DEFAULT_ARCH "sm_90a"
+
 typedef struct {
   int tile_m, tile_n;  /* physical tile; 0 = let the planner choose */
   tsr_mapping mapping;
   tsr_tasks tasks;
-  int num_sms;         /* persistent grid size; 0 = 132 (H200) */
-  const char *arch;    /* "sm_90a", ...; NULL = "sm_90a" */
+  int num_sms;         /* persistent grid size; 0 = TSR_DEFAULT_NUM_SMS */
+  const char *arch;    /* "sm_90a", ...; NULL = TSR_DEFAULT_ARCH */
   const char *variant; /* kernel variant name; NULL = choose */
   int split_tiles;     /* most key tiles per split chunk; 0 = planner's choice
                           (AUTO: from the balance target, SPLIT: the mean row) */
@@ -408,7 +421,7 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
                            const tsr_array *v, tsr_array *out, tsr_array *lse,
                            tsr_error *err);
 
-/* ---- GPU execution (runtime/cuda.c, bundle.c, gpu.c) ------------------- */
+/* ---- GPU execution (runtime/cuda.c, bundle.c, context.c, gpu.c) -------- */
 
 /* A context owns the loaded driver (dlopen of libcuda.so.1 on first use), the
  * kernel bundle for the device's arch and the plan selector: the lookup
@@ -422,8 +435,9 @@ typedef struct {
   const char *db_path;   /* NULL = the embedded default lookup database */
 } tsr_context_opts;
 
-/* device: a host-only context, with the bundle (sm_90a) and the lookup
- * table (its only GPU, 132 multiprocessors) but no driver: selection works
+/* device: a host-only context, with the bundle (TSR_DEFAULT_ARCH) and the
+ * lookup table (its only GPU, TSR_DEFAULT_NUM_SMS multiprocessors) but no
+ * driver: selection works
  * on a machine without a GPU; every device call fails with
  * TSR_ERR_NO_DEVICE. */
 #define TSR_CONTEXT_NO_DEVICE (-1)
@@ -519,7 +533,8 @@ typedef struct {
   int num_sms;
 } tsr_features;
 
-/* num_sms 0 = 132 (H200).  The mask must fit the problem (tsr_mask_check). */
+/* num_sms 0 = TSR_DEFAULT_NUM_SMS.  The mask must fit the problem
+ * (tsr_mask_check). */
 tsr_status tsr_features_compute(const tsr_problem *p, const tsr_mask *m, int num_sms,
                                 tsr_features *f, tsr_error *err);
 /* Features as (name, value) pairs for storage; returns the count (<= 32). */
@@ -595,28 +610,31 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
 tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
                               const tsr_plan_opts *base, tsr_selection *out, tsr_error *err);
 
-/* ---- Selection in the request path (runtime/gpu.c) --------------------- */
+/* ---- Selection in the request path (runtime/context.c) ----------------- */
 
 /* Turns (problem, mask) into plan options through the context's lookup
  * table: features (tsr_features_compute, base->num_sms or the device's
  * multiprocessors), the table row and its eligibility (tsr_select_request),
- * then the bundle: the row's variant when the bundle serves the tile with
- * it, else no name (tsr_gpu_upload picks the bundle's variant for the same
- * tile, dtype and head dim; the reason says so), else, when the bundle has
- * no variant for that tile at all, the automatic plan (base).  out->opts is
- * ready for tsr_plan_create while *out lives (opts.variant points into it).
- * from_table, level (0 region, 1 nearest region, 2 geometry, -1 fallback),
- * row_id and reason say why.  Host work only, microseconds on top of the
- * features; works on a host-only context (TSR_CONTEXT_NO_DEVICE).  It
- * remembers each row's bundle check in the context, so, like every call on
- * a context, it must not run concurrently with another on the same one. */
+ * and the row's fate on the device, settled against the bundle once at
+ * tsr_context_create: the row's variant when the bundle serves the row's
+ * plan with it, else no name (tsr_gpu_upload picks the bundle's variant for
+ * the same tile, dtype and head dim; the reason says so), else, when the
+ * bundle has no variant for that tile at all, the automatic plan (base).
+ * out->opts is ready for tsr_plan_create while *out lives (opts.variant
+ * points into it).  from_table, level (0 region, 1 nearest region, 2
+ * geometry, -1 fallback), row_id and reason say why.  Host work only,
+ * microseconds on top of the features; works on a host-only context
+ * (TSR_CONTEXT_NO_DEVICE).  It only reads the context, so selections may
+ * run concurrently on one context (but not with other calls on it). */
 tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,
                               const tsr_plan_opts *base, tsr_selection *out, tsr_error *err);
 /* The same from features already computed (from tsr_gpuplan_features, say). */
 tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
                                        const tsr_plan_opts *base, tsr_selection *out,
                                        tsr_error *err);
-/* The context's selector (read only; owned by the context). */
+/* The context's selector (read only; owned by the context): the table
+ * with its rows settled against the bundle, so tsr_select_request on it
+ * chooses as tsr_context_select does. */
 const tsr_selector *tsr_context_selector(const tsr_context *ctx);
 
 /* ---- GPU planning (runtime/gpuplan.c, templates/plan_gpu.cuh) --------- */
@@ -702,13 +720,36 @@ int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *gp, tsr_gpuplan_stats *s);
  * an estimate. */
 void tsr_gpuplan_features(const tsr_gpuplan *gp, const tsr_gpuplan_stats *s, tsr_features *f);
 
+/* Re-selection between steps, the policy of the Python binding's
+ * attention() for a CUDA mask, so that C callers choose alike: from the
+ * stats of a template's latest completed planning (tsr_gpuplan_stats_read),
+ * the regime the context's table selects for the next steps
+ * (tsr_gpuplan_features, then tsr_context_select_features with the
+ * automatic planner as the fallback).  The caller keeps one template per
+ * regime and switches to it (tsr_gpuplan_create on first use). */
+typedef struct {
+  int changed;          /* 0: nothing to select from (no completed step, or it
+                           overflowed a capacity): keep the current template */
+  tsr_plan_opts opts;   /* the regime, for tsr_gpuplan_create: the row's tile, mapping
+                           and variant (opts.variant points into sel) with row tasks,
+                           or split tasks with split_tiles the mean row of the step
+                           (its tiles per row, in the row's key tiles, rounded half to
+                           even, at least 1); the GPU planner takes no packed tasks,
+                           so a pack row runs row tasks.  On a fallback
+                           (sel.from_table 0): the automatic template's options */
+  tsr_selection sel;    /* the selection behind it: level, row, reason */
+} tsr_gpuplan_regime;
+
+tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const tsr_gpuplan_stats *s,
+                                tsr_gpuplan_regime *out, tsr_error *err);
+
 /* ---- ABI (runtime/abi.c) ---------------------------------------------- */
 
 /* sizeof the public struct named `type_name` ("tsr_problem", "tsr_features",
  * ...: every plain struct passed by pointer, tsr_error, tsr_problem,
  * tsr_plan_opts, tsr_plan_summary, tsr_context_opts, tsr_gpu_tensors,
  * tsr_features, tsr_region, tsr_selection, tsr_gpuplan_caps,
- * tsr_gpuplan_stats), as this library was built; 0 for an unknown name or
+ * tsr_gpuplan_stats, tsr_gpuplan_regime), as this library was built; 0 for an unknown name or
  * NULL.  Bindings that copy the structs compare their copies' sizes. */
 size_t tsr_abi_sizeof(const char *type_name);
 

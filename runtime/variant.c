@@ -33,9 +33,7 @@ const char *tsr_variant_layout_name(tsr_task_layout l)
 
 const char *tsr_variant_dtype_name(tsr_dtype d)
 {
-  if (d == TSR_DT_BF16) return "bf16";
-  if (d == TSR_DT_F16) return "fp16";
-  return NULL;
+  return d == TSR_DT_BF16 || d == TSR_DT_F16 ? tsr_dtype_name(d) : NULL;
 }
 
 void tsr_variant_format(const tsr_variant *v, char *buf)
@@ -91,9 +89,10 @@ tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
     if (eat(&p, family_names[i])) { x.family = (tsr_family)i; found = 1; }
   if (!found || !eat(&p, "_")) goto bad;
   what = "dtype";
-  if (eat(&p, "bf16_")) x.dtype = TSR_DT_BF16;
-  else if (eat(&p, "fp16_")) x.dtype = TSR_DT_F16;
+  if (eat(&p, tsr_dtype_name(TSR_DT_BF16))) x.dtype = TSR_DT_BF16;
+  else if (eat(&p, tsr_dtype_name(TSR_DT_F16))) x.dtype = TSR_DT_F16;
   else goto bad;
+  if (!eat(&p, "_")) goto bad;
   what = "head dim 'd<D>'";
   if (!eat(&p, "d") || !read_int(&p, &x.head_dim) || !eat(&p, "_")) goto bad;
   what = "tile 'm<BM>n<BN>'";

@@ -57,7 +57,8 @@ typedef struct {
 
 const char *tsr_variant_family_name(tsr_family f);
 const char *tsr_variant_layout_name(tsr_task_layout l);
-/* "bf16" / "fp16"; NULL for other dtypes. */
+/* The kernels' dtypes by their tsr_dtype_name ("bf16", "fp16"); NULL for
+ * other dtypes. */
 const char *tsr_variant_dtype_name(tsr_dtype d);
 
 /* Canonical name into buf (TSR_VARIANT_NAME_MAX bytes). */

@@ -45,6 +45,12 @@
  */
 #include "tsr_common.cuh"
 
+#if !defined(TSR_KERNEL_NAME) || !defined(TSR_HEAD_DIM) || !defined(TSR_BM) || !defined(TSR_BN) || \
+    !defined(TSR_WARPS) || !defined(TSR_STAGES) || !defined(TSR_THREADS) ||                       \
+    !defined(TSR_SMEM_BYTES) || !defined(TSR_MEMBERSHIP)
+#error "attn_sm80.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
+#endif
+
 namespace tsr80 {
 constexpr int D = TSR_HEAD_DIM;
 constexpr int BM = TSR_BM;

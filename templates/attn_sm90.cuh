@@ -12,21 +12,24 @@
  *   TSR_KERNEL_NAME  the entry symbol (the variant's canonical name)
  *   TSR_BM           query rows per CTA: 64 or 128 (64 per consumer warpgroup)
  *   TSR_BN           key columns per tile: 64 or 128
- *   TSR_D            head dimension: 64 or 128 (or TSR_HEAD_DIM)
+ *   TSR_HEAD_DIM     head dimension: 64 or 128
  *   TSR_STAGES       K/V ring depth: 2 or 3
- *   TSR_DTYPE_F16    1 for fp16 q/k/v/o, 0 (default) for bf16 (or
- *                    TSR_DTYPE_FP16)
+ *   TSR_DTYPE_BF16   1 for bf16 q/k/v/o, 0 for fp16
  *   TSR_MEMBERSHIP   1 to compile the membership-word masking of partial
  *                    tiles, 0 when every tile of every plan run with the
  *                    variant is full (tile.mem == -1)
+ *   TSR_WARPGROUPS   warpgroups per CTA (see threads below)
+ *   TSR_THREADS, TSR_SMEM_BYTES, TSR_TMA_BOX   what the host launches with
+ *                    (checked against this template's layout)
+ * Each must be defined: a missing one is an error, never a default.
  * plan_layout.h must be includable (it is self-contained under NVRTC).
  *
  * ---- Launch contract (what the host provides) ------------------------------
- *   threads per CTA   TSR_SM90_THREADS = 128 * TSR_WARPGROUPS: 1 + TSR_BM / 64
+ *   threads per CTA   TSR_THREADS = 128 * TSR_WARPGROUPS: 1 + TSR_BM / 64
  *                     (warpgroup 0 = TMA producer, 1.. = consumers), or
  *                     3 with TSR_BM 64: two tasks a CTA (TPC = 2)
- *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (QBUF*TSR_BM*TSR_D*2
- *                       + 2*TSR_STAGES*TSR_BN*TSR_D*2 + 256), QBUF = 2 with
+ *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (QBUF*TSR_BM*TSR_HEAD_DIM*2
+ *                       + 2*TSR_STAGES*TSR_BN*TSR_HEAD_DIM*2 + 256), QBUF = 2 with
  *                     two tasks a CTA and 2 stages (TSR_SM90_QPF), else 1
  *                     (bm128 bn128 d128: 165120 with 2 stages, 230656 with 3;
  *                     set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
@@ -58,26 +61,13 @@
  */
 #include "plan_layout.h"
 
-/* tessera-gen's own spellings of the same constants */
-#if !defined(TSR_D) && defined(TSR_HEAD_DIM)
-#define TSR_D TSR_HEAD_DIM
-#endif
-#if !defined(TSR_DTYPE_F16) && defined(TSR_DTYPE_FP16)
-#define TSR_DTYPE_F16 TSR_DTYPE_FP16
+#if !defined(TSR_KERNEL_NAME) || !defined(TSR_BM) || !defined(TSR_BN) || !defined(TSR_HEAD_DIM) || \
+    !defined(TSR_STAGES) || !defined(TSR_DTYPE_BF16) || !defined(TSR_MEMBERSHIP) ||                \
+    !defined(TSR_WARPGROUPS) || !defined(TSR_THREADS) || !defined(TSR_SMEM_BYTES) ||              \
+    !defined(TSR_TMA_BOX)
+#error "attn_sm90.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
 #endif
 
-#ifndef TSR_BM
-#error "TSR_BM not defined"
-#endif
-#ifndef TSR_STAGES
-#define TSR_STAGES 2
-#endif
-#ifndef TSR_DTYPE_F16
-#define TSR_DTYPE_F16 0
-#endif
-#ifndef TSR_MEMBERSHIP
-#define TSR_MEMBERSHIP 1
-#endif
 /* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
  * not part of the variant name): 0 off, 1 every GEMM issue block alternates,
  * 2 only the main loop's blocks alternate. */
@@ -93,19 +83,16 @@
  * alternation gains 2-3% at d64, where the softmax outweighs the GEMMs.
  * The alternation needs both warpgroups to run the same tiles, so it is
  * off where they skip independently. */
-#define TSR_SM90_PINGPONG (TSR_D == 64 && !TSR_SM90_SKIP ? 2 : 0)
+#define TSR_SM90_PINGPONG (TSR_HEAD_DIM == 64 && !TSR_SM90_SKIP ? 2 : 0)
 #endif
 #if TSR_SM90_SKIP && TSR_SM90_PINGPONG
 #error "attn_sm90.cuh: the consumer ping-pong needs both warpgroups on every tile (no skipping)"
 #endif
 
-#ifndef TSR_DTYPE_BF16
-#define TSR_DTYPE_BF16 (!TSR_DTYPE_F16)
-#endif
-#if TSR_DTYPE_F16
-#define TSR_WG_T "f16"
-#else
+#if TSR_DTYPE_BF16
 #define TSR_WG_T "bf16"
+#else
+#define TSR_WG_T "f16"
 #endif
 #include "tsr_common.cuh" /* tsr_ex2, tsr_pack2 (by TSR_DTYPE_BF16) */
 
@@ -115,12 +102,7 @@
  * warp), so that two 64-row tasks keep the tensor cores busy together
  * (notes/sm90.md, v6). */
 #define TSR_SM90_NC (TSR_BM / 64)
-#ifdef TSR_WARPGROUPS
-#define TSR_SM90_WG TSR_WARPGROUPS
-#else
-#define TSR_SM90_WG (1 + TSR_SM90_NC)
-#endif
-#define TSR_SM90_TPC ((TSR_SM90_WG - 1) / TSR_SM90_NC)
+#define TSR_SM90_TPC ((TSR_WARPGROUPS - 1) / TSR_SM90_NC)
 /* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
  * next task's records in flight, so that on a persistent grid the next
  * task's Q load and record loads run while the current task computes
@@ -129,27 +111,22 @@
 #define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
-#define TSR_SM90_THREADS (128 * TSR_SM90_WG)
 #define TSR_SM90_SMEM_BYTES                                                                \
-  (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_D * 2 +                             \
-                          2 * TSR_STAGES * TSR_BN * TSR_D * 2 + 256))
-static_assert(TSR_SM90_WG - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_SM90_WG <= 3,
+  (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_HEAD_DIM * 2 +                      \
+                          2 * TSR_STAGES * TSR_BN * TSR_HEAD_DIM * 2 + 256))
+static_assert(TSR_WARPGROUPS - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_WARPGROUPS <= 3,
               "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 with BM 64");
 
 /* tessera-gen also passes what it computed from the variant name: they must
  * agree with this template's own layout. */
-#ifdef TSR_THREADS
-static_assert(TSR_THREADS == TSR_SM90_THREADS, "TSR_THREADS disagrees with attn_sm90.cuh");
-#endif
-#ifdef TSR_SMEM_BYTES
+static_assert(TSR_THREADS == 128 * TSR_WARPGROUPS, "TSR_THREADS disagrees with attn_sm90.cuh");
 static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small for attn_sm90.cuh");
-#endif
-#if defined(TSR_TMA_BOX) && TSR_TMA_BOX != 64
+#if TSR_TMA_BOX != 64
 #error "attn_sm90.cuh loads TMA boxes 64 elements wide"
 #endif
 
 #if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \
-    (TSR_D != 64 && TSR_D != 128)
+    (TSR_HEAD_DIM != 64 && TSR_HEAD_DIM != 128)
 #error "attn_sm90.cuh: unsupported tile shape"
 #endif
 
@@ -436,7 +413,7 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
 static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1) {
   if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
 #pragma unroll
-    for (int j = 0; j < TSR_D / 8; ++j) {
+    for (int j = 0; j < TSR_HEAD_DIM / 8; ++j) {
       o[4 * j] *= a0;
       o[4 * j + 1] *= a0;
       o[4 * j + 2] *= a1;
@@ -456,12 +433,12 @@ static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, 
   const float NEG_INF = -__int_as_float(0x7f800000);
   const int rl1 = rl0 + 8;
   if (partial_slot >= 0) {
-    float *po = p.part_o + (tsr_i64)partial_slot * TSR_BM * TSR_D;
+    float *po = p.part_o + (tsr_i64)partial_slot * TSR_BM * TSR_HEAD_DIM;
 #pragma unroll
-    for (int j = 0; j < TSR_D / 8; ++j) {
+    for (int j = 0; j < TSR_HEAD_DIM / 8; ++j) {
       const int c = 8 * j + 2 * t;
-      *(float2 *)(po + (tsr_i64)rl0 * TSR_D + c) = make_float2(o[4 * j], o[4 * j + 1]);
-      *(float2 *)(po + (tsr_i64)rl1 * TSR_D + c) = make_float2(o[4 * j + 2], o[4 * j + 3]);
+      *(float2 *)(po + (tsr_i64)rl0 * TSR_HEAD_DIM + c) = make_float2(o[4 * j], o[4 * j + 1]);
+      *(float2 *)(po + (tsr_i64)rl1 * TSR_HEAD_DIM + c) = make_float2(o[4 * j + 2], o[4 * j + 3]);
     }
     if (t == 0) {
       p.part_m[(tsr_i64)partial_slot * TSR_BM + rl0] = l0 != l0 ? l0 : m0;
@@ -479,12 +456,12 @@ static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, 
   tsr_u32 *o1 = (tsr_u32 *)((unsigned short *)p.o + ob + r1 * p.o_stride[2]);
   if (r0 < p.seq_q) {
 #pragma unroll
-    for (int j = 0; j < TSR_D / 8; ++j)
+    for (int j = 0; j < TSR_HEAD_DIM / 8; ++j)
       o0[4 * j + t] = z0 ? 0u : tsr_pack2(o[4 * j] * i0, o[4 * j + 1] * i0);
   }
   if (r1 < p.seq_q) {
 #pragma unroll
-    for (int j = 0; j < TSR_D / 8; ++j)
+    for (int j = 0; j < TSR_HEAD_DIM / 8; ++j)
       o1[4 * j + t] = z1 ? 0u : tsr_pack2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
   }
   if (p.lse && t == 0) {
@@ -497,11 +474,11 @@ static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, 
 
 /* ---- the kernel ------------------------------------------------------------ */
 
-extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     TSR_KERNEL_NAME(const __grid_constant__ tsr_kernel_params p) {
   extern __shared__ __align__(1024) unsigned char tsr_smem_raw[];
   constexpr int NC = TSR_SM90_NC;
-  constexpr int HALVES = TSR_D / 64;            /* 64-column swizzle panels */
+  constexpr int HALVES = TSR_HEAD_DIM / 64;            /* 64-column swizzle panels */
   constexpr tsr_u32 Q_PANEL = TSR_BM * 128;     /* bytes of one [BM x 64] panel */
   constexpr tsr_u32 KV_PANEL = TSR_BN * 128;    /* bytes of one [BN x 64] panel */
   constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
@@ -690,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
 #define TSR_EDGE_END() ((void)0)
 #endif
     int it = 0, q_uses = 0;
-    float s[TSR_BN / 2], o[TSR_D / 2];
+    float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
     tsr_u32 pf[TSR_BN / 4];
 #if TSR_SM90_QPF
     /* The next task's record, first member and (membership) its rows'
@@ -725,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         const int slot = tk.partial >= 0 ? tk.partial + i : -1;
         if (nt <= 0) {
 #pragma unroll
-          for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
+          for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
           tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
           continue;
         }
@@ -786,7 +763,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
         float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
         bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
 #pragma unroll
-        for (int j = 0; j < TSR_D / 2; ++j) o[j] = 0.f;
+        for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
         tsr_mbar_wait(q_f, q_par);
         ++q_uses;
         bool q_held = true;
@@ -814,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           TSR_EDGE_BEGIN();
           tsr_wg_fence();
 #pragma unroll
-          for (int kk = 0; kk < TSR_D / 16; ++kk) {
+          for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
             const tsr_u32 off = (kk % 4) * 32;
 #if TSR_BN == 128
             tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
@@ -849,7 +826,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           TSR_TURN_BEGIN();
           tsr_wg_fence();
 #pragma unroll
-          for (int kk = 0; kk < TSR_D / 16; ++kk) {
+          for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
             const tsr_u32 off = (kk % 4) * 32;
 #if TSR_BN == 128
             tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
@@ -865,7 +842,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_wg_fence();
 #pragma unroll
           for (int kk = 0; kk < TSR_BN / 16; ++kk) {
-#if TSR_D == 128
+#if TSR_HEAD_DIM == 128
             tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #else
             tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
@@ -883,7 +860,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
           tsr_wg_wait<0>();
-          tsr_fence_regs<TSR_D / 2>(o);
+          tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
           tsr_fence_regs_u<TSR_BN / 4>(pf);
           if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
 #pragma unroll
@@ -899,7 +876,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_wg_fence();
 #pragma unroll
           for (int kk = 0; kk < TSR_BN / 16; ++kk) {
-#if TSR_D == 128
+#if TSR_HEAD_DIM == 128
             tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #else
             tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
@@ -908,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(TSR_SM90_THREADS, 1)
           tsr_wg_commit();
           TSR_EDGE_END();
           tsr_wg_wait<0>();
-          tsr_fence_regs<TSR_D / 2>(o);
+          tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
           tsr_fence_regs_u<TSR_BN / 4>(pf);
           if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
         };

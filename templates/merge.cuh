@@ -18,6 +18,10 @@
 
 #include "tsr_common.cuh"
 
+#if !defined(TSR_MERGE_NAME) || !defined(TSR_BM) || !defined(TSR_HEAD_DIM)
+#error "merge.cuh: TSR_MERGE_NAME, TSR_BM and TSR_HEAD_DIM come from tessera-gen"
+#endif
+
 #define TSR_MERGE_THREADS 256
 
 extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)

@@ -7,6 +7,10 @@
 #ifndef TSR_COMMON_CUH
 #define TSR_COMMON_CUH
 
+#ifndef TSR_DTYPE_BF16 /* 1 bf16, 0 fp16: the variant's, never a default */
+#error "tsr_common.cuh: TSR_DTYPE_BF16 is not defined (tessera-gen defines it)"
+#endif
+
 typedef unsigned short tsr_u16;
 
 #define TSR_NEG_INF __int_as_float(0xff800000)

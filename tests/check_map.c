@@ -285,6 +285,80 @@ START_TEST(test_map_combine_subdivide)
 }
 END_TEST
 
+/* The mapping rule is one function (map.c), also the selection's: its
+ * O(1) form for uniform blocks (which the planner and tsr_select_eligible
+ * use) says what the walk over the same blocks given as a variable
+ * geometry says, over random block sizes, lengths (ragged and exact) and
+ * tiles; and a plan of either geometry reports that relation. */
+START_TEST(test_relation_uniform_is_walk)
+{
+  tu_rng r = {tu_seed("relation_uniform", 43) + (uint64_t)_i};
+  int c, checked = 0;
+  for (c = 0; c < 60; c++) {
+    int64_t bq = tu_range(&r, 1, 700), bk = tu_range(&r, 1, 700);
+    int64_t sq = tu_range(&r, 1, 3000), sk = tu_range(&r, 1, 3000), nq, nk, i;
+    int tm = 16 * (int)tu_range(&r, 1, 32), tn = 32 * (int)tu_range(&r, 1, 16);
+    int comb, sub, k;
+    int64_t *qs, *ks;
+    tsr_geom *gu = NULL, *gv = NULL;
+    tsr_error err = {0};
+    if (c % 3 == 0) { /* sizes and lengths made of tiles, where edges vanish */
+      bq = tm * tu_range(&r, 1, 3) / (int64_t)tu_range(&r, 1, 2);
+      sq = bq * tu_range(&r, 1, 8);
+      bk = tn * tu_range(&r, 1, 3);
+      sk = bk * tu_range(&r, 1, 8);
+    }
+    nq = (sq + bq - 1) / bq;
+    nk = (sk + bk - 1) / bk;
+    qs = malloc(sizeof *qs * (size_t)nq);
+    ks = malloc(sizeof *ks * (size_t)nk);
+    for (i = 0; i < nq; i++)
+      qs[i] = i < nq - 1 ? bq : sq - bq * (nq - 1);
+    for (i = 0; i < nk; i++)
+      ks[i] = i < nk - 1 ? bk : sk - bk * (nk - 1);
+    ck_assert_int_eq(tsr_geom_uniform(sq, sk, bq, bk, &gu, &err), TSR_OK);
+    ck_assert_int_eq(tsr_geom_variable(qs, nq, ks, nk, &gv, &err), TSR_OK);
+    tsr_map_relation_uniform(bq, bk, sq, sk, tm, tn, &comb, &sub);
+    for (k = 0; k < 2; k++) {
+      tsr_problem p;
+      tsr_plan_opts o;
+      tsr_plan *pl = NULL;
+      tsr_mask *m = NULL;
+      uint8_t *bits = tu_rand_bits(&r, (size_t)(nq * nk), 0.5);
+      ck_assert_int_eq(tsr_mask_from_bytes(1, 1, nq, nk, bits, &m, &err), TSR_OK);
+      memset(&p, 0, sizeof p);
+      p.batch = p.heads_q = p.heads_kv = 1;
+      p.seq_q = sq;
+      p.seq_k = sk;
+      p.head_dim = 16;
+      p.dtype = TSR_DT_BF16;
+      p.geom = k ? gv : gu;
+      tsr_plan_opts_init(&o);
+      o.tile_m = tm;
+      o.tile_n = tn;
+      o.tasks = TSR_TASKS_ROW;
+      ck_assert_msg(tsr_plan_create(&p, m, &o, &pl, &err) == TSR_OK, "%s", err.text);
+      ck_assert_msg(pl->summary.combined == comb && pl->summary.subdivided == sub,
+                    "blocks %lldx%lld over %lldx%lld, tile %dx%d (%s geometry): planner says "
+                    "combined %d subdivided %d, the O(1) rule %d %d",
+                    (long long)bq, (long long)bk, (long long)sq, (long long)sk, tm, tn,
+                    k ? "variable" : "uniform", pl->summary.combined, pl->summary.subdivided,
+                    comb, sub);
+      ck_assert_int_eq(pl->mapping, comb ? TSR_MAP_COMBINE : sub ? TSR_MAP_SUBDIVIDE : TSR_MAP_RETAIN);
+      checked++;
+      tsr_plan_destroy(pl);
+      tsr_mask_destroy(m);
+      free(bits);
+    }
+    tsr_geom_destroy(gu);
+    tsr_geom_destroy(gv);
+    free(qs);
+    free(ks);
+  }
+  ck_assert_int_eq(checked, 120);
+}
+END_TEST
+
 START_TEST(test_map_rejects)
 {
   tu_rng r = {tu_seed("map_rejects", 21)};
@@ -617,6 +691,7 @@ int main(void)
   tcase_add_test(tc, test_map_retain);
   tcase_add_test(tc, test_map_combine_subdivide);
   tcase_add_test(tc, test_map_rejects);
+  tcase_add_loop_test(tc, test_relation_uniform_is_walk, 0, 4);
   tcase_add_test(tc, test_tasks_gqa_empty);
   tcase_add_test(tc, test_tasks_split_balance);
   suite_add_tcase(s, tc);

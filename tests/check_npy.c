@@ -307,7 +307,7 @@ START_TEST(test_save_failures_leave_nothing)
   tsr_error err = {0};
   char bad[600];
   ck_assert_int_eq(tsr_npy_save(path, &a, &err), TSR_ERR_DTYPE);
-  ck_assert_ptr_nonnull(strstr(err.text, "bfloat16"));
+  ck_assert_ptr_nonnull(strstr(err.text, "bf16"));
   ck_assert_int_eq(count_files(), 0);
   snprintf(bad, sizeof bad, "%s/no/such/dir/o.npy", dir);
   a.dtype = TSR_DT_F16;
@@ -338,7 +338,22 @@ START_TEST(test_first_error_wins)
   ck_assert_ptr_nonnull(strstr(err.text, "first.npy"));
   ck_assert_ptr_null(strstr(err.text, "second.npy"));
   ck_assert_str_eq(tsr_strerror(TSR_ERR_DTYPE), "unsupported data type");
-  ck_assert_str_eq(tsr_dtype_name(TSR_DT_F16), "float16");
+  ck_assert_str_eq(tsr_dtype_name(TSR_DT_F16), "fp16");
+  /* One spelling a dtype: every name parses back, the old ones do not. */
+  {
+    static const tsr_dtype all[] = {TSR_DT_BOOL, TSR_DT_U8,   TSR_DT_I32, TSR_DT_I64,
+                                    TSR_DT_F16,  TSR_DT_BF16, TSR_DT_F32, TSR_DT_F64};
+    static const char *const gone[] = {"f16", "float16", "bfloat16", "f32", "", NULL};
+    tsr_dtype d;
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof *all; i++) {
+      d = (tsr_dtype)-1;
+      ck_assert_int_eq(tsr_dtype_parse(tsr_dtype_name(all[i]), &d), 0);
+      ck_assert_int_eq(d, all[i]);
+    }
+    for (i = 0; i < sizeof gone / sizeof *gone; i++)
+      ck_assert_int_eq(tsr_dtype_parse(gone[i], &d), -1);
+  }
 }
 END_TEST
 

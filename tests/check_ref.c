@@ -370,10 +370,10 @@ START_TEST(test_rejects)
   expect_fail(NAN, TSR_ERR_INVALID, "scale nan is not finite");
   expect_fail(INFINITY, TSR_ERR_INVALID, "not finite");
   Q.dtype = TSR_DT_I32;
-  expect_fail(0, TSR_ERR_DTYPE, "q: expected float32 or float16, got int32");
+  expect_fail(0, TSR_ERR_DTYPE, "q: expected float32 or fp16, got int32");
   Q.dtype = TSR_DT_F32;
   V.dtype = TSR_DT_F64;
-  expect_fail(0, TSR_ERR_DTYPE, "v: expected float32 or float16, got float64");
+  expect_fail(0, TSR_ERR_DTYPE, "v: expected float32 or fp16, got float64");
   V.dtype = TSR_DT_F32;
   K.ndim = 2;
   expect_fail(0, TSR_ERR_SHAPE, "k: expected 3 or 4 dimensions");

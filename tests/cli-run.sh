@@ -71,7 +71,7 @@ run_with() { # Q K V MASK BLOCK [extra...]
 }
 needle_="$D/badmagic.npy': bad magic";   run_with "$D/badmagic.npy" "$G" "$G" "$M" 16
 needle_="$D/truncated.npy': truncated";  run_with "$G" "$D/truncated.npy" "$G" "$M" 16
-needle_="$D/int32.npy': expected float32 or float16, got int32"; run_with "$G" "$G" "$D/int32.npy" "$M" 16
+needle_="$D/int32.npy': expected float32 or fp16, got int32"; run_with "$G" "$G" "$D/int32.npy" "$M" 16
 needle_="$D/complex.npy': unsupported dtype '<c8'"; run_with "$D/complex.npy" "$G" "$G" "$M" 16
 needle_="$D/fortran.npy': fortran order"; run_with "$D/fortran.npy" "$G" "$G" "$M" 16
 needle_="$D/twodim.npy': expected 3 or 4 dimensions"; run_with "$D/twodim.npy" "$G" "$G" "$M" 16
@@ -130,7 +130,7 @@ bq=${blk%x*}; bk=${blk#*x}
 "$T" run --backend cpu --mask "$D/mask.npy" --block "$blk" --q "$D/q.npy" --k "$D/k.npy" \
   --v "$D/v.npy" --out "$D/out.npy" --explain >"$D/stdout" 2>"$D/stderr" \
   || bad "run --explain: $(cat "$D/stderr")"
-d=$(sed -n 's/^region: bfloat16 d\([0-9]*\) .*/\1/p' "$D/stdout")
+d=$(sed -n 's/^region: bf16 d\([0-9]*\) .*/\1/p' "$D/stdout")
 [ -n "$d" ] || bad "run --explain printed no region: $(cat "$D/stdout")"
 grep -q "^features: density" "$D/stdout" || bad "run --explain printed no features"
 grep -q "^reason: no usable row.*: automatic plan" "$D/stdout" || bad "embedded table hit for d$d: $(cat "$D/stdout")"

@@ -808,6 +808,44 @@ static void var_case(const vcase *c, CUstream s)
 
 /* ---- graph capture and replay ------------------------------------------- */
 
+/* tsr_gpuplan_reselect after a completed step (what the Python binding's
+ * attention() runs between steps): a regime to switch to, one that
+ * tsr_gpuplan_create takes and whose plan of the same mask verifies; and
+ * the features it selected from are the template's. */
+static void check_reselect(const char *label, tsr_gpuplan *gp, const tsr_problem *p, const tsr_mask *m,
+                           CUdeviceptr dmask, const tsr_gpuplan_stats *st, CUstream s)
+{
+  tsr_gpuplan_regime rg;
+  tsr_gpuplan *next = NULL;
+  tsr_gpuplan_caps caps;
+  tsr_plan *dev = NULL;
+  tsr_features f;
+  tsr_selection sel;
+  tsr_plan_opts base;
+  tsr_error err = {0};
+  if (tsr_gpuplan_reselect(ctx, gp, st, &rg, &err) != TSR_OK || !rg.changed) {
+    fail(label, "reselect after step %lld: changed %d: %s", (long long)st->step, rg.changed, err.text);
+    return;
+  }
+  tsr_gpuplan_features(gp, st, &f);
+  tsr_plan_opts_init(&base);
+  TRY(tsr_context_select_features(ctx, &f, &base, &sel, &e_));
+  if (rg.sel.from_table != sel.from_table || rg.sel.row_id != sel.row_id || strcmp(rg.sel.reason, sel.reason) ||
+      (rg.opts.tasks != TSR_TASKS_ROW && rg.opts.tasks != TSR_TASKS_SPLIT) ||
+      (rg.opts.tasks == TSR_TASKS_SPLIT) != (sel.from_table && sel.opts.tasks == TSR_TASKS_SPLIT) ||
+      (rg.opts.tasks == TSR_TASKS_SPLIT && rg.opts.split_tiles < 1))
+    fail(label, "regime %dx%d %s split %d does not follow the selection (%s)", rg.opts.tile_m,
+         rg.opts.tile_n, tsr_plan_tasks_name(rg.opts.tasks), rg.opts.split_tiles, sel.reason);
+  tsr_gpuplan_caps_init(&caps);
+  if (tsr_gpuplan_create(ctx, p, &rg.opts, &caps, &next, &err) ||
+      tsr_gpuplan_plan(next, dmask, TSR_MASK_BYTES, s, &err) || tsr_gpuplan_download(next, &dev, &err) ||
+      tsr_plan_verify(dev, m, &err))
+    fail(label, "the re-selected regime %dx%d %s split %d (%s): %s", rg.opts.tile_m, rg.opts.tile_n,
+         tsr_plan_tasks_name(rg.opts.tasks), rg.opts.split_tiles, rg.sel.reason, err.text);
+  tsr_plan_destroy(dev);
+  tsr_gpuplan_destroy(next);
+}
+
 static void graph_case(CUstream s)
 {
   const int B = 1, H = 3, S = 900, D = 128, bs = 64;
@@ -839,6 +877,15 @@ static void graph_case(CUstream s)
   TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
   make_tensors(&x, B, H, H, S, S, D, TSR_DT_BF16, 1);
   CK(cu->cuMemAlloc(&dmask, (size_t)H * nq * nq));
+  {
+    /* No completed step yet: nothing to re-select from. */
+    tsr_gpuplan_stats st0;
+    tsr_gpuplan_regime rg;
+    tsr_error_clear(&err);
+    tsr_gpuplan_stats_read(gp, &st0);
+    if (tsr_gpuplan_reselect(ctx, gp, &st0, &rg, &err) != TSR_OK || rg.changed)
+      fail("graph", "reselect before any step: changed %d %s", rg.changed, err.text);
+  }
 
   /* Capture once: plan + attention on the stream, reading whatever the mask
    * buffer holds when the graph runs. */
@@ -911,6 +958,7 @@ static void graph_case(CUstream s)
              step, st.density, st.row_cv, (long long)st.tasks, (long long)st.merges, e, le, sel.opts.tile_m,
              sel.opts.tile_n, tsr_plan_tasks_name(sel.opts.tasks));
     }
+    check_reselect("graph reselect", gp, &p, m, dmask, &st, s);
     tsr_plan_destroy(dev);
     tsr_npy_free(&od);
     tsr_npy_free(&ld);

@@ -115,6 +115,10 @@ tests_check_gen_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # gen-sass.sh: the cubins use the intended instructions (cuobjdump).
 TESTS += tests/gen-sass.sh tests/gen-errors.sh
 EXTRA_DIST += tests/gen-sass.sh tests/gen-errors.sh
+# gen-constants.sh: every template constant comes from tessera-gen, one name
+# each, none defaulted.
+TESTS += tests/gen-constants.sh
+EXTRA_DIST += tests/gen-constants.sh
 # gpu_attn: plain C (no Check: the GPU machine lacks it); exits 77 without
 # a GPU.  Run on the device by scripts/device-check.
 check_PROGRAMS += tests/gpu_attn
@@ -134,6 +138,13 @@ tests_check_select_SOURCES = tests/check_select.c
 tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
 tests_check_select_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# the context's selection (context.c) against the rules it shares
+check_PROGRAMS += tests/check_context
+TESTS += tests/check_context
+tests_check_context_SOURCES = tests/check_context.c tests/util.h
+tests_check_context_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
+tests_check_context_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+tests_check_context_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
 # h200-table.sh: db/h200.sql and the published selection figures reproduce

@@ -13,7 +13,8 @@
 # attention() without a context: one default context per device (made once
 # under concurrent first calls), GPU plan templates cached on the context
 # (one per shape however many calls) and freed with it; run with stand-ins
-# for the tensors and for GpuPlan, which need a GPU.
+# for the tensors and for GpuPlan, which need a GPU; the GPU templates' re-selection
+# follows what tsr_gpuplan_reselect answers (a stand-in here: it needs a GPU plan).
 # Skips (77) without python3 or the shared library, and in the sanitizer build.
 top=${TSR_TOP_BUILDDIR:-.}
 src=${TSR_TOP_SRCDIR:-.}
@@ -185,7 +186,7 @@ MIRRORS = {"tsr_error": "_Error", "tsr_problem": "_Problem", "tsr_plan_opts": "_
            "tsr_context_opts": "_ContextOpts", "tsr_gpu_tensors": "_GpuTensors",
            "tsr_plan_summary": "_Summary", "tsr_features": "_Features",
            "tsr_selection": "_Selection", "tsr_gpuplan_caps": "_GpuPlanCaps",
-           "tsr_gpuplan_stats": "_GpuPlanStats"}
+           "tsr_gpuplan_stats": "_GpuPlanStats", "tsr_gpuplan_regime": "_Regime"}
 lib.tsr_abi_sizeof.restype, lib.tsr_abi_sizeof.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
 for cname, pyname in MIRRORS.items():
     assert lib.tsr_abi_sizeof(cname.encode()) == ctypes.sizeof(getattr(tessera, pyname)), cname
@@ -324,5 +325,75 @@ try:
 finally:
     tessera.GpuPlan, tessera.Context = real_gpuplan, real_context
 print("python-binding: attention() without a context: 1 context, 1 template per shape over 350 calls")
+
+# ---- attention()'s re-selection: libtessera decides, the templates follow ----
+# tsr_gpuplan_reselect needs a GPU plan (tests/check_context.c checks its
+# policy against the one this binding had); here a stand-in for it answers
+# in the library's struct, and _GpuTemplates must keep, fall back, or make
+# and reuse one template per regime exactly as told.
+answers, made_regimes = [], []
+class Template:
+    def __init__(self, **regime):
+        self.regime, self._h, self.step = regime, ctypes.c_void_p(id(self)), 0
+        made_regimes.append(regime)
+    def _stats(self):
+        st = tessera._GpuPlanStats()
+        st.step = self.step
+        return st
+    def close(self):
+        pass
+def fake_reselect(ctx_h, gp_h, st, out, err):
+    r = out._obj
+    kind, opts = answers.pop(0)
+    r.changed = kind != "keep"
+    r.sel.from_table = kind == "table"
+    r.sel.level = 1 if kind == "table" else -1
+    r.sel.reason = ("reason %d" % st._obj.step).encode()
+    if opts:
+        r.opts.tile_m, r.opts.tile_n, r.opts.mapping, r.opts.tasks, r.opts.split_tiles, v = opts
+        r.sel.variant = v.encode()
+    return 0
+class Busy:  # torch.cuda.is_current_stream_capturing() for _GpuTemplates.pick
+    class cuda:
+        @staticmethod
+        def is_current_stream_capturing():
+            return False
+real_torch, real_reselect = tessera._torch, getattr(lib, "tsr_gpuplan_reselect")
+tessera._torch, lib.tsr_gpuplan_reselect = (lambda: Busy), fake_reselect
+try:
+    host = tessera.Context(device=tessera.NO_DEVICE, bundle=bundle)
+    tp = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
+    auto = tp.cur
+    assert tp.pick() is auto  # no step completed (the one seen at creation): not asked
+    answers.append(("keep", None))
+    auto.step = 1
+    assert tp.pick() is auto and tp.selected_by == "fallback"
+    answers.append(("fallback", None))
+    auto.step = 2
+    assert tp.pick() is auto and tp.selected_by == "fallback" and tp.selection == "reason 2"
+    assert tp.pick() is auto  # the same step again: not asked again (no answer queued)
+    split = (128, 128, tessera.MAPPINGS["combine"], tessera.TASKS["split"], 3, "tsr_v")
+    answers.append(("table", split))
+    auto.step = 3
+    one = tp.pick()
+    assert one is not auto and tp.selected_by == "nearest", tp.selected_by
+    assert one.regime == dict(tile=(128, 128), mapping="combine", tasks="split", split_tiles=3,
+                              variant="tsr_v"), one.regime
+    answers.append(("table", split))
+    one.step = 9
+    assert tp.pick() is one and len(made_regimes) == 2  # the regime's template, reused
+    row = (64, 64, tessera.MAPPINGS["retain"], tessera.TASKS["row"], 0, "")
+    answers.append(("table", row))
+    one.step = 10
+    two = tp.pick()
+    assert two.regime == dict(tile=(64, 64), mapping="retain", tasks="row", split_tiles=0,
+                              variant=None), two.regime
+    answers.append(("fallback", None))
+    two.step = 11
+    assert tp.pick() is auto and len(made_regimes) == 3 and not answers
+    host.close()
+finally:
+    tessera._torch, lib.tsr_gpuplan_reselect = real_torch, real_reselect
+print("python-binding: GPU templates follow tsr_gpuplan_reselect (keep, fallback, one per regime)")
 print("python-binding: ok")
 PY

@@ -1,0 +1,54 @@
+/*
+ * context_impl.h: the context's internals, shared by the module that owns
+ * it and its selection (context.c) and the one that runs plans on it
+ * (gpu.c).  Not installed.
+ *
+ * A context is created once per device: the driver, the kernel bundle for
+ * the device's target, the modules loaded so far, and the lookup table
+ * whose rows were checked against that bundle at create.
+ */
+#ifndef TSR_CONTEXT_IMPL_H
+#define TSR_CONTEXT_IMPL_H
+
+#include "bundle.h"
+#include "cuda_impl.h"
+
+/* A bundle variant's module, loaded on its first launch (gpu.c). */
+typedef struct {
+  CUmodule mod;
+  CUfunction attn, merge;
+  int occupancy; /* resident CTAs a multiprocessor */
+} tsr_loaded_variant;
+
+struct tsr_context {
+  tsr_cu cu;
+  CUdevice dev;
+  CUcontext pctx;         /* NULL for a host-only context */
+  int refs;               /* the caller's handle + plans holding device copies */
+  char arch[16];
+  int cc_major, cc_minor, num_sms;
+  int64_t smem_optin;     /* dynamic shared memory a block may opt into */
+  tsr_bundle bundle;
+  tsr_loaded_variant *mods; /* per bundle entry */
+  tsr_selector *selector; /* the device's lookup table, rows resolved against the bundle */
+};
+
+/* A plan's device copies hold a reference (gpu.c); the last release frees
+ * the context. */
+void tsr_context_retain(tsr_context *ctx);
+void tsr_context_release(tsr_context *ctx);
+
+/* The one rule for whether bundle entry e can run a plan needing `need` on
+ * this context's device (tsr_bundle_serves with the device's target and
+ * shared memory): used by the selection, the upload and the sweep. */
+int tsr_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
+                       const tsr_variant_need *need);
+
+/* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
+ * without a device): f are the features of the template's latest completed
+ * step s, planned for problem p at tile cur_tm x cur_tn. */
+tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
+                              const tsr_problem *p, int cur_tm, int cur_tn,
+                              tsr_gpuplan_regime *out, tsr_error *err);
+
+#endif

@@ -1,0 +1,639 @@
+/*
+ * check_context.c: the context's request-path selection (context.c), each
+ * rule it shares checked from both sides:
+ *  - the rows settled against the bundle once at create give, for random
+ *    tables whose rows name random variant builds (served, renamed, of
+ *    another tile or dtype, none) and random requests at every level, the
+ *    selection the per-request bundle check gave before (transcribed here
+ *    from the code it replaced: the raw table's choice, then the variant
+ *    check against the bundle, reason and all);
+ *  - serves(variant, plan) is one rule: the context's (tsr_context_serves),
+ *    the sweep's candidates (tsrp_sweep_candidate), the bundle's pick and
+ *    an independent reading of the bundle entry agree on every variant of
+ *    the build's bundle over random plans;
+ *  - the GPU templates' re-selection (tsr_context_regime, behind
+ *    tsr_gpuplan_reselect) chooses what the Python binding chose before it
+ *    moved into C (transcribed here), over the tables and shapes
+ *    tests/python-binding.sh uses and random stats, ties of the split
+ *    estimate's rounding included;
+ *  - where the bundle is found (tsr_bundle_dir).
+ * Host-only contexts over the build's bundle: no GPU needed.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context_impl.h"
+#include "sweep.h"
+#include "util.h"
+
+static char tmpdir[256];
+
+static void setup(void) { tu_tmpdir(tmpdir, sizeof tmpdir); }
+static void teardown(void) { tu_rmtree(tmpdir); }
+
+static const char *bundle_path(void)
+{
+  static char path[4096];
+  const char *b = getenv("TSR_TOP_BUILDDIR");
+  snprintf(path, sizeof path, "%s/bundle", b && *b ? b : ".");
+  return path;
+}
+
+static tsr_context *host_context(const char *db)
+{
+  tsr_context_opts o;
+  tsr_context *ctx = NULL;
+  tsr_error err = {0};
+  tsr_context_opts_init(&o);
+  o.device = TSR_CONTEXT_NO_DEVICE;
+  o.bundle_dir = bundle_path();
+  o.db_path = db;
+  ck_assert_msg(tsr_context_create(&o, &ctx, &err) == TSR_OK, "%s", err.text);
+  return ctx;
+}
+
+static const char lookup_cols[] =
+    "gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, bk, seq_bin, "
+    "density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, "
+    "speedup";
+
+/* Appends one lookup row (level 2: bins -1) for the only GPU of a table. */
+static void put_row(tsr_db *db, const tsr_region *r, int level, const char *mapping, int tm, int tn,
+                    const char *tasks, const char *variant, int masks)
+{
+  char sql[1200];
+  tsr_error err = {0};
+  tsr_region k;
+  tsr_select_region_at(r, level, &k);
+  snprintf(sql, sizeof sql,
+           "INSERT OR IGNORE INTO lookup (%s) VALUES ('NVIDIA H200', 'sm_90a', 132, %d, %d, '%s', "
+           "%d, %d, %d, %d, %d, %d, %d, '%s', %d, %d, '%s', '%s', %d, 1.0, 1.5)",
+           lookup_cols, TSR_FEATURES_VERSION, level, tsr_dtype_name((tsr_dtype)k.dtype), k.head_dim,
+           k.bq, k.bk, k.seq_bin, k.density_bin, k.spread_bin, k.fill_bin, mapping, tm, tn, tasks,
+           variant, masks);
+  ck_assert_msg(tsr_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
+}
+
+/* A request: a random mask over uniform bq x bk blocks of seq tokens. */
+typedef struct {
+  tsr_geom *g;
+  tsr_mask *m;
+  tsr_problem p;
+  tsr_features f;
+} request;
+
+static void make_request(tu_rng *rng, int64_t seq, int64_t bq, int64_t bk, int64_t head_dim,
+                         tsr_dtype dt, request *r)
+{
+  int64_t nq = (seq + bq - 1) / bq, nk = (seq + bk - 1) / bk;
+  uint8_t *bits = tu_rand_bits(rng, (size_t)(2 * nq * nk), 0.05 + 0.9 * tu_uniform(rng));
+  tsr_error err = {0};
+  ck_assert_int_eq(tsr_geom_uniform(seq, seq, bq, bk, &r->g, &err), TSR_OK);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, nq, nk, bits, &r->m, &err), TSR_OK);
+  free(bits);
+  memset(&r->p, 0, sizeof r->p);
+  r->p.batch = 1;
+  r->p.heads_q = r->p.heads_kv = 2;
+  r->p.seq_q = r->p.seq_k = seq;
+  r->p.head_dim = head_dim;
+  r->p.dtype = dt;
+  r->p.geom = r->g;
+  ck_assert_int_eq(tsr_features_compute(&r->p, r->m, 0, &r->f, &err), TSR_OK);
+}
+
+static void free_request(request *r)
+{
+  tsr_mask_destroy(r->m);
+  tsr_geom_destroy(r->g);
+}
+
+/* ---- The rows settled at create against the per-request check ------------ */
+
+/* The per-request check the context made before its rows were settled at
+ * create (gpu.c's resolve_variant, without its memo): the row's variant
+ * when the bundle holds it for the target, within shared memory, serving
+ * the tile; else no name when some variant serves the tile; else the
+ * automatic plan.  Read from the bundle entries directly. */
+static void old_resolve(const tsr_bundle *bu, const tsr_features *f, const tsr_plan_opts *base,
+                        tsr_selection *out)
+{
+  const char *arch = "sm_90a";
+  int64_t smem = tsr_arch_smem_limit(arch);
+  tsr_variant_need need;
+  char note[TSR_VARIANT_NAME_MAX + 96] = "";
+  int outcome;
+  long i;
+  size_t len, n;
+  need.dtype = f->dtype;
+  need.head_dim = (int)f->head_dim;
+  need.bm = out->opts.tile_m;
+  need.bn = out->opts.tile_n;
+  need.membership = out->opts.mapping != TSR_MAP_RETAIN;
+  i = out->variant[0] ? tsr_bundle_find(bu, out->variant) : -1;
+  if (i >= 0 && (bu->items[i].targets & (1u << tsr_arch_index(arch))) && bu->items[i].smem <= smem &&
+      tsr_variant_serves(&bu->items[i].v, arch, &need)) {
+    outcome = 0;
+  } else if (tsr_bundle_pick(bu, arch, &need, smem) >= 0) {
+    outcome = 1;
+    if (out->variant[0])
+      snprintf(note, sizeof note,
+               i >= 0 ? "; variant %s cannot serve this plan here (membership, arch or shared "
+                        "memory): the bundle's own for the tile"
+                      : "; variant %s not in the bundle: its own for the tile",
+               out->variant);
+  } else {
+    outcome = 2;
+    snprintf(note, sizeof note, "; no %s d%d %dx%d variant in the bundle for %s: automatic plan",
+             tsr_dtype_name(f->dtype), need.head_dim, need.bm, need.bn, arch);
+  }
+  len = strlen(out->reason);
+  n = strlen(note);
+  if (len + n >= sizeof out->reason)
+    n = sizeof out->reason - 1 - len;
+  memcpy(out->reason + len, note, n);
+  out->reason[len + n] = '\0';
+  if (outcome == 0)
+    return;
+  out->variant[0] = '\0';
+  out->opts.variant = NULL;
+  if (outcome == 2) {
+    out->opts = *base;
+    out->from_table = 0;
+    out->level = -1;
+    out->row_id = -1;
+  }
+}
+
+static void expect_same(const tsr_selection *got, const tsr_selection *want, const char *what)
+{
+  ck_assert_msg(!strcmp(got->reason, want->reason), "%s: reason\n  got  '%s'\n  want '%s'", what,
+                got->reason, want->reason);
+  ck_assert_msg(got->from_table == want->from_table && got->level == want->level &&
+                    got->row_id == want->row_id,
+                "%s: from_table %d/%d level %d/%d row %lld/%lld", what, got->from_table,
+                want->from_table, got->level, want->level, (long long)got->row_id,
+                (long long)want->row_id);
+  ck_assert_str_eq(got->variant, want->variant);
+  ck_assert_int_eq(got->opts.tile_m, want->opts.tile_m);
+  ck_assert_int_eq(got->opts.tile_n, want->opts.tile_n);
+  ck_assert_int_eq(got->opts.mapping, want->opts.mapping);
+  ck_assert_int_eq(got->opts.tasks, want->opts.tasks);
+  ck_assert_int_eq(got->opts.num_sms, want->opts.num_sms);
+  ck_assert_int_eq(got->opts.split_tiles, want->opts.split_tiles);
+  ck_assert(got->opts.variant == (got->variant[0] ? got->variant : NULL));
+}
+
+/* A variant name for a row: one the bundle serves the row with, one of
+ * another tile or dtype, a renamed build, or none. */
+static const char *row_variant(tu_rng *rng, const tsr_bundle *bu, tsr_dtype dt, int hd, int tm, int tn,
+                               int membership, char *buf)
+{
+  tsr_variant_need need = {dt, hd, tm, tn, membership};
+  int64_t kind = tu_range(rng, 0, 3);
+  long k = tsr_bundle_pick(bu, "sm_90a", &need, tsr_arch_smem_limit("sm_90a"));
+  if (kind == 0 && k >= 0)
+    return bu->items[k].name;
+  if (kind <= 1) /* any build: of another tile or dtype, mostly */
+    return bu->items[tu_range(rng, 0, (int64_t)bu->n - 1)].name;
+  if (kind == 2) {
+    k = (long)tu_range(rng, 0, (int64_t)bu->n - 1);
+    snprintf(buf, TSR_VARIANT_NAME_MAX, "%.60s_renamed", bu->items[k].name);
+    return buf;
+  }
+  return "";
+}
+
+START_TEST(test_settled_rows_choose_as_before)
+{
+  static const int64_t blocks[][2] = {{64, 64}, {128, 128}, {128, 64}, {64, 128}, {96, 96}, {48, 48}, {256, 256}};
+  static const char *const maps[] = {"retain", "combine", "subdivide"};
+  static const char *const layouts[] = {"row", "split", "pack"};
+  tu_rng rng = {tu_seed("settled_rows", 11) + 101u * (uint64_t)_i};
+  request reqs[24];
+  tsr_bundle bu;
+  tsr_db *db = NULL;
+  tsr_selector *raw = NULL;
+  tsr_context *ctx;
+  tsr_error err = {0};
+  char path[300];
+  int i, hits = 0, levels[3] = {0, 0, 0}, settled = 0, fates[3] = {0, 0, 0};
+  ck_assert_msg(tsr_bundle_load(bundle_path(), &bu, &err) == TSR_OK, "%s", err.text);
+  snprintf(path, sizeof path, "%s/t.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+  /* Requests over a few geometries, and rows for their regions: exact
+   * ones, ones of a neighbouring region (the nearest level), and
+   * geometry-wide ones. */
+  for (i = 0; i < 24; i++) {
+    int b = (int)tu_range(&rng, 0, 6), lvl, k;
+    tsr_dtype dt = tu_uniform(&rng) < 0.7 ? TSR_DT_BF16 : TSR_DT_F16;
+    int64_t hd = tu_uniform(&rng) < 0.8 ? 64 * tu_range(&rng, 1, 2) : 96;
+    make_request(&rng, tu_range(&rng, 600, 4000), blocks[b][0], blocks[b][1], hd, dt, &reqs[i]);
+    for (k = 0; k < 2; k++) {
+      tsr_region reg;
+      int tm, tn, mp = (int)tu_range(&rng, 0, 2);
+      char buf[TSR_VARIANT_NAME_MAX];
+      tsr_features_tile((int)tu_range(&rng, 0, TSR_FEATURE_TILES - 1), &tm, &tn);
+      tsr_select_region(&reqs[i].f, &reg);
+      lvl = (int)tu_range(&rng, 0, 2);
+      if (lvl == 1) { /* a neighbouring region's level-0 row */
+        reg.density_bin += reg.density_bin > 0 ? -1 : 1;
+        lvl = 0;
+      }
+      put_row(db, &reg, lvl, maps[mp], tm, tn, layouts[tu_range(&rng, 0, 2)],
+              row_variant(&rng, &bu, dt, (int)hd, tm, tn, mp != 0, buf), (int)tu_range(&rng, 1, 9));
+    }
+  }
+  tsr_db_close(db);
+  ctx = host_context(path);
+  ck_assert_int_eq(tsr_select_open(path, NULL, 0, &raw, &err), TSR_OK);
+  ck_assert_int_eq(tsr_select_rows(raw), tsr_select_rows(tsr_context_selector(ctx)));
+  for (i = 0; i < 24; i++) {
+    tsr_selection got, want, again;
+    tsr_plan_opts base;
+    char what[64];
+    int k;
+    for (k = 0; k < 2; k++) {
+      /* The automatic planner as the fallback, then the caller's own. */
+      tsr_plan_opts_init(&base);
+      if (k) {
+        base.tasks = TSR_TASKS_SPLIT;
+        base.split_tiles = (int)tu_range(&rng, 1, 5);
+        base.num_sms = (int)tu_range(&rng, 1, 200);
+      }
+      memset(&got, 0xa5, sizeof got);
+      memset(&want, 0x5a, sizeof want);
+      ck_assert_int_eq(tsr_context_select(ctx, &reqs[i].p, reqs[i].m, &base, &got, &err), TSR_OK);
+      if (!base.num_sms)
+        base.num_sms = tsr_context_num_sms(ctx);
+      ck_assert_int_eq(tsr_select_request(raw, &reqs[i].f, &base, &want, &err), TSR_OK);
+      if (want.from_table) { /* a miss at every level is the same either way */
+        old_resolve(&bu, &reqs[i].f, &base, &want);
+        settled += strstr(want.reason, "; ") != NULL;
+        fates[!want.from_table ? 2 : want.variant[0] ? 0 : 1]++;
+      }
+      snprintf(what, sizeof what, "request %d, base %d", i, k);
+      expect_same(&got, &want, what);
+      hits += got.from_table;
+      if (got.from_table)
+        levels[got.level]++;
+      /* The context's own table gives the same through tsr_select_request. */
+      ck_assert_int_eq(tsr_select_request(tsr_context_selector(ctx), &reqs[i].f, &base, &again, &err),
+                       TSR_OK);
+      expect_same(&again, &got, what);
+    }
+  }
+  /* The random tables reach hits and settlements. */
+  printf("settled rows: %d hits (levels %d/%d/%d), %d with a note; fates: %d runs, %d any "
+         "variant, %d no kernel\n",
+         hits, levels[0], levels[1], levels[2], settled, fates[0], fates[1], fates[2]);
+  ck_assert_int_gt(hits, 0);
+  ck_assert_int_gt(settled, 0);
+  for (i = 0; i < 24; i++)
+    free_request(&reqs[i]);
+  tsr_select_destroy(raw);
+  tsr_context_destroy(ctx);
+  tsr_bundle_free(&bu);
+}
+END_TEST
+
+/* ---- One serves rule ----------------------------------------------------- */
+
+START_TEST(test_serves_one_rule)
+{
+  tu_rng rng = {tu_seed("serves_one_rule", 17)};
+  tsr_context *ctx = host_context(NULL);
+  const tsr_bundle *bu = &ctx->bundle;
+  int64_t smem = tsr_arch_smem_limit("sm_90a");
+  int a = tsr_arch_index("sm_90a"), c, yes = 0, no = 0;
+  size_t i;
+  ck_assert_str_eq(tsr_context_arch(ctx), TSR_DEFAULT_ARCH);
+  ck_assert_int_eq(tsr_context_num_sms(ctx), TSR_DEFAULT_NUM_SMS);
+  ck_assert_int_gt((int)bu->n, 0);
+  for (c = 0; c < 200; c++) {
+    static const int tiles[] = {32, 64, 96, 128, 256};
+    tsr_problem p;
+    tsr_variant_need need;
+    int tm = tiles[tu_range(&rng, 0, 4)], tn = tiles[tu_range(&rng, 0, 4)], memb;
+    long pick;
+    memset(&p, 0, sizeof p);
+    p.dtype = tu_uniform(&rng) < 0.5 ? TSR_DT_BF16 : TSR_DT_F16;
+    p.head_dim = 64 * tu_range(&rng, 1, 3);
+    if (c % 4 == 0) { /* plans of the bundle's own variants, most of them served */
+      const tsr_variant *v = &bu->items[tu_range(&rng, 0, (int64_t)bu->n - 1)].v;
+      p.dtype = v->dtype;
+      p.head_dim = v->head_dim;
+      tm = v->bm;
+      tn = v->bn;
+    }
+    for (memb = 0; memb < 2; memb++) {
+      need.dtype = p.dtype;
+      need.head_dim = (int)p.head_dim;
+      need.bm = tm;
+      need.bn = tn;
+      need.membership = memb;
+      for (i = 0; i < bu->n; i++) {
+        const tsr_bundle_entry *e = &bu->items[i];
+        int mine = tsr_context_serves(ctx, e, &need);
+        int direct = (e->targets & (1u << a)) && e->smem <= smem && e->v.dtype == need.dtype &&
+                     e->v.head_dim == need.head_dim && e->v.bm == tm && e->v.bn == tn &&
+                     (!memb || e->v.membership) && tsr_variant_fits(&e->v, "sm_90a", NULL);
+        ck_assert_msg(mine == direct, "%s for %s d%d %dx%d%s: context %d, entry %d", e->name,
+                      tsr_dtype_name(p.dtype), (int)p.head_dim, tm, tn, memb ? " mb" : "", mine, direct);
+        ck_assert_int_eq(mine, tsr_bundle_serves(e, "sm_90a", smem, &need));
+        if (!memb) /* the sweep times what the request path may run */
+          ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, NULL), mine);
+        ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, "no-such-variant*"), 0);
+        ck_assert_int_eq(tsr_gpu_has_variant(ctx, e->name), !!(e->targets & (1u << a)));
+        yes += mine;
+        no += !mine;
+      }
+      pick = tsr_bundle_pick(bu, "sm_90a", &need, smem);
+      if (pick >= 0)
+        ck_assert(tsr_context_serves(ctx, &bu->items[pick], &need));
+      else
+        for (i = 0; i < bu->n; i++)
+          ck_assert(!tsr_context_serves(ctx, &bu->items[i], &need));
+    }
+  }
+  ck_assert_int_gt(yes, 0);
+  ck_assert_int_gt(no, 0);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- The GPU templates' re-selection ------------------------------------- */
+
+/* Python's round(): half to even, read off the fraction (exact below 2^52). */
+static double py_round(double x)
+{
+  double r = floor(x), d = x - r;
+  if (d > 0.5 || (d == 0.5 && fmod(r, 2) != 0))
+    r += 1;
+  return r;
+}
+
+typedef struct {
+  int keep, fallback;
+  int tile_m, tile_n, mapping, tasks, split;
+  char variant[96], reason[384];
+} py_regime;
+
+/* _GpuTemplates.pick of python/tessera.py before the policy moved into C,
+ * for one step's stats on a template of tile cur_tm x cur_tn. */
+static void python_pick(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *st,
+                        const tsr_problem *shape, int cur_tm, int cur_tn, py_regime *out)
+{
+  tsr_selection sel;
+  tsr_plan_opts base;
+  tsr_error err = {0};
+  memset(out, 0, sizeof *out);
+  if (st->step == 0 || st->overflow) {
+    out->keep = 1;
+    return;
+  }
+  tsr_plan_opts_init(&base);
+  ck_assert_int_eq(tsr_context_select_features(ctx, f, &base, &sel, &err), TSR_OK);
+  snprintf(out->reason, sizeof out->reason, "%s", sel.reason);
+  if (!sel.from_table) {
+    out->fallback = 1;
+    return;
+  }
+  out->tile_m = sel.opts.tile_m;
+  out->tile_n = sel.opts.tile_n;
+  out->mapping = sel.opts.mapping;
+  out->tasks = sel.opts.tasks;
+  if (out->tasks == TSR_TASKS_SPLIT) {
+    /* Python's -(-seq // tm): the ceiling (C's division truncates) */
+    int64_t rows = shape->batch * shape->heads_q * (int64_t)ceil((double)shape->seq_q / cur_tm);
+    double x = (double)st->tiles / (double)(rows > 1 ? rows : 1) * cur_tn / sel.opts.tile_n;
+    out->split = (int)fmax(1, py_round(x));
+  } else if (out->tasks != TSR_TASKS_ROW) {
+    out->tasks = TSR_TASKS_ROW;
+  }
+  snprintf(out->variant, sizeof out->variant, "%s", sel.variant);
+}
+
+/* What tsr_gpuplan_features gives for a template planned for p at tile
+ * tm x tn (fill at that tile only). */
+static void gpu_features(const tsr_problem *p, int tm, int tn, const tsr_gpuplan_stats *s, tsr_features *f)
+{
+  double fill = 0;
+  int i;
+  memset(f, 0, sizeof *f);
+  tsr_geom_is_uniform(p->geom, &f->bq, &f->bk);
+  f->density = f->block_density = s->density;
+  f->row_cv = s->row_cv;
+  f->empty_rows = s->empty_rows;
+  if (s->tiles > 0)
+    fill = s->density * (double)p->batch * p->heads_q * p->seq_q * p->seq_k / ((double)s->tiles * tm * tn);
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    int m, n;
+    tsr_features_tile(i, &m, &n);
+    f->fill[i] = m == tm && n == tn ? (fill > 1 ? 1 : fill) : -1;
+    f->touched[i] = m == tm && n == tn ? s->tiles : -1;
+  }
+  f->rows_per_sm = (double)p->batch * p->heads_q * ceil(p->seq_q / 128.0) / TSR_DEFAULT_NUM_SMS;
+  f->seq_q = p->seq_q;
+  f->seq_k = p->seq_k;
+  f->head_dim = p->head_dim;
+  f->dtype = p->dtype;
+  f->num_sms = TSR_DEFAULT_NUM_SMS;
+}
+
+/* The recorded table of tests/python-binding.sh: a geometry row for bf16
+ * d128 96x96 blocks (split tasks) and one naming a build the bundle does
+ * not have (64x64 blocks). */
+static void python_binding_table(const char *path)
+{
+  tsr_db *db = NULL;
+  tsr_error err = {0};
+  tsr_region r = {TSR_DT_BF16, 128, 96, 96, -1, -1, -1, -1};
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+  put_row(db, &r, 2, "combine", 128, 128, "split", "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_mb_tma64", 4);
+  r.bq = r.bk = 64;
+  put_row(db, &r, 2, "retain", 64, 64, "row", "tsr_sm90_bf16_d128_m64n64_s2_g2_pers_mb_tma64", 4);
+  tsr_db_close(db);
+}
+
+START_TEST(test_regime_as_python_chose)
+{
+  static const int64_t blocks[][2] = {{96, 96}, {64, 64}, {128, 128}, {128, 64}, {48, 48}};
+  tu_rng rng = {tu_seed("regime_python", 23)};
+  char path[300];
+  int t, c, splits = 0, ties = 0, fallbacks = 0, keeps = 0, table = 0;
+  snprintf(path, sizeof path, "%s/py.db", tmpdir);
+  python_binding_table(path);
+  for (t = 0; t < 2; t++) {
+    tsr_context *ctx = host_context(t ? NULL : path); /* recorded, then embedded */
+    for (c = 0; c < 300; c++) {
+      int b = (int)tu_range(&rng, 0, 4), cur = (int)tu_range(&rng, 0, TSR_FEATURE_TILES - 1), tm, tn;
+      int64_t seq = tu_range(&rng, 100, 40000), bq = blocks[b][0], bk = blocks[b][1], rows;
+      tsr_gpuplan_stats st;
+      tsr_gpuplan_regime got;
+      tsr_features f;
+      tsr_problem p;
+      tsr_geom *g = NULL;
+      tsr_error err = {0};
+      py_regime want;
+      tsr_features_tile(cur, &tm, &tn);
+      memset(&p, 0, sizeof p);
+      p.batch = tu_range(&rng, 1, 2);
+      p.heads_q = p.heads_kv = tu_range(&rng, 1, 8);
+      p.head_dim = tu_uniform(&rng) < 0.6 ? 128 : 64;
+      p.dtype = TSR_DT_BF16;
+      if (c % 10 == 0) { /* the recorded split row over two rows of one 128x128 tile:
+                            the estimate lands on halves */
+        b = 0;
+        bq = bk = 96;
+        cur = TSR_FEATURE_TILES - 1;
+        tsr_features_tile(cur, &tm, &tn);
+        p.batch = 1;
+        p.heads_q = p.heads_kv = 2;
+        p.head_dim = 128;
+        seq = tu_range(&rng, 97, 128);
+      }
+      p.seq_q = p.seq_k = seq;
+      ck_assert_int_eq(tsr_geom_uniform(seq, seq, bq, bk, &g, &err), TSR_OK);
+      p.geom = g;
+      memset(&st, 0, sizeof st);
+      st.step = tu_uniform(&rng) < 0.05 ? 0 : tu_range(&rng, 1, 1000);
+      st.overflow = tu_uniform(&rng) < 0.05;
+      st.density = tu_uniform(&rng);
+      st.row_cv = 1.5 * tu_uniform(&rng);
+      st.empty_rows = tu_uniform(&rng) < 0.5 ? 0 : tu_uniform(&rng);
+      rows = p.batch * p.heads_q * ((seq + tm - 1) / tm);
+      st.tiles = tu_range(&rng, 1, rows * ((seq + tn - 1) / tn));
+      if (c % 10 == 0)
+        st.tiles = 2 * tu_range(&rng, 0, 40) + 1; /* odd over 2 rows */
+      gpu_features(&p, tm, tn, &st, &f);
+      python_pick(ctx, &f, &st, &p, tm, tn, &want);
+      memset(&got, 0xa5, sizeof got);
+      ck_assert_int_eq(tsr_context_regime(ctx, &f, &st, &p, tm, tn, &got, &err), TSR_OK);
+      ck_assert_int_eq(!got.changed, want.keep);
+      if (want.keep) {
+        keeps++;
+      } else {
+        ck_assert_str_eq(got.sel.reason, want.reason);
+        ck_assert_int_eq(!got.sel.from_table, want.fallback);
+        if (want.fallback) {
+          fallbacks++;
+          ck_assert_int_eq(got.opts.tile_m, 0);
+          ck_assert_int_eq(got.opts.mapping, TSR_MAP_AUTO);
+          ck_assert_int_eq(got.opts.tasks, TSR_TASKS_ROW);
+          ck_assert_int_eq(got.opts.split_tiles, 0);
+          ck_assert_ptr_null(got.opts.variant);
+        } else {
+          table++;
+          ck_assert_int_eq(got.opts.tile_m, want.tile_m);
+          ck_assert_int_eq(got.opts.tile_n, want.tile_n);
+          ck_assert_int_eq(got.opts.mapping, want.mapping);
+          ck_assert_int_eq(got.opts.tasks, want.tasks);
+          ck_assert_msg(got.opts.split_tiles == want.split, "split %d, Python %d (tiles %lld)",
+                        got.opts.split_tiles, want.split, (long long)st.tiles);
+          ck_assert_str_eq(got.sel.variant, want.variant);
+          ck_assert(got.opts.variant == (want.variant[0] ? got.sel.variant : NULL));
+          if (want.tasks == TSR_TASKS_SPLIT) {
+            int64_t r2 = p.batch * p.heads_q * ((seq + tm - 1) / tm);
+            double x = (double)st.tiles / (double)r2 * tn / want.tile_n;
+            splits++;
+            ties += x - floor(x) == 0.5;
+          }
+        }
+      }
+      tsr_geom_destroy(g);
+    }
+    tsr_context_destroy(ctx);
+  }
+  printf("regimes: %d kept, %d fallbacks, %d from the table (%d split, %d on a half)\n", keeps,
+         fallbacks, table, splits, ties);
+  ck_assert_int_gt(keeps, 0);
+  ck_assert_int_gt(fallbacks, 0);
+  ck_assert_int_gt(table, 0);
+  ck_assert_int_gt(splits, 0);
+  ck_assert_int_gt(ties, 0);
+}
+END_TEST
+
+/* A NULL argument is refused by name; a GPU plan cannot be made on a
+ * host-only context, so tsr_gpuplan_reselect is reached with NULL. */
+START_TEST(test_reselect_rejects)
+{
+  tsr_context *ctx = host_context(NULL);
+  tsr_gpuplan_stats st;
+  tsr_gpuplan_regime r;
+  tsr_error err = {0};
+  memset(&st, 0, sizeof st);
+  ck_assert_int_eq(tsr_gpuplan_reselect(ctx, NULL, &st, &r, &err), TSR_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(err.text, "GPU plan is NULL"));
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- Where the bundle is --------------------------------------------------- */
+
+START_TEST(test_bundle_dir)
+{
+  const char *old = getenv("TESSERA_BUNDLE");
+  char keep[4096] = "";
+  char installed[4200];
+  if (old)
+    snprintf(keep, sizeof keep, "%s", old);
+  unsetenv("TESSERA_BUNDLE");
+  snprintf(installed, sizeof installed, "%s", tsr_bundle_dir(NULL, NULL));
+  ck_assert_ptr_nonnull(strstr(installed, "/bundle"));
+  ck_assert_str_eq(tsr_bundle_dir("", ""), installed);
+  ck_assert_str_eq(tsr_bundle_dir(NULL, "/local/b"), "/local/b");
+  ck_assert_str_eq(tsr_bundle_dir("/asked", "/local/b"), "/asked");
+  setenv("TESSERA_BUNDLE", "/from/env", 1);
+  ck_assert_str_eq(tsr_bundle_dir(NULL, "/local/b"), "/from/env");
+  ck_assert_str_eq(tsr_bundle_dir("/asked", NULL), "/asked");
+  setenv("TESSERA_BUNDLE", "", 1);
+  ck_assert_str_eq(tsr_bundle_dir(NULL, NULL), installed);
+  /* The context follows the same rule: $TESSERA_BUNDLE when no folder is
+   * given, named in the error when it is not a bundle. */
+  {
+    tsr_context_opts o;
+    tsr_context *ctx = NULL;
+    tsr_error err = {0};
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/none", tmpdir);
+    setenv("TESSERA_BUNDLE", missing, 1);
+    tsr_context_opts_init(&o);
+    o.device = TSR_CONTEXT_NO_DEVICE;
+    ck_assert_int_eq(tsr_context_create(&o, &ctx, &err), TSR_ERR_IO);
+    ck_assert_msg(strstr(err.text, missing) != NULL, "%s", err.text);
+    setenv("TESSERA_BUNDLE", bundle_path(), 1);
+    tsr_error_clear(&err);
+    ck_assert_msg(tsr_context_create(&o, &ctx, &err) == TSR_OK, "%s", err.text);
+    tsr_context_destroy(ctx);
+  }
+  if (old)
+    setenv("TESSERA_BUNDLE", keep, 1);
+  else
+    unsetenv("TESSERA_BUNDLE");
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("context");
+  TCase *tc = tcase_create("core");
+  SRunner *sr;
+  int failed;
+  tcase_set_timeout(tc, 120);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_loop_test(tc, test_settled_rows_choose_as_before, 0, 4);
+  tcase_add_test(tc, test_serves_one_rule);
+  tcase_add_test(tc, test_regime_as_python_chose);
+  tcase_add_test(tc, test_reselect_rejects);
+  tcase_add_test(tc, test_bundle_dir);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
