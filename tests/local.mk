@@ -160,3 +160,8 @@ EXTRA_DIST += tests/gpu_profile.sh
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+
+# func-length.sh: no function of runtime/ longer than 150 lines (they are cut
+# at the seams their comments mark; this keeps them cut).
+TESTS += tests/func-length.sh
+EXTRA_DIST += tests/func-length.sh
