@@ -534,176 +534,251 @@ static double head_uniform(const plan_entry *e, const char *tag, int h, int step
   return tsr_corpus_rng_uniform(&r);
 }
 
+/* One head plane to draw: the entry and head, the plane (zeroed) and its
+ * description, the scratch the score families share, and what every rule
+ * reads: the block counts, tokens a latent frame, whether the layer is
+ * among the first or last two, and the head's "kind" draw. */
+typedef struct {
+  const gen_ctx *c;
+  const tsr_corpus_model *m;
+  const plan_entry *e;
+  int h;
+  uint8_t *plane;
+  head_info *hi;
+  double *prob, *selfq, *selfk;
+  tsr_error *err;
+  const tsr_corpus_layout *lq;
+  int64_t nq, nk, f;
+  int edge;
+  double u;
+} plane_job;
+
+static tsr_status plane_dense(const plane_job *j)
+{
+  j->hi->kind = "dense";
+  memset(j->plane, 1, (size_t)(j->nq * j->nk));
+  return TSR_OK;
+}
+
+static tsr_status plane_svg(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  const tsr_corpus_layout *lq = j->lq;
+  head_info *hi = j->hi;
+  /* Head type from online profiling: our heads with energy on the t
+   * channels decay across frames, so the spatial pattern fits them; near
+   * ties the per-step profile decides. */
+  double bias = head_bias(j->e, j->h);
+  int spatial;
+  spatial = fabs(bias) < 0.1 ? head_uniform(j->e, "svg-flip", j->h, j->e->step) < 0.5 : bias > 0;
+  hi->kind = spatial ? "spatial" : "temporal";
+  if (!spatial)
+    hi->order = tsr_corpus_order_name(TSR_ORDER_SPATIAL);
+  hp(hi, "density_target", m->svg_density);
+  hp(hi, "band_tokens", floor((double)lq->n * (1.0 - sqrt(1.0 - m->svg_density))));
+  hp(hi, "sink_tokens", spatial && m->first_frame_sink ? (double)j->f : 0.0);
+  tsr_corpus_svg_band(j->nq, lq->block, lq->n, m->svg_density,
+                      spatial && m->first_frame_sink ? j->f : 0, j->plane);
+  return TSR_OK;
+}
+
+static tsr_status plane_sta(const plane_job *j)
+{
+  const tsr_corpus_layout *lq = j->lq;
+  int w = pick(sta_weights, 6, j->u), k[3], a;
+  if (head_uniform(j->e, "sta-change", j->h, j->e->step) < 0.017)
+    w = (w + 1 + (int)(head_uniform(j->e, "sta-to", j->h, j->e->step) * 5)) % 6;
+  for (a = 0; a < 3; a++)
+    k[a] = sta_windows[w][a] < lq->grid[a] ? sta_windows[w][a] : lq->grid[a];
+  j->hi->kind = w == 5 ? "full-window" : "window";
+  hp(j->hi, "window_t", k[0]);
+  hp(j->hi, "window_h", k[1]);
+  hp(j->hi, "window_w", k[2]);
+  tsr_corpus_sta(lq->grid, k, j->plane);
+  return TSR_OK;
+}
+
+static tsr_status plane_radial(const plane_job *j)
+{
+  j->hi->kind = "radial";
+  hp(j->hi, "decay", j->m->radial_decay);
+  hp(j->hi, "block", 128);
+  hp(j->hi, "sink", j->m->first_frame_sink);
+  memcpy(j->plane, j->c->radial, (size_t)(j->nq * j->nk));
+  return TSR_OK;
+}
+
+static tsr_status plane_vsa(const plane_job *j)
+{
+  /* MASKS.md: "s = 0.8-0.9"; denser first and last layers. */
+  double s = j->edge ? 0.8 : j->u < 0.5 ? 0.85 : 0.9;
+  int64_t k = (int64_t)ceil((1.0 - s) * (double)j->nk - 1e-9);
+  tsr_status st;
+  j->hi->kind = "topk";
+  hp(j->hi, "sparsity", s);
+  hp(j->hi, "k", (double)k);
+  st = head_probs(j->c, j->m, j->e, j->h, 0, j->prob, NULL, NULL, j->err);
+  if (!st)
+    st = tsr_corpus_topk(j->prob, j->nq, j->nk, k, j->plane, j->err);
+  return st;
+}
+
+static tsr_status plane_sparge(const plane_job *j)
+{
+  head_info *hi = j->hi;
+  int64_t nq = j->nq, nk = j->nk, i, jj;
+  /* MASKS.md: "Per-head thresholds: early and late layers mostly dense". */
+  double tau, topf = 0, theta = 0.05, u;
+  tsr_status st;
+  if (j->u < (j->edge ? 0.75 : 0.08))
+    return plane_dense(j);
+  u = head_uniform(j->e, "sparge-mode", j->h, -1);
+  tau = u < 0.25 ? 0.9 : u < 0.5 ? 0.95 : u < 0.7 ? 0.98 : 0;
+  if (tau == 0)
+    topf = u < 0.85 ? 0.2 : 0.3;
+  st = head_probs(j->c, j->m, j->e, j->h, 0, j->prob, j->selfq, j->selfk, j->err);
+  if (st)
+    return st;
+  if (tau > 0) {
+    hi->kind = "cdf";
+    hp(hi, "tau", tau);
+    st = tsr_corpus_cdf(j->prob, nq, nk, tau, 1, j->plane, j->err);
+  } else {
+    hi->kind = "topk";
+    hp(hi, "topk_fraction", topf);
+    st = tsr_corpus_topk(j->prob, nq, nk, (int64_t)ceil(topf * (double)nk), j->plane, j->err);
+  }
+  /* MASKS.md: "blocks with low self-similarity are forced on for their whole
+   * row/column; optional sink column 0". */
+  hp(hi, "selfsim_min", theta);
+  hp(hi, "sink", 1);
+  for (i = 0; i < nq; i++)
+    for (jj = 0; jj < nk; jj++)
+      if (j->selfq[i] < theta || j->selfk[jj] < theta || jj == 0)
+        j->plane[i * nk + jj] = 1;
+  return st;
+}
+
+static tsr_status plane_xattn(const plane_job *j)
+{
+  /* Denser first and last layers: their heads take the higher threshold. */
+  double tau = j->edge || j->u >= 0.5 ? 0.95 : 0.9;
+  int stride = head_uniform(j->e, "xattn-stride", j->h, -1) < 0.5 ? 8 : 16;
+  int64_t i;
+  tsr_status st;
+  j->hi->kind = "cdf";
+  hp(j->hi, "tau", tau);
+  hp(j->hi, "stride", stride);
+  st = head_probs(j->c, j->m, j->e, j->h, 1, j->prob, NULL, NULL, j->err);
+  if (!st) {
+    /* The antidiagonal sums sample 1/stride of each block's entries: a
+     * relative error ~ 1/sqrt(samples), drawn per block. */
+    tsr_corpus_rng r;
+    double sd = sqrt((double)stride / (128.0 * 128.0)) * 4.0;
+    tsr_corpus_rng_seed(&r, tsr_corpus_key(j->e->seed, "xattn-sample", j->h, 0, 0, 0));
+    for (i = 0; i < j->nq * j->nk; i++)
+      j->prob[i] *= exp(sd * tsr_corpus_rng_normal(&r));
+    st = tsr_corpus_cdf(j->prob, j->nq, j->nk, tau, 1, j->plane, j->err);
+  }
+  return st;
+}
+
+static tsr_status plane_jenga(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  const plan_entry *e = j->e;
+  double p = j->edge ? 0.9 : 0.8 + 0.1 * j->u,
+         drop = 0.7 + 0.15 * head_uniform(e, "jenga-drop", j->h, -1);
+  double ramp = 0.1 * m->steps, eff = drop * (e->step >= ramp ? 1.0 : (e->step + 1) / ramp);
+  int64_t floor_k = (int64_t)ceil((1.0 - eff) * (double)j->nk - 1e-9), i;
+  tsr_status st;
+  j->hi->kind = "cdf";
+  hp(j->hi, "p", p);
+  hp(j->hi, "drop", eff);
+  hp(j->hi, "floor_blocks", (double)floor_k);
+  st = head_probs(j->c, m, e, j->h, 0, j->prob, NULL, NULL, j->err);
+  if (!st)
+    st = tsr_corpus_cdf(j->prob, j->nq, j->nk, p, floor_k, j->plane, j->err);
+  for (i = 0; !st && i < j->nq * j->nk; i++)
+    j->plane[i] |= j->c->adj[i];
+  return st;
+}
+
+static tsr_status plane_svdit(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  /* Offline per-head choice: fixed for the (layer, head), so stable across
+   * steps.  MASKS.md: "3-6% of heads skipped entirely", "implied density
+   * ~42-60%": each layer's heads take the patterns in fixed shares (42%
+   * dense, 5% skipped, the rest split over the three sparse patterns) in a
+   * seeded order, so every layer sits near the published density. */
+  static const double w[5] = {0.42, 0.18, 0.18, 0.17, 0.05};
+  static const char *const kinds[5] = {"dense", "diagonal", "multi-diagonal",
+                                       "vertical-stripe", "skip"};
+  int pat = pick(w, 5, (head_rank(j->e, "svdit-rank", j->h, m->heads) + 0.5) / m->heads);
+  int64_t width;
+  j->hi->kind = kinds[pat];
+  if (pat == 0) {
+    memset(j->plane, 1, (size_t)(j->nq * j->nk));
+    return TSR_OK;
+  }
+  if (pat == 4)
+    return TSR_OK; /* skipped: the head's output is reused, no block computed */
+  width = pat == 3 ? 12 : 128;
+  hp(j->hi, pat == 3 ? "stripe_every" : "width", (double)width);
+  return tsr_corpus_svdit(pat == 1 ? TSR_SVDIT_DIAG : pat == 2 ? TSR_SVDIT_MULTIDIAG
+                                                               : TSR_SVDIT_STRIPE,
+                          m->t, j->f, 128, width,
+                          tsr_corpus_key(j->e->lseed, "svdit", j->h, 0, 0, 0), j->plane, j->err);
+}
+
+/* Each family's rule (corpus_families.c holds the mask rules they call). */
+static tsr_status (*const plane_rules[TSR_FAM_COUNT])(const plane_job *) = {
+    [TSR_FAM_SVG] = plane_svg,       [TSR_FAM_STA] = plane_sta,
+    [TSR_FAM_RADIAL] = plane_radial, [TSR_FAM_VSA] = plane_vsa,
+    [TSR_FAM_SPARGE] = plane_sparge, [TSR_FAM_XATTN] = plane_xattn,
+    [TSR_FAM_JENGA] = plane_jenga,   [TSR_FAM_SVDIT] = plane_svdit,
+    [TSR_FAM_DENSE] = plane_dense,
+};
+
+/* Head h's [nq][nk] plane of entry e by its family's rule, described in hi
+ * (kind, token order, parameters, density). */
 static tsr_status head_plane(const gen_ctx *c, const plan_entry *e, int h, uint8_t *plane,
                              head_info *hi, double *prob, double *selfq, double *selfk,
                              tsr_error *err)
 {
   const tsr_corpus_model *m = &model_tab[e->model];
-  const tsr_corpus_layout *lq = &c->lq, *lk = ctx_lk(c);
-  int64_t nq = lq->nb, nk = lk->nb, f = (int64_t)m->h * m->w, i, j;
-  int edge = e->layer < 2 || e->layer >= m->layers - 2;
-  tsr_status st = TSR_OK;
-  double u = head_uniform(e, "kind", h, -1);
+  plane_job j;
+  tsr_status st;
+  int64_t i;
 
+  j.c = c;
+  j.m = m;
+  j.e = e;
+  j.h = h;
+  j.plane = plane;
+  j.hi = hi;
+  j.prob = prob;
+  j.selfq = selfq;
+  j.selfk = selfk;
+  j.err = err;
+  j.lq = &c->lq;
+  j.nq = c->lq.nb;
+  j.nk = ctx_lk(c)->nb;
+  j.f = (int64_t)m->h * m->w;
+  j.edge = e->layer < 2 || e->layer >= m->layers - 2;
+  j.u = head_uniform(e, "kind", h, -1);
   memset(hi, 0, sizeof *hi);
-  hi->order = tsr_corpus_order_name(lq->order);
-  memset(plane, 0, (size_t)(nq * nk));
-  switch (e->fam) {
-  case TSR_FAM_DENSE:
-    hi->kind = "dense";
-    memset(plane, 1, (size_t)(nq * nk));
-    break;
-  case TSR_FAM_SVG: {
-    /* Head type from online profiling: our heads with energy on the t
-     * channels decay across frames, so the spatial pattern fits them; near
-     * ties the per-step profile decides. */
-    double bias = head_bias(e, h);
-    int spatial;
-    spatial = fabs(bias) < 0.1 ? head_uniform(e, "svg-flip", h, e->step) < 0.5 : bias > 0;
-    hi->kind = spatial ? "spatial" : "temporal";
-    if (!spatial)
-      hi->order = tsr_corpus_order_name(TSR_ORDER_SPATIAL);
-    hp(hi, "density_target", m->svg_density);
-    hp(hi, "band_tokens", floor((double)lq->n * (1.0 - sqrt(1.0 - m->svg_density))));
-    hp(hi, "sink_tokens", spatial && m->first_frame_sink ? (double)f : 0.0);
-    tsr_corpus_svg_band(nq, lq->block, lq->n, m->svg_density,
-                        spatial && m->first_frame_sink ? f : 0, plane);
-    break;
-  }
-  case TSR_FAM_STA: {
-    int w = pick(sta_weights, 6, u), k[3], a;
-    if (head_uniform(e, "sta-change", h, e->step) < 0.017)
-      w = (w + 1 + (int)(head_uniform(e, "sta-to", h, e->step) * 5)) % 6;
-    for (a = 0; a < 3; a++)
-      k[a] = sta_windows[w][a] < lq->grid[a] ? sta_windows[w][a] : lq->grid[a];
-    hi->kind = w == 5 ? "full-window" : "window";
-    hp(hi, "window_t", k[0]);
-    hp(hi, "window_h", k[1]);
-    hp(hi, "window_w", k[2]);
-    tsr_corpus_sta(lq->grid, k, plane);
-    break;
-  }
-  case TSR_FAM_RADIAL:
-    hi->kind = "radial";
-    hp(hi, "decay", m->radial_decay);
-    hp(hi, "block", 128);
-    hp(hi, "sink", m->first_frame_sink);
-    memcpy(plane, c->radial, (size_t)(nq * nk));
-    break;
-  case TSR_FAM_VSA: {
-    /* MASKS.md: "s = 0.8-0.9"; denser first and last layers. */
-    double s = edge ? 0.8 : u < 0.5 ? 0.85 : 0.9;
-    int64_t k = (int64_t)ceil((1.0 - s) * (double)nk - 1e-9);
-    hi->kind = "topk";
-    hp(hi, "sparsity", s);
-    hp(hi, "k", (double)k);
-    st = head_probs(c, m, e, h, 0, prob, NULL, NULL, err);
-    if (!st)
-      st = tsr_corpus_topk(prob, nq, nk, k, plane, err);
-    break;
-  }
-  case TSR_FAM_SPARGE: {
-    /* MASKS.md: "Per-head thresholds: early and late layers mostly dense". */
-    double tau, topf = 0, theta = 0.05;
-    if (u < (edge ? 0.75 : 0.08)) {
-      hi->kind = "dense";
-      memset(plane, 1, (size_t)(nq * nk));
-      break;
-    }
-    u = head_uniform(e, "sparge-mode", h, -1);
-    tau = u < 0.25 ? 0.9 : u < 0.5 ? 0.95 : u < 0.7 ? 0.98 : 0;
-    if (tau == 0)
-      topf = u < 0.85 ? 0.2 : 0.3;
-    st = head_probs(c, m, e, h, 0, prob, selfq, selfk, err);
-    if (st)
-      break;
-    if (tau > 0) {
-      hi->kind = "cdf";
-      hp(hi, "tau", tau);
-      st = tsr_corpus_cdf(prob, nq, nk, tau, 1, plane, err);
-    } else {
-      hi->kind = "topk";
-      hp(hi, "topk_fraction", topf);
-      st = tsr_corpus_topk(prob, nq, nk, (int64_t)ceil(topf * (double)nk), plane, err);
-    }
-    /* MASKS.md: "blocks with low self-similarity are forced on for their whole
-     * row/column; optional sink column 0". */
-    hp(hi, "selfsim_min", theta);
-    hp(hi, "sink", 1);
-    for (i = 0; i < nq; i++)
-      for (j = 0; j < nk; j++)
-        if (selfq[i] < theta || selfk[j] < theta || j == 0)
-          plane[i * nk + j] = 1;
-    break;
-  }
-  case TSR_FAM_XATTN: {
-    /* Denser first and last layers: their heads take the higher threshold. */
-    double tau = edge || u >= 0.5 ? 0.95 : 0.9;
-    int stride = head_uniform(e, "xattn-stride", h, -1) < 0.5 ? 8 : 16;
-    hi->kind = "cdf";
-    hp(hi, "tau", tau);
-    hp(hi, "stride", stride);
-    st = head_probs(c, m, e, h, 1, prob, NULL, NULL, err);
-    if (!st) {
-      /* The antidiagonal sums sample 1/stride of each block's entries: a
-       * relative error ~ 1/sqrt(samples), drawn per block. */
-      tsr_corpus_rng r;
-      double sd = sqrt((double)stride / (128.0 * 128.0)) * 4.0;
-      tsr_corpus_rng_seed(&r, tsr_corpus_key(e->seed, "xattn-sample", h, 0, 0, 0));
-      for (i = 0; i < nq * nk; i++)
-        prob[i] *= exp(sd * tsr_corpus_rng_normal(&r));
-      st = tsr_corpus_cdf(prob, nq, nk, tau, 1, plane, err);
-    }
-    break;
-  }
-  case TSR_FAM_JENGA: {
-    double p = edge ? 0.9 : 0.8 + 0.1 * u, drop = 0.7 + 0.15 * head_uniform(e, "jenga-drop", h, -1);
-    double ramp = 0.1 * m->steps, eff = drop * (e->step >= ramp ? 1.0 : (e->step + 1) / ramp);
-    int64_t floor_k = (int64_t)ceil((1.0 - eff) * (double)nk - 1e-9);
-    hi->kind = "cdf";
-    hp(hi, "p", p);
-    hp(hi, "drop", eff);
-    hp(hi, "floor_blocks", (double)floor_k);
-    st = head_probs(c, m, e, h, 0, prob, NULL, NULL, err);
-    if (!st)
-      st = tsr_corpus_cdf(prob, nq, nk, p, floor_k, plane, err);
-    for (i = 0; !st && i < nq * nk; i++)
-      plane[i] |= c->adj[i];
-    break;
-  }
-  case TSR_FAM_SVDIT: {
-    /* Offline per-head choice: fixed for the (layer, head), so stable across
-     * steps.  MASKS.md: "3-6% of heads skipped entirely", "implied density
-     * ~42-60%": each layer's heads take the patterns in fixed shares (42%
-     * dense, 5% skipped, the rest split over the three sparse patterns) in a
-     * seeded order, so every layer sits near the published density. */
-    static const double w[5] = {0.42, 0.18, 0.18, 0.17, 0.05};
-    static const char *const kinds[5] = {"dense", "diagonal", "multi-diagonal",
-                                         "vertical-stripe", "skip"};
-    int pat = pick(w, 5, (head_rank(e, "svdit-rank", h, m->heads) + 0.5) / m->heads);
-    hi->kind = kinds[pat];
-    if (pat == 0)
-      memset(plane, 1, (size_t)(nq * nk));
-    else if (pat == 4)
-      ; /* skipped: the head's output is reused, no block computed */
-    else {
-      int64_t width = pat == 3 ? 12 : 128;
-      hp(hi, pat == 3 ? "stripe_every" : "width", (double)width);
-      st = tsr_corpus_svdit(pat == 1 ? TSR_SVDIT_DIAG : pat == 2 ? TSR_SVDIT_MULTIDIAG
-                                                                 : TSR_SVDIT_STRIPE,
-                            m->t, f, 128, width,
-                            tsr_corpus_key(e->lseed, "svdit", h, 0, 0, 0), plane, err);
-    }
-    break;
-  }
-  default:
-    st = tsr_error_set(err, TSR_ERR_INVALID, "unknown corpus family %d", e->fam);
-  }
+  hi->order = tsr_corpus_order_name(c->lq.order);
+  memset(plane, 0, (size_t)(j.nq * j.nk));
+  if (e->fam < 0 || e->fam >= TSR_FAM_COUNT || !plane_rules[e->fam])
+    return tsr_error_set(err, TSR_ERR_INVALID, "unknown corpus family %d", e->fam);
+  st = plane_rules[e->fam](&j);
   if (!st) {
     int64_t sel = 0;
-    for (i = 0; i < nq * nk; i++)
+    for (i = 0; i < j.nq * j.nk; i++)
       sel += plane[i];
-    hi->density = (double)sel / (double)(nq * nk);
+    hi->density = (double)sel / (double)(j.nq * j.nk);
   }
   return st;
 }
