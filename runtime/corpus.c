@@ -1336,13 +1336,117 @@ static const char *get_str(json_t *o, const char *k)
   return json_string_value(json_object_get(o, k));
 }
 
+/* The manifest's JSON into c->root, checked for its format and version.
+ * A FIFO or a folder named manifest.json is refused, not waited on. */
+static tsr_status manifest_load(tsr_corpus *c, const char *mpath, tsr_error *err)
+{
+  json_error_t je;
+  FILE *mf;
+  int64_t v;
+  if (!(mf = tsr_in_open(mpath, "cannot read corpus manifest", err)))
+    return TSR_ERR_IO;
+  c->root = json_loadf(mf, 0, &je);
+  fclose(mf);
+  if (!c->root)
+    return tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': line %d: %s",
+                         mpath, je.line, je.text);
+  if (!get_str(c->root, "format") || strcmp(get_str(c->root, "format"), "tessera-corpus") ||
+      get_int(c->root, "version", &v) || v != 1)
+    return tsr_error_set(err, TSR_ERR_FORMAT,
+                         "cannot read corpus manifest '%s': not a tessera-corpus "
+                         "version 1 manifest", mpath);
+  return TSR_OK;
+}
+
+/* Entry i's fields from its manifest object o: NULL, or the key that is
+ * missing or invalid. */
+static const char *entry_fields(tsr_corpus *c, int64_t i, json_t *o)
+{
+  json_t *geo = json_object_get(o, "geometry");
+  tsr_corpus_entry *e = &c->e[i];
+  const char *seed = get_str(o, "seed"), *kind = get_str(geo, "kind"), *bad = NULL;
+#define REQ_STR(field, key) \
+  if (!bad && !(e->field = get_str(o, key))) bad = key
+#define REQ_INT(field, key) \
+  if (!bad && get_int(o, key, &e->field)) bad = key
+  REQ_STR(file, "file");
+  REQ_STR(model, "model");
+  REQ_STR(family, "family");
+  REQ_STR(split, "split");
+  REQ_STR(token_order, "token_order");
+  REQ_INT(step, "step");
+  REQ_INT(layer, "layer");
+  REQ_INT(head_first, "head_first");
+  REQ_INT(heads_q, "heads_q");
+  REQ_INT(heads_kv, "heads_kv");
+  REQ_INT(model_heads, "model_heads");
+  REQ_INT(head_dim, "head_dim");
+  REQ_INT(seq_q, "seq_q");
+  REQ_INT(seq_k, "seq_k");
+#undef REQ_STR
+#undef REQ_INT
+  if (!bad && !json_is_number(json_object_get(o, "density")))
+    bad = "density";
+  if (!bad && !seed)
+    bad = "seed";
+  if (!bad && (!kind || get_int(geo, "nq", &e->nq) || get_int(geo, "nk", &e->nk)))
+    bad = "geometry";
+  if (!bad && !strcmp(kind, "uniform")) {
+    if (get_int(geo, "bq", &e->bq) || get_int(geo, "bk", &e->bk) || e->bq <= 0 || e->bk <= 0)
+      bad = "geometry";
+  } else if (!bad && !strcmp(kind, "variable")) {
+    if (!get_str(geo, "q_sizes") || !get_str(geo, "k_sizes"))
+      bad = "geometry";
+  } else if (!bad) {
+    bad = "geometry";
+  }
+  if (!bad && (e->heads_q <= 0 || e->heads_kv <= 0 || e->seq_q <= 0 || e->seq_k <= 0 ||
+               e->nq <= 0 || e->nk <= 0 || e->head_dim <= 0))
+    bad = "sizes";
+  c->heads[i] = json_object_get(o, "heads");
+  if (!bad && (!json_is_array(c->heads[i]) || (int64_t)json_array_size(c->heads[i]) != e->heads_q))
+    bad = "heads";
+  return bad;
+}
+
+/* Entry i's files (the mask, and a variable geometry's block sizes) as
+ * paths under dir: NULL, "memory", or NULL with *why set (in why_buf) for
+ * a path outside the folder. */
+static const char *entry_paths(tsr_corpus *c, int64_t i, json_t *o, const char *dir,
+                               const char **why, char *why_buf, size_t n)
+{
+  json_t *geo = json_object_get(o, "geometry");
+  tsr_corpus_entry *e = &c->e[i];
+  const char *rel[3] = {e->file, NULL, NULL};
+  const char *key[3] = {"file", "q_sizes", "k_sizes"}, *bad = NULL;
+  int k;
+  if (!strcmp(get_str(geo, "kind"), "variable")) {
+    rel[1] = get_str(geo, "q_sizes");
+    rel[2] = get_str(geo, "k_sizes");
+  }
+  for (k = 0; k < 3 && !bad && !*why; k++) {
+    char esc[260];
+    if (!rel[k])
+      continue;
+    if (!(c->paths[3 * i + k] = join(dir, rel[k])))
+      bad = "memory";
+    else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
+      snprintf(why_buf, n, "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k],
+               esc);
+      *why = why_buf;
+    }
+  }
+  e->file = c->paths[3 * i];
+  e->q_sizes = c->paths[3 * i + 1];
+  e->k_sizes = c->paths[3 * i + 2];
+  return bad;
+}
+
 tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
 {
   tsr_corpus *c;
-  json_error_t je;
   json_t *ents;
-  FILE *mf;
-  tsr_status mst;
+  tsr_status st;
   char *mpath;
   int64_t i, v;
   const char *bad = NULL, *why = NULL;
@@ -1358,146 +1462,54 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
     tsr_corpus_close(c);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
   }
-  /* a FIFO or a folder named manifest.json is refused, not waited on */
-  mst = TSR_ERR_IO;
-  if ((mf = tsr_in_open(mpath, "cannot read corpus manifest", err)) != NULL) {
-    c->root = json_loadf(mf, 0, &je);
-    fclose(mf);
-    mst = c->root ? TSR_OK
-                  : tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': line %d: %s", mpath, je.line,
-                                  je.text);
-  }
-  if (mst != TSR_OK) {
-    free(mpath);
-    tsr_corpus_close(c);
-    return mst;
-  }
-  if (!get_str(c->root, "format") || strcmp(get_str(c->root, "format"), "tessera-corpus") ||
-      get_int(c->root, "version", &v) || v != 1) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': not a tessera-corpus "
-                                  "version 1 manifest", mpath);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
-  }
+  if ((st = manifest_load(c, mpath, err)) != TSR_OK)
+    goto fail;
   c->preset = strdup(get_str(c->root, "preset") ? get_str(c->root, "preset") : "");
   if (!get_int(c->root, "seed", &v))
     c->seed = (uint64_t)v;
   ents = json_object_get(c->root, "entries");
   if (!json_is_array(ents)) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': no 'entries' array", mpath);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': no 'entries' array",
+                       mpath);
+    goto fail;
   }
   c->n = (int64_t)json_array_size(ents);
   c->e = calloc((size_t)c->n + 1, sizeof *c->e);
   c->heads = calloc((size_t)c->n + 1, sizeof *c->heads);
   c->paths = calloc((size_t)c->n * 3 + 1, sizeof *c->paths);
   if (!c->e || !c->heads || !c->paths || !c->preset) {
-    free(mpath);
-    tsr_corpus_close(c);
-    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
+    goto fail;
   }
   for (i = 0; i < c->n && !bad; i++) {
-    json_t *o = json_array_get(ents, (size_t)i), *geo = json_object_get(o, "geometry");
+    json_t *o = json_array_get(ents, (size_t)i);
     tsr_corpus_entry *e = &c->e[i];
-    const char *seed = get_str(o, "seed"), *kind = get_str(geo, "kind");
-#define REQ_STR(field, key) \
-  if (!bad && !(e->field = get_str(o, key))) bad = key
-#define REQ_INT(field, key) \
-  if (!bad && get_int(o, key, &e->field)) bad = key
-    REQ_STR(file, "file");
-    REQ_STR(model, "model");
-    REQ_STR(family, "family");
-    REQ_STR(split, "split");
-    REQ_STR(token_order, "token_order");
-    REQ_INT(step, "step");
-    REQ_INT(layer, "layer");
-    REQ_INT(head_first, "head_first");
-    REQ_INT(heads_q, "heads_q");
-    REQ_INT(heads_kv, "heads_kv");
-    REQ_INT(model_heads, "model_heads");
-    REQ_INT(head_dim, "head_dim");
-    REQ_INT(seq_q, "seq_q");
-    REQ_INT(seq_k, "seq_k");
-#undef REQ_STR
-#undef REQ_INT
-    if (!bad && !json_is_number(json_object_get(o, "density")))
-      bad = "density";
-    if (!bad && !seed)
-      bad = "seed";
-    if (!bad && (!kind || get_int(geo, "nq", &e->nq) || get_int(geo, "nk", &e->nk)))
-      bad = "geometry";
-    if (!bad && !strcmp(kind, "uniform")) {
-      if (get_int(geo, "bq", &e->bq) || get_int(geo, "bk", &e->bk) || e->bq <= 0 || e->bk <= 0)
-        bad = "geometry";
-    } else if (!bad && !strcmp(kind, "variable")) {
-      if (!get_str(geo, "q_sizes") || !get_str(geo, "k_sizes"))
-        bad = "geometry";
-    } else if (!bad) {
-      bad = "geometry";
-    }
-    if (!bad && (e->heads_q <= 0 || e->heads_kv <= 0 || e->seq_q <= 0 || e->seq_k <= 0 ||
-                 e->nq <= 0 || e->nk <= 0 || e->head_dim <= 0))
-      bad = "sizes";
-    c->heads[i] = json_object_get(o, "heads");
-    if (!bad && (!json_is_array(c->heads[i]) ||
-                 (int64_t)json_array_size(c->heads[i]) != e->heads_q))
-      bad = "heads";
-    if (bad || (why = entry_limits(e, why_buf, sizeof why_buf)) != NULL)
+    if ((bad = entry_fields(c, i, o)) || (why = entry_limits(e, why_buf, sizeof why_buf)) != NULL)
       break;
     e->density = json_number_value(json_object_get(o, "density"));
-    e->seed = strtoull(seed, NULL, 0);
-    {
-      const char *rel[3] = {e->file, NULL, NULL};
-      const char *key[3] = {"file", "q_sizes", "k_sizes"};
-      int k;
-      if (!strcmp(kind, "variable")) {
-        rel[1] = get_str(geo, "q_sizes");
-        rel[2] = get_str(geo, "k_sizes");
-      }
-      for (k = 0; k < 3 && !bad && !why; k++) {
-        char esc[260];
-        if (!rel[k])
-          continue;
-        if (!(c->paths[3 * i + k] = join(dir, rel[k])))
-          bad = "memory";
-        else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
-          snprintf(why_buf, sizeof why_buf,
-                   "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k], esc);
-          why = why_buf;
-        }
-      }
-      e->file = c->paths[3 * i];
-      e->q_sizes = c->paths[3 * i + 1];
-      e->k_sizes = c->paths[3 * i + 2];
-    }
+    e->seed = strtoull(get_str(o, "seed"), NULL, 0);
+    bad = entry_paths(c, i, o, dir, &why, why_buf, sizeof why_buf);
     if (why)
       break;
   }
   if (why) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': entry %lld: %s", mpath,
-                                  (long long)i, why);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': entry %lld: %s",
+                       mpath, (long long)i, why);
+    goto fail;
   }
   if (bad) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': entry %lld has a missing "
-                                  "or invalid '%s'", mpath, (long long)i, bad);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT,
+                       "cannot read corpus manifest '%s': entry %lld has a missing "
+                       "or invalid '%s'", mpath, (long long)i, bad);
+    goto fail;
   }
   free(mpath);
   *out = c;
   return TSR_OK;
+fail:
+  free(mpath);
+  tsr_corpus_close(c);
+  return st;
 }
 
 int64_t tsr_corpus_count(const tsr_corpus *c) { return c ? c->n : 0; }
