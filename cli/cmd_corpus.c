@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools.h"
 #include "files.h"
 
 static const cli_sub corpus_subs[] = {

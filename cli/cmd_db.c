@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tools.h"
 
 static const cli_sub db_subs[] = {
     {"tables", "[--db FILE]", "one line per GPU table: rows, profiled masks, when it was built"},

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools.h"
 #include "plan_impl.h"
 
 enum { O_CORPUS, O_SEED, O_MASKS, O_GPU, O_CPU, O_DEVICE, O_BUNDLE, O_COUNT };

@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "tessera.h"
+#include "tools.h"
 
 /* ---- Derivation of the lookup table (build.c) -------------------------- */
 

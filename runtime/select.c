@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db_impl.h"
 #include "tessera.h"
 
 #define KEY_LEN 9 /* level + 8 region fields */

@@ -16,6 +16,7 @@
 
 #include "corpus_impl.h"
 #include "tessera.h"
+#include "tools.h"
 #include "util.h"
 
 /* ---- helpers ------------------------------------------------------------------- */

@@ -1,5 +1,6 @@
 /*
- * check_db.c: the lookup database (runtime/db.c) on real SQLite files:
+ * check_db.c: the lookup database (runtime/db.c, and the profiler's writers,
+ * profiler/db_write.c) on real SQLite files:
  * schema creation and migration, rejection of missing, corrupt, foreign and
  * newer files, idempotent inserts, measurement recording with all samples,
  * resume after a sweep killed inside a transaction, and two processes
@@ -20,6 +21,7 @@
 #include "util.h"
 
 #include "tessera.h"
+#include "tools.h"
 
 static char tmpdir[256];
 static unsigned seed;

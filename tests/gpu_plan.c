@@ -33,6 +33,7 @@
 #include "cuda_impl.h"
 #include "plan_impl.h"
 #include "plan_rows.h"
+#include "tools.h"
 
 #include <math.h>
 #include <stdio.h>

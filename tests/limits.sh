@@ -155,9 +155,16 @@ refuse "invalid --masks '99999999999': expected 1..8" "$T" demo --masks 99999999
 refuse "invalid --device '99999999999'" "$T" demo --device 99999999999
 # An entry within every limit whose tensors are 16 x 2^30 x 2^30 = 2^64 elements: the
 # product wrapped to 0 and the demo read past an empty buffer; now it is refused.
-edit 4 density=0 heads_q=16 heads_kv=16 model_heads=16 seq_q=1073741824 seq_k=1073741824 \
+# The demo reuses only a complete corpus of its preset, so these edit a full one.
+"$T" corpus generate --preset demo --out "$D/cd" >/dev/null 2>&1 || bad "corpus generate (full demo)"
+cp "$D/cd/manifest.json" "$D/manifest.demo"
+dedit() { cp "$D/manifest.demo" "$D/cd/manifest.json" && "$H" edit "$D/cd/manifest.json" "$@" || bad "edit $*"; }
+dedit 4 density=0 heads_q=16 heads_kv=16 model_heads=16 seq_q=1073741824 seq_k=1073741824 \
   head_dim=1073741824 geometry.bq=1073741824 geometry.bk=1073741824 geometry.nq=1 geometry.nk=1
 refuse "demo: cannot allocate a 16x1073741824x1073741824 float32 tensor" \
-  "$T" demo --corpus "$D/c" --masks 1 --cpu
+  "$T" demo --corpus "$D/cd" --masks 1 --cpu
+# A manifest past the limits is refused at load, by the demo as by corpus stats.
+dedit 0 seq_q=1099511627776
+refuse "entry 0: 'seq_q' is 1099511627776, more than $MAX" "$T" demo --corpus "$D/cd" --masks 1 --cpu
 
 exit $fail

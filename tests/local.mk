@@ -2,12 +2,23 @@
 # commands, and GPU tests that exit 77 (skip) where no GPU is present.
 TESTS_ENVIRONMENT = \
 	TSR_TOP_SRCDIR='$(abs_top_srcdir)' TSR_TOP_BUILDDIR='$(abs_top_builddir)'; \
-	export TSR_TOP_SRCDIR TSR_TOP_BUILDDIR;
-TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+	TSR_CC='$(CC)'; export TSR_TOP_SRCDIR TSR_TOP_BUILDDIR TSR_CC;
+TSR_CHECK_INCS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests -I$(top_srcdir)/profiler $(CHECK_CFLAGS) \
+	$(JANSSON_CFLAGS)
 TSR_CHECK_DEPS = $(TSR_LIBS) $(CHECK_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+# The tools' code (profiler/tools.h): the corpus, and the profiler with its
+# database writers; tests of either link these before TSR_CHECK_DEPS.
+TSR_CORPUS_LIB = profiler/libtsrcorpus.a
+TSR_PROFILE_LIBS = profiler/libtsrprofile.a profiler/libtsrcorpus.a
 EXTRA_DIST += tests/util.h
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = $(SHELL)
+
+# The tree: libtessera.so exports exactly tessera.h's functions
+# (exports.sh, nm -D against the compiler's reading of the header); runtime/
+# includes no tools header, and tessera.h names no SQLite (layout.sh).
+TESTS += tests/exports.sh tests/layout.sh
+EXTRA_DIST += tests/exports.sh tests/layout.sh
 
 # files: output transactions and input checks (runtime/files.h)
 check_PROGRAMS += tests/check_files
@@ -75,11 +86,11 @@ tests_check_map_LDADD = $(TSR_CHECK_DEPS)
 tests_check_map_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 tests_check_plan_SOURCES = tests/check_plan.c tests/plan_cases.h tests/util.h
 tests_check_plan_CPPFLAGS = $(TSR_CHECK_INCS)
-tests_check_plan_LDADD = $(TSR_CHECK_DEPS)
+tests_check_plan_LDADD = $(TSR_CORPUS_LIB) $(TSR_CHECK_DEPS)
 tests_check_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 tests_check_exec_SOURCES = tests/check_exec.c tests/plan_cases.h tests/util.h
 tests_check_exec_CPPFLAGS = $(TSR_CHECK_INCS)
-tests_check_exec_LDADD = $(TSR_CHECK_DEPS)
+tests_check_exec_LDADD = $(TSR_CORPUS_LIB) $(TSR_CHECK_DEPS)
 tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # corpus
@@ -87,7 +98,7 @@ check_PROGRAMS += tests/check_corpus
 TESTS += tests/check_corpus
 tests_check_corpus_SOURCES = tests/check_corpus.c tests/util.h
 tests_check_corpus_CPPFLAGS = $(TSR_CHECK_INCS)
-tests_check_corpus_LDADD = $(TSR_CHECK_DEPS)
+tests_check_corpus_LDADD = $(TSR_CORPUS_LIB) $(TSR_CHECK_DEPS)
 tests_check_corpus_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/corpus-cli.sh
 EXTRA_DIST += tests/corpus-cli.sh
@@ -117,11 +128,11 @@ check_PROGRAMS += tests/check_db tests/check_select
 TESTS += tests/check_db tests/check_select
 tests_check_db_SOURCES = tests/check_db.c
 tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
-tests_check_db_LDADD = $(TSR_CHECK_DEPS)
+tests_check_db_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS)
 tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 tests_check_select_SOURCES = tests/check_select.c
-tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS) -I$(top_srcdir)/profiler
-tests_check_select_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
+tests_check_select_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
@@ -137,7 +148,8 @@ check_PROGRAMS += tests/gpu_plan
 TESTS += tests/gpu_plan tests/gpuplan-bundle.sh
 EXTRA_DIST += tests/gpuplan-bundle.sh
 tests_gpu_plan_SOURCES = tests/gpu_plan.c
-tests_gpu_plan_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_gpu_plan_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/profiler
+tests_gpu_plan_LDADD = $(TSR_CORPUS_LIB) $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_plan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # check_gpuplan: the GPU planner's host-side checks on a host-only context
 # and the row-by-row plan comparison gpu_plan uses (tests/plan_rows.h).
@@ -152,7 +164,8 @@ tests_check_gpuplan_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # notes/varplan.md), host-only without a GPU.
 check_PROGRAMS += tests/request_time
 tests_request_time_SOURCES = tests/request_time.c
-tests_request_time_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
+tests_request_time_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/profiler
+tests_request_time_LDADD = $(TSR_CORPUS_LIB) $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_request_time_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/gpu_profile.sh
 EXTRA_DIST += tests/gpu_profile.sh

@@ -11,6 +11,7 @@
 
 
 #include "tessera.h"
+#include "tools.h"
 #include "util.h"
 
 typedef struct {

@@ -26,6 +26,7 @@
  */
 #include "cuda_impl.h"
 #include "plan_impl.h"
+#include "tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /*
  * corpus_impl.h: internals of the mask corpus generator shared by
- * runtime/corpus.c (presets, schedules, manifest, reader),
- * runtime/corpus_synth.c (seeded PRNG, token orders, RoPE q/k synthesis,
- * pooled block scores) and runtime/corpus_families.c (the published rule of
+ * profiler/corpus.c (presets, schedules, manifest, reader),
+ * profiler/corpus_synth.c (seeded PRNG, token orders, RoPE q/k synthesis,
+ * pooled block scores) and profiler/corpus_families.c (the published rule of
  * every sparse-attention family), and by tests/check_corpus.c.
  *
  * Not installed.  Every function here is pure host code with no globals;
@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tools.h"
 
 /* ---- PRNG: splitmix64 seeding a xoshiro256** stream ------------------- */
 
