@@ -124,16 +124,47 @@ tests_gpu_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # database and selection
-check_PROGRAMS += tests/check_db tests/check_select
-TESTS += tests/check_db tests/check_select
+check_PROGRAMS += tests/check_db
+TESTS += tests/check_db
 tests_check_db_SOURCES = tests/check_db.c
 tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
 tests_check_db_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS)
 tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-tests_check_select_SOURCES = tests/check_select.c
-tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
-tests_check_select_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+# One suite per module: features (runtime/features.c), selection
+# (select.c), the context's selection, the profiler's build, its report and
+# its PNG writer; the timings-database fixture they share is
+# tests/select_fixture.h, the PNG decoder tests/png_read.h.
+TSR_SELECT_SUITES = tests/check_features tests/check_select tests/check_context \
+	tests/check_build tests/check_report tests/check_png
+check_PROGRAMS += $(TSR_SELECT_SUITES)
+TESTS += $(TSR_SELECT_SUITES)
+EXTRA_DIST += tests/select_fixture.h tests/png_read.h
+TSR_SELECT_INCS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
+TSR_SELECT_DEPS = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+tests_check_features_SOURCES = tests/check_features.c tests/util.h
+tests_check_features_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_features_LDADD = $(TSR_CHECK_DEPS)
+tests_check_features_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_select_SOURCES = tests/check_select.c tests/select_fixture.h
+tests_check_select_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_select_LDADD = $(TSR_SELECT_DEPS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_context_SOURCES = tests/check_context.c tests/select_fixture.h
+tests_check_context_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_context_LDADD = $(TSR_SELECT_DEPS)
+tests_check_context_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_build_SOURCES = tests/check_build.c tests/select_fixture.h
+tests_check_build_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_build_LDADD = $(TSR_SELECT_DEPS)
+tests_check_build_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_report_SOURCES = tests/check_report.c tests/select_fixture.h tests/png_read.h
+tests_check_report_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_report_LDADD = $(TSR_SELECT_DEPS)
+tests_check_report_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_png_SOURCES = tests/check_png.c tests/png_read.h
+tests_check_png_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_png_LDADD = $(TSR_SELECT_DEPS)
+tests_check_png_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
 # h200-table.sh: db/h200.sql and the published selection figures reproduce
