@@ -201,6 +201,11 @@ tests_request_time_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/gpu_profile.sh
 EXTRA_DIST += tests/gpu_profile.sh
 
+# tests/device/: runs for the GPU machine behind one runner (its README);
+# not part of make check.
+EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
+	tests/device/varplan_bench.py
+
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
