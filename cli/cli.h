@@ -13,6 +13,19 @@
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* Test hooks: compiled only into tests/tessera-test (these sources built
+ * with TSR_CLI_TEST_HOOKS, plus tests/cli_hooks.c), empty in the shipped
+ * command.  The tests damage a plan before its verification and an output
+ * before its comparison with the reference, to see the failures reach the
+ * messages and the exit status. */
+#ifdef TSR_CLI_TEST_HOOKS
+void cli_test_damage_plan(tsr_plan *pl);
+void cli_test_damage_output(tsr_array *out);
+#else
+#define cli_test_damage_plan(pl) ((void)(pl))
+#define cli_test_damage_output(out) ((void)(out))
+#endif
+
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_corpus(int argc, char **argv);

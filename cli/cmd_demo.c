@@ -29,7 +29,6 @@
 
 #include "cli.h"
 #include "tools.h"
-#include "plan_impl.h"
 
 enum { O_CORPUS, O_SEED, O_MASKS, O_GPU, O_CPU, O_DEVICE, O_BUNDLE, O_COUNT };
 
@@ -163,34 +162,6 @@ out:
   return s;
 }
 
-/* TESSERA_DEMO_CORRUPT=plan drops a tile of the first non-empty task
- * before verification; =output moves one output element by 1% of the
- * largest: the tests see both failures reach the table and the exit status. */
-static void corrupt_plan(tsr_plan *pl)
-{
-  int64_t i;
-  const char *how = getenv("TESSERA_DEMO_CORRUPT");
-  for (i = 0; how && !strcmp(how, "plan") && i < pl->n_tasks; i++)
-    if (pl->tasks[i].tile_end > pl->tasks[i].tile_begin) {
-      pl->tasks[i].tile_end--;
-      return;
-    }
-}
-
-static void corrupt_output(tsr_array *out)
-{
-  const char *how = getenv("TESSERA_DEMO_CORRUPT");
-  float *x = out->data, big = 0;
-  int64_t i, n = 1;
-  if (!how || strcmp(how, "output") || out->dtype != TSR_DT_F32 || !x)
-    return;
-  for (i = 0; i < out->ndim; i++)
-    n *= out->shape[i];
-  for (i = 0; i < n; i++)
-    big = fabsf(x[i]) > big ? fabsf(x[i]) : big;
-  x[n / 2] += 0.01f * (big > 0 ? big : 1);
-}
-
 /* One row of the final table. */
 typedef struct {
   char name[48], family[16], geom[24], tile[16], source[24];
@@ -280,7 +251,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, 
   r->skipped = total > 0 ? 1.0 - sum.computed_pairs / total : 0;
   r->mapping = tsr_plan_mapping_name(sum.mapping), r->tasks = tsr_plan_tasks_name(sum.tasks);
   snprintf(r->tile, sizeof r->tile, "%dx%d", sum.tile_m, sum.tile_n);
-  corrupt_plan(pl);
+  cli_test_damage_plan(pl);
   r->verified = tsr_plan_verify(pl, m, &verr) == TSR_OK;
   printf("  plan (%.2f ms): tile %s, mapping %s, tasks %s: %lld tiles in %lld tasks, wasted "
          "%.1f%%; verify: %s\n",
@@ -328,7 +299,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, 
     r->ms = now_ms() - t0;
     printf("  CPU plan executor: %.0f ms\n", r->ms);
   }
-  corrupt_output(&out);
+  cli_test_damage_output(&out);
   r->err = tsr_ref_max_rel_error(&out, &ref);
   r->ok = r->err <= tol;
   printf("  vs reference: max relative error %.2g (tolerance %.0e)%s\n", r->err, tol,

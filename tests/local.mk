@@ -66,6 +66,17 @@ tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+# tessera-test: the command with its test hooks (cli/cli.h, tests/cli_hooks.c:
+# TSR_TEST_DAMAGE damages a plan or an output), which the shipped command
+# never has; plan.sh and cli-demo.sh see the failures through it.
+# no-test-hooks.sh: the shipped binaries hold no test hook.
+check_PROGRAMS += tests/tessera-test
+tests_tessera_test_SOURCES = $(tessera_SOURCES) tests/cli_hooks.c
+tests_tessera_test_CPPFLAGS = $(tessera_CPPFLAGS) -DTSR_CLI_TEST_HOOKS
+tests_tessera_test_LDADD = $(tessera_LDADD)
+tests_tessera_test_LDFLAGS = $(tessera_LDFLAGS)
+TESTS += tests/no-test-hooks.sh
+EXTRA_DIST += tests/no-test-hooks.sh
 # cli-nan.sh: a NaN in q gives NaN in that row of --out (ref and cpu backends).
 TESTS += tests/cli-nan.sh
 EXTRA_DIST += tests/cli-nan.sh
