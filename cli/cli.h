@@ -57,7 +57,6 @@ typedef struct {
 
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
               int argc, char **argv);
-void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
 /* The help of a command with subcommands (corpus, db), whose parsers are
  * their own: each subcommand's synopsis ("DIR [--csv FILE]") and one-line
  * description, ended by {NULL}; the options, ended by {NULL}, each with the

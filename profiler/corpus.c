@@ -123,13 +123,6 @@ static const tsr_corpus_model model_tab[] = {
 };
 #define N_MODELS ((int)(sizeof model_tab / sizeof model_tab[0]))
 
-int tsr_corpus_model_count(void) { return N_MODELS; }
-
-const tsr_corpus_model *tsr_corpus_model_at(int i)
-{
-  return i >= 0 && i < N_MODELS ? &model_tab[i] : NULL;
-}
-
 const tsr_corpus_model *tsr_corpus_model_find(const char *name)
 {
   int i;

@@ -21,8 +21,6 @@ typedef struct {
   uint64_t s[4];
 } tsr_corpus_rng;
 
-/* splitmix64 finaliser: a bijective 64-bit mix used to derive seeds. */
-uint64_t tsr_corpus_mix(uint64_t x);
 /* Seed for a named stream: mixes seed, a tag string and up to four ints, so
  * every (model, family, step, layer, head) has an independent stream and
  * adding entries never shifts the others. */
@@ -71,8 +69,6 @@ typedef struct {
   unsigned families;    /* bit set of families published for this model */
 } tsr_corpus_model;
 
-int tsr_corpus_model_count(void);
-const tsr_corpus_model *tsr_corpus_model_at(int i);
 const tsr_corpus_model *tsr_corpus_model_find(const char *name);
 
 /* ---- Token orders and block layouts -------------------------------------- */

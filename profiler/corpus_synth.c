@@ -55,7 +55,8 @@
 
 /* ---- PRNG ---------------------------------------------------------------- */
 
-uint64_t tsr_corpus_mix(uint64_t x)
+/* splitmix64 finaliser: a bijective 64-bit mix used to derive seeds. */
+static uint64_t tsr_corpus_mix(uint64_t x)
 {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

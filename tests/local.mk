@@ -221,6 +221,11 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
 
+# internal-symbols.sh: no non-static function without a caller in another
+# file (nm over the libraries, the commands and the tests).
+TESTS += tests/internal-symbols.sh
+EXTRA_DIST += tests/internal-symbols.sh
+
 # func-length.sh: no function of runtime/ longer than 150 lines (they are cut
 # at the seams their comments mark; this keeps them cut).
 TESTS += tests/func-length.sh
