@@ -10,7 +10,7 @@
  * many heads as fit in 512 KiB of blocks (at least one, at most all), and the
  * head group rotates with the layer.  This keeps the `paper` preset near 1 GB.
  *
- * Schedules follow MASKS.md "Common to all": dense warm-up over the first
+ * Schedules follow mask-families.md "Common to all": dense warm-up over the first
  * 10-30% of steps and 0-3% of layers (such entries have family "dense" and
  * name the method they warm up), denser first and last layers, and per-head
  * choices drawn from a (layer, head) seed that does not depend on the step,
@@ -48,7 +48,7 @@
 
 static const struct {
   const char *name;
-  double lo, hi;     /* published mean density of sparse heads (MASKS.md) */
+  double lo, hi;     /* published mean density of sparse heads (mask-families.md) */
   double warm_steps; /* fraction of steps run dense */
   double warm_layers;/* fraction of layers run dense (rounded up) */
 } fam_tab[TSR_FAM_COUNT] = {
@@ -91,7 +91,7 @@ void tsr_corpus_family_range(int fam, double *lo, double *hi)
   *hi = fam >= 0 && fam < TSR_FAM_COUNT ? fam_tab[fam].hi : 1;
 }
 
-/* ---- Models (MASKS.md "Model shapes") ------------------------------------------ */
+/* ---- Models (mask-families.md "Model shapes") ------------------------------------------ */
 
 /* RoPE splits: Wan gives the t axis d - 4 (d / 6) channels and h, w 2 (d / 6)
  * each; HunyuanVideo [16, 56, 56]; CogVideoX d/4 for t and 3d/8 for h, w.
@@ -209,7 +209,7 @@ typedef struct {
 
 static int64_t svg_block(int64_t f)
 {
-  /* MASKS.md: "largest divisor of f below 256 (SVG with FlashInfer)". */
+  /* mask-families.md: "largest divisor of f below 256 (SVG with FlashInfer)". */
   int64_t b;
   for (b = 255; b > 1; b--)
     if (f % b == 0)
@@ -372,7 +372,7 @@ static tsr_status ctx_build(gen_ctx *c, uint64_t seed, const char *dir, tsr_erro
     c->pooled = 1;
     break;
   case TSR_FAM_SPARGE:
-    /* MASKS.md: "Blocks 128 (q) x 64 (k)". */
+    /* mask-families.md: "Blocks 128 (q) x 64 (k)". */
     st = tsr_corpus_layout_uniform(TSR_ORDER_FRAME, m->t, m->h, m->w, 128, &c->lq, err);
     if (!st)
       st = tsr_corpus_layout_uniform(TSR_ORDER_FRAME, m->t, m->h, m->w, 64, &c->lk, err);
@@ -603,7 +603,7 @@ static tsr_status plane_radial(const plane_job *j)
 
 static tsr_status plane_vsa(const plane_job *j)
 {
-  /* MASKS.md: "s = 0.8-0.9"; denser first and last layers. */
+  /* mask-families.md: "s = 0.8-0.9"; denser first and last layers. */
   double s = j->edge ? 0.8 : j->u < 0.5 ? 0.85 : 0.9;
   int64_t k = (int64_t)ceil((1.0 - s) * (double)j->nk - 1e-9);
   tsr_status st;
@@ -620,7 +620,7 @@ static tsr_status plane_sparge(const plane_job *j)
 {
   head_info *hi = j->hi;
   int64_t nq = j->nq, nk = j->nk, i, jj;
-  /* MASKS.md: "Per-head thresholds: early and late layers mostly dense". */
+  /* mask-families.md: "Per-head thresholds: early and late layers mostly dense". */
   double tau, topf = 0, theta = 0.05, u;
   tsr_status st;
   if (j->u < (j->edge ? 0.75 : 0.08))
@@ -641,7 +641,7 @@ static tsr_status plane_sparge(const plane_job *j)
     hp(hi, "topk_fraction", topf);
     st = tsr_corpus_topk(j->prob, nq, nk, (int64_t)ceil(topf * (double)nk), j->plane, j->err);
   }
-  /* MASKS.md: "blocks with low self-similarity are forced on for their whole
+  /* mask-families.md: "blocks with low self-similarity are forced on for their whole
    * row/column; optional sink column 0". */
   hp(hi, "selfsim_min", theta);
   hp(hi, "sink", 1);
@@ -701,7 +701,7 @@ static tsr_status plane_svdit(const plane_job *j)
 {
   const tsr_corpus_model *m = j->m;
   /* Offline per-head choice: fixed for the (layer, head), so stable across
-   * steps.  MASKS.md: "3-6% of heads skipped entirely", "implied density
+   * steps.  mask-families.md: "3-6% of heads skipped entirely", "implied density
    * ~42-60%": each layer's heads take the patterns in fixed shares (42%
    * dense, 5% skipped, the rest split over the three sparse patterns) in a
    * seeded order, so every layer sits near the published density. */

@@ -51,10 +51,10 @@ typedef enum {
 const char *tsr_corpus_family_name(int fam);
 /* -1 when unknown. */
 int tsr_corpus_family_find(const char *name);
-/* Published mean-density range of the family's sparse heads (MASKS.md). */
+/* Published mean-density range of the family's sparse heads (mask-families.md). */
 void tsr_corpus_family_range(int fam, double *lo, double *hi);
 
-/* ---- Model shapes (MASKS.md table) -------------------------------------- */
+/* ---- Model shapes (mask-families.md table) -------------------------------------- */
 
 typedef struct {
   const char *name;

@@ -41,7 +41,7 @@
 
 /* Scale of the shared, object and noise parts.  Chosen so that token logits
  * peak near 8-10 on the diagonal (as measured DiT heads do) and the pooled
- * families land in the published density ranges of MASKS.md. */
+ * families land in the published density ranges of mask-families.md. */
 #ifndef SYNTH_ALPHA
 #define SYNTH_ALPHA 2.3
 #endif
