@@ -162,19 +162,19 @@ out:
   return s;
 }
 
-/* One row of the final table. */
+/* One line of the final table (one mask). */
 typedef struct {
   char name[48], family[16], geom[24], tile[16], source[24];
   double density, wasted, skipped, ms, err, vs_dense;
   const char *mapping, *tasks;
   int verified, ok;
-} row;
+} demo_line;
 
 /* Selects, plans, verifies and runs one corpus mask; fills r.  Returns a
  * status only for errors that stop the demo (input or environment); a
  * failed verification or a large error is recorded in r. */
 static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, int gpu,
-                           shape_cache *cache, uint64_t seed, row *r, tsr_error *err)
+                           shape_cache *cache, uint64_t seed, demo_line *r, tsr_error *err)
 {
   const tsr_corpus_entry *e = tsr_corpus_get(cp, idx);
   const char *base = strrchr(e->file, '/') ? strrchr(e->file, '/') + 1 : e->file;
@@ -403,7 +403,7 @@ int cmd_demo(int argc, char **argv)
   tsr_context_opts co;
   tsr_error err = {0};
   shape_cache cache;
-  row rows[MAX_MASKS];
+  demo_line lines[MAX_MASKS];
   int rc = CLI_USAGE, i, n = 0, all_verified = 1, all_within = 1, gpu = 0;
   double t_start = now_ms();
 
@@ -432,7 +432,7 @@ int cmd_demo(int argc, char **argv)
     return CLI_USAGE;
   }
   memset(&cache, 0, sizeof cache);
-  memset(rows, 0, sizeof rows);
+  memset(lines, 0, sizeof lines);
 
   /* The path: the GPU when a context opens (unless --cpu).  Either way a
    * context selects the plans: without a device, a host-only one (the
@@ -486,17 +486,17 @@ int cmd_demo(int argc, char **argv)
   printf("masks: %d of %lld (the sparsest of each family)\n", n, (long long)tsr_corpus_count(cp));
 
   for (i = 0; i < n; i++) {
-    if (run_mask(cp, idx[i], ctx, gpu, &cache, (uint64_t)seed, &rows[i], &err))
+    if (run_mask(cp, idx[i], ctx, gpu, &cache, (uint64_t)seed, &lines[i], &err))
       goto fail;
-    all_verified = all_verified && rows[i].verified;
-    all_within = all_within && rows[i].ok;
+    all_verified = all_verified && lines[i].verified;
+    all_within = all_within && lines[i].ok;
   }
 
   printf("\n%-18s %-7s %-11s %7s %-8s %-9s %-5s %-14s %7s %8s %9s %9s %8s\n", "mask", "family",
          "blocks", "density", "tile", "mapping", "tasks", "source", "wasted", "skipped",
          gpu ? "gpu ms" : "cpu ms", "err/ref", "vs dense");
   for (i = 0; i < n; i++) {
-    row *r = &rows[i];
+    demo_line *r = &lines[i];
     printf("%-18s %-7s %-11s %7.3f %-8s %-9s %-5s %-14s %6.1f%% %7.1f%% %9.*f %9.2g %8.3f%s\n",
            r->name, r->family, r->geom, r->density, r->tile, r->mapping, r->tasks, r->source,
            100.0 * r->wasted, 100.0 * r->skipped, gpu ? 3 : 1, r->ms, r->err, r->vs_dense,

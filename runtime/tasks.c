@@ -1,5 +1,5 @@
 /*
- * tasks.c: task organisation, from the row table of map.c to the task,
+ * tasks.c: task organisation, from the rows' tile ranges of map.c to the task,
  * member and merge records of plan_layout.h.
  *
  * A unit is a set of rows (batch, query head, query tile) that one task can
@@ -125,7 +125,7 @@ double tsr_tasks_balance(const tsr_plan *pl)
  * the same rules (empty_row_joins, proto_add). */
 typedef struct {
   tsr_plan *pl;
-  const tsr_map_rows *rows;
+  const tsr_map_ranges *ranges; /* each row's tiles (map.c) */
   const tsr_plan_opts *o;
   tsr_tasks mode;
   int pack_empty, pack_qtile;
@@ -210,16 +210,16 @@ static int proto_add(build *b, tsr_i32 tb, tsr_i32 te, tsr_i32 first, tsr_i32 n,
  * (nothing kept: the general steps start over), -1 when out of memory. */
 static int protos_direct(build *b)
 {
-  const tsr_map_rows *rows = b->rows;
+  const tsr_map_ranges *rg = b->ranges;
   tsr_i32 open = -1, last = -1; /* the empty unit still taking rows, its last row */
   int64_t r, i;
-  b->chunk = chunk_limit(b->pl, b->o, rows->tiles, 0);
+  b->chunk = chunk_limit(b->pl, b->o, rg->tiles, 0);
   b->protos = tsr_plan_buf(b->pl, TSR_BUF_PROTOS, (size_t)b->nr * sizeof *b->protos);
   if (!b->protos)
     return -1;
   b->cap_proto = b->nr;
   for (r = 0; r < b->nr; r++) {
-    tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r];
+    tsr_i32 tb = rg->tile_begin[r], te = rg->tile_end[r];
     if (te > tb) {
       if (te - tb > b->chunk)
         break; /* a split row: the general steps */
@@ -251,13 +251,13 @@ static int protos_direct(build *b)
  * tasks) no row looks up another's unit, and unit_of is left alone. */
 static void units_gather(build *b)
 {
-  const tsr_map_rows *rows = b->rows;
+  const tsr_map_ranges *rg = b->ranges;
   unit *units = b->units;
   tsr_i32 *next = b->next, *unit_of = b->unit_of, empty_unit = -1;
   int twins = b->twins;
   int64_t r;
   for (r = 0; r < b->nr; r++) {
-    tsr_i32 tb = rows->tile_begin[r], te = rows->tile_end[r], u = -1;
+    tsr_i32 tb = rg->tile_begin[r], te = rg->tile_end[r], u = -1;
     next[r] = -1;
     if (twins)
       unit_of[r] = -1;
@@ -268,8 +268,8 @@ static void units_gather(build *b)
     } else {
       b->nonempty++;
       b->total += te - tb;
-      if (twins && rows->twin[r] >= 0) {
-        tsr_i32 cu = unit_of[rows->twin[r]];
+      if (twins && rg->twin[r] >= 0) {
+        tsr_i32 cu = unit_of[rg->twin[r]];
         if (cu >= 0 && units[cu].n < TSR_PLAN_MAX_MEMBERS)
           u = cu;
       }
@@ -284,7 +284,7 @@ static void units_gather(build *b)
       x->te = te;
       x->first = x->last = (tsr_i32)r;
       x->n = 1;
-      x->full = rows->all_full[r];
+      x->full = rg->all_full[r];
       x->dead = x->qpacked = 0;
       u = (tsr_i32)b->n_units++;
       if (te == tb)
@@ -292,7 +292,7 @@ static void units_gather(build *b)
     }
     /* Later twins join the newest unit of their root. */
     if (twins && te != tb) {
-      tsr_i32 root = rows->twin[r] >= 0 ? rows->twin[r] : (tsr_i32)r;
+      tsr_i32 root = rg->twin[r] >= 0 ? rg->twin[r] : (tsr_i32)r;
       unit_of[root] = u;
     }
   }
@@ -504,7 +504,7 @@ static void tasks_write(build *b)
   }
 }
 
-tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_plan_opts *o,
+tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges, const tsr_plan_opts *o,
                            tsr_error *err)
 {
   const tsr_problem *p = &pl->problem;
@@ -514,12 +514,12 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
 
   memset(&b, 0, sizeof b);
   b.pl = pl;
-  b.rows = rows;
+  b.ranges = ranges;
   b.o = o;
   b.mode = o->tasks;
   b.pack_empty = b.mode == TSR_TASKS_PACK || b.mode == TSR_TASKS_AUTO; /* and GQA twins */
   b.pack_qtile = b.mode == TSR_TASKS_PACK;
-  b.nr = rows->n_rows;
+  b.nr = ranges->n_rows;
   b.group = p->heads_q / p->heads_kv;
   b.twins = b.pack_empty && b.group > 1;
   pl->merges = pl->bufs[TSR_BUF_MERGES].p; /* grown as split rows appear */
@@ -534,7 +534,7 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows, const tsr_pla
 
   /* The direct path, unless the tests hold the general steps to it
    * (TESSERA_PLAN_SIMD=none runs them always). */
-  if (!b.twins && (b.mode == TSR_TASKS_AUTO || b.mode == TSR_TASKS_ROW) && !rows->plain &&
+  if (!b.twins && (b.mode == TSR_TASKS_AUTO || b.mode == TSR_TASKS_ROW) && !ranges->plain &&
       (direct = protos_direct(&b)) < 0)
     goto nomem;
   if (!direct) {
