@@ -789,6 +789,13 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
     b.tile_m = out->opts.tile_m;
     b.tile_n = out->opts.tile_n;
     b.mapping = out->opts.mapping;
+    /* Variable blocks: a region pools masks of several block sizes, so the
+     * row's combine or subdivide may not apply to this one, and the
+     * features cannot tell.  The planner's choice for the row's tile gives
+     * the row's plan where it applies (the mapping only names how tiles
+     * meet blocks) and a plan where it does not. */
+    if (!f->bq || !f->bk)
+      b.mapping = TSR_MAP_AUTO;
     b.tasks = out->opts.tasks;
     b.variant = out->opts.variant;
     if (!b.num_sms)

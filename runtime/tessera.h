@@ -583,7 +583,10 @@ typedef struct {
 /* Picks the plan for the features.  s may be NULL (base plan).  Never fails
  * for a valid problem: a miss, an ineligible row or an empty table falls
  * back to the base plan (retain when the geometry is uniform with a block
- * shape that is a candidate tile, else combine at 128x128, row tasks). */
+ * shape that is a candidate tile, else combine at 128x128, row tasks).
+ * A row is returned as the table holds it; for variable blocks its combine
+ * or subdivide may not apply to the mask (the planner then refuses it as
+ * unsupported), which tsr_select_request leaves to the planner. */
 tsr_status tsr_select_plan(const tsr_selector *s, const tsr_features *f,
                            tsr_selection *out, tsr_error *err);
 /* Whether (mapping, tile) applies to the features' geometry; 0 with *why set. */
@@ -596,7 +599,10 @@ char *tsr_select_explain_json(const tsr_features *f, const tsr_selection *sel);
 /* The request path's selection: tsr_select_plan, except that a fallback
  * gives the caller's options `base` (NULL = tsr_plan_opts_init: the
  * automatic planner) instead of the base plan, and a row hit gives base
- * with the row's tile, mapping, task layout and variant.  The variant is
+ * with the row's tile, mapping, task layout and variant.  For variable
+ * blocks the mapping is TSR_MAP_AUTO (the planner's for the row's tile):
+ * the features do not tell whether the row's combine or subdivide applies
+ * to this mask's blocks, and where it does the plan is the same.  The variant is
  * the table's name, unchecked: tsr_context_select checks it against a
  * bundle.  s may be NULL (always the fallback). */
 tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,

@@ -8,12 +8,15 @@
  * Work: a CTA of TSR_WARPS warps walks tasks blockIdx.x, +gridDim.x, ...;
  * for each member of a task it loads the BM x D query tile once, then
  * streams K and V tiles listed in tiles[tile_begin, tile_end).  Each warp
- * owns BM / TSR_WARPS consecutive query rows (16 or 32).  Scores are masked
- * (keys past seq_k, and the membership bits of partial tiles) before the
- * base-2 online softmax (scale_log2 must be positive); a row whose tile has
- * no selected column leaves its running max and sum untouched.  Output is
- * written directly (o, lse) or as an unnormalised partial (part_o, part_m,
- * part_l) for the merge kernel.
+ * owns BM / TSR_WARPS consecutive query rows (16 or 32) and keeps their Q
+ * fragments in registers for the whole member where they fit (QREG); the S
+ * accumulators of a key tile become the A operand of P V in registers.  Scores are masked (keys
+ * past seq_k, and the membership bits of partial tiles; full in-bounds
+ * tiles skip the masking pass) before the base-2 online softmax
+ * (scale_log2 must be positive, and is folded into one FFMA per
+ * probability); a row whose tile has no selected column leaves its running
+ * max and sum untouched.  Output is written directly (o, lse) or as an
+ * unnormalised partial (part_o, part_m, part_l) for the merge kernel.
  *
  * Non-finite q, k, v: NaN scores pass fmaxf (which drops them) and reach
  * the row sum through ex2, +inf scores make exp2(inf - inf) there, so the
@@ -21,6 +24,20 @@
  * (only l == 0 means "nothing selected": zeros, lse -inf) and makes a row
  * that selected keys whose scores were all -inf NaN, as the reference
  * does (runtime/ref.c).  A split row's NaN goes to the merge as part_m NaN.
+ *
+ * Pipeline: one cp.async group per key tile (K and V together), the Q tile
+ * joining the first; tile j + ST - 1 is issued right after the barrier that
+ * makes tile j visible, into the stage tile j - 1 used, so one barrier a
+ * tile suffices.  The next tile records are read an iteration ahead, so no
+ * warp waits on a global load before issuing its copies.
+ *
+ * Registers: every loop is unrolled; values that the compiler would
+ * otherwise hoist out of the tile loop and keep live (one 64-bit global
+ * offset per copied row, one shared address per fragment) are either
+ * stepped through an opaque register (copies) or formed from one base per
+ * operand with an XOR (fragments), which is what kept the old kernel at 255
+ * registers with local-memory spills.  tests/gen-fit.sh asserts that no
+ * cubin has LDL/STL.
  *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch
@@ -37,35 +54,84 @@ constexpr int ST = TSR_STAGES;
 constexpr int NT = TSR_THREADS;
 constexpr int MT = BM / (16 * W);  /* m16 slices a warp */
 constexpr int DC = D / 8;          /* 16-byte chunks a row */
-constexpr int NN = BN / 8;         /* n8 score tiles */
+constexpr int RB = D * 2;          /* bytes a shared-memory row */
 constexpr int ND = D / 8;          /* n8 output tiles */
 constexpr int KD = D / 16;         /* k16 steps of Q K^T */
-constexpr int KN = BN / 16;        /* k16 steps of P V */
 constexpr int MW = BN / 32;        /* membership words a segment */
+/* Register footprint of the data a thread holds, 32-bit registers: O is
+ * MT x D / 2, the scores of a softmax step of sb keys MT x sb / 2, Q's
+ * fragments (when kept in registers) MT x D / 4. */
+__host__ __device__ constexpr int data_regs(int sb, bool q) { return MT * (D / 2 + sb / 2 + (q ? D / 4 : 0)); }
+/* What fits next to the fragments, addresses and softmax state without
+ * spilling: 160 spilled on sm_100a (MT 1, D 128, 128 keys a step), 128 did
+ * not anywhere; tests/gen-sass.sh is the judge. */
+constexpr int DATA_REGS = 144;
+/* Keys a softmax step (SB) and whether Q stays in registers (QREG): a tile
+ * is taken SB columns at a time (scores, mask, online softmax, P V), the
+ * widest step that fits with Q in registers, else without (Q fragments then
+ * re-read from shared memory each k16 step), else 32 keys without.  One
+ * more step a tile costs one more row max, sum and (if a max moved) O
+ * rescale. */
+__host__ __device__ constexpr int pick_sb(bool q)
+{
+  return data_regs(BN, q) <= DATA_REGS ? BN
+         : BN > 64 && data_regs(64, q) <= DATA_REGS ? 64
+         : data_regs(32, q) <= DATA_REGS ? 32 : 0;
+}
+constexpr bool QREG = pick_sb(true) > 0;
+constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
+constexpr int NS = SB / 8;         /* n8 score tiles a step */
+constexpr int MWS = SB / 32;       /* membership words a step */
+static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
+static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
+              "tile copies must divide evenly among the threads");
 static_assert((BM * D + 2 * ST * BN * D) * 2 <= TSR_SMEM_BYTES, "shared memory layout exceeds TSR_SMEM_BYTES");
 
-/* Element offset of chunk c (8 elements) of row r in a swizzled tile. */
-static __device__ __forceinline__ int sw(int r, int c)
+/* Byte offset of chunk c (8 elements) of row r in a swizzled tile. */
+static __device__ __forceinline__ unsigned sw(int r, int c)
 {
-  return r * D + ((c ^ (r & 7)) << 3);
+  return (unsigned)(r * RB + ((c ^ (r & 7)) << 4));
 }
 
-/* Copies `rows` rows of D elements (row stride `stride`) into a swizzled
- * tile of `cap` rows; rows past `rows` are zero-filled. */
-template <int CAP>
-static __device__ __forceinline__ void load_rows(tsr_u16 *dst, const tsr_u16 *src, long long stride,
-                                                 int rows)
+/* A value the compiler must treat as unknown: it cannot fold what follows
+ * into loop-invariant products and hoist them (64-bit row offsets, one a
+ * copied row, were what spilled). */
+static __device__ __forceinline__ long long opaque(long long x)
 {
-  const unsigned base = tsr_smem_u32(dst);
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+/* Copies `rows` rows of D elements (row stride `stride` elements) into a
+ * swizzled tile of CAP rows at shared address dst; rows past `rows` are
+ * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC. */
+template <int CAP>
+static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *src, long long stride, int rows)
+{
+  constexpr int STEP = NT / DC;
+  const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
+  const long long step = opaque(stride * STEP);
+  const tsr_u16 *g = src + r0 * stride + c * 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < CAP * DC; i += NT) {
-    const int r = i / DC, c = i % DC;
+  for (int k = 0; k < CAP / STEP; ++k) {
+    const int r = r0 + k * STEP;
     const bool ok = r < rows;
-    const tsr_u16 *g = ok ? src + (long long)r * stride + c * 8 : src;
-    tsr_cp_async16(base + 2u * (unsigned)sw(r, c), g, ok ? 16 : 0);
+    tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
+    g += step;
   }
+}
+
+/* Shared address of an ldmatrix x4 fragment: 16-row block `blk`, chunk pair
+ * `k` (chunks 2k, 2k + 1).  `lane_off` is the lane's byte offset in block 0
+ * at chunk pair 0, sw(rl, cb) for its row rl (rl & 7 == lane & 7) and chunk
+ * bit cb; chunk 2k + cb then sits at lane_off ^ ((k & 3) << 5) plus
+ * (k >> 2) * 128, so every fragment is one XOR and immediates away from one
+ * base register. */
+static __device__ __forceinline__ unsigned frag(unsigned tile, unsigned lane_off, int blk, int k)
+{
+  return tile + (unsigned)(blk * 16 * RB + ((k >> 2) << 7)) + (lane_off ^ (unsigned)((k & 3) << 5));
 }
 }  // namespace tsr80
 
@@ -74,18 +140,25 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 {
   using namespace tsr80;
   extern __shared__ __align__(128) unsigned char tsr_smem[];
-  tsr_u16 *sQ = (tsr_u16 *)tsr_smem;
-  tsr_u16 *sK = sQ + BM * D;
-  tsr_u16 *sV = sK + ST * BN * D;
+  const unsigned sQ = tsr_smem_u32(tsr_smem);
+  const unsigned sK = sQ + BM * RB;
+  const unsigned sV = sK + ST * BN * RB;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = p.heads_q / p.heads_kv;
   const int row_base = warp * MT * 16;
+  /* Lane offsets of the three fragment kinds (see frag): Q (A operand) and
+   * V (B operand through ldmatrix.trans) take rows lane & 15 and chunk bit
+   * lane >> 4; K (B operand) takes rows (lane & 7) + 8 (lane >> 4) and chunk
+   * bit (lane >> 3) & 1. */
+  const unsigned qv_off = sw((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  const unsigned k_off = sw((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 
   /* Device-planned launches read the task count the planner wrote. */
   const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
   for (int t = blockIdx.x; t < n_tasks; t += gridDim.x) {
     const tsr_task_rec task = p.tasks[t];
     const int ntiles = task.tile_end - task.tile_begin;
+    const tsr_tile_rec *trec = p.tiles + task.tile_begin;
     for (int mi = 0; mi < task.n_members; ++mi) {
       const tsr_member_rec mem = p.members[task.member_begin + mi];
       const int b = mem.batch, h = mem.head, q0 = mem.q_tile * BM;
@@ -96,24 +169,31 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       const tsr_u16 *gv = (const tsr_u16 *)p.v + b * p.v_stride[0] + hk * p.v_stride[1];
 
       __syncthreads(); /* the previous member is done with shared memory */
-      load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
-      tsr_cp_async_commit();
+      /* Prologue: Q joins tile 0's group; tiles 1 .. ST-2 get a group each.
+       * A task without tiles loads nothing (its members may be any row). */
+      if (ntiles > 0) load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
 #pragma unroll
       for (int s = 0; s < ST - 1; ++s) {
         if (s < ntiles) {
-          const int k0 = p.tiles[task.tile_begin + s].k_tile * BN;
+          const int k0 = trec[s].k_tile * BN;
           const int kr = min(BN, p.seq_k - k0);
-          load_rows<BN>(sK + s * BN * D, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-          load_rows<BN>(sV + s * BN * D, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+          load_rows<BN>(sK + s * BN * RB, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+          load_rows<BN>(sV + s * BN * RB, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
         }
         tsr_cp_async_commit();
       }
+      /* Records read an iteration ahead: the current tile's, and the key
+       * tile of the next copy (tile j + ST - 1 at iteration j). */
+      tsr_tile_rec tr_next = ntiles > 0 ? trec[0] : tsr_tile_rec{0, -1};
+      int kt_ahead = ST - 1 < ntiles ? trec[ST - 1].k_tile : 0;
 
       float acc[MT][ND][4];
       float m[MT][2], l[MT][2];
+      unsigned qf[QREG ? MT : 1][QREG ? KD : 1][4]; /* Q fragments (QREG) */
 #if TSR_MEMBERSHIP
       int seg[MT][2];
-      bool sel[MT][2]; /* the row selected some key of the task's tiles */
+      unsigned sel = 0u; /* bit 2 i + hh: that row selected some key of the task's tiles
+                            (one register: an array of flags spilled on sm_120) */
 #endif
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
@@ -124,7 +204,6 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           m[i][hh] = TSR_NEG_INF;
           l[i][hh] = 0.f;
 #if TSR_MEMBERSHIP
-          sel[i][hh] = false;
           const int r = q0 + row_base + i * 16 + (lane >> 2) + 8 * hh;
           seg[i][hh] = r < p.seq_q ? p.qblk[r] - p.qblk[q0] : 0;
 #endif
@@ -132,143 +211,204 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       }
 
       for (int j = 0; j < ntiles; ++j) {
+        const tsr_tile_rec tr = tr_next;
+        if (j + 1 < ntiles) tr_next = trec[j + 1];
+        tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
+        __syncthreads();             /* everyone's; and tile j - 1's stage is free */
         {
           const int jn = j + ST - 1;
           if (jn < ntiles) {
-            const int k0 = p.tiles[task.tile_begin + jn].k_tile * BN;
+            const int k0 = kt_ahead * BN;
             const int kr = min(BN, p.seq_k - k0);
-            const int st = jn % ST;
-            load_rows<BN>(sK + st * BN * D, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-            load_rows<BN>(sV + st * BN * D, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            const unsigned st = (unsigned)(jn % ST) * (BN * RB);
+            load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+            load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
           }
           tsr_cp_async_commit();
         }
-        tsr_cp_async_wait<ST - 1>();
-        __syncthreads();
-
-        const tsr_tile_rec tr = p.tiles[task.tile_begin + j];
-        const int k0 = tr.k_tile * BN;
-        const tsr_u16 *cK = sK + (j % ST) * BN * D;
-        const tsr_u16 *cV = sV + (j % ST) * BN * D;
-
-        /* S = Q K^T over D in k16 steps. */
-        float s[MT][NN][4];
+        if constexpr (QREG) {
+          if (j == 0) {
+            /* Q fragments stay in registers for all of the member's tiles. */
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+            for (int i = 0; i < MT; ++i)
 #pragma unroll
-          for (int n = 0; n < NN; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; ++kk) {
-          unsigned a[MT][4];
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            const int r = row_base + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int c = kk * 2 + (lane >> 4);
-            tsr_ldmatrix_x4(tsr_smem_u32(sQ + sw(r, c)), a[i][0], a[i][1], a[i][2], a[i][3]);
-          }
-#pragma unroll
-          for (int nn = 0; nn < NN / 2; ++nn) {
-            unsigned b0, b1, b2, b3;
-            const int r = nn * 16 + (lane & 7) + (lane >> 4) * 8;
-            const int c = kk * 2 + ((lane >> 3) & 1);
-            tsr_ldmatrix_x4(tsr_smem_u32(cK + sw(r, c)), b0, b1, b2, b3);
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              tsr_mma16816(s[i][2 * nn], a[i], b0, b1);
-              tsr_mma16816(s[i][2 * nn + 1], a[i], b2, b3);
-            }
+              for (int kk = 0; kk < KD; ++kk)
+                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1],
+                                qf[i][kk][2], qf[i][kk][3]);
           }
         }
 
-        /* Mask, scale into the base-2 domain, and update the online softmax. */
+        const int k0 = tr.k_tile * BN;
+        const unsigned cK = sK + (unsigned)(j % ST) * (BN * RB);
+        const unsigned cV = sV + (unsigned)(j % ST) * (BN * RB);
 #if TSR_MEMBERSHIP
         const bool partial = tr.mem >= 0;
+#else
+        const bool partial = false;
 #endif
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
+        /* The tile's keys in steps of SB (see SB): scores, mask, softmax,
+         * P V for each; not unrolled, so that the compiler cannot overlap
+         * one step's scores with the previous step's P V registers. */
+#pragma unroll 1
+        for (int sb = 0; sb < BN / SB; ++sb) {
+          const int c0 = sb * SB; /* first column of the step in the tile */
 #if TSR_MEMBERSHIP
-            unsigned words[MW], any = 0u;
+          /* Issued before the product so that its latency hides behind it. */
+          unsigned words[MT][2][MWS];
 #pragma unroll
-            for (int w = 0; w < MW; ++w) {
-              words[w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + w] : 0xffffffffu;
-              any |= words[w];
-            }
-            sel[i][hh] |= any != 0u; /* per tile, not per element */
-#endif
-            float mx = TSR_NEG_INF;
+          for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int n = 0; n < NN; ++n) {
+            for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = n * 8 + (lane & 3) * 2 + e;
-                bool ok = k0 + col < p.seq_k;
-#if TSR_MEMBERSHIP
-                ok = ok && ((words[n >> 2] >> (col & 31)) & 1u); /* n8 tile n lies in word n / 4 */
-#endif
-                const float v = ok ? s[i][n][2 * hh + e] : TSR_NEG_INF;
-                s[i][n][2 * hh + e] = v;
-                mx = fmaxf(mx, v);
+              for (int w = 0; w < MWS; ++w) {
+                words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
+                sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
               }
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            /* Maxima are taken on raw scores and scaled once (scale_log2 >
-             * 0), so each probability is one FFMA and one EX2. */
-            const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
-            /* A row with nothing selected so far keeps m = -inf; subtract 0
-             * then so that exp2(-inf - -inf) never makes a NaN. */
-            const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
-            const float alpha = tsr_ex2(m[i][hh] - msafe);
-            float sum = 0.f;
-#pragma unroll
-            for (int n = 0; n < NN; ++n) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
-                s[i][n][2 * hh + e] = pv;
-                sum += pv;
-              }
-            }
-            l[i][hh] = l[i][hh] * alpha + sum;
-            m[i][hh] = mnew;
-#pragma unroll
-            for (int n = 0; n < ND; ++n) {
-              acc[i][n][2 * hh] *= alpha;
-              acc[i][n][2 * hh + 1] *= alpha;
-            }
-          }
-        }
+#endif
 
-        /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
+          /* S = Q K^T over D in k16 steps. */
+          float s[MT][NS][4];
 #pragma unroll
-        for (int kk = 0; kk < KN; ++kk) {
-          unsigned a[MT][4];
+          for (int i = 0; i < MT; ++i)
 #pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
-            a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
-            a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-            a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-          }
-#pragma unroll
-          for (int dd = 0; dd < ND / 2; ++dd) {
-            unsigned b0, b1, b2, b3;
-            const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int c = dd * 2 + (lane >> 4);
-            tsr_ldmatrix_x4_trans(tsr_smem_u32(cV + sw(r, c)), b0, b1, b2, b3);
+            for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+          /* Q from shared memory (not QREG): unrolled by two only, or the
+           * compiler hoists the next steps' Q fragments and spills (sm_89). */
+#pragma unroll QREG ? KD : 2
+          for (int kk = 0; kk < KD; ++kk) {
+            unsigned qa[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-              tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
-              tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+              if constexpr (QREG) {
+                qa[i][0] = qf[i][kk][0]; qa[i][1] = qf[i][kk][1];
+                qa[i][2] = qf[i][kk][2]; qa[i][3] = qf[i][kk][3];
+              } else {
+                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
+              }
+            }
+#pragma unroll
+            for (int nn = 0; nn < NS / 2; ++nn) {
+              unsigned b0, b1, b2, b3;
+              tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
+#pragma unroll
+              for (int i = 0; i < MT; ++i) {
+                tsr_mma16816(s[i][2 * nn], qa[i], b0, b1);
+                tsr_mma16816(s[i][2 * nn + 1], qa[i], b2, b3);
+              }
+            }
+          }
+
+          /* Mask keys past seq_k and unselected columns of partial tiles; a
+           * full in-bounds step (the common case) skips this pass. */
+          if (partial || k0 + c0 + SB > p.seq_k) {
+            const int kr = p.seq_k - k0 - c0;
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh) {
+#if TSR_MEMBERSHIP
+                unsigned wl[MWS]; /* this lane's columns at bits 8 (n & 3) + e */
+#pragma unroll
+                for (int w = 0; w < MWS; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
+#endif
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const int col = n * 8 + (lane & 3) * 2 + e;
+                    bool ok = col < kr;
+#if TSR_MEMBERSHIP
+                    ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
+#endif
+                    if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
+                  }
+                }
+              }
+            }
+          }
+
+          /* Scale into the base-2 domain and update the online softmax. */
+          float alphas[MT][2];
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              float mx = TSR_NEG_INF;
+#pragma unroll
+              for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
+              }
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+              /* Maxima are taken on raw scores and scaled once (scale_log2 >
+               * 0), so each probability is one FFMA and one EX2. */
+              const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
+              /* A row with nothing selected so far keeps m = -inf; subtract 0
+               * then so that exp2(-inf - -inf) never makes a NaN. */
+              const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
+              const float alpha = tsr_ex2(m[i][hh] - msafe);
+              float sum = 0.f;
+#pragma unroll
+              for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
+                  s[i][n][2 * hh + e] = pv;
+                  sum += pv;
+                }
+              }
+              l[i][hh] = l[i][hh] * alpha + sum;
+              m[i][hh] = mnew;
+              alphas[i][hh] = alpha;
+            }
+          }
+          /* Rescale O unless no row of the warp changed its max (alpha is
+           * then exactly 1, ex2(0)): after the first tiles the usual case,
+           * and MT x D / 2 multiplications a step saved. */
+          {
+            bool moved = false;
+#pragma unroll
+            for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
+            if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+              for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int n = 0; n < ND; ++n) {
+                  acc[i][n][0] *= alphas[i][0];
+                  acc[i][n][1] *= alphas[i][0];
+                  acc[i][n][2] *= alphas[i][1];
+                  acc[i][n][3] *= alphas[i][1];
+                }
+            }
+          }
+
+          /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
+#pragma unroll
+          for (int kk = 0; kk < NS / 2; ++kk) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+              a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
+              a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
+              a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+              a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dd = 0; dd < ND / 2; ++dd) {
+              unsigned b0, b1, b2, b3;
+              tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
+#pragma unroll
+              for (int i = 0; i < MT; ++i) {
+                tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
+                tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+              }
             }
           }
         }
-        __syncthreads(); /* this stage is refilled ST-1 iterations later */
       }
       tsr_cp_async_wait<0>();
-
       /* Epilogue: finish the row sums across the quad, then write. */
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
@@ -280,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           const int r = row_base + i * 16 + (lane >> 2) + 8 * hh;
           const int row = q0 + r;
 #if TSR_MEMBERSHIP
-          const bool selected = sel[i][hh];
+          const bool selected = (sel >> (2 * i + hh)) & 1u;
 #else
           const bool selected = ntiles > 0; /* every tile is full */
 #endif
@@ -303,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
             /* lv == 0: nothing selected, zeros even where a masked column's
              * 0 * NaN reached acc; a NaN lv makes the row and lse NaN. */
             const bool none = lv == 0.f;
-            const float inv = none ? 0.f : 1.f / lv;
+            const float inv = none ? 0.f : __frcp_rn(lv); /* inline, no division subroutine */
             tsr_u16 *go = (tsr_u16 *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + row * p.o_stride[2];
 #pragma unroll
             for (int n = 0; n < ND; ++n) {

@@ -33,15 +33,21 @@ extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
     __syncthreads(); /* the previous record's readers of sM are done */
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       float M = TSR_NEG_INF, L = 0.f;
+      /* Slot loops stay rolled (a record has a few slots): unrolled, their
+       * remainder bookkeeping spilled on sm_100a. */
+#pragma unroll 1
       for (int s = 0; s < mr.n_slots; ++s) M = fmaxf(M, p.part_m[(long long)(mr.slot_begin + s) * BM + r]);
       /* Only empty and NaN slots: exponentiate against 0, never -inf - -inf. */
       const float Ms = M == TSR_NEG_INF ? 0.f : M;
+#pragma unroll 1
       for (int s = 0; s < mr.n_slots; ++s) {
         const long long k = (long long)(mr.slot_begin + s) * BM + r;
         if (p.part_m[k] != TSR_NEG_INF) L += p.part_l[k] * tsr_ex2(p.part_m[k] - Ms);
       }
       sM[r] = Ms;
-      sInv[r] = L == 0.f ? 0.f : 1.f / L; /* NaN for a NaN row */
+      /* __frcp_rn: the correctly rounded 1 / L inline; the division's slow-path
+       * subroutine spilled its return address on sm_100a. */
+      sInv[r] = L == 0.f ? 0.f : __frcp_rn(L); /* NaN for a NaN row */
       if (p.lse)
         p.lse[((long long)mr.batch * p.heads_q + mr.head) * p.seq_q + q0 + r] =
             L == 0.f ? TSR_NEG_INF : (M + log2f(L)) * TSR_LN2;
@@ -52,6 +58,7 @@ extern "C" __global__ void __launch_bounds__(TSR_MERGE_THREADS)
       const float M = sM[r], inv = sInv[r];
       float o0 = 0.f, o1 = 0.f;
       /* inv == 0: every slot empty and skipped here, so the row is zeros */
+#pragma unroll 1
       for (int s = 0; s < mr.n_slots; ++s) {
         const long long k = (long long)(mr.slot_begin + s) * BM + r;
         const float ms = p.part_m[k];

@@ -836,8 +836,14 @@ static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, 
 }  // namespace tsrgp
 
 /* At most 64 registers: at least four CTAs of 256 threads resident a
- * multiprocessor, so that many rows' mask reads are in flight. */
-extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, 4)
+ * multiprocessor, so that many rows' mask reads are in flight.  sm_120's
+ * compiler spilled to local memory at 64 (tests/gen-sass.sh): three there. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define TSR_GP_EMIT_MIN_CTAS 3
+#else
+#define TSR_GP_EMIT_MIN_CTAS 4
+#endif
+extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MIN_CTAS)
     tsr_plan_emit(const __grid_constant__ tsr_gpuplan_params p)
 {
   using namespace tsrgp;

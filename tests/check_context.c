@@ -1,13 +1,15 @@
 /*
  * check_context.c: the request path's selection (tsr_context_select) through a
  * host-only context: table rows against the build's bundle, fallbacks to
- * the automatic plan, and the embedded default table.
+ * the automatic plan, a variable-geometry row whose mapping the mask does
+ * not admit, and the embedded default table.
  */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "profile.h"
 #include "tessera.h"
@@ -251,6 +253,119 @@ START_TEST(test_context_select)
 }
 END_TEST
 
+/* A variable-geometry region pools masks of several block sizes, so its
+ * row's combine or subdivide may not apply to the mask at hand, and the
+ * features cannot tell (found by tests/fuzz/fuzz_mask: the shipped row
+ * "subdivide 128x128" for variable d64 blocks, on blocks of at most 64
+ * tokens, made tsr_plan_create refuse the request path's options).  The
+ * request path then plans the row's tile and tasks with the mapping the
+ * geometry admits: every variable mask plans, and where the row's mapping
+ * applies the plan is the row's. */
+START_TEST(test_variable_row_mapping)
+{
+  static const char *const maps[2] = {"subdivide", "combine"};
+  tu_rng rng = {base_seed + 71};
+  char path[512];
+  int lo, mp;
+  snprintf(path, sizeof path, "%s/variable.db", tmpdir);
+  for (mp = 0; mp < 2; mp++)
+    for (lo = 0; lo < 2; lo++) {
+      /* Blocks of 8..64 tokens (no block above a 128 tile: subdivide
+       * cannot apply) or of 128 and 256 tokens (every tile boundary on a
+       * block boundary: combine cannot apply at 64x64). */
+      int tile = mp ? 64 : 128;
+      int64_t qs[96], n = 0, sum = 0, i;
+      uint8_t *bits;
+      tsr_geom *g = NULL;
+      tsr_mask *m = NULL;
+      tsr_problem p;
+      tsr_features f;
+      tsr_region r;
+      tsr_selection s;
+      tsr_selector *sel = NULL;
+      tsr_context *ctx = NULL;
+      tsr_db *db = NULL;
+      tsr_plan *pl = NULL, *want = NULL;
+      tsr_plan_opts o;
+      tsr_plan_summary a, b;
+      tsr_error err = {0};
+      char sql[768];
+      while (sum < 2300 && n < 96) {
+        qs[n] = lo ? tu_range(&rng, 8, 64) : 128 * tu_range(&rng, 1, 2);
+        sum += qs[n++];
+      }
+      ck_assert_int_eq(tsr_geom_variable(qs, n, qs, n, &g, &err), TSR_OK);
+      bits = tu_rand_bits(&rng, (size_t)(2 * n * n), 0.7);
+      ck_assert_int_eq(tsr_mask_from_bytes(1, 2, n, n, bits, &m, &err), TSR_OK);
+      free(bits);
+      memset(&p, 0, sizeof p);
+      p.batch = 1;
+      p.heads_q = p.heads_kv = 2;
+      p.seq_q = p.seq_k = sum;
+      p.head_dim = 64;
+      p.dtype = TSR_DT_BF16;
+      p.geom = g;
+      ck_assert_int_eq(tsr_features_compute(&p, m, 132, &f, &err), TSR_OK);
+      ck_assert_int_eq(f.bq, 0);
+      tsr_select_region(&f, &r);
+      unlink(path);
+      ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+      snprintf(sql, sizeof sql,
+               "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, "
+               "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
+               "tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA Test', "
+               "'sm_90a', 132, %d, 0, 'bf16', 64, 0, 0, %d, %d, %d, %d, '%s', %d, %d, 'row', "
+               "'', 2, 1, 1.1)",
+               TSR_FEATURES_VERSION, r.seq_bin, r.density_bin, r.spread_bin, r.fill_bin, maps[mp],
+               tile, tile);
+      ck_assert_int_eq(tsr_db_exec(db, sql, &err), TSR_OK);
+      ck_assert_int_eq(tsr_select_load(db, "NVIDIA Test", 132, &sel, &err), TSR_OK);
+      tsr_db_close(db);
+      memset(&s, 0xa5, sizeof s);
+      ck_assert_int_eq(tsr_select_request(sel, &f, NULL, &s, &err), TSR_OK);
+      ck_assert_msg(s.from_table && s.level == 0, "%s", s.reason);
+      ck_assert_int_eq(s.opts.tile_m, tile);
+      ck_assert_int_eq(s.opts.tile_n, tile);
+      ck_assert_int_eq(s.opts.tasks, TSR_TASKS_ROW);
+      ck_assert_msg(tsr_plan_create(&p, m, &s.opts, &pl, &err) == TSR_OK,
+                    "%s blocks, row %s %dx%d: %s", lo ? "small" : "large", maps[mp], tile, tile,
+                    err.text);
+      ck_assert_msg(tsr_plan_verify(pl, m, &err) == TSR_OK, "%s", err.text);
+      /* Where the row's mapping applies, the plan is the row's. */
+      tsr_plan_opts_init(&o);
+      o.tile_m = o.tile_n = tile;
+      o.tasks = TSR_TASKS_ROW;
+      o.mapping = mp ? TSR_MAP_COMBINE : TSR_MAP_SUBDIVIDE;
+      if (tsr_plan_create(&p, m, &o, &want, &err) == TSR_OK) {
+        tsr_plan_summarize(pl, &a);
+        tsr_plan_summarize(want, &b);
+        ck_assert_int_eq(a.tiles, b.tiles);
+        ck_assert_int_eq(a.partial_tiles, b.partial_tiles);
+        ck_assert_int_eq(a.tasks_count, b.tasks_count);
+        ck_assert_int_eq(a.membership_words, b.membership_words);
+        ck_assert_int_eq(a.members, b.members);
+        tsr_plan_destroy(want);
+      } else {
+        ck_assert_int_eq(err.status, TSR_ERR_UNSUPPORTED);
+      }
+      tsr_plan_destroy(pl);
+      pl = NULL;
+      tsr_select_destroy(sel);
+      /* The context's request path (the Python binding's) plans too. */
+      ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
+      tsr_error_clear(&err);
+      ck_assert_int_eq(tsr_context_select(ctx, &p, m, NULL, &s, &err), TSR_OK);
+      ck_assert_msg(tsr_plan_create(&p, m, &s.opts, &pl, &err) == TSR_OK, "context: %s (%s)",
+                    err.text, s.reason);
+      tsr_plan_destroy(pl);
+      tsr_context_destroy(ctx);
+      tsr_mask_destroy(m);
+      tsr_geom_destroy(g);
+      (void)i;
+    }
+}
+END_TEST
+
 /* The embedded default table through a host-only context: the shipped
  * H200 rows, their variants checked against the build's bundle. */
 START_TEST(test_context_default)
@@ -319,6 +434,7 @@ static Suite *context_suite(void)
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_context_select);
+  tcase_add_test(tc, test_variable_row_mapping);
   tcase_add_test(tc, test_context_default);
   suite_add_tcase(s, tc);
   return s;

@@ -876,6 +876,39 @@ START_TEST(test_errors)
   ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(err.text, "entry 1") && strstr(err.text, "'seq_q'"), "%s", err.text);
 
+  /* Uniform blocks whose count disagrees with the lengths (found by
+   * tests/fuzz/fuzz_corpus: the geometry then had 36 query blocks, the
+   * entry and its mask 18). */
+  {
+    static const char *const keys[2] = {"seq_q", "seq_k"};
+    int side;
+    for (side = 0; side < 2; side++) {
+      json_t *root, *e0;
+      char *text;
+      tu_rmtree(dir); /* generate refuses a folder whose manifest was edited */
+      tsr_error_clear(&err);
+      ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);
+      root = json_load_file(p, 0, NULL);
+      ck_assert_ptr_nonnull(root);
+      e0 = json_array_get(json_object_get(root, "entries"), 2);
+      ck_assert_str_eq(json_string_value(json_object_get(json_object_get(e0, "geometry"), "kind")),
+                       "uniform");
+      json_object_set_new(e0, keys[side],
+                          json_integer(2 * json_integer_value(json_object_get(e0, keys[side]))));
+      text = json_dumps(root, 0);
+      f = fopen(p, "w");
+      fputs(text, f);
+      fclose(f);
+      free(text);
+      json_decref(root);
+      tsr_error_clear(&err);
+      c = NULL;
+      ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
+      ck_assert_ptr_null(c);
+      ck_assert_msg(strstr(err.text, "entry 2") && strstr(err.text, "'geometry'"), "%s", err.text);
+    }
+  }
+
   tu_rmtree(dir);
   tsr_error_clear(&err);
   ck_assert_int_eq(tsr_corpus_generate(&o, NULL, &err), TSR_OK);

@@ -361,6 +361,42 @@ START_TEST(test_bundle_complete)
 }
 END_TEST
 
+/* Issue 17: every target keeps a 64-row and a 128-row variant for head
+ * dims 64 and 128 in both dtypes, among the variants that fit it; the
+ * sm_80 cubins also run on sm_86 parts (99 KiB a block, tsr_arch_for_cc),
+ * so that target must keep them within 99 KiB too. */
+START_TEST(test_catalog_coverage)
+{
+  char path[4096];
+  tsr_catalog cat;
+  tsr_error err = { 0 };
+  static const int dims[] = { 64, 128 }, rows[] = { 64, 128 };
+  static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
+  int a, di, ri, ti;
+  snprintf(path, sizeof path, "%s/gen/catalog.json", srcdir());
+  ck_assert_msg(tsr_catalog_load(path, &cat, &err) == TSR_OK, "%s", err.text);
+  for (a = 0; a <= TSR_N_ARCHS; a++) {
+    /* a == TSR_N_ARCHS: sm_80 cubins on an sm_86 part */
+    const char *arch = a < TSR_N_ARCHS ? tsr_variant_archs[a] : "sm_80";
+    int64_t lim = a < TSR_N_ARCHS ? tsr_arch_smem_limit(arch) : tsr_arch_smem_limit("sm_89");
+    for (ti = 0; ti < 2; ti++)
+      for (di = 0; di < 2; di++)
+        for (ri = 0; ri < 2; ri++) {
+          size_t i;
+          int found = 0;
+          for (i = 0; i < cat.n && !found; i++) {
+            const tsr_variant *v = &cat.items[i].v;
+            found = v->dtype == dts[ti] && v->head_dim == dims[di] && v->bm == rows[ri] &&
+                    tsr_variant_fits(v, arch, NULL) && tsr_variant_smem_bytes(v) <= lim;
+          }
+          ck_assert_msg(found, "no %s d%d %d-row variant fits %s%s", tsr_variant_dtype_name(dts[ti]), dims[di],
+                        rows[ri], arch, a < TSR_N_ARCHS ? "" : " within 99 KiB (sm_86)");
+        }
+  }
+  tsr_catalog_free(&cat);
+}
+END_TEST
+
 START_TEST(test_bundle_pick)
 {
   char path[4096];
@@ -485,6 +521,7 @@ int main(void)
   tcase_add_loop_test(tc, test_catalog_rejects, 0, (int)(sizeof bad_entries / sizeof *bad_entries));
   tcase_add_test(tc, test_catalog_rejects_file);
   tcase_add_test(tc, test_bundle_complete);
+  tcase_add_test(tc, test_catalog_coverage);
   tcase_add_test(tc, test_bundle_pick);
   tcase_add_test(tc, test_registry_rejects);
   tcase_add_test(tc, test_context);

@@ -4,6 +4,21 @@
 # (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma); the
 # GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE).
 # Skips (77) only when cuobjdump is truly absent.
+#
+# And every cubin fits its target (issue 17), function by function:
+#  - no local-memory spills: no LDL or STL in its SASS, LOCAL 0;
+#  - registers: at most 255 a thread, and a CTA of its launch bound
+#    (EIATTR_MAX_THREADS, 1024 without one) within the 64K-register file,
+#    allocated 256 registers a warp at a time;
+#  - shared memory: static plus the registry's dynamic bytes (attention
+#    kernels; the planner and merge kernels have static arrays only) at most
+#    the target's opt-in limit per block (CUDA programming guide, compute
+#    capabilities: 8.0 163 KiB, 8.9 and 12.0 99 KiB, 9.0 and 10.0 227 KiB).
+#    From sm_90 on cuobjdump's SHARED includes the 1 KiB the system reserves
+#    a CTA (a kernel without shared arrays shows 1024), which the opt-in
+#    limit excludes: it is subtracted there.  These are the hardware's
+#    figures, kept here rather than taken from runtime/variant.c, whose rule
+#    they check.
 set -u
 top=${TSR_TOP_BUILDDIR:-.}
 cuobjdump=${CUOBJDUMP:-}
@@ -30,6 +45,67 @@ if test -n "$nvdisasm"; then
 fi
 bundle=$top/bundle
 test -f "$bundle/registry.json" || { echo "gen-sass: no bundle at $bundle"; exit 1; }
+# limit_of ARCH: opt-in shared memory a block, bytes.
+limit_of() {
+  case $1 in
+    sm_80) echo 166912 ;;
+    sm_89 | sm_120) echo 101376 ;;
+    sm_90a | sm_100a) echo 232448 ;;
+  esac
+}
+# reserved_of ARCH: the system reservation included in cuobjdump's SHARED.
+reserved_of() {
+  case $1 in
+    sm_80 | sm_89) echo 0 ;;
+    *) echo 1024 ;;
+  esac
+}
+# dyn_of NAME: the registry's dynamic shared memory of variant NAME (0 for
+# anything else: the planner and merge kernels have static arrays only).
+dyn_of() {
+  awk -v want="\"$1\"," '
+    $1 == "\"name\":" { cur = $2 }
+    $1 == "\"smem\":" && cur == want { sub(/,/, "", $2); print $2; found = 1; exit }
+    END { if (!found) print 0 }' "$bundle/registry.json"
+}
+# fit ARCH NAME FILE SASS: one line per function that does not fit; none if all do.
+fit() {
+  { "$cuobjdump" -res-usage "$3" 2>&1; echo "@@elf"; "$cuobjdump" -elf "$3" 2>&1; echo "@@sass"; printf '%s\n' "$4"; } |
+    awk -v arch="$1" -v name="$2" -v lim="$(limit_of "$1")" -v rsv="$(reserved_of "$1")" -v dyn="$(dyn_of "$2")" '
+      function hex(s,   v, i, c) {
+        v = 0; s = tolower(s); sub(/^0x/, "", s)
+        for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)); v = v * 16 + c - 1 }
+        return v
+      }
+      $0 == "@@elf" { part = 1; next }
+      $0 == "@@sass" { part = 2; next }
+      part == 0 && $1 == "Function" { fn = $2; sub(/:$/, "", fn); fns[fn] = 1; nfn++; next }
+      part == 0 && fn != "" && /REG:/ {
+        for (i = 1; i <= NF; i++) { split($i, kv, ":"); val[fn, kv[1]] = kv[2] + 0 }
+        fn = ""; next
+      }
+      part == 1 && /^\.nv\.info\./ { efn = substr($1, 10); next }
+      part == 1 && /EIATTR_MAX_THREADS/ { getmax = 2; next }
+      part == 1 && getmax > 0 && /Value:/ { maxt[efn] = hex($2) * hex($3) * hex($4); getmax = 0; next }
+      part == 2 && /Function :/ { sfn = $3; next }
+      part == 2 && /[[:space:]](LDL|STL)[.[:space:]]/ { spill[sfn]++ }
+      END {
+        for (f in fns) {
+          reg = val[f, "REG"]; t = (f in maxt) ? maxt[f] : 1024
+          warps = int((t + 31) / 32); perwarp = int((reg * 32 + 255) / 256) * 256
+          sh = val[f, "SHARED"] - rsv + (f == name ? dyn : 0)
+          if (val[f, "SHARED"] < rsv)
+            printf "%s/%s: %s: SHARED %d, below the %d bytes reserved on %s: is cuobjdump reporting differently?\n", arch, name, f, val[f, "SHARED"], rsv, arch
+          if (spill[f] > 0) printf "%s/%s: %s: %d LDL/STL (local-memory spills)\n", arch, name, f, spill[f]
+          if (val[f, "LOCAL"] > 0) printf "%s/%s: %s: %d bytes of local memory\n", arch, name, f, val[f, "LOCAL"]
+          if (reg > 255) printf "%s/%s: %s: %d registers a thread, more than 255\n", arch, name, f, reg
+          if (warps * perwarp > 65536)
+            printf "%s/%s: %s: %d registers x %d threads exceed the 64K-register file\n", arch, name, f, reg, t
+          if (sh > lim) printf "%s/%s: %s: %d bytes of shared memory, %s allows %d a block\n", arch, name, f, sh, arch, lim
+        }
+        if (nfn == 0) printf "%s/%s: cuobjdump -res-usage lists no function\n", arch, name
+      }'
+}
 fail=0
 n=0
 for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
@@ -59,9 +135,14 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
         fail=1
       fi
     done
+    bad=$(fit "$arch" "$name" "$f" "$sass")
+    if test -n "$bad"; then
+      printf '%s\n' "$bad" | sed 's/^/gen-sass: does not fit: /'
+      fail=1
+    fi
     n=$((n + 1))
   done
 done
 test $n -gt 0 || { echo "gen-sass: no cubins checked"; exit 1; }
-echo "gen-sass: $n cubins checked with $cuobjdump (nvdisasm: ${nvdisasm:-none})"
+echo "gen-sass: $n cubins checked (instructions; spills, registers, shared memory) with $cuobjdump (nvdisasm: ${nvdisasm:-none})"
 exit $fail

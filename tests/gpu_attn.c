@@ -29,9 +29,10 @@
  * reaches those rows through the tensor-core product (0 * NaN), the one
  * known exception runtime/ref.c documents; empty rows must stay zeros.
  *
- *   gpu_attn [--quick | --bench] [--seed N] [--only PREFIX]
+ *   gpu_attn [--quick | --bench | --bench-all] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
- *   Wan2.1-sized problem (no correctness check).
+ *   Wan2.1-sized problem (no correctness check); --bench-all: the same for
+ *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64.
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -1004,12 +1005,16 @@ static int cmp_float(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-/* Wan2.1-1.3B 480p: S = 32760, 12 heads, D = 128, bf16, BSHD, random
- * 128 x 128 block masks per head.  Median of 10 event-timed launches after
- * 3 warm-ups; eff. TFLOP/s = 4 * selected pairs * D / time. */
-static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream)
+/* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random blk x blk block
+ * masks per head, planned on blk x blk tiles (--bench: D = 128, bf16,
+ * 128; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and 64); every
+ * serving variant (named --only PREFIX*, e.g. tsr_sm80 to force that family
+ * on sm_90a) is timed.  Median of 10 event-timed launches after 3 warm-ups;
+ * eff. TFLOP/s = 4 * selected pairs * D / time. */
+static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int D,
+                 tsr_dtype dt, int blk)
 {
-  const int S = 32760, H = 12, D = 128, blk = 128;
+  const int S = 32760, H = 12;
   const double dens[] = { 0.10, 0.25, 0.50 };
   const int nb = (S + blk - 1) / blk;
   size_t n = (size_t)S * H * D, i, di;
@@ -1020,7 +1025,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   tsr_error err;
   int fails = 0;
   tsr_error_clear(&err);
-  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  for (i = 0; i < n; i++) host[i] = from_f(dt, (float)(2 * urand() - 1));
   CK(cu->cuMemAlloc(&dq, n * 2));
   CK(cu->cuMemAlloc(&dk, n * 2));
   CK(cu->cuMemAlloc(&dv, n * 2));
@@ -1037,7 +1042,8 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
   CK(cu->cuEventCreate(&e0, 0));
   CK(cu->cuEventCreate(&e1, 0));
-  printf("bench: S=%d H=%d D=%d bf16 BSHD, random %dx%d block masks, tile 128x128\n", S, H, D, blk, blk);
+  printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d\n", S, H, D,
+         tsr_variant_dtype_name(dt), blk, blk, blk, blk);
   for (di = 0; di < sizeof dens / sizeof *dens; di++) {
     uint8_t *bits = malloc((size_t)H * nb * nb);
     tsr_geom *g = NULL;
@@ -1058,15 +1064,15 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
           }
     memset(&pr, 0, sizeof pr);
     pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
-    pr.dtype = TSR_DT_BF16; pr.layout = TSR_LAYOUT_BSHD;
+    pr.dtype = dt; pr.layout = TSR_LAYOUT_BSHD;
     if (tsr_geom_uniform(S, S, blk, blk, &g, &err) || tsr_mask_from_bytes(1, H, nb, nb, bits, &m, &err) ||
         (pr.geom = g, tsr_problem_check(&pr, &err))) {
       printf("bench: %s  FAIL\n", err.text);
       return 1;
     }
     tsr_plan_opts_init(&o);
-    o.tile_m = 128;
-    o.tile_n = 128;
+    o.tile_m = blk;
+    o.tile_n = blk;
     o.arch = tsr_context_arch(ctx);
     o.num_sms = tsr_context_num_sms(ctx);
     if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
@@ -1075,10 +1081,11 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { TSR_DT_BF16, D, 128, 128, pl->n_membership > 0 };
+      tsr_variant_need need = { dt, D, blk, blk, pl->n_membership > 0 };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsr_variant_serves(&e->v, tsr_context_arch(ctx), &need)) continue;
+      if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
       if (pl->gpu) {
         pl->gpu_free(pl->gpu);
         pl->gpu = NULL;
@@ -1137,10 +1144,11 @@ int main(int argc, char **argv)
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
+    else if (strcmp(argv[i], "--bench-all") == 0) do_bench = 2;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench] [--seed N] [--only PREFIX]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
@@ -1178,7 +1186,14 @@ int main(int argc, char **argv)
          tsr_context_num_sms(ctx), dir, bundle.n, quick ? ", quick" : "");
   rng_state = seed;
   if (do_bench) {
-    fails = bench(ctx, cu, &bundle, stream);
+    static const int dims[] = { 128, 64 }, blks[] = { 128, 64 };
+    static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
+    int di, ti, bi;
+    if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128);
+    else
+      for (di = 0; di < 2; di++)
+        for (ti = 0; ti < 2; ti++)
+          for (bi = 0; bi < 2; bi++) fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi]);
     cu->cuStreamDestroy(stream);
     tsr_bundle_free(&bundle);
     tsr_context_destroy(ctx);
