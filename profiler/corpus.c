@@ -1396,11 +1396,6 @@ static const char *entry_fields(tsr_corpus *c, int64_t i, json_t *o)
   if (!bad && (e->heads_q <= 0 || e->heads_kv <= 0 || e->seq_q <= 0 || e->seq_k <= 0 ||
                e->nq <= 0 || e->nk <= 0 || e->head_dim <= 0))
     bad = "sizes";
-  /* Uniform blocks: nq and nk must be the block counts of the lengths, or
-   * the geometry loaded later disagrees with the entry and its mask. */
-  if (!bad && e->bq > 0 &&
-      ((e->seq_q - 1) / e->bq + 1 != e->nq || (e->seq_k - 1) / e->bk + 1 != e->nk))
-    bad = "geometry";
   c->heads[i] = json_object_get(o, "heads");
   if (!bad && (!json_is_array(c->heads[i]) || (int64_t)json_array_size(c->heads[i]) != e->heads_q))
     bad = "heads";
