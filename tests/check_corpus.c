@@ -228,7 +228,7 @@ START_TEST(test_sta_rows)
     for (j = 0; j < n; j++) {
       int x[3] = {(int)(j / (grid[1] * grid[2])), (int)((j / grid[2]) % grid[1]),
                   (int)(j % grid[2])}, keep = 1;
-      /* mask-families.md's form: centre = clamp(q, K/2, n - 1 - K/2), |centre - k| <= K/2. */
+      /* MASKS.md's form: centre = clamp(q, K/2, n - 1 - K/2), |centre - k| <= K/2. */
       for (a = 0; a < 3; a++) {
         int c = q[a] < k[a] / 2 ? k[a] / 2 : q[a] > grid[a] - 1 - k[a] / 2 ? grid[a] - 1 - k[a] / 2 : q[a];
         keep &= abs(c - x[a]) <= k[a] / 2;
@@ -268,7 +268,7 @@ START_TEST(test_svg_band)
 }
 END_TEST
 
-/* Token-level Radial rule straight from mask-families.md, reduced by brute force. */
+/* Token-level Radial rule straight from MASKS.md, reduced by brute force. */
 static int radial_token(int64_t i, int64_t j, int64_t f, int64_t B, double decay, int sink)
 {
   int64_t fi = i / f, fj = j / f, d = llabs(fi - fj), bl = 0, bf = 0, x;
@@ -565,7 +565,7 @@ START_TEST(test_demo_properties)
 END_TEST
 
 /* Mean density of each family's sparse heads falls in the published range
- * (mask-families.md) on the published shapes. */
+ * (MASKS.md) on the published shapes. */
 START_TEST(test_published_densities)
 {
   static const char *const presets[] = {"wan2.1-1.3b-480p", "hunyuanvideo-768p", "cogvideox-5b"};
@@ -905,8 +905,7 @@ START_TEST(test_errors)
       c = NULL;
       ck_assert_int_eq(tsr_corpus_open(dir, &c, &err), TSR_ERR_FORMAT);
       ck_assert_ptr_null(c);
-      ck_assert_msg(strstr(err.text, "entry 2") && strstr(err.text, "does not cover"), "%s",
-                    err.text);
+      ck_assert_msg(strstr(err.text, "entry 2") && strstr(err.text, "does not cover"), "%s", err.text);
     }
   }
 
