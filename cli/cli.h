@@ -13,6 +13,19 @@
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* Test hooks: compiled only into tests/tessera-test (these sources built
+ * with TSR_CLI_TEST_HOOKS, plus tests/cli_hooks.c), empty in the shipped
+ * command.  The tests damage a plan before its verification and an output
+ * before its comparison with the reference, to see the failures reach the
+ * messages and the exit status. */
+#ifdef TSR_CLI_TEST_HOOKS
+void cli_test_damage_plan(tsr_plan *pl);
+void cli_test_damage_output(tsr_array *out);
+#else
+#define cli_test_damage_plan(pl) ((void)(pl))
+#define cli_test_damage_output(out) ((void)(out))
+#endif
+
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_corpus(int argc, char **argv);
@@ -44,7 +57,6 @@ typedef struct {
 
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char **values,
               int argc, char **argv);
-void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts);
 /* The help of a command with subcommands (corpus, db), whose parsers are
  * their own: each subcommand's synopsis ("DIR [--csv FILE]") and one-line
  * description, ended by {NULL}; the options, ended by {NULL}, each with the

@@ -152,19 +152,19 @@ static int csv_field_ok(const char *s)
   return !strpbrk(s, ",\"\n");
 }
 
-static int cmd_stats(int argc, char **argv)
-{
-  const char *dir = NULL, *csv = NULL;
-  tsr_corpus *c = NULL;
-  tsr_error err;
-  tsr_out *csv_out = NULL;
-  FILE *cf = NULL;
-  head_feat *hf = NULL;
-  int64_t *fam_of = NULL, nh = 0, cap = 0, i, h, k;
+/* What stats gathers over the corpus: each head plane's features and
+ * family, the families in order of appearance, the eval masks. */
+typedef struct {
+  head_feat *hf;
+  int64_t *fam_of, nh, cap, n_eval;
   const char *fams[16];
-  int nfam = 0, f, rc = CLI_OK;
-  int64_t n_eval = 0;
+  int nfam;
+} stats_acc;
 
+/* stats' arguments: -1 to go on, else the exit status. */
+static int stats_args(int argc, char **argv, const char **dir, const char **csv)
+{
+  int i;
   for (i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout, "stats");
@@ -175,21 +175,142 @@ static int cmd_stats(int argc, char **argv)
         cli_errorf("corpus", "option '--csv' needs a value");
         return CLI_USAGE;
       }
-      csv = argv[++i];
+      *csv = argv[++i];
     } else if (argv[i][0] == '-') {
       cli_errorf("corpus", "unknown option '%s'", argv[i]);
       return CLI_USAGE;
-    } else if (!dir) {
-      dir = argv[i];
+    } else if (!*dir) {
+      *dir = argv[i];
     } else {
       cli_errorf("corpus", "stats takes one folder, got '%s' too", argv[i]);
       return CLI_USAGE;
     }
   }
-  if (!dir) {
+  if (!*dir) {
     cli_errorf("corpus", "stats needs a corpus folder");
     return CLI_USAGE;
   }
+  return -1;
+}
+
+/* Every head plane's features into acc, and a CSV row each to cf (may be
+ * NULL). */
+static int stats_collect(tsr_corpus *c, const char *dir, FILE *cf, stats_acc *acc)
+{
+  tsr_error err;
+  int64_t i, h;
+  int f;
+  tsr_error_clear(&err);
+  for (i = 0; i < tsr_corpus_count(c); i++) {
+    const tsr_corpus_entry *e = tsr_corpus_get(c, i);
+    tsr_mask *m = NULL;
+    acc->n_eval += !strcmp(e->split, "eval");
+    for (f = 0; f < acc->nfam; f++)
+      if (!strcmp(acc->fams[f], e->family))
+        break;
+    if (f == acc->nfam) {
+      if (acc->nfam == 16) {
+        cli_errorf("corpus", "too many families in '%s'", dir);
+        return CLI_USAGE;
+      }
+      acc->fams[acc->nfam++] = e->family;
+    }
+    if (tsr_corpus_load_mask(c, i, &m, &err)) {
+      cli_errorf("corpus", "%s", err.text);
+      return CLI_USAGE;
+    }
+    if (acc->nh + e->heads_q > acc->cap) {
+      void *p1, *p2;
+      acc->cap = 2 * (acc->nh + e->heads_q) + 64;
+      p1 = realloc(acc->hf, (size_t)acc->cap * sizeof *acc->hf);
+      if (p1)
+        acc->hf = p1;
+      p2 = realloc(acc->fam_of, (size_t)acc->cap * sizeof *acc->fam_of);
+      if (p2)
+        acc->fam_of = p2;
+      if (!p1 || !p2) {
+        cli_errorf("corpus", "out of memory");
+        tsr_mask_destroy(m);
+        return CLI_USAGE;
+      }
+    }
+    for (h = 0; h < e->heads_q; h++) {
+      tsr_corpus_features ft;
+      const char *kind = tsr_corpus_head_kind(c, i, h);
+      head_feat *hf = &acc->hf[acc->nh];
+      tsr_corpus_plane_features(tsr_mask_plane(m, 0, h), e->nq, e->nk, &ft);
+      hf->density = ft.density;
+      hf->row_cv = ft.row_cv;
+      hf->contiguity = ft.contiguity;
+      acc->fam_of[acc->nh++] = f;
+      if (cf && csv_field_ok(e->model) && kind && csv_field_ok(kind))
+        fprintf(cf, "%" PRId64 ",%s,%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64 ",%s,%" PRId64
+                    ",%" PRId64 ",%.6f,%.6f,%.6f,%" PRId64 "\n",
+                i, e->model, e->family, e->split, e->step, e->layer, e->head_first + h, kind,
+                e->nq, e->nk, ft.density, ft.row_cv, ft.contiguity, ft.empty_rows);
+    }
+    tsr_mask_destroy(m);
+  }
+  return CLI_OK;
+}
+
+/* The summary: the corpus line, then a line per family. */
+static int stats_print(const tsr_corpus *c, const char *dir, const stats_acc *acc)
+{
+  int64_t i, k;
+  int f;
+  printf("corpus %s: preset '%s', seed %" PRIu64 ", %" PRId64 " masks (%" PRId64
+         " profile, %" PRId64 " eval), %" PRId64 " head planes\n",
+         dir, tsr_corpus_preset(c), tsr_corpus_seed(c), tsr_corpus_count(c),
+         tsr_corpus_count(c) - acc->n_eval, acc->n_eval, acc->nh);
+  printf("%-8s %6s %6s  %-29s  %-17s  %-17s\n", "family", "masks", "heads",
+         "density min/p10/p50/p90/max", "row-cv mean/p90", "contiguity mean");
+  for (f = 0; f < acc->nfam; f++) {
+    int64_t nm = 0, cnt = 0;
+    double *d, *cv, sc = 0, scv = 0;
+    for (i = 0; i < tsr_corpus_count(c); i++)
+      nm += !strcmp(tsr_corpus_get(c, i)->family, acc->fams[f]);
+    for (k = 0; k < acc->nh; k++)
+      cnt += acc->fam_of[k] == f;
+    d = malloc((size_t)(cnt + 1) * sizeof *d);
+    cv = malloc((size_t)(cnt + 1) * sizeof *cv);
+    if (!d || !cv) {
+      free(d);
+      free(cv);
+      cli_errorf("corpus", "out of memory");
+      return CLI_USAGE;
+    }
+    cnt = 0;
+    for (k = 0; k < acc->nh; k++)
+      if (acc->fam_of[k] == f) {
+        d[cnt] = acc->hf[k].density;
+        cv[cnt++] = acc->hf[k].row_cv;
+        sc += acc->hf[k].contiguity;
+        scv += acc->hf[k].row_cv;
+      }
+    qsort(d, (size_t)cnt, sizeof *d, cmp_double);
+    qsort(cv, (size_t)cnt, sizeof *cv, cmp_double);
+    printf("%-8s %6" PRId64 " %6" PRId64 "  %.3f/%.3f/%.3f/%.3f/%.3f  %.3f/%.3f        %.3f\n",
+           acc->fams[f], nm, cnt, d[0], d[cnt / 10], d[cnt / 2], d[cnt * 9 / 10], d[cnt - 1],
+           scv / (double)cnt, cv[cnt * 9 / 10], sc / (double)cnt);
+    free(d);
+    free(cv);
+  }
+  return CLI_OK;
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+  const char *dir = NULL, *csv = NULL;
+  tsr_corpus *c = NULL;
+  tsr_error err;
+  tsr_out *csv_out = NULL;
+  FILE *cf = NULL;
+  stats_acc acc;
+  int rc;
+
+  if ((rc = stats_args(argc, argv, &dir, &csv)) >= 0)
+    return rc;
   tsr_error_clear(&err);
   if (tsr_corpus_open(dir, &c, &err)) {
     cli_errorf("corpus", "%s", err.text);
@@ -205,106 +326,18 @@ static int cmd_stats(int argc, char **argv)
     fprintf(cf, "entry,model,family,split,step,layer,head,kind,nq,nk,density,row_cv,"
                 "contiguity,empty_rows\n");
   }
-  for (i = 0; i < tsr_corpus_count(c); i++) {
-    const tsr_corpus_entry *e = tsr_corpus_get(c, i);
-    tsr_mask *m = NULL;
-    n_eval += !strcmp(e->split, "eval");
-    for (f = 0; f < nfam; f++)
-      if (!strcmp(fams[f], e->family))
-        break;
-    if (f == nfam) {
-      if (nfam == 16) {
-        cli_errorf("corpus", "too many families in '%s'", dir);
-        rc = CLI_USAGE;
-        break;
-      }
-      fams[nfam++] = e->family;
-    }
-    if (tsr_corpus_load_mask(c, i, &m, &err)) {
-      cli_errorf("corpus", "%s", err.text);
-      rc = CLI_USAGE;
-      break;
-    }
-    if (nh + e->heads_q > cap) {
-      void *p1, *p2;
-      cap = 2 * (nh + e->heads_q) + 64;
-      p1 = realloc(hf, (size_t)cap * sizeof *hf);
-      if (p1)
-        hf = p1;
-      p2 = realloc(fam_of, (size_t)cap * sizeof *fam_of);
-      if (p2)
-        fam_of = p2;
-      if (!p1 || !p2) {
-        cli_errorf("corpus", "out of memory");
-        tsr_mask_destroy(m);
-        rc = CLI_USAGE;
-        break;
-      }
-    }
-    for (h = 0; h < e->heads_q; h++) {
-      tsr_corpus_features ft;
-      const char *kind = tsr_corpus_head_kind(c, i, h);
-      tsr_corpus_plane_features(tsr_mask_plane(m, 0, h), e->nq, e->nk, &ft);
-      hf[nh].density = ft.density;
-      hf[nh].row_cv = ft.row_cv;
-      hf[nh].contiguity = ft.contiguity;
-      fam_of[nh++] = f;
-      if (cf && csv_field_ok(e->model) && kind && csv_field_ok(kind))
-        fprintf(cf, "%" PRId64 ",%s,%s,%s,%" PRId64 ",%" PRId64 ",%" PRId64 ",%s,%" PRId64
-                    ",%" PRId64 ",%.6f,%.6f,%.6f,%" PRId64 "\n",
-                i, e->model, e->family, e->split, e->step, e->layer, e->head_first + h, kind,
-                e->nq, e->nk, ft.density, ft.row_cv, ft.contiguity, ft.empty_rows);
-    }
-    tsr_mask_destroy(m);
-  }
-  if (rc == CLI_OK) {
-    printf("corpus %s: preset '%s', seed %" PRIu64 ", %" PRId64 " masks (%" PRId64
-           " profile, %" PRId64 " eval), %" PRId64 " head planes\n",
-           dir, tsr_corpus_preset(c), tsr_corpus_seed(c), tsr_corpus_count(c),
-           tsr_corpus_count(c) - n_eval, n_eval, nh);
-    printf("%-8s %6s %6s  %-29s  %-17s  %-17s\n", "family", "masks", "heads",
-           "density min/p10/p50/p90/max", "row-cv mean/p90", "contiguity mean");
-    for (f = 0; f < nfam; f++) {
-      int64_t nm = 0, cnt = 0;
-      double *d, *cv, sc = 0, scv = 0;
-      for (i = 0; i < tsr_corpus_count(c); i++)
-        nm += !strcmp(tsr_corpus_get(c, i)->family, fams[f]);
-      for (k = 0; k < nh; k++)
-        cnt += fam_of[k] == f;
-      d = malloc((size_t)(cnt + 1) * sizeof *d);
-      cv = malloc((size_t)(cnt + 1) * sizeof *cv);
-      if (!d || !cv) {
-        free(d);
-        free(cv);
-        cli_errorf("corpus", "out of memory");
-        rc = CLI_USAGE;
-        break;
-      }
-      cnt = 0;
-      for (k = 0; k < nh; k++)
-        if (fam_of[k] == f) {
-          d[cnt] = hf[k].density;
-          cv[cnt++] = hf[k].row_cv;
-          sc += hf[k].contiguity;
-          scv += hf[k].row_cv;
-        }
-      qsort(d, (size_t)cnt, sizeof *d, cmp_double);
-      qsort(cv, (size_t)cnt, sizeof *cv, cmp_double);
-      printf("%-8s %6" PRId64 " %6" PRId64 "  %.3f/%.3f/%.3f/%.3f/%.3f  %.3f/%.3f        %.3f\n",
-             fams[f], nm, cnt, d[0], d[cnt / 10], d[cnt / 2], d[cnt * 9 / 10], d[cnt - 1],
-             scv / (double)cnt, cv[cnt * 9 / 10], sc / (double)cnt);
-      free(d);
-      free(cv);
-    }
-  }
+  memset(&acc, 0, sizeof acc);
+  rc = stats_collect(c, dir, cf, &acc);
+  if (rc == CLI_OK)
+    rc = stats_print(c, dir, &acc);
   if (csv_out && rc == CLI_OK && tsr_out_commit(csv_out, &err) != TSR_OK) {
     cli_errorf("corpus", "%s", err.text);
     rc = CLI_USAGE;
   } else if (rc != CLI_OK) {
     tsr_out_abort(csv_out); /* no CSV of half a corpus */
   }
-  free(hf);
-  free(fam_of);
+  free(acc.hf);
+  free(acc.fam_of);
   tsr_corpus_close(c);
   return rc;
 }

@@ -30,7 +30,6 @@
 #include "cli.h"
 #include "bundle.h"
 #include "tools.h"
-#include "plan_impl.h"
 
 enum { O_CORPUS, O_SEED, O_MASKS, O_GPU, O_CPU, O_DEVICE, O_BUNDLE, O_COUNT };
 
@@ -164,47 +163,19 @@ out:
   return s;
 }
 
-/* TESSERA_DEMO_CORRUPT=plan drops a tile of the first non-empty task
- * before verification; =output moves one output element by 1% of the
- * largest: the tests see both failures reach the table and the exit status. */
-static void corrupt_plan(tsr_plan *pl)
-{
-  int64_t i;
-  const char *how = getenv("TESSERA_DEMO_CORRUPT");
-  for (i = 0; how && !strcmp(how, "plan") && i < pl->n_tasks; i++)
-    if (pl->tasks[i].tile_end > pl->tasks[i].tile_begin) {
-      pl->tasks[i].tile_end--;
-      return;
-    }
-}
-
-static void corrupt_output(tsr_array *out)
-{
-  const char *how = getenv("TESSERA_DEMO_CORRUPT");
-  float *x = out->data, big = 0;
-  int64_t i, n = 1;
-  if (!how || strcmp(how, "output") || out->dtype != TSR_DT_F32 || !x)
-    return;
-  for (i = 0; i < out->ndim; i++)
-    n *= out->shape[i];
-  for (i = 0; i < n; i++)
-    big = fabsf(x[i]) > big ? fabsf(x[i]) : big;
-  x[n / 2] += 0.01f * (big > 0 ? big : 1);
-}
-
-/* One row of the final table. */
+/* One line of the final table (one mask). */
 typedef struct {
   char name[48], family[16], geom[24], tile[16], source[24];
   double density, wasted, skipped, ms, err, vs_dense;
   const char *mapping, *tasks;
   int verified, ok;
-} row;
+} demo_line;
 
 /* Selects, plans, verifies and runs one corpus mask; fills r.  Returns a
  * status only for errors that stop the demo (input or environment); a
  * failed verification or a large error is recorded in r. */
 static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, int gpu,
-                           shape_cache *cache, uint64_t seed, row *r, tsr_error *err)
+                           shape_cache *cache, uint64_t seed, demo_line *r, tsr_error *err)
 {
   const tsr_corpus_entry *e = tsr_corpus_get(cp, idx);
   const char *base = strrchr(e->file, '/') ? strrchr(e->file, '/') + 1 : e->file;
@@ -281,7 +252,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, 
   r->skipped = total > 0 ? 1.0 - sum.computed_pairs / total : 0;
   r->mapping = tsr_plan_mapping_name(sum.mapping), r->tasks = tsr_plan_tasks_name(sum.tasks);
   snprintf(r->tile, sizeof r->tile, "%dx%d", sum.tile_m, sum.tile_n);
-  corrupt_plan(pl);
+  cli_test_damage_plan(pl);
   r->verified = tsr_plan_verify(pl, m, &verr) == TSR_OK;
   printf("  plan (%.2f ms): tile %s, mapping %s, tasks %s: %lld tiles in %lld tasks, wasted "
          "%.1f%%; verify: %s\n",
@@ -329,7 +300,7 @@ static tsr_status run_mask(const tsr_corpus *cp, int64_t idx, tsr_context *ctx, 
     r->ms = now_ms() - t0;
     printf("  CPU plan executor: %.0f ms\n", r->ms);
   }
-  corrupt_output(&out);
+  cli_test_damage_output(&out);
   r->err = tsr_ref_max_rel_error(&out, &ref);
   r->ok = r->err <= tol;
   printf("  vs reference: max relative error %.2g (tolerance %.0e)%s\n", r->err, tol,
@@ -433,7 +404,7 @@ int cmd_demo(int argc, char **argv)
   tsr_context_opts co;
   tsr_error err = {0};
   shape_cache cache;
-  row rows[MAX_MASKS];
+  demo_line lines[MAX_MASKS];
   int rc = CLI_USAGE, i, n = 0, all_verified = 1, all_within = 1, gpu = 0;
   double t_start = now_ms();
 
@@ -462,7 +433,7 @@ int cmd_demo(int argc, char **argv)
     return CLI_USAGE;
   }
   memset(&cache, 0, sizeof cache);
-  memset(rows, 0, sizeof rows);
+  memset(lines, 0, sizeof lines);
 
   /* The path: the GPU when a context opens (unless --cpu).  Either way a
    * context selects the plans: without a device, a host-only one (the
@@ -514,17 +485,17 @@ int cmd_demo(int argc, char **argv)
   printf("masks: %d of %lld (the sparsest of each family)\n", n, (long long)tsr_corpus_count(cp));
 
   for (i = 0; i < n; i++) {
-    if (run_mask(cp, idx[i], ctx, gpu, &cache, (uint64_t)seed, &rows[i], &err))
+    if (run_mask(cp, idx[i], ctx, gpu, &cache, (uint64_t)seed, &lines[i], &err))
       goto fail;
-    all_verified = all_verified && rows[i].verified;
-    all_within = all_within && rows[i].ok;
+    all_verified = all_verified && lines[i].verified;
+    all_within = all_within && lines[i].ok;
   }
 
   printf("\n%-18s %-7s %-11s %7s %-8s %-9s %-5s %-14s %7s %8s %9s %9s %8s\n", "mask", "family",
          "blocks", "density", "tile", "mapping", "tasks", "source", "wasted", "skipped",
          gpu ? "gpu ms" : "cpu ms", "err/ref", "vs dense");
   for (i = 0; i < n; i++) {
-    row *r = &rows[i];
+    demo_line *r = &lines[i];
     printf("%-18s %-7s %-11s %7.3f %-8s %-9s %-5s %-14s %6.1f%% %7.1f%% %9.*f %9.2g %8.3f%s\n",
            r->name, r->family, r->geom, r->density, r->tile, r->mapping, r->tasks, r->source,
            100.0 * r->wasted, 100.0 * r->skipped, gpu ? 3 : 1, r->ms, r->err, r->vs_dense,

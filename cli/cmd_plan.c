@@ -285,29 +285,6 @@ static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_pl
   printf("variant: %s\n", s->variant[0] ? s->variant : "(chosen at launch)");
 }
 
-/* TESSERA_PLAN_CORRUPT=drop|dup|bit damages the plan before --verify, so
- * the tests can see verification fail (exit 1) through the command. */
-static void corrupt(tsr_plan *pl, const char *how)
-{
-  int64_t i;
-  for (i = 0; i < pl->n_tasks; i++) {
-    tsr_task_rec *t = &pl->tasks[i];
-    if (!strcmp(how, "drop") && t->tile_end > t->tile_begin) {
-      t->tile_end--;
-      return;
-    }
-    if (!strcmp(how, "dup") && t->tile_end - t->tile_begin >= 2) {
-      pl->tiles[t->tile_begin + 1].k_tile = pl->tiles[t->tile_begin].k_tile;
-      return;
-    }
-  }
-  for (i = 0; !strcmp(how, "bit") && i < pl->n_tiles; i++)
-    if (pl->tiles[i].mem >= 0) {
-      pl->membership[pl->tiles[i].mem] ^= 1u;
-      return;
-    }
-}
-
 int cmd_plan(int argc, char **argv)
 {
   const char *val[O_COUNT];
@@ -407,8 +384,7 @@ int cmd_plan(int argc, char **argv)
     print_summary(&p, pl, &s, val[O_MASK]);
   }
   if (val[O_VERIFY]) {
-    if (getenv("TESSERA_PLAN_CORRUPT"))
-      corrupt(pl, getenv("TESSERA_PLAN_CORRUPT"));
+    cli_test_damage_plan(pl);
     if (tsr_plan_verify(pl, m, &err)) {
       cli_errorf("plan", "verification failed: %s", err.text);
       rc = cli_status_exit(err.status);

@@ -24,7 +24,8 @@ static void put_opt(FILE *f, const char *name, const char *arg, const char *pref
   fprintf(f, "  %-24s %s%s\n", left, prefix, help);
 }
 
-void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts)
+/* A command's --help: its synopsis and every option. */
+static void cli_help(FILE *f, const char *cmd, const char *synopsis, const cli_opt *opts)
 {
   fprintf(f, "usage: tessera %s %s\n\noptions:\n", cmd, synopsis);
   for (; opts->name; opts++)

@@ -616,7 +616,23 @@ static double now_s(void)
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int main(int argc, char **argv)
+/* The command line, past the options gen_t holds. */
+typedef struct {
+  const char *catalog, *tdir, *layout;
+  unsigned targets; /* bit a: tsr_variant_archs[a] */
+  int maxjobs, list;
+} gen_args;
+
+/* The compile jobs: every (variant, target) that fits, then the planner
+ * once a target; counts for the summary line. */
+typedef struct {
+  job_t *jobs;
+  size_t njobs, done;
+  int running, failed, built, reused;
+} job_queue;
+
+/* Parses the options into g and a; -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, gen_t *g, gen_args *a)
 {
   static const struct option lopts[] = {
     { "catalog", required_argument, 0, 'c' }, { "templates", required_argument, 0, 't' },
@@ -626,43 +642,36 @@ int main(int argc, char **argv)
     { "targets", required_argument, 0, 'T' },
     { 0, 0, 0, 0 }
   };
-  const char *catalog = NULL, *tdir = NULL, *layout = NULL;
-  gen_t g;
-  tsr_error err;
-  job_t *jobs;
-  size_t njobs = 0, i, done = 0;
-  unsigned targets = (1u << TSR_N_ARCHS) - 1;
-  int maxjobs = 2, list = 0, running = 0, failed = 0, built = 0, reused = 0, opt, a, nmaj, nmin;
-  double t0 = now_s();
-
-  memset(&g, 0, sizeof g);
+  int opt;
+  a->targets = (1u << TSR_N_ARCHS) - 1;
+  a->maxjobs = 2;
   while ((opt = getopt_long(argc, argv, "c:t:l:o:j:LvhT:", lopts, NULL)) != -1) {
     switch (opt) {
-    case 'c': catalog = optarg; break;
-    case 't': tdir = optarg; break;
-    case 'l': layout = optarg; break;
-    case 'o': g.out = optarg; break;
+    case 'c': a->catalog = optarg; break;
+    case 't': a->tdir = optarg; break;
+    case 'l': a->layout = optarg; break;
+    case 'o': g->out = optarg; break;
     case 'j':
-      maxjobs = atoi(optarg);
-      if (maxjobs < 1 || maxjobs > 64) die_usage("--jobs must be 1 to 64");
+      a->maxjobs = atoi(optarg);
+      if (a->maxjobs < 1 || a->maxjobs > 64) die_usage("--jobs must be 1 to 64");
       break;
-    case 'L': list = 1; break;
+    case 'L': a->list = 1; break;
     case 'T': {
       /* A comma-separated subset of the targets (tests use it to stay quick). */
       char buf[256], *tok;
       snprintf(buf, sizeof buf, "%s", optarg);
-      targets = 0;
+      a->targets = 0;
       for (tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         int ai = tsr_arch_index(tok);
         if (ai < 0) {
           fprintf(stderr, "tessera-gen: unknown target '%s' (known: sm_80, sm_89, sm_90a, sm_100a, sm_120)\n", tok);
           return 2;
         }
-        targets |= 1u << ai;
+        a->targets |= 1u << ai;
       }
       break;
     }
-    case 'v': g.verbose = 1; break;
+    case 'v': g->verbose = 1; break;
     case 'h':
       help(stdout);
       return 0;
@@ -670,27 +679,173 @@ int main(int argc, char **argv)
     }
   }
   if (optind != argc) die_usage("unexpected argument");
-  if (!catalog) die_usage("missing --catalog");
+  if (!a->catalog) die_usage("missing --catalog");
+  return -1;
+}
+
+/* --list: each catalog variant and the targets it fits. */
+static void list_variants(const gen_t *g)
+{
+  size_t i;
+  int a;
+  for (i = 0; i < g->cat.n; i++) {
+    printf("%s", g->cat.items[i].name);
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      char why[160];
+      if (tsr_variant_fits(&g->cat.items[i].v, tsr_variant_archs[a], why))
+        printf(" %s", tsr_variant_archs[a]);
+    }
+    printf("\n");
+  }
+}
+
+/* The bundle's folders: one a target, and src/. */
+static int make_out_dirs(const gen_t *g)
+{
+  char d[4096];
+  int a;
+  if (mkdirs(g->out) != 0) {
+    fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", g->out, strerror(errno));
+    return -1;
+  }
+  for (a = 0; a < TSR_N_ARCHS; a++) {
+    snprintf(d, sizeof d, "%s/%s", g->out, tsr_variant_archs[a]);
+    if (mkdirs(d) != 0) {
+      fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", d, strerror(errno));
+      return -1;
+    }
+  }
+  snprintf(d, sizeof d, "%s/src", g->out);
+  mkdirs(d);
+  return 0;
+}
+
+/* Prune what cannot fit, then render the rest and queue its compiles:
+ * nothing is written for a variant that fits no target. */
+static int render_variants(gen_t *g, const gen_args *ga, job_queue *q)
+{
+  size_t i;
+  int a;
+  for (i = 0; i < g->cat.n; i++) {
+    const tsr_catalog_entry *e = &g->cat.items[i];
+    char tmpl[64], spath[4096];
+    unsigned fit = 0;
+    for (a = 0; a < TSR_N_ARCHS; a++) {
+      char why[160];
+      if (!(ga->targets & (1u << a))) continue;
+      if (tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) fit |= 1u << a;
+      else if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
+        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
+    }
+    if (!fit) {
+      printf("tessera-gen: pruned %s: fits no target\n", e->name);
+      continue;
+    }
+    template_name(&e->v, tmpl, sizeof tmpl);
+    if (find_header(g, tmpl) < 0) {
+      fprintf(stderr, "tessera-gen: variant '%s': template '%s/%s' not found\n", e->name, ga->tdir, tmpl);
+      return -1;
+    }
+    g->src[i] = render(e, tmpl);
+    if (!g->src[i]) {
+      fprintf(stderr, "tessera-gen: out of memory\n");
+      return -1;
+    }
+    snprintf(spath, sizeof spath, "%s/src/%s.cu", g->out, e->name);
+    if (write_if_changed(spath, g->src[i]) != 0)
+      return -1;
+    for (a = 0; a < TSR_N_ARCHS; a++)
+      if (fit & (1u << a)) queue_job(g, &q->jobs[q->njobs++], i, a, &q->reused, &q->done);
+  }
+  return 0;
+}
+
+/* The planner module, once a target, whatever the variants. */
+static int render_planner_jobs(gen_t *g, const gen_args *ga, job_queue *q)
+{
+  char spath[4096];
+  int a;
+  if (find_header(g, PLANNER_TEMPLATE) < 0) {
+    fprintf(stderr, "tessera-gen: planner template '%s/%s' not found\n", ga->tdir, PLANNER_TEMPLATE);
+    return -1;
+  }
+  g->src[g->cat.n] = render_planner();
+  if (!g->src[g->cat.n]) {
+    fprintf(stderr, "tessera-gen: out of memory\n");
+    return -1;
+  }
+  snprintf(spath, sizeof spath, "%s/src/%s.cu", g->out, PLANNER_NAME);
+  if (write_if_changed(spath, g->src[g->cat.n]) != 0)
+    return -1;
+  for (a = 0; a < TSR_N_ARCHS; a++)
+    if (ga->targets & (1u << a)) queue_job(g, &q->jobs[q->njobs++], g->cat.n, a, &q->reused, &q->done);
+  return 0;
+}
+
+/* Compile the rest, `maxjobs` children at a time. */
+static int run_jobs(const gen_t *g, job_queue *q, int maxjobs)
+{
+  job_t *jobs = q->jobs;
+  size_t i;
+  while (q->done < q->njobs) {
+    int status;
+    pid_t pid;
+    for (i = 0; i < q->njobs && q->running < maxjobs; i++) {
+      if (jobs[i].state != J_PENDING) continue;
+      if (start_job(g, &jobs[i]) != 0) {
+        fprintf(stderr, "tessera-gen: cannot fork: %s\n", strerror(errno));
+        jobs[i].state = J_FAILED;
+        q->done++;
+        q->failed++;
+        continue;
+      }
+      q->running++;
+    }
+    pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "tessera-gen: waitpid: %s\n", strerror(errno));
+      return -1;
+    }
+    for (i = 0; i < q->njobs; i++) {
+      if (jobs[i].state == J_RUNNING && jobs[i].pid == pid) {
+        finish_job(g, &jobs[i], status);
+        if (jobs[i].state == J_FAILED) q->failed++;
+        else q->built++;
+        q->running--;
+        q->done++;
+      }
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  gen_t g;
+  gen_args ga;
+  job_queue q;
+  tsr_error err;
+  size_t i;
+  int a, nmaj, nmin, rc;
+  double t0 = now_s();
+
+  memset(&g, 0, sizeof g);
+  memset(&ga, 0, sizeof ga);
+  memset(&q, 0, sizeof q);
+  if ((rc = parse_args(argc, argv, &g, &ga)) >= 0) return rc;
   tsr_error_clear(&err);
-  if (tsr_catalog_load(catalog, &g.cat, &err) != TSR_OK) {
+  if (tsr_catalog_load(ga.catalog, &g.cat, &err) != TSR_OK) {
     fprintf(stderr, "tessera-gen: %s\n", err.text);
     return 2;
   }
-  if (list) {
-    for (i = 0; i < g.cat.n; i++) {
-      printf("%s", g.cat.items[i].name);
-      for (a = 0; a < TSR_N_ARCHS; a++) {
-        char why[160];
-        if (tsr_variant_fits(&g.cat.items[i].v, tsr_variant_archs[a], why))
-          printf(" %s", tsr_variant_archs[a]);
-      }
-      printf("\n");
-    }
+  if (ga.list) {
+    list_variants(&g);
     tsr_catalog_free(&g.cat);
     return 0;
   }
-  if (!tdir || !layout || !g.out) die_usage("missing --templates, --layout or --out");
-  if (load_headers(&g, tdir, layout) != 0) {
+  if (!ga.tdir || !ga.layout || !g.out) die_usage("missing --templates, --layout or --out");
+  if (load_headers(&g, ga.tdir, ga.layout) != 0) {
     tsr_catalog_free(&g.cat);
     return 2;
   }
@@ -701,130 +856,31 @@ int main(int argc, char **argv)
   snprintf(g.nvrtc, sizeof g.nvrtc, "%d.%d", nmaj, nmin);
 
   g.src = calloc(g.cat.n + 1, sizeof *g.src); /* [cat.n]: the planner */
-  jobs = calloc((g.cat.n + 1) * TSR_N_ARCHS + 1, sizeof *jobs);
-  if (!g.src || !jobs) {
+  q.jobs = calloc((g.cat.n + 1) * TSR_N_ARCHS + 1, sizeof *q.jobs);
+  if (!g.src || !q.jobs) {
     fprintf(stderr, "tessera-gen: out of memory\n");
     return 2;
   }
-  if (mkdirs(g.out) != 0) {
-    fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", g.out, strerror(errno));
+  if (make_out_dirs(&g) != 0 || render_variants(&g, &ga, &q) != 0 ||
+      render_planner_jobs(&g, &ga, &q) != 0 || run_jobs(&g, &q, ga.maxjobs) != 0)
     return 2;
-  }
-  for (a = 0; a < TSR_N_ARCHS; a++) {
-    char d[4096];
-    snprintf(d, sizeof d, "%s/%s", g.out, tsr_variant_archs[a]);
-    if (mkdirs(d) != 0) {
-      fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", d, strerror(errno));
-      return 2;
-    }
-  }
-  {
-    char d[4096];
-    snprintf(d, sizeof d, "%s/src", g.out);
-    mkdirs(d);
-  }
-
-  /* Prune what cannot fit, then render the rest and queue its compiles:
-   * nothing is written for a variant that fits no target. */
-  for (i = 0; i < g.cat.n; i++) {
-    const tsr_catalog_entry *e = &g.cat.items[i];
-    char tmpl[64], spath[4096];
-    unsigned fit = 0;
-    for (a = 0; a < TSR_N_ARCHS; a++) {
-      char why[160];
-      if (!(targets & (1u << a))) continue;
-      if (tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) fit |= 1u << a;
-      else if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
-        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
-    }
-    if (!fit) {
-      printf("tessera-gen: pruned %s: fits no target\n", e->name);
-      continue;
-    }
-    template_name(&e->v, tmpl, sizeof tmpl);
-    if (find_header(&g, tmpl) < 0) {
-      fprintf(stderr, "tessera-gen: variant '%s': template '%s/%s' not found\n", e->name, tdir, tmpl);
-      return 2;
-    }
-    g.src[i] = render(e, tmpl);
-    if (!g.src[i]) {
-      fprintf(stderr, "tessera-gen: out of memory\n");
-      return 2;
-    }
-    snprintf(spath, sizeof spath, "%s/src/%s.cu", g.out, e->name);
-    if (write_if_changed(spath, g.src[i]) != 0)
-      return 2;
-    for (a = 0; a < TSR_N_ARCHS; a++)
-      if (fit & (1u << a)) queue_job(&g, &jobs[njobs++], i, a, &reused, &done);
-  }
-
-  /* The planner module, once a target, whatever the variants. */
-  if (find_header(&g, PLANNER_TEMPLATE) < 0) {
-    fprintf(stderr, "tessera-gen: planner template '%s/%s' not found\n", tdir, PLANNER_TEMPLATE);
-    return 2;
-  }
-  g.src[g.cat.n] = render_planner();
-  if (!g.src[g.cat.n]) {
-    fprintf(stderr, "tessera-gen: out of memory\n");
-    return 2;
-  }
-  {
-    char spath[4096];
-    snprintf(spath, sizeof spath, "%s/src/%s.cu", g.out, PLANNER_NAME);
-    if (write_if_changed(spath, g.src[g.cat.n]) != 0)
-      return 2;
-  }
-  for (a = 0; a < TSR_N_ARCHS; a++)
-    if (targets & (1u << a)) queue_job(&g, &jobs[njobs++], g.cat.n, a, &reused, &done);
-
-  /* Compile the rest, `maxjobs` children at a time. */
-  while (done < njobs) {
-    int status;
-    pid_t pid;
-    for (i = 0; i < njobs && running < maxjobs; i++) {
-      if (jobs[i].state != J_PENDING) continue;
-      if (start_job(&g, &jobs[i]) != 0) {
-        fprintf(stderr, "tessera-gen: cannot fork: %s\n", strerror(errno));
-        jobs[i].state = J_FAILED;
-        done++;
-        failed++;
-        continue;
-      }
-      running++;
-    }
-    pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      fprintf(stderr, "tessera-gen: waitpid: %s\n", strerror(errno));
-      return 2;
-    }
-    for (i = 0; i < njobs; i++) {
-      if (jobs[i].state == J_RUNNING && jobs[i].pid == pid) {
-        finish_job(&g, &jobs[i], status);
-        if (jobs[i].state == J_FAILED) failed++;
-        else built++;
-        running--;
-        done++;
-      }
-    }
-  }
-  if (failed) {
-    fprintf(stderr, "tessera-gen: %d of %zu compiles failed; bundle not written\n", failed, njobs);
+  if (q.failed) {
+    fprintf(stderr, "tessera-gen: %d of %zu compiles failed; bundle not written\n", q.failed, q.njobs);
     return 1;
   }
-  if (write_registry(&g, jobs, njobs) != 0) {
+  if (write_registry(&g, q.jobs, q.njobs) != 0) {
     fprintf(stderr, "tessera-gen: bundle registry not written\n");
     return 1;
   }
   printf("tessera-gen: %zu variants, %zu cubins (%d compiled, %d reused) with NVRTC %s in %.1f s\n",
-         g.cat.n, njobs, built, reused, g.nvrtc, now_s() - t0);
+         g.cat.n, q.njobs, q.built, q.reused, g.nvrtc, now_s() - t0);
   for (i = 0; i <= g.cat.n; i++) free(g.src[i]);
   free(g.src);
   for (a = 0; a < g.nhdr; a++) {
     free(g.hdr[a].name);
     free(g.hdr[a].text);
   }
-  free(jobs);
+  free(q.jobs);
   tsr_catalog_free(&g.cat);
   return 0;
 }

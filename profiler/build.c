@@ -64,7 +64,8 @@ int64_t tsrp_build_plan_index(const tsrp_dataset *ds, int64_t plan_id)
   return find_id(ds->plans, ds->n_plans, sizeof *ds->plans, plan_id);
 }
 
-double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id)
+/* Median of plan `plan_id` for mask m; 0 when not measured. */
+static double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id)
 {
   int i;
   for (i = 0; i < m->n; i++)

@@ -10,7 +10,7 @@
  * many heads as fit in 512 KiB of blocks (at least one, at most all), and the
  * head group rotates with the layer.  This keeps the `paper` preset near 1 GB.
  *
- * Schedules follow MASKS.md "Common to all": dense warm-up over the first
+ * Schedules follow mask-families.md "Common to all": dense warm-up over the first
  * 10-30% of steps and 0-3% of layers (such entries have family "dense" and
  * name the method they warm up), denser first and last layers, and per-head
  * choices drawn from a (layer, head) seed that does not depend on the step,
@@ -48,7 +48,7 @@
 
 static const struct {
   const char *name;
-  double lo, hi;     /* published mean density of sparse heads (MASKS.md) */
+  double lo, hi;     /* published mean density of sparse heads (mask-families.md) */
   double warm_steps; /* fraction of steps run dense */
   double warm_layers;/* fraction of layers run dense (rounded up) */
 } fam_tab[TSR_FAM_COUNT] = {
@@ -91,7 +91,7 @@ void tsr_corpus_family_range(int fam, double *lo, double *hi)
   *hi = fam >= 0 && fam < TSR_FAM_COUNT ? fam_tab[fam].hi : 1;
 }
 
-/* ---- Models (MASKS.md "Model shapes") ------------------------------------------ */
+/* ---- Models (mask-families.md "Model shapes") ------------------------------------------ */
 
 /* RoPE splits: Wan gives the t axis d - 4 (d / 6) channels and h, w 2 (d / 6)
  * each; HunyuanVideo [16, 56, 56]; CogVideoX d/4 for t and 3d/8 for h, w.
@@ -122,13 +122,6 @@ static const tsr_corpus_model model_tab[] = {
      F(SVG) | F(STA) | F(RADIAL) | F(VSA) | F(SPARGE) | F(XATTN) | F(JENGA) | F(SVDIT)},
 };
 #define N_MODELS ((int)(sizeof model_tab / sizeof model_tab[0]))
-
-int tsr_corpus_model_count(void) { return N_MODELS; }
-
-const tsr_corpus_model *tsr_corpus_model_at(int i)
-{
-  return i >= 0 && i < N_MODELS ? &model_tab[i] : NULL;
-}
 
 const tsr_corpus_model *tsr_corpus_model_find(const char *name)
 {
@@ -216,7 +209,7 @@ typedef struct {
 
 static int64_t svg_block(int64_t f)
 {
-  /* MASKS.md: "largest divisor of f below 256 (SVG with FlashInfer)". */
+  /* mask-families.md: "largest divisor of f below 256 (SVG with FlashInfer)". */
   int64_t b;
   for (b = 255; b > 1; b--)
     if (f % b == 0)
@@ -379,7 +372,7 @@ static tsr_status ctx_build(gen_ctx *c, uint64_t seed, const char *dir, tsr_erro
     c->pooled = 1;
     break;
   case TSR_FAM_SPARGE:
-    /* MASKS.md: "Blocks 128 (q) x 64 (k)". */
+    /* mask-families.md: "Blocks 128 (q) x 64 (k)". */
     st = tsr_corpus_layout_uniform(TSR_ORDER_FRAME, m->t, m->h, m->w, 128, &c->lq, err);
     if (!st)
       st = tsr_corpus_layout_uniform(TSR_ORDER_FRAME, m->t, m->h, m->w, 64, &c->lk, err);
@@ -534,176 +527,251 @@ static double head_uniform(const plan_entry *e, const char *tag, int h, int step
   return tsr_corpus_rng_uniform(&r);
 }
 
+/* One head plane to draw: the entry and head, the plane (zeroed) and its
+ * description, the scratch the score families share, and what every rule
+ * reads: the block counts, tokens a latent frame, whether the layer is
+ * among the first or last two, and the head's "kind" draw. */
+typedef struct {
+  const gen_ctx *c;
+  const tsr_corpus_model *m;
+  const plan_entry *e;
+  int h;
+  uint8_t *plane;
+  head_info *hi;
+  double *prob, *selfq, *selfk;
+  tsr_error *err;
+  const tsr_corpus_layout *lq;
+  int64_t nq, nk, f;
+  int edge;
+  double u;
+} plane_job;
+
+static tsr_status plane_dense(const plane_job *j)
+{
+  j->hi->kind = "dense";
+  memset(j->plane, 1, (size_t)(j->nq * j->nk));
+  return TSR_OK;
+}
+
+static tsr_status plane_svg(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  const tsr_corpus_layout *lq = j->lq;
+  head_info *hi = j->hi;
+  /* Head type from online profiling: our heads with energy on the t
+   * channels decay across frames, so the spatial pattern fits them; near
+   * ties the per-step profile decides. */
+  double bias = head_bias(j->e, j->h);
+  int spatial;
+  spatial = fabs(bias) < 0.1 ? head_uniform(j->e, "svg-flip", j->h, j->e->step) < 0.5 : bias > 0;
+  hi->kind = spatial ? "spatial" : "temporal";
+  if (!spatial)
+    hi->order = tsr_corpus_order_name(TSR_ORDER_SPATIAL);
+  hp(hi, "density_target", m->svg_density);
+  hp(hi, "band_tokens", floor((double)lq->n * (1.0 - sqrt(1.0 - m->svg_density))));
+  hp(hi, "sink_tokens", spatial && m->first_frame_sink ? (double)j->f : 0.0);
+  tsr_corpus_svg_band(j->nq, lq->block, lq->n, m->svg_density,
+                      spatial && m->first_frame_sink ? j->f : 0, j->plane);
+  return TSR_OK;
+}
+
+static tsr_status plane_sta(const plane_job *j)
+{
+  const tsr_corpus_layout *lq = j->lq;
+  int w = pick(sta_weights, 6, j->u), k[3], a;
+  if (head_uniform(j->e, "sta-change", j->h, j->e->step) < 0.017)
+    w = (w + 1 + (int)(head_uniform(j->e, "sta-to", j->h, j->e->step) * 5)) % 6;
+  for (a = 0; a < 3; a++)
+    k[a] = sta_windows[w][a] < lq->grid[a] ? sta_windows[w][a] : lq->grid[a];
+  j->hi->kind = w == 5 ? "full-window" : "window";
+  hp(j->hi, "window_t", k[0]);
+  hp(j->hi, "window_h", k[1]);
+  hp(j->hi, "window_w", k[2]);
+  tsr_corpus_sta(lq->grid, k, j->plane);
+  return TSR_OK;
+}
+
+static tsr_status plane_radial(const plane_job *j)
+{
+  j->hi->kind = "radial";
+  hp(j->hi, "decay", j->m->radial_decay);
+  hp(j->hi, "block", 128);
+  hp(j->hi, "sink", j->m->first_frame_sink);
+  memcpy(j->plane, j->c->radial, (size_t)(j->nq * j->nk));
+  return TSR_OK;
+}
+
+static tsr_status plane_vsa(const plane_job *j)
+{
+  /* mask-families.md: "s = 0.8-0.9"; denser first and last layers. */
+  double s = j->edge ? 0.8 : j->u < 0.5 ? 0.85 : 0.9;
+  int64_t k = (int64_t)ceil((1.0 - s) * (double)j->nk - 1e-9);
+  tsr_status st;
+  j->hi->kind = "topk";
+  hp(j->hi, "sparsity", s);
+  hp(j->hi, "k", (double)k);
+  st = head_probs(j->c, j->m, j->e, j->h, 0, j->prob, NULL, NULL, j->err);
+  if (!st)
+    st = tsr_corpus_topk(j->prob, j->nq, j->nk, k, j->plane, j->err);
+  return st;
+}
+
+static tsr_status plane_sparge(const plane_job *j)
+{
+  head_info *hi = j->hi;
+  int64_t nq = j->nq, nk = j->nk, i, jj;
+  /* mask-families.md: "Per-head thresholds: early and late layers mostly dense". */
+  double tau, topf = 0, theta = 0.05, u;
+  tsr_status st;
+  if (j->u < (j->edge ? 0.75 : 0.08))
+    return plane_dense(j);
+  u = head_uniform(j->e, "sparge-mode", j->h, -1);
+  tau = u < 0.25 ? 0.9 : u < 0.5 ? 0.95 : u < 0.7 ? 0.98 : 0;
+  if (tau == 0)
+    topf = u < 0.85 ? 0.2 : 0.3;
+  st = head_probs(j->c, j->m, j->e, j->h, 0, j->prob, j->selfq, j->selfk, j->err);
+  if (st)
+    return st;
+  if (tau > 0) {
+    hi->kind = "cdf";
+    hp(hi, "tau", tau);
+    st = tsr_corpus_cdf(j->prob, nq, nk, tau, 1, j->plane, j->err);
+  } else {
+    hi->kind = "topk";
+    hp(hi, "topk_fraction", topf);
+    st = tsr_corpus_topk(j->prob, nq, nk, (int64_t)ceil(topf * (double)nk), j->plane, j->err);
+  }
+  /* mask-families.md: "blocks with low self-similarity are forced on for their whole
+   * row/column; optional sink column 0". */
+  hp(hi, "selfsim_min", theta);
+  hp(hi, "sink", 1);
+  for (i = 0; i < nq; i++)
+    for (jj = 0; jj < nk; jj++)
+      if (j->selfq[i] < theta || j->selfk[jj] < theta || jj == 0)
+        j->plane[i * nk + jj] = 1;
+  return st;
+}
+
+static tsr_status plane_xattn(const plane_job *j)
+{
+  /* Denser first and last layers: their heads take the higher threshold. */
+  double tau = j->edge || j->u >= 0.5 ? 0.95 : 0.9;
+  int stride = head_uniform(j->e, "xattn-stride", j->h, -1) < 0.5 ? 8 : 16;
+  int64_t i;
+  tsr_status st;
+  j->hi->kind = "cdf";
+  hp(j->hi, "tau", tau);
+  hp(j->hi, "stride", stride);
+  st = head_probs(j->c, j->m, j->e, j->h, 1, j->prob, NULL, NULL, j->err);
+  if (!st) {
+    /* The antidiagonal sums sample 1/stride of each block's entries: a
+     * relative error ~ 1/sqrt(samples), drawn per block. */
+    tsr_corpus_rng r;
+    double sd = sqrt((double)stride / (128.0 * 128.0)) * 4.0;
+    tsr_corpus_rng_seed(&r, tsr_corpus_key(j->e->seed, "xattn-sample", j->h, 0, 0, 0));
+    for (i = 0; i < j->nq * j->nk; i++)
+      j->prob[i] *= exp(sd * tsr_corpus_rng_normal(&r));
+    st = tsr_corpus_cdf(j->prob, j->nq, j->nk, tau, 1, j->plane, j->err);
+  }
+  return st;
+}
+
+static tsr_status plane_jenga(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  const plan_entry *e = j->e;
+  double p = j->edge ? 0.9 : 0.8 + 0.1 * j->u,
+         drop = 0.7 + 0.15 * head_uniform(e, "jenga-drop", j->h, -1);
+  double ramp = 0.1 * m->steps, eff = drop * (e->step >= ramp ? 1.0 : (e->step + 1) / ramp);
+  int64_t floor_k = (int64_t)ceil((1.0 - eff) * (double)j->nk - 1e-9), i;
+  tsr_status st;
+  j->hi->kind = "cdf";
+  hp(j->hi, "p", p);
+  hp(j->hi, "drop", eff);
+  hp(j->hi, "floor_blocks", (double)floor_k);
+  st = head_probs(j->c, m, e, j->h, 0, j->prob, NULL, NULL, j->err);
+  if (!st)
+    st = tsr_corpus_cdf(j->prob, j->nq, j->nk, p, floor_k, j->plane, j->err);
+  for (i = 0; !st && i < j->nq * j->nk; i++)
+    j->plane[i] |= j->c->adj[i];
+  return st;
+}
+
+static tsr_status plane_svdit(const plane_job *j)
+{
+  const tsr_corpus_model *m = j->m;
+  /* Offline per-head choice: fixed for the (layer, head), so stable across
+   * steps.  mask-families.md: "3-6% of heads skipped entirely", "implied density
+   * ~42-60%": each layer's heads take the patterns in fixed shares (42%
+   * dense, 5% skipped, the rest split over the three sparse patterns) in a
+   * seeded order, so every layer sits near the published density. */
+  static const double w[5] = {0.42, 0.18, 0.18, 0.17, 0.05};
+  static const char *const kinds[5] = {"dense", "diagonal", "multi-diagonal",
+                                       "vertical-stripe", "skip"};
+  int pat = pick(w, 5, (head_rank(j->e, "svdit-rank", j->h, m->heads) + 0.5) / m->heads);
+  int64_t width;
+  j->hi->kind = kinds[pat];
+  if (pat == 0) {
+    memset(j->plane, 1, (size_t)(j->nq * j->nk));
+    return TSR_OK;
+  }
+  if (pat == 4)
+    return TSR_OK; /* skipped: the head's output is reused, no block computed */
+  width = pat == 3 ? 12 : 128;
+  hp(j->hi, pat == 3 ? "stripe_every" : "width", (double)width);
+  return tsr_corpus_svdit(pat == 1 ? TSR_SVDIT_DIAG : pat == 2 ? TSR_SVDIT_MULTIDIAG
+                                                               : TSR_SVDIT_STRIPE,
+                          m->t, j->f, 128, width,
+                          tsr_corpus_key(j->e->lseed, "svdit", j->h, 0, 0, 0), j->plane, j->err);
+}
+
+/* Each family's rule (corpus_families.c holds the mask rules they call). */
+static tsr_status (*const plane_rules[TSR_FAM_COUNT])(const plane_job *) = {
+    [TSR_FAM_SVG] = plane_svg,       [TSR_FAM_STA] = plane_sta,
+    [TSR_FAM_RADIAL] = plane_radial, [TSR_FAM_VSA] = plane_vsa,
+    [TSR_FAM_SPARGE] = plane_sparge, [TSR_FAM_XATTN] = plane_xattn,
+    [TSR_FAM_JENGA] = plane_jenga,   [TSR_FAM_SVDIT] = plane_svdit,
+    [TSR_FAM_DENSE] = plane_dense,
+};
+
+/* Head h's [nq][nk] plane of entry e by its family's rule, described in hi
+ * (kind, token order, parameters, density). */
 static tsr_status head_plane(const gen_ctx *c, const plan_entry *e, int h, uint8_t *plane,
                              head_info *hi, double *prob, double *selfq, double *selfk,
                              tsr_error *err)
 {
   const tsr_corpus_model *m = &model_tab[e->model];
-  const tsr_corpus_layout *lq = &c->lq, *lk = ctx_lk(c);
-  int64_t nq = lq->nb, nk = lk->nb, f = (int64_t)m->h * m->w, i, j;
-  int edge = e->layer < 2 || e->layer >= m->layers - 2;
-  tsr_status st = TSR_OK;
-  double u = head_uniform(e, "kind", h, -1);
+  plane_job j;
+  tsr_status st;
+  int64_t i;
 
+  j.c = c;
+  j.m = m;
+  j.e = e;
+  j.h = h;
+  j.plane = plane;
+  j.hi = hi;
+  j.prob = prob;
+  j.selfq = selfq;
+  j.selfk = selfk;
+  j.err = err;
+  j.lq = &c->lq;
+  j.nq = c->lq.nb;
+  j.nk = ctx_lk(c)->nb;
+  j.f = (int64_t)m->h * m->w;
+  j.edge = e->layer < 2 || e->layer >= m->layers - 2;
+  j.u = head_uniform(e, "kind", h, -1);
   memset(hi, 0, sizeof *hi);
-  hi->order = tsr_corpus_order_name(lq->order);
-  memset(plane, 0, (size_t)(nq * nk));
-  switch (e->fam) {
-  case TSR_FAM_DENSE:
-    hi->kind = "dense";
-    memset(plane, 1, (size_t)(nq * nk));
-    break;
-  case TSR_FAM_SVG: {
-    /* Head type from online profiling: our heads with energy on the t
-     * channels decay across frames, so the spatial pattern fits them; near
-     * ties the per-step profile decides. */
-    double bias = head_bias(e, h);
-    int spatial;
-    spatial = fabs(bias) < 0.1 ? head_uniform(e, "svg-flip", h, e->step) < 0.5 : bias > 0;
-    hi->kind = spatial ? "spatial" : "temporal";
-    if (!spatial)
-      hi->order = tsr_corpus_order_name(TSR_ORDER_SPATIAL);
-    hp(hi, "density_target", m->svg_density);
-    hp(hi, "band_tokens", floor((double)lq->n * (1.0 - sqrt(1.0 - m->svg_density))));
-    hp(hi, "sink_tokens", spatial && m->first_frame_sink ? (double)f : 0.0);
-    tsr_corpus_svg_band(nq, lq->block, lq->n, m->svg_density,
-                        spatial && m->first_frame_sink ? f : 0, plane);
-    break;
-  }
-  case TSR_FAM_STA: {
-    int w = pick(sta_weights, 6, u), k[3], a;
-    if (head_uniform(e, "sta-change", h, e->step) < 0.017)
-      w = (w + 1 + (int)(head_uniform(e, "sta-to", h, e->step) * 5)) % 6;
-    for (a = 0; a < 3; a++)
-      k[a] = sta_windows[w][a] < lq->grid[a] ? sta_windows[w][a] : lq->grid[a];
-    hi->kind = w == 5 ? "full-window" : "window";
-    hp(hi, "window_t", k[0]);
-    hp(hi, "window_h", k[1]);
-    hp(hi, "window_w", k[2]);
-    tsr_corpus_sta(lq->grid, k, plane);
-    break;
-  }
-  case TSR_FAM_RADIAL:
-    hi->kind = "radial";
-    hp(hi, "decay", m->radial_decay);
-    hp(hi, "block", 128);
-    hp(hi, "sink", m->first_frame_sink);
-    memcpy(plane, c->radial, (size_t)(nq * nk));
-    break;
-  case TSR_FAM_VSA: {
-    /* MASKS.md: "s = 0.8-0.9"; denser first and last layers. */
-    double s = edge ? 0.8 : u < 0.5 ? 0.85 : 0.9;
-    int64_t k = (int64_t)ceil((1.0 - s) * (double)nk - 1e-9);
-    hi->kind = "topk";
-    hp(hi, "sparsity", s);
-    hp(hi, "k", (double)k);
-    st = head_probs(c, m, e, h, 0, prob, NULL, NULL, err);
-    if (!st)
-      st = tsr_corpus_topk(prob, nq, nk, k, plane, err);
-    break;
-  }
-  case TSR_FAM_SPARGE: {
-    /* MASKS.md: "Per-head thresholds: early and late layers mostly dense". */
-    double tau, topf = 0, theta = 0.05;
-    if (u < (edge ? 0.75 : 0.08)) {
-      hi->kind = "dense";
-      memset(plane, 1, (size_t)(nq * nk));
-      break;
-    }
-    u = head_uniform(e, "sparge-mode", h, -1);
-    tau = u < 0.25 ? 0.9 : u < 0.5 ? 0.95 : u < 0.7 ? 0.98 : 0;
-    if (tau == 0)
-      topf = u < 0.85 ? 0.2 : 0.3;
-    st = head_probs(c, m, e, h, 0, prob, selfq, selfk, err);
-    if (st)
-      break;
-    if (tau > 0) {
-      hi->kind = "cdf";
-      hp(hi, "tau", tau);
-      st = tsr_corpus_cdf(prob, nq, nk, tau, 1, plane, err);
-    } else {
-      hi->kind = "topk";
-      hp(hi, "topk_fraction", topf);
-      st = tsr_corpus_topk(prob, nq, nk, (int64_t)ceil(topf * (double)nk), plane, err);
-    }
-    /* MASKS.md: "blocks with low self-similarity are forced on for their whole
-     * row/column; optional sink column 0". */
-    hp(hi, "selfsim_min", theta);
-    hp(hi, "sink", 1);
-    for (i = 0; i < nq; i++)
-      for (j = 0; j < nk; j++)
-        if (selfq[i] < theta || selfk[j] < theta || j == 0)
-          plane[i * nk + j] = 1;
-    break;
-  }
-  case TSR_FAM_XATTN: {
-    /* Denser first and last layers: their heads take the higher threshold. */
-    double tau = edge || u >= 0.5 ? 0.95 : 0.9;
-    int stride = head_uniform(e, "xattn-stride", h, -1) < 0.5 ? 8 : 16;
-    hi->kind = "cdf";
-    hp(hi, "tau", tau);
-    hp(hi, "stride", stride);
-    st = head_probs(c, m, e, h, 1, prob, NULL, NULL, err);
-    if (!st) {
-      /* The antidiagonal sums sample 1/stride of each block's entries: a
-       * relative error ~ 1/sqrt(samples), drawn per block. */
-      tsr_corpus_rng r;
-      double sd = sqrt((double)stride / (128.0 * 128.0)) * 4.0;
-      tsr_corpus_rng_seed(&r, tsr_corpus_key(e->seed, "xattn-sample", h, 0, 0, 0));
-      for (i = 0; i < nq * nk; i++)
-        prob[i] *= exp(sd * tsr_corpus_rng_normal(&r));
-      st = tsr_corpus_cdf(prob, nq, nk, tau, 1, plane, err);
-    }
-    break;
-  }
-  case TSR_FAM_JENGA: {
-    double p = edge ? 0.9 : 0.8 + 0.1 * u, drop = 0.7 + 0.15 * head_uniform(e, "jenga-drop", h, -1);
-    double ramp = 0.1 * m->steps, eff = drop * (e->step >= ramp ? 1.0 : (e->step + 1) / ramp);
-    int64_t floor_k = (int64_t)ceil((1.0 - eff) * (double)nk - 1e-9);
-    hi->kind = "cdf";
-    hp(hi, "p", p);
-    hp(hi, "drop", eff);
-    hp(hi, "floor_blocks", (double)floor_k);
-    st = head_probs(c, m, e, h, 0, prob, NULL, NULL, err);
-    if (!st)
-      st = tsr_corpus_cdf(prob, nq, nk, p, floor_k, plane, err);
-    for (i = 0; !st && i < nq * nk; i++)
-      plane[i] |= c->adj[i];
-    break;
-  }
-  case TSR_FAM_SVDIT: {
-    /* Offline per-head choice: fixed for the (layer, head), so stable across
-     * steps.  MASKS.md: "3-6% of heads skipped entirely", "implied density
-     * ~42-60%": each layer's heads take the patterns in fixed shares (42%
-     * dense, 5% skipped, the rest split over the three sparse patterns) in a
-     * seeded order, so every layer sits near the published density. */
-    static const double w[5] = {0.42, 0.18, 0.18, 0.17, 0.05};
-    static const char *const kinds[5] = {"dense", "diagonal", "multi-diagonal",
-                                         "vertical-stripe", "skip"};
-    int pat = pick(w, 5, (head_rank(e, "svdit-rank", h, m->heads) + 0.5) / m->heads);
-    hi->kind = kinds[pat];
-    if (pat == 0)
-      memset(plane, 1, (size_t)(nq * nk));
-    else if (pat == 4)
-      ; /* skipped: the head's output is reused, no block computed */
-    else {
-      int64_t width = pat == 3 ? 12 : 128;
-      hp(hi, pat == 3 ? "stripe_every" : "width", (double)width);
-      st = tsr_corpus_svdit(pat == 1 ? TSR_SVDIT_DIAG : pat == 2 ? TSR_SVDIT_MULTIDIAG
-                                                                 : TSR_SVDIT_STRIPE,
-                            m->t, f, 128, width,
-                            tsr_corpus_key(e->lseed, "svdit", h, 0, 0, 0), plane, err);
-    }
-    break;
-  }
-  default:
-    st = tsr_error_set(err, TSR_ERR_INVALID, "unknown corpus family %d", e->fam);
-  }
+  hi->order = tsr_corpus_order_name(c->lq.order);
+  memset(plane, 0, (size_t)(j.nq * j.nk));
+  if (e->fam < 0 || e->fam >= TSR_FAM_COUNT || !plane_rules[e->fam])
+    return tsr_error_set(err, TSR_ERR_INVALID, "unknown corpus family %d", e->fam);
+  st = plane_rules[e->fam](&j);
   if (!st) {
     int64_t sel = 0;
-    for (i = 0; i < nq * nk; i++)
+    for (i = 0; i < j.nq * j.nk; i++)
       sel += plane[i];
-    hi->density = (double)sel / (double)(nq * nk);
+    hi->density = (double)sel / (double)(j.nq * j.nk);
   }
   return st;
 }
@@ -1261,13 +1329,117 @@ static const char *get_str(json_t *o, const char *k)
   return json_string_value(json_object_get(o, k));
 }
 
+/* The manifest's JSON into c->root, checked for its format and version.
+ * A FIFO or a folder named manifest.json is refused, not waited on. */
+static tsr_status manifest_load(tsr_corpus *c, const char *mpath, tsr_error *err)
+{
+  json_error_t je;
+  FILE *mf;
+  int64_t v;
+  if (!(mf = tsr_in_open(mpath, "cannot read corpus manifest", err)))
+    return TSR_ERR_IO;
+  c->root = json_loadf(mf, 0, &je);
+  fclose(mf);
+  if (!c->root)
+    return tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': line %d: %s",
+                         mpath, je.line, je.text);
+  if (!get_str(c->root, "format") || strcmp(get_str(c->root, "format"), "tessera-corpus") ||
+      get_int(c->root, "version", &v) || v != 1)
+    return tsr_error_set(err, TSR_ERR_FORMAT,
+                         "cannot read corpus manifest '%s': not a tessera-corpus "
+                         "version 1 manifest", mpath);
+  return TSR_OK;
+}
+
+/* Entry i's fields from its manifest object o: NULL, or the key that is
+ * missing or invalid. */
+static const char *entry_fields(tsr_corpus *c, int64_t i, json_t *o)
+{
+  json_t *geo = json_object_get(o, "geometry");
+  tsr_corpus_entry *e = &c->e[i];
+  const char *seed = get_str(o, "seed"), *kind = get_str(geo, "kind"), *bad = NULL;
+#define REQ_STR(field, key) \
+  if (!bad && !(e->field = get_str(o, key))) bad = key
+#define REQ_INT(field, key) \
+  if (!bad && get_int(o, key, &e->field)) bad = key
+  REQ_STR(file, "file");
+  REQ_STR(model, "model");
+  REQ_STR(family, "family");
+  REQ_STR(split, "split");
+  REQ_STR(token_order, "token_order");
+  REQ_INT(step, "step");
+  REQ_INT(layer, "layer");
+  REQ_INT(head_first, "head_first");
+  REQ_INT(heads_q, "heads_q");
+  REQ_INT(heads_kv, "heads_kv");
+  REQ_INT(model_heads, "model_heads");
+  REQ_INT(head_dim, "head_dim");
+  REQ_INT(seq_q, "seq_q");
+  REQ_INT(seq_k, "seq_k");
+#undef REQ_STR
+#undef REQ_INT
+  if (!bad && !json_is_number(json_object_get(o, "density")))
+    bad = "density";
+  if (!bad && !seed)
+    bad = "seed";
+  if (!bad && (!kind || get_int(geo, "nq", &e->nq) || get_int(geo, "nk", &e->nk)))
+    bad = "geometry";
+  if (!bad && !strcmp(kind, "uniform")) {
+    if (get_int(geo, "bq", &e->bq) || get_int(geo, "bk", &e->bk) || e->bq <= 0 || e->bk <= 0)
+      bad = "geometry";
+  } else if (!bad && !strcmp(kind, "variable")) {
+    if (!get_str(geo, "q_sizes") || !get_str(geo, "k_sizes"))
+      bad = "geometry";
+  } else if (!bad) {
+    bad = "geometry";
+  }
+  if (!bad && (e->heads_q <= 0 || e->heads_kv <= 0 || e->seq_q <= 0 || e->seq_k <= 0 ||
+               e->nq <= 0 || e->nk <= 0 || e->head_dim <= 0))
+    bad = "sizes";
+  c->heads[i] = json_object_get(o, "heads");
+  if (!bad && (!json_is_array(c->heads[i]) || (int64_t)json_array_size(c->heads[i]) != e->heads_q))
+    bad = "heads";
+  return bad;
+}
+
+/* Entry i's files (the mask, and a variable geometry's block sizes) as
+ * paths under dir: NULL, "memory", or NULL with *why set (in why_buf) for
+ * a path outside the folder. */
+static const char *entry_paths(tsr_corpus *c, int64_t i, json_t *o, const char *dir,
+                               const char **why, char *why_buf, size_t n)
+{
+  json_t *geo = json_object_get(o, "geometry");
+  tsr_corpus_entry *e = &c->e[i];
+  const char *rel[3] = {e->file, NULL, NULL};
+  const char *key[3] = {"file", "q_sizes", "k_sizes"}, *bad = NULL;
+  int k;
+  if (!strcmp(get_str(geo, "kind"), "variable")) {
+    rel[1] = get_str(geo, "q_sizes");
+    rel[2] = get_str(geo, "k_sizes");
+  }
+  for (k = 0; k < 3 && !bad && !*why; k++) {
+    char esc[260];
+    if (!rel[k])
+      continue;
+    if (!(c->paths[3 * i + k] = join(dir, rel[k])))
+      bad = "memory";
+    else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
+      snprintf(why_buf, n, "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k],
+               esc);
+      *why = why_buf;
+    }
+  }
+  e->file = c->paths[3 * i];
+  e->q_sizes = c->paths[3 * i + 1];
+  e->k_sizes = c->paths[3 * i + 2];
+  return bad;
+}
+
 tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
 {
   tsr_corpus *c;
-  json_error_t je;
   json_t *ents;
-  FILE *mf;
-  tsr_status mst;
+  tsr_status st;
   char *mpath;
   int64_t i, v;
   const char *bad = NULL, *why = NULL;
@@ -1283,146 +1455,54 @@ tsr_status tsr_corpus_open(const char *dir, tsr_corpus **out, tsr_error *err)
     tsr_corpus_close(c);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
   }
-  /* a FIFO or a folder named manifest.json is refused, not waited on */
-  mst = TSR_ERR_IO;
-  if ((mf = tsr_in_open(mpath, "cannot read corpus manifest", err)) != NULL) {
-    c->root = json_loadf(mf, 0, &je);
-    fclose(mf);
-    mst = c->root ? TSR_OK
-                  : tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': line %d: %s", mpath, je.line,
-                                  je.text);
-  }
-  if (mst != TSR_OK) {
-    free(mpath);
-    tsr_corpus_close(c);
-    return mst;
-  }
-  if (!get_str(c->root, "format") || strcmp(get_str(c->root, "format"), "tessera-corpus") ||
-      get_int(c->root, "version", &v) || v != 1) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': not a tessera-corpus "
-                                  "version 1 manifest", mpath);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
-  }
+  if ((st = manifest_load(c, mpath, err)) != TSR_OK)
+    goto fail;
   c->preset = strdup(get_str(c->root, "preset") ? get_str(c->root, "preset") : "");
   if (!get_int(c->root, "seed", &v))
     c->seed = (uint64_t)v;
   ents = json_object_get(c->root, "entries");
   if (!json_is_array(ents)) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': no 'entries' array", mpath);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': no 'entries' array",
+                       mpath);
+    goto fail;
   }
   c->n = (int64_t)json_array_size(ents);
   c->e = calloc((size_t)c->n + 1, sizeof *c->e);
   c->heads = calloc((size_t)c->n + 1, sizeof *c->heads);
   c->paths = calloc((size_t)c->n * 3 + 1, sizeof *c->paths);
   if (!c->e || !c->heads || !c->paths || !c->preset) {
-    free(mpath);
-    tsr_corpus_close(c);
-    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
+    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot open corpus '%s': out of memory", dir);
+    goto fail;
   }
   for (i = 0; i < c->n && !bad; i++) {
-    json_t *o = json_array_get(ents, (size_t)i), *geo = json_object_get(o, "geometry");
+    json_t *o = json_array_get(ents, (size_t)i);
     tsr_corpus_entry *e = &c->e[i];
-    const char *seed = get_str(o, "seed"), *kind = get_str(geo, "kind");
-#define REQ_STR(field, key) \
-  if (!bad && !(e->field = get_str(o, key))) bad = key
-#define REQ_INT(field, key) \
-  if (!bad && get_int(o, key, &e->field)) bad = key
-    REQ_STR(file, "file");
-    REQ_STR(model, "model");
-    REQ_STR(family, "family");
-    REQ_STR(split, "split");
-    REQ_STR(token_order, "token_order");
-    REQ_INT(step, "step");
-    REQ_INT(layer, "layer");
-    REQ_INT(head_first, "head_first");
-    REQ_INT(heads_q, "heads_q");
-    REQ_INT(heads_kv, "heads_kv");
-    REQ_INT(model_heads, "model_heads");
-    REQ_INT(head_dim, "head_dim");
-    REQ_INT(seq_q, "seq_q");
-    REQ_INT(seq_k, "seq_k");
-#undef REQ_STR
-#undef REQ_INT
-    if (!bad && !json_is_number(json_object_get(o, "density")))
-      bad = "density";
-    if (!bad && !seed)
-      bad = "seed";
-    if (!bad && (!kind || get_int(geo, "nq", &e->nq) || get_int(geo, "nk", &e->nk)))
-      bad = "geometry";
-    if (!bad && !strcmp(kind, "uniform")) {
-      if (get_int(geo, "bq", &e->bq) || get_int(geo, "bk", &e->bk) || e->bq <= 0 || e->bk <= 0)
-        bad = "geometry";
-    } else if (!bad && !strcmp(kind, "variable")) {
-      if (!get_str(geo, "q_sizes") || !get_str(geo, "k_sizes"))
-        bad = "geometry";
-    } else if (!bad) {
-      bad = "geometry";
-    }
-    if (!bad && (e->heads_q <= 0 || e->heads_kv <= 0 || e->seq_q <= 0 || e->seq_k <= 0 ||
-                 e->nq <= 0 || e->nk <= 0 || e->head_dim <= 0))
-      bad = "sizes";
-    c->heads[i] = json_object_get(o, "heads");
-    if (!bad && (!json_is_array(c->heads[i]) ||
-                 (int64_t)json_array_size(c->heads[i]) != e->heads_q))
-      bad = "heads";
-    if (bad || (why = entry_limits(e, why_buf, sizeof why_buf)) != NULL)
+    if ((bad = entry_fields(c, i, o)) || (why = entry_limits(e, why_buf, sizeof why_buf)) != NULL)
       break;
     e->density = json_number_value(json_object_get(o, "density"));
-    e->seed = strtoull(seed, NULL, 0);
-    {
-      const char *rel[3] = {e->file, NULL, NULL};
-      const char *key[3] = {"file", "q_sizes", "k_sizes"};
-      int k;
-      if (!strcmp(kind, "variable")) {
-        rel[1] = get_str(geo, "q_sizes");
-        rel[2] = get_str(geo, "k_sizes");
-      }
-      for (k = 0; k < 3 && !bad && !why; k++) {
-        char esc[260];
-        if (!rel[k])
-          continue;
-        if (!(c->paths[3 * i + k] = join(dir, rel[k])))
-          bad = "memory";
-        else if (path_escapes(dir, rel[k], c->paths[3 * i + k], esc, sizeof esc)) {
-          snprintf(why_buf, sizeof why_buf,
-                   "'%s' names '%.100s' outside the corpus folder: %.180s", key[k], rel[k], esc);
-          why = why_buf;
-        }
-      }
-      e->file = c->paths[3 * i];
-      e->q_sizes = c->paths[3 * i + 1];
-      e->k_sizes = c->paths[3 * i + 2];
-    }
+    e->seed = strtoull(get_str(o, "seed"), NULL, 0);
+    bad = entry_paths(c, i, o, dir, &why, why_buf, sizeof why_buf);
     if (why)
       break;
   }
   if (why) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': entry %lld: %s", mpath,
-                                  (long long)i, why);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT, "cannot read corpus manifest '%s': entry %lld: %s",
+                       mpath, (long long)i, why);
+    goto fail;
   }
   if (bad) {
-    tsr_status st = tsr_error_set(err, TSR_ERR_FORMAT,
-                                  "cannot read corpus manifest '%s': entry %lld has a missing "
-                                  "or invalid '%s'", mpath, (long long)i, bad);
-    free(mpath);
-    tsr_corpus_close(c);
-    return st;
+    st = tsr_error_set(err, TSR_ERR_FORMAT,
+                       "cannot read corpus manifest '%s': entry %lld has a missing "
+                       "or invalid '%s'", mpath, (long long)i, bad);
+    goto fail;
   }
   free(mpath);
   *out = c;
   return TSR_OK;
+fail:
+  free(mpath);
+  tsr_corpus_close(c);
+  return st;
 }
 
 int64_t tsr_corpus_count(const tsr_corpus *c) { return c ? c->n : 0; }

@@ -2,9 +2,9 @@
  * corpus_families.c: the rule of every sparse-attention family of the mask
  * corpus, each turning (shape, parameters, and for the data-dependent ones
  * block probabilities) into one head's [nq][nk] 0/1 block plane.  The rules
- * and their parameters are those of /work/shared/MASKS.md (quoted as
- * "MASKS.md: ..." below), which gathers them from the public code of each
- * method.
+ * and their parameters are those of docs/mask-families.md (quoted as
+ * "mask-families.md: ..." below), which gathers them from each method's
+ * paper and public code and names them.
  *
  * Cost: the rule families are O(nq x nk); Radial reduces a token-level rule
  * in O(tokens x blocks) by counting rows per column segment instead of
@@ -20,7 +20,7 @@
 
 /* ---- Sparse VideoGen ----------------------------------------------------- */
 
-/* MASKS.md: "Spatial head: in frame-major order keep block (i, j) when
+/* mask-families.md: "Spatial head: in frame-major order keep block (i, j) when
  * |i - j| * B is inside a band of w frames; w from target density d:
  * w_frames = N (1 - sqrt(1 - d)) / f ... Wan adds a first-frame sink (all key
  * columns < f).  Temporal head: the same band after permuting tokens from
@@ -41,7 +41,7 @@ void tsr_corpus_svg_band(int64_t nb, int64_t block, int64_t n, double density,
 
 /* ---- Sliding Tile Attention ---------------------------------------------- */
 
-/* MASKS.md: "Query tile q keeps key tile k when |centre - k| <= K/2 on all
+/* mask-families.md: "Query tile q keeps key tile k when |centre - k| <= K/2 on all
  * three axes, with centre = clamp(q, K/2, n_tiles - 1 - K/2) per axis, so
  * every row keeps exactly Kt*Kh*Kw tiles."  Written as the window start
  * clamp(q - K/2, 0, n - K), identical for the published (odd) windows and
@@ -79,7 +79,7 @@ static int bitlen(int64_t x)
 }
 
 /* Rows of frame fi with spatial index in [s0, s1) selected at key token
- * (fj, sj).  MASKS.md: "Frame pair (i, j), d = |i - j|: d <= 1 full; otherwise
+ * (fj, sj).  mask-families.md: "Frame pair (i, j), d = |i - j|: d <= 1 full; otherwise
  * in-frame band half-width w = max(2^bitlen(f) / 2^bitlen(d) * decay, B);
  * when 2^bitlen(f)/2^bitlen(d) < B keep only pairs with d mod floor(B / that)
  * == 0.  Wan keeps frame 0 as a sink." */
@@ -99,7 +99,7 @@ static int64_t radial_rows(int64_t fi, int64_t s0, int64_t s1, int64_t fj, int64
   return hi > lo ? hi - lo : 0;
 }
 
-/* MASKS.md: "Reduced to B = 128 (or 64) blocks: keep a block when > 60% of its
+/* mask-families.md: "Reduced to B = 128 (or 64) blocks: keep a block when > 60% of its
  * non-empty columns have density > 1/3." */
 void tsr_corpus_radial(int frames, int64_t frame_tokens, int64_t block, double decay,
                        int sink, uint8_t *plane)
@@ -150,7 +150,7 @@ static void rank_row(const double *row, int64_t nk, ranked *r)
   qsort(r, (size_t)nk, sizeof *r, ranked_cmp);
 }
 
-/* MASKS.md (VSA): "per-row top-k with k = ceil((1 - s) * n_cubes)". */
+/* mask-families.md (VSA): "per-row top-k with k = ceil((1 - s) * n_cubes)". */
 tsr_status tsr_corpus_topk(const double *prob, int64_t nq, int64_t nk, int64_t k,
                           uint8_t *plane, tsr_error *err)
 {
@@ -170,7 +170,7 @@ tsr_status tsr_corpus_topk(const double *prob, int64_t nq, int64_t nk, int64_t k
   return TSR_OK;
 }
 
-/* MASKS.md (SpargeAttn: "keep blocks until the row CDF reaches 0.9-0.98";
+/* mask-families.md (SpargeAttn: "keep blocks until the row CDF reaches 0.9-0.98";
  * XAttention: "per row keep the smallest set of blocks whose normalized
  * cumulative score reaches 0.9-0.95"; Jenga: "keep blocks until cumulative
  * probability 0.8-0.9 with a floor of (1 - drop) * n blocks").  Taking blocks
@@ -221,7 +221,7 @@ static int spatial_spans(int64_t a, int64_t b, int64_t f, int64_t lo[2], int64_t
   return 2;
 }
 
-/* MASKS.md: "Fixed per-head patterns chosen offline: diagonal (within a
+/* mask-families.md: "Fixed per-head patterns chosen offline: diagonal (within a
  * frame), multi-diagonal (same spatial position across frames), vertical
  * stripe (global columns)".  A block is kept when the pattern selects any of
  * its token pairs, as a block kernel must. */
@@ -268,7 +268,7 @@ tsr_status tsr_corpus_svdit(int pattern, int frames, int64_t frame_tokens, int64
 
 /* ---- Jenga neighbours --------------------------------------------------------- */
 
-/* MASKS.md (Jenga): "plus each block's 3D neighbours". */
+/* mask-families.md (Jenga): "plus each block's 3D neighbours". */
 tsr_status tsr_corpus_neighbours(const tsr_corpus_layout *l, uint8_t **adj, tsr_error *err)
 {
   int64_t *blk = malloc((size_t)l->n * sizeof *blk), b, s, hw = (int64_t)l->h * l->w;

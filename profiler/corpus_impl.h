@@ -21,8 +21,6 @@ typedef struct {
   uint64_t s[4];
 } tsr_corpus_rng;
 
-/* splitmix64 finaliser: a bijective 64-bit mix used to derive seeds. */
-uint64_t tsr_corpus_mix(uint64_t x);
 /* Seed for a named stream: mixes seed, a tag string and up to four ints, so
  * every (model, family, step, layer, head) has an independent stream and
  * adding entries never shifts the others. */
@@ -53,10 +51,10 @@ typedef enum {
 const char *tsr_corpus_family_name(int fam);
 /* -1 when unknown. */
 int tsr_corpus_family_find(const char *name);
-/* Published mean-density range of the family's sparse heads (MASKS.md). */
+/* Published mean-density range of the family's sparse heads (mask-families.md). */
 void tsr_corpus_family_range(int fam, double *lo, double *hi);
 
-/* ---- Model shapes (MASKS.md table) -------------------------------------- */
+/* ---- Model shapes (mask-families.md table) -------------------------------------- */
 
 typedef struct {
   const char *name;
@@ -71,8 +69,6 @@ typedef struct {
   unsigned families;    /* bit set of families published for this model */
 } tsr_corpus_model;
 
-int tsr_corpus_model_count(void);
-const tsr_corpus_model *tsr_corpus_model_at(int i);
 const tsr_corpus_model *tsr_corpus_model_find(const char *name);
 
 /* ---- Token orders and block layouts -------------------------------------- */

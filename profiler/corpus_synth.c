@@ -41,7 +41,7 @@
 
 /* Scale of the shared, object and noise parts.  Chosen so that token logits
  * peak near 8-10 on the diagonal (as measured DiT heads do) and the pooled
- * families land in the published density ranges of MASKS.md. */
+ * families land in the published density ranges of mask-families.md. */
 #ifndef SYNTH_ALPHA
 #define SYNTH_ALPHA 2.3
 #endif
@@ -55,7 +55,8 @@
 
 /* ---- PRNG ---------------------------------------------------------------- */
 
-uint64_t tsr_corpus_mix(uint64_t x)
+/* splitmix64 finaliser: a bijective 64-bit mix used to derive seeds. */
+static uint64_t tsr_corpus_mix(uint64_t x)
 {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

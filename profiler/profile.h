@@ -67,8 +67,6 @@ tsr_status tsrp_build_load(tsr_db *db, const char *gpu, int multiprocessors, con
 void tsrp_build_free(tsrp_dataset *ds);
 /* Index into ds->plans of a plan id; -1 if unknown. */
 int64_t tsrp_build_plan_index(const tsrp_dataset *ds, int64_t plan_id);
-/* Median of plan `plan_id` for mask m; 0 when not measured. */
-double tsrp_build_time(const tsrp_mask_times *m, int64_t plan_id);
 /* Time of the best measured plan of m; 0 when none. */
 double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id);
 /* Time of the plan matching opts (mapping, tile, tasks; variant when set). */

@@ -310,293 +310,392 @@ static void on_signal(int sig)
   stop_requested = 1;
 }
 
-static int run_sweep(const sweep_opts *o)
-{
-  tsr_error err = {0};
-  tsr_corpus *corpus = NULL;
-  tsr_db *db = NULL;
-  tsr_context *ctx = NULL;
-  tsr_context_opts copts;
+/* One sweep's state: what it opened, the GPU's row and the sweep's, and
+ * the counts its progress line shows. */
+typedef struct {
+  const sweep_opts *o;
+  tsr_error err;
+  tsr_corpus *corpus;
+  tsr_db *db;
+  tsr_context *ctx;
   tsr_bundle bundle;
   const tsr_cu *cu;
-  CUstream stream = NULL;
-  CUevent e0 = NULL, e1 = NULL;
-  char gpu_name[128], cmdline[512];
-  const char *bdir;
-  int64_t gpu_id, sweep_id, l2 = 0, i, n_entries, total = 0, done = 0, timed = 0;
-  int rc = EXIT_OK, tty = isatty(2);
-  double t0 = now_s(), timed_s = 0;
-  double *samples = NULL;
-  json_t *vopts = NULL;
-  static const tsr_mapping maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE};
-  static const tsr_tasks layouts[] = {TSR_TASKS_ROW, TSR_TASKS_SPLIT, TSR_TASKS_PACK};
-  memset(&bundle, 0, sizeof bundle);
-  if (tsr_corpus_open(o->corpus, &corpus, &err) != TSR_OK) {
-    fprintf(stderr, "tessera-profile sweep: %s\n", err.text);
+  CUstream stream;
+  CUevent e0, e1;
+  char gpu_name[128];
+  int64_t gpu_id, sweep_id, l2, n_entries, total, done, timed;
+  int tty;
+  double t0, timed_s;
+  double *samples;
+  json_t *vopts;
+} sweep;
+
+/* The mask being swept: its problem, features and inputs on the device. */
+typedef struct {
+  int64_t i;
+  const tsr_corpus_entry *e;
+  tsr_mask *mask;
+  tsr_geom *geom;
+  tsr_problem p;
+  tsr_features f;
+  buffers bufs;
+  int64_t mask_id;
+} sweep_mask;
+
+/* The status of a step that failed with err set, never TSR_OK: the steps
+ * stop on it, and run_sweep maps err->status to the exit status. */
+static tsr_status failed(const tsr_error *err)
+{
+  return err->status != TSR_OK ? err->status : TSR_ERR_INVALID;
+}
+
+static const tsr_mapping sweep_maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE};
+static const tsr_tasks sweep_layouts[] = {TSR_TASKS_ROW, TSR_TASKS_SPLIT, TSR_TASKS_PACK};
+
+/* Corpus, database and context; on failure the message is printed and the
+ * exit status returned (77: no GPU). */
+static int sweep_open(sweep *s)
+{
+  const sweep_opts *o = s->o;
+  tsr_context_opts copts;
+  if (tsr_corpus_open(o->corpus, &s->corpus, &s->err) != TSR_OK) {
+    fprintf(stderr, "tessera-profile sweep: %s\n", s->err.text);
     return EXIT_USAGE;
   }
-  if (tsr_db_open(o->db, TSR_DB_CREATE, &db, &err) != TSR_OK) {
-    fprintf(stderr, "tessera-profile sweep: %s\n", err.text);
-    tsr_corpus_close(corpus);
+  if (tsr_db_open(o->db, TSR_DB_CREATE, &s->db, &s->err) != TSR_OK) {
+    fprintf(stderr, "tessera-profile sweep: %s\n", s->err.text);
     return EXIT_USAGE;
   }
   tsr_context_opts_init(&copts);
   copts.device = o->device;
   copts.bundle_dir = o->bundle;
-  if (tsr_context_create(&copts, &ctx, &err) != TSR_OK) {
-    fprintf(stderr, "tessera-profile sweep: %s\n", err.text);
-    rc = err.status == TSR_ERR_NO_DEVICE ? 77 : EXIT_FAIL;
-    goto done;
+  if (tsr_context_create(&copts, &s->ctx, &s->err) != TSR_OK) {
+    fprintf(stderr, "tessera-profile sweep: %s\n", s->err.text);
+    return s->err.status == TSR_ERR_NO_DEVICE ? 77 : EXIT_FAIL;
   }
+  return EXIT_OK;
+}
+
+/* The bundle (names and template hashes), the stream and events, the GPU's
+ * and the sweep's rows, the split's masks and candidate count. */
+static tsr_status sweep_prepare(sweep *s)
+{
+  const sweep_opts *o = s->o;
+  tsr_error *err = &s->err;
+  char cmdline[512];
+  const char *bdir;
+  int64_t i;
   /* The same bundle the context loaded, for names and template hashes. */
   bdir = tsr_bundle_dir(o->bundle, NULL);
-  if (tsr_bundle_load(bdir, &bundle, &err) != TSR_OK)
-    goto fail;
-  vopts = variant_options(bdir, tsr_context_arch(ctx));
-  cu = tsr_context_cu(ctx);
-  if (tsr_cu_check(cu, cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate",
-                   &err) != TSR_OK ||
-      tsr_cu_check(cu, cu->cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate", &err) !=
+  if (tsr_bundle_load(bdir, &s->bundle, err) != TSR_OK)
+    return failed(err);
+  s->vopts = variant_options(bdir, tsr_context_arch(s->ctx));
+  s->cu = tsr_context_cu(s->ctx);
+  if (tsr_cu_check(s->cu, s->cu->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING),
+                   "cuStreamCreate", err) != TSR_OK ||
+      tsr_cu_check(s->cu, s->cu->cuEventCreate(&s->e0, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
           TSR_OK ||
-      tsr_cu_check(cu, cu->cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate", &err) != TSR_OK)
-    goto fail;
-  if (record_gpu(db, ctx, &gpu_id, &l2, gpu_name, sizeof gpu_name, &err) != TSR_OK)
-    goto fail;
+      tsr_cu_check(s->cu, s->cu->cuEventCreate(&s->e1, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
+          TSR_OK)
+    return failed(err);
+  if (record_gpu(s->db, s->ctx, &s->gpu_id, &s->l2, s->gpu_name, sizeof s->gpu_name, err) != TSR_OK)
+    return failed(err);
   snprintf(cmdline, sizeof cmdline, "sweep --corpus %s --split %s --repeats %d --warmup %d%s%s",
            o->corpus, o->split, o->repeats, o->warmup, o->variants ? " --variants " : "",
            o->variants ? o->variants : "");
-  if (tsr_db_start_sweep(db, gpu_id, o->corpus, cmdline, &sweep_id, &err) != TSR_OK)
-    goto fail;
-  samples = malloc(sizeof *samples * (size_t)o->repeats);
-  if (!samples) {
-    tsr_error_set(&err, TSR_ERR_NOMEM, "out of memory");
-    goto fail;
-  }
-  n_entries = tsr_corpus_count(corpus);
+  if (tsr_db_start_sweep(s->db, s->gpu_id, o->corpus, cmdline, &s->sweep_id, err) != TSR_OK)
+    return failed(err);
+  s->samples = malloc(sizeof *s->samples * (size_t)o->repeats);
+  if (!s->samples)
+    return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory");
+  s->n_entries = tsr_corpus_count(s->corpus);
   if (o->limit > 0) {
     int64_t seen = 0;
-    for (i = 0; i < n_entries && seen < o->limit; i++)
-      seen += !strcmp(tsr_corpus_get(corpus, i)->split, o->split);
-    n_entries = i;
+    for (i = 0; i < s->n_entries && seen < o->limit; i++)
+      seen += !strcmp(tsr_corpus_get(s->corpus, i)->split, o->split);
+    s->n_entries = i;
   }
   /* Candidate count for the progress bar: tiles x mappings x layouts. */
-  for (i = 0; i < n_entries; i++)
-    if (!strcmp(tsr_corpus_get(corpus, i)->split, o->split))
-      total += TSR_FEATURE_TILES * 3 * 3;
+  for (i = 0; i < s->n_entries; i++)
+    if (!strcmp(tsr_corpus_get(s->corpus, i)->split, o->split))
+      s->total += TSR_FEATURE_TILES * 3 * 3;
+  return TSR_OK;
+}
+
+/* The mask's row and its features, in one transaction. */
+static tsr_status record_mask(sweep *s, sweep_mask *sm)
+{
+  const tsr_corpus_entry *e = sm->e;
+  const tsr_problem *p = &sm->p;
+  const tsr_mask *mask = sm->mask;
+  const char *rel = strrchr(e->file, '/');
+  char geomtxt[48];
+  tsr_db_mask dm;
+  tsr_error *err = &s->err;
+  memset(&dm, 0, sizeof dm);
+  if (sm->f.bq)
+    snprintf(geomtxt, sizeof geomtxt, "%lldx%lld", (long long)sm->f.bq, (long long)sm->f.bk);
+  else
+    snprintf(geomtxt, sizeof geomtxt, "variable");
+  dm.corpus = s->o->corpus;
+  dm.path = rel ? rel + 1 : e->file;
+  dm.split = e->split;
+  dm.family = e->family;
+  dm.model = e->model;
+  dm.geometry = geomtxt;
+  dm.dtype = tsr_dtype_name(p->dtype);
+  dm.batch = 1;
+  dm.heads_q = p->heads_q;
+  dm.heads_kv = p->heads_kv;
+  dm.seq_q = p->seq_q;
+  dm.seq_k = p->seq_k;
+  dm.head_dim = p->head_dim;
+  dm.content_hash = fnv1a(tsr_mask_bits(mask),
+                          (size_t)(tsr_mask_batch(mask) * tsr_mask_heads(mask) * tsr_mask_nq(mask) *
+                                   tsr_mask_nk(mask)),
+                          0xcbf29ce484222325ull);
+  if (tsr_db_begin(s->db, err) != TSR_OK || tsr_db_put_mask(s->db, &dm, &sm->mask_id, err) != TSR_OK)
+    return failed(err);
+  if (tsr_db_put_features(s->db, sm->mask_id, s->gpu_id, &sm->f, err) != TSR_OK)
+    return failed(err);
+  if (tsr_db_commit(s->db, err) != TSR_OK)
+    return failed(err);
+  return TSR_OK;
+}
+
+/* The variant's row: its parameters, template hash and build options. */
+static void variant_row(const sweep *s, const tsr_bundle_entry *be, char *params, size_t n,
+                        tsr_db_variant *dv)
+{
+  int ai = tsr_arch_index(tsr_context_arch(s->ctx));
+  snprintf(params, n,
+           "{\"family\":\"%s\",\"bm\":%d,\"bn\":%d,\"head_dim\":%d,\"stages\":%d,"
+           "\"warps\":%d,\"layout\":\"%s\",\"membership\":%d,\"tma_box\":%d}",
+           tsr_variant_family_name(be->v.family), be->v.bm, be->v.bn, be->v.head_dim,
+           be->v.stages, be->v.warps, tsr_variant_layout_name(be->v.layout), be->v.membership,
+           be->v.tma_box);
+  dv->name = be->name;
+  dv->params = params;
+  dv->template_hash = be->hash[ai];
+  dv->generator = s->bundle.generator;
+  dv->nvrtc_version = s->bundle.nvrtc;
+  dv->nvrtc_options = json_string_value(json_object_get(s->vopts, be->name));
+  if (!dv->nvrtc_options)
+    dv->nvrtc_options = tsr_context_arch(s->ctx);
+}
+
+/* Plans, uploads and times one candidate (mapping mi, tile tm x tn, layout
+ * li, variant be), unless the database holds its measurement, and records
+ * it: "ok" with its samples, "ineligible" when the planner or the upload
+ * refuses it, "failed" otherwise.  A CUDA error is recorded and returned:
+ * a kernel fault poisons the context. */
+static tsr_status sweep_candidate(sweep *s, sweep_mask *sm, const tsr_bundle_entry *be, int tm,
+                                  int tn, int mi, int li)
+{
+  const sweep_opts *o = s->o;
+  tsr_error *err = &s->err, perr = {0};
+  tsr_db_variant dv;
+  tsr_db_plan dp;
+  tsr_db_measurement m;
+  tsr_plan_opts po;
+  tsr_plan *pl = NULL;
+  int64_t vid, pid;
+  int found, k;
+  char params[256];
+  tsr_status st;
+  double c0;
+  variant_row(s, be, params, sizeof params, &dv);
+  dp.mapping = sweep_maps[mi];
+  dp.tile_m = tm;
+  dp.tile_n = tn;
+  dp.tasks = sweep_layouts[li];
+  dp.variant = be->name;
+  if (tsr_db_put_variant(s->db, &dv, &vid, err) != TSR_OK ||
+      tsr_db_put_plan(s->db, &dp, &pid, err) != TSR_OK ||
+      tsr_db_has_measurement(s->db, s->gpu_id, sm->mask_id, pid, vid, &found, err) != TSR_OK)
+    return failed(err);
+  if (found)
+    return TSR_OK;
+  memset(&m, 0, sizeof m);
+  m.gpu_id = s->gpu_id;
+  m.mask_id = sm->mask_id;
+  m.plan_id = pid;
+  m.variant_id = vid;
+  m.sweep_id = s->sweep_id;
+  tsr_plan_opts_init(&po);
+  po.tile_m = tm;
+  po.tile_n = tn;
+  po.mapping = sweep_maps[mi];
+  po.tasks = sweep_layouts[li];
+  po.num_sms = tsr_context_num_sms(s->ctx);
+  po.arch = tsr_context_arch(s->ctx);
+  po.variant = be->name;
+  c0 = now_s();
+  /* The planner is the judge of which mappings apply. */
+  st = tsr_plan_create(&sm->p, sm->mask, &po, &pl, &perr);
+  if (st == TSR_OK && !sm->bufs.copies &&
+      buffers_make(s->cu, &sm->p, s->l2, &sm->bufs, 0x9e3779b97f4a7c15ull ^ (uint64_t)sm->i, err) !=
+          TSR_OK) {
+    tsr_plan_destroy(pl);
+    return failed(err);
+  }
+  if (st == TSR_OK)
+    st = tsr_gpu_upload(s->ctx, pl, &perr);
+  if (st == TSR_OK)
+    st = time_plan(s->ctx, s->cu, pl, &sm->p, &sm->bufs, s->stream, s->e0, s->e1, o->warmup,
+                   o->repeats, s->samples, &perr);
+  tsr_plan_destroy(pl);
+  if (st == TSR_ERR_CUDA) {
+    /* A kernel fault poisons the context: record the candidate as failed
+     * (a resumed sweep skips it until its variant is rebuilt), stop, and
+     * say which candidate did it. */
+    m.status = "failed";
+    m.detail = perr.text;
+    tsr_db_record(s->db, &m, NULL, err);
+    return tsr_error_set(err, st, "%s on mask '%s', plan %s %dx%d %s, variant %s", perr.text,
+                         sm->e->file, tsr_plan_mapping_name(sweep_maps[mi]), tm, tn,
+                         tsr_plan_tasks_name(sweep_layouts[li]), be->name);
+  }
+  if (st == TSR_OK) {
+    m.status = "ok";
+    m.warmup = o->warmup;
+    m.n_samples = o->repeats;
+    m.samples_ms = s->samples;
+    s->timed++;
+    s->timed_s += now_s() - c0;
+  } else {
+    m.status = st == TSR_ERR_UNSUPPORTED || st == TSR_ERR_NO_VARIANT ? "ineligible" : "failed";
+    m.detail = perr.text;
+  }
+  for (k = 0; k < o->repeats && st == TSR_OK; k++)
+    if (!(s->samples[k] > 0))
+      s->samples[k] = 1e-6; /* a zero-length event interval */
+  if (tsr_db_record(s->db, &m, NULL, err) != TSR_OK)
+    return failed(err);
+  return TSR_OK;
+}
+
+/* Every candidate of the mask: tiles x mappings x layouts x the variants
+ * that fit; the progress line after each (mapping, layout). */
+static tsr_status sweep_candidates(sweep *s, sweep_mask *sm)
+{
+  tsr_status st;
+  int t;
+  for (t = 0; t < TSR_FEATURE_TILES && !stop_requested; t++) {
+    int tm, tn, mi, li;
+    size_t vi;
+    tsr_features_tile(t, &tm, &tn);
+    for (mi = 0; mi < 3; mi++)
+      for (li = 0; li < 3; li++) {
+        s->done++;
+        for (vi = 0; vi < s->bundle.n && !stop_requested; vi++) {
+          const tsr_bundle_entry *be = &s->bundle.items[vi];
+          if (!tsrp_sweep_candidate(s->ctx, be, &sm->p, tm, tn, s->o->variants))
+            continue;
+          if ((st = sweep_candidate(s, sm, be, tm, tn, mi, li)) != TSR_OK)
+            return st;
+        }
+        progress(s->done, s->total, s->timed ? s->done : 0, now_s() - s->t0, s->tty);
+      }
+  }
+  return TSR_OK;
+}
+
+/* One mask of the split: loaded, its row and features recorded, its
+ * candidates timed.  On failure the mask's open transaction is rolled
+ * back. */
+static tsr_status sweep_one(sweep *s, int64_t i)
+{
+  sweep_mask sm;
+  tsr_error *err = &s->err;
+  tsr_status st = TSR_OK;
+  memset(&sm, 0, sizeof sm);
+  sm.i = i;
+  sm.e = tsr_corpus_get(s->corpus, i);
+  if (tsr_corpus_load_mask(s->corpus, i, &sm.mask, err) != TSR_OK ||
+      tsr_corpus_load_geom(s->corpus, i, &sm.geom, err) != TSR_OK) {
+    tsr_mask_destroy(sm.mask);
+    return failed(err);
+  }
+  tsr_corpus_problem(sm.e, sm.geom, &sm.p);
+  if (tsr_problem_check(&sm.p, err) != TSR_OK ||
+      tsr_features_compute(&sm.p, sm.mask, tsr_context_num_sms(s->ctx), &sm.f, err) != TSR_OK ||
+      record_mask(s, &sm) != TSR_OK || sweep_candidates(s, &sm) != TSR_OK) {
+    tsr_db_rollback(s->db);
+    st = failed(err);
+  }
+  buffers_free(s->cu, &sm.bufs);
+  tsr_mask_destroy(sm.mask);
+  tsr_geom_destroy(sm.geom);
+  return st;
+}
+
+/* Every mask of the split, until done, interrupted or past the budget. */
+static tsr_status sweep_masks(sweep *s)
+{
+  const sweep_opts *o = s->o;
+  int64_t i;
   fprintf(stderr, "sweeping %s (%s split) on %s (%d SMs, L2 %lld MB) into %s\n", o->corpus,
-          o->split, gpu_name, tsr_context_num_sms(ctx), (long long)(l2 >> 20), o->db);
+          o->split, s->gpu_name, tsr_context_num_sms(s->ctx), (long long)(s->l2 >> 20), o->db);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  for (i = 0; i < n_entries && !stop_requested; i++) {
-    const tsr_corpus_entry *e = tsr_corpus_get(corpus, i);
-    tsr_mask *mask = NULL;
-    tsr_geom *geom = NULL;
-    tsr_problem p;
-    tsr_features f;
-    buffers bufs;
-    int64_t mask_id;
-    int t;
-    memset(&bufs, 0, sizeof bufs);
-    if (strcmp(e->split, o->split))
+  for (i = 0; i < s->n_entries && !stop_requested; i++) {
+    if (strcmp(tsr_corpus_get(s->corpus, i)->split, o->split))
       continue;
-    if (o->budget > 0 && now_s() - t0 > o->budget) {
+    if (o->budget > 0 && now_s() - s->t0 > o->budget) {
       fprintf(stderr, "%sbudget of %.0f s reached; run the same command again to resume\n",
-              tty ? "\n" : "", o->budget);
+              s->tty ? "\n" : "", o->budget);
       break;
     }
-    if (tsr_corpus_load_mask(corpus, i, &mask, &err) != TSR_OK ||
-        tsr_corpus_load_geom(corpus, i, &geom, &err) != TSR_OK) {
-      tsr_mask_destroy(mask);
-      goto fail;
-    }
-    tsr_corpus_problem(e, geom, &p);
-    if (tsr_problem_check(&p, &err) != TSR_OK ||
-        tsr_features_compute(&p, mask, tsr_context_num_sms(ctx), &f, &err) != TSR_OK)
-      goto mask_fail;
-    {
-      const char *rel = strrchr(e->file, '/');
-      char geomtxt[48];
-      tsr_db_mask dm;
-      memset(&dm, 0, sizeof dm);
-      if (f.bq)
-        snprintf(geomtxt, sizeof geomtxt, "%lldx%lld", (long long)f.bq, (long long)f.bk);
-      else
-        snprintf(geomtxt, sizeof geomtxt, "variable");
-      dm.corpus = o->corpus;
-      dm.path = rel ? rel + 1 : e->file;
-      dm.split = e->split;
-      dm.family = e->family;
-      dm.model = e->model;
-      dm.geometry = geomtxt;
-      dm.dtype = tsr_dtype_name(p.dtype);
-      dm.batch = 1;
-      dm.heads_q = p.heads_q;
-      dm.heads_kv = p.heads_kv;
-      dm.seq_q = p.seq_q;
-      dm.seq_k = p.seq_k;
-      dm.head_dim = p.head_dim;
-      dm.content_hash = fnv1a(tsr_mask_bits(mask),
-                              (size_t)(tsr_mask_batch(mask) * tsr_mask_heads(mask) *
-                                       tsr_mask_nq(mask) * tsr_mask_nk(mask)),
-                              0xcbf29ce484222325ull);
-      if (tsr_db_begin(db, &err) != TSR_OK || tsr_db_put_mask(db, &dm, &mask_id, &err) != TSR_OK)
-        goto mask_fail;
-      if (tsr_db_put_features(db, mask_id, gpu_id, &f, &err) != TSR_OK)
-        goto mask_fail;
-      if (tsr_db_commit(db, &err) != TSR_OK)
-        goto mask_fail;
-    }
-    for (t = 0; t < TSR_FEATURE_TILES && !stop_requested; t++) {
-      int tm, tn, mi, li;
-      size_t vi;
-      tsr_features_tile(t, &tm, &tn);
-      for (mi = 0; mi < 3; mi++)
-        for (li = 0; li < 3; li++) {
-          done++;
-          for (vi = 0; vi < bundle.n && !stop_requested; vi++) {
-            const tsr_bundle_entry *be = &bundle.items[vi];
-            tsr_db_variant dv;
-            tsr_db_plan dp;
-            tsr_db_measurement m;
-            tsr_plan_opts po;
-            tsr_plan *pl = NULL;
-            int64_t vid, pid;
-            int found, k;
-            int ai = tsr_arch_index(tsr_context_arch(ctx));
-            char params[256];
-            tsr_status s;
-            if (!tsrp_sweep_candidate(ctx, be, &p, tm, tn, o->variants))
-              continue;
-            snprintf(params, sizeof params,
-                     "{\"family\":\"%s\",\"bm\":%d,\"bn\":%d,\"head_dim\":%d,\"stages\":%d,"
-                     "\"warps\":%d,\"layout\":\"%s\",\"membership\":%d,\"tma_box\":%d}",
-                     tsr_variant_family_name(be->v.family), be->v.bm, be->v.bn, be->v.head_dim,
-                     be->v.stages, be->v.warps, tsr_variant_layout_name(be->v.layout),
-                     be->v.membership, be->v.tma_box);
-            dv.name = be->name;
-            dv.params = params;
-            dv.template_hash = be->hash[ai];
-            dv.generator = bundle.generator;
-            dv.nvrtc_version = bundle.nvrtc;
-            dv.nvrtc_options = json_string_value(json_object_get(vopts, be->name));
-            if (!dv.nvrtc_options)
-              dv.nvrtc_options = tsr_context_arch(ctx);
-            dp.mapping = maps[mi];
-            dp.tile_m = tm;
-            dp.tile_n = tn;
-            dp.tasks = layouts[li];
-            dp.variant = be->name;
-            if (tsr_db_put_variant(db, &dv, &vid, &err) != TSR_OK ||
-                tsr_db_put_plan(db, &dp, &pid, &err) != TSR_OK ||
-                tsr_db_has_measurement(db, gpu_id, mask_id, pid, vid, &found, &err) != TSR_OK)
-              goto mask_fail;
-            if (found)
-              continue;
-            memset(&m, 0, sizeof m);
-            m.gpu_id = gpu_id;
-            m.mask_id = mask_id;
-            m.plan_id = pid;
-            m.variant_id = vid;
-            m.sweep_id = sweep_id;
-            tsr_plan_opts_init(&po);
-            po.tile_m = tm;
-            po.tile_n = tn;
-            po.mapping = maps[mi];
-            po.tasks = layouts[li];
-            po.num_sms = tsr_context_num_sms(ctx);
-            po.arch = tsr_context_arch(ctx);
-            po.variant = be->name;
-            {
-              tsr_error perr = {0};
-              double c0 = now_s();
-              /* The planner is the judge of which mappings apply. */
-              s = tsr_plan_create(&p, mask, &po, &pl, &perr);
-              if (s == TSR_OK && !bufs.copies &&
-                  buffers_make(cu, &p, l2, &bufs, 0x9e3779b97f4a7c15ull ^ (uint64_t)i, &err) !=
-                      TSR_OK) {
-                tsr_plan_destroy(pl);
-                goto mask_fail;
-              }
-              if (s == TSR_OK)
-                s = tsr_gpu_upload(ctx, pl, &perr);
-              if (s == TSR_OK)
-                s = time_plan(ctx, cu, pl, &p, &bufs, stream, e0, e1, o->warmup, o->repeats,
-                              samples, &perr);
-              tsr_plan_destroy(pl);
-              if (s == TSR_ERR_CUDA) {
-                /* A kernel fault poisons the context: record the candidate
-                 * as failed (a resumed sweep skips it until its variant is
-                 * rebuilt), stop, and say which candidate did it. */
-                m.status = "failed";
-                m.detail = perr.text;
-                tsr_db_record(db, &m, NULL, &err);
-                tsr_error_set(&err, s, "%s on mask '%s', plan %s %dx%d %s, variant %s",
-                              perr.text, e->file, tsr_plan_mapping_name(maps[mi]), tm, tn,
-                              tsr_plan_tasks_name(layouts[li]), be->name);
-                goto mask_fail;
-              }
-              if (s == TSR_OK) {
-                m.status = "ok";
-                m.warmup = o->warmup;
-                m.n_samples = o->repeats;
-                m.samples_ms = samples;
-                timed++;
-                timed_s += now_s() - c0;
-              } else {
-                m.status = s == TSR_ERR_UNSUPPORTED || s == TSR_ERR_NO_VARIANT ? "ineligible"
-                                                                                : "failed";
-                m.detail = perr.text;
-              }
-              for (k = 0; k < o->repeats && s == TSR_OK; k++)
-                if (!(samples[k] > 0))
-                  samples[k] = 1e-6; /* a zero-length event interval */
-              if (tsr_db_record(db, &m, NULL, &err) != TSR_OK)
-                goto mask_fail;
-            }
-          }
-          progress(done, total, timed ? done : 0, now_s() - t0, tty);
-        }
-    }
-    buffers_free(cu, &bufs);
-    tsr_mask_destroy(mask);
-    tsr_geom_destroy(geom);
-    continue;
-  mask_fail:
-    tsr_db_rollback(db);
-    buffers_free(cu, &bufs);
-    tsr_mask_destroy(mask);
-    tsr_geom_destroy(geom);
-    goto fail;
+    if (sweep_one(s, i) != TSR_OK)
+      return failed(&s->err);
   }
-  if (tty)
+  if (s->tty)
     fputc('\n', stderr);
   if (stop_requested)
     fprintf(stderr, "interrupted; run the same command again to resume\n");
-  tsr_db_finish_sweep(db, sweep_id, &err);
-  fprintf(stderr, "timed %lld candidates in %.1f s (%.1f s on the GPU path)\n", (long long)timed,
-          now_s() - t0, timed_s);
-  goto done;
-fail:
-  fprintf(stderr, "%stessera-profile sweep: %s\n", tty ? "\n" : "", err.text);
-  rc = err.status == TSR_ERR_INVALID || err.status == TSR_ERR_IO || err.status == TSR_ERR_FORMAT
-           ? EXIT_USAGE
-           : EXIT_FAIL;
-done:
-  free(samples);
-  if (ctx) {
-    cu = tsr_context_cu(ctx);
-    if (e0)
-      cu->cuEventDestroy(e0);
-    if (e1)
-      cu->cuEventDestroy(e1);
-    if (stream)
-      cu->cuStreamDestroy(stream);
+  tsr_db_finish_sweep(s->db, s->sweep_id, &s->err);
+  fprintf(stderr, "timed %lld candidates in %.1f s (%.1f s on the GPU path)\n",
+          (long long)s->timed, now_s() - s->t0, s->timed_s);
+  return TSR_OK;
+}
+
+static void sweep_close(sweep *s)
+{
+  free(s->samples);
+  if (s->ctx) {
+    const tsr_cu *cu = tsr_context_cu(s->ctx);
+    if (s->e0)
+      cu->cuEventDestroy(s->e0);
+    if (s->e1)
+      cu->cuEventDestroy(s->e1);
+    if (s->stream)
+      cu->cuStreamDestroy(s->stream);
   }
-  json_decref(vopts);
-  tsr_bundle_free(&bundle);
-  tsr_context_destroy(ctx);
-  tsr_db_close(db);
-  tsr_corpus_close(corpus);
+  json_decref(s->vopts);
+  tsr_bundle_free(&s->bundle);
+  tsr_context_destroy(s->ctx);
+  tsr_db_close(s->db);
+  tsr_corpus_close(s->corpus);
+}
+
+static int run_sweep(const sweep_opts *o)
+{
+  sweep s;
+  int rc;
+  memset(&s, 0, sizeof s);
+  s.o = o;
+  s.tty = isatty(2);
+  s.t0 = now_s();
+  rc = sweep_open(&s);
+  if (rc == EXIT_OK && (sweep_prepare(&s) != TSR_OK || sweep_masks(&s) != TSR_OK)) {
+    fprintf(stderr, "%stessera-profile sweep: %s\n", s.tty ? "\n" : "", s.err.text);
+    rc = s.err.status == TSR_ERR_INVALID || s.err.status == TSR_ERR_IO ||
+                 s.err.status == TSR_ERR_FORMAT
+             ? EXIT_USAGE
+             : EXIT_FAIL;
+  }
+  sweep_close(&s);
   return rc;
 }
 

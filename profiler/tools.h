@@ -112,7 +112,8 @@ const char *tsr_corpus_preset_help(int i);
 /* Features of one [nq][nk] plane, for corpus statistics. */
 typedef struct {
   double density;      /* selected / (nq * nk) */
-  double row_cv;       /* row-length spread: std / mean of selected blocks per row */
+  double row_cv;       /* row spread as tsr_features.row_cv, over the plane's rows,
+                          counted in key blocks rather than tokens */
   double contiguity;   /* selected blocks whose left neighbour is selected / selected */
   int64_t empty_rows;
 } tsr_corpus_features;

@@ -220,7 +220,8 @@ long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_ne
   return best;
 }
 
-char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch)
+/* Path of a cubin (malloc'ed). */
+static char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch)
 {
   size_t n = strlen(b->dir) + strlen(arch) + TSR_VARIANT_NAME_MAX + 16;
   char *p = malloc(n);

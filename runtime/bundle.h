@@ -64,8 +64,7 @@ int tsr_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_
 /* Best variant serving `need` on `arch` within `smem_limit` bytes, or -1. */
 long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
                      int64_t smem_limit);
-/* Path of a cubin (malloc'ed), and the cubin's bytes (malloc'ed). */
-char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch);
+/* A cubin's bytes (malloc'ed). */
 tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch,
                                  void **data, size_t *size, tsr_error *err);
 /* The GPU planner's cubin for `arch` (malloc'ed); TSR_ERR_NO_VARIANT when

@@ -94,35 +94,19 @@ static tsr_status dalloc(tsr_gpuplan *g, CUdeviceptr *dst, int64_t bytes, const 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_plan_opts *o,
-                              const tsr_gpuplan_caps *caps, tsr_gpuplan **out, tsr_error *err)
-{
-  tsr_plan_opts defaults;
-  tsr_gpuplan_caps defcaps;
-  tsr_gpuplan *g = NULL;
-  tsr_plan *pl;
-  tsr_status st;
-  const tsr_cu *cu;
-  int64_t bq = 0, bk = 0, nq, nk, nqt, nkt, rows, t, u, nseg_max = 1, wn, chunk = 0;
-  int64_t worst_tiles, worst_words, worst_slots, cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
-  int multi = 0, uniform;
-  tsr_i32 *kblk = NULL, *qoff = NULL, *koff = NULL, *tkb = NULL;
-  tsr_gpu_binding b;
+/* What create derives from the problem and options before it touches the
+ * device: the template's dimensions, the block maps a variable geometry
+ * uploads, and the capacities the buffers are sized for. */
+typedef struct {
+  int uniform, multi; /* multi: some tile meets several blocks (membership words) */
+  int64_t bq, bk, nq, nk, nqt, nkt, rows, chunk, nseg_max;
+  int64_t cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
+  tsr_i32 *kblk, *qoff, *koff, *tkb; /* variable geometry only; freed by create */
+} gp_layout;
 
-  if (out) *out = NULL;
-  if (!ctx || !p || !out)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: context, problem and output are required");
-  if (!p->geom)
-    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: the problem has no block geometry");
-  if (!o) {
-    tsr_plan_opts_init(&defaults);
-    o = &defaults;
-  }
-  if (!caps) {
-    tsr_gpuplan_caps_init(&defcaps);
-    caps = &defcaps;
-  }
-  uniform = tsr_geom_is_uniform(p->geom, &bq, &bk);
+/* The arguments, checked before anything is allocated. */
+static tsr_status check_args(const tsr_plan_opts *o, const tsr_gpuplan_caps *caps, tsr_error *err)
+{
   if (o->tasks == TSR_TASKS_PACK)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "cannot plan on the GPU: task layout 'pack' is host-only (use row or split)");
@@ -137,89 +121,95 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   if (o->num_sms < 0 || o->num_sms > 65536)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid multiprocessor count %d: expected 1 to 65536 (0 = the device's)",
                          o->num_sms);
-  if (o->variant && strlen(o->variant) >= sizeof pl->variant)
+  if (o->variant && strlen(o->variant) >= sizeof ((tsr_plan *)0)->variant)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid variant name '%.40s...': longer than 95", o->variant);
   if (caps->mask_batch < 0 || caps->mask_heads < 0 || caps->max_tiles < 0 || caps->max_words < 0 ||
       caps->max_slots < 0)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: capacities must not be negative");
+  return TSR_OK;
+}
 
-  g = calloc(1, sizeof *g);
-  pl = calloc(1, sizeof *pl);
-  if (!g || !pl) {
-    free(g);
-    free(pl);
-    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory");
-  }
-  g->pl = pl;
+/* The template: the problem checked against the GPU path and the mask
+ * planes, the tile and mapping resolved as the host planner would, the task
+ * layout (split with a fixed chunk, else row), and its dimensions. */
+static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_problem *p,
+                                const tsr_plan_opts *o, const tsr_gpuplan_caps *caps,
+                                gp_layout *lay, tsr_error *err)
+{
+  tsr_plan *pl = g->pl;
+  tsr_status st;
   pl->problem = *p;
-  if ((st = tsr_problem_check(&pl->problem, err))) goto fail;
-  if (pl->problem.dtype != TSR_DT_BF16 && pl->problem.dtype != TSR_DT_F16) {
-    st = tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
-                       tsr_dtype_name(pl->problem.dtype));
-    goto fail;
-  }
-  if (tsr_geom_seq_q(p->geom) != pl->problem.seq_q || tsr_geom_seq_k(p->geom) != pl->problem.seq_k) {
-    st = tsr_error_set(err, TSR_ERR_SHAPE,
-                       "cannot create GPU plan: geometry covers %lldx%lld tokens, problem has %lldx%lld",
-                       (long long)tsr_geom_seq_q(p->geom), (long long)tsr_geom_seq_k(p->geom),
-                       (long long)pl->problem.seq_q, (long long)pl->problem.seq_k);
-    goto fail;
-  }
+  if ((st = tsr_problem_check(&pl->problem, err))) return st;
+  if (pl->problem.dtype != TSR_DT_BF16 && pl->problem.dtype != TSR_DT_F16)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
+                         tsr_dtype_name(pl->problem.dtype));
+  if (tsr_geom_seq_q(p->geom) != pl->problem.seq_q || tsr_geom_seq_k(p->geom) != pl->problem.seq_k)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "cannot create GPU plan: geometry covers %lldx%lld tokens, problem has %lldx%lld",
+                         (long long)tsr_geom_seq_q(p->geom), (long long)tsr_geom_seq_k(p->geom),
+                         (long long)pl->problem.seq_q, (long long)pl->problem.seq_k);
   g->mask_b = caps->mask_batch ? caps->mask_batch : pl->problem.batch;
   g->mask_h = caps->mask_heads ? caps->mask_heads : pl->problem.heads_q;
   if ((g->mask_b != 1 && g->mask_b != pl->problem.batch) ||
-      (g->mask_h != 1 && g->mask_h != pl->problem.heads_q)) {
-    st = tsr_error_set(err, TSR_ERR_SHAPE,
-                       "cannot create GPU plan: mask planes %lldx%lld do not broadcast to batch %lld "
-                       "and %lld query heads",
-                       (long long)g->mask_b, (long long)g->mask_h, (long long)pl->problem.batch,
-                       (long long)pl->problem.heads_q);
-    goto fail;
-  }
+      (g->mask_h != 1 && g->mask_h != pl->problem.heads_q))
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "cannot create GPU plan: mask planes %lldx%lld do not broadcast to batch %lld "
+                         "and %lld query heads",
+                         (long long)g->mask_b, (long long)g->mask_h, (long long)pl->problem.batch,
+                         (long long)pl->problem.heads_q);
   pl->opts = *o;
   pl->opts.arch = NULL;
   pl->opts.variant = NULL;
   pl->num_sms = o->num_sms ? o->num_sms : tsr_context_num_sms(ctx);
   strcpy(pl->arch, tsr_context_arch(ctx));
   if (o->variant) strcpy(pl->variant, o->variant);
-  if ((st = tsr_map_resolve(pl, o, err))) goto fail;
-  if (o->split_tiles > 0 && o->tasks != TSR_TASKS_ROW) chunk = o->split_tiles;
-  pl->task_layout = chunk ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
+  if ((st = tsr_map_resolve(pl, o, err))) return st;
+  if (o->split_tiles > 0 && o->tasks != TSR_TASKS_ROW) lay->chunk = o->split_tiles;
+  pl->task_layout = lay->chunk ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
 
-  nq = tsr_geom_nq(p->geom);
-  nk = tsr_geom_nk(p->geom);
-  nqt = pl->n_q_tiles;
-  nkt = pl->n_k_tiles;
-  rows = pl->problem.batch * pl->problem.heads_q * nqt;
-  wn = pl->tile_n / 32;
-  if (rows > INT32_MAX / TSR_GP_ROW_INTS || nq * g->mask_b * g->mask_h > INT32_MAX) {
-    st = tsr_error_set(err, TSR_ERR_CAPACITY,
-                       "cannot plan %lld rows on the GPU: plans index rows with 32-bit integers",
-                       (long long)rows);
-    goto fail;
-  }
-  /* qblk is fixed by the geometry: computed here and uploaded once; a
-   * variable geometry also uploads each key token's block and the block
-   * starts of both sides (O(seq + blocks), once a template). */
+  lay->nq = tsr_geom_nq(p->geom);
+  lay->nk = tsr_geom_nk(p->geom);
+  lay->nqt = pl->n_q_tiles;
+  lay->nkt = pl->n_k_tiles;
+  lay->rows = pl->problem.batch * pl->problem.heads_q * lay->nqt;
+  if (lay->rows > INT32_MAX / TSR_GP_ROW_INTS || lay->nq * g->mask_b * g->mask_h > INT32_MAX)
+    return tsr_error_set(err, TSR_ERR_CAPACITY,
+                         "cannot plan %lld rows on the GPU: plans index rows with 32-bit integers",
+                         (long long)lay->rows);
+  return TSR_OK;
+}
+
+/* qblk is fixed by the geometry: computed here and uploaded once; a
+ * variable geometry also uploads each key token's block and the block
+ * starts of both sides (O(seq + blocks), once a template).  Then whether
+ * any tile meets several blocks (partial tiles occur only there). */
+static tsr_status block_maps(tsr_gpuplan *g, gp_layout *lay, tsr_error *err)
+{
+  tsr_plan *pl = g->pl;
+  const tsr_geom *geom = pl->problem.geom;
+  int64_t nq = lay->nq, nk = lay->nk, nkt = lay->nkt, t, u;
+  tsr_i32 *kblk, *qoff, *koff, *tkb;
   pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
-  if (!uniform) {
-    kblk = malloc((size_t)pl->problem.seq_k * sizeof *kblk);
-    qoff = malloc((size_t)(nq + 1) * sizeof *qoff);
-    koff = malloc((size_t)(nk + 1) * sizeof *koff);
-    tkb = malloc((size_t)nkt * 2 * sizeof *tkb);
+  if (!lay->uniform) {
+    lay->kblk = malloc((size_t)pl->problem.seq_k * sizeof *lay->kblk);
+    lay->qoff = malloc((size_t)(nq + 1) * sizeof *lay->qoff);
+    lay->koff = malloc((size_t)(nk + 1) * sizeof *lay->koff);
+    lay->tkb = malloc((size_t)nkt * 2 * sizeof *lay->tkb);
   }
-  if (!pl->qblk || (!uniform && (!kblk || !qoff || !koff || !tkb))) {
-    st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for the block maps");
-    goto fail;
-  }
+  kblk = lay->kblk;
+  qoff = lay->qoff;
+  koff = lay->koff;
+  tkb = lay->tkb;
+  if (!pl->qblk || (!lay->uniform && (!kblk || !qoff || !koff || !tkb)))
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for the block maps");
   pl->n_qblk = pl->problem.seq_q;
   pl->qblk_nq = 0; /* written here, not by map.c: its cache no longer holds */
-  if (uniform) {
-    for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / bq);
+  if (lay->uniform) {
+    for (t = 0; t < pl->problem.seq_q; t++) pl->qblk[t] = (tsr_i32)(t / lay->bq);
   } else {
     int64_t i, j;
-    for (i = 0; i <= nq; i++) qoff[i] = (tsr_i32)tsr_geom_q_start(p->geom, i);
-    for (j = 0; j <= nk; j++) koff[j] = (tsr_i32)tsr_geom_k_start(p->geom, j);
+    for (i = 0; i <= nq; i++) qoff[i] = (tsr_i32)tsr_geom_q_start(geom, i);
+    for (j = 0; j <= nk; j++) koff[j] = (tsr_i32)tsr_geom_k_start(geom, j);
     for (i = 0; i < nq; i++)
       for (t = qoff[i]; t < qoff[i + 1]; t++) pl->qblk[t] = (tsr_i32)i;
     for (j = 0; j < nk; j++)
@@ -230,84 +220,112 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
     }
   }
   /* Partial tiles occur only where a tile meets several blocks. */
-  for (t = 0; t < nqt; t++) {
+  lay->nseg_max = 1;
+  for (t = 0; t < lay->nqt; t++) {
     int64_t r0 = t * pl->tile_m, r1 = min64(r0 + pl->tile_m, pl->problem.seq_q);
     int64_t ns = pl->qblk[r1 - 1] - pl->qblk[r0] + 1;
-    if (ns > nseg_max) nseg_max = ns;
+    if (ns > lay->nseg_max) lay->nseg_max = ns;
   }
-  for (u = 0; u < nkt && !multi; u++) {
+  for (u = 0; u < nkt && !lay->multi; u++) {
     int64_t c0 = u * pl->tile_n, c1 = min64(c0 + pl->tile_n, pl->problem.seq_k);
-    multi = uniform ? c0 / bk != (c1 - 1) / bk : kblk[c0] != kblk[c1 - 1];
+    lay->multi = lay->uniform ? c0 / lay->bk != (c1 - 1) / lay->bk : kblk[c0] != kblk[c1 - 1];
   }
-  multi |= nseg_max > 1;
+  lay->multi |= lay->nseg_max > 1;
+  return TSR_OK;
+}
 
-  worst_tiles = rows * nkt;
-  worst_words = multi ? worst_tiles * nseg_max * wn : 0;
-  worst_slots = chunk ? rows * ((nkt + chunk - 1) / chunk) : 0;
-  cap_tiles = min64(caps->max_tiles ? caps->max_tiles : worst_tiles, INT32_MAX);
-  cap_words = min64(caps->max_words ? caps->max_words : worst_words, INT32_MAX);
-  {
-    int64_t per_slot = (int64_t)pl->tile_m * (pl->problem.head_dim + 2) * 4;
-    cap_slots = caps->max_slots ? caps->max_slots : min64(worst_slots, DEFAULT_SLOT_BYTES / per_slot);
-    cap_slots = min64(min64(cap_slots, worst_slots), INT32_MAX - rows);
-  }
-  cap_tasks = rows + cap_slots;
-  scan_bytes = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS * TSR_GP_SCAN_STRIDE * 8;
+/* Capacities: the worst case of the template, or the caller's, each within
+ * 32-bit indices; partial slots at most DEFAULT_SLOT_BYTES of workspace
+ * unless the caller says otherwise. */
+static void capacities(const tsr_plan *pl, const tsr_gpuplan_caps *caps, gp_layout *lay)
+{
+  int64_t rows = lay->rows, wn = pl->tile_n / 32, chunk = lay->chunk;
+  int64_t worst_tiles = rows * lay->nkt;
+  int64_t worst_words = lay->multi ? worst_tiles * lay->nseg_max * wn : 0;
+  int64_t worst_slots = chunk ? rows * ((lay->nkt + chunk - 1) / chunk) : 0;
+  int64_t per_slot = (int64_t)pl->tile_m * (pl->problem.head_dim + 2) * 4;
+  lay->cap_tiles = min64(caps->max_tiles ? caps->max_tiles : worst_tiles, INT32_MAX);
+  lay->cap_words = min64(caps->max_words ? caps->max_words : worst_words, INT32_MAX);
+  lay->cap_slots = caps->max_slots ? caps->max_slots : min64(worst_slots, DEFAULT_SLOT_BYTES / per_slot);
+  lay->cap_slots = min64(min64(lay->cap_slots, worst_slots), INT32_MAX - rows);
+  lay->cap_tasks = rows + lay->cap_slots;
+  lay->scan_bytes = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS * TSR_GP_SCAN_STRIDE * 8;
+}
 
-  g->ctx = ctx;
-  cu = tsr_context_cu(ctx);
-  if ((st = tsr_context_make_current(ctx, err))) goto fail;
-  {
-    int64_t ts = (int64_t)sizeof(tsr_task_rec), ms = (int64_t)sizeof(tsr_member_rec);
-    int64_t slot_rows = cap_slots * pl->tile_m;
-    if ((st = dalloc(g, &g->d_tasks, cap_tasks * ts, "tasks", err)) ||
-        (st = dalloc(g, &g->d_members, cap_tasks * ms, "members", err)) ||
-        (st = dalloc(g, &g->d_tiles, cap_tiles * (int64_t)sizeof(tsr_tile_rec), "tiles", err)) ||
-        (st = dalloc(g, &g->d_membership, cap_words * 4, "membership words", err)) ||
-        (st = dalloc(g, &g->d_merges, chunk ? rows * (int64_t)sizeof(tsr_merge_rec) : 0, "merges", err)) ||
-        (st = dalloc(g, &g->d_qblk, pl->problem.seq_q * 4, "qblk", err)) ||
-        (st = dalloc(g, &g->d_part_o, slot_rows * pl->problem.head_dim * 4, "partial outputs", err)) ||
-        (st = dalloc(g, &g->d_part_m, slot_rows * 4, "partial maxima", err)) ||
-        (st = dalloc(g, &g->d_part_l, slot_rows * 4, "partial sums", err)) ||
-        (st = dalloc(g, &g->d_row_len, rows * 4, "row lengths", err)) ||
-        (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
-        (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
-        (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
-        (st = dalloc(g, &g->d_scan, scan_bytes, "look-back state", err)) ||
-        (!uniform && ((st = dalloc(g, &g->d_kblk, pl->problem.seq_k * 4, "key block map", err)) ||
-                      (st = dalloc(g, &g->d_qoff, (nq + 1) * 4, "query block starts", err)) ||
-                      (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)) ||
-                      (st = dalloc(g, &g->d_tkb, nkt * 8, "key tile blocks", err)))))
-      goto fail;
-  }
+/* The device buffers at their capacities, and the pinned features record
+ * (unless caps->no_host_stats). */
+static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, const gp_layout *lay,
+                               tsr_error *err)
+{
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_plan *pl = g->pl;
+  int64_t ts = (int64_t)sizeof(tsr_task_rec), ms = (int64_t)sizeof(tsr_member_rec);
+  int64_t slot_rows = lay->cap_slots * pl->tile_m, rows = lay->rows, cap_tasks = lay->cap_tasks;
+  int64_t nq = lay->nq, nk = lay->nk;
+  tsr_status st;
+  if ((st = dalloc(g, &g->d_tasks, cap_tasks * ts, "tasks", err)) ||
+      (st = dalloc(g, &g->d_members, cap_tasks * ms, "members", err)) ||
+      (st = dalloc(g, &g->d_tiles, lay->cap_tiles * (int64_t)sizeof(tsr_tile_rec), "tiles", err)) ||
+      (st = dalloc(g, &g->d_membership, lay->cap_words * 4, "membership words", err)) ||
+      (st = dalloc(g, &g->d_merges, lay->chunk ? rows * (int64_t)sizeof(tsr_merge_rec) : 0, "merges", err)) ||
+      (st = dalloc(g, &g->d_qblk, pl->problem.seq_q * 4, "qblk", err)) ||
+      (st = dalloc(g, &g->d_part_o, slot_rows * pl->problem.head_dim * 4, "partial outputs", err)) ||
+      (st = dalloc(g, &g->d_part_m, slot_rows * 4, "partial maxima", err)) ||
+      (st = dalloc(g, &g->d_part_l, slot_rows * 4, "partial sums", err)) ||
+      (st = dalloc(g, &g->d_row_len, rows * 4, "row lengths", err)) ||
+      (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
+      (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
+      (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
+      (st = dalloc(g, &g->d_scan, lay->scan_bytes, "look-back state", err)) ||
+      (!lay->uniform && ((st = dalloc(g, &g->d_kblk, pl->problem.seq_k * 4, "key block map", err)) ||
+                         (st = dalloc(g, &g->d_qoff, (nq + 1) * 4, "query block starts", err)) ||
+                         (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)) ||
+                         (st = dalloc(g, &g->d_tkb, lay->nkt * 8, "key tile blocks", err)))))
+    return st;
   if (!caps->no_host_stats) {
     if (cu->cuMemAllocHost((void **)&g->stats, sizeof *g->stats) != CUDA_SUCCESS) {
       g->stats = NULL;
-      st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of pinned memory for features");
-      goto fail;
+      return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of pinned memory for features");
     }
     memset(g->stats, 0, sizeof *g->stats);
   }
+  return TSR_OK;
+}
 
-  {
-    static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
-    if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
-                           "cuMemcpyHtoD(qblk)", err)) ||
-        (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
-                           err)) ||
-        (st = tsr_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)scan_bytes), "cuMemsetD8(look-back)", err)))
-      goto fail;
-    if (!uniform &&
-        ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_kblk, kblk, (size_t)pl->problem.seq_k * 4),
-                            "cuMemcpyHtoD(kblk)", err)) ||
-         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
-                            err)) ||
-         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
-                            err)) ||
-         (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, tkb, (size_t)nkt * 8), "cuMemcpyHtoD(tkb)", err))))
-      goto fail;
-  }
+/* What the device reads but never writes: qblk and the block maps; the
+ * counters and the look-back state start at zero. */
+static tsr_status device_upload(tsr_gpuplan *g, const gp_layout *lay, tsr_error *err)
+{
+  static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_plan *pl = g->pl;
+  int64_t nq = lay->nq, nk = lay->nk;
+  tsr_status st;
+  if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
+                         "cuMemcpyHtoD(qblk)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
+                         err)) ||
+      (st = tsr_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)lay->scan_bytes), "cuMemsetD8(look-back)", err)))
+    return st;
+  if (!lay->uniform &&
+      ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_kblk, lay->kblk, (size_t)pl->problem.seq_k * 4),
+                          "cuMemcpyHtoD(kblk)", err)) ||
+       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, lay->qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
+                          err)) ||
+       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, lay->koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
+                          err)) ||
+       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, lay->tkb, (size_t)lay->nkt * 8), "cuMemcpyHtoD(tkb)", err))))
+    return st;
+  return TSR_OK;
+}
 
+/* The attention kernel bound to the buffers (tsr_gpu_bind), and the
+ * planner's two kernels from the bundle's planner module. */
+static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *err)
+{
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  tsr_gpu_binding b;
+  tsr_status st;
   memset(&b, 0, sizeof b);
   b.tasks = g->d_tasks;
   b.tiles = g->d_tiles;
@@ -319,40 +337,46 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   b.part_m = g->d_part_m;
   b.part_l = g->d_part_l;
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
-  b.masking = multi;
-  b.may_merge = chunk > 0 && cap_slots > 0;
-  b.max_tasks = chunk ? 0 : rows; /* row tasks: one a row, empty rows included */
-  if ((st = tsr_gpu_bind(ctx, pl, &b, err)) || (st = tsr_gpu_load_planner(ctx, &g->mod, err)) ||
+  b.masking = lay->multi;
+  b.may_merge = lay->chunk > 0 && lay->cap_slots > 0;
+  b.max_tasks = lay->chunk ? 0 : lay->rows; /* row tasks: one a row, empty rows included */
+  if ((st = tsr_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsr_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
-    goto fail;
+    return st;
+  return TSR_OK;
+}
 
+/* The planning kernels' parameters (the mask's address is set per launch). */
+static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
+{
+  const tsr_plan *pl = g->pl;
   /* sm_90 and later overlap the emit kernel's launch and first mask reads
    * with the count kernel (griddepcontrol in templates/plan_gpu.cuh). */
   g->pdl = strncmp(pl->arch, "sm_", 3) == 0 && atoi(pl->arch + 3) >= 90;
   memset(&g->gp, 0, sizeof g->gp);
-  g->gp.plane_h = g->mask_h == 1 ? 0 : nq;
-  g->gp.plane_b = g->mask_b == 1 ? 0 : g->mask_h * nq;
+  g->gp.plane_h = g->mask_h == 1 ? 0 : lay->nq;
+  g->gp.plane_b = g->mask_b == 1 ? 0 : g->mask_h * lay->nq;
   g->gp.batch = (tsr_i32)pl->problem.batch;
   g->gp.heads_q = (tsr_i32)pl->problem.heads_q;
-  g->gp.nq = (tsr_i32)nq;
-  g->gp.nk = (tsr_i32)nk;
-  g->gp.bq = (tsr_i32)bq;
-  g->gp.bk = (tsr_i32)bk;
+  g->gp.nq = (tsr_i32)lay->nq;
+  g->gp.nk = (tsr_i32)lay->nk;
+  g->gp.bq = (tsr_i32)lay->bq;
+  g->gp.bk = (tsr_i32)lay->bk;
   g->gp.seq_q = (tsr_i32)pl->problem.seq_q;
   g->gp.seq_k = (tsr_i32)pl->problem.seq_k;
   g->gp.bm = pl->tile_m;
   g->gp.bn = pl->tile_n;
-  g->gp.nqt = (tsr_i32)nqt;
-  g->gp.nkt = (tsr_i32)nkt;
-  g->gp.n_rows = (tsr_i32)rows;
-  g->gp.chunk = (tsr_i32)chunk;
-  g->gp.cap_tiles = (tsr_i32)cap_tiles;
-  g->gp.cap_words = (tsr_i32)cap_words;
-  g->gp.cap_slots = (tsr_i32)cap_slots;
-  g->gp.cap_tasks = (tsr_i32)cap_tasks;
+  g->gp.nqt = (tsr_i32)lay->nqt;
+  g->gp.nkt = (tsr_i32)lay->nkt;
+  g->gp.n_rows = (tsr_i32)lay->rows;
+  g->gp.chunk = (tsr_i32)lay->chunk;
+  g->gp.cap_tiles = (tsr_i32)lay->cap_tiles;
+  g->gp.cap_words = (tsr_i32)lay->cap_words;
+  g->gp.cap_slots = (tsr_i32)lay->cap_slots;
+  g->gp.cap_tasks = (tsr_i32)lay->cap_tasks;
   g->gp.tasks = (tsr_task_rec *)(uintptr_t)g->d_tasks;
   g->gp.tiles = (tsr_tile_rec *)(uintptr_t)g->d_tiles;
   g->gp.members = (tsr_member_rec *)(uintptr_t)g->d_members;
@@ -364,17 +388,63 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   g->gp.counts = (tsr_i32 *)(uintptr_t)g->d_counts;
   g->gp.scan = (unsigned long long *)(uintptr_t)g->d_scan;
   g->gp.stats = g->stats;
-  if (!uniform) {
+  if (!lay->uniform) {
     g->gp.qblk = (const tsr_i32 *)(uintptr_t)g->d_qblk;
     g->gp.kblk = (const tsr_i32 *)(uintptr_t)g->d_kblk;
     g->gp.qoff = (const tsr_i32 *)(uintptr_t)g->d_qoff;
     g->gp.koff = (const tsr_i32 *)(uintptr_t)g->d_koff;
     g->gp.tkb = (const tsr_i32 *)(uintptr_t)g->d_tkb;
   }
-  free(kblk);
-  free(qoff);
-  free(koff);
-  free(tkb);
+}
+
+tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_plan_opts *o,
+                              const tsr_gpuplan_caps *caps, tsr_gpuplan **out, tsr_error *err)
+{
+  tsr_plan_opts defaults;
+  tsr_gpuplan_caps defcaps;
+  tsr_gpuplan *g = NULL;
+  tsr_plan *pl;
+  tsr_status st;
+  gp_layout lay;
+
+  if (out) *out = NULL;
+  if (!ctx || !p || !out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: context, problem and output are required");
+  if (!p->geom)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: the problem has no block geometry");
+  if (!o) {
+    tsr_plan_opts_init(&defaults);
+    o = &defaults;
+  }
+  if (!caps) {
+    tsr_gpuplan_caps_init(&defcaps);
+    caps = &defcaps;
+  }
+  memset(&lay, 0, sizeof lay);
+  lay.uniform = tsr_geom_is_uniform(p->geom, &lay.bq, &lay.bk);
+  if ((st = check_args(o, caps, err))) return st;
+
+  g = calloc(1, sizeof *g);
+  pl = calloc(1, sizeof *pl);
+  if (!g || !pl) {
+    free(g);
+    free(pl);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory");
+  }
+  g->pl = pl;
+  if ((st = template_init(g, ctx, p, o, caps, &lay, err)) || (st = block_maps(g, &lay, err)))
+    goto fail;
+  capacities(pl, caps, &lay);
+
+  g->ctx = ctx; /* from here on, destroy frees device buffers through it */
+  if ((st = tsr_context_make_current(ctx, err)) || (st = device_alloc(g, caps, &lay, err)) ||
+      (st = device_upload(g, &lay, err)) || (st = bind_kernels(g, &lay, err)))
+    goto fail;
+  kernel_params(g, &lay);
+  free(lay.kblk);
+  free(lay.qoff);
+  free(lay.koff);
+  free(lay.tkb);
 
   pl->summary.tile_m = pl->tile_m;
   pl->summary.tile_n = pl->tile_n;
@@ -384,10 +454,10 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   *out = g;
   return TSR_OK;
 fail:
-  free(kblk);
-  free(qoff);
-  free(koff);
-  free(tkb);
+  free(lay.kblk);
+  free(lay.qoff);
+  free(lay.koff);
+  free(lay.tkb);
   tsr_gpuplan_destroy(g);
   return st;
 }

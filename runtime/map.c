@@ -842,7 +842,7 @@ static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_erro
   return TSR_OK;
 }
 
-tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows, tsr_error *err)
+tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows, tsr_error *err)
 {
   map_ctx c;
   tsr_status st = TSR_OK;

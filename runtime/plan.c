@@ -139,7 +139,7 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
                            const tsr_plan_opts *o, tsr_error *err)
 {
   tsr_plan_opts defaults;
-  tsr_map_rows rows;
+  tsr_map_ranges ranges;
   tsr_status st;
   tsr_plan_summary *s;
 
@@ -171,12 +171,12 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
   if (o->variant)
     strcpy(pl->variant, o->variant);
 
-  memset(&rows, 0, sizeof rows);
+  memset(&ranges, 0, sizeof ranges);
   st = tsr_map_resolve(pl, o, err);
   if (!st)
-    st = tsr_map_build(pl, m, &rows, err);
+    st = tsr_map_build(pl, m, &ranges, err);
   if (!st)
-    st = tsr_tasks_build(pl, &rows, o, err);
+    st = tsr_tasks_build(pl, &ranges, o, err);
   if (st) {
     plan_reset(pl);
     return st;
@@ -187,12 +187,12 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
   s->tile_n = pl->tile_n;
   s->mapping = pl->mapping;
   s->tasks = pl->task_layout;
-  s->tiles = rows.tiles;
-  s->partial_tiles = rows.partial_tiles;
-  s->selected_pairs = rows.selected_pairs;
-  s->computed_pairs = rows.computed_pairs;
-  s->wasted_fraction = rows.selected_pairs > 0
-                           ? (rows.computed_pairs - rows.selected_pairs) / rows.selected_pairs
+  s->tiles = ranges.tiles;
+  s->partial_tiles = ranges.partial_tiles;
+  s->selected_pairs = ranges.selected_pairs;
+  s->computed_pairs = ranges.computed_pairs;
+  s->wasted_fraction = ranges.selected_pairs > 0
+                           ? (ranges.computed_pairs - ranges.selected_pairs) / ranges.selected_pairs
                            : 0.0;
   s->membership_words = pl->n_membership;
   memcpy(s->variant, pl->variant, sizeof s->variant);

@@ -82,12 +82,13 @@ void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes);
 
 /* ---- Planner internals (map.c, tasks.c; plan.c drives them) ----------
  *
- * A problem row is (batch b, query head h, query tile t), numbered
- * r = (b * heads_q + h) * n_q_tiles + t.  map.c emits each row's key tiles
- * into pl->tiles (plus membership words) and describes the rows here;
- * tasks.c groups rows into tasks.  Rows whose tiles are identical share one
- * tile range (broadcast masks, GQA heads with identical rows), so the
- * emitted tile array can be far shorter than the sum of row lengths.
+ * A plan row (tessera.h, "Plans") is (batch b, query head h, query tile t),
+ * numbered r = (b * heads_q + h) * n_q_tiles + t.  map.c emits each row's
+ * key tiles into pl->tiles (plus membership words) and hands tasks.c each
+ * row's range of them (tsr_map_ranges); tasks.c groups rows into tasks.
+ * Rows whose tiles are identical share one tile range (broadcast masks, GQA
+ * heads with identical rows), so the emitted tile array can be far shorter
+ * than the sum of row lengths.
  */
 typedef struct {
   int64_t n_rows;
@@ -100,7 +101,7 @@ typedef struct {
   double selected_pairs, computed_pairs;
   int plain;                      /* TESSERA_PLAN_SIMD=none: the reference paths
                                      throughout (tasks.c too), for the tests */
-} tsr_map_rows;
+} tsr_map_ranges;
 
 /* The mapping rule, the one source for the planner and the selection
  * (select.c): along each axis, whether some tile holds tokens of several
@@ -118,9 +119,9 @@ int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided);
  * summary.combined / subdivided.  TSR_ERR_UNSUPPORTED names both sizes
  * when the requested mapping does not fit. */
 tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err);
-/* Builds qblk, tiles, membership and the row table (whose arrays live in
+/* Builds qblk, tiles, membership and the rows' tile ranges (whose arrays live in
  * the plan's buffers, valid until the next build). */
-tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_rows *rows,
+tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows,
                          tsr_error *err);
 
 /* The tile records and membership words tsr_map_build would emit for the
@@ -137,7 +138,7 @@ int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t
  * them longest-first, allocates partial slots and merge records, fills
  * pl->tasks, members, merges, n_slots, task_layout and the task counts of
  * the summary. */
-tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_rows *rows,
+tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges,
                            const tsr_plan_opts *o, tsr_error *err);
 /* Expected balance of the plan's tasks over its persistent grid of num_sms
  * CTAs walking tasks round-robin (CTA b: tasks b, b + num_sms, ...), as the

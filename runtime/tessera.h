@@ -242,10 +242,11 @@ const uint8_t *tsr_mask_bits(const tsr_mask *m);
 /* Pointer to the [nq][nk] plane used by (b, h), honouring broadcast
  * (expanded as tsr_mask_bits for a packed mask). */
 const uint8_t *tsr_mask_plane(const tsr_mask *m, int64_t b, int64_t h);
-/* Packed masks: bit j % 8 of byte j / 8 of a row selects key block j (LSB
- * first: numpy.packbits(mask, axis=-1, bitorder='little'), or the words of
- * TSR_MASK_BITS on a little-endian host with row_bytes = 4 * ceil(nk / 32)).
- * Rows of [batch][heads][nq] are row_bytes apart (at least ceil(nk / 8));
+/* Packed masks: bit j % 8 of byte j / 8 of a block row (one query block's
+ * nk entries) selects key block j (LSB first: numpy.packbits(mask,
+ * axis=-1, bitorder='little'), or the words of TSR_MASK_BITS on a
+ * little-endian host with row_bytes = 4 * ceil(nk / 32)).  The block rows
+ * of [batch][heads][nq] are row_bytes apart (at least ceil(nk / 8));
  * bits past nk are ignored.  The mask keeps the bits, and tsr_plan_create /
  * tsr_plan_update read them as they are, skipping the pass over a byte per
  * block pair; the bits are copied (B*H*NQ*ceil(NK/64) words). */
@@ -320,6 +321,10 @@ tsr_status tsr_ref_attention(const tsr_geom *g, const tsr_mask *m,
 double tsr_ref_max_rel_error(const tsr_array *got, const tsr_array *want);
 
 /* ---- Plans (runtime/plan.c, map.c, tasks.c, verify.c) ----------------- */
+
+/* A plan's rows are its (batch, query head, query tile) triples: a row task
+ * walks one row's key tiles, a split row is cut into chunks, an empty row
+ * has no tile.  (A mask has block rows, a lookup table has table rows.) */
 
 typedef enum {
   TSR_MAP_AUTO,
@@ -520,7 +525,9 @@ void tsr_features_tile(int i, int *tile_m, int *tile_n);
 typedef struct {
   double density;          /* selected / all query-key token pairs */
   double block_density;    /* selected / all logical block pairs */
-  double row_cv;           /* std / mean of selected key tokens per logical row */
+  double row_cv;           /* row spread: std / mean (0 when the mean is 0) of the
+                              key tokens each logical row (a query block of a
+                              plane) selects, each logical row counted once */
   double empty_rows;       /* fraction of logical rows with nothing selected */
   double fill[TSR_FEATURE_TILES];    /* selected pairs / pairs of touched tiles; < 0:
                                         not measured (tsr_gpuplan_features knows the
@@ -555,6 +562,12 @@ typedef struct {
   int dtype, head_dim, bq, bk;  /* exact */
   int seq_bin, density_bin, spread_bin, fill_bin;
 } tsr_region;
+/* Lookup levels, finest first: 0 the exact region (table rows of level 0),
+ * 1 the nearest region (no table rows of its own: it borrows the level-0 row
+ * of the nearest profiled region of the same dtype, head dimension and
+ * geometry), 2 the geometry alone (table rows of level 2, bins -1).
+ * tessera-profile build writes table rows of levels 0 and 2 only, and
+ * selection reads no row of level 1. */
 #define TSR_SELECT_LEVELS 3
 void tsr_select_region(const tsr_features *f, tsr_region *r);
 /* The key of level `level` (coarser levels set bins to -1). */
@@ -705,7 +718,9 @@ void tsr_gpuplan_summarize(const tsr_gpuplan *gp, tsr_plan_summary *s);
 typedef struct {
   int64_t step;           /* plannings completed; 0 = none yet */
   double density;         /* selected / all query-key token pairs */
-  double row_cv;          /* std / mean of selected key tokens per query token */
+  double row_cv;          /* row spread as tsr_features.row_cv, each query token
+                             counted once (the same when all query blocks are
+                             equally long) */
   double empty_rows;      /* fraction of (batch, head, q tile) rows with no tile */
   int64_t tiles, partial_tiles, tasks, merges, slots, membership_words;
   int overflow;           /* a capacity was exceeded: the step computed nothing */

@@ -162,7 +162,8 @@ int64_t tsr_variant_smem_bytes(const tsr_variant *v)
   return bytes;
 }
 
-int tsr_variant_reg_estimate(const tsr_variant *v)
+/* Accumulator registers per thread, a lower bound used for pruning. */
+static int tsr_variant_reg_estimate(const tsr_variant *v)
 {
   /* Accumulators per thread: each consumer thread holds its share of the
    * O tile (BM x D) and the S tile (BM x BN) in fp32, plus ~32 registers of

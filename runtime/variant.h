@@ -74,8 +74,6 @@ int tsr_variant_threads(const tsr_variant *v);
  * flat launch then needs ceil(n_tasks / this) CTAs. */
 int tsr_variant_tasks_per_cta(const tsr_variant *v);
 int64_t tsr_variant_smem_bytes(const tsr_variant *v);
-/* Accumulator registers per thread, a lower bound used for pruning. */
-int tsr_variant_reg_estimate(const tsr_variant *v);
 
 /* Structural checks independent of the target (tile multiples, supported
  * head dims and dtypes, warp counts); names the first violation. */

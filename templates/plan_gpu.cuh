@@ -44,7 +44,7 @@
 
 #define TSR_GP_COUNT_THREADS (32 * TSR_GP_COUNT_ROWS)
 
-/* Development timeline (scripts/dev/plan_probe.cu builds the template with
+/* Development timeline (tests/device/plan_probe.cu builds the template with
  * TSR_GP_TIMELINE): thread 0 of each CTA stores %globaltimer at marks k
  * after the look-back state; count CTA c at scan[n_cta * STRIDE + 8 c + k],
  * emit CTA e at 8 n_cta words further, + 4 e + k.  Empty otherwise. */

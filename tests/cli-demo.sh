@@ -44,10 +44,14 @@ awk -v e="$vd" 'BEGIN { exit !(e != "" && e < 0.05) }' || say "svg differs from 
 out=$("$B/tessera" demo --cpu --masks 1 --corpus "$tmp/c" 2>&1)
 [ $? -eq 0 ] || say "second run exit"
 printf '%s\n' "$out" | grep -q '^corpus: reusing' || say "corpus not reused"
-out=$(TESSERA_DEMO_CORRUPT=plan "$B/tessera" demo --cpu --masks 1 --corpus "$tmp/c" 2>&1)
+# (tests/tessera-test: the command with its test hooks, which damage each
+# plan or output as TSR_TEST_DAMAGE says)
+out=$(TSR_TEST_DAMAGE=drop TESSERA_BUNDLE="$B/bundle" "$B/tests/tessera-test" demo --cpu --masks 1 \
+  --corpus "$tmp/c" 2>&1)
 [ $? -eq 1 ] || say "corrupt plan: exit not 1"
 printf '%s\n' "$out" | grep -q 'NOT VERIFIED' || say "corrupt plan not flagged"
-out=$(TESSERA_DEMO_CORRUPT=output "$B/tessera" demo --cpu --masks 1 --corpus "$tmp/c" 2>&1)
+out=$(TSR_TEST_DAMAGE=output TESSERA_BUNDLE="$B/bundle" "$B/tests/tessera-test" demo --cpu \
+  --masks 1 --corpus "$tmp/c" 2>&1)
 [ $? -eq 1 ] || say "corrupt output: exit not 1"
 printf '%s\n' "$out" | grep -q 'TOO FAR' || say "corrupt output not flagged"
 # a folder holding another corpus is refused, not overwritten

@@ -66,6 +66,17 @@ tests_cli_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_cli_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
 EXTRA_DIST += tests/cli-run.sh tests/cli-demo.sh tests/man-options.sh
+# tessera-test: the command with its test hooks (cli/cli.h, tests/cli_hooks.c:
+# TSR_TEST_DAMAGE damages a plan or an output), which the shipped command
+# never has; plan.sh and cli-demo.sh see the failures through it.
+# no-test-hooks.sh: the shipped binaries hold no test hook.
+check_PROGRAMS += tests/tessera-test
+tests_tessera_test_SOURCES = $(tessera_SOURCES) tests/cli_hooks.c
+tests_tessera_test_CPPFLAGS = $(tessera_CPPFLAGS) -DTSR_CLI_TEST_HOOKS
+tests_tessera_test_LDADD = $(tessera_LDADD)
+tests_tessera_test_LDFLAGS = $(tessera_LDFLAGS)
+TESTS += tests/no-test-hooks.sh
+EXTRA_DIST += tests/no-test-hooks.sh
 # cli-nan.sh: a NaN in q gives NaN in that row of --out (ref and cpu backends).
 TESTS += tests/cli-nan.sh
 EXTRA_DIST += tests/cli-nan.sh
@@ -128,23 +139,48 @@ tests_gpu_attn_LDADD = $(TSR_LIBS) $(JANSSON_LIBS) $(SQLITE_LIBS)
 tests_gpu_attn_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
 # database and selection
-check_PROGRAMS += tests/check_db tests/check_select
-TESTS += tests/check_db tests/check_select
+check_PROGRAMS += tests/check_db
+TESTS += tests/check_db
 tests_check_db_SOURCES = tests/check_db.c
 tests_check_db_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS)
 tests_check_db_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS)
 tests_check_db_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-tests_check_select_SOURCES = tests/check_select.c
-tests_check_select_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
-tests_check_select_LDADD = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+# One suite per module: features (runtime/features.c), selection
+# (select.c), the context's selection, the profiler's build, its report and
+# its PNG writer; the timings-database fixture they share is
+# tests/select_fixture.h, the PNG decoder tests/png_read.h.
+TSR_SELECT_SUITES = tests/check_features tests/check_select tests/check_context \
+	tests/check_build tests/check_report tests/check_png
+check_PROGRAMS += $(TSR_SELECT_SUITES)
+TESTS += $(TSR_SELECT_SUITES)
+EXTRA_DIST += tests/select_fixture.h tests/png_read.h
+TSR_SELECT_INCS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) $(ZLIB_CFLAGS)
+TSR_SELECT_DEPS = $(TSR_PROFILE_LIBS) $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+tests_check_features_SOURCES = tests/check_features.c tests/util.h
+tests_check_features_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_features_LDADD = $(TSR_CHECK_DEPS)
+tests_check_features_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_select_SOURCES = tests/check_select.c tests/select_fixture.h
+tests_check_select_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_select_LDADD = $(TSR_SELECT_DEPS)
 tests_check_select_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
-# the context's selection (context.c) against the rules it shares
-check_PROGRAMS += tests/check_context
-TESTS += tests/check_context
-tests_check_context_SOURCES = tests/check_context.c tests/util.h
-tests_check_context_CPPFLAGS = $(TSR_CHECK_INCS) $(SQLITE_CFLAGS) -I$(top_srcdir)/profiler
-tests_check_context_LDADD = profiler/libtsrprofile.a $(TSR_CHECK_DEPS) $(ZLIB_LIBS)
+# the context's selection (context.c) and the rules it shares
+tests_check_context_SOURCES = tests/check_context.c tests/select_fixture.h tests/util.h
+tests_check_context_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_context_LDADD = $(TSR_SELECT_DEPS)
 tests_check_context_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_build_SOURCES = tests/check_build.c tests/select_fixture.h
+tests_check_build_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_build_LDADD = $(TSR_SELECT_DEPS)
+tests_check_build_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_report_SOURCES = tests/check_report.c tests/select_fixture.h tests/png_read.h
+tests_check_report_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_report_LDADD = $(TSR_SELECT_DEPS)
+tests_check_report_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+tests_check_png_SOURCES = tests/check_png.c tests/png_read.h
+tests_check_png_CPPFLAGS = $(TSR_SELECT_INCS)
+tests_check_png_LDADD = $(TSR_SELECT_DEPS)
+tests_check_png_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
 # h200-table.sh: db/h200.sql and the published selection figures reproduce
@@ -181,6 +217,22 @@ tests_request_time_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/gpu_profile.sh
 EXTRA_DIST += tests/gpu_profile.sh
 
+# tests/device/: runs for the GPU machine behind one runner (its README);
+# not part of make check.
+EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
+	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
+	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
+
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+
+# internal-symbols.sh: no non-static function without a caller in another
+# file (nm over the libraries, the commands and the tests).
+TESTS += tests/internal-symbols.sh
+EXTRA_DIST += tests/internal-symbols.sh
+
+# func-length.sh: no function of runtime/ longer than 150 lines (they are cut
+# at the seams their comments mark; this keeps them cut).
+TESTS += tests/func-length.sh
+EXTRA_DIST += tests/func-length.sh

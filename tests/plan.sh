@@ -1,7 +1,7 @@
 #!/bin/sh
 # plan.sh: `tessera plan` end to end: summaries for retain / combine /
 # subdivide / variable geometry, JSON, --verify (and exit 1 when a plan is
-# damaged through TESSERA_PLAN_CORRUPT), --bench, and every rejected input
+# damaged through the test hooks of tests/tessera-test), --bench, and every rejected input
 # exiting 2 with one "tessera plan: ..." line on stderr.
 set -u
 B=${TSR_TOP_BUILDDIR:-.}
@@ -93,10 +93,14 @@ if [ -x "$B/tests/cli_attn" ]; then
 fi
 
 # --- verification failures exit 1, naming the violation ---------------------
+# (tests/tessera-test: the command with its test hooks, which damage the plan
+# before --verify as TSR_TEST_DAMAGE says)
+T="$B/tests/tessera-test"
 for how in drop dup bit; do
   # shellcheck disable=SC2086
-  TESSERA_PLAN_CORRUPT=$how expect_exit 1 "verification failed: batch 0 head" $M96 --verify
+  TSR_TEST_DAMAGE=$how expect_exit 1 "verification failed: batch 0 head" $M96 --verify
 done
+T="$B/tessera"
 
 # --- --select: a row borrowed from another region never wastes more ------------
 # A geometry-wide row (level 2) saying "combine 128x64 blocks into 128x128

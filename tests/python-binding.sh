@@ -30,7 +30,7 @@ fi
 # Names used before they are defined only fail when that line runs on a
 # GPU: pyflakes finds them here (installed by scripts/setup-common).
 if command -v pyflakes3 >/dev/null 2>&1; then
-  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/scripts/dev/*.py \
+  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/tests/device/*.py \
     "$src/tests/gpu_python_leak.py" || exit 1
 else
   echo "python-binding: pyflakes3 not installed, lint skipped"

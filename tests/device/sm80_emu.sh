@@ -7,7 +7,7 @@
 # at wait_group), the merge; not of timing, occupancy or the real compiler.
 # Cost: a minute or two to build (two g++ compiles a variant), then minutes.
 #
-#   scripts/dev/sm80_emu.sh BUILDDIR [gpu_attn arguments]
+#   tests/device/sm80_emu.sh BUILDDIR [gpu_attn arguments]
 #   EMU_CC=8.9 (the sm_89 subset), EMU_LATE=1, EMU_SEED=n, EMU_SMS=n; see sm80_emu_rt.cc
 #   EMU_VARIANTS="name ..." limits the build to those variants; EMU_OUT=DIR builds
 #   there instead of BUILDDIR/emu.

@@ -9,7 +9,7 @@
  * (tasks, tiles, members, counts) so that variants can be compared: equal
  * hashes mean byte-identical plans.  Cost: a second or two of device time.
  *
- *   nvcc -O2 -arch=sm_90a -o plan_probe scripts/dev/plan_probe.cu -lcuda
+ *   nvcc -O2 -arch=sm_90a -o plan_probe tests/device/plan_probe.cu -lcuda   (tests/device/run BUILD probe)
  *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
  *
  * CUBIN: the bundle's <arch>/tsr_plan.cubin, or one built with nvcc -cubin

@@ -1,7 +1,7 @@
 /*
  * sm80_emu_rt.cc: the runtime of sm80_emu.h (fibers, barriers, warp
  * collectives, cp.async groups, shared memory) and a fake CUDA driver:
- * built with the emulated kernels into a libcuda.so.1 (scripts/dev/
+ * built with the emulated kernels into a libcuda.so.1 (tests/device/
  * sm80_emu.sh) that libtessera loads through dlopen as it would the real
  * one, so tests/gpu_attn runs the sm80 kernels of the bundle on the CPU,
  * through the real upload and launch code.  Development tool: x86-64 only.

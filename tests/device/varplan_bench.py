@@ -3,7 +3,7 @@
 device, GPU-planned against host-planned, with execution alone and dense
 cuDNN SDPA beside them (notes/varplan.md).  Runs where PyTorch and a GPU are.
 
-    TESSERA_LIBRARY=build/.libs/libtessera.so python3 scripts/dev/varplan_bench.py CORPUS_DIR [INDEX...]
+    TESSERA_LIBRARY=build/.libs/libtessera.so python3 tests/device/varplan_bench.py CORPUS_DIR [INDEX...]
 
 For each corpus entry (manifest index; default: every variable-geometry
 entry of the eval split), Wan2.1-1.3B shapes, bf16, head dim 128:

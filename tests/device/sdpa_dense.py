@@ -1,4 +1,4 @@
-"""scripts/dev/sdpa_dense.py: dense SDPA (cuDNN and flash backends) on the same
+"""tests/device/sdpa_dense.py: dense SDPA (cuDNN and flash backends) on the same
 card, the anchor the sm90 kernel's effective TFLOP/s are compared with.
 Usage: python3 sdpa_dense.py S H D [bf16|fp16]"""
 import sys, torch

@@ -1,6 +1,6 @@
 /*
  * sm80_emu.h: enough of CUDA to run templates/attn_sm80.cuh and merge.cuh
- * on the CPU (scripts/dev/sm80_emu.sh).  A development check for machines
+ * on the CPU (tests/device/sm80_emu.sh).  A development check for machines
  * without a GPU, not a simulator: each CUDA thread is a fiber of one OS
  * thread; __syncthreads is a CTA barrier; the warp instructions the kernel
  * uses (shfl.xor, ldmatrix x4 [.trans], mma.sync m16n8k16, cp.async

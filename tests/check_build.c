@@ -1,0 +1,132 @@
+/*
+ * check_build.c: the profiler's derivation of the lookup table (tsrp_build_run) from a
+ * recorded timings database: stale variant builds, and the margin a row
+ * needs to leave the base plan.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "tessera.h"
+#include "util.h"
+#include "select_fixture.h"
+
+static uint64_t base_seed;
+static char tmpdir[256];
+
+static void setup(void)
+{
+  tu_tmpdir(tmpdir, sizeof tmpdir);
+}
+
+static void teardown(void)
+{
+  tu_rmtree(tmpdir);
+}
+
+/* A new build of a variant (template hash changed) makes its old timings
+ * invisible to the derivation: the table moves to the next best plan. */
+START_TEST(test_stale_variant)
+{
+  tu_rng rng = {base_seed + 31};
+  char path[300];
+  fixture fx;
+  tsrp_build_opts bo = {NULL, NULL};
+  tsrp_build_stats bs;
+  tsr_selector *sel = NULL;
+  tsr_error err = {0};
+  tsr_features f;
+  tsr_selection s;
+  int64_t vid;
+  tsr_db_variant v = {fixture_plans[P_RETAIN_ROW].variant, "{}", "hash2", "1", "13.0", "sm_90a"};
+  snprintf(path, sizeof path, "%s/s.db", tmpdir);
+  build_fixture(&fx, path, &rng, 3);
+  ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
+  ck_assert_int_eq(tsr_select_load(fx.db, NULL, 0, &sel, &err), TSR_OK);
+  kind_features(&rng, 0, &f);
+  ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+  ck_assert_int_eq(s.level, 0);
+  assert_plan(&s, P_RETAIN_ROW);
+  tsr_select_destroy(sel);
+  ck_assert_int_eq(tsr_db_put_variant(fx.db, &v, &vid, &err), TSR_OK);
+  ck_assert_int_gt(vid, variant_of(&fx, P_RETAIN_ROW));
+  ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
+  ck_assert_int_eq(bs.measurements, 9 * (N_PLANS - 1));
+  ck_assert_int_eq(tsr_select_load(fx.db, NULL, 0, &sel, &err), TSR_OK);
+  ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+  ck_assert_int_eq(s.from_table, 1);
+  ck_assert_msg(s.opts.mapping != TSR_MAP_RETAIN, "%s", s.reason);
+  tsr_select_destroy(sel);
+  tsr_db_close(fx.db);
+}
+END_TEST
+
+/* A row leaves the base plan (retain 64x64 here) only for a gain of 2% or
+ * more on its profiled masks: a plan 1% faster is within the spread of a
+ * few masks and the row keeps the base plan; one 5% faster is taken. */
+START_TEST(test_build_margin)
+{
+  tu_rng rng = {base_seed + 37};
+  char path[300];
+  tsrp_build_opts bo = {NULL, NULL};
+  tsrp_build_stats bs;
+  tsr_error err = {0};
+  static const double gain[2] = {0.99, 0.95};
+  int g;
+  for (g = 0; g < 2; g++) {
+    fixture fx;
+    tsr_selector *sel = NULL;
+    tsr_features f;
+    tsr_selection s;
+    char name[32];
+    int i;
+    snprintf(path, sizeof path, "%s/m%d.db", tmpdir, g);
+    fixture_open(&fx, path);
+    for (i = 0; i < 4; i++) {
+      double ms[N_PLANS];
+      kind_features(&rng, 0, &f);
+      ms[P_RETAIN_ROW] = 1.0 + 0.1 * tu_uniform(&rng);
+      ms[P_COMB64_PACK] = ms[P_RETAIN_ROW] * gain[g];
+      ms[P_COMB128_ROW] = ms[P_COMB128_SPLIT] = 2 * ms[P_RETAIN_ROW];
+      snprintf(name, sizeof name, "g%d_%d.npy", g, i);
+      record_mask(&fx, &rng, name, "profile", &f, ms);
+    }
+    ck_assert_msg(tsrp_build_run(fx.db, &bo, &bs, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(tsr_select_load(fx.db, NULL, 0, &sel, &err), TSR_OK);
+    kind_features(&rng, 0, &f);
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    ck_assert_int_eq(s.level, 0);
+    assert_plan(&s, g == 0 ? P_RETAIN_ROW : P_COMB64_PACK);
+    tsr_select_destroy(sel);
+    tsr_db_close(fx.db);
+  }
+}
+END_TEST
+
+
+static Suite *build_suite(void)
+{
+  Suite *s = suite_create("build");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_stale_variant);
+  tcase_add_test(tc, test_build_margin);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr;
+  int failed;
+  base_seed = tu_seed("check_build", 20261129u);
+  sr = srunner_create(build_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
