@@ -40,7 +40,7 @@ while read -r sym file; do
   awk -v s="$sym" -v f="$file" '$1 == s && $2 != f { found = 1 } END { exit !found }' \
     "$tmp/uses" && continue
   grep -q "\\b$sym *(" "$S/runtime/tessera.h" && continue
-  grep -q "\\b$sym\\b" "$S/python/tessera.py" && continue
+  grep -q "\\b$sym\\b" "$S"/python/tessera/*.py && continue
   echo "FAIL: $sym ($file) has no caller in another file: make it static or remove it"
   bad=1
 done <"$tmp/defs"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# python-binding.sh: python/tessera.py imports without PyTorch or a GPU and
+# python-binding.sh: python/tessera/ (the binding) imports without PyTorch or a GPU and
 # its shared problem set-up goes through libtessera's checks (defaults filled
 # in, bad head ratios and scales refused, uniform and variable blocks); the
 # binding and the benchmark scripts pass pyflakes.  Its selection path runs
@@ -30,7 +30,7 @@ fi
 # Names used before they are defined only fail when that line runs on a
 # GPU: pyflakes finds them here (installed by scripts/setup-common).
 if command -v pyflakes3 >/dev/null 2>&1; then
-  pyflakes3 "$src/python/tessera.py" "$src/scripts/bench-vs-torch" "$src"/tests/device/*.py \
+  pyflakes3 "$src"/python/tessera/*.py "$src/scripts/bench-vs-torch" "$src"/tests/device/*.py \
     "$src/tests/gpu_python_leak.py" || exit 1
 else
   echo "python-binding: pyflakes3 not installed, lint skipped"
@@ -193,13 +193,13 @@ for cname, pyname in MIRRORS.items():
 assert lib.tsr_abi_sizeof(b"tsr_nothing") == 0 and lib.tsr_abi_sizeof(None) == 0
 import re, subprocess
 tmp, pysrc = os.environ["TSR_PY_TMP"], os.environ["TSR_PY_SRC"]
-text = open(os.path.join(pysrc, "tessera.py")).read()
+text = open(os.path.join(pysrc, "tessera", "__init__.py")).read()
 
 def import_copy(source, library, code="import tessera"):
     """Runs `code` with `source` as tessera in a fresh interpreter; (exit, stderr)."""
     d = os.path.join(tmp, "copy")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "tessera.py"), "w") as f:
+    os.makedirs(os.path.join(d, "tessera"), exist_ok=True)
+    with open(os.path.join(d, "tessera", "__init__.py"), "w") as f:
         f.write(source)
     env = dict(os.environ, PYTHONPATH=d, TESSERA_LIBRARY=library)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -217,7 +217,7 @@ for cname, pyname in MIRRORS.items():
     rc, err = import_copy(text.replace(head, head + '("abi_probe", ctypes.c_uint64), '),
                           os.environ["TESSERA_LIBRARY"])
     want = lib.tsr_abi_sizeof(cname.encode())
-    got = re.search(r"ImportError: struct (\w+): (\d+) bytes in .*, (\d+) bytes in tessera.py's copy", err)
+    got = re.search(r"ImportError: struct (\w+): (\d+) bytes in .*, (\d+) bytes in the binding's copy", err)
     assert rc != 0 and got, (cname, rc, err[-400:])
     probe = type("Probe", (ctypes.Structure,), {"_fields_": [("abi_probe", ctypes.c_uint64)] +
                                                    getattr(tessera, pyname)._fields_})

@@ -166,14 +166,14 @@ def _check_abi(lib, path):
     field after it silently."""
     fn = getattr(lib, "tsr_abi_sizeof", None)
     if fn is None:
-        raise ImportError(f"{path} has no tsr_abi_sizeof: it is older than this tessera.py")
+        raise ImportError(f"{path} has no tsr_abi_sizeof: it is older than this binding (tessera/__init__.py)")
     fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
     for name, mirror in _MIRRORS.items():
         want, got = fn(name.encode()), ctypes.sizeof(mirror)
         if want == 0:
             raise ImportError(f"{path} does not know struct {name} (tsr_abi_sizeof gives 0)")
         if want != got:
-            raise ImportError(f"struct {name}: {want} bytes in {path}, {got} bytes in tessera.py's "
+            raise ImportError(f"struct {name}: {want} bytes in {path}, {got} bytes in the binding's "
                               f"copy ({mirror.__name__}): the binding and the library disagree")
 
 
