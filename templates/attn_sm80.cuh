@@ -10,12 +10,12 @@
  * streams K and V tiles listed in tiles[tile_begin, tile_end).  Each warp
  * owns BM / TSR_WARPS consecutive query rows (16 or 32) and keeps their Q
  * fragments in registers for the whole member where they fit (QREG); the S
- * accumulators of a key tile become the A operand of P V in registers.  Scores are masked (keys
- * past seq_k, and the membership bits of partial tiles; full in-bounds
- * tiles skip the masking pass) before the base-2 online softmax
- * (scale_log2 must be positive, and is folded into one FFMA per
- * probability); a row whose tile has no selected column leaves its running
- * max and sum untouched.  Output is written directly (o, lse) or as an
+ * accumulators of a key tile become the A operand of P V in registers.
+ * Scores are masked (keys past seq_k, and the membership bits of partial
+ * tiles; full in-bounds tiles skip the masking pass) before the base-2
+ * online softmax (scale_log2 must be positive, and is folded into one FFMA
+ * per probability); a row whose tile has no selected column leaves its
+ * running max and sum untouched.  Output is written directly (o, lse) or as an
  * unnormalised partial (part_o, part_m, part_l) for the merge kernel.
  *
  * Non-finite q, k, v: NaN scores pass fmaxf (which drops them) and reach
@@ -31,13 +31,13 @@
  * tile suffices.  The next tile records are read an iteration ahead, so no
  * warp waits on a global load before issuing its copies.
  *
- * Registers: every loop is unrolled; values that the compiler would
- * otherwise hoist out of the tile loop and keep live (one 64-bit global
- * offset per copied row, one shared address per fragment) are either
- * stepped through an opaque register (copies) or formed from one base per
- * operand with an XOR (fragments), which is what kept the old kernel at 255
- * registers with local-memory spills.  tests/gen-fit.sh asserts that no
- * cubin has LDL/STL.
+ * Registers: the loops inside a softmax step are unrolled (the steps of
+ * a tile are not); values that the compiler would otherwise hoist out of
+ * the tile loop and keep live (one 64-bit global offset per copied row, one
+ * shared address per fragment) are either stepped through an opaque
+ * register (copies) or formed from one base per operand with an XOR
+ * (fragments): those kept the old kernel at 255 registers with local-memory
+ * spills.  tests/gen-sass.sh asserts that no cubin has LDL/STL.
  *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch

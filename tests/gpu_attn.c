@@ -78,6 +78,14 @@ static const tcase cases[] = {
   { "bf16-d128-full-aligned", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0 },
   { "bf16-d64-128x128-band-split", 1, 2, 2, 1500, 1500, 64, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_BAND, 0, TL_SPLIT, 0, 0 },
   { "bf16-d128-128x128-random", 1, 4, 2, 1300, 1300, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 },
+  /* Tiles no case above has, so that every sm80 variant runs (64x128; d64
+   * 128x64 bf16; d64 128x128 fp16): issue 17. */
+  { "bf16-d128-64x128-gqa-split", 1, 4, 2, 700, 900, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
+  { "fp16-d128-64x128-blocks32-bshd", 1, 2, 2, 600, 650, 128, TSR_DT_F16, 1, 32, 32, 64, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0 },
+  { "bf16-d64-64x128-band-pack", 1, 4, 1, 800, 700, 64, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_BAND, 0, TL_PACK, 1, 0 },
+  { "fp16-d64-64x128-empty-bshd", 2, 2, 2, 500, 520, 64, TSR_DT_F16, 1, 64, 64, 64, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
+  { "bf16-d64-128x64-split", 1, 3, 3, 900, 1000, 64, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
+  { "fp16-d64-128x128-gqa-bshd", 1, 4, 2, 1000, 900, 64, TSR_DT_F16, 1, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0 },
 };
 
 /* ---- small helpers ------------------------------------------------------ */
