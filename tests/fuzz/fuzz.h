@@ -84,6 +84,24 @@ static inline void fz_write(const char *path, const void *data, size_t n)
 
 /* ---- control bytes -------------------------------------------------------- */
 
+/* The whole of a small file; NULL on error (the caller frees). */
+static inline uint8_t *fz_slurp(const char *path, size_t *n)
+{
+  FILE *f = fopen(path, "rb");
+  uint8_t *buf = NULL;
+  long len;
+  if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+      (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+  }
+  free(buf);
+  if (f)
+    fclose(f);
+  return NULL;
+}
+
 /* Takes `n` control bytes from the front of the input (zeros when short). */
 static inline void fz_ctl(const uint8_t **data, size_t *size, uint8_t *ctl, size_t n)
 {

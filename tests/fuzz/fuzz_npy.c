@@ -27,24 +27,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   return 0;
 }
 
-/* The whole of a small file (the harness's own output); NULL on error. */
-static uint8_t *slurp(const char *path, size_t *n)
-{
-  FILE *f = fopen(path, "rb");
-  uint8_t *buf = NULL;
-  long len;
-  if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-      (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
-    *n = (size_t)len;
-    fclose(f);
-    return buf;
-  }
-  free(buf);
-  if (f)
-    fclose(f);
-  return NULL;
-}
-
 static void check_well_formed(const tsr_array *a, const char *what)
 {
   int i;
@@ -117,8 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   tsr_error_clear(&err);
   if ((st = tsr_npy_save(out2_path, &b, &err)) != TSR_OK)
     FZ_FINDING("a reloaded array does not save: %s", err.text);
-  f1 = slurp(out_path, &n1);
-  f2 = slurp(out2_path, &n2);
+  f1 = fz_slurp(out_path, &n1);
+  f2 = fz_slurp(out2_path, &n2);
   if (!f1 || !f2 || n1 != n2 || memcmp(f1, f2, n1))
     FZ_FINDING("saving the same array twice wrote different files (%zu and %zu bytes)", n1, n2);
   free(f1);

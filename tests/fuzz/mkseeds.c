@@ -37,24 +37,6 @@ static int fail(const char *what, const char *detail)
   return 1;
 }
 
-/* Reads a whole file; NULL on error. */
-static uint8_t *slurp(const char *path, size_t *n)
-{
-  FILE *f = fopen(path, "rb");
-  uint8_t *buf = NULL;
-  long len;
-  if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-      (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-  }
-  free(buf);
-  if (f)
-    fclose(f);
-  return NULL;
-}
-
 /* ---- npy ------------------------------------------------------------------- */
 
 static int seed_npy(const char *out)
@@ -154,7 +136,7 @@ static int seed_small_masks(const char *out)
     if (tsr_mask_save(fz_path(path, sizeof path, out, name), m, &err) != TSR_OK)
       return fail("cannot write a mask", err.text);
     tsr_mask_destroy(m);
-    file = slurp(path, &n);
+    file = fz_slurp(path, &n);
     remove(path);
     ctl[0] = (uint8_t)(2 | 2 << 4); /* 16 x 16 blocks */
     ctl[1] = (uint8_t)(i * 5);      /* ragged last blocks */
@@ -179,7 +161,7 @@ static int seed_small_masks(const char *out)
     snprintf(name, sizeof name, "small-%zu-packed.npy", i);
     if (tsr_npy_save(fz_path(path, sizeof path, out, name), &a, &err) != TSR_OK)
       return fail("cannot write a packed mask", err.text);
-    file = slurp(path, &n);
+    file = fz_slurp(path, &n);
     remove(path);
     ctl[2] = (uint8_t)((ctl[2] & ~FZ_M_VARIABLE) | FZ_M_PACKED);
     ctl[7] = (uint8_t)(8 * nb - nk);
@@ -206,7 +188,7 @@ static int seed_mask(const char *corpus, const char *out)
     int cq = block_code(e->bq), ck = block_code(e->bk);
     uint8_t *file;
     size_t n;
-    if (!(file = slurp(e->file, &n)))
+    if (!(file = fz_slurp(e->file, &n)))
       return fail("cannot read", e->file);
     if (cq < 0 || ck < 0)
       ctl[2] |= FZ_M_VARIABLE, cq = ck = 10; /* variable blocks around 128 */
@@ -232,7 +214,7 @@ static int pack_file(FILE *f, const char *corpus, const char *name)
   uint8_t *data;
   if (!name)
     return 0;
-  if (!(data = slurp(fz_path(path, sizeof path, corpus, name), &n)))
+  if (!(data = fz_slurp(fz_path(path, sizeof path, corpus, name), &n)))
     return fail("cannot read", path);
   fprintf(f, "%s%s\n", FZ_FILE_MARK, name);
   fwrite(data, 1, n, f);
