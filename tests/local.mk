@@ -226,6 +226,10 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+# python-diffusers.sh: tessera.diffusers on small Wan, HunyuanVideo and
+# CogVideoX transformers against their own attention under the same mask.
+TESTS += tests/python-diffusers.sh
+EXTRA_DIST += tests/python-diffusers.sh tests/python_diffusers.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).

@@ -78,7 +78,7 @@ import time
 import torch
 
 __all__ = ["apply", "SparseAttention", "sparse_attn", "masked_attention", "joint_mask",
-           "DENSE_WARMUP", "METHODS"]
+           "token_mask", "flex_block_mask", "DENSE_WARMUP", "METHODS"]
 
 # (fraction of steps dense, fraction of layers dense), as published
 # (docs/mask-families.md; profiler/corpus.c fam_tab holds the same numbers).
@@ -226,24 +226,77 @@ def token_mask(mask, block, pos, s):
 
 
 _flex_compiled = None
+FLEX_BLOCK = 128  # FlexAttention's default block
 
 
-def _flex(q, k, v, mask, block, scale):
+def _overlap(sizes, n, device):
+    """[ceil(n / 128), len(sizes)]: tokens of each logical block inside each
+    128-token FlexAttention block."""
+    sz = torch.tensor(sizes, device=device, dtype=torch.int64)
+    ends = torch.cumsum(sz, 0)
+    starts = ends - sz
+    fs = torch.arange(0, n, FLEX_BLOCK, device=device)
+    fe = (fs + FLEX_BLOCK).clamp(max=n)
+    ov = torch.minimum(ends[None, :], fe[:, None]) - torch.maximum(starts[None, :], fs[:, None])
+    return ov.clamp(min=0), fe - fs
+
+
+def flex_block_mask(mask, block, b, s, sk):
+    """The FlexAttention BlockMask of a logical block mask (tokens in its
+    order), exact for any geometry: the selected tokens of every 128 x 128
+    flex block are counted as Nq M Nk^T (Nq, Nk: tokens of each logical block
+    in each flex block), so a block is full (all selected: no mask_mod),
+    partial (mask_mod looks the logical block mask up per token) or skipped.
+    No token-level pass over the S x S mask."""
+    from torch.nn.attention.flex_attention import BlockMask
+    dev = mask.device
+    qs, ks = _sizes(block[0], s), _sizes(block[1], sk)
+    (nq, aq), (nk, ak) = _overlap(qs, s, dev), _overlap(ks, sk, dev)
+    m = mask.expand(b, -1, -1, -1)
+    # float64: the counts stay exact whatever TF32 setting the caller has.
+    cnt = torch.matmul(torch.matmul(nq.double(), m.double()), nk.double().t())
+    area = (aq[:, None] * ak[None, :]).double()
+    full, part = cnt == area, (cnt > 0) & (cnt < area)
+
+    def kv(sel):
+        n = sel.sum(-1, dtype=torch.int32)
+        idx = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return n, idx
+    (pn, pi), (fn, fi) = kv(part), kv(full)
+    return BlockMask.from_kv_blocks(pn, pi, fn, fi, BLOCK_SIZE=FLEX_BLOCK,
+                                    mask_mod=_mask_mod(m, qs, ks), seq_lengths=(s, sk))
+
+
+_mask_mods = {}
+
+
+def _mask_mod(m, qs, ks):
+    """The per-token lookup of the logical block mask for flex's partial
+    blocks.  One function and one mask buffer per geometry, refilled per
+    call: compiled flex_attention sees the same mask_mod and captured
+    tensors every layer, so it compiles once per geometry, not per call."""
+    key = (tuple(m.shape), tuple(qs), tuple(ks), str(m.device))
+    hit = _mask_mods.get(key)
+    if hit is None:
+        buf = torch.empty(m.shape, dtype=torch.bool, device=m.device)
+        qb, kb = _block_of(qs, m.device), _block_of(ks, m.device)
+
+        def mask_mod(bi, hi, qi, ki):
+            return buf[bi, hi, qb[qi], kb[ki]]
+        hit = _mask_mods[key] = (buf, mask_mod)
+    hit[0].copy_(m)
+    return hit[1]
+
+
+def _flex(q, k, v, mask, block, scale, timer=None):
     """FlexAttention over the block mask (q, k, v already in its token
-    order): a BlockMask built from it with create_block_mask at the default
-    128-token blocks (the block mask is looked up per token, so any
-    geometry maps onto it), flex_attention compiled on the GPU."""
+    order): flex_block_mask, then flex_attention (compiled on the GPU)."""
     global _flex_compiled
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    b, h, s, _ = q.shape
-    qs, ks = _geometry_sizes(block, s)
-    qb, kb = _block_of(qs, q.device), _block_of(ks, q.device)
-    m = mask.expand(b, h, -1, -1)
-
-    def mask_mod(bi, hi, qi, ki):
-        return m[bi, hi, qb[qi], kb[ki]]
-    bm = create_block_mask(mask_mod, b, h, s, k.shape[2], device=q.device,
-                           _compile=q.is_cuda)
+    from torch.nn.attention.flex_attention import flex_attention
+    t0 = timer.mark("flex_blockmask", q.device) if timer else None
+    bm = flex_block_mask(mask, block, q.shape[0], q.shape[2], k.shape[2])
+    if timer:
+        timer.add("flex_blockmask", t0, timer.mark("flex_blockmask", q.device))
     fn = flex_attention
     if q.is_cuda:
         if _flex_compiled is None:
@@ -253,7 +306,7 @@ def _flex(q, k, v, mask, block, scale):
 
 
 def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
-                     backend="tessera", scale=None, context=None):
+                     backend="tessera", scale=None, context=None, timer=None):
     """Attention of video (+ text) tokens under a method's mask.
 
     q, k, v: [B, H, S, D] in the model's token order (S = video + text
@@ -272,7 +325,7 @@ def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
     if isinstance(tv, (list, tuple)):
         if len(set(tv)) > 1:
             outs = [masked_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], _batch_slice(mm, i),
-                                     text, tv[i], text_first, backend, scale, context)
+                                     text, tv[i], text_first, backend, scale, context, timer)
                     for i in range(b)]
             return torch.cat(outs, 0)
         tv = tv[0] if tv else None
@@ -282,7 +335,7 @@ def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tm, scale=scale)
     qp, kp, vp = _take(q, perm), _take(k, perm), _take(v, perm)
     if backend == "flex":
-        out = _flex(qp, kp, vp, mask, block, scale)
+        out = _flex(qp, kp, vp, mask, block, scale, timer)
     else:
         import tessera
         out = tessera.attention(qp.contiguous(), kp.contiguous(), vp.contiguous(),
@@ -544,7 +597,7 @@ class SparseAttention:
         if self.record:
             self.recorded[(self.step, layer)] = mm
         out = masked_attention(q, k, v, mm, text, self.text_valid, text_first, self.backend,
-                               a.get("scale"), self.context)
+                               a.get("scale"), self.context, self.timer if self.profile else None)
         if self.profile:
             self.timer.add("attention", t1, self.timer.mark("attention", q.device))
         if self.check:
