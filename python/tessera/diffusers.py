@@ -359,9 +359,10 @@ def _batch_slice(mm, i):
 class _Kind:
     """How one transformer class lays out its self-attention."""
 
-    def __init__(self, name, layers, text_first, text_of, grid_of):
+    def __init__(self, name, layers, text_first, text_of, grid_of, timestep_at=1):
         self.name, self.layers, self.text_first = name, layers, text_first
         self.text_of, self.grid_of = text_of, grid_of
+        self.timestep_at = timestep_at  # forward()'s positional index of timestep
 
 
 def _arg(args, kwargs, name, index):
@@ -403,7 +404,7 @@ def _kinds():
          _Kind("hunyuan", lambda m: [b.attn for b in m.transformer_blocks] +
                [b.attn for b in m.single_transformer_blocks], False, hy_text, hy_grid)),
         (CogVideoXTransformer3DModel, _Kind("cogvideox", lambda m: [b.attn1 for b in m.transformer_blocks],
-                                            True, cog_text, cog_grid)),
+                                            True, cog_text, cog_grid, timestep_at=2)),
     ]
 
 
@@ -547,7 +548,7 @@ class SparseAttention:
         self.grid = self.kind.grid_of(module, args, kwargs)
         self.text, self.text_valid = self.kind.text_of(module, args, kwargs)
         if self.step_from == "timestep":
-            t = _arg(args, kwargs, "timestep", 1)
+            t = _arg(args, kwargs, "timestep", self.kind.timestep_at)
             t = float(t.flatten()[0]) if torch.is_tensor(t) else float(t)
             if self._last_t is not None and t > self._last_t:
                 self.step = 0
