@@ -221,12 +221,14 @@ EXTRA_DIST += tests/gpu_profile.sh
 # not part of make check.
 EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
-	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
+	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
+	tests/device/torch_op.py
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-op.sh tests/python_op.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).
