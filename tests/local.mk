@@ -231,6 +231,15 @@ EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_
 # CogVideoX transformers against their own attention under the same mask.
 TESTS += tests/python-diffusers.sh
 EXTRA_DIST += tests/python-diffusers.sh tests/python_diffusers.py
+	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
+	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
+	tests/device/torch_op.py
+
+# python binding
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-op.sh tests/python_op.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).
