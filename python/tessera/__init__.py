@@ -1,7 +1,8 @@
 """tessera: a thin ctypes binding over libtessera for diffusion pipelines.
 
 No compile step: the shared library is found through $TESSERA_LIBRARY, then
-the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
+the one `pip install .` put inside this package (tessera/_lib/, with its
+kernel bundle), then the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
 running needs both.  Tensors are CUDA tensors (bf16 or fp16) shaped
 [B, H, S, D] (SDPA) or [B, S, H, D] (most DiT code); the binding passes their
 pointers, strides and the current stream, so a call is asynchronous and can
@@ -184,18 +185,41 @@ def _check_abi(lib, path):
 
 
 _lib = None
+# What `pip install .` puts inside the package (setup.py): the library and
+# the kernel bundle of one build.
+_PKG_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib")
+_PKG_BUNDLE = os.path.join(_PKG_LIB, "bundle")
+
+
+def _library_path():
+    """$TESSERA_LIBRARY, else the package's own library, else the installed one."""
+    own = os.path.join(_PKG_LIB, "libtessera.so")
+    return (os.environ.get("TESSERA_LIBRARY") or (own if os.path.exists(own) else None)
+            or ctypes.util.find_library("tessera"))
+
+
+def _bundle_dir(asked):
+    """The bundle a context loads: the one asked for, else $TESSERA_BUNDLE
+    (None: libtessera reads it), else the package's own when the library is
+    the package's (one build's pair), else libtessera's installed default."""
+    if asked or os.environ.get("TESSERA_BUNDLE"):
+        return asked or None
+    if library()._path == os.path.join(_PKG_LIB, "libtessera.so") and os.path.isdir(_PKG_BUNDLE):
+        return _PKG_BUNDLE
+    return None
 
 
 def library():
-    """Loads libtessera once: $TESSERA_LIBRARY, else the installed library."""
+    """Loads libtessera once (_library_path says where from)."""
     global _lib
     if _lib is not None:
         return _lib
-    path = os.environ.get("TESSERA_LIBRARY") or ctypes.util.find_library("tessera")
+    path = _library_path()
     if not path:
         raise TesseraError("libtessera not found: set TESSERA_LIBRARY to the path of "
-                           "libtessera.so or install Tessera")
+                           "libtessera.so, or pip install Tessera's source tree")
     lib = ctypes.CDLL(path)
+    lib._path = path
     _check_abi(lib, path)
     P, I64, I, V = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, None
     sigs = {
@@ -284,6 +308,7 @@ class Context:
         lib.tsr_context_opts_init(ctypes.byref(o))
         o.device = device
         o.db_path = db.encode() if db else None
+        bundle = _bundle_dir(bundle)
         o.bundle_dir = bundle.encode() if bundle else None
         self._keep = (o.db_path, o.bundle_dir)
         h, err = ctypes.c_void_p(), _Error()
