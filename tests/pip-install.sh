@@ -32,6 +32,19 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 set -- "$tmp"/wheel/tessera-*.whl
 [ -f "$1" ] || { echo "pip-install: no wheel in $tmp/wheel"; exit 1; }
 echo "pip-install: built $(basename "$1")"
+# tessera.diffusers ships in it, registered as vLLM-Omni's SPARSE_ATTN plugin.
+python3 - "$1" <<'PY' || exit 1
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+names = z.namelist()
+ep = [n for n in names if n.endswith("entry_points.txt")]
+text = z.read(ep[0]).decode() if ep else ""
+ok = "tessera/diffusers.py" in names and "[vllm_omni.sparse_attn]" in text and \
+    "tessera = tessera.diffusers:sparse_attn" in text
+print("pip-install: tessera.diffusers and its vllm_omni.sparse_attn entry point in the wheel:",
+      "yes" if ok else "NO")
+sys.exit(0 if ok else 1)
+PY
 python3 -m pip install -q --no-deps --target "$tmp/site" "$1" || { echo "pip-install: pip install failed"; exit 1; }
 cd "$tmp" || exit 99
 export TSR_PIP_SITE="$tmp/site" TSR_PIP_TOP="$top" TSR_PIP_TESTS="$src/tests"
