@@ -619,7 +619,7 @@ static tsr_status plane_vsa(const plane_job *j)
 static tsr_status plane_sparge(const plane_job *j)
 {
   head_info *hi = j->hi;
-  int64_t nq = j->nq, nk = j->nk, i, jj;
+  int64_t nq = j->nq, nk = j->nk;
   /* mask-families.md: "Per-head thresholds: early and late layers mostly dense". */
   double tau, topf = 0, theta = 0.05, u;
   tsr_status st;
@@ -635,21 +635,14 @@ static tsr_status plane_sparge(const plane_job *j)
   if (tau > 0) {
     hi->kind = "cdf";
     hp(hi, "tau", tau);
-    st = tsr_corpus_cdf(j->prob, nq, nk, tau, 1, j->plane, j->err);
   } else {
     hi->kind = "topk";
     hp(hi, "topk_fraction", topf);
-    st = tsr_corpus_topk(j->prob, nq, nk, (int64_t)ceil(topf * (double)nk), j->plane, j->err);
   }
-  /* mask-families.md: "blocks with low self-similarity are forced on for their whole
-   * row/column; optional sink column 0". */
   hp(hi, "selfsim_min", theta);
   hp(hi, "sink", 1);
-  for (i = 0; i < nq; i++)
-    for (jj = 0; jj < nk; jj++)
-      if (j->selfq[i] < theta || j->selfk[jj] < theta || jj == 0)
-        j->plane[i * nk + jj] = 1;
-  return st;
+  return tsr_corpus_sparge(j->prob, j->selfq, j->selfk, nq, nk, tau, topf, theta, 1, j->plane,
+                           j->err);
 }
 
 static tsr_status plane_xattn(const plane_job *j)

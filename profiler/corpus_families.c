@@ -198,6 +198,29 @@ tsr_status tsr_corpus_cdf(const double *prob, int64_t nq, int64_t nk, double tau
   return TSR_OK;
 }
 
+/* mask-families.md (SpargeAttn): "keep blocks until the row CDF reaches
+ * 0.9-0.98, or top-k fraction; blocks with low self-similarity are forced on
+ * for their whole row/column; optional sink column 0".  tau > 0 takes the
+ * CDF rule, else the top ceil(topf * nk) blocks of each row; then every row
+ * i with selfq[i] < theta, every column j with selfk[j] < theta and (sink)
+ * column 0 are set.  Adds to the plane (OR), as tsr_corpus_cdf does. */
+tsr_status tsr_corpus_sparge(const double *prob, const double *selfq, const double *selfk,
+                             int64_t nq, int64_t nk, double tau, double topf, double theta,
+                             int sink, uint8_t *plane, tsr_error *err)
+{
+  int64_t i, j;
+  tsr_status st = tau > 0 ? tsr_corpus_cdf(prob, nq, nk, tau, 1, plane, err)
+                          : tsr_corpus_topk(prob, nq, nk, (int64_t)ceil(topf * (double)nk), plane,
+                                            err);
+  if (st)
+    return st;
+  for (i = 0; i < nq; i++)
+    for (j = 0; j < nk; j++)
+      if (selfq[i] < theta || selfk[j] < theta || (sink && j == 0))
+        plane[i * nk + j] = 1;
+  return TSR_OK;
+}
+
 /* ---- Sparse-vDiT ------------------------------------------------------------ */
 
 /* Spatial index intervals [lo, hi) covered by tokens [a, b) of a frame-major

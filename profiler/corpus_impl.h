@@ -171,6 +171,12 @@ tsr_status tsr_corpus_topk(const double *prob, int64_t nq, int64_t nk, int64_t k
  * min_keep blocks (ties to the lower index).  Adds to the plane (OR). */
 tsr_status tsr_corpus_cdf(const double *prob, int64_t nq, int64_t nk, double tau,
                          int64_t min_keep, uint8_t *plane, tsr_error *err);
+/* SpargeAttn: the CDF (tau > 0) or top-fraction (topf) rule, then rows and
+ * columns of self-similarity below theta forced on, and key column 0 when
+ * sink.  Adds to the plane (OR). */
+tsr_status tsr_corpus_sparge(const double *prob, const double *selfq, const double *selfk,
+                             int64_t nq, int64_t nk, double tau, double topf, double theta,
+                             int sink, uint8_t *plane, tsr_error *err);
 /* Sparse-vDiT patterns over frame-major blocks of `block` tokens. */
 enum { TSR_SVDIT_DIAG, TSR_SVDIT_MULTIDIAG, TSR_SVDIT_STRIPE };
 tsr_status tsr_corpus_svdit(int pattern, int frames, int64_t frame_tokens, int64_t block,

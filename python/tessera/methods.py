@@ -1,0 +1,543 @@
+"""tessera.methods: the block masks of published sparse-attention methods,
+made from the live q and k of a video DiT layer on their own device.
+
+Every producer takes q and k as tessera.attention() takes them ([B, H, S, D]
+with layout="bhsd", or [B, S, H, D] with layout="bshd"; S = T*H*W tokens in
+the model's frame-major order), the latent grid (T, H, W) and the method's
+parameters, and returns a MethodMask:
+
+    mask    bool [B, H, NQ, NK] on q's device: the logical block mask
+    block   the block geometry, as tessera.attention(block=...) takes it:
+            (bq, bk) for uniform blocks (the last one may be ragged), or
+            (q_sizes, k_sizes), lists of token counts, where the method's
+            cubes or tiles are ragged (Wan 480p's 21x30x52 grid in 4x4x4
+            cubes: 6x8x13 = 624 cubes of 64, 32, 16 or 8 tokens, run as they
+            are, no padding)
+    order   a TokenOrder: the token order the mask's blocks are contiguous
+            in; order.permute(x) puts q, k, v into it, order.unpermute(o)
+            puts attention's output back (identity for frame-major methods)
+    info    method-specific tensors (SVG: which heads are temporal)
+
+so that
+
+    mm = tessera.methods.vsa(q, k, (21, 30, 52), sparsity=0.875)
+    o = tessera.methods.attend(mm, q, k, v)       # permute, attention, back
+
+runs the method end to end.  The methods:
+
+    vsa     Video Sparse Attention: mean-pooled 4x4x4 cubes, top-k per row
+    sta     Sliding Tile Attention: a window of 6x8x8 tiles per head
+    svg     Sparse VideoGen: spatial or temporal band per head, the head type
+            chosen from sampled attention rows
+    radial  Radial attention: the energy-decay rule reduced to 128-blocks
+    sparge  SpargeAttn: mean-pooled scores, CDF threshold, self-similarity
+            fallback and sink column
+
+Each rule is the one the mask corpus generator applies (profiler/
+corpus_families.c, docs/mask-families.md): given the same pooled inputs they
+give the same mask, block for block (tests/python-methods.sh checks it
+through tests/methods_rule, the corpus's C rules as a command).  Ties go to
+the lower block index, as the corpus's.
+
+No host synchronisation: only torch tensor ops run (no .item(), .cpu(),
+nonzero or data-dependent shapes; geometry comes from the grid, in Python
+integers), so a producer can be captured in a CUDA graph or traced by
+torch.compile.  The index tensors of a geometry (token orders, the static
+masks of STA, Radial and SVG) are built on first use and cached per device:
+make the first call for a geometry before capturing a graph.
+
+Cost (Wan2.1-1.3B 480p, bf16, 12 heads, d128, on an H200; tests/device/run
+BUILDDIR methods measures it): the data-dependent producers read q and k
+once (pooling sums in float32, about 0.2 GB) and work on the pooled blocks
+after that; a token permutation is one gather per tensor (reads and writes
+it once: 2 x 100 MB for each of q, k, v and the output).  A static order
+(VSA cubes, STA tiles) is the same for every layer: permute the hidden
+states (and the RoPE tables) once at the transformer's entry and back at its
+exit, and its per-layer cost is zero.
+"""
+import math
+from collections import namedtuple
+
+import torch
+
+__all__ = ["MethodMask", "TokenOrder", "vsa", "sta", "svg", "radial", "sparge", "attend",
+           "tile_order", "pool_tiles", "pool_blocks", "self_similarity", "topk_rule",
+           "cdf_rule", "sparge_rule", "svg_band", "svg_block", "sta_mask", "radial_mask",
+           "vsa_k"]
+
+MethodMask = namedtuple("MethodMask", "mask block order info")
+MethodMask.__doc__ = """A producer's result: mask (bool [B, H, NQ, NK]), block (the geometry
+tessera.attention takes), order (TokenOrder) and info (dict of method tensors)."""
+
+_cache = {}
+
+
+def _cached(key, build):
+    """Static index tensors by (what, parameters, device): built once."""
+    v = _cache.get(key)
+    if v is None:
+        v = _cache[key] = build()
+    return v
+
+
+# ---- shapes --------------------------------------------------------------
+
+
+def _bhsd(x, layout):
+    """The [B, H, S, D] view of a bhsd or bshd tensor (no copy)."""
+    if x.dim() != 4:
+        raise ValueError(f"expected a 4-D q/k/v tensor, got shape {tuple(x.shape)}")
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return x.transpose(1, 2)
+    raise ValueError(f"unknown layout '{layout}' (bhsd or bshd)")
+
+
+def _grid(grid, s):
+    if len(grid) != 3 or any(int(g) <= 0 for g in grid):
+        raise ValueError(f"latent grid must be three positive sizes (T, H, W), got {grid}")
+    t, h, w = (int(g) for g in grid)
+    if t * h * w != s:
+        raise ValueError(f"latent grid {t}x{h}x{w} has {t * h * w} tokens, the sequence has {s}")
+    return t, h, w
+
+
+def _acc(x):
+    """Accumulation dtype: float64 stays float64 (the tests), else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _segments(n, size):
+    """Lengths of consecutive segments of `size` along n (the last ragged)."""
+    return [size] * (n // size) + ([n % size] if n % size else [])
+
+
+def _lengths(n, size, device):
+    """_segments as a device tensor, built by device ops (no host copy)."""
+    g = -(-n // size)
+    return torch.clamp(n - torch.arange(g, device=device) * size, max=size)
+
+
+def _segsum(x, dim, size):
+    """Sums of consecutive segments of `size` along dim (last one ragged), in
+    the accumulation dtype: one read of x, views only, so pooling costs what
+    reading q or k costs."""
+    n = x.shape[dim]
+    m = n // size * size
+    acc = _acc(x)
+    parts = []
+    if m:
+        parts.append(x.narrow(dim, 0, m).unflatten(dim, (n // size, size)).sum(dim + 1, dtype=acc))
+    if m < n:
+        parts.append(x.narrow(dim, m, n - m).sum(dim, keepdim=True, dtype=acc))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def _scale(scale, d):
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def _kv_heads(pk, hq):
+    """GQA: repeat pooled key heads to the query heads."""
+    hk = pk.shape[1]
+    if hq % hk:
+        raise ValueError(f"query heads {hq} are not a multiple of key heads {hk}")
+    return pk if hk == hq else pk.repeat_interleave(hq // hk, dim=1)
+
+
+# ---- token orders --------------------------------------------------------
+
+
+class TokenOrder:
+    """A token order: position s of the method's sequence holds the
+    frame-major token perm[s], and pos is the inverse (pos[perm[s]] = s).
+    perm and pos are int64, [S] for one order of every head, or [B or 1, H, S]
+    per head (SVG).  None: the frame-major order itself.
+
+    permute(x) / unpermute(x): one gather along the sequence (index_select,
+    or gather for per-head orders) on x's device; it reads and writes x once
+    (Wan 480p bf16: 2 x 100 MB a tensor) and returns a contiguous tensor in
+    x's layout."""
+
+    def __init__(self, perm=None, pos=None, name="frame-major"):
+        self.perm, self.pos, self.name = perm, pos, name
+
+    def permute(self, x, layout="bhsd"):
+        """x (frame-major) in this order."""
+        return _take(x, self.perm, layout)
+
+    def unpermute(self, x, layout="bhsd"):
+        """x (in this order) back in frame-major order."""
+        return _take(x, self.pos, layout)
+
+    def __repr__(self):
+        return f"TokenOrder({self.name})"
+
+
+def _take(x, idx, layout):
+    if idx is None:
+        return x
+    dim = {"bhsd": 2, "bshd": 1}.get(layout)
+    if dim is None:
+        raise ValueError(f"unknown layout '{layout}' (bhsd or bshd)")
+    if idx.dim() == 1:
+        return x.index_select(dim, idx)
+    # Per head: idx [B or 1, H, S] -> the sequence axis of x.
+    i = idx if layout == "bhsd" else idx.transpose(1, 2)
+    return torch.gather(x, dim, i.unsqueeze(-1).expand(x.shape))
+
+
+def tile_order(grid, tile, device="cpu"):
+    """The order of `tile`-sized tiles of the latent grid (VSA's 4x4x4
+    cubes, STA's 6x8x8 tiles): tiles in raster order, each contiguous,
+    raster inside; boundary tiles keep the tokens that exist (ragged).
+    Returns (TokenOrder, sizes): sizes, a list of Python ints, the tokens of
+    every tile.  Built by device ops and cached per (grid, tile, device)."""
+    grid, tile = tuple(int(g) for g in grid), tuple(int(t) for t in tile)
+    dev = torch.device(device)
+
+    def build():
+        ax = []
+        for n, size in zip(grid, tile):
+            i = torch.arange(n, device=dev)
+            ax.append((i // size, i % size, _lengths(n, size, dev)))
+        (ti, to, tl), (hi, ho, hl), (wi, wo, wl) = ax
+        gh, gw = hl.numel(), wl.numel()
+        sizes = (tl[:, None, None] * hl[None, :, None] * wl[None, None, :]).flatten()
+        start = torch.cumsum(sizes, 0) - sizes
+        tid = (ti[:, None, None] * gh + hi[None, :, None]) * gw + wi[None, None, :]
+        intra = (to[:, None, None] * hl[hi][None, :, None] + ho[None, :, None]) * wl[wi][None, None, :] \
+            + wo[None, None, :]
+        pos = (start[tid] + intra).flatten()
+        perm = torch.empty_like(pos).scatter_(0, pos, torch.arange(pos.numel(), device=dev))
+        return TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile), sizes
+    order, _ = _cached(("tiles", grid, tile, str(dev)), build)
+    lens = [_segments(n, s) for n, s in zip(grid, tile)]
+    return order, [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
+
+
+# ---- pooling -------------------------------------------------------------
+
+
+def pool_tiles(x, grid, tile, layout="bhsd"):
+    """Mean of x over each tile of the latent grid, [B, H, n_tiles, D] in
+    tile raster order (float32; float64 for float64 x), from x in
+    frame-major order: segment sums along W, H, T (views, one read of x)."""
+    xb = _bhsd(x, layout)
+    t, h, w = _grid(grid, xb.shape[2])
+    y = xb.unflatten(2, (t, h, w))
+    for a in (4, 3, 2):
+        y = _segsum(y, a, int(tile[a - 2]))
+    y = y.flatten(2, 4)
+    cnt = _cached(("tile-counts", (t, h, w), tuple(tile), str(x.device)),
+                  lambda: (_lengths(t, tile[0], x.device)[:, None, None] *
+                           _lengths(h, tile[1], x.device)[None, :, None] *
+                           _lengths(w, tile[2], x.device)[None, None, :]).flatten())
+    return y / cnt.to(y.dtype)[:, None]
+
+
+def pool_blocks(x, block, layout="bhsd"):
+    """Mean of x over consecutive blocks of `block` tokens (the last one
+    ragged), [B, H, nb, D], float32 (float64 for float64 x)."""
+    xb = _bhsd(x, layout)
+    y = _segsum(xb, 2, block)
+    return y / _lengths(xb.shape[2], block, x.device).to(y.dtype)[:, None]
+
+
+def self_similarity(x, pooled, block, layout="bhsd"):
+    """Per block |mean x|^2 / mean |x|^2 in (0, 1], [B, H, nb]: the corpus's
+    self-similarity (corpus_synth.c); equal to SpargeAttn's mean pairwise
+    cosine similarity when the block's tokens have equal norms.  1 for an
+    all-zero block.  Reads x once (row norms)."""
+    xb = _bhsd(x, layout)
+    e = _segsum(torch.linalg.vector_norm(xb, dim=-1, dtype=_acc(xb)).square(), 2, block)
+    e = e / _lengths(xb.shape[2], block, x.device).to(e.dtype)
+    m2 = pooled.square().sum(-1)
+    return torch.where(e > 0, m2 / torch.where(e > 0, e, torch.ones_like(e)),
+                       torch.ones_like(e)).clamp(max=1.0)
+
+
+# ---- rules (the corpus's, on pooled scores) --------------------------------
+
+
+def topk_rule(prob, k):
+    """Keep the k largest of each row of prob [..., NQ, NK]; ties to the lower
+    block index (a stable descending sort), as tsr_corpus_topk."""
+    k = max(0, min(int(k), prob.shape[-1]))
+    order = torch.sort(prob, dim=-1, descending=True, stable=True).indices
+    return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(
+        -1, order[..., :k], True)
+
+
+def cdf_rule(prob, tau, min_keep=1):
+    """Per row the fewest blocks, in decreasing probability (ties to the lower
+    index), whose sum reaches tau times the row's sum, and at least min_keep:
+    rank j is kept while the sum before it is below tau * total
+    (tsr_corpus_cdf; sums in sorted order, sequential on the CPU)."""
+    sp, order = torch.sort(prob, dim=-1, descending=True, stable=True)
+    cum = torch.cumsum(sp, dim=-1)
+    excl = torch.cat([torch.zeros_like(cum[..., :1]), cum[..., :-1]], dim=-1)
+    rank = torch.arange(prob.shape[-1], device=prob.device)
+    keep = (excl < float(tau) * cum[..., -1:]) | (rank < int(min_keep))
+    return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order, keep)
+
+
+def sparge_rule(prob, selfq, selfk, tau=0.95, topk=None, selfsim_min=0.05, sink=True):
+    """SpargeAttn's rule on block probabilities [B, H, NQ, NK]: the CDF rule
+    at tau (or, with topk=f, the top ceil(f * NK) blocks of each row), then
+    every query block (row) and key block (column) of self-similarity below
+    selfsim_min forced on, and key block 0 when sink (tsr_corpus_sparge)."""
+    nk = prob.shape[-1]
+    m = topk_rule(prob, math.ceil(topk * nk)) if topk else cdf_rule(prob, tau, 1)
+    m = m | (selfq < selfsim_min)[..., :, None] | (selfk < selfsim_min)[..., None, :]
+    if sink:
+        m[..., 0] = True
+    return m
+
+
+def vsa_k(sparsity, n_blocks):
+    """VSA's blocks kept per row: ceil((1 - s) * n), as the corpus rounds."""
+    return int(math.ceil((1.0 - sparsity) * n_blocks - 1e-9))
+
+
+def svg_block(frame_tokens):
+    """SVG's block: the largest divisor of the frame's tokens below 256."""
+    return next((b for b in range(255, 1, -1) if frame_tokens % b == 0), 1)
+
+
+def svg_band(nb, block, n, density, sink_tokens, device="cpu"):
+    """SVG's band [nb, nb]: keep (i, j) when |i - j| * block <= n (1 - sqrt(1 -
+    density)), and every key block starting before sink_tokens
+    (tsr_corpus_svg_band)."""
+    wtok = n * (1.0 - math.sqrt(1.0 - density))
+    i = torch.arange(nb, device=device)
+    return ((i[:, None] - i[None, :]).abs() * block <= wtok) | (i * block < sink_tokens)[None, :]
+
+
+def sta_mask(tiles, window, device="cpu"):
+    """STA's mask [n, n] on a tiles = (gt, gh, gw) tile grid: query tile q
+    keeps key tile k when k lies in the window of window[a] tiles starting at
+    clamp(q - window[a] // 2, 0, g - window[a]) on every axis (the window
+    clamped to the grid), as tsr_corpus_sta."""
+    keep = []
+    for g, kw in zip(tiles, window):
+        kw = min(int(kw), g)
+        i = torch.arange(g, device=device)
+        s = torch.clamp(i - kw // 2, 0, g - kw)
+        keep.append((i[None, :] >= s[:, None]) & (i[None, :] < s[:, None] + kw))
+    kt, kh, kw = keep
+    m = kt[:, None, None, :, None, None] & kh[None, :, None, None, :, None] & \
+        kw[None, None, :, None, None, :]
+    n = tiles[0] * tiles[1] * tiles[2]
+    return m.reshape(n, n)
+
+
+def _bitlen(x):
+    return int(x).bit_length()
+
+
+def radial_mask(frames, frame_tokens, block=128, decay=0.2, sink=True, device="cpu"):
+    """Radial attention's token rule reduced to frame-major blocks [nb, nb]
+    (tsr_corpus_radial): between frames i and j, d = |i - j|, every pair when
+    d <= 1 (or j = 0 with the sink), else the in-frame band of half-width
+    max(2^bitlen(f) / 2^bitlen(d) * decay, block), only for d a multiple of
+    floor(block / that) when that ratio is below block; a block is kept when
+    more than 60% of its non-empty key columns have more than a third of its
+    rows selected.  O(tokens x blocks) work, in chunks of block rows."""
+    f, n = int(frame_tokens), int(frames) * int(frame_tokens)
+    nb = -(-n // block)
+    # Half-width per frame distance: f = every pair, -1 = none.
+    wd = []
+    for d in range(frames):
+        if d <= 1:
+            wd.append(f)
+            continue
+        r = math.ldexp(1.0, _bitlen(f) - _bitlen(d))
+        if r < block and d % int(math.floor(block / r)) != 0:
+            wd.append(-1)
+        else:
+            wd.append(int(math.floor(max(r * decay, float(block)))))
+    wd = torch.tensor(wd, dtype=torch.int64, device=device)
+    j = torch.arange(n, device=device)
+    fj, sj = j // f, j % f
+    wsink = (fj == 0) if sink else torch.zeros_like(fj, dtype=torch.bool)
+    span = (block - 1) // f + 2  # frames a block of rows can touch
+    out = torch.empty(nb, nb, dtype=torch.bool, device=device)
+    pad = nb * block - n
+    for c0 in range(0, nb, 32):
+        bi = torch.arange(c0, min(nb, c0 + 32), device=device)
+        a, b = bi * block, torch.clamp((bi + 1) * block, max=n)
+        cnt = torch.zeros(bi.numel(), n, dtype=torch.int64, device=device)
+        for s in range(span):
+            fi = a // f + s
+            ok = fi <= (b - 1) // f
+            r0 = torch.maximum(a, fi * f) - fi * f
+            r1 = torch.minimum(b, (fi + 1) * f) - fi * f
+            d = (fi[:, None] - fj[None, :]).abs().clamp(max=frames - 1)
+            w = torch.where(wsink[None, :], torch.full_like(d, f), wd[d])
+            lo = torch.maximum(sj[None, :] - w, r0[:, None])
+            hi = torch.minimum(sj[None, :] + w + 1, r1[:, None])
+            cnt += torch.where(ok[:, None], (hi - lo).clamp(min=0), 0)
+        cnt = torch.nn.functional.pad(cnt, (0, pad)).view(bi.numel(), nb, block)
+        nonempty = (cnt > 0).sum(-1)
+        dense = (3 * cnt > (b - a)[:, None, None]).sum(-1)
+        out[c0:c0 + bi.numel()] = (nonempty > 0) & (10 * dense > 6 * nonempty)
+    return out
+
+
+# ---- producers -----------------------------------------------------------
+
+
+def _planes(m, b, h):
+    """A static [nq, nk] or [H, nq, nk] mask as a contiguous [B, H, nq, nk]."""
+    if m.dim() == 2:
+        m = m.expand(h, *m.shape)
+    return m.expand(b, *m.shape).contiguous()
+
+
+def _probs(pq, pk, scale):
+    """softmax(pq pk^T * scale) per row, in pq's dtype (float32 or float64)."""
+    return torch.softmax(torch.matmul(pq, _kv_heads(pk, pq.shape[1]).transpose(-1, -2)) * scale,
+                         dim=-1)
+
+
+def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
+    """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
+    latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
+    row, and the top ceil((1 - sparsity) * n_cubes) cubes of each row kept.
+    Geometry: variable, one block per cube; order: cube order.
+    Cost: one read of q and k (the pooling), then O(B H n_cubes^2 D)."""
+    b, h, s, d = _bhsd(q, layout).shape
+    grid = _grid(grid, s)
+    order, sizes = tile_order(grid, cube, q.device)
+    pq, pk = pool_tiles(q, grid, cube, layout), pool_tiles(k, grid, cube, layout)
+    prob = _probs(pq, pk, _scale(scale, d))
+    return MethodMask(topk_rule(prob, vsa_k(sparsity, len(sizes))), (sizes, sizes), order, {})
+
+
+def sta(q, grid, window=(3, 3, 5), layout="bhsd", tile=(6, 8, 8)):
+    """Sliding Tile Attention: tokens in 6x8x8 tiles (boundary tiles ragged),
+    each query tile keeping the window[0] x window[1] x window[2] tiles
+    around its centre, clamped to the grid (so every row keeps the same
+    count).  window: one (kt, kh, kw) for every head or a list of one per
+    head.  The mask depends on the geometry only (q gives device, batch,
+    heads): built once per geometry and cached.  Geometry: variable (tiles);
+    order: tile order."""
+    b, h, s, _ = _bhsd(q, layout).shape
+    grid = _grid(grid, s)
+    order, sizes = tile_order(grid, tile, q.device)
+    wins = [tuple(window)] * h if isinstance(window[0], int) else [tuple(w) for w in window]
+    if len(wins) != h or any(len(w) != 3 or min(w) < 1 for w in wins):
+        raise ValueError(f"STA window: one (kt, kh, kw) of positive tiles, or {h} of them; got {window}")
+    tiles = tuple(-(-g // t) for g, t in zip(grid, tile))
+
+    def build():
+        per = {w: sta_mask(tiles, w, q.device) for w in set(wins)}
+        return torch.stack([per[w] for w in wins])
+    m = _cached(("sta", tiles, tuple(wins), str(q.device)), build)
+    return MethodMask(_planes(m, b, h), (sizes, sizes), order, {})
+
+
+def radial(q, grid, decay=0.2, block=128, sink=True, layout="bhsd"):
+    """Radial attention (decay 0.2 for Wan, 0.95 for HunyuanVideo; sink: Wan's
+    first-frame sink) on frame-major blocks of `block` tokens.  Static per
+    geometry: built once and cached.  Geometry: uniform (block, block);
+    order: frame-major."""
+    b, h, s, _ = _bhsd(q, layout).shape
+    t, hh, ww = _grid(grid, s)
+    m = _cached(("radial", (t, hh, ww), int(block), float(decay), bool(sink), str(q.device)),
+                lambda: radial_mask(t, hh * ww, int(block), float(decay), bool(sink), q.device))
+    return MethodMask(_planes(m, b, h), (block, block), TokenOrder(), {})
+
+
+def sparge(q, k, grid, tau=0.95, topk=None, selfsim_min=0.05, sink=True, block=(128, 64),
+           layout="bhsd", scale=None):
+    """SpargeAttn on frame-major blocks of block = (bq, bk) tokens (128 x 64;
+    64 x 128 as on Hopper): q and k mean-pooled per block, softmax of the
+    pooled scores per row, the CDF rule at tau (or topk=f: the top fraction
+    f of each row), blocks of self-similarity below selfsim_min forced on
+    for their whole row (query) or column (key), and key block 0 when sink.
+    Geometry: uniform block; order: frame-major.  Cost: one read of q and k
+    (means and row norms), then O(B H nq nk D)."""
+    bq, bk = (int(x) for x in block)
+    _, h, s, d = _bhsd(q, layout).shape
+    _grid(grid, s)
+    pq, pk = pool_blocks(q, bq, layout), pool_blocks(k, bk, layout)
+    selfq = self_similarity(q, pq, bq, layout)
+    selfk = _kv_heads(self_similarity(k, pk, bk, layout)[..., None], h)[..., 0]
+    prob = _probs(pq, pk, _scale(scale, d))
+    return MethodMask(sparge_rule(prob, selfq, selfk, tau, topk, selfsim_min, sink),
+                      (bq, bk), TokenOrder(), {})
+
+
+def _svg_static(grid, block, density, sink, device):
+    """SVG's two band masks (spatial with the sink, temporal without) and the
+    temporal heads' (spatial, frame) order with its inverse."""
+    t, h, w = grid
+    f, n = h * w, t * h * w
+    nb = -(-n // block)
+    sp = svg_band(nb, block, n, density, f if sink else 0, device)
+    tm = svg_band(nb, block, n, density, 0, device)
+    s = torch.arange(n, device=device)
+    perm = (s % t) * f + s // t  # position sp * T + fr holds frame fr, spatial sp
+    pos = (s % f) * t + s // f
+    return sp, tm, perm, pos
+
+
+def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="bhsd",
+        scale=None):
+    """Sparse VideoGen: every head is spatial (a band of frames in frame-major
+    order, plus Wan's first-frame sink when sink) or temporal (the same band
+    in (spatial, frame) order: the same spatial position across frames),
+    w = n (1 - sqrt(1 - density)) tokens each side.  The type is chosen per
+    (batch, head) as SVG profiles online: `samples` query rows (evenly
+    spaced) are attended densely and under each pattern, and the pattern
+    whose output is nearer the dense one (mean squared error) wins.
+    Geometry: uniform (block, block), block = the largest divisor of the
+    frame's tokens below 256 (195 for Wan 480p); order: per head (temporal
+    heads in (spatial, frame) order), so permute q, k and v with it.
+    info["temporal"]: bool [B, H].  Needs as many key as query heads.
+    Cost: 3 attention passes over the sampled rows (3 x samples / S of a
+    dense attention), then a select between two cached masks."""
+    qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
+    b, h, s, d = qb.shape
+    if kb.shape[1] != h:
+        raise ValueError(f"svg needs as many key heads as query heads ({kb.shape[1]} != {h})")
+    t, hh, ww = grid = _grid(grid, s)
+    f = hh * ww
+    block = int(block or svg_block(f))
+    sp, tm, perm, pos = _cached(("svg", grid, block, float(density), bool(sink), str(q.device)),
+                                lambda: _svg_static(grid, block, density, sink, q.device))
+    wtok = s * (1.0 - math.sqrt(1.0 - density))
+    rows = (torch.arange(samples, device=q.device) * s) // samples + s // (2 * samples)
+    j = torch.arange(s, device=q.device)
+
+    def allowed(rp, kp, sink_tokens):
+        return (((rp // block)[:, None] - (kp // block)[None, :]).abs() * block <= wtok) | \
+            ((kp // block) * block < sink_tokens)[None, :]
+    m_sp = allowed(rows, j, f if sink else 0)
+    m_tm = allowed(pos[rows], pos, 0)
+    qs = qb.index_select(2, rows)
+    sc = _scale(scale, d)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    full = sdpa(qs, kb, vb, scale=sc).float()
+    err_sp = (sdpa(qs, kb, vb, attn_mask=m_sp, scale=sc).float() - full).square().mean((-1, -2))
+    err_tm = (sdpa(qs, kb, vb, attn_mask=m_tm, scale=sc).float() - full).square().mean((-1, -2))
+    temporal = err_tm < err_sp
+    mask = torch.where(temporal[:, :, None, None], tm, sp)
+    ident = torch.arange(s, device=q.device)
+    order = TokenOrder(torch.where(temporal[..., None], perm, ident),
+                       torch.where(temporal[..., None], pos, ident), "svg-per-head")
+    return MethodMask(mask, (block, block), order, {"temporal": temporal})
+
+
+def attend(mm, q, k, v, layout="bhsd", **kw):
+    """tessera.attention with a MethodMask: q, k, v permuted into the method's
+    order, attention over its mask and geometry, the output put back in
+    frame-major order.  kw goes to tessera.attention (context, scale, ...)."""
+    import tessera
+    o = mm.order
+    out = tessera.attention(o.permute(q, layout), o.permute(k, layout), o.permute(v, layout),
+                            mm.mask, block=mm.block, layout=layout, **kw)
+    return o.unpermute(out, layout)
