@@ -224,8 +224,9 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).

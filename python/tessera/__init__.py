@@ -74,6 +74,11 @@ class _Error(ctypes.Structure):
     _fields_ = [("status", ctypes.c_int), ("text", ctypes.c_char * 320)]
 
 
+class _Array(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", ctypes.c_int64 * 8), ("data", ctypes.c_void_p)]
+
+
 class _Problem(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int64), ("heads_q", ctypes.c_int64),
                 ("heads_kv", ctypes.c_int64), ("seq_q", ctypes.c_int64),
@@ -153,7 +158,7 @@ MASK_BYTES, MASK_BITS = 0, 1
 
 # The C struct each ctypes mirror above copies; library() compares their
 # sizes with the library's own (tsr_abi_sizeof) and refuses a mismatch.
-_MIRRORS = {"tsr_error": _Error, "tsr_problem": _Problem, "tsr_plan_opts": _PlanOpts,
+_MIRRORS = {"tsr_error": _Error, "tsr_array": _Array, "tsr_problem": _Problem, "tsr_plan_opts": _PlanOpts,
             "tsr_context_opts": _ContextOpts, "tsr_gpu_tensors": _GpuTensors,
             "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
             "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats,
@@ -212,6 +217,8 @@ def library():
         "tsr_gpu_upload": (I, [P, P, P]),
         "tsr_gpu_launch": (I, [P, P, P, P, P]),
         "tsr_plan_verify": (I, [P, P, P]),
+        "tsr_cpu_execute": (I, [P, P, P, P, P, P, P]),
+        "tsr_npy_free": (V, [P]),
         "tsr_context_select": (I, [P, P, P, P, P, P]),
         "tsr_context_select_features": (I, [P, P, P, P, P]),
         "tsr_features_compute": (I, [P, P, I, P, P]),
@@ -404,11 +411,13 @@ class Plan:
     plans with the automatic planner.  selected_by: "table", "nearest",
     "geometry", "fallback" (no usable row: the automatic planner),
     "options" (tile/mapping/tasks given) or "off"; selection: the reason,
-    one line."""
+    one line.  run() on CPU tensors executes the plan on the host
+    (tsr_cpu_execute); upload=False leaves the device copy of the plan to
+    the first run() on CUDA tensors (a host-only context has no device)."""
 
     def __init__(self, context, block_mask, batch, heads_q, heads_kv, seq_q, seq_k,
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
-                 scale=None, tile=None, mapping="auto", tasks="auto", select=True):
+                 scale=None, tile=None, mapping="auto", tasks="auto", select=True, upload=True):
         lib, torch = library(), _torch()
         self.ctx = context
         err = _Error()
@@ -428,8 +437,15 @@ class Plan:
         self._mask = h
         self._h = _plan_selected(self, context, p, h, o, select,
                                  tile is None and mapping == "auto" and tasks == "auto")
-        _check(lib.tsr_gpu_upload(context._h, self._h, ctypes.byref(err)), err)
+        self._uploaded = False
         self.layout = layout
+        if upload:
+            self._upload()
+
+    def _upload(self):
+        err = _Error()
+        _check(library().tsr_gpu_upload(self.ctx._h, self._h, ctypes.byref(err)), err)
+        self._uploaded = True
 
     def summary(self):
         s = _Summary()
@@ -438,8 +454,13 @@ class Plan:
                 for f, _ in _Summary._fields_}
 
     def run(self, q, k, v, out=None, lse=None, stream=None):
-        """Launches on the current stream (no host synchronisation)."""
+        """Launches on the current stream (no host synchronisation); CPU
+        tensors run the CPU plan executor (synchronous, see _cpu_run)."""
         lib, torch = library(), _torch()
+        if not q.is_cuda:
+            return _cpu_run(self, q, k, v, out, lse)
+        if not self._uploaded:
+            self._upload()
         if out is None:
             out = torch.empty_like(q)
         t = _tensors(q, k, v, out, lse, self.layout)
@@ -497,6 +518,73 @@ def _tensors(q, k, v, out, lse, layout):
             raise TesseraError("lse must be a contiguous float32 tensor [B, Hq, Sq]")
         t.lse = lse.data_ptr()
     return t
+
+
+_CPU_DTYPES = ("torch.float32", "torch.bfloat16", "torch.float16")
+
+
+def _cpu_view(x, name, q, layout):
+    """x as a contiguous float32 [B, H, S, D] CPU tensor (x itself when it is
+    one already), after checking it is a CPU tensor of q's dtype."""
+    if x.is_cuda or str(x.dtype) not in _CPU_DTYPES:
+        raise TesseraError(f"{name} must be a CPU float32, bf16 or fp16 tensor, got {x.dtype} "
+                           f"on {x.device}")
+    if x.dtype != q.dtype:
+        raise TesseraError(f"{name} is {x.dtype} but q is {q.dtype}: q, k and v share one dtype")
+    if layout == "bshd":
+        x = x.transpose(1, 2)
+    return x.to(_torch().float32).contiguous()
+
+
+def _array_of(x):
+    """A tsr_array over a contiguous float32 CPU tensor (borrowed memory)."""
+    a = _Array(DT_F32, x.dim())
+    a.shape[:x.dim()] = list(x.shape)
+    a.data = x.data_ptr()
+    return a
+
+
+def _cpu_run(plan, q, k, v, out, lse):
+    """The plan on CPU tensors through tsr_cpu_execute: float32 arithmetic
+    (bf16 and fp16 inputs are widened, the output is rounded back to q's
+    dtype), out shaped and laid out like q, lse float32 [B, Hq, Sq] natural
+    log (-inf for a row with nothing selected), as the GPU path writes.
+    Costs float32 copies of q, k, v (none for contiguous float32 BHSD) and
+    O(computed pairs x D) single-threaded flops."""
+    torch, lib, err = _torch(), library(), _Error()
+    p = plan._problem
+    want = (p.batch, p.heads_q, p.seq_q, p.head_dim)
+    x = [_cpu_view(t, n, q, plan.layout) for n, t in (("q", q), ("k", k), ("v", v))]
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.is_cuda or out.dtype != q.dtype or tuple(out.shape) != tuple(q.shape):
+        raise TesseraError(f"out must be a CPU {q.dtype} tensor shaped like q {tuple(q.shape)}, "
+                           f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+    if lse is not None and (lse.is_cuda or lse.dtype != torch.float32 or
+                            tuple(lse.shape) != want[:3]):
+        raise TesseraError(f"lse must be a CPU float32 tensor {list(want[:3])}, "
+                           f"got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
+    arrays = [_array_of(t) for t in x]
+    ro, rl = _Array(), _Array()
+    _check(lib.tsr_cpu_execute(plan._h, *(ctypes.byref(a) for a in arrays), ctypes.byref(ro),
+                               ctypes.byref(rl) if lse is not None else None, ctypes.byref(err)), err)
+    try:
+        # Copied (and rounded to out's dtype) straight from the library's buffers.
+        for res, dst, shape in ((ro, out, want), (rl, lse, want[:3])):
+            if dst is None:
+                continue
+            n = 1
+            for e in shape:
+                n *= e
+            src = torch.frombuffer((ctypes.c_float * n).from_address(res.data),
+                                   dtype=torch.float32).view(shape)
+            if dst is out and plan.layout == "bshd":
+                dst = dst.transpose(1, 2)
+            dst.copy_(src)
+    finally:
+        lib.tsr_npy_free(ctypes.byref(ro))
+        lib.tsr_npy_free(ctypes.byref(rl))
+    return out
 
 
 class GpuPlan:
@@ -683,10 +771,19 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     with the features the planner published for the latest completed step;
     a CPU mask is planned on the host with the plan the lookup table selects
     for its features.  select=False: the automatic plan (template).  Giving
-    tile, mapping or tasks plans as asked.  last_selection() says why."""
-    ctx = context if context is not None else default_context(q.device.index)
+    tile, mapping or tasks plans as asked.  last_selection() says why.
+
+    CPU tensors (float32, bf16 or fp16; a CPU mask) run the plan the lookup
+    table selects through the CPU plan executor, in float32, with a
+    host-only default context (device NO_DEVICE) unless context= is given:
+    synchronous and slow, for tests and machines without a GPU."""
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
+    _check_shapes(q, k, v, layout)
+    if not q.is_cuda:
+        return _cpu_attention(q, k, v, block_mask, block, context, layout, scale, out, lse,
+                              select, plan_kw)
+    ctx = context if context is not None else default_context(q.device.index)
     open_choice = not any(x in plan_kw for x in ("tile", "mapping", "tasks", "split_tiles", "variant"))
     if block_mask.is_cuda and getattr(library(), "tsr_gpuplan_create", None) is not None:
         m = block_mask if block_mask.dim() == 4 else block_mask.unsqueeze(0)
@@ -719,6 +816,35 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     _pending.append((plan, ctx, _torch().cuda.current_stream().record_event()))
     _reap()
     return o
+
+
+def _check_shapes(q, k, v, layout):
+    """q, k and v agree: k and v of one shape, batch and head dim as q's
+    (head ratio and sizes are libtessera's checks)."""
+    (b, _, _, d, _), (bk, _, _, dk, _) = _layout_of(q, layout), _layout_of(k, layout)
+    if tuple(k.shape) != tuple(v.shape) or (b, d) != (bk, dk):
+        raise TesseraError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} ({layout}) "
+                           "disagree: k and v must have one shape, and batch and head dim q's")
+
+
+def _cpu_attention(q, k, v, block_mask, block, context, layout, scale, out, lse, select, plan_kw):
+    """attention() on CPU tensors: the host plan through tsr_cpu_execute.
+    The plan's dtype (what the lookup table is keyed on) is q's for bf16 and
+    fp16, bf16 for float32."""
+    if block_mask.is_cuda:
+        raise TesseraError(f"q is a CPU tensor but the block mask is on {block_mask.device}: "
+                           "CPU tensors take a CPU mask")
+    ctx = context if context is not None else default_context(NO_DEVICE)
+    b, hq, sq, d, _ = _layout_of(q, layout)
+    _, hkv, sk, _, _ = _layout_of(k, layout)
+    dtype = q.dtype if str(q.dtype) in _DTYPES else "torch.bfloat16"
+    plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=dtype, layout=layout,
+                scale=scale, select=select, upload=False, **plan_kw)
+    try:
+        _last_selection.update(selected_by=plan.selected_by, selection=plan.selection)
+        return plan.run(q, k, v, out=out, lse=lse)
+    finally:
+        plan.close()
 
 
 _pending = []
