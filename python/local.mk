@@ -1,3 +1,3 @@
 # python/: the ctypes binding, installed as a plain package (no compile step).
 tsrpythondir = $(datadir)/tessera/python/tessera
-dist_tsrpython_DATA = python/tessera/__init__.py
+dist_tsrpython_DATA = python/tessera/__init__.py python/tessera/distributed.py

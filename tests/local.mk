@@ -224,9 +224,10 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-dist.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-dist.sh tests/python_dist.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).
