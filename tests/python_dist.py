@@ -296,8 +296,9 @@ def main():
         try:
             mp.start_processes(worker, args=(world, seed, init, failures), nprocs=world,
                                start_method="spawn")
-        except mp.ProcessExitedException as e:
+        except Exception as e:  # a rank that died (its failures are queued or printed)
             print(f"python_dist: {e}", file=sys.stderr)
+            failures.put(f"a rank failed: {str(e).strip().splitlines()[-1] if str(e).strip() else e}")
     bad = []
     while not failures.empty():
         bad.append(failures.get())
