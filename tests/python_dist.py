@@ -90,12 +90,12 @@ class Case:
     """One random problem; identical on every rank (seeded by name)."""
 
     def __init__(self, seed, name, world, u, r, hq, hkv, block_kind, layout="bhsd", batch=1,
-                 mask_heads=None, blank=0, dead_row=False, hops=None):
+                 mask_heads=None, blank=0, dead_row=False, hops=None, equal=False):
         rng = random.Random(f"{seed}:{name}")
         gen = torch.Generator().manual_seed(rng.randrange(1 << 62))
         self.name, self.u, self.r, self.layout, self.hops = name, u, r, layout, hops
-        seq = rng.randint(40 * world, 90 * world)
-        self.chunks = ragged_chunks(rng, seq, world)
+        seq = rng.randint(40, 90) * world
+        self.chunks = [seq // world] * world if equal else ragged_chunks(rng, seq, world)
         if block_kind == "uniform":
             # sizes that do not divide the chunks: blocks straddle boundaries
             self.block = (rng.choice([16, 24, 32, 40]), rng.choice([16, 24, 48]))
@@ -156,7 +156,7 @@ def counting(fn):
     return wrapper
 
 
-def run_case(case, rank, world, ref, group):
+def run_case(case, rank, world, ref, group, config=None):
     (out_t, lse_t), (o64, l64) = ref
     g, u = divmod(rank, case.u)
     a, b = sum(case.chunks[:rank]), sum(case.chunks[:rank + 1])
@@ -169,9 +169,14 @@ def run_case(case, rank, world, ref, group):
     base = tessera.attention
     tessera.attention = counter = counting(base)
     try:
-        got = td.attention(q, k, v, case.mask, block=case.block, layout=case.layout, scale=case.scale,
-                           out=out, lse=lse, group=group, ulysses_degree=case.u, ring_degree=case.r,
-                           chunks=case.chunks, hops=hops)
+        if config is not None:  # as the diffusers wiring calls it: equal chunks, bshd
+            got = td.attention_parallel_config(q, k, v, case.mask, config, block=case.block,
+                                               scale=case.scale, out=out, lse=lse, hops=hops)
+        else:
+            got = td.attention(q, k, v, case.mask, block=case.block, layout=case.layout,
+                               scale=case.scale, out=out, lse=lse, group=group,
+                               ulysses_degree=case.u, ring_degree=case.r, chunks=case.chunks,
+                               hops=hops)
     finally:
         tessera.attention = base
     what = f"{case.name} rank {rank}/{world} (U={case.u} R={case.r})"
@@ -255,6 +260,23 @@ def chunked_cases(seed):
             Case(seed, "chunked-full", 5, u=1, r=5, hq=2, hkv=2, block_kind="variable")]
 
 
+def diffusers_config(rank, world):
+    """diffusers' ParallelConfig over a ("ring", "ulysses") CPU mesh, ring
+    degree 2 (hybrid with 4 ranks), set up as enable_parallelism does;
+    None (the case is skipped, said once) without diffusers."""
+    try:
+        from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
+    except ImportError:
+        if rank == 0:
+            print("python_dist: diffusers not installed, its parallel_config case skipped")
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+    cp = ContextParallelConfig(ring_degree=2, ulysses_degree=world // 2)
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("ring", "ulysses"))
+    cp.setup(rank, world, torch.device("cpu"), mesh)
+    return ParallelConfig(context_parallel_config=cp)
+
+
 def worker(rank, world, seed, init, failures):
     import datetime
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
@@ -272,6 +294,15 @@ def worker(rank, world, seed, init, failures):
             print("FAIL", msg, file=sys.stderr, flush=True)
             failures.put(msg)
         dist.barrier()
+    config = diffusers_config(rank, world)
+    if config is not None:
+        case = Case(seed, "diffusers-config", world, u=world // 2, r=2, hq=2 * world, hkv=world,
+                    block_kind="variable", layout="bshd", equal=True, blank=1)
+        try:
+            run_case(case, rank, world, case.reference(), None, config)
+        except Exception:
+            ok = False
+            failures.put(f"{case.name} rank {rank}: {traceback.format_exc()}")
     if rank == 0:
         for case in chunked_cases(seed):
             try:
