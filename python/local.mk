@@ -2,3 +2,4 @@
 tsrpythondir = $(datadir)/tessera/python/tessera
 dist_tsrpython_DATA = python/tessera/__init__.py python/tessera/methods.py \
 	python/tessera/diffusers.py
+dist_tsrpython_DATA = python/tessera/__init__.py python/tessera/distributed.py

@@ -245,6 +245,15 @@ EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_
 # this build folder, installed into a temporary folder and run from there.
 TESTS += tests/pip-install.sh
 EXTRA_DIST += tests/pip-install.sh pyproject.toml setup.py
+	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
+	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
+	tests/device/dist_one.py tests/device/dist_bench.py
+
+# python binding
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-dist.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-dist.sh tests/python_dist.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).
