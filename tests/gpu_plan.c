@@ -15,9 +15,9 @@
  *     (tiles, partial tiles, tasks, split rows, empty rows), and every
  *     row's tiles, membership words and chunks byte for byte
  *     (tests/plan_rows.h); for row and split tasks split as the host
- *     splits, the whole plan byte for byte: tasks in the host planner's
- *     order (groups, longest first, creation-order ties, the snake over
- *     a random num_sms of 1-12);
+ *     splits, task by task: the host planner's order (groups, longest
+ *     first, creation-order ties, the snake over a random num_sms of
+ *     1-12), members and merge records;
  *   - for uniform sizes given as a variable geometry: the whole device
  *     plan (every array) byte-identical to the uniform geometry's;
  *   - runs attention with the device plan and with the host plan on the GPU
@@ -394,25 +394,40 @@ static void same_bytes(const char *label, const char *what, const tsr_plan *a, c
 }
 
 /* The device plan's tasks in the host planner's order (groups, longest
- * first, ties in creation order, snaked by num_sms), then every array the
- * same: said for the first task out of place. */
+ * first, ties in creation order, snaked by num_sms): task i of both plans
+ * serves the same row and chunk (member, tile count, partial slot), and the
+ * merge records are the same.  Absolute tile offsets may differ (the host
+ * shares the tiles of broadcast mask planes, and puts an empty row's empty
+ * range elsewhere); each row's tiles are compared by plan_rows_diff. */
 static void same_order(const char *label, const tsr_plan *dev, const tsr_plan *host)
 {
-  int64_t i, n = dev->n_tasks < host->n_tasks ? dev->n_tasks : host->n_tasks;
-  for (i = 0; i < n; i++) {
+  int64_t i;
+  if (dev->n_tasks != host->n_tasks || dev->n_members != host->n_members) {
+    fail(label, "device vs host order: %lld/%lld tasks, %lld/%lld members", (long long)dev->n_tasks,
+         (long long)host->n_tasks, (long long)dev->n_members, (long long)host->n_members);
+    return;
+  }
+  for (i = 0; i < dev->n_tasks; i++) {
     const tsr_task_rec *a = &dev->tasks[i], *b = &host->tasks[i];
+    const tsr_member_rec *ma = &dev->members[a->member_begin], *mb = &host->members[b->member_begin];
     if (a->batch != b->batch || a->head != b->head || a->q_tile != b->q_tile ||
-        a->tile_end - a->tile_begin != b->tile_end - b->tile_begin || a->partial != b->partial) {
+        a->tile_end - a->tile_begin != b->tile_end - b->tile_begin || a->partial != b->partial ||
+        a->n_members != 1 || b->n_members != 1 || memcmp(ma, mb, sizeof *ma)) {
       fail(label,
            "task %lld of %lld out of the host planner's order (num_sms %d): device (b %d h %d t %d, %d tiles, "
-           "slot %d), host (b %d h %d t %d, %d tiles, slot %d)",
+           "slot %d, %d members), host (b %d h %d t %d, %d tiles, slot %d, %d members)",
            (long long)i, (long long)host->n_tasks, host->num_sms, a->batch, a->head, a->q_tile,
-           a->tile_end - a->tile_begin, a->partial, b->batch, b->head, b->q_tile, b->tile_end - b->tile_begin,
-           b->partial);
+           a->tile_end - a->tile_begin, a->partial, a->n_members, b->batch, b->head, b->q_tile,
+           b->tile_end - b->tile_begin, b->partial, b->n_members);
       return;
     }
   }
-  same_bytes(label, "device vs host planner", dev, host);
+  if (dev->n_merges != host->n_merges || dev->n_slots != host->n_slots ||
+      (dev->n_merges && memcmp(dev->merges, host->merges, (size_t)dev->n_merges * sizeof *dev->merges)))
+    fail(label, "device vs host merges: %lld/%lld records, %lld/%lld slots, same %d", (long long)dev->n_merges,
+         (long long)host->n_merges, (long long)dev->n_slots, (long long)host->n_slots,
+         dev->n_merges == host->n_merges &&
+             !memcmp(dev->merges, host->merges, (size_t)dev->n_merges * sizeof *dev->merges));
 }
 
 /* ---- one case ----------------------------------------------------------- */
