@@ -3,8 +3,8 @@
  * a plan template (tile, mapping, task layout and variant resolved once, as
  * the host planner would for the same options) bound to device buffers
  * sized for the worst case or the caller's capacities.  Each launch runs
- * the planning kernels of templates/plan_gpu.cuh (tsr_plan_count, then
- * tsr_plan_emit) on the caller's stream and then the attention kernel,
+ * the planning kernels of templates/plan_gpu.cuh (tsr_plan_count,
+ * tsr_plan_order, tsr_plan_emit) on the caller's stream and then the attention kernel,
  * which reads its task count from the device (tsr_gpu_bind in gpu.c).
  *
  * Uniform and variable block geometries alike: a variable one uploads its
@@ -13,7 +13,7 @@
  *
  * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
  * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
- * or four cuLaunchKernel calls, no allocation, no synchronisation).
+ * or five cuLaunchKernel calls, no allocation, no synchronisation).
  * Download synchronises and copies the plan back (tests, verification).
  * The features record lives in pinned host memory that the emit kernel's first thread writes
  * through unified addressing; reading it is a seqlock-guarded copy.
@@ -22,6 +22,7 @@
 #include "plan_impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +35,8 @@ struct tsr_gpuplan {
   tsr_gpuplan_params gp;     /* kernel parameters (mask filled per launch) */
   int64_t mask_b, mask_h;
   CUmodule mod;              /* the bundle's planner module (tsr_plan.cubin) */
-  CUfunction count_fn, emit_fn;
-  int pdl;                   /* emit launched as a programmatic dependent of count (sm_90 on) */
+  CUfunction count_fn, order_fn, emit_fn;
+  int pdl;                   /* order and emit launched as programmatic dependents (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
   CUdeviceptr d_kblk, d_qoff, d_koff, d_tkb; /* variable geometry only */
   CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
@@ -343,6 +344,8 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   if ((st = tsr_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsr_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
+      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->order_fn, g->mod, "tsr_plan_order"),
+                         "cuModuleGetFunction(tsr_plan_order)", err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
     return st;
@@ -353,8 +356,9 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
 static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
 {
   const tsr_plan *pl = g->pl;
-  /* sm_90 and later overlap the emit kernel's launch and first mask reads
-   * with the count kernel (griddepcontrol in templates/plan_gpu.cuh). */
+  /* sm_90 and later overlap the order and emit kernels' launches and emit's
+   * first mask reads with the count kernel (griddepcontrol in
+   * templates/plan_gpu.cuh). */
   g->pdl = strncmp(pl->arch, "sm_", 3) == 0 && atoi(pl->arch + 3) >= 90;
   memset(&g->gp, 0, sizeof g->gp);
   g->gp.plane_h = g->mask_h == 1 ? 0 : lay->nq;
@@ -373,6 +377,9 @@ static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
   g->gp.nkt = (tsr_i32)lay->nkt;
   g->gp.n_rows = (tsr_i32)lay->rows;
   g->gp.chunk = (tsr_i32)lay->chunk;
+  /* the host planner's task groups (runtime/tasks.c): GQA heads of one KV head */
+  g->gp.gsz = (tsr_i32)(pl->problem.heads_q / pl->problem.heads_kv * lay->nqt);
+  g->gp.num_sms = (tsr_i32)pl->num_sms;
   g->gp.cap_tiles = (tsr_i32)lay->cap_tiles;
   g->gp.cap_words = (tsr_i32)lay->cap_words;
   g->gp.cap_slots = (tsr_i32)lay->cap_slots;
@@ -462,6 +469,35 @@ fail:
   return st;
 }
 
+/* A planning kernel after the first: a programmatic dependent launch where
+ * the device has it (the kernel waits for its predecessor itself), else a
+ * plain one in stream order. */
+static tsr_status launch_dep(const tsr_gpuplan *g, CUfunction f, unsigned grid, unsigned threads, void *stream,
+                             void **args, const char *name, tsr_error *err)
+{
+  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  char what[64];
+  snprintf(what, sizeof what, "%s(%s)", g->pdl ? "cuLaunchKernelEx" : "cuLaunchKernel", name);
+  if (g->pdl) {
+    CUlaunchConfig lc;
+    CUlaunchAttribute at;
+    memset(&lc, 0, sizeof lc);
+    memset(&at, 0, sizeof at);
+    at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    at.value.programmaticStreamSerializationAllowed = 1;
+    lc.gridDimX = grid;
+    lc.gridDimY = lc.gridDimZ = 1;
+    lc.blockDimX = threads;
+    lc.blockDimY = lc.blockDimZ = 1;
+    lc.hStream = (CUstream)stream;
+    lc.attrs = &at;
+    lc.numAttrs = 1;
+    return tsr_cu_check(cu, cu->cuLaunchKernelEx(&lc, f, args, NULL), what, err);
+  }
+  return tsr_cu_check(cu, cu->cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, 0, (CUstream)stream, args, NULL), what,
+                      err);
+}
+
 tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format format, void *stream,
                             tsr_error *err)
 {
@@ -491,27 +527,10 @@ tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format forma
                                             (CUstream)stream, args, NULL),
                          "cuLaunchKernel(tsr_plan_count)", err)))
     return st;
-  if (g->pdl) {
-    CUlaunchConfig lc;
-    CUlaunchAttribute at;
-    memset(&lc, 0, sizeof lc);
-    memset(&at, 0, sizeof at);
-    at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    at.value.programmaticStreamSerializationAllowed = 1;
-    lc.gridDimX = (nrows + 7) / 8;
-    lc.gridDimY = lc.gridDimZ = 1;
-    lc.blockDimX = 256;
-    lc.blockDimY = lc.blockDimZ = 1;
-    lc.hStream = (CUstream)stream;
-    lc.attrs = &at;
-    lc.numAttrs = 1;
-    return tsr_cu_check(cu, cu->cuLaunchKernelEx(&lc, g->emit_fn, args, NULL), "cuLaunchKernelEx(tsr_plan_emit)",
-                        err);
-  }
-  return tsr_cu_check(cu,
-                      cu->cuLaunchKernel(g->emit_fn, (nrows + 7) / 8, 1, 1, 256, 1, 1, 0, (CUstream)stream,
-                                         args, NULL),
-                      "cuLaunchKernel(tsr_plan_emit)", err);
+  if ((st = launch_dep(g, g->order_fn, (unsigned)(prm.n_rows / prm.gsz), TSR_GP_ORDER_THREADS, stream, args,
+                       "tsr_plan_order", err)))
+    return st;
+  return launch_dep(g, g->emit_fn, (nrows + 7) / 8, 256, stream, args, "tsr_plan_emit", err);
 }
 
 tsr_status tsr_gpuplan_run(tsr_gpuplan *g, const tsr_gpu_tensors *t, void *stream, tsr_error *err)

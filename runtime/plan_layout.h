@@ -145,9 +145,11 @@ typedef struct {
  * counts[] (device ints, TSR_GP_*): written by the planner every step; the
  * attention kernels read counts[TSR_GP_TASKS] and counts[TSR_GP_MERGES].
  * row_off[r * TSR_GP_ROW_INTS + k]: per row, tile offset, word offset, slot
- * offset (-1 unsplit), merge index, task position of its short and long
- * chunks within their length class.  stats (host-visible, may be NULL)
- * carries the features.
+ * offset (-1 unsplit), merge index, then the task positions of its short
+ * and long chunks: the count kernel writes the tasks of the rows before it
+ * at [4], the order kernel overwrites [4] and [5] with the positions in
+ * the host planner's order (before the snake, which emit applies).  stats
+ * (host-visible, may be NULL) carries the features.
  *
  * scan[]: the count kernel's decoupled look-back state, TSR_GP_SCAN_STRIDE
  * 64-bit words per count CTA (TSR_GP_COUNT_ROWS rows each), zeroed once at
@@ -155,15 +157,13 @@ typedef struct {
  * published, | 2 inclusive prefix published, epoch = the step being
  * planned), then TSR_GP_SCAN_VALS aggregates, then as many inclusive
  * prefixes.  Values 0-5: tiles, membership words, wanted slots, partial
- * tiles, feature sums (selected tokens, squared); 6-7: merges, granted
- * slots; 8-19: tasks per length class.  Planner-private: the attention
- * kernels never see it (so the layout version is unchanged). */
-#define TSR_GP_CLASSES 12   /* task length classes: 11 by log2 length, then empty rows */
+ * tiles, feature sums (selected tokens, squared); 6-9: merges, granted
+ * slots, tasks, empty rows.  Planner-private: the attention kernels never
+ * see it (so the layout version is unchanged). */
 enum {
   TSR_GP_TASKS = 0, TSR_GP_MERGES, TSR_GP_TILES, TSR_GP_WORDS, TSR_GP_SLOTS,
   TSR_GP_OVERFLOW, TSR_GP_DONE, TSR_GP_STEP, TSR_GP_PARTIAL, TSR_GP_EMPTY,
-  TSR_GP_CLASS_BASE, /* TSR_GP_CLASSES ints */
-  TSR_GP_COUNTS = TSR_GP_CLASS_BASE + TSR_GP_CLASSES,
+  TSR_GP_COUNTS,
   /* counts[TSR_GP_DSTATS..]: the device copy of the features (tsr_gp_stats,
    * 8-byte aligned), which the emit kernel's first thread publishes to the
    * host-visible record off the critical path */
@@ -171,8 +171,14 @@ enum {
 };
 #define TSR_GP_ROW_INTS 6
 #define TSR_GP_COUNT_ROWS 32     /* problem rows a count CTA (one a warp) */
-#define TSR_GP_SCAN_VALS 20      /* look-back values a count CTA */
+#define TSR_GP_SCAN_VALS 10      /* look-back values a count CTA */
 #define TSR_GP_SCAN_STRIDE 48    /* 64-bit words of look-back state a count CTA */
+/* The order kernel (one CTA a (batch, KV head) group): its threads, the
+ * task lengths it tells apart (longer tasks tie, in creation order), and
+ * the group rows it keeps in shared memory (more are read again). */
+#define TSR_GP_ORDER_THREADS 256
+#define TSR_GP_ORDER_KEYS 4096
+#define TSR_GP_ORDER_ROWS 4096
 
 /* Host-visible features of the latest planning, written last-to-first with
  * `step` last, so a reader that sees the same step before and after copying
@@ -194,6 +200,8 @@ typedef struct {
   tsr_i32 batch, heads_q, nq, nk, bq, bk, seq_q, seq_k;
   tsr_i32 bm, bn, nqt, nkt, n_rows;
   tsr_i32 chunk;             /* most tiles a task; 0 = whole rows */
+  tsr_i32 gsz;               /* rows of a (batch, KV head) group: GQA heads x nqt */
+  tsr_i32 num_sms;           /* the snake's round (the plan's num_sms) */
   tsr_i32 cap_tiles, cap_words, cap_slots, cap_tasks;
   tsr_task_rec *tasks;
   tsr_tile_rec *tiles;

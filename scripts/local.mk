@@ -5,4 +5,4 @@ EXTRA_DIST += scripts/profile-h200
 EXTRA_DIST += scripts/device-check scripts/device-demo
 # The notes of the kernel and GPU-planning work (their device runs:
 # tests/device/run, tests/local.mk).
-EXTRA_DIST += notes/sm90.md notes/gpuplan.md notes/varplan.md notes/varplan-device-2026-11-29.txt
+EXTRA_DIST += notes/sm90.md notes/gpuplan.md notes/varplan.md notes/varplan-device-2026-11-29.txt notes/bench-peers.md

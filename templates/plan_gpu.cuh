@@ -12,11 +12,14 @@
  * split into near-equal chunks of at most `chunk` key tiles (the host planner's rule), merged
  * through partial slots while the slot capacity lasts (later rows then stay
  * whole); an empty row is one task without tiles (it writes zeros and
- * lse = -inf).  Tasks are ordered by length class, longest first (11
- * classes by log2 of the length, empty rows last), rows in order inside a
- * class: deterministic, and close to the host's longest-first order.
+ * lse = -inf).  Tasks are in the host planner's order (runtime/tasks.c):
+ * by (batch, KV head) group, longest first inside a group, ties in
+ * creation order (rows in order, a row's chunks in order), then every
+ * other round of num_sms tasks reversed (the snake); for row and split
+ * tasks the device plan is then byte-identical to tsr_plan_create's
+ * (tests/gpu_plan checks it).
  *
- * Two launches:
+ * Three launches:
  *   tsr_plan_count  one warp per problem row, TSR_GP_COUNT_ROWS rows a CTA:
  *                   the row's tiles and partial tiles (the OR / AND of the
  *                   mask bits under each tile) and the features' sums; a
@@ -26,18 +29,28 @@
  *                   second look-back, as the split decisions need the
  *                   wanted-slot prefix).  The last CTA writes the counts
  *                   and the features.
+ *   tsr_plan_order  one CTA per (batch, KV head) group: a histogram of its
+ *                   task lengths, an exclusive scan from the longest down
+ *                   (each length's first position), then one warp walks the
+ *                   group's rows in order, 32 tasks a step, ranking a
+ *                   length's tasks inside the step by match / ballot: each
+ *                   row's chunk positions (a stable counting sort, as the
+ *                   host's).
  *   tsr_plan_emit   one warp per row: the row's tiles and membership words
  *                   (ballot / scan + popc give positions), its tasks,
- *                   members and merge record.  On sm_90 and later it is a
- *                   programmatic dependent launch: it starts while the
- *                   count kernel runs, reads the mask, then waits for it.
+ *                   members and merge record, at the snaked positions.
+ *                   On sm_90 and later order and emit are programmatic
+ *                   dependent launches: emit starts while the count kernel
+ *                   runs, reads the mask, then waits for the order kernel.
  * Direct rows (one query segment, tile = key block: retain mappings) take a
  * fast path in both kernels: a 32-bit mask word a lane (4 byte blocks or 32
  * bits), no per-tile division.  Other rows use the general per-tile OR/AND.
  * Cost: reads the mask twice (plus once per segment for the features of
  * general rows), writes the plan; latency-bound: a few dependent memory
  * round trips a kernel (mask, look-back flags and values, fences), about
- * 1 us each under load, plus the launches (notes/gpuplan.md).
+ * 1 us each under load, plus the launches (notes/gpuplan.md).  The order
+ * kernel adds group rows / 32 warp steps and lengths / 256 scan steps per
+ * group, the groups in parallel, and one launch.
  */
 #ifndef TSR_PLAN_GPU_CUH
 #define TSR_PLAN_GPU_CUH
@@ -237,13 +250,6 @@ static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p,
   }
 }
 
-/* Length class of a task of len >= 1 tiles: 0 for >= 1024, 10 for 1. */
-static __device__ __forceinline__ int len_class(int len)
-{
-  const int lg = 31 - __clz(len);
-  return 10 - min(lg, 10);
-}
-
 /* Chunks a row of len tiles wants (0: not split). */
 static __device__ __forceinline__ int want_chunks(const tsr_gpuplan_params &p, int len)
 {
@@ -374,21 +380,15 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
   part_out = part;
 }
 
-/* Phase-2 values of a row (merges, granted slots, tasks per class) into v. */
+/* Phase-2 values of a row (merges, granted slots, tasks, empty rows) into v. */
 static __device__ __forceinline__ void phase2_values(const tsr_gpuplan_params &p, int len, bool split,
                                                      long long *v)
 {
-#pragma unroll
-  for (int k = 6; k < TSR_GP_SCAN_VALS; ++k) v[k] = 0;
-  if (len == 0) {
-    v[8 + TSR_GP_CLASSES - 1] = 1;
-    return;
-  }
-  const int want = want_chunks(p, len), nch = split ? want : 1, q = len / nch, big = len - nch * q;
+  const int want = want_chunks(p, len);
   v[6] = split;
   v[7] = split ? want : 0;
-  v[8 + len_class(q)] += nch - big;
-  v[8 + len_class(q + 1)] += big;
+  v[8] = split ? want : 1;
+  v[9] = len == 0;
 }
 
 #define TSR_GP_WINDOW 128 /* predecessors a look-back step inspects */
@@ -491,12 +491,7 @@ static __device__ void write_counts(const tsr_gpuplan_params &p, const long long
   long long T[TSR_GP_SCAN_VALS];
 #pragma unroll
   for (int k = 0; k < TSR_GP_SCAN_VALS; ++k) T[k] = pre[k] + tot[k];
-  long long tasks = 0;
-  const long long tiles = T[0], words = T[1];
-  for (int c = 0; c < TSR_GP_CLASSES; ++c) {
-    p.counts[TSR_GP_CLASS_BASE + c] = (tsr_i32)tasks;
-    tasks += T[8 + c];
-  }
+  const long long tiles = T[0], words = T[1], tasks = T[8];
   const int overflow = tiles > p.cap_tiles || words > p.cap_words || tasks > p.cap_tasks;
   p.counts[TSR_GP_OVERFLOW] = overflow;
   p.counts[TSR_GP_TASKS] = overflow ? 0 : (tsr_i32)tasks;
@@ -504,7 +499,7 @@ static __device__ void write_counts(const tsr_gpuplan_params &p, const long long
   p.counts[TSR_GP_TILES] = (tsr_i32)min(tiles, (long long)0x7fffffff);
   p.counts[TSR_GP_WORDS] = (tsr_i32)min(words, (long long)0x7fffffff);
   p.counts[TSR_GP_SLOTS] = (tsr_i32)T[7];
-  p.counts[TSR_GP_EMPTY] = (tsr_i32)T[8 + TSR_GP_CLASSES - 1];
+  p.counts[TSR_GP_EMPTY] = (tsr_i32)T[9];
   p.counts[TSR_GP_PARTIAL] = (tsr_i32)min(T[3], (long long)0x7fffffff);
   p.counts[TSR_GP_STEP] = step;
   /* Features from the sums: selected key tokens x per query token,
@@ -516,7 +511,7 @@ static __device__ void write_counts(const tsr_gpuplan_params &p, const long long
   tsr_gp_stats *st = (tsr_gp_stats *)(p.counts + TSR_GP_DSTATS);
   st->density = s1 / (tokens * p.seq_k);
   st->row_cv = mean > 0 ? sqrt(var) / mean : 0.0;
-  st->empty_rows = (double)T[8 + TSR_GP_CLASSES - 1] / p.n_rows;
+  st->empty_rows = (double)T[9] / p.n_rows;
   st->tiles = tiles;
   st->partial_tiles = T[3];
   st->tasks = tasks;
@@ -651,28 +646,192 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     o[1] = (tsr_i32)(s_pre[1] + pv[1]);
     o[2] = split ? (tsr_i32)slot : -1;
     o[3] = split ? (tsr_i32)(s_pre[6] + pv[6]) : -1;
-    if (len == 0) {
-      o[4] = o[5] = (tsr_i32)(s_pre[8 + TSR_GP_CLASSES - 1] + pv[8 + TSR_GP_CLASSES - 1]);
-    } else {
-      /* Short chunks first in their class, then long ones; when both
-       * lengths share a class the row's chunks are consecutive there. */
-      const int nch = split ? want : 1, q = len / nch, ca = len_class(q), cb = len_class(q + 1);
-      o[4] = (tsr_i32)(s_pre[8 + ca] + pv[8 + ca]);
-      o[5] = ca == cb ? o[4] : (tsr_i32)(s_pre[8 + cb] + pv[8 + cb]);
-    }
+    o[4] = (tsr_i32)(s_pre[8] + pv[8]); /* tasks of the rows before: the order kernel's group base */
   }
   if (cta == (int)gridDim.x - 1 && threadIdx.x == 0) write_counts(p, s_pre, s_tot, step);
   TSR_GP_MARK(5);
 }
 
-/* Waits until the count kernel's grid has completed and its writes are
- * visible (programmatic dependent launch, sm_90 on); a no-op when launched
+/* Waits until the previous planning kernel's grid has completed and its
+ * writes are visible (programmatic dependent launch, sm_90 on); a no-op when launched
  * without it, and before sm_90, where stream order already waited. */
 static __device__ __forceinline__ void grid_dep_wait()
 {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+namespace tsrgp {
+
+/* A row's tasks as at most two (length, count) items in creation order:
+ * its short chunks (length q, nch - big of them), then its long ones
+ * (q + 1, big of them; runtime/tasks.c: near-equal chunks, in chunk order
+ * within a length); an empty row is one task of length 0.  Lengths from
+ * TSR_GP_ORDER_KEYS - 1 on share the last key (ties in creation order). */
+struct rowitems {
+  int k0, c0, k1, c1;
+};
+
+static __device__ __forceinline__ rowitems row_items(const tsr_gpuplan_params &p, int len, bool split)
+{
+  rowitems it = {0, 1, 0, 0};
+  if (len == 0) return it;
+  const int nch = split ? want_chunks(p, len) : 1, q = len / nch, big = len - nch * q;
+  it.k0 = min(q, TSR_GP_ORDER_KEYS - 1);
+  it.c0 = nch - big;
+  it.k1 = min(q + 1, TSR_GP_ORDER_KEYS - 1);
+  it.c1 = big;
+  return it;
+}
+
+/* Row i of the group as length | split << 30: from shared memory for the
+ * first TSR_GP_ORDER_ROWS rows, else from the count kernel's output. */
+static __device__ __forceinline__ int group_row(const tsr_gpuplan_params &p, const int *s_row, int r0, int i)
+{
+  if (i < TSR_GP_ORDER_ROWS) return s_row[i];
+  const long long r = (long long)r0 + i;
+  return p.row_len[r] | (p.row_off[r * TSR_GP_ROW_INTS + 2] >= 0 ? 1 << 30 : 0);
+}
+
+static __device__ __forceinline__ rowitems group_items(const tsr_gpuplan_params &p, int v)
+{
+  return row_items(p, v & ((1 << 30) - 1), (v >> 30) & 1);
+}
+
+/* Over the lanes `peers` (this lane's key's lanes): the sum of c below this
+ * lane and in all of them, bit by bit (one round when every c is 0 or 1). */
+static __device__ __forceinline__ void peer_sums(unsigned peers, int c, int lane, int &below, int &all)
+{
+  const unsigned lt = (1u << lane) - 1u;
+  below = all = 0;
+  for (int b = 0; __any_sync(0xffffffffu, (c >> b) != 0); ++b) {
+    const unsigned bits = __ballot_sync(0xffffffffu, (c >> b) & 1) & peers;
+    below += __popc(bits & lt) << b;
+    all += __popc(bits) << b;
+  }
+}
+
+/* Adds count c at key k (k < 0: nothing) to the histogram, one shared
+ * atomic per distinct key of the warp.  Warp-wide. */
+static __device__ __forceinline__ void hist_add(int *hist, int k, int c, int lane)
+{
+  const unsigned peers = __match_any_sync(0xffffffffu, k);
+  int below, all;
+  peer_sums(peers, k >= 0 ? c : 0, lane, below, all);
+  if (k >= 0 && (peers & ((1u << lane) - 1u)) == 0) atomicAdd(hist + k, all);
+}
+
+}  // namespace tsrgp
+
+/* The host planner's task order for one (batch, KV head) group a CTA:
+ * rows [blockIdx.x * gsz, + gsz).  Counts the group's tasks by length,
+ * turns the counts into each length's first position (longest first, from
+ * the tasks of the groups before: row_off[first row][4]), then warp 0
+ * walks the rows in order and hands out positions, 32 tasks a step; the
+ * positions of a row's short and long chunks go to row_off[4], [5]. */
+extern "C" __global__ void __launch_bounds__(TSR_GP_ORDER_THREADS)
+    tsr_plan_order(const __grid_constant__ tsr_gpuplan_params p)
+{
+  using namespace tsrgp;
+  __shared__ int s_pos[TSR_GP_ORDER_KEYS]; /* per length: its tasks, then its next position */
+  __shared__ int s_row[TSR_GP_ORDER_ROWS]; /* the group's rows, length | split << 30 */
+  __shared__ int s_item[64][2];            /* one step's items: length, count, then position */
+  __shared__ int s_wsum[TSR_GP_ORDER_THREADS / 32];
+  __shared__ int s_base;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  /* emit may start now: it reads the mask, then waits for this grid */
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const int r0 = blockIdx.x * p.gsz, nr = p.gsz, nb = min(p.nkt, TSR_GP_ORDER_KEYS - 1) + 1;
+  for (int k = tid; k < nb; k += TSR_GP_ORDER_THREADS) s_pos[k] = 0;
+  grid_dep_wait();
+  if (p.counts[TSR_GP_OVERFLOW]) return; /* the same for every thread */
+  __syncthreads();
+  for (int i0 = warp * 32; i0 < nr; i0 += TSR_GP_ORDER_THREADS) {
+    const int i = i0 + lane;
+    rowitems it = {-1, 0, -1, 0};
+    if (i < nr) {
+      const long long r = (long long)r0 + i;
+      const int v = p.row_len[r] | (p.row_off[r * TSR_GP_ROW_INTS + 2] >= 0 ? 1 << 30 : 0);
+      if (i < TSR_GP_ORDER_ROWS) s_row[i] = v;
+      it = group_items(p, v);
+    }
+    hist_add(s_pos, it.k0, it.c0, lane);
+    hist_add(s_pos, it.c1 ? it.k1 : -1, it.c1, lane);
+  }
+  if (tid == 0) s_base = p.row_off[(long long)r0 * TSR_GP_ROW_INTS + 4];
+  __syncthreads();
+  /* Exclusive scan from the longest length down: thread t takes lengths
+   * nb - 1 - d for d in its run [d0, d1). */
+  {
+    const int per = (nb + TSR_GP_ORDER_THREADS - 1) / TSR_GP_ORDER_THREADS, d0 = min(tid * per, nb),
+              d1 = min(d0 + per, nb);
+    int sum = 0;
+    for (int d = d0; d < d1; ++d) sum += s_pos[nb - 1 - d];
+    int x = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (lane == 31) s_wsum[warp] = x;
+    __syncthreads();
+    int run = s_base + x - sum;
+    for (int w = 0; w < warp; ++w) run += s_wsum[w];
+    for (int d = d0; d < d1; ++d) {
+      const int k = nb - 1 - d, h = s_pos[k];
+      s_pos[k] = run;
+      run += h;
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  /* Rows in order: a step's items (a row's short chunks, then its long
+   * ones) go to s_item by a warp scan of their number, then each length's
+   * items take consecutive positions, lower items first. */
+  for (int i0 = 0; i0 < nr; i0 += 32) {
+    const int i = i0 + lane;
+    const rowitems it = i < nr ? group_items(p, group_row(p, s_row, r0, i)) : rowitems{0, 0, 0, 0};
+    const int n = (it.c0 > 0) + (it.c1 > 0);
+    int at = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, at, o);
+      if (lane >= o) at += y;
+    }
+    const int total = __shfl_sync(0xffffffffu, at, 31);
+    at -= n;
+    if (it.c0) {
+      s_item[at][0] = it.k0;
+      s_item[at][1] = it.c0;
+    }
+    if (it.c1) {
+      s_item[at + 1][0] = it.k1;
+      s_item[at + 1][1] = it.c1;
+    }
+    __syncwarp();
+    for (int j0 = 0; j0 < total; j0 += 32) {
+      const int j = j0 + lane;
+      const bool act = j < total;
+      const int key = act ? s_item[j][0] : -1, c = act ? s_item[j][1] : 0;
+      const unsigned peers = __match_any_sync(0xffffffffu, key);
+      int below, all;
+      peer_sums(peers, c, lane, below, all);
+      const int first = act ? s_pos[key] : 0;
+      __syncwarp();
+      if (act && (peers >> lane) == 1u) s_pos[key] = first + all; /* the key's last item here */
+      if (act) s_item[j][1] = first + below;
+      __syncwarp();
+    }
+    if (i < nr) {
+      tsr_i32 *o = p.row_off + ((long long)r0 + i) * TSR_GP_ROW_INTS;
+      o[4] = s_item[at][1];
+      o[5] = it.c1 ? s_item[at + 1][1] : o[4];
+    }
+    __syncwarp();
+  }
 }
 
 /* Copies the device features to the host-visible record: step = -1, the
@@ -775,8 +934,19 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
   }
 }
 
+/* Position of the task at `pos` of the sorted order once every other
+ * round of num_sms tasks is reversed (runtime/tasks.c tasks_write: CTA b of
+ * a persistent grid takes tasks b, b + G, ..., and the snake keeps it from
+ * taking the longest task of every round). */
+static __device__ __forceinline__ int snake(const tsr_gpuplan_params &p, int pos, int n)
+{
+  const int g = p.num_sms, k0 = pos - pos % g;
+  return (pos / g) & 1 ? k0 + min(g, n - k0) - 1 - (pos - k0) : pos;
+}
+
 /* The row's tasks (one, or its near-equal chunks), members and merge
- * record, at the positions the count kernel gave its length classes. */
+ * record, at the positions the order kernel gave its short and long
+ * chunks (ro[4], ro[5]), snaked. */
 static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int len, int tile0,
                                   int slot, const tsr_i32 *ro)
 {
@@ -785,9 +955,10 @@ static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, 
   mr.head = g.h;
   mr.q_tile = g.t;
   mr.pad = 0;
+  const int n_tasks = p.counts[TSR_GP_TASKS];
   if (len == 0) {
     if (lane == 0) {
-      const int pos = p.counts[TSR_GP_CLASS_BASE + TSR_GP_CLASSES - 1] + ro[4];
+      const int pos = snake(p, ro[4], n_tasks);
       tsr_task_rec tk;
       tk.batch = g.b;
       tk.head = g.h;
@@ -802,13 +973,11 @@ static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, 
     return;
   }
   const int nch = slot >= 0 ? want_chunks(p, len) : 1, q = len / nch;
-  const int ca = len_class(q), cb = len_class(q + 1);
   for (int k = lane; k < nch; k += 32) {
     const int tb = (int)((long long)k * len / nch), te = (int)((long long)(k + 1) * len / nch);
     const int size = te - tb, big_before = tb - k * q;
     const bool is_big = size == q + 1;
-    const int idx = ca == cb ? k : is_big ? big_before : k - big_before;
-    const int pos = p.counts[TSR_GP_CLASS_BASE + (is_big ? cb : ca)] + (is_big ? ro[5] : ro[4]) + idx;
+    const int pos = snake(p, is_big ? ro[5] + big_before : ro[4] + k - big_before, n_tasks);
     tsr_task_rec tk;
     tk.batch = g.b;
     tk.head = g.h;

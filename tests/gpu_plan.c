@@ -14,7 +14,10 @@
  *   - compares its counts with tsr_plan_create's for the same options
  *     (tiles, partial tiles, tasks, split rows, empty rows), and every
  *     row's tiles, membership words and chunks byte for byte
- *     (tests/plan_rows.h: the planners order tasks differently);
+ *     (tests/plan_rows.h); for row and split tasks split as the host
+ *     splits, task by task: the host planner's order (groups, longest
+ *     first, creation-order ties, the snake over a random num_sms of
+ *     1-12), members and merge records;
  *   - for uniform sizes given as a variable geometry: the whole device
  *     plan (every array) byte-identical to the uniform geometry's;
  *   - runs attention with the device plan and with the host plan on the GPU
@@ -374,6 +377,59 @@ static double mask_density(const tsr_mask *m, const tsr_geom *g, int B, int Hq)
   return sel / ((double)B * Hq * tsr_geom_seq_q(g) * tsr_geom_seq_k(g));
 }
 
+/* Every array of the two plans byte for byte. */
+static void same_bytes(const char *label, const char *what, const tsr_plan *a, const tsr_plan *b)
+{
+#define SAME(f, n) (a->n == b->n && (a->n == 0 || !memcmp(a->f, b->f, (size_t)a->n * sizeof *a->f)))
+  if (!SAME(tasks, n_tasks) || !SAME(tiles, n_tiles) || !SAME(members, n_members) ||
+      !SAME(membership, n_membership) || !SAME(merges, n_merges) || !SAME(qblk, n_qblk) ||
+      a->n_slots != b->n_slots)
+    fail(label,
+         "%s: plans differ (tasks %lld/%lld %d, tiles %lld/%lld %d, members %d, "
+         "words %lld/%lld %d, merges %d, qblk %d)",
+         what, (long long)a->n_tasks, (long long)b->n_tasks, SAME(tasks, n_tasks), (long long)a->n_tiles,
+         (long long)b->n_tiles, SAME(tiles, n_tiles), SAME(members, n_members), (long long)a->n_membership,
+         (long long)b->n_membership, SAME(membership, n_membership), SAME(merges, n_merges), SAME(qblk, n_qblk));
+#undef SAME
+}
+
+/* The device plan's tasks in the host planner's order (groups, longest
+ * first, ties in creation order, snaked by num_sms): task i of both plans
+ * serves the same row and chunk (member, tile count, partial slot), and the
+ * merge records are the same.  Absolute tile offsets may differ (the host
+ * shares the tiles of broadcast mask planes, and puts an empty row's empty
+ * range elsewhere); each row's tiles are compared by plan_rows_diff. */
+static void same_order(const char *label, const tsr_plan *dev, const tsr_plan *host)
+{
+  int64_t i;
+  if (dev->n_tasks != host->n_tasks || dev->n_members != host->n_members) {
+    fail(label, "device vs host order: %lld/%lld tasks, %lld/%lld members", (long long)dev->n_tasks,
+         (long long)host->n_tasks, (long long)dev->n_members, (long long)host->n_members);
+    return;
+  }
+  for (i = 0; i < dev->n_tasks; i++) {
+    const tsr_task_rec *a = &dev->tasks[i], *b = &host->tasks[i];
+    const tsr_member_rec *ma = &dev->members[a->member_begin], *mb = &host->members[b->member_begin];
+    if (a->batch != b->batch || a->head != b->head || a->q_tile != b->q_tile ||
+        a->tile_end - a->tile_begin != b->tile_end - b->tile_begin || a->partial != b->partial ||
+        a->n_members != 1 || b->n_members != 1 || memcmp(ma, mb, sizeof *ma)) {
+      fail(label,
+           "task %lld of %lld out of the host planner's order (num_sms %d): device (b %d h %d t %d, %d tiles, "
+           "slot %d, %d members), host (b %d h %d t %d, %d tiles, slot %d, %d members)",
+           (long long)i, (long long)host->n_tasks, host->num_sms, a->batch, a->head, a->q_tile,
+           a->tile_end - a->tile_begin, a->partial, a->n_members, b->batch, b->head, b->q_tile,
+           b->tile_end - b->tile_begin, b->partial, b->n_members);
+      return;
+    }
+  }
+  if (dev->n_merges != host->n_merges || dev->n_slots != host->n_slots ||
+      (dev->n_merges && memcmp(dev->merges, host->merges, (size_t)dev->n_merges * sizeof *dev->merges)))
+    fail(label, "device vs host merges: %lld/%lld records, %lld/%lld slots, same %d", (long long)dev->n_merges,
+         (long long)host->n_merges, (long long)dev->n_slots, (long long)host->n_slots,
+         dev->n_merges == host->n_merges &&
+             !memcmp(dev->merges, host->merges, (size_t)dev->n_merges * sizeof *dev->merges));
+}
+
 /* ---- one case ----------------------------------------------------------- */
 
 typedef struct {
@@ -413,6 +469,8 @@ static void job_init(job *jb, const char *label, int B, int Hq, int Hkv, int Sq,
   jb->dmask = upload_mask(bytes, tsr_mask_batch(m) * tsr_mask_heads(m) * tsr_mask_nq(m), (int)tsr_mask_nk(m),
                           fmt, 0);
   tsr_plan_opts_init(&jb->o);
+  /* Small grids: the snake's rounds turn within the tests' task counts. */
+  jb->o.num_sms = 1 + (int)(rnd() % 12);
   tsr_gpuplan_caps_init(&jb->caps);
   jb->caps.mask_batch = tsr_mask_batch(m);
   jb->caps.mask_heads = tsr_mask_heads(m);
@@ -462,6 +520,10 @@ static void check_job(const job *jb, tensors *x, CUstream s)
     if (plan_rows_diff(dev, host, !jb->capped, why, sizeof why))
       fail(jb->label, "device vs host plan rows: %s", why);
   }
+  /* Row and split tasks with every row split as the host splits it: the
+   * same plan, task order included (a capped one splits fewer rows). */
+  if (!jb->capped && (jb->o.tasks == TSR_TASKS_ROW || jb->o.tasks == TSR_TASKS_SPLIT))
+    same_order(jb->label, dev, host);
   if (tsr_gpuplan_stats_read(gp, &st) != 1 || st.overflow || st.tiles != ds.tiles)
     fail(jb->label, "features: step %lld overflow %d tiles %lld", (long long)st.step, st.overflow,
          (long long)st.tiles);
@@ -724,22 +786,6 @@ static tsr_plan *gpu_download(const char *label, const tsr_problem *p, const tsr
   return pl;
 }
 
-/* Every array of the two plans byte for byte. */
-static void same_bytes(const char *label, const tsr_plan *a, const tsr_plan *b)
-{
-#define SAME(f, n) (a->n == b->n && (a->n == 0 || !memcmp(a->f, b->f, (size_t)a->n * sizeof *a->f)))
-  if (!SAME(tasks, n_tasks) || !SAME(tiles, n_tiles) || !SAME(members, n_members) ||
-      !SAME(membership, n_membership) || !SAME(merges, n_merges) || !SAME(qblk, n_qblk) ||
-      a->n_slots != b->n_slots)
-    fail(label,
-         "variable vs uniform geometry: plans differ (tasks %lld/%lld %d, tiles %lld/%lld %d, members %d, "
-         "words %lld/%lld %d, merges %d, qblk %d)",
-         (long long)a->n_tasks, (long long)b->n_tasks, SAME(tasks, n_tasks), (long long)a->n_tiles,
-         (long long)b->n_tiles, SAME(tiles, n_tiles), SAME(members, n_members), (long long)a->n_membership,
-         (long long)b->n_membership, SAME(membership, n_membership), SAME(merges, n_merges), SAME(qblk, n_qblk));
-#undef SAME
-}
-
 static void var_case(const vcase *c, CUstream s)
 {
   int64_t qs[4096], ks[4096], nq, nk, Sq = 0, Sk = 0, i;
@@ -792,7 +838,7 @@ static void var_case(const vcase *c, CUstream s)
     a = gpu_download(c->label, &jb.p, &jb.o, &jb.caps, jb.dmask, jb.fmt, s);
     b = gpu_download(c->label, &pu, &jb.o, &jb.caps, jb.dmask, jb.fmt, s);
     if (a && b) {
-      same_bytes(c->label, a, b);
+      same_bytes(c->label, "variable vs uniform geometry", a, b);
       printf("  %-44s byte-identical to the uniform geometry's plan (%lld tasks, %lld tiles)\n", c->label,
              (long long)a->n_tasks, (long long)a->n_tiles);
     }

@@ -223,6 +223,9 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/pipeline_bench.py \
 	tests/device/sm80_emu.sh \
 	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
+	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
+	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
+	tests/device/sm80_emu_planner.cc
 
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh

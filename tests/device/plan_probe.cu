@@ -20,7 +20,9 @@
  * (min / mean / max over CTAs, from the first count CTA's entry).
  *
  * Kernel names and launch shapes follow the cubin: if it has
- * tsr_plan_scan, three launches (count, scan, emit), else two.  Grid sizes
+ * tsr_plan_scan, three launches (count, scan, emit); if it has
+ * tsr_plan_order (the shipped planner), count, order (one CTA a head: no
+ * GQA here), emit; else two.  Grid sizes
  * come from the rows a CTA of each kernel handles, read from the cubin's
  * global `tsr_gp_shape` (threads and rows a CTA per kernel) when present,
  * else 1024 threads x 32 rows and 256 x 8 rows (the shipped kernels).
@@ -130,6 +132,8 @@ int main(int argc, char **argv)
   p.nkt = nkt;
   p.n_rows = rows;
   p.chunk = chunk;
+  p.gsz = nqt;      /* one head a group: no GQA */
+  p.num_sms = 132;  /* the H200's, as the library's default */
   long long cap_tiles = (long long)rows * nkt;
   long long cap_slots = chunk ? std::min<long long>((long long)rows * ((nkt + chunk - 1) / chunk),
                                                      (256LL << 20) / (128 * 130 * 4))
@@ -190,7 +194,12 @@ int main(int argc, char **argv)
     c.grid = (rows + shape[1] - 1) / shape[1];
     c.name = "count";
     ls.push_back(c);
-    if (cuModuleGetFunction(&s.f, mod, "tsr_plan_scan") == CUDA_SUCCESS) {
+    if (cuModuleGetFunction(&s.f, mod, "tsr_plan_order") == CUDA_SUCCESS) {
+      s.threads = TSR_GP_ORDER_THREADS;
+      s.grid = rows / nqt;
+      s.name = "order";
+      ls.push_back(s);
+    } else if (cuModuleGetFunction(&s.f, mod, "tsr_plan_scan") == CUDA_SUCCESS) {
       s.threads = shape[4];
       s.grid = shape[5] ? (rows + shape[5] - 1) / shape[5] : 1;
       s.name = "scan";
@@ -256,7 +265,7 @@ int main(int argc, char **argv)
     if (nti) CK(cuMemcpyDtoH(ti.data(), (CUdeviceptr)(uintptr_t)p.tiles, nti * sizeof(tsr_tile_rec)));
     uint64_t h = 1469598103934665603ULL;
     h = fnv(h, cnt.data(), (TSR_GP_OVERFLOW + 1) * 4); /* not DONE, STEP, PARTIAL: bookkeeping */
-    h = fnv(h, cnt.data() + TSR_GP_EMPTY, (TSR_GP_CLASS_BASE + TSR_GP_CLASSES - TSR_GP_EMPTY) * 4);
+    h = fnv(h, cnt.data() + TSR_GP_EMPTY, (TSR_GP_COUNTS - TSR_GP_EMPTY) * 4);
     h = fnv(h, tk.data(), tk.size() * sizeof(tsr_task_rec));
     h = fnv(h, ti.data(), ti.size() * sizeof(tsr_tile_rec));
     h = fnv(h, me.data(), me.size() * sizeof(tsr_member_rec));

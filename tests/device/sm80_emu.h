@@ -40,6 +40,7 @@ struct float2 { float x, y; };
 static inline float2 make_float2(float x, float y) { return float2{ x, y }; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
 
 /* ---- runtime (sm80_emu_kernel.cc) ---- */
 extern emu_dim3 emu_block_idx, emu_grid_dim, emu_block_dim;

@@ -1,13 +1,15 @@
 #!/bin/sh
-# sm80_emu.sh: runs tests/gpu_attn on the CPU over the sm80 kernels of a
-# build's bundle, through a fake libcuda.so.1 whose kernels are the
-# templates compiled for the host (sm80_emu.h, sm80_emu_rt.cc).  A check of
+# sm80_emu.sh: runs tests/gpu_attn (or EMU_PROG, e.g. gpu_plan) on the CPU
+# over the sm80 kernels of a build's bundle and the GPU planner, through a
+# fake libcuda.so.1 whose kernels are the templates compiled for the host
+# (sm80_emu.h, sm80_emu_rt.cc, sm80_emu_planner.cc).  A check of
 # the kernels' logic for machines without a GPU: fragment layouts, masking,
 # the cp.async pipeline's waits and barriers (EMU_LATE=1 lands copies only
 # at wait_group), the merge; not of timing, occupancy or the real compiler.
 # Cost: a minute or two to build (two g++ compiles a variant), then minutes.
 #
 #   tests/device/sm80_emu.sh BUILDDIR [gpu_attn arguments]
+#   EMU_PROG=gpu_plan tests/device/sm80_emu.sh BUILDDIR --no-timing   (the planner)
 #   EMU_CC=8.9 (the sm_89 subset), EMU_LATE=1, EMU_SEED=n, EMU_SMS=n; see sm80_emu_rt.cc
 #   EMU_VARIANTS="name ..." limits the build to those variants; EMU_OUT=DIR builds
 #   there instead of BUILDDIR/emu.
@@ -42,6 +44,7 @@ for v in $vars; do
   done
 done
 $cxx -fPIC $inc -c "$here/sm80_emu_rt.cc" -o "$out/obj/rt.o"
-$cxx -shared -o "$out/libcuda.so.1" "$out/obj/rt.o" $objs
+$cxx -fPIC $inc -c "$here/sm80_emu_planner.cc" -o "$out/obj/planner.o"
+$cxx -shared -o "$out/libcuda.so.1" "$out/obj/rt.o" "$out/obj/planner.o" $objs
 echo "emu: $out/libcuda.so.1 ($(echo $vars | wc -w) variants)"
-LD_LIBRARY_PATH=$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} TSR_TOP_BUILDDIR=$b "$b/tests/gpu_attn" "$@"
+LD_LIBRARY_PATH=$out${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} TSR_TOP_BUILDDIR=$b "$b/tests/${EMU_PROG:-gpu_attn}" "$@"
