@@ -221,42 +221,25 @@ EXTRA_DIST += tests/gpu_profile.sh
 # not part of make check.
 EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/pipeline_bench.py \
-	tests/device/sm80_emu.sh \
-	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc
-	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
-	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
-	tests/device/sm80_emu_planner.cc
+	tests/device/sm80_emu.sh tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc \
+	tests/device/sm80_emu_variant.cc tests/device/sm80_emu_planner.cc \
+	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh \
+	tests/python-dist.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-op.sh tests/python_op.py tests/python-dist.sh tests/python_dist.py
 # python-diffusers.sh: tessera.diffusers on small Wan, HunyuanVideo and
 # CogVideoX transformers against their own attention under the same mask.
 TESTS += tests/python-diffusers.sh
 EXTRA_DIST += tests/python-diffusers.sh tests/python_diffusers.py
-	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
-	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
-	tests/device/torch_op.py
-
-# python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
-	tests/python-op.sh tests/python_op.py
 
 # pip-install.sh: a wheel of the package (pyproject.toml, setup.py) over
 # this build folder, installed into a temporary folder and run from there.
 TESTS += tests/pip-install.sh
 EXTRA_DIST += tests/pip-install.sh pyproject.toml setup.py
-	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
-	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
-	tests/device/dist_one.py tests/device/dist_bench.py
-
-# python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-dist.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
-	tests/python-dist.sh tests/python_dist.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).
