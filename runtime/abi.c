@@ -11,6 +11,7 @@
 /* Every plain struct of tessera.h that a binding passes by pointer. */
 #define TSR_ABI_TYPES(X)                                                     \
   X(tsr_error)                                                               \
+  X(tsr_array)                                                               \
   X(tsr_problem)                                                             \
   X(tsr_plan_opts)                                                           \
   X(tsr_plan_summary)                                                        \

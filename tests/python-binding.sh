@@ -16,22 +16,12 @@
 # for the tensors and for GpuPlan, which need a GPU; the GPU templates' re-selection
 # follows what tsr_gpuplan_reselect answers (a stand-in here: it needs a GPU plan).
 # Skips (77) without python3 or the shared library, and in the sanitizer build.
-top=${TSR_TOP_BUILDDIR:-.}
-src=${TSR_TOP_SRCDIR:-.}
-lib=$top/.libs/libtessera.so
-command -v python3 >/dev/null 2>&1 || { echo "python-binding: no python3"; exit 77; }
-[ -f "$lib" ] || { echo "python-binding: no $lib (static-only build)"; exit 77; }
-# A sanitizer build's library needs the ASan runtime loaded before python
-# itself; the binding is checked in the normal build.
-if ldd "$lib" 2>/dev/null | grep -q libasan; then
-  echo "python-binding: $lib is built with AddressSanitizer"
-  exit 77
-fi
+. "${TSR_TOP_SRCDIR:-.}/tests/python-env.sh" python-binding
 # Names used before they are defined only fail when that line runs on a
 # GPU: pyflakes finds them here (installed by scripts/setup-common).
 if command -v pyflakes3 >/dev/null 2>&1; then
   pyflakes3 "$src"/python/tessera/*.py "$src/scripts/bench-vs-torch" "$src"/tests/device/*.py \
-    "$src/tests/gpu_python_leak.py" || exit 1
+    "$src"/tests/*.py || exit 1
 else
   echo "python-binding: pyflakes3 not installed, lint skipped"
 fi
@@ -182,7 +172,7 @@ except tessera.TesseraError as e:
 else:
     raise AssertionError("a missing database was accepted")
 # ---- the struct mirrors against the library ---------------------------------
-MIRRORS = {"tsr_error": "_Error", "tsr_problem": "_Problem", "tsr_plan_opts": "_PlanOpts",
+MIRRORS = {"tsr_error": "_Error", "tsr_array": "_Array", "tsr_problem": "_Problem", "tsr_plan_opts": "_PlanOpts",
            "tsr_context_opts": "_ContextOpts", "tsr_gpu_tensors": "_GpuTensors",
            "tsr_plan_summary": "_Summary", "tsr_features": "_Features",
            "tsr_selection": "_Selection", "tsr_gpuplan_caps": "_GpuPlanCaps",
