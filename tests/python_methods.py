@@ -282,6 +282,52 @@ qs = q.transpose(1, 2).contiguous()
 y = mm.order.permute(qs, "bshd")
 same("svg order bshd", torch.equal(y.transpose(1, 2), mm.order.permute(q)), True)
 
+# ---- end to end: tessera.attention (the CPU path) with each method's mask ----
+
+
+def token_ids(geom, n):
+    """Block of every token for a (bq, bk)-style size or a list of sizes."""
+    if isinstance(geom, int):
+        return torch.arange(n) // geom
+    return torch.repeat_interleave(torch.arange(len(geom)), torch.tensor(geom))
+
+
+def reference(mm, q, k, v):
+    """float64 attention over the token mask the block mask means, in the
+    method's order, put back: what attend() must give."""
+    o = mm.order
+    qp, kp, vp = (o.permute(x.double()) for x in (q, k, v))
+    n = q.shape[2]
+    qi, ki = token_ids(mm.block[0], n), token_ids(mm.block[1], n)
+    tm = mm.mask[:, :, qi][:, :, :, ki]
+    s = (qp @ kp.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    p = torch.softmax(s.masked_fill(~tm, float("-inf")), -1).nan_to_num(0.0)
+    return o.unpermute(p @ vp)
+
+
+if os.environ.get("TESSERA_LIBRARY"):
+    grid = (rng.randint(5, 7), rng.randint(5, 10), rng.randint(5, 10))
+    n = grid[0] * grid[1] * grid[2]
+    b, h, d = 1, 2, 32
+    q64, k64 = rope_qk(b, h, grid, d)
+    q, k, v = q64.float(), k64.float(), torch.randn(b, h, n, d)
+    for name, mm in (("vsa", M.vsa(q, k, grid, sparsity=0.75)),
+                     ("sta", M.sta(q, grid, [(1, 1, 1), (2, 1, 2)], tile=(3, 4, 4))),
+                     ("radial", M.radial(q, grid, block=32)),
+                     ("sparge", M.sparge(q, k, grid, tau=0.9, block=(32, 16))),
+                     ("svg", M.svg(q, k, v, grid, samples=8))):
+        out = M.attend(mm, q, k, v)
+        ref = reference(mm, q, k, v)
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        same(f"attend {name} on CPU tensors: relative error {err:.2e}", err < 1e-4, True)
+        print(f"python-methods: attend {name}: density {mm.mask.float().mean().item():.3f}, "
+              f"max relative error {err:.1e} against float64")
+        # The mask must matter: dense attention differs from it.
+        dense = torch.nn.functional.scaled_dot_product_attention(q64, k64, v.double())
+        same(f"{name} mask is not dense", mm.mask.all().item() or (dense - ref).abs().max() > 1e-3, True)
+else:
+    print("python-methods: no TESSERA_LIBRARY: end-to-end attention skipped")
+
 # ---- bad input: one clear error ----------------------------------------------
 
 for fn, words in ((lambda: M.vsa(q, k, (t, hh, ww + 1)), "has"),
