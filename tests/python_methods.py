@@ -9,7 +9,10 @@ with the C rule fed the same pooled inputs (the producer's own pooling, in
 float64, written to .npy); the pooling, the token orders and the
 self-similarity are checked against float64 brute force over the corpus's
 own layouts (its perm and block starts); ties in the rules' scores go to the
-lower block index in both.  Everything runs on CPU tensors."""
+lower block index in both.  Each producer runs end to end through
+tessera.attention's CPU path, and traces under torch.compile(fullgraph=True)
+and on meta tensors (nothing reads a tensor's value on the host).  Everything
+runs on CPU tensors."""
 import math
 import os
 import random
@@ -327,6 +330,31 @@ if os.environ.get("TESSERA_LIBRARY"):
         same(f"{name} mask is not dense", mm.mask.all().item() or (dense - ref).abs().max() > 1e-3, True)
 else:
     print("python-methods: no TESSERA_LIBRARY: end-to-end attention skipped")
+
+# ---- no host synchronisation: each producer traces as one graph ----------------
+# torch.compile(fullgraph=True) refuses a graph break, which .item(), .tolist(),
+# nonzero or any data-dependent shape would cause (each a host sync on a GPU).
+grid = (rng.randint(3, 6), rng.randint(3, 7), rng.randint(3, 7))
+n = grid[0] * grid[1] * grid[2]
+q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
+for name, fn in (("vsa", lambda q, k, v: M.vsa(q, k, grid)),
+                 ("sta", lambda q, k, v: M.sta(q, grid, (2, 2, 2), tile=(2, 4, 4))),
+                 ("radial", lambda q, k, v: M.radial(q, grid, block=32)),
+                 ("sparge", lambda q, k, v: M.sparge(q, k, grid, block=(32, 16))),
+                 ("svg", lambda q, k, v: M.svg(q, k, v, grid, samples=8))):
+    want = fn(q, k, v)  # the geometry's cached tensors, built eagerly first
+    got = torch.compile(fn, fullgraph=True, backend="eager")(q, k, v)
+    same(f"{name} under torch.compile(fullgraph=True)", torch.equal(got.mask, want.mask), True)
+# On meta tensors (shapes, no data) anything that reads a value on the host
+# (.item(), .tolist(), .cpu(), nonzero, boolean indexing) raises: a producer
+# that runs there synchronises nothing on a GPU.
+qm, km, vm = (x.to("meta") for x in (q, k, v))
+for name, fn in (("vsa", lambda: M.vsa(qm, km, grid)), ("sta", lambda: M.sta(qm, grid, (2, 2, 2))),
+                 ("radial", lambda: M.radial(qm, grid, block=32)),
+                 ("sparge", lambda: M.sparge(qm, km, grid, block=(32, 16))),
+                 ("svg", lambda: M.svg(qm, km, vm, grid, samples=8))):
+    mm = fn()
+    same(f"{name} on meta tensors", (mm.mask.device.type, mm.mask.dtype) == ("meta", torch.bool), True)
 
 # ---- bad input: one clear error ----------------------------------------------
 
