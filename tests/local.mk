@@ -222,11 +222,13 @@ EXTRA_DIST += tests/gpu_profile.sh
 EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
 	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
-	tests/device/methods_bench.py
+	tests/device/torch_op.py tests/device/methods_bench.py
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-op.sh tests/python_op.py
 # tessera.methods against the corpus generator's rules (methods_rule: the
 # C rules as a command, fed the same pooled inputs).
 check_PROGRAMS += tests/methods_rule
@@ -236,13 +238,6 @@ tests_methods_rule_LDADD = $(TSR_CORPUS_LIB) $(TSR_LIBS) $(JANSSON_LIBS)
 tests_methods_rule_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/python-methods.sh
 EXTRA_DIST += tests/python-methods.sh tests/python_methods.py
-	tests/device/torch_op.py
-
-# python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
-	tests/python-op.sh tests/python_op.py
 
 # pip-install.sh: a wheel of the package (pyproject.toml, setup.py) over
 # this build folder, installed into a temporary folder and run from there.
