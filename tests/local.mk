@@ -223,7 +223,8 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/pipeline_bench.py \
 	tests/device/sm80_emu.sh tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc \
 	tests/device/sm80_emu_variant.cc tests/device/sm80_emu_planner.cc \
-	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py
+	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py \
+	tests/device/methods_bench.py
 
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh \
@@ -235,6 +236,15 @@ EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_
 # CogVideoX transformers against their own attention under the same mask.
 TESTS += tests/python-diffusers.sh
 EXTRA_DIST += tests/python-diffusers.sh tests/python_diffusers.py
+# tessera.methods against the corpus generator's rules (methods_rule: the
+# C rules as a command, fed the same pooled inputs).
+check_PROGRAMS += tests/methods_rule
+tests_methods_rule_SOURCES = tests/methods_rule.c
+tests_methods_rule_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/profiler
+tests_methods_rule_LDADD = $(TSR_CORPUS_LIB) $(TSR_LIBS) $(JANSSON_LIBS)
+tests_methods_rule_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+TESTS += tests/python-methods.sh
+EXTRA_DIST += tests/python-methods.sh tests/python_methods.py
 
 # pip-install.sh: a wheel of the package (pyproject.toml, setup.py) over
 # this build folder, installed into a temporary folder and run from there.

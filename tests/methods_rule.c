@@ -10,6 +10,7 @@
  *   methods_rule cdf PROB TAU MIN_KEEP OUT        per-row CDF threshold
  *   methods_rule vsa PQ PK HEAD_DIM K OUT         logits, softmax, top-k (VSA)
  *   methods_rule sparge PQ PK SELFQ SELFK HEAD_DIM TAU TOPF THETA SINK OUT
+ *   methods_rule sparge-prob PROB SELFQ SELFK TAU TOPF THETA SINK OUT
  *   methods_rule svg NB BLOCK N DENSITY SINK_TOKENS OUT
  *   methods_rule sta G0 G1 G2 K0 K1 K2 OUT
  *   methods_rule radial FRAMES FRAME_TOKENS BLOCK DECAY SINK OUT
@@ -124,16 +125,20 @@ int main(int argc, char **argv)
     if (tsr_corpus_topk(p, nq, nk, atoll(argv[5]), plane, &err))
       die("topk", &err);
     free(p);
-  } else if (!strcmp(cmd, "sparge") && argc == 12) {
-    double *p = probs(argv[2], argv[3], atoi(argv[6]), &nq, &nk), *sq, *sk;
+  } else if ((!strcmp(cmd, "sparge") && argc == 12) || (!strcmp(cmd, "sparge-prob") && argc == 10)) {
+    /* sparge-prob: the probabilities given, not made from pooled vectors. */
+    int given = !strcmp(cmd, "sparge-prob"), a = given ? 3 : 4;
+    double *p = given ? load_f64(argv[2], &nq, &nk, 1) : probs(argv[2], argv[3], atoi(argv[6]), &nq, &nk);
+    double *sq, *sk;
     int64_t n1, n2;
-    sq = load_f64(argv[4], &n1, &one, 0);
-    sk = load_f64(argv[5], &n2, &one, 0);
+    sq = load_f64(argv[a], &n1, &one, 0);
+    sk = load_f64(argv[a + 1], &n2, &one, 0);
     if (n1 != nq || n2 != nk)
       die("self-similarity vectors do not match the pooled blocks", NULL);
+    a += given ? 2 : 3;
     plane = plane_new(nq, nk);
-    if (tsr_corpus_sparge(p, sq, sk, nq, nk, atof(argv[7]), atof(argv[8]), atof(argv[9]),
-                          atoi(argv[10]), plane, &err))
+    if (tsr_corpus_sparge(p, sq, sk, nq, nk, atof(argv[a]), atof(argv[a + 1]), atof(argv[a + 2]),
+                          atoi(argv[a + 3]), plane, &err))
       die("sparge", &err);
     free(p);
     free(sq);

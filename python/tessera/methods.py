@@ -485,6 +485,36 @@ def _svg_static(grid, block, density, sink, device):
     return sp, tm, perm, pos
 
 
+def _svg_rows(grid, block, density, sink, samples, pos):
+    """SVG's sampled query rows (evenly spaced, frame-major) and the token
+    masks [samples, S] the spatial and temporal patterns give them."""
+    t, h, w = grid
+    f, n = h * w, t * h * w
+    wtok = n * (1.0 - math.sqrt(1.0 - density))
+    rows = (torch.arange(samples, device=pos.device) * n) // samples + n // (2 * samples)
+    j = torch.arange(n, device=pos.device)
+
+    def allowed(rp, kp, sink_tokens):
+        return (((rp // block)[:, None] - (kp // block)[None, :]).abs() * block <= wtok) | \
+            ((kp // block) * block < sink_tokens)[None, :]
+    return rows, allowed(rows, j, f if sink else 0), allowed(pos[rows], pos, 0)
+
+
+def _svg_errors(qb, kb, vb, rows, m_sp, m_tm, scale):
+    """Mean squared error [B, H] of the sampled rows' attention output under
+    the spatial and the temporal pattern against dense: one score matmul
+    (reads k once), the three weightings stacked into one matmul with v
+    (reads v once), the softmax normalisers summed from the same weights."""
+    ls = torch.matmul(qb.index_select(2, rows), kb.transpose(-1, -2)).to(_acc(qb)) * scale
+    e = torch.exp(ls - ls.amax(-1, keepdim=True))
+    wts = torch.stack([e, e * m_sp, e * m_tm], 2)  # [B, H, 3, samples, S]
+    z = wts.sum(-1, keepdim=True)
+    o = torch.matmul(wts.flatten(2, 3).to(vb.dtype), vb).to(e.dtype).unflatten(2, (3, rows.numel()))
+    o = o / z
+    return (o[:, :, 1] - o[:, :, 0]).square().mean((-1, -2)), \
+        (o[:, :, 2] - o[:, :, 0]).square().mean((-1, -2))
+
+
 def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="bhsd",
         scale=None):
     """Sparse VideoGen: every head is spatial (a band of frames in frame-major
@@ -498,32 +528,22 @@ def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="b
     frame's tokens below 256 (195 for Wan 480p); order: per head (temporal
     heads in (spatial, frame) order), so permute q, k and v with it.
     info["temporal"]: bool [B, H].  Needs as many key as query heads.
-    Cost: 3 attention passes over the sampled rows (3 x samples / S of a
-    dense attention), then a select between two cached masks."""
+    Cost: the sampled rows' scores against every key and their three
+    weighted sums of v (reads k and v once; 3 x samples x S weights), then
+    a select between two cached masks."""
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     b, h, s, d = qb.shape
     if kb.shape[1] != h:
         raise ValueError(f"svg needs as many key heads as query heads ({kb.shape[1]} != {h})")
-    t, hh, ww = grid = _grid(grid, s)
+    _, hh, ww = grid = _grid(grid, s)
     f = hh * ww
     block = int(block or svg_block(f))
     sp, tm, perm, pos = _cached(("svg", grid, block, float(density), bool(sink), str(q.device)),
                                 lambda: _svg_static(grid, block, density, sink, q.device))
-    wtok = s * (1.0 - math.sqrt(1.0 - density))
-    rows = (torch.arange(samples, device=q.device) * s) // samples + s // (2 * samples)
-    j = torch.arange(s, device=q.device)
-
-    def allowed(rp, kp, sink_tokens):
-        return (((rp // block)[:, None] - (kp // block)[None, :]).abs() * block <= wtok) | \
-            ((kp // block) * block < sink_tokens)[None, :]
-    m_sp = allowed(rows, j, f if sink else 0)
-    m_tm = allowed(pos[rows], pos, 0)
-    qs = qb.index_select(2, rows)
-    sc = _scale(scale, d)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    full = sdpa(qs, kb, vb, scale=sc).float()
-    err_sp = (sdpa(qs, kb, vb, attn_mask=m_sp, scale=sc).float() - full).square().mean((-1, -2))
-    err_tm = (sdpa(qs, kb, vb, attn_mask=m_tm, scale=sc).float() - full).square().mean((-1, -2))
+    rows, m_sp, m_tm = _cached(("svg-rows", grid, block, float(density), bool(sink), int(samples),
+                                str(q.device)),
+                               lambda: _svg_rows(grid, block, density, sink, samples, pos))
+    err_sp, err_tm = _svg_errors(qb, kb, vb, rows, m_sp, m_tm, _scale(scale, d))
     temporal = err_tm < err_sp
     mask = torch.where(temporal[:, :, None, None], tm, sp)
     ident = torch.arange(s, device=q.device)

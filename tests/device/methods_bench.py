@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""methods_bench.py: the cost of each tessera.methods producer against the
+attention it prepares, on the GPU (tests/device/run BUILDDIR methods).
+
+Default shape: Wan2.1-1.3B at 480p, 81 frames (latent grid 21x30x52,
+32,760 tokens), 12 heads, head dim 128, bf16, batch 1.  q and k carry a 3D
+rotary phase on a per-head vector plus noise (attention that decays with
+distance, as a DiT's), so the data-dependent masks have realistic density.
+
+For each method it times, with CUDA events (median of --reps calls after a
+warm-up that builds the cached geometry and the GPU plan templates):
+    producer   the mask from live q, k (tessera.methods.<method>), eager
+               (the budget's figure) and as a CUDA graph replay
+    permute    q, k, v into the method's order and the output back
+    attention  tessera.attention with the CUDA mask and the geometry (GPU
+               planning + kernel), on the permuted tensors
+and prints producer / attention (the budget is 5%) and permute / attention.
+Dense cuDNN SDPA is timed beside them for scale.
+
+It also proves each producer synchronises nothing: an eager call under
+torch.cuda.set_sync_debug_mode("error"), and a CUDA-graph capture replayed
+on new q, k whose mask must equal an eager call on them.
+Exit status 1 when a producer is over budget or a check fails.
+--device cpu is a dry run of the script itself (small grids, float32, the
+CPU path; wall-clock timing, no graph or sync checks)."""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+import tessera
+from tessera import methods as M
+
+DEVICE = "cuda"
+
+
+def rope_qk(b, h, grid, d, dtype, gen):
+    t, hh, ww = grid
+    n = t * hh * ww
+    dev = gen.device
+    pos = torch.stack(torch.meshgrid(torch.arange(t, device=dev), torch.arange(hh, device=dev),
+                                     torch.arange(ww, device=dev), indexing="ij"), -1)
+    pos = pos.reshape(n, 3).float()
+    # Wan's split of the head dim over t, h, w; RoPE frequencies per axis.
+    split = [d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)]
+    ang = []
+    for a, c in enumerate(split):
+        om = 10000.0 ** (-torch.arange(c // 2, device=dev).float() * 2 / c)
+        ang.append(pos[:, a:a + 1] * om)
+    ang = torch.cat(ang, -1)  # [n, d/2]
+
+    def one():
+        u = torch.randn(b, h, 1, d // 2, 2, device=dev, generator=gen) * 1.6
+        re, im = u[..., 0], u[..., 1]
+        c, s = torch.cos(ang), torch.sin(ang)
+        x = torch.stack([re * c - im * s, re * s + im * c], -1).flatten(-2)
+        return (x + torch.randn(b, h, n, d, device=dev, generator=gen)).to(dtype)
+    return one(), one()
+
+
+def timed(fn, reps):
+    """Median milliseconds of fn() over reps calls: on the GPU, CUDA events
+    with the host ahead of the GPU; on the CPU (dry run), wall clock."""
+    ts = []
+    if not torch.cuda.is_available() or DEVICE == "cpu":
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(1e3 * (time.perf_counter() - t0))
+        return statistics.median(ts)
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # The GPU sleeps ~5 ms first, so the host enqueues fn() ahead of it
+        # (as in a pipeline): the events time the GPU's work, not Python's.
+        torch.cuda._sleep(10_000_000)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def checks(make, q, k, v, q2, k2):
+    """(no-sync verdict, graph verdict, graph replay ms) of one producer."""
+    # No host synchronisation: an eager call that would sync raises here.
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        make(q, k, v)
+        nosync = "no-sync"
+    except RuntimeError as e:
+        nosync = f"SYNC ({e})"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    # CUDA graph: capture with q, k; replay on q2, k2; compare with eager.
+    sq, sk = q.clone(), k.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        make(sq, sk, v)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            gm = make(sq, sk, v)
+        sq.copy_(q2)
+        sk.copy_(k2)
+        g.replay()
+        want = make(q2, k2, v)
+        ok = torch.equal(gm.mask, want.mask)
+        graph = "graph-replay-ok" if ok else "GRAPH MISMATCH"
+        ms = timed(g.replay, 10)
+    except RuntimeError as e:
+        graph, ms = f"GRAPH FAILED ({str(e).splitlines()[0]})", float("nan")
+    return nosync, graph, ms
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=0.05)
+    ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
+    cuda = a.device == "cuda"
+    dt = torch.bfloat16 if cuda else torch.float32
+    grid, h, d = tuple(a.grid), a.heads, a.dim
+    n = grid[0] * grid[1] * grid[2]
+    gen = torch.Generator(device=a.device).manual_seed(a.seed)
+    q, k = rope_qk(1, h, grid, d, dt, gen)
+    v = torch.randn(q.shape, device=a.device, dtype=dt, generator=gen)
+    q2, k2 = rope_qk(1, h, grid, d, dt, gen)
+    print(f"methods_bench: {torch.cuda.get_device_name() if cuda else 'CPU dry run'}, grid "
+          f"{grid[0]}x{grid[1]}x{grid[2]} ({n} tokens), {h} heads, d{d}, {dt}, median of {a.reps}")
+    producers = {
+        "vsa": lambda q, k, v: M.vsa(q, k, grid, sparsity=0.875),
+        "sta": lambda q, k, v: M.sta(q, grid, (3, 3, 3)),
+        "svg": lambda q, k, v: M.svg(q, k, v, grid, density=0.3, sink=True),
+        "radial": lambda q, k, v: M.radial(q, grid, decay=0.2, sink=True),
+        "sparge": lambda q, k, v: M.sparge(q, k, grid, tau=0.95),
+    }
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION if cuda else SDPBackend.MATH]):
+        sdpa(q, k, v)
+        dense = timed(lambda: sdpa(q, k, v), a.reps)
+    print(f"dense cuDNN SDPA: {dense:.3f} ms")
+    print(f"{'method':8} {'density':>8} {'blocks':>12} {'producer':>10} {'graph':>9} {'permute':>9} "
+          f"{'attention':>10} {'prod/attn':>10} {'perm/attn':>10}  checks")
+    rc = 0
+    for name in a.methods.split(","):
+        make = producers[name]
+        mm = make(q, k, v)  # builds the cached geometry
+        nosync, graph, t_graph = "", "", float("nan")
+        if cuda:
+            torch.cuda.synchronize()
+            nosync, graph, t_graph = checks(make, q, k, v, q2, k2)
+            rc |= 0 if nosync == "no-sync" and graph == "graph-replay-ok" else 1
+        o = mm.order
+        qp, kp, vp = o.permute(q), o.permute(k), o.permute(v)
+        for _ in range(3):  # the GPU templates' regime settles
+            out = tessera.attention(qp, kp, vp, mm.mask, block=mm.block)
+        if cuda:
+            torch.cuda.synchronize()
+        t_prod = timed(lambda: make(q, k, v), a.reps)
+        t_perm = timed(lambda: (o.permute(q), o.permute(k), o.permute(v), o.unpermute(out)), a.reps)
+        t_attn = timed(lambda: tessera.attention(qp, kp, vp, mm.mask, block=mm.block), a.reps)
+        ratio = t_prod / t_attn
+        over = ratio > a.budget
+        rc |= 1 if over else 0
+        geom = (f"{len(mm.block[0])} var" if not isinstance(mm.block[0], int)
+                else f"{mm.block[0]}x{mm.block[1]}")
+        print(f"{name:8} {mm.mask.float().mean().item():8.3f} {geom:>12} {t_prod:9.3f}ms "
+              f"{t_graph:8.3f}ms {t_perm:8.3f}ms {t_attn:9.3f}ms {100 * ratio:9.2f}% {100 * t_perm / t_attn:9.2f}%  "
+              f"{nosync} {graph}{' OVER BUDGET' if over else ''}")
+        sys.stdout.flush()
+    print(f"methods_bench: budget {100 * a.budget:.0f}% of the attention: "
+          f"{'all within' if rc == 0 else 'FAILED (see above)'}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
