@@ -86,7 +86,8 @@ class _PlanOpts(ctypes.Structure):
     _fields_ = [("tile_m", ctypes.c_int), ("tile_n", ctypes.c_int),
                 ("mapping", ctypes.c_int), ("tasks", ctypes.c_int),
                 ("num_sms", ctypes.c_int), ("arch", ctypes.c_char_p),
-                ("variant", ctypes.c_char_p), ("split_tiles", ctypes.c_int)]
+                ("variant", ctypes.c_char_p), ("split_tiles", ctypes.c_int),
+                ("precision", ctypes.c_int)]
 
 
 class _ContextOpts(ctypes.Structure):
