@@ -722,6 +722,13 @@ START_TEST(test_names_and_rejects)
   o.precision = (tsr_precision)2;
   ck_assert_int_eq(tsr_plan_opts_check(&o, &err), TSR_ERR_INVALID);
   ck_assert_ptr_nonnull(strstr(err.text, "precision 2"));
+  {
+    /* the rule reads k_chan alone; the other spreads do not trigger it */
+    tsr_fp8_head_stats st = {100.0f, 100.0f, 100.0f, TSR_FP8_K_CHAN_MAX};
+    ck_assert_int_eq(tsr_fp8_falls_back(&st), 0);
+    st.k_chan = nextafterf(TSR_FP8_K_CHAN_MAX, 1e9f);
+    ck_assert_int_ne(tsr_fp8_falls_back(&st), 0);
+  }
 }
 END_TEST
 
