@@ -29,7 +29,10 @@ xDiT's ulysses-low layout shard it.
   match the query heads.
 - Ring (degree R): each rank keeps its query chunk and receives the other
   ranks' key/value chunks hop by hop (hop t: from the rank t places before
-  it in the ring, the next hop's transfer posted before this hop's compute);
+  it in the ring, sent by the rank that holds it rather than forwarded by
+  each rank between, so a chunk nobody further needs is not moved; each
+  hop still moves one chunk in and one out per rank; the next hop's
+  transfer is posted before this hop's launch);
   every hop runs Tessera on the cross-length block mask of (query chunk, key
   chunk) with lse, and the partial outputs merge by log-sum-exp in float32.
   Chunk boundaries need not fall on block boundaries: a block that
