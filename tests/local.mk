@@ -229,6 +229,18 @@ TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh te
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
 	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
 	tests/python-dist.sh tests/python_dist.py
+	tests/device/torch_op.py
+
+# python binding
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
+EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
+	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
+	tests/python-op.sh tests/python_op.py
+
+# pip-install.sh: a wheel of the package (pyproject.toml, setup.py) over
+# this build folder, installed into a temporary folder and run from there.
+TESTS += tests/pip-install.sh
+EXTRA_DIST += tests/pip-install.sh pyproject.toml setup.py
 
 # internal-symbols.sh: no non-static function without a caller in another
 # file (nm over the libraries, the commands and the tests).

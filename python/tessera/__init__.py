@@ -1,7 +1,8 @@
 """tessera: a thin ctypes binding over libtessera for diffusion pipelines.
 
 No compile step: the shared library is found through $TESSERA_LIBRARY, then
-the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
+the one `pip install .` put inside this package (tessera/_lib/, with its
+kernel bundle), then the installed libtessera.so.  Importing needs neither PyTorch nor a GPU;
 running needs both.  Tensors are CUDA tensors (bf16 or fp16) shaped
 [B, H, S, D] (SDPA) or [B, S, H, D] (most DiT code); the binding passes their
 pointers, strides and the current stream, so a call is asynchronous and can
@@ -53,6 +54,7 @@ make it (call once) before capturing a graph.
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 
 __all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "default_context",
@@ -183,18 +185,41 @@ def _check_abi(lib, path):
 
 
 _lib = None
+# What `pip install .` puts inside the package (setup.py): the library and
+# the kernel bundle of one build.
+_PKG_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib")
+_PKG_BUNDLE = os.path.join(_PKG_LIB, "bundle")
+
+
+def _library_path():
+    """$TESSERA_LIBRARY, else the package's own library, else the installed one."""
+    own = os.path.join(_PKG_LIB, "libtessera.so")
+    return (os.environ.get("TESSERA_LIBRARY") or (own if os.path.exists(own) else None)
+            or ctypes.util.find_library("tessera"))
+
+
+def _bundle_dir(asked):
+    """The bundle a context loads: the one asked for, else $TESSERA_BUNDLE
+    (None: libtessera reads it), else the package's own when the library is
+    the package's (one build's pair), else libtessera's installed default."""
+    if asked or os.environ.get("TESSERA_BUNDLE"):
+        return asked or None
+    if library()._path == os.path.join(_PKG_LIB, "libtessera.so") and os.path.isdir(_PKG_BUNDLE):
+        return _PKG_BUNDLE
+    return None
 
 
 def library():
-    """Loads libtessera once: $TESSERA_LIBRARY, else the installed library."""
+    """Loads libtessera once (_library_path says where from)."""
     global _lib
     if _lib is not None:
         return _lib
-    path = os.environ.get("TESSERA_LIBRARY") or ctypes.util.find_library("tessera")
+    path = _library_path()
     if not path:
         raise TesseraError("libtessera not found: set TESSERA_LIBRARY to the path of "
-                           "libtessera.so or install Tessera")
+                           "libtessera.so, or pip install Tessera's source tree")
     lib = ctypes.CDLL(path)
+    lib._path = path
     _check_abi(lib, path)
     P, I64, I, V = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, None
     sigs = {
@@ -273,7 +298,7 @@ class Context:
         # attention()'s GPU plan templates made with this context, by shape
         # (_GpuTemplates): they live and die with it.
         self._gpuplans = {}
-        lib = library()
+        lib = self._lib = library()  # close() runs at interpreter exit too: no lookups then
         if device != NO_DEVICE:
             torch = _torch()
             if device is None:
@@ -283,6 +308,7 @@ class Context:
         lib.tsr_context_opts_init(ctypes.byref(o))
         o.device = device
         o.db_path = db.encode() if db else None
+        bundle = _bundle_dir(bundle)
         o.bundle_dir = bundle.encode() if bundle else None
         self._keep = (o.db_path, o.bundle_dir)
         h, err = ctypes.c_void_p(), _Error()
@@ -299,7 +325,7 @@ class Context:
         for tp in templates.values():
             tp.close()
         if getattr(self, "_h", None):
-            library().tsr_context_destroy(self._h)
+            self._lib.tsr_context_destroy(self._h)
             self._h = None
 
     __del__ = close
@@ -419,7 +445,7 @@ class Plan:
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
                  scale=None, tile=None, mapping="auto", tasks="auto", select=True, upload=True):
         lib, torch = library(), _torch()
-        self.ctx = context
+        self._lib, self.ctx = lib, context
         err = _Error()
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
                               dtype, layout, scale, tile, mapping, tasks)
@@ -472,7 +498,7 @@ class Plan:
         return out
 
     def close(self):
-        lib = library()
+        lib = self.__dict__.get("_lib") or library()
         for attr, fn in (("_h", lib.tsr_plan_destroy), ("_mask", lib.tsr_mask_destroy),
                          ("_geom", lib.tsr_geom_destroy)):
             if getattr(self, attr, None):
@@ -605,7 +631,7 @@ class GpuPlan:
         lib = library()
         if getattr(lib, "tsr_gpuplan_create", None) is None:
             raise TesseraError("this libtessera has no GPU planning (tsr_gpuplan_create)")
-        self.ctx = context
+        self._lib, self.ctx = lib, context
         err = _Error()
         self._h = None
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
@@ -682,7 +708,7 @@ class GpuPlan:
                 for f, _ in _Summary._fields_}
 
     def close(self):
-        lib = library()
+        lib = self.__dict__.get("_lib") or library()
         if getattr(self, "_h", None):
             lib.tsr_gpuplan_destroy(self._h)
             self._h = None
@@ -763,7 +789,7 @@ def last_selection():
 
 
 def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd",
-              scale=None, out=None, lse=None, select=True, **plan_kw):
+              scale=None, out=None, lse=None, select=True, return_lse=False, **plan_kw):
     """One request: selection + planning + execution.  Returns the output.
 
     A CUDA block mask is planned on the GPU with a cached GpuPlan template
@@ -776,7 +802,27 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     CPU tensors (float32, bf16 or fp16; a CPU mask) run the plan the lookup
     table selects through the CPU plan executor, in float32, with a
     host-only default context (device NO_DEVICE) unless context= is given:
-    synchronous and slow, for tests and machines without a GPU."""
+    synchronous and slow, for tests and machines without a GPU.
+
+    return_lse=True returns (out, lse), lse float32 [B, Hq, Sq] (natural
+    log, -inf for a row with nothing selected).  Without context=, out=,
+    lse= or plan options, the call goes through the torch op
+    tessera::attention (torch.ops.tessera.attention, see _register_op), so
+    torch.compile(fullgraph=True) traces it and a CUDA graph captures it;
+    with any of them it runs directly (eager only)."""
+    op = _OP if _OP is not None else _load_op(q)
+    if op is not None and context is None and out is None and lse is None and not plan_kw:
+        o, lse = op(q, k, v, block_mask, *_block_args(block), layout, scale, select, return_lse)
+        return (o, lse) if return_lse else o
+    if return_lse and lse is None:
+        b, hq, sq, _, _ = _layout_of(q, layout)
+        lse = _torch().empty((b, hq, sq), dtype=_torch().float32, device=q.device)
+    o = _attention(q, k, v, block_mask, block, context, layout, scale, out, lse, select, plan_kw)
+    return (o, lse) if return_lse else o
+
+
+def _attention(q, k, v, block_mask, block, context, layout, scale, out, lse, select, plan_kw):
+    """attention() without the op: what the op's kernels run."""
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)
     _check_shapes(q, k, v, layout)
@@ -851,6 +897,83 @@ _pending = []
 _last_selection = {"selected_by": None, "selection": None}
 
 
+# ---- the torch op -----------------------------------------------------------
+# tessera::attention(Tensor q, Tensor k, Tensor v, Tensor block_mask,
+#     bool variable, int[] block_q, int[] block_k, str layout, float? scale,
+#     bool select, bool return_lse) -> (Tensor out, Tensor lse)
+# block_q, block_k: [bq], [bk] (uniform) or every block's size (variable).
+# lse: float32 [B, Hq, Sq], or [0] when return_lse is false.  One kernel for
+# CPU and CUDA: _attention (CPU tensors: the CPU plan executor; CUDA tensors:
+# the GPU path); a fake kernel gives the shapes, so torch.compile traces it
+# without running it.  Registered when tessera is imported after torch, or on
+# the first attention() call with a tensor (importing tessera needs no torch).
+_OP = None
+_op_lock = threading.Lock()
+
+
+def _block_args(block):
+    """block as the op's (variable, block_q, block_k)."""
+    if _is_variable(block):
+        qs, ks = _block_key(block)
+        return True, [int(x) for x in qs], [int(x) for x in ks]
+    return False, [int(block[0])], [int(block[1])]
+
+
+def _lse_shape(q, layout):
+    if q.dim() != 4 or layout not in ("bhsd", "bshd"):
+        raise TesseraError(f"expected a 4-D q and layout bhsd or bshd, got shape {tuple(q.shape)} "
+                           f"and layout '{layout}'")
+    b, x, y, _ = q.shape
+    return (b, x, y) if layout == "bhsd" else (b, y, x)
+
+
+def _op_kernel(q, k, v, block_mask, variable, block_q, block_k, layout, scale, select, return_lse):
+    torch = _torch()
+    if not variable and (len(block_q), len(block_k)) != (1, 1):
+        raise TesseraError(f"uniform blocks take one size each, got block_q {list(block_q)} and "
+                           f"block_k {list(block_k)}")
+    block = (list(block_q), list(block_k)) if variable else (block_q[0], block_k[0])
+    lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
+           if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device))
+    o = _attention(q, k, v, block_mask, block, None, layout, scale, None,
+                   lse if return_lse else None, select, {})
+    return o, lse
+
+
+def _op_fake(q, k, v, block_mask, variable, block_q, block_k, layout, scale, select, return_lse):
+    torch = _torch()
+    lse = _lse_shape(q, layout) if return_lse else (0,)
+    return torch.empty_like(q), q.new_empty(lse, dtype=torch.float32)
+
+
+def _register_op(torch):
+    """Defines tessera::attention once per process (a second import of the
+    binding, as the tests make, finds it defined)."""
+    global _OP
+    with _op_lock:
+        if _OP is None:
+            try:
+                _OP = torch.ops.tessera.attention
+            except (AttributeError, RuntimeError):
+                op = torch.library.custom_op(
+                    "tessera::attention", _op_kernel, mutates_args=(), device_types=("cpu", "cuda"),
+                    schema="(Tensor q, Tensor k, Tensor v, Tensor block_mask, bool variable, "
+                           "int[] block_q, int[] block_k, str layout, float? scale, bool select, "
+                           "bool return_lse) -> (Tensor, Tensor)")
+                op.register_fake(_op_fake)
+                _OP = torch.ops.tessera.attention
+    return _OP
+
+
+def _load_op(q):
+    """The op for a call with torch tensors (registered now when torch was
+    imported after tessera); None for anything else."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor):
+        return None
+    return _register_op(torch)
+
+
 def _reap():
     while _pending and _pending[0][2].query():
         _pending.pop(0)[0].close()
@@ -864,3 +987,5 @@ try:
     library()
 except (TesseraError, OSError):
     pass
+if "torch" in sys.modules:
+    _register_op(sys.modules["torch"])
