@@ -222,20 +222,14 @@ EXTRA_DIST += tests/gpu_profile.sh
 EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/varplan_bench.py tests/device/sdpa_dense.py tests/device/sm80_emu.sh \
 	tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc tests/device/sm80_emu_variant.cc \
-	tests/device/dist_one.py tests/device/dist_bench.py
+	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py
 
 # python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-dist.sh
+TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh \
+	tests/python-dist.sh
 EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
 	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
-	tests/python-dist.sh tests/python_dist.py
-	tests/device/torch_op.py
-
-# python binding
-TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh
-EXTRA_DIST += tests/python-binding.sh tests/gpu-python-leak.sh tests/gpu_python_leak.py \
-	tests/python-env.sh tests/python-cpu.sh tests/python_cpu.py tests/python_ref.py \
-	tests/python-op.sh tests/python_op.py
+	tests/python-op.sh tests/python_op.py tests/python-dist.sh tests/python_dist.py
 
 # pip-install.sh: a wheel of the package (pyproject.toml, setup.py) over
 # this build folder, installed into a temporary folder and run from there.
