@@ -43,6 +43,10 @@ schema = str(op.default._schema)
 check(schema.startswith("tessera::attention(Tensor q, Tensor k, Tensor v, Tensor block_mask, bool variable,")
       and schema.endswith("-> (Tensor, Tensor)"), "schema: " + schema)
 dt = torch.float32 if dev.type == "cpu" else torch.bfloat16
+# Normwise bounds over the float64 reference: the CPU executor's float32
+# arithmetic; on the GPU, bf16 kernels' tolerance of tests/gpu_plan (1e-2),
+# lse in float32 there.
+TOL, LSE_TOL = (1e-5, 1e-5) if dt == torch.float32 else (1e-2, 1e-3)
 B, H, S, D = 1, 2, 192, 64
 q, k, v = (torch.randn(B, H, S, D, device=dev, dtype=dt) for _ in range(3))
 m = (torch.rand(H, 3, 3, device=dev) < 0.7)
@@ -83,7 +87,7 @@ with Seen() as seen:  # out= given: the direct path, as before the op
     tessera.attention(q, k, v, m, block=(64, 64), out=torch.empty_like(q))
 check("tessera.attention.default" not in seen.ops, "attention(out=) went through the op")
 want, wlse = ref.reference(q.cpu(), k.cpu(), v.cpu(), m.cpu(), (64, 64))
-check(ref.rel_error(o.cpu(), want) <= (1e-5 if dt == torch.float32 else 2 ** -8),
+check(ref.rel_error(o.cpu(), want) <= TOL,
       "eager through the op: error %.3g" % ref.rel_error(o.cpu(), want))
 
 
@@ -121,11 +125,10 @@ def compile_case(block, s, heads=4, dim=256):
             q, k, v = mod.qkv(x).view(2, s, 3, heads, dim // heads).unbind(2)
             ro, rl = ref.reference(q.cpu(), k.cpu(), v.cpu(), mask.cpu(), block, "bshd")
             rout = mod.proj(ro.to(device=dev, dtype=dt).reshape(2, s, dim))
-        tol = 1e-5 if dt == torch.float32 else 2 ** -7
         e1 = ref.rel_error(got.cpu(), want.cpu())
         e2 = ref.rel_error(want.cpu(), rout.cpu())
         el = ref.rel_error(glse.cpu()[~torch.isinf(rl)], rl[~torch.isinf(rl)])
-        check(e1 <= tol and e2 <= tol and el <= 1e-5 and bool(torch.equal(glse.isinf().cpu(), rl.isinf())),
+        check(e1 <= TOL and e2 <= TOL and el <= LSE_TOL and bool(torch.equal(glse.isinf().cpu(), rl.isinf())),
               "%s step %d: compiled vs eager %.3g, eager vs reference %.3g, lse %.3g" % (name, step, e1, e2, el))
         print("python-op: %s step %d: compiled vs eager %.2e, eager vs float64 %.2e, lse %.2e"
               % (name, step, e1, e2, el))

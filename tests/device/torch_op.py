@@ -25,7 +25,9 @@ rng = random.Random(seed)
 torch.manual_seed(seed)
 dev = torch.device("cuda")
 failures = []
-TOL = {torch.bfloat16: 2 ** -7, torch.float16: 2 ** -9}
+# The GPU kernels' tolerance of tests/gpu_plan (bf16 and fp16 outputs,
+# normwise); lse is float32.
+TOL, LSE_TOL = 1e-2, 1e-3
 
 
 def check(cond, what):
@@ -89,7 +91,7 @@ def graph_case(name, b, hq, hkv, s_q, s_k, d, block, layout, dtype, mask_batch):
         fin = ~empty
         el = (((glse[fin].double() - wlse[fin]).abs() / wlse[fin].abs().clamp_min(1)).max().item()
               if fin.any() else 0.0)
-        ok = (not torch.isnan(got).any() and e <= TOL[dtype] and el <= 1e-4 and
+        ok = (not torch.isnan(got).any() and e <= TOL and el <= LSE_TOL and
               bool(torch.equal(torch.isneginf(glse), empty)) and
               bool((ref.bhsd(got, layout)[empty] == 0).all()))
         check(ok, "%s replay %d (%s mask): error %.3g, lse %.3g" % (name, r, kind, e, el))
