@@ -13,7 +13,8 @@ ranks, groups cut by the split: repeated key heads), masks with empty
 chunk pairs -- each rank checks its count of Tessera launches (a counter
 around tessera.attention) and of key/value chunks sent and received
 against the pairs that select anything, computed here at token level --
-and query chunks whose every hop is empty.  Precomputed hop tables and
+and query chunks whose every hop is empty.  diffusers' ParallelConfig through
+attention_parallel_config, and bad inputs refused with one-line errors.  Precomputed hop tables and
 hops="all" (no skip) give the same outputs.  chunked_attention (the ring's
 merge in one process) is checked against the whole too.  Exit 0 when all
 pass, 1 on a mismatch (the message names case, rank and error).
@@ -260,6 +261,36 @@ def chunked_cases(seed):
             Case(seed, "chunked-full", 5, u=1, r=5, hq=2, hkv=2, block_kind="variable")]
 
 
+def bad_inputs(world):
+    """Calls every rank makes alike, refused before any message with a
+    ValueError naming the value (a check only one rank fails would leave
+    the others waiting: these fail on all)."""
+    s, hq = 48 * world, 2 * world
+    q = torch.randn(1, hq, 48, 64)
+    kv = torch.randn(1, 2, 48, 64)
+    mask = torch.ones(hq, 3 * world, 3 * world, dtype=torch.bool)
+    calls = [
+        (dict(ulysses_degree=world + 1), f"ulysses_degree {world + 1}"),
+        (dict(ulysses_degree=world, q=torch.randn(1, hq + 1, 48, 64)), "do not split"),
+        (dict(ring_degree=world, chunks=[47] * world), "this rank's chunk has 48 tokens"),
+        (dict(ring_degree=world, chunks=[48] * (world + 1)), f"{world + 1} chunk sizes"),
+        (dict(ring_degree=world, hops="some"), "'some'"),
+        (dict(ring_degree=world, hops=torch.ones(world + 1, world + 1)), "hop table has shape"),
+        (dict(ring_degree=world, block_mask=mask[:, :-1]), "block mask must be"),
+        (dict(ulysses_degree=world, layout="sbhd"), "unknown layout 'sbhd'"),
+        (dict(ring_degree=world, block=([16] * (s // 16 + 1), [16] * (s // 16))), "add up to"),
+    ]
+    for kw, words in calls:
+        args = dict(q=q, k=kv, v=kv, block_mask=mask, block=(16, 16))
+        args.update(kw)
+        try:
+            td.attention(**args)
+        except ValueError as e:
+            assert words in str(e) and "\n" not in str(e), f"bad input {kw}: said '{e}'"
+        else:
+            raise AssertionError(f"bad input {kw} accepted")
+
+
 def diffusers_config(rank, world):
     """diffusers' ParallelConfig over a ("ring", "ulysses") CPU mesh, ring
     degree 2 (hybrid with 4 ranks), set up as enable_parallelism does;
@@ -294,6 +325,11 @@ def worker(rank, world, seed, init, failures):
             print("FAIL", msg, file=sys.stderr, flush=True)
             failures.put(msg)
         dist.barrier()
+    try:
+        bad_inputs(world)
+    except Exception:
+        ok = False
+        failures.put(f"bad inputs rank {rank}: {traceback.format_exc()}")
     config = diffusers_config(rank, world)
     if config is not None:
         case = Case(seed, "diffusers-config", world, u=world // 2, r=2, hq=2 * world, hkv=world,

@@ -29,7 +29,10 @@ xDiT's ulysses-low layout shard it.
   match the query heads.
 - Ring (degree R): each rank keeps its query chunk and receives the other
   ranks' key/value chunks hop by hop (hop t: from the rank t places before
-  it in the ring, the next hop's transfer posted before this hop's compute);
+  it in the ring, sent by the rank that holds it rather than forwarded by
+  each rank between, so a chunk nobody further needs is not moved; each
+  hop still moves one chunk in and one out per rank; the next hop's
+  transfer is posted before this hop's launch);
   every hop runs Tessera on the cross-length block mask of (query chunk, key
   chunk) with lse, and the partial outputs merge by log-sum-exp in float32.
   Chunk boundaries need not fall on block boundaries: a block that
@@ -316,9 +319,9 @@ class _Merge:
         self.hops = 0
 
     def add(self, k, v, mask, block, scale, kw):
-        lse = torch.empty(self.shape[:3], dtype=torch.float32, device=self.q.device)
-        o = tessera.attention(self.q, k, v, mask, block=block, layout="bhsd", scale=scale,
-                              lse=lse, **kw)
+        # return_lse (not lse=): the torch op's path, which torch.compile traces
+        o, lse = tessera.attention(self.q, k, v, mask, block=block, layout="bhsd", scale=scale,
+                                   return_lse=True, **kw)
         if self.out is None:
             self.out, self.lse = o.to(torch.float32), lse
         else:
@@ -599,9 +602,8 @@ def attention(q, k, v, block_mask, block=(128, 128), layout="bhsd", scale=None, 
         qg, kg, vg = q4, k4, v4
     want_lse = lse is not None
     if nr == 1:  # Ulysses alone: one launch over the whole sequence
-        lse_g = torch.empty(qg.shape[:3], dtype=torch.float32, device=q.device) if want_lse else None
-        o_g = tessera.attention(qg, kg, vg, m4, block=block, layout="bhsd", scale=scale,
-                                lse=lse_g, **kw)
+        o_g, lse_g = tessera.attention(qg, kg, vg, m4, block=block, layout="bhsd", scale=scale,
+                                       return_lse=True, **kw)
         launched, sent, received, table_hops = 1, 0, 0, 1
     else:
         table = _host_table(_own_table(hops, topo), lambda: _pair_table(m4, ch, nr), (nr, nr))
