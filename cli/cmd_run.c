@@ -27,7 +27,8 @@
 
 enum {
   O_BACKEND, O_MASK, O_BLOCK, O_QBLOCKS, O_KBLOCKS, O_Q, O_K, O_V, O_OUT, O_LSE, O_SCALE,
-  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_NOSELECT, O_DB, O_EXPLAIN, O_COUNT
+  O_TILE, O_MAPPING, O_TASKS, O_CHECK, O_DTYPE, O_NOSELECT, O_DB, O_EXPLAIN, O_PRECISION,
+  O_COUNT
 };
 
 static const cli_opt run_opts[] = {
@@ -50,6 +51,8 @@ static const cli_opt run_opts[] = {
     [O_NOSELECT] = {"--no-select", NULL, "cpu/gpu: plan with the automatic planner, not the lookup table"},
     [O_DB] = {"--db", "FILE", "cpu/gpu: lookup database to select from (default: the embedded one)"},
     [O_EXPLAIN] = {"--explain", NULL, "cpu/gpu: print the mask's features, the table row hit and why"},
+    [O_PRECISION] = {"--precision", "native|fp8",
+                     "cpu/gpu: products in the dtype (default) or FP8 e4m3 (cpu: its emulation)"},
     {NULL, NULL, NULL},
 };
 
@@ -57,7 +60,7 @@ static const char synopsis[] =
     "[--backend ref|cpu|gpu] --mask M.npy (--block BQ[xBK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--scale S] [--check TOL]\n"
     "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]\n"
-    "       [--dtype bf16|fp16] [--no-select | [--db FILE] [--explain]]";
+    "       [--dtype bf16|fp16] [--precision native|fp8] [--no-select | [--db FILE] [--explain]]";
 
 static int pick(const char *val, const char *const *names, int n)
 {
@@ -123,6 +126,9 @@ static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
                            "invalid --tasks '%s': expected auto, row, split or pack", val[O_TASKS]);
     o.tasks = (tsr_tasks)i;
   }
+  if (val[O_PRECISION] && tsr_precision_parse(val[O_PRECISION], &o.precision))
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid --precision '%s': expected native or fp8",
+                         val[O_PRECISION]);
   *po = o;
   return TSR_OK;
 }
@@ -321,8 +327,8 @@ int cmd_run(int argc, char **argv)
     cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
     return CLI_USAGE;
   }
-  if (val[O_DTYPE] && backend != 2) {
-    cli_errorf("run", "--dtype needs --backend gpu");
+  if (val[O_DTYPE] && backend != 2 && !(backend == 1 && val[O_PRECISION])) {
+    cli_errorf("run", "--dtype needs --backend gpu (or cpu with --precision)");
     return CLI_USAGE;
   }
   if (val[O_LSE] && !strcmp(val[O_LSE], val[O_OUT])) {
@@ -334,6 +340,13 @@ int cmd_run(int argc, char **argv)
     tsr_plan_opts po;
     if (plan_opts(val, &po, &err) != TSR_OK || tsr_plan_opts_check(&po, &err) != TSR_OK) {
       cli_errorf("run", "%s", err.text);
+      return CLI_USAGE;
+    }
+    /* No silent float64 run for an fp8 request: only the plan backends
+     * have FP8 (the cpu one emulates the device's). */
+    if (po.precision != TSR_PREC_NATIVE && backend == 0) {
+      cli_errorf("run", "--precision '%s' needs --backend cpu (its emulation) or gpu: the "
+                 "reference computes in float64", val[O_PRECISION]);
       return CLI_USAGE;
     }
   }

@@ -241,7 +241,7 @@ tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_
 /* ---- The regime of a GPU plan template ------------------------------------ */
 
 tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
-                              const tsr_problem *p, int cur_tm, int cur_tn,
+                              const tsr_problem *p, int cur_tm, int cur_tn, tsr_precision prec,
                               tsr_gpuplan_regime *out, tsr_error *err)
 {
   tsr_plan_opts base;
@@ -255,6 +255,7 @@ tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr
     return TSR_OK;
   }
   tsr_plan_opts_init(&base);
+  base.precision = prec;
   if ((st = tsr_context_select_features(ctx, f, &base, &out->sel, err)))
     return st;
   out->changed = 1;

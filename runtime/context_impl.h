@@ -46,9 +46,10 @@ int tsr_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
 
 /* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
  * without a device): f are the features of the template's latest completed
- * step s, planned for problem p at tile cur_tm x cur_tn. */
+ * step s, planned for problem p at tile cur_tm x cur_tn in precision prec
+ * (which the regime keeps). */
 tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
-                              const tsr_problem *p, int cur_tm, int cur_tn,
+                              const tsr_problem *p, int cur_tm, int cur_tn, tsr_precision prec,
                               tsr_gpuplan_regime *out, tsr_error *err);
 
 #endif

@@ -15,6 +15,14 @@
  * was -inf is NaN, not the empty row's zeros.  A split row's NaN travels to
  * the merge as part_m = NaN (plan_layout.h).
  *
+ * Precision FP8 (opts.precision, docs/fp8.md) emulates the device's FP8
+ * kernels: the inputs rounded to the problem's dtype (what the device
+ * holds), quantized by fp8.c, the scores (q8 . k8) * (sq * sk), the P V
+ * product on p8 = e4m3(p * 256) and v8, O_acc scaled by sv_c / 256 before
+ * the division by l (so partial slots and merges are the native ones).  A
+ * head the fallback rule marks runs the native arithmetic on the rounded
+ * inputs, as the device runs it in its own dtype.
+ *
  * Cost: O(computed pairs x D) flops, single threaded; meant for tests and
  * `tessera run --backend cpu`, not for speed.  Memory: float32 copies of
  * q, k, v and the partial slots (n_slots x BM x (D + 2) floats).
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8.h"
 #include "plan_impl.h"
 
 /* Checks a [B, H, S, D] (or [H, S, D] with B = 1) float32/float16 array. */
@@ -73,7 +82,34 @@ typedef struct {
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
+  const tsr_fp8_tensors *f8;  /* precision fp8: the quantized tensors, else NULL */
+  const unsigned char *native; /* fp8: [B][Hq] heads run in the native dtype */
 } exec_ctx;
+
+/* The FP8 operands of one member's head, or NULL when it runs natively. */
+typedef struct {
+  const float *q8, *k8, *v8, *sq, *sk, *sv;
+} fp8_head;
+
+static int fp8_head_of(const exec_ctx *x, const tsr_member_rec *mr, int64_t r0, fp8_head *f)
+{
+  const tsr_fp8_tensors *t = x->f8;
+  int64_t bq, bkv;
+  memset(f, 0, sizeof *f);
+  if (!t)
+    return 0;
+  bq = (int64_t)mr->batch * t->heads_q + mr->head;
+  if (x->native[bq])
+    return 0;
+  bkv = (int64_t)mr->batch * t->heads_kv + mr->head / (t->heads_q / t->heads_kv);
+  f->q8 = t->q8 + (bq * t->seq_q + r0) * t->head_dim;
+  f->k8 = t->k8 + bkv * t->seq_k * t->head_dim;
+  f->v8 = t->v8 + bkv * t->seq_k * t->head_dim;
+  f->sq = t->sq + bq * t->q_chunks;
+  f->sk = t->sk + bkv * t->k_chunks;
+  f->sv = t->sv + bkv * t->head_dim;
+  return 1;
+}
 
 /* One member of one task: the kernel's loop over key tiles. */
 static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec *mr, int64_t slot)
@@ -86,6 +122,8 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
   const float *qb = x->q + (((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0) * D;
   const float *kb = x->k + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
   const float *vb = x->v + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
+  fp8_head f;
+  int f8 = fp8_head_of(x, mr, r0, &f);
 
   for (rr = 0; rr < nr; rr++) {
     x->m[rr] = -INFINITY;
@@ -99,16 +137,18 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
     for (rr = 0; rr < nr; rr++) {
       int64_t seg = pl->qblk[r0 + rr] - pl->qblk[r0];
       const tsr_u32 *w = tr->mem >= 0 ? pl->membership + tr->mem + seg * WN : NULL;
-      const float *qr = qb + rr * D;
+      const float *qr = f8 ? f.q8 + rr * D : qb + rr * D;
       float *ar = x->acc + rr * D, mx = -INFINITY, mnew, msafe, alpha;
       int any = 0;
       for (c = 0; c < nc; c++) {
         x->on[c] = !w || (w[c >> 5] >> (c & 31) & 1u);
         if (x->on[c]) {
-          const float *kr = kb + (c0 + c) * D;
+          const float *kr = f8 ? f.k8 + (c0 + c) * D : kb + (c0 + c) * D;
           float dot = 0.0f;
           for (d = 0; d < D; d++)
             dot += qr[d] * kr[d];
+          if (f8) /* dequantize: the row's Q chunk scale times the key's K chunk scale */
+            dot *= f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK];
           x->s[c] = dot * x->scale_log2;
           any = 1;
           if (x->s[c] > mx) /* skips NaN, as fmaxf; the NaN reaches l below */
@@ -130,8 +170,10 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
       for (c = 0; c < nc; c++) {
         if (x->on[c]) {
           float pr = exp2f(x->s[c] - msafe);
-          const float *vr = vb + (c0 + c) * D;
-          x->l[rr] += pr;
+          const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
+          x->l[rr] += pr; /* l sums the unquantized p */
+          if (f8)
+            pr = tsr_fp8_e4m3(pr * TSR_FP8_P_SCALE);
           for (d = 0; d < D; d++)
             ar[d] += pr * vr[d];
         }
@@ -140,6 +182,10 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
     }
   }
 
+  if (f8) /* O_acc * (sv_c / 256): what the native accumulator holds */
+    for (rr = 0; rr < nr; rr++)
+      for (d = 0; d < D; d++)
+        x->acc[rr * D + d] *= f.sv[d] * (1.0f / TSR_FP8_P_SCALE);
   for (rr = 0; rr < nr; rr++) {
     const float *ar = x->acc + rr * D;
     float lv = x->l[rr], mv = x->m[rr];
@@ -201,10 +247,41 @@ static void run_merge(exec_ctx *x, const tsr_merge_rec *mg)
   }
 }
 
-tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
-                           const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
+/* Rounds float32 values to the device dtype (bf16 or fp16) and back: the
+ * values the device's FP8 quantization reads. */
+static void round_to_dtype(float *f, int64_t n, tsr_dtype dt)
+{
+  int64_t i;
+  for (i = 0; i < n; i++)
+    f[i] = dt == TSR_DT_F16 ? tsr_half_to_float(tsr_float_to_half(f[i]))
+                            : tsr_bf16_to_float(tsr_float_to_bf16(f[i]));
+}
+
+/* Precision fp8: the rounded inputs (the native heads' operands) and the
+ * quantized ones; native NULL = the fallback rule's heads. */
+static tsr_status fp8_setup(exec_ctx *x, tsr_fp8_tensors *f8, const unsigned char *native,
+                            tsr_error *err)
+{
+  const tsr_problem *p = &x->pl->problem;
+  int64_t nq = p->batch * p->heads_q * p->seq_q * p->head_dim;
+  int64_t nk = p->batch * p->heads_kv * p->seq_k * p->head_dim;
+  tsr_status st;
+  round_to_dtype((float *)x->q, nq, p->dtype);
+  round_to_dtype((float *)x->k, nk, p->dtype);
+  round_to_dtype((float *)x->v, nk, p->dtype);
+  if ((st = tsr_fp8_quantize(p, x->q, x->k, x->v, f8, err)))
+    return st;
+  x->f8 = f8;
+  x->native = native ? native : f8->native;
+  return TSR_OK;
+}
+
+static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                          const tsr_array *v, const unsigned char *native, tsr_array *out,
+                          tsr_array *lse, tsr_error *err)
 {
   exec_ctx x;
+  tsr_fp8_tensors f8;
   const tsr_problem *p;
   tsr_status st = TSR_OK;
   int64_t B, Hq, Sq, D, n_o, n_l, i, ti;
@@ -230,6 +307,7 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
     return st;
 
   memset(&x, 0, sizeof x);
+  memset(&f8, 0, sizeof f8);
   x.pl = pl;
   x.D = D;
   x.scale_log2 = (float)(p->scale * 1.4426950408889634074);
@@ -266,6 +344,8 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
   }
   x.o = fo;
   x.lse = fl;
+  if (pl->opts.precision == TSR_PREC_FP8 && (st = fp8_setup(&x, &f8, native, err)))
+    goto done;
 
   for (ti = 0; ti < pl->n_tasks; ti++) {
     const tsr_task_rec *t = &pl->tasks[ti];
@@ -295,6 +375,7 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
   }
 
 done:
+  tsr_fp8_free(&f8);
   free((void *)x.q);
   free((void *)x.k);
   free((void *)x.v);
@@ -310,4 +391,20 @@ done:
   free(x.on);
   free(x.sel);
   return st;
+}
+
+tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                           const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  return execute(pl, q, k, v, NULL, out, lse, err);
+}
+
+tsr_status tsr_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                 const tsr_array *v, const unsigned char *native, tsr_array *out,
+                                 tsr_array *lse, tsr_error *err)
+{
+  if (!pl || pl->opts.precision != TSR_PREC_FP8 || !native)
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "tsr_cpu_execute_heads: needs an fp8 plan and the heads' choices");
+  return execute(pl, q, k, v, native, out, lse, err);
 }

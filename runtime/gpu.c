@@ -119,6 +119,13 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
   if (!dt)
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
                          tsr_dtype_name(pl->problem.dtype));
+  /* Never a silent native run for an FP8 request (issue 18): until the
+   * bundle has FP8 variants (branch i18-kernel), none serves it. */
+  if (pl->opts.precision != TSR_PREC_NATIVE)
+    return tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                         "no kernel variant for precision %s (head dim %d, %s, tile %dx%d) on %s",
+                         tsr_precision_name(pl->opts.precision), need.head_dim, dt, need.bm,
+                         need.bn, ctx->arch);
   if (pl->variant[0]) {
     long i = tsr_bundle_find(&ctx->bundle, pl->variant);
     int a = tsr_arch_index(ctx->arch);

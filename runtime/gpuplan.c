@@ -708,5 +708,6 @@ tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *g, const ts
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot re-select a GPU plan: %s is NULL",
                          !ctx ? "context" : !g ? "GPU plan" : !s ? "stats" : "output");
   tsr_gpuplan_features(g, s, &f);
-  return tsr_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n, out, err);
+  return tsr_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n,
+                            g->pl->opts.precision, out, err);
 }

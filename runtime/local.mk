@@ -15,7 +15,8 @@ libtessera_la_SOURCES += \
 
 # planning: physical mapping, task organisation, verification, CPU executor
 libtessera_la_SOURCES += \
-	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c
+	runtime/plan.c runtime/map.c runtime/tasks.c runtime/verify.c runtime/exec_cpu.c \
+	runtime/fp8.h runtime/fp8.c
 
 # GPU: driver loading, bundles, launches
 libtessera_la_SOURCES += \

@@ -40,6 +40,24 @@ int tsr_plan_parse_mapping(const char *s, tsr_mapping *out)
   return -1;
 }
 
+static const char *const precision_names[] = {"native", "fp8"};
+
+const char *tsr_precision_name(tsr_precision p)
+{
+  return (unsigned)p < 2 ? precision_names[p] : "unknown";
+}
+
+int tsr_precision_parse(const char *s, tsr_precision *out)
+{
+  int i;
+  for (i = 0; s && i < 2; i++)
+    if (!strcmp(s, precision_names[i])) {
+      *out = (tsr_precision)i;
+      return 0;
+    }
+  return -1;
+}
+
 int tsr_plan_parse_tasks(const char *s, tsr_tasks *out)
 {
   int i;
@@ -58,6 +76,7 @@ void tsr_plan_opts_init(tsr_plan_opts *o)
   memset(o, 0, sizeof *o);
   o->mapping = TSR_MAP_AUTO;
   o->tasks = TSR_TASKS_AUTO;
+  o->precision = TSR_PREC_NATIVE;
 }
 
 void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes)
@@ -123,6 +142,9 @@ tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID,
                          "invalid multiprocessor count %d: expected 1 to 65536 (0 = %d)",
                          o->num_sms, TSR_DEFAULT_NUM_SMS);
+  if ((unsigned)o->precision > TSR_PREC_FP8)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid precision %d: expected native or fp8",
+                         (int)o->precision);
   if (o->split_tiles < 0)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid split chunk %d: must not be negative",
                          o->split_tiles);

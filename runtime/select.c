@@ -824,6 +824,16 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
       b.mapping = TSR_MAP_AUTO;
     b.tasks = out->opts.tasks;
     b.variant = out->opts.variant;
+    /* The table's variants are native builds (timed so): an FP8 plan takes
+     * the bundle's FP8 variant for the row's tile instead. */
+    if (b.precision != TSR_PREC_NATIVE) {
+      size_t n = strlen(out->reason);
+      if (out->variant[0])
+        snprintf(out->reason + n, sizeof out->reason - n, "; precision %s: not its variant %s",
+                 tsr_precision_name(b.precision), out->variant);
+      b.variant = NULL;
+      out->variant[0] = '\0';
+    }
     if (!b.num_sms)
       b.num_sms = out->opts.num_sms;
     out->opts = b;

@@ -346,6 +346,19 @@ typedef enum {
 #define TSR_DEFAULT_NUM_SMS 132
 #define TSR_DEFAULT_ARCH "sm_90a"
 
+/* Arithmetic of the attention products.  NATIVE: the problem's dtype (bf16
+ * or fp16) into fp32 accumulators, as always.  FP8: the opt-in scheme of
+ * docs/fp8.md: K smoothed by its per-channel mean, Q and K quantized to OCP
+ * e4m3 per 64-token chunk, V per channel, P per row against 1/256, fp32
+ * accumulation.  The CPU plan executor emulates it exactly (tsr_cpu_execute);
+ * a backend that cannot serve it refuses it (never a silent native run). */
+typedef enum { TSR_PREC_NATIVE = 0, TSR_PREC_FP8 = 1 } tsr_precision;
+
+/* "native", "fp8"; "unknown" for other values. */
+const char *tsr_precision_name(tsr_precision p);
+/* Parses those names; returns 0 on success, -1 for an unknown name. */
+int tsr_precision_parse(const char *s, tsr_precision *out);
+
 typedef struct {
   int tile_m, tile_n;  /* physical tile; 0 = let the planner choose */
   tsr_mapping mapping;
@@ -355,6 +368,9 @@ typedef struct {
   const char *variant; /* kernel variant name; NULL = choose */
   int split_tiles;     /* most key tiles per split chunk; 0 = planner's choice
                           (AUTO: from the balance target, SPLIT: the mean row) */
+  tsr_precision precision; /* TSR_PREC_NATIVE (default) or TSR_PREC_FP8 (opt-in;
+                              docs/fp8.md); last, so older callers' layouts keep
+                              every other field's offset */
 } tsr_plan_opts;
 
 typedef struct tsr_plan tsr_plan;

@@ -928,7 +928,7 @@ START_TEST(test_regime_as_python_chose)
       gpu_features(&p, tm, tn, &st, &f);
       python_pick(ctx, &f, &st, &p, tm, tn, &want);
       memset(&got, 0xa5, sizeof got);
-      ck_assert_int_eq(tsr_context_regime(ctx, &f, &st, &p, tm, tn, &got, &err), TSR_OK);
+      ck_assert_int_eq(tsr_context_regime(ctx, &f, &st, &p, tm, tn, TSR_PREC_NATIVE, &got, &err), TSR_OK);
       ck_assert_int_eq(!got.changed, want.keep);
       if (want.keep) {
         keeps++;

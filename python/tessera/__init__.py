@@ -63,6 +63,9 @@ DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
 LAYOUT_BHSD, LAYOUT_BSHD = 0, 1
 MAPPINGS = {"auto": 0, "retain": 1, "combine": 2, "subdivide": 3}
 TASKS = {"auto": 0, "row": 1, "split": 2, "pack": 3}
+# tsr_precision: products in the tensors' dtype, or the opt-in FP8 scheme
+# (docs/fp8.md); a GPU without an FP8 variant refuses fp8 (TesseraError).
+PRECISIONS = {"native": 0, "fp8": 1}
 NO_DEVICE = -1  # TSR_CONTEXT_NO_DEVICE: bundle and lookup table only, no GPU
 
 
@@ -86,7 +89,8 @@ class _PlanOpts(ctypes.Structure):
     _fields_ = [("tile_m", ctypes.c_int), ("tile_n", ctypes.c_int),
                 ("mapping", ctypes.c_int), ("tasks", ctypes.c_int),
                 ("num_sms", ctypes.c_int), ("arch", ctypes.c_char_p),
-                ("variant", ctypes.c_char_p), ("split_tiles", ctypes.c_int)]
+                ("variant", ctypes.c_char_p), ("split_tiles", ctypes.c_int),
+                ("precision", ctypes.c_int)]
 
 
 class _ContextOpts(ctypes.Structure):
@@ -354,7 +358,7 @@ def _block_key(block):
 
 
 def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block, dtype,
-                   layout, scale, tile, mapping, tasks, split_tiles=0):
+                   layout, scale, tile, mapping, tasks, split_tiles=0, precision="native"):
     """Geometry, checked problem and plan options shared by Plan and GpuPlan.
     The geometry handle is stored on `owner` at once so close() frees it
     even when a later check fails."""
@@ -377,6 +381,9 @@ def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, bloc
     if tile:
         o.tile_m, o.tile_n = tile
     o.mapping, o.tasks, o.split_tiles = MAPPINGS[mapping], TASKS[tasks], split_tiles
+    if precision not in PRECISIONS:
+        raise TesseraError(f"invalid precision {precision!r}: expected 'native' or 'fp8'")
+    o.precision = PRECISIONS[precision]
     return p, o
 
 
@@ -408,12 +415,13 @@ class Plan:
 
     def __init__(self, context, block_mask, batch, heads_q, heads_kv, seq_q, seq_k,
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
-                 scale=None, tile=None, mapping="auto", tasks="auto", select=True):
+                 scale=None, tile=None, mapping="auto", tasks="auto", select=True,
+                 precision="native"):
         lib, torch = library(), _torch()
         self.ctx = context
         err = _Error()
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
-                              dtype, layout, scale, tile, mapping, tasks)
+                              dtype, layout, scale, tile, mapping, tasks, precision=precision)
         self._problem, self._opts = p, o
         m = block_mask
         if m.dim() == 3:
@@ -513,7 +521,8 @@ class GpuPlan:
     def __init__(self, context, batch, heads_q, heads_kv, seq_q, seq_k, head_dim,
                  block=(128, 128), dtype="torch.bfloat16", layout="bhsd", scale=None,
                  tile=None, mapping="auto", tasks="row", split_tiles=0,
-                 mask_batch=None, mask_heads=None, max_tiles=0, max_slots=0, variant=None):
+                 mask_batch=None, mask_heads=None, max_tiles=0, max_slots=0, variant=None,
+                 precision="native"):
         lib = library()
         if getattr(lib, "tsr_gpuplan_create", None) is None:
             raise TesseraError("this libtessera has no GPU planning (tsr_gpuplan_create)")
@@ -521,7 +530,8 @@ class GpuPlan:
         err = _Error()
         self._h = None
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
-                              dtype, layout, scale, tile, mapping, tasks, split_tiles)
+                              dtype, layout, scale, tile, mapping, tasks, split_tiles,
+                              precision)
         self._problem = p
         if variant:
             self._variant = variant.encode()
@@ -683,7 +693,10 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
     with the features the planner published for the latest completed step;
     a CPU mask is planned on the host with the plan the lookup table selects
     for its features.  select=False: the automatic plan (template).  Giving
-    tile, mapping or tasks plans as asked.  last_selection() says why."""
+    tile, mapping or tasks plans as asked.  last_selection() says why.
+    precision="fp8" (default "native"): the FP8 scheme of docs/fp8.md; a
+    GPU or bundle without an FP8 variant raises TesseraError naming it,
+    never a silent native run."""
     ctx = context if context is not None else default_context(q.device.index)
     b, hq, sq, d, _ = _layout_of(q, layout)
     _, hkv, sk, _, _ = _layout_of(k, layout)

@@ -1,0 +1,68 @@
+/*
+ * fp8.h: the host side of the FP8 scheme (docs/fp8.md): the e4m3
+ * conversion, the quantization of q, k and v with their scales, and the
+ * per-head fallback rule.  The CPU plan executor (exec_cpu.c) runs the
+ * attention products on what tsr_fp8_quantize makes, so that
+ * `tessera run --backend cpu --precision fp8` predicts the GPU's output
+ * (templates/attn_sm90_fp8.cuh makes the same bytes on the device).
+ * Internal to libtessera; not installed.
+ */
+#ifndef TSR_FP8_H
+#define TSR_FP8_H
+
+#include "tessera.h"
+
+#define TSR_FP8_MAX 448.0f     /* largest finite e4m3 */
+#define TSR_FP8_P_SCALE 256.0f /* p in [0, 1] is quantized as e4m3(p * 256) */
+#define TSR_FP8_CHUNK 64       /* tokens of one Q or K scale */
+
+/* OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no
+ * infinity): x rounded to the nearest e4m3 value, ties to even, values
+ * beyond +-448 (infinities included) saturated to +-448, NaN kept NaN,
+ * the sign of zero kept.  Returns the e4m3 value as a float (exact), which
+ * is what cvt.rn.satfinite.e4m3x2.f32 stores. */
+float tsr_fp8_e4m3(float x);
+
+/* Per-head facts the fallback rule reads, all from the scales:
+ *  q_spread  max / median of the Q chunk amaxes of the (batch, q head);
+ *  k_spread  max / median of the K chunk amaxes (after smoothing);
+ *  v_spread  max / median of the V channel amaxes of its kv head;
+ *  k_chan    max / median over channels c of max_t |k_s[t, c]| (the
+ *            smoothed K's channel amax: what an outlier channel raises). */
+typedef struct {
+  float q_spread, k_spread, v_spread, k_chan;
+} tsr_fp8_head_stats;
+
+/* The quantized problem: e4m3 values held as floats, [B][H][S][D] as the
+ * inputs, and their scales. */
+typedef struct {
+  int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim, q_chunks, k_chunks;
+  float *q8, *k8, *v8;        /* e4m3(q * inv), e4m3(k_s * inv), e4m3(v * inv_c) */
+  float *sq;                  /* [B][Hq][q_chunks] */
+  float *sk;                  /* [B][Hkv][k_chunks] */
+  float *sv;                  /* [B][Hkv][D] */
+  float *kmean;               /* [B][Hkv][D] */
+  tsr_fp8_head_stats *stats;  /* [B][Hq] */
+  unsigned char *native;      /* [B][Hq]: 1 = the head falls back to the native dtype */
+} tsr_fp8_tensors;
+
+/* Quantizes float32 q [B][Hq][Sq][D], k and v [B][Hkv][Sk][D] (the values
+ * the device holds: already rounded to the problem's dtype) for problem p,
+ * and marks the heads the fallback rule sends to the native dtype.  *out is
+ * zeroed first; free it with tsr_fp8_free. */
+tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k, const float *v,
+                            tsr_fp8_tensors *out, tsr_error *err);
+void tsr_fp8_free(tsr_fp8_tensors *t);
+
+/* The fallback rule (docs/fp8.md, "Fallback"): nonzero when the head's
+ * scales show an outlier the scheme cannot absorb. */
+int tsr_fp8_falls_back(const tsr_fp8_head_stats *s);
+
+/* tsr_cpu_execute of an fp8 plan with the heads' precision given instead
+ * of the rule's: native[b * Hq + h] 1 runs head (b, h) in the native dtype
+ * (exec_cpu.c; for measuring the scheme without its fallback). */
+tsr_status tsr_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                 const tsr_array *v, const unsigned char *native, tsr_array *out,
+                                 tsr_array *lse, tsr_error *err);
+
+#endif /* TSR_FP8_H */
