@@ -539,7 +539,7 @@ static void old_resolve(const tsr_bundle *bu, const tsr_features *f, const tsr_p
 {
   const char *arch = "sm_90a";
   int64_t smem = tsr_arch_smem_limit(arch);
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   char note[TSR_VARIANT_NAME_MAX + 96] = "";
   int outcome;
   long i;
@@ -732,7 +732,7 @@ START_TEST(test_serves_one_rule)
   for (c = 0; c < 200; c++) {
     static const int tiles[] = {32, 64, 96, 128, 256};
     tsr_problem p;
-    tsr_variant_need need;
+    tsr_variant_need need = {0}; /* native precision unless set */
     int tm = tiles[tu_range(&rng, 0, 4)], tn = tiles[tu_range(&rng, 0, 4)], memb;
     long pick;
     memset(&p, 0, sizeof p);

@@ -402,7 +402,7 @@ START_TEST(test_bundle_pick)
   char path[4096];
   tsr_bundle b;
   tsr_error err = { 0 };
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   long k;
   snprintf(path, sizeof path, "%s/bundle", builddir());
   ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);

@@ -694,7 +694,7 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
 {
   /* Every bundle variant that serves the plan on this device. */
   const char *arch = tsr_context_arch(ctx);
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   size_t i;
   int fails = 0, a = tsr_arch_index(arch), n = 0, filtered = 0;
   need.dtype = P->c->dt;
