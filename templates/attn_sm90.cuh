@@ -830,6 +830,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
           st = (it + u) % TSR_STAGES;
           ph = ((it + u) / TSR_STAGES) & 1;
           const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+          float f0, f1; /* loaded while the loads and S are waited for */
+          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
           tsr_mbar_wait(TSR_K_FULL(st), ph);
           TSR_EDGE_BEGIN();
           tsr_wg_fence();
@@ -858,11 +862,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             q_held = false;
           }
 #if TSR_FP8
-          {
-            float f0, f1;
-            tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
-            tsr_f8_scale_scores(s, f0, f1);
-          }
+          tsr_f8_scale_scores(s, f0, f1);
 #endif
           tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
@@ -879,6 +879,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
           const int sn = (it + u) % TSR_STAGES;
           const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
           const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+          float f0, f1;
+          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
           tsr_mbar_wait(TSR_K_FULL(sn), phn);
           tsr_mbar_wait(TSR_V_FULL(st), ph);
           TSR_TURN_BEGIN();
@@ -924,11 +928,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             q_held = false;
           }
 #if TSR_FP8
-          {
-            float f0, f1;
-            tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
-            tsr_f8_scale_scores(s, f0, f1);
-          }
+          tsr_f8_scale_scores(s, f0, f1);
 #endif
           tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
