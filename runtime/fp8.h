@@ -55,7 +55,9 @@ tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k
 void tsr_fp8_free(tsr_fp8_tensors *t);
 
 /* The fallback rule (docs/fp8.md, "Fallback"): nonzero when the head's
- * scales show an outlier the scheme cannot absorb. */
+ * scales show an outlier the scheme cannot absorb: k_chan above
+ * TSR_FP8_K_CHAN_MAX (chosen by measurement, fp8.c). */
+#define TSR_FP8_K_CHAN_MAX 8.0f
 int tsr_fp8_falls_back(const tsr_fp8_head_stats *s);
 
 /* tsr_cpu_execute of an fp8 plan with the heads' precision given instead

@@ -45,6 +45,35 @@ for mode in uniform batch variable f16 uniform batch; do
   fi
 done
 
+# --- precision (issue 18): native is the default, byte for byte; fp8 on the
+# cpu backend runs the emulation (a different output: not a silent native
+# run), which its own test measures (tests/check_fp8) -------------------------
+rm -f "$D"/*.npy
+blk=$("$H" gen "$D" "$SEED" uniform) || bad "gen for --precision"
+PIN="--mask $D/mask.npy --block $blk --q $D/q.npy --k $D/k.npy --v $D/v.npy"
+for pr in default native fp8; do
+  parg=; [ $pr = default ] || parg="--precision $pr"
+  # shellcheck disable=SC2086
+  "$T" run --backend cpu $PIN --out "$D/o_$pr.npy" $parg >"$D/stdout" 2>"$D/stderr" ||
+    bad "cpu --precision $pr: exit $?: $(cat "$D/stderr")"
+done
+cmp -s "$D/o_default.npy" "$D/o_native.npy" || bad "--precision native changed the output"
+cmp -s "$D/o_native.npy" "$D/o_fp8.npy" && bad "--precision fp8 gave the native output"
+# shellcheck disable=SC2086
+"$T" run --backend cpu $PIN --out "$D/o_fp8b.npy" --precision fp8 --dtype fp16 >"$D/stdout" 2>"$D/stderr" ||
+  bad "cpu fp8 --dtype fp16: $(cat "$D/stderr")"
+cmp -s "$D/o_fp8.npy" "$D/o_fp8b.npy" && bad "--dtype fp16 did not change the fp8 emulation"
+# the gpu backend: an FP8 kernel variant, or exit 2 naming what is missing
+# shellcheck disable=SC2086
+"$T" run --backend gpu $PIN --out "$D/o_gpu.npy" --precision fp8 >"$D/stdout" 2>"$D/stderr"
+rc=$?
+if [ $rc -eq 2 ]; then
+  [ ! -e "$D/o_gpu.npy" ] || bad "gpu fp8 refused but left an output"
+  echo "note: gpu --precision fp8 refused: $(cat "$D/stderr")"
+elif [ $rc -ne 0 ]; then
+  bad "gpu --precision fp8: exit $rc: $(cat "$D/stderr")"
+fi
+
 # --- rejected inputs ----------------------------------------------------------
 rm -f "$D"/*.npy
 "$H" bad "$D" || exit 99
@@ -89,6 +118,11 @@ needle_="invalid --block '0'"; run_with "$G" "$G" "$G" "$M" 0
 needle_="invalid --block '16x'"; run_with "$G" "$G" "$G" "$M" 16x
 needle_="invalid --backend 'tpu'"; run_with "$G" "$G" "$G" "$M" 16 --backend tpu
 needle_="unknown option '--bogus'"; run_with "$G" "$G" "$G" "$M" 16 --bogus
+needle_="invalid --precision 'bf8': expected native or fp8"
+run_with "$G" "$G" "$G" "$M" 16 --backend cpu --precision bf8
+needle_="--precision 'fp8' needs --backend cpu (its emulation) or gpu"
+run_with "$G" "$G" "$G" "$M" 16 --precision fp8
+needle_="--dtype needs --backend gpu"; run_with "$G" "$G" "$G" "$M" 16 --backend cpu --dtype fp16
 needle_="invalid --mapping 'sideways'"; run_with "$G" "$G" "$G" "$M" 16 --backend cpu --mapping sideways
 needle_="--tile, --mapping and --tasks need --backend cpu or gpu"; run_with "$G" "$G" "$G" "$M" 16 --tile 64x64
 needle_="--q-blocks '$D/int32.npy': expected a non-empty 1-D int32 or int64 array"

@@ -104,6 +104,14 @@ tests_check_exec_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_exec_LDADD = $(TSR_CORPUS_LIB) $(TSR_CHECK_DEPS)
 tests_check_exec_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 
+# FP8 emulation (issue 18): e4m3, the scheme, accuracy on the corpus's q/k
+check_PROGRAMS += tests/check_fp8
+TESTS += tests/check_fp8
+tests_check_fp8_SOURCES = tests/check_fp8.c tests/util.h
+tests_check_fp8_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_fp8_LDADD = $(TSR_CORPUS_LIB) $(TSR_CHECK_DEPS)
+tests_check_fp8_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+
 # corpus
 check_PROGRAMS += tests/check_corpus
 TESTS += tests/check_corpus

@@ -395,5 +395,27 @@ try:
 finally:
     tessera._torch, lib.tsr_gpuplan_reselect = real_torch, real_reselect
 print("python-binding: GPU templates follow tsr_gpuplan_reselect (keep, fallback, one per regime)")
+# precision (issue 18): native by default, fp8 into tsr_plan_opts.precision,
+# anything else refused with the value named.
+class Owner:
+    _geom = None
+assert tessera.PRECISIONS == {"native": 0, "fp8": 1}, tessera.PRECISIONS
+for name, want in (("native", 0), ("fp8", 1), ("bf8", None)):
+    own = Owner()
+    try:
+        _, o = tessera._problem_setup(own, 1, 2, 2, 256, 256, 64, (64, 64), "torch.bfloat16",
+                                      "bhsd", None, None, "auto", "auto", precision=name)
+        assert want is not None and o.precision == want, (name, o.precision)
+    except tessera.TesseraError as e:
+        assert want is None and "'bf8'" in str(e), (name, e)
+    finally:
+        if own._geom:
+            lib.tsr_geom_destroy(own._geom)
+own = Owner()
+_, o = tessera._problem_setup(own, 1, 2, 2, 256, 256, 64, (64, 64), "torch.bfloat16", "bhsd",
+                              None, None, "auto", "auto")
+assert o.precision == 0
+lib.tsr_geom_destroy(own._geom)
+print("python-binding: precision native / fp8 reach tsr_plan_opts, others refused")
 print("python-binding: ok")
 PY
