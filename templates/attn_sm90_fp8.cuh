@@ -291,6 +291,7 @@ extern "C" __global__ void __launch_bounds__(256)
   float s[8], a[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) s[i] = a[i] = 0.f;
+#pragma unroll 4 /* several rows' loads in flight: the pass is bound by memory */
   for (int t = t0 + r; t < t1; t += TSR_F8_RPP) {
     float kf[8], vf[8];
     tsr_f8_load8(kb + t * kss, kf);
