@@ -457,6 +457,21 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   return TSR_OK;
 }
 
+int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
+{
+  const gpu_plan *g = pl ? pl->gpu : NULL;
+  memset(out, 0, sizeof *out);
+  if (!g || pl->gpu_free != gpu_plan_free || !g->f8) return 0;
+  out->q8 = g->f8 + g->f8_q8;
+  out->k8 = g->f8 + g->f8_k8;
+  out->vt8 = g->f8 + g->f8_vt8;
+  out->sq = g->f8 + g->f8_sq;
+  out->sk = g->f8 + g->f8_sk;
+  out->sv = g->f8 + g->f8_sv;
+  out->skp = g->f8_skp;
+  return 1;
+}
+
 tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err)
 {
   gpu_plan *g;

@@ -1303,6 +1303,83 @@ static int fp8_compare(const tsr_cu *cu, const prob *P, devbufs *db, const float
   return ok ? 0 : 1;
 }
 
+/* An e4m3 byte's value (OCP E4M3: bias 7, 0x7f / 0xff NaN). */
+static float e4m3_value(uint8_t b)
+{
+  int e = (b >> 3) & 15, m = b & 7;
+  float x;
+  if (e == 15 && m == 7) return NAN;
+  x = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf((float)m, -9);
+  return b & 0x80 ? -x : x;
+}
+
+static void *fp8_fetch(const tsr_cu *cu, CUdeviceptr p, size_t bytes)
+{
+  void *h = malloc(bytes ? bytes : 1);
+  if (bytes) CK(cu->cuMemcpyDtoH(h, p, bytes));
+  return h;
+}
+
+/* The device's e4m3 copies and scales after a launch against
+ * tsr_fp8_quantize of the same inputs (so that a wrong output says whether
+ * the quantization or the attention kernel is at fault).  The Q and V
+ * scales and every q8 and v8 byte must agree exactly (the same amax, the
+ * same IEEE division and multiply, the same rounding); vt8's padding keys
+ * must be zero and its keys sit at tsr_f8_slot's positions.  K's mean is
+ * summed in fp32 on the device and in double on the CPU, so sk may differ
+ * by 1e-5 relative and at most 0.1% of the k8 bytes by one step. */
+static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
+{
+  const tcase *c = P->c;
+  const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D;
+  const int64_t qc = (Sq + 63) / 64, kc = (Sk + 63) / 64;
+  tsr_gpu_fp8_view v;
+  tsr_fp8_tensors t;
+  tsr_error err;
+  uint8_t *q8, *k8, *vt8;
+  float *sq, *sk, *sv;
+  size_t bq = 0, bk = 0, bv = 0, pad = 0;
+  double eq = 0, ek = 0, ev = 0;
+  int64_t i, bh, d, tok;
+  int ok;
+  tsr_error_clear(&err);
+  if (!tsr_gpu_fp8_buffers(pl, &v)) {
+    printf("  quantization: the plan has no FP8 device copies  FAIL\n");
+    return 1;
+  }
+  if (tsr_fp8_quantize(&pl->problem, P->q, P->k, P->v, &t, &err) != TSR_OK) {
+    printf("  quantization: tsr_fp8_quantize: %s  FAIL\n", err.text);
+    return 1;
+  }
+  q8 = fp8_fetch(cu, v.q8, (size_t)(B * Hq * Sq * D));
+  k8 = fp8_fetch(cu, v.k8, (size_t)(B * Hkv * Sk * D));
+  vt8 = fp8_fetch(cu, v.vt8, (size_t)(B * Hkv * D * v.skp));
+  sq = fp8_fetch(cu, v.sq, (size_t)(B * Hq * qc) * 4);
+  sk = fp8_fetch(cu, v.sk, (size_t)(B * Hkv * kc) * 4);
+  sv = fp8_fetch(cu, v.sv, (size_t)(B * Hkv * D) * 4);
+  for (i = 0; i < B * Hq * Sq * D; i++) bq += e4m3_value(q8[i]) != t.q8[i];
+  for (i = 0; i < B * Hkv * Sk * D; i++) bk += e4m3_value(k8[i]) != t.k8[i];
+  for (bh = 0; bh < B * Hkv; bh++)
+    for (d = 0; d < D; d++)
+      for (tok = 0; tok < v.skp; tok++) {
+        int64_t k16 = tok & 15, pos = (tok & ~15) | (4 * ((k16 & 7) >> 1) + ((k16 >> 3) << 1) + (k16 & 1));
+        float g = e4m3_value(vt8[(bh * D + d) * v.skp + pos]);
+        if (tok >= Sk) pad += g != 0;
+        else bv += g != t.v8[(bh * Sk + tok) * D + d];
+      }
+  for (i = 0; i < B * Hq * qc; i++) eq = fmax(eq, fabs(sq[i] - t.sq[i]) / t.sq[i]);
+  for (i = 0; i < B * Hkv * kc; i++) ek = fmax(ek, fabs(sk[i] - t.sk[i]) / t.sk[i]);
+  for (i = 0; i < B * Hkv * D; i++) ev = fmax(ev, fabs(sv[i] - t.sv[i]) / t.sv[i]);
+  ok = bq == 0 && bv == 0 && pad == 0 && eq == 0 && ev == 0 && ek <= 1e-5 &&
+       bk <= (size_t)(B * Hkv * Sk * D) / 1000;
+  printf("  %-52s bytes off: q8 %zu, k8 %zu of %lld, v8 %zu, padding %zu; scales off: sq %.1e sk %.1e sv %.1e  %s\n",
+         "(quantization vs tsr_fp8_quantize)", bq, bk, (long long)(B * Hkv * Sk * D), bv, pad, eq, ek, ev,
+         ok ? "ok" : "FAIL");
+  free(q8); free(k8); free(vt8); free(sq); free(sk); free(sv);
+  tsr_fp8_free(&t);
+  return ok ? 0 : 1;
+}
+
 /* Plan pl (precision fp8) with variant `name` (NULL: the one chosen). */
 static int fp8_run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_plan *pl, devbufs *db,
                            CUstream stream, const char *name, const float *eo, const float *el, int judged)
@@ -1330,7 +1407,10 @@ static int fp8_run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, ts
     return 1;
   }
   CK(cu->cuStreamSynchronize(stream));
-  return fp8_compare(cu, P, db, eo, el, judged, pl->variant);
+  {
+    int fails = fp8_compare(cu, P, db, eo, el, judged, pl->variant);
+    return fails + fp8_check_quant(cu, P, pl);
+  }
 }
 
 /* One FP8 case: the emulation against the reference (host side, also
