@@ -90,7 +90,7 @@ static tsr_status add(tsr_catalog *cat, size_t *cap, const tsr_variant *v, ctx_t
 static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c)
 {
   static const char *const keys[] = { "family", "dtype", "head_dim", "tile", "stages", "warps",
-                                      "warpgroups", "layout", "membership", "tma_box", NULL };
+                                      "warpgroups", "layout", "membership", "tma_box", "precision", NULL };
   const char *key;
   json_t *val, *j;
   tsr_variant base;
@@ -171,6 +171,11 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
   else if (json_is_string(j) && strcmp(json_string_value(j), "pers") == 0) base.layout = TSR_TL_PERS;
   else if (json_is_string(j) && strcmp(json_string_value(j), "flat") == 0) base.layout = TSR_TL_FLAT;
   else return bad(c, "key 'layout' must be \"pers\" or \"flat\"%s%.0lld", "", 0);
+
+  j = json_object_get(e, "precision");
+  if (!j || (json_is_string(j) && strcmp(json_string_value(j), "native") == 0)) base.fp8 = 0;
+  else if (json_is_string(j) && strcmp(json_string_value(j), "fp8") == 0) base.fp8 = 1;
+  else return bad(c, "key 'precision' must be \"native\" or \"fp8\"%s%.0lld", "", 0);
 
   j = json_object_get(e, "membership");
   if (!j) base.membership = 1;

@@ -300,8 +300,8 @@ static char *render(const tsr_catalog_entry *e, const char *tmpl)
   char *s = malloc(4096), family[96];
   if (!s) return NULL;
   if (v->family == TSR_FAMILY_SM90)
-    snprintf(family, sizeof family, "#define TSR_WARPGROUPS %d\n#define TSR_TMA_BOX %d\n",
-             v->warpgroups, v->tma_box);
+    snprintf(family, sizeof family, "#define TSR_WARPGROUPS %d\n#define TSR_TMA_BOX %d\n#define TSR_FP8 %d\n",
+             v->warpgroups, v->tma_box, v->fp8);
   else
     snprintf(family, sizeof family, "#define TSR_WARPS %d\n", v->warps);
   snprintf(s, 4096,
@@ -359,12 +359,14 @@ static void job_hash(const gen_t *g, job_t *j)
   if (planner) snprintf(tmpl, sizeof tmpl, "%s", PLANNER_TEMPLATE);
   else template_name(&g->cat.items[j->var].v, tmpl, sizeof tmpl);
   h = fnv_code(h, g->src[j->var]);
-  /* Headers this variant reads: the layout, its own family's template and
-   * the shared ones; another family's template does not invalidate it.
-   * The planner reads the layout and its template only. */
+  /* Headers this variant reads: the layout, its own family's template
+   * (attn_<family>.cuh and its parts attn_<family>_*.cuh) and the shared
+   * ones; another family's template does not invalidate it.  The planner
+   * reads the layout and its template only. */
   for (i = 0; i < g->nhdr; i++) {
     const char *nm = g->hdr[i].name;
-    int own = strcmp(nm, tmpl) == 0;
+    size_t tl = strlen(tmpl) - 4; /* "attn_sm90" of "attn_sm90.cuh" */
+    int own = strcmp(nm, tmpl) == 0 || (!planner && strncmp(nm, tmpl, tl) == 0 && nm[tl] == '_');
     if (planner && !own && strcmp(nm, "plan_layout.h") != 0) continue;
     if (!own && (strncmp(nm, "attn_", 5) == 0 || strcmp(nm, PLANNER_TEMPLATE) == 0)) continue;
     h = fnv(h, nm);
@@ -578,6 +580,7 @@ static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
     json_object_set_new(o, "layout", json_string(tsr_variant_layout_name(e->v.layout)));
     json_object_set_new(o, "membership", json_boolean(e->v.membership));
     json_object_set_new(o, "tma_box", json_integer(e->v.tma_box));
+    json_object_set_new(o, "precision", json_string(e->v.fp8 ? "fp8" : "native"));
     json_object_set_new(o, "threads", json_integer(tsr_variant_threads(&e->v)));
     json_object_set_new(o, "smem", json_integer(tsr_variant_smem_bytes(&e->v)));
     json_object_set_new(o, "targets", t);

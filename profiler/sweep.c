@@ -265,7 +265,7 @@ static int parse_int(const char *s, int lo, int *out)
 int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, const tsr_problem *p,
                          int tm, int tn, const char *glob)
 {
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   if (glob && fnmatch(glob, e->name, 0) != 0)
     return 0;
   need.dtype = p->dtype;

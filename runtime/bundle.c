@@ -62,7 +62,16 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
       !json_is_boolean(json_object_get(o, "membership")))
     return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant '%s' lacks a field",
                          path, e->name);
-  memb = json_is_true(json_object_get(o, "membership"));
+  {
+    /* registries before issue 18 have no "precision": native */
+    json_t *pr = json_object_get(o, "precision");
+    if (pr && (!json_is_string(pr) ||
+               strcmp(json_string_value(pr), e->v.fp8 ? "fp8" : "native") != 0))
+      return tsr_error_set(err, TSR_ERR_FORMAT,
+                           "bad kernel registry '%s': the precision of variant '%s' disagrees with its name",
+                           path, e->name);
+  }
+    memb = json_is_true(json_object_get(o, "membership"));
   f.membership = memb;
   e->smem = smem;
   if (memcmp(&f, &e->v, sizeof f) != 0 || e->threads != tsr_variant_threads(&e->v) ||

@@ -135,7 +135,7 @@ static void settle_rows(tsr_context *ctx)
   for (i = 0; i < n; i++) {
     char note[TSR_VARIANT_NAME_MAX + 128];
     tsr_row_view r;
-    tsr_variant_need need;
+    tsr_variant_need need = {0}; /* native precision unless set */
     long k;
     tsr_select_row_view(ctx->selector, i, &r);
     need.dtype = r.dtype;

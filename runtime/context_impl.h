@@ -17,6 +17,7 @@
 typedef struct {
   CUmodule mod;
   CUfunction attn, merge;
+  CUfunction kvstats, quant; /* FP8 variants: the quantization kernels (gpu.c) */
   int occupancy; /* resident CTAs a multiprocessor */
 } tsr_loaded_variant;
 

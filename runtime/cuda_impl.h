@@ -73,6 +73,18 @@ typedef struct {
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
  * grid.  pl must have no device copies yet. */
 tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
+
+/* The FP8 copies and scales of a plan uploaded (or bound) with an FP8
+ * variant, as templates/attn_sm90_fp8.cuh lays them out ("Buffers"): q8,
+ * k8 [B][H][S][D] bytes, vt8 [B][Hkv][D][skp] bytes (keys permuted within
+ * each 16), sq, sk, sv fp32.  Valid after a launch; returns 0 (and zeros)
+ * for a plan without FP8 device copies.  For tests that compare the
+ * device's quantization with the CPU's (tests/gpu_attn). */
+typedef struct {
+  CUdeviceptr q8, k8, vt8, sq, sk, sv;
+  int skp;
+} tsr_gpu_fp8_view;
+int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out);
 /* Loads the bundle's GPU planner module for the context's target (the
  * caller unloads it with cuModuleUnload while the context lives). */
 tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);

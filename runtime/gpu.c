@@ -14,10 +14,18 @@
  *
  * Lifetime: a plan's device copies hold a reference on the context
  * (tsr_context_retain), released when the plan drops them.
+ *
+ * Precision FP8 (issue 18): the plan's variant is an FP8 one (never a
+ * native one in its place), its device copies own the quantized tensors
+ * and scales (one allocation at upload, reused by every launch), and a
+ * launch enqueues the module's two quantization kernels before the
+ * attention kernel (templates/attn_sm90_fp8.cuh), so a request's time
+ * includes the quantization.
  */
 #include "context_impl.h"
 #include "plan_impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +40,11 @@ typedef struct {
   CUdeviceptr counts; /* device planner: [0] tasks, [1] merges; 0 = host counts */
   int borrowed;       /* buffers belong to the caller (tsr_gpu_bind) */
   unsigned grid, merge_grid;
+  /* FP8: one allocation (f8) holding q8, k8, vt8 and the scales at these
+   * byte offsets; f8 = 0 for a native plan.  Always owned by the plan. */
+  CUdeviceptr f8;
+  size_t f8_q8, f8_k8, f8_vt8, f8_sq, f8_sk, f8_sv, f8_kmean, f8_vinv, f8_part, f8_count;
+  int f8_parts, f8_part_tokens, f8_skp;
 } gpu_plan;
 
 /* Loads variant idx's module and functions on first use. */
@@ -44,6 +57,8 @@ static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
   size_t size;
   tsr_status st;
   if (m->mod) return TSR_OK;
+  if (e->v.fp8 && (size_t)snprintf(mname, sizeof mname, "%s_kvstats", e->name) >= sizeof mname)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant name '%s' is too long", e->name);
   if ((st = tsr_bundle_read_cubin(&ctx->bundle, (size_t)idx, ctx->arch, &data, &size, err))) return st;
   st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(&m->mod, data), "cuModuleLoadData", err);
   free(data);
@@ -69,6 +84,20 @@ static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
     return st;
   }
   if (m->occupancy < 1) m->occupancy = 1;
+  if (e->v.fp8) { /* the quantization kernels of the module */
+    snprintf(mname, sizeof mname, "%s_kvstats", e->name);
+    st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->kvstats, m->mod, mname), "cuModuleGetFunction",
+                      err);
+    snprintf(mname, sizeof mname, "%s_quant", e->name);
+    if (!st)
+      st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->quant, m->mod, mname), "cuModuleGetFunction",
+                        err);
+    if (st) {
+      ctx->cu.cuModuleUnload(m->mod);
+      memset(m, 0, sizeof *m);
+      return st;
+    }
+  }
   return TSR_OK;
 }
 
@@ -78,6 +107,7 @@ static void gpu_plan_free(void *p)
   tsr_context *ctx;
   if (!g) return;
   ctx = g->ctx;
+  if (g->f8 && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) ctx->cu.cuMemFree(g->f8);
   if (!g->borrowed && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) {
     CUdeviceptr *ptrs[] = { &g->tasks, &g->tiles, &g->members, &g->membership, &g->qblk,
                             &g->merges, &g->part_o, &g->part_m, &g->part_l };
@@ -109,23 +139,19 @@ static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *s
 static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership, long *idx,
                                  tsr_error *err)
 {
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   const char *dt = tsr_variant_dtype_name(pl->problem.dtype);
   need.dtype = pl->problem.dtype;
   need.head_dim = (int)pl->problem.head_dim;
   need.bm = pl->tile_m;
   need.bn = pl->tile_n;
   need.membership = membership;
+  /* Never a silent native run for an FP8 request (issue 18): only FP8
+   * variants serve an FP8 plan (tsr_variant_serves). */
+  need.fp8 = pl->opts.precision == TSR_PREC_FP8;
   if (!dt)
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
                          tsr_dtype_name(pl->problem.dtype));
-  /* Never a silent native run for an FP8 request (issue 18): until the
-   * bundle has FP8 variants (branch i18-kernel), none serves it. */
-  if (pl->opts.precision != TSR_PREC_NATIVE)
-    return tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                         "no kernel variant for precision %s (head dim %d, %s, tile %dx%d) on %s",
-                         tsr_precision_name(pl->opts.precision), need.head_dim, dt, need.bm,
-                         need.bn, ctx->arch);
   if (pl->variant[0]) {
     long i = tsr_bundle_find(&ctx->bundle, pl->variant);
     int a = tsr_arch_index(ctx->arch);
@@ -134,21 +160,60 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
                            pl->variant, ctx->arch, ctx->bundle.dir);
     if (!tsr_context_serves(ctx, &ctx->bundle.items[i], &need))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                           "kernel variant '%s' does not fit the plan (%s, head dim %d, tile %dx%d%s)",
-                           pl->variant, dt, need.head_dim, need.bm, need.bn,
-                           need.membership ? ", membership masks" : "");
+                           "kernel variant '%s' does not fit the plan (%s%s, head dim %d, tile %dx%d%s)",
+                           pl->variant, dt, need.fp8 ? ", precision fp8" : "", need.head_dim, need.bm,
+                           need.bn, need.membership ? ", membership masks" : "");
     *idx = i;
     return TSR_OK;
   }
   *idx = tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
   if (*idx < 0)
     return tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                         "no kernel variant for head dim %d, %s, tile %dx%d%s on %s",
-                         need.head_dim, dt, need.bm, need.bn,
-                         need.membership ? " with membership masks" : "", ctx->arch);
+                         "no kernel variant for %shead dim %d, %s, tile %dx%d%s on %s%s",
+                         need.fp8 ? "precision fp8, " : "", need.head_dim, dt, need.bm, need.bn,
+                         need.membership ? " with membership masks" : "", ctx->arch,
+                         need.fp8 ? " (FP8 variants: the sm90 family on sm_90a, catalog tiles only)" : "");
   snprintf(pl->variant, sizeof pl->variant, "%s", ctx->bundle.items[*idx].name);
   snprintf(pl->summary.variant, sizeof pl->summary.variant, "%s", pl->variant);
   return TSR_OK;
+}
+
+/* FP8 plans: the quantized copies and scales of attn_sm90_fp8.cuh, laid out
+ * in one allocation (256-byte aligned pieces), and the split of _kvstats'
+ * token reduction into parts (about four CTAs a multiprocessor in all).
+ * The parts' counters start at zero here; the kernel re-arms them. */
+static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, tsr_error *err)
+{
+  const tsr_problem *p = &pl->problem;
+  const int64_t B = p->batch, Hq = p->heads_q, Hkv = p->heads_kv, Sq = p->seq_q, Sk = p->seq_k,
+                D = p->head_dim, nqc = (Sq + 63) / 64, nkc = (Sk + 63) / 64, skp = (Sk + 15) / 16 * 16;
+  int64_t parts = (4LL * ctx->num_sms + B * Hkv - 1) / (B * Hkv), ptok, off = 0;
+  tsr_status st;
+  if (parts > (Sk + 255) / 256) parts = (Sk + 255) / 256; /* at least 256 tokens a part */
+  if (parts < 1) parts = 1;
+  ptok = (Sk + parts - 1) / parts;
+  parts = (Sk + ptok - 1) / ptok; /* no empty part */
+  if (B * Hq * nqc + B * Hkv * nkc > INT_MAX || skp > INT_MAX || ptok > INT_MAX)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "FP8 run: the problem is too large to quantize (%lld chunks)",
+                         (long long)(B * Hq * nqc + B * Hkv * nkc));
+#define TSR_F8_PIECE(field, bytes) (g->field = (size_t)off, off += ((int64_t)(bytes) + 255) / 256 * 256)
+  TSR_F8_PIECE(f8_q8, B * Hq * Sq * D);
+  TSR_F8_PIECE(f8_k8, B * Hkv * Sk * D);
+  TSR_F8_PIECE(f8_vt8, B * Hkv * D * skp);
+  TSR_F8_PIECE(f8_sq, B * Hq * nqc * 4);
+  TSR_F8_PIECE(f8_sk, B * Hkv * nkc * 4);
+  TSR_F8_PIECE(f8_sv, B * Hkv * D * 4);
+  TSR_F8_PIECE(f8_kmean, B * Hkv * D * 4);
+  TSR_F8_PIECE(f8_vinv, B * Hkv * D * 4);
+  TSR_F8_PIECE(f8_part, B * Hkv * parts * 2 * D * 4);
+  TSR_F8_PIECE(f8_count, B * Hkv * 4);
+#undef TSR_F8_PIECE
+  g->f8_parts = (int)parts;
+  g->f8_part_tokens = (int)ptok;
+  g->f8_skp = (int)skp;
+  if ((st = upload_array(ctx, &g->f8, NULL, (size_t)off, "FP8 tensors and scales", err))) return st;
+  return tsr_cu_check(&ctx->cu, ctx->cu.cuMemsetD8(g->f8 + g->f8_count, 0, (size_t)(B * Hkv * 4)),
+                      "cuMemsetD8(FP8 counters)", err);
 }
 
 tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
@@ -191,7 +256,8 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
       (st = upload_array(ctx, &g->part_o, NULL, slots * (size_t)e->v.bm * (size_t)e->v.head_dim * 4,
                          "partial outputs", err)) ||
       (st = upload_array(ctx, &g->part_m, NULL, slots * (size_t)e->v.bm * 4, "partial maxima", err)) ||
-      (st = upload_array(ctx, &g->part_l, NULL, slots * (size_t)e->v.bm * 4, "partial sums", err))) {
+      (st = upload_array(ctx, &g->part_l, NULL, slots * (size_t)e->v.bm * 4, "partial sums", err)) ||
+      (e->v.fp8 && (st = fp8_alloc(ctx, pl, g, err)))) {
     gpu_plan_free(g);
     return st;
   }
@@ -213,13 +279,15 @@ static tsr_status encode_tmap(tsr_context *ctx, tsr_tmap *map, uint64_t ptr, con
                               int64_t b, int64_t h, int64_t s, int64_t d, int box_d, int rows,
                               CUtensorMapDataType dt, const char *what, tsr_error *err)
 {
+  /* elements of 2 bytes, or 1 for the FP8 copies (UINT8: TMA moves bytes) */
+  const int es = dt == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
   cuuint64_t dims[4] = { (cuuint64_t)d, (cuuint64_t)s, (cuuint64_t)h, (cuuint64_t)b };
-  cuuint64_t strides[3] = { (cuuint64_t)stride[2] * 2, (cuuint64_t)stride[1] * 2, (cuuint64_t)stride[0] * 2 };
+  cuuint64_t strides[3] = { (cuuint64_t)stride[2] * es, (cuuint64_t)stride[1] * es, (cuuint64_t)stride[0] * es };
   cuuint32_t box[4] = { (cuuint32_t)box_d, (cuuint32_t)rows, 1, 1 };
   cuuint32_t estr[4] = { 1, 1, 1, 1 };
-  CUtensorMapSwizzle sw = box_d * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                          : box_d * 2 == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                            : CU_TENSOR_MAP_SWIZZLE_32B;
+  CUtensorMapSwizzle sw = box_d * es == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                          : box_d * es == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                             : CU_TENSOR_MAP_SWIZZLE_32B;
   char what2[64];
   /* A broadcast head or batch (stride 0) is legal for plain loads but TMA
    * strides must be positive multiples of 16 bytes. */
@@ -248,6 +316,53 @@ static tsr_status check_tensor(const char *name, uint64_t ptr, const int64_t *st
       return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                            "GPU tensor %s: stride %d must be a non-negative multiple of 8 elements, got %lld",
                            name, i, (long long)stride[i]);
+  return TSR_OK;
+}
+
+/* FP8: the two quantization kernels on the stream, then the attention
+ * kernel's tensor maps over the e4m3 copies and its scale pointers in
+ * p->q, p->k, p->v (attn_sm90_fp8.cuh, "Buffers"). */
+static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_plan *g, const tsr_loaded_variant *m,
+                             const tsr_gpu_tensors *t, tsr_kernel_params *p, CUstream s, tsr_error *err)
+{
+  const tsr_problem *pr = &pl->problem;
+  const tsr_bundle_entry *e = &ctx->bundle.items[g->variant];
+  CUdeviceptr q8 = g->f8 + g->f8_q8, k8 = g->f8 + g->f8_k8, vt8 = g->f8 + g->f8_vt8, sq = g->f8 + g->f8_sq,
+              sk = g->f8 + g->f8_sk, sv = g->f8 + g->f8_sv, kmean = g->f8 + g->f8_kmean,
+              vinv = g->f8 + g->f8_vinv, part = g->f8 + g->f8_part, count = g->f8 + g->f8_count;
+  int hq = (int)pr->heads_q, hkv = (int)pr->heads_kv, sql = (int)pr->seq_q, skl = (int)pr->seq_k;
+  int skp = g->f8_skp, ptok = g->f8_part_tokens;
+  int64_t nqc = (pr->seq_q + 63) / 64, nkc = (pr->seq_k + 63) / 64, D = pr->head_dim;
+  int q_ctas = (int)(pr->batch * hq * nqc);
+  unsigned kv_grid = (unsigned)(pr->batch * hkv), quant_grid = (unsigned)(q_ctas + pr->batch * hkv * nkc);
+  int64_t qs[3] = { t->q_stride[0], t->q_stride[1], t->q_stride[2] };
+  int64_t ks[3] = { t->k_stride[0], t->k_stride[1], t->k_stride[2] };
+  int64_t vs[3] = { t->v_stride[0], t->v_stride[1], t->v_stride[2] };
+  /* the e4m3 copies' element strides (b, h, s, d): q8/k8 row-major, vt8 [D][skp] a head */
+  int64_t q8s[4] = { hq * pr->seq_q * D, pr->seq_q * D, D, 1 }, k8s[4] = { hkv * pr->seq_k * D, pr->seq_k * D, D, 1 };
+  int64_t v8s[4] = { hkv * D * skp, D * skp, skp, 1 };
+  void *a1[] = { (void *)&t->k, (void *)&t->v, &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &hkv, &skl, &ptok,
+                 &part, &count, &kmean, &sv, &vinv };
+  void *a2[] = { (void *)&t->q, (void *)&t->k, (void *)&t->v, &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2],
+                 &vs[0], &vs[1], &vs[2], &hq, &hkv, &sql, &skl, &skp, &q_ctas, &kmean, &vinv, &q8, &k8, &vt8,
+                 &sq, &sk };
+  tsr_status st;
+  if ((st = tsr_cu_check(&ctx->cu,
+                         ctx->cu.cuLaunchKernel(m->kvstats, (unsigned)g->f8_parts, kv_grid, 1, 256, 1, 1, 0, s, a1,
+                                                NULL),
+                         "cuLaunchKernel(FP8 kvstats)", err)) ||
+      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuLaunchKernel(m->quant, quant_grid, 1, 1, 256, 1, 1, 0, s, a2, NULL),
+                         "cuLaunchKernel(FP8 quant)", err)) ||
+      (st = encode_tmap(ctx, &p->tma_q, q8, q8s, pr->batch, hq, pr->seq_q, D, (int)D, e->v.bm,
+                        CU_TENSOR_MAP_DATA_TYPE_UINT8, "q8", err)) ||
+      (st = encode_tmap(ctx, &p->tma_k, k8, k8s, pr->batch, hkv, pr->seq_k, D, (int)D, e->v.bn,
+                        CU_TENSOR_MAP_DATA_TYPE_UINT8, "k8", err)) ||
+      (st = encode_tmap(ctx, &p->tma_v, vt8, v8s, pr->batch, hkv, D, skp, e->v.bn, (int)D,
+                        CU_TENSOR_MAP_DATA_TYPE_UINT8, "vt8", err)))
+    return st;
+  p->q = (const void *)(uintptr_t)sq;
+  p->k = (const void *)(uintptr_t)sk;
+  p->v = (const void *)(uintptr_t)sv;
   return TSR_OK;
 }
 
@@ -312,7 +427,9 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
     p.n_merges_dev = (const tsr_i32 *)(uintptr_t)g->counts + 1;
   }
 
-  if (e->v.tma_box > 0) {
+  if (e->v.fp8) {
+    if ((st = fp8_launch(ctx, pl, g, m, t, &p, s, err))) return st;
+  } else if (e->v.tma_box > 0) {
     CUtensorMapDataType dt =
         e->v.dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     const tsr_problem *pr = &pl->problem;
@@ -338,6 +455,21 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
                          "cuLaunchKernel(merge)", err)))
     return st;
   return TSR_OK;
+}
+
+int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
+{
+  const gpu_plan *g = pl ? pl->gpu : NULL;
+  memset(out, 0, sizeof *out);
+  if (!g || pl->gpu_free != gpu_plan_free || !g->f8) return 0;
+  out->q8 = g->f8 + g->f8_q8;
+  out->k8 = g->f8 + g->f8_k8;
+  out->vt8 = g->f8 + g->f8_vt8;
+  out->sq = g->f8 + g->f8_sq;
+  out->sk = g->f8 + g->f8_sk;
+  out->sv = g->f8 + g->f8_sv;
+  out->skp = g->f8_skp;
+  return 1;
 }
 
 tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err)
@@ -383,6 +515,10 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
     g->grid = (unsigned)((b->max_tasks + tpc - 1) / tpc);
   }
   g->merge_grid = b->may_merge ? (unsigned)(8 * ctx->num_sms) : 0;
+  if (ctx->bundle.items[idx].v.fp8 && (st = fp8_alloc(ctx, pl, g, err))) {
+    gpu_plan_free(g);
+    return st;
+  }
   pl->gpu = g;
   pl->gpu_free = gpu_plan_free;
   return TSR_OK;

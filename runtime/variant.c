@@ -39,8 +39,8 @@ const char *tsr_variant_dtype_name(tsr_dtype d)
 void tsr_variant_format(const tsr_variant *v, char *buf)
 {
   const char *dt = tsr_variant_dtype_name(v->dtype);
-  int n = snprintf(buf, TSR_VARIANT_NAME_MAX, "tsr_%s_%s_d%d_m%dn%d_s%d_%c%d_%s_%s",
-                   tsr_variant_family_name(v->family), dt ? dt : "?", v->head_dim,
+  int n = snprintf(buf, TSR_VARIANT_NAME_MAX, "tsr_%s_%s%s_d%d_m%dn%d_s%d_%c%d_%s_%s",
+                   tsr_variant_family_name(v->family), dt ? dt : "?", v->fp8 ? "_fp8" : "", v->head_dim,
                    v->bm, v->bn, v->stages, v->family == TSR_FAMILY_SM90 ? 'g' : 'w',
                    v->family == TSR_FAMILY_SM90 ? v->warpgroups : v->warps,
                    tsr_variant_layout_name(v->layout), v->membership ? "mb" : "nm");
@@ -93,6 +93,7 @@ tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
   else if (eat(&p, tsr_dtype_name(TSR_DT_F16))) x.dtype = TSR_DT_F16;
   else goto bad;
   if (!eat(&p, "_")) goto bad;
+  if (eat(&p, "fp8_")) x.fp8 = 1;
   what = "head dim 'd<D>'";
   if (!eat(&p, "d") || !read_int(&p, &x.head_dim) || !eat(&p, "_")) goto bad;
   what = "tile 'm<BM>n<BN>'";
@@ -157,7 +158,7 @@ int64_t tsr_variant_smem_bytes(const tsr_variant *v)
   /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF) */
   if (v->family == TSR_FAMILY_SM90 && tsr_variant_tasks_per_cta(v) == 2 && v->stages == 2)
     elems += (int64_t)v->bm * v->head_dim;
-  bytes = elems * 2;
+  bytes = elems * (v->fp8 ? 1 : 2); /* e4m3: one byte an element */
   if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsr_variant_tasks_per_cta(v) * (bytes + 256);
   return bytes;
 }
@@ -213,6 +214,8 @@ tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
                            "variant '%s': sm80 stages must be 2 to 4, got %d", name, v->stages);
     if (v->tma_box != 0)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the sm80 family does not use TMA", name);
+    if (v->fp8)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': FP8 precision needs the sm90 family", name);
   } else {
     if (v->warpgroups < 2 || v->warpgroups > 4 || v->warps != 4 * v->warpgroups)
       return tsr_error_set(err, TSR_ERR_INVALID,
@@ -232,7 +235,11 @@ tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
                            "variant '%s': sm90 with BM %d needs %d warpgroups (producer + one per 64 rows)%s, got %d",
                            name, v->bm, 1 + v->bm / 64,
                            v->bm == 64 ? " or 3 (two tasks a CTA)" : "", v->warpgroups);
-    if (v->tma_box != 64)
+    /* FP8 rows of D bytes load whole (one swizzle panel of D bytes) */
+    if (v->fp8 && v->tma_box != v->head_dim)
+      return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': FP8 sm90 variants load whole rows through TMA "
+                           "boxes of the head dim ('tma_box': %d), got %d", name, v->head_dim, v->tma_box);
+    if (!v->fp8 && v->tma_box != 64)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the sm90 family loads through TMA boxes of 64 "
                            "elements ('tma_box': 64), got %d", name, v->tma_box);
     if (v->stages < 1 || v->stages > 4)
@@ -297,6 +304,7 @@ int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant
 {
   if (!tsr_variant_fits(v, arch, NULL)) return 0;
   if (v->dtype != need->dtype || v->head_dim != need->head_dim) return 0;
+  if (!v->fp8 != !need->fp8) return 0; /* a precision is never swapped for another */
   if (v->bm != need->bm || v->bn != need->bn) return 0;
   if (need->membership && !v->membership) return 0;
   return 1;

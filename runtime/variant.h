@@ -6,9 +6,10 @@
  * Its canonical name encodes every parameter and is its key everywhere: the
  * kernel symbol, the cubin file name, the registry and the database:
  *
- *     tsr_<family>_<dtype>_d<D>_m<BM>n<BN>_s<stages>_<w|g><n>_<layout>_<mb|nm>[_tma<box>]
+ *     tsr_<family>_<dtype>[_fp8]_d<D>_m<BM>n<BN>_s<stages>_<w|g><n>_<layout>_<mb|nm>[_tma<box>]
  *     tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb
  *     tsr_sm90_fp16_d64_m128n128_s2_g3_pers_mb_tma64
+ *     tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_mb_tma128
  *
  *  family  sm80 (mma.sync + ldmatrix + cp.async; runs on sm_80, sm_89,
  *          sm_90a, sm_100a, sm_120) or sm90 (wgmma + TMA; sm_90a only)
@@ -23,6 +24,11 @@
  *          without partial tiles may use it)
  *  tma<b>  the host fills tma_q/tma_k/tma_v (see plan_layout.h) with a box
  *          b elements wide in the head dimension
+ *  fp8     FP8 precision (issue 18, sm90 family only): q/k/v are e4m3
+ *          copies with per-block scales that the module's quantization
+ *          kernels <name>_kvstats and <name>_quant make from the bf16/fp16
+ *          tensors (templates/attn_sm90_fp8.cuh); o stays <dtype>.  The TMA
+ *          box then covers the whole head dimension (tma<D>: D bytes a row)
  *
  * The merge kernel of a variant is the symbol <name>_merge in the same
  * module.  The merge works on BM-row partial slots of the variant.
@@ -53,6 +59,7 @@ typedef struct {
   tsr_task_layout layout;
   int membership;        /* 1 = mb, 0 = nm */
   int tma_box;           /* 0 = no TMA; else box width in elements of D */
+  int fp8;               /* 1 = FP8 (e4m3) tensor-core products; 0 = dtype's */
 } tsr_variant;
 
 const char *tsr_variant_family_name(tsr_family f);
@@ -96,6 +103,7 @@ typedef struct {
   int head_dim;
   int bm, bn;
   int membership;       /* plan has partial tiles */
+  int fp8;              /* plan's precision is TSR_PREC_FP8 (0: native) */
 } tsr_variant_need;
 
 /* Whether v serves `need` on `arch`. */

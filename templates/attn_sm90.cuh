@@ -19,6 +19,10 @@
  *                    tiles, 0 when every tile of every plan run with the
  *                    variant is full (tile.mem == -1)
  *   TSR_WARPGROUPS   warpgroups per CTA (see threads below)
+ *   TSR_FP8          1: FP8 precision (issue 18): q/k/v are the e4m3 copies
+ *                    and scales of attn_sm90_fp8.cuh, whose quantization
+ *                    kernels join the module; o stays TSR_DTYPE_BF16's; 0:
+ *                    q/k/v in that dtype
  *   TSR_THREADS, TSR_SMEM_BYTES, TSR_TMA_BOX   what the host launches with
  *                    (checked against this template's layout)
  * Each must be defined: a missing one is an error, never a default.
@@ -64,7 +68,7 @@
 #if !defined(TSR_KERNEL_NAME) || !defined(TSR_BM) || !defined(TSR_BN) || !defined(TSR_HEAD_DIM) || \
     !defined(TSR_STAGES) || !defined(TSR_DTYPE_BF16) || !defined(TSR_MEMBERSHIP) ||                \
     !defined(TSR_WARPGROUPS) || !defined(TSR_THREADS) || !defined(TSR_SMEM_BYTES) ||              \
-    !defined(TSR_TMA_BOX)
+    !defined(TSR_TMA_BOX) || !defined(TSR_FP8)
 #error "attn_sm90.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
 #endif
 
@@ -111,9 +115,17 @@
 #define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
+/* bytes an element of q/k/v in shared memory; P fragment registers */
+#if TSR_FP8
+#define TSR_SM90_EB 1
+#define TSR_SM90_NPF (TSR_BN / 8)
+#else
+#define TSR_SM90_EB 2
+#define TSR_SM90_NPF (TSR_BN / 4)
+#endif
 #define TSR_SM90_SMEM_BYTES                                                                \
-  (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_HEAD_DIM * 2 +                      \
-                          2 * TSR_STAGES * TSR_BN * TSR_HEAD_DIM * 2 + 256))
+  (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_HEAD_DIM * TSR_SM90_EB +            \
+                          2 * TSR_STAGES * TSR_BN * TSR_HEAD_DIM * TSR_SM90_EB + 256))
 static_assert(TSR_WARPGROUPS - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_WARPGROUPS <= 3,
               "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 with BM 64");
 
@@ -121,8 +133,8 @@ static_assert(TSR_WARPGROUPS - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_WARPGROUPS
  * agree with this template's own layout. */
 static_assert(TSR_THREADS == 128 * TSR_WARPGROUPS, "TSR_THREADS disagrees with attn_sm90.cuh");
 static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small for attn_sm90.cuh");
-#if TSR_TMA_BOX != 64
-#error "attn_sm90.cuh loads TMA boxes 64 elements wide"
+#if TSR_FP8 ? TSR_TMA_BOX != TSR_HEAD_DIM : TSR_TMA_BOX != 64
+#error "attn_sm90.cuh loads TMA boxes 64 elements wide (FP8: whole rows of TSR_HEAD_DIM bytes)"
 #endif
 
 #if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \
@@ -248,6 +260,10 @@ static __device__ __forceinline__ tsr_u64 tsr_desc(tsr_u32 saddr, tsr_u32 lbo, t
   return (tsr_u64)((saddr & 0x3FFFF) >> 4) | ((tsr_u64)(lbo >> 4) << 16) |
          ((tsr_u64)(sbo >> 4) << 32) | (1ull << 62);
 }
+
+#if TSR_FP8
+#include "attn_sm90_fp8.cuh"
+#endif
 
 /* ---- mbarrier and TMA ---------------------------------------------------- */
 static __device__ __forceinline__ void tsr_mbar_init(tsr_u32 bar, int count) {
@@ -478,9 +494,16 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     TSR_KERNEL_NAME(const __grid_constant__ tsr_kernel_params p) {
   extern __shared__ __align__(1024) unsigned char tsr_smem_raw[];
   constexpr int NC = TSR_SM90_NC;
+#if TSR_FP8
+  /* one panel of D-byte rows; a V^T tile [D][BN] has the K tile's size */
+  constexpr int HALVES = 1;
+  constexpr tsr_u32 Q_PANEL = TSR_BM * TSR_HEAD_DIM;
+  constexpr tsr_u32 KV_PANEL = TSR_BN * TSR_HEAD_DIM;
+#else
   constexpr int HALVES = TSR_HEAD_DIM / 64;            /* 64-column swizzle panels */
   constexpr tsr_u32 Q_PANEL = TSR_BM * 128;     /* bytes of one [BM x 64] panel */
   constexpr tsr_u32 KV_PANEL = TSR_BN * 128;    /* bytes of one [BN x 64] panel */
+#endif
   constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
   constexpr tsr_u32 Q_BYTES = Q_PANEL * HALVES;
 
@@ -609,10 +632,15 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
                            hk, mb.batch);
             tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
             tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
+#if TSR_FP8
+            /* vt8: keys innermost, channels 0..D-1 */
+            tsr_tma_load(sv + s * KV_TILE, &p.tma_v, TSR_V_FULL(s), row, 0, hk, mb.batch);
+#else
 #pragma unroll
             for (int h = 0; h < HALVES; ++h)
               tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
                            hk, mb.batch);
+#endif
 #if TSR_SM90_QPF
             if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 &&
                 tkn.tile_end > tkn.tile_begin) {
@@ -642,6 +670,16 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
      * B), V panels (MN-major, B transposed: LBO steps to the next 64
      * columns of D, SBO to the next 8 key rows). */
+#if TSR_FP8
+    /* e4m3: Q and K rows of D bytes, V^T rows of BN bytes, all K-major */
+#if TSR_SM90_QPF
+    const tsr_u64 dq0 = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM); /* Q buffer 0 */
+#else
+    const tsr_u64 dq = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM);
+#endif
+    const tsr_u64 dk = tsr_f8_desc(sk, TSR_HEAD_DIM);
+    const tsr_u64 dv = tsr_f8_desc(sv, TSR_BN);
+#else
 #if TSR_SM90_QPF
     const tsr_u64 dq0 = tsr_desc(sq + 64 * c * 128, 16, 1024); /* Q buffer 0 */
 #else
@@ -649,6 +687,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #endif
     const tsr_u64 dk = tsr_desc(sk, 16, 1024);
     const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
+#endif
 #if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
     const int my_turn = 1 + c, other_turn = 2 - c;
 #define TSR_TURN_BEGIN() tsr_bar_sync(my_turn, 256)
@@ -668,7 +707,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #endif
     int it = 0, q_uses = 0;
     float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
-    tsr_u32 pf[TSR_BN / 4];
+    tsr_u32 pf[TSR_SM90_NPF];
 #if TSR_SM90_QPF
     /* The next task's record, first member and (membership) its rows'
      * segments load while this task runs, so that no dependent global load
@@ -761,6 +800,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #endif
         };
         float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
+#if TSR_FP8
+        const float sqv = tsr_f8_row_scale(p, mb, 64 * c);
+        const int bh_kv = mb.batch * p.heads_kv + mb.head / hq_per_kv;
+#endif
         bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
 #pragma unroll
         for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
@@ -787,9 +830,16 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
           st = (it + u) % TSR_STAGES;
           ph = ((it + u) / TSR_STAGES) & 1;
           const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+          float f0, f1; /* loaded while the loads and S are waited for */
+          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
           tsr_mbar_wait(TSR_K_FULL(st), ph);
           TSR_EDGE_BEGIN();
           tsr_wg_fence();
+#if TSR_FP8
+          tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
+#else
 #pragma unroll
           for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
             const tsr_u32 off = (kk % 4) * 32;
@@ -801,6 +851,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
                              dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
 #endif
           }
+#endif
           tsr_wg_commit();
           TSR_EDGE_END();
           tsr_wg_wait<0>();
@@ -810,10 +861,17 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
+#if TSR_FP8
+          tsr_f8_scale_scores(s, f0, f1);
+#endif
           tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+#if TSR_FP8
+          tsr_f8_pack_p(pf, s);
+#else
 #pragma unroll
           for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+#endif
         };
         /* Tile u = pending + 1: S_u = Q K_u^T runs beside O += P V of the
          * pending tile, and the softmax of S_u beside the P V product. */
@@ -821,10 +879,17 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
           const int sn = (it + u) % TSR_STAGES;
           const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
           const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+          float f0, f1;
+          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
           tsr_mbar_wait(TSR_K_FULL(sn), phn);
           tsr_mbar_wait(TSR_V_FULL(st), ph);
           TSR_TURN_BEGIN();
           tsr_wg_fence();
+#if TSR_FP8
+          tsr_f8_issue_s(s, dq, dk + ((sn * KV_TILE) >> 4));
+#else
 #pragma unroll
           for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
             const tsr_u32 off = (kk % 4) * 32;
@@ -836,10 +901,14 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
                              dk + ((sn * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
 #endif
           }
+#endif
           tsr_wg_commit();
           /* the pending tile's rescale runs while S = Q K^T is computed */
           tsr_rescale(o, a0, a1);
           tsr_wg_fence();
+#if TSR_FP8
+          tsr_f8_issue_pv(o, pf, dv + ((st * KV_TILE) >> 4));
+#else
 #pragma unroll
           for (int kk = 0; kk < TSR_BN / 16; ++kk) {
 #if TSR_HEAD_DIM == 128
@@ -848,6 +917,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #endif
           }
+#endif
           tsr_wg_commit();
           TSR_TURN_END();
           tsr_wg_wait<1>();
@@ -857,14 +927,21 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             if (arriver) tsr_mbar_arrive(q_e);
             q_held = false;
           }
+#if TSR_FP8
+          tsr_f8_scale_scores(s, f0, f1);
+#endif
           tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
           tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
           tsr_wg_wait<0>();
           tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
-          tsr_fence_regs_u<TSR_BN / 4>(pf);
+          tsr_fence_regs_u<TSR_SM90_NPF>(pf);
           if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+#if TSR_FP8
+          tsr_f8_pack_p(pf, s);
+#else
 #pragma unroll
           for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+#endif
           st = sn;
           ph = phn;
         };
@@ -874,6 +951,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
           TSR_EDGE_BEGIN();
           tsr_rescale(o, a0, a1);
           tsr_wg_fence();
+#if TSR_FP8
+          tsr_f8_issue_pv(o, pf, dv + ((st * KV_TILE) >> 4));
+#else
 #pragma unroll
           for (int kk = 0; kk < TSR_BN / 16; ++kk) {
 #if TSR_HEAD_DIM == 128
@@ -882,11 +962,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
             tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
 #endif
           }
+#endif
           tsr_wg_commit();
           TSR_EDGE_END();
           tsr_wg_wait<0>();
           tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
-          tsr_fence_regs_u<TSR_BN / 4>(pf);
+          tsr_fence_regs_u<TSR_SM90_NPF>(pf);
           if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
         };
 
@@ -941,6 +1022,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
          * is NaN, not the empty row's zeros. */
         if (sel0 && m0 == NEG_INF) l0 = __int_as_float(0x7fc00000);
         if (sel1 && m1 == NEG_INF) l1 = __int_as_float(0x7fc00000);
+#if TSR_FP8
+        tsr_f8_scale_o(o, p, mb, hq_per_kv, t);
+#endif
         tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
       }
     }

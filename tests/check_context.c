@@ -539,7 +539,7 @@ static void old_resolve(const tsr_bundle *bu, const tsr_features *f, const tsr_p
 {
   const char *arch = "sm_90a";
   int64_t smem = tsr_arch_smem_limit(arch);
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   char note[TSR_VARIANT_NAME_MAX + 96] = "";
   int outcome;
   long i;
@@ -608,7 +608,7 @@ static void expect_same(const tsr_selection *got, const tsr_selection *want, con
 static const char *row_variant(tu_rng *rng, const tsr_bundle *bu, tsr_dtype dt, int hd, int tm, int tn,
                                int membership, char *buf)
 {
-  tsr_variant_need need = {dt, hd, tm, tn, membership};
+  tsr_variant_need need = {dt, hd, tm, tn, membership, 0};
   int64_t kind = tu_range(rng, 0, 3);
   long k = tsr_bundle_pick(bu, "sm_90a", &need, tsr_arch_smem_limit("sm_90a"));
   if (kind == 0 && k >= 0)
@@ -732,18 +732,20 @@ START_TEST(test_serves_one_rule)
   for (c = 0; c < 200; c++) {
     static const int tiles[] = {32, 64, 96, 128, 256};
     tsr_problem p;
-    tsr_variant_need need;
+    tsr_variant_need need = {0}; /* native precision unless set */
     int tm = tiles[tu_range(&rng, 0, 4)], tn = tiles[tu_range(&rng, 0, 4)], memb;
     long pick;
     memset(&p, 0, sizeof p);
     p.dtype = tu_uniform(&rng) < 0.5 ? TSR_DT_BF16 : TSR_DT_F16;
     p.head_dim = 64 * tu_range(&rng, 1, 3);
+    need.fp8 = tu_uniform(&rng) < 0.25; /* precision fp8 (issue 18): FP8 variants only */
     if (c % 4 == 0) { /* plans of the bundle's own variants, most of them served */
       const tsr_variant *v = &bu->items[tu_range(&rng, 0, (int64_t)bu->n - 1)].v;
       p.dtype = v->dtype;
       p.head_dim = v->head_dim;
       tm = v->bm;
       tn = v->bn;
+      need.fp8 = v->fp8;
     }
     for (memb = 0; memb < 2; memb++) {
       need.dtype = p.dtype;
@@ -756,11 +758,12 @@ START_TEST(test_serves_one_rule)
         int mine = tsr_context_serves(ctx, e, &need);
         int direct = (e->targets & (1u << a)) && e->smem <= smem && e->v.dtype == need.dtype &&
                      e->v.head_dim == need.head_dim && e->v.bm == tm && e->v.bn == tn &&
-                     (!memb || e->v.membership) && tsr_variant_fits(&e->v, "sm_90a", NULL);
+                     (!memb || e->v.membership) && !e->v.fp8 == !need.fp8 &&
+                     tsr_variant_fits(&e->v, "sm_90a", NULL);
         ck_assert_msg(mine == direct, "%s for %s d%d %dx%d%s: context %d, entry %d", e->name,
                       tsr_dtype_name(p.dtype), (int)p.head_dim, tm, tn, memb ? " mb" : "", mine, direct);
         ck_assert_int_eq(mine, tsr_bundle_serves(e, "sm_90a", smem, &need));
-        if (!memb) /* the sweep times what the request path may run */
+        if (!memb && !need.fp8) /* the sweep times what the request path may run (native) */
           ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, NULL), mine);
         ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, "no-such-variant*"), 0);
         ck_assert_int_eq(tsr_gpu_has_variant(ctx, e->name), !!(e->targets & (1u << a)));

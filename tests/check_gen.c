@@ -53,6 +53,7 @@ static tsr_variant random_variant(gen_rng *r)
   v.stages = (int)gen_range(r, 1, 4);
   v.layout = gen_range(r, 0, 1) ? TSR_TL_FLAT : TSR_TL_PERS;
   v.membership = (int)gen_range(r, 0, 1);
+  v.fp8 = (int)gen_range(r, 0, 1); /* the name carries it whatever the family */
   if (v.family == TSR_FAMILY_SM90) {
     v.bm = 64 * (int)gen_range(r, 1, 2);
     v.warpgroups = (int)gen_range(r, 2, 4);
@@ -130,6 +131,26 @@ START_TEST(test_name_examples)
   }
   tsr_variant_format(&v, buf);
   ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");
+  ck_assert_int_eq(v.fp8, 0);
+  {
+    /* FP8 (issue 18): one byte an element, whole rows a TMA box */
+    tsr_variant w;
+    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_mb_tma128", &w, &err), TSR_OK);
+    ck_assert_int_eq(w.fp8, 1);
+    ck_assert_int_eq(w.dtype, TSR_DT_BF16);
+    ck_assert_int_eq(w.head_dim, 128);
+    ck_assert_int_eq(w.tma_box, 128);
+    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + (128 * 128 + 2 * 2 * 128 * 128) + 256);
+    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
+    ck_assert(!tsr_variant_fits(&w, "sm_80", NULL));
+    w.fp8 = 0;
+    tsr_variant_format(&w, buf);
+    ck_assert_str_eq(buf, "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_mb_tma128");
+    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_fp16_fp8_d64_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((64 * 64 + 2 * 3 * 64 * 64) + 256));
+  }
 }
 END_TEST
 
@@ -183,6 +204,9 @@ static const struct {
   { "tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb", "TMA boxes of 64" },
   { "tsr_sm90_bf16_d128_m192n128_s2_g4_pers_mb_tma64", "BM must be 64 or 128" },
   { "tsr_sm90_bf16_d256_m128n128_s2_g3_pers_mb_tma64", "head dim must be 64 or 128" },
+  { "tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_mb_tma64", "whole rows through TMA boxes of the head dim ('tma_box': 128)" },
+  { "tsr_sm90_bf16_fp8_d64_m128n128_s2_g3_flat_mb_tma128", "('tma_box': 64), got 128" },
+  { "tsr_sm80_bf16_fp8_d128_m128n64_s2_w4_pers_mb", "FP8 precision needs the sm90 family" },
 };
 
 START_TEST(test_param_rejects)
@@ -267,6 +291,8 @@ static const struct {
   { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [100, 64], \"stages\": 2, \"warps\": 4}", "BM must be a multiple of 16" },
   { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 80, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "head dim must be" },
   { "[1, 2]", "must be an object" },
+  { "{\"family\": \"sm90\", \"precision\": \"fp9\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [128, 64], \"stages\": 2, \"warpgroups\": 3, \"tma_box\": 64}", "key 'precision' must be" },
+  { "{\"family\": \"sm80\", \"precision\": \"fp8\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "FP8 precision needs the sm90 family" },
 };
 
 START_TEST(test_catalog_rejects)
@@ -402,7 +428,7 @@ START_TEST(test_bundle_pick)
   char path[4096];
   tsr_bundle b;
   tsr_error err = { 0 };
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   long k;
   snprintf(path, sizeof path, "%s/bundle", builddir());
   ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
@@ -419,6 +445,22 @@ START_TEST(test_bundle_pick)
   need.head_dim = 128;
   ck_assert_int_eq(tsr_bundle_pick(&b, "sm_75", &need, 166912), -1);
   ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 1024), -1);
+  /* FP8 (issue 18): an FP8 need gets an FP8 variant or none, a native need
+   * never an FP8 one */
+  need.fp8 = 1;
+  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 166912), -1);
+  k = tsr_bundle_pick(&b, "sm_90a", &need, 232448);
+  ck_assert(k >= 0);
+  ck_assert_msg(b.items[k].v.fp8 && strstr(b.items[k].name, "_fp8_"), "%s", b.items[k].name);
+  need.bm = 64;
+  need.bn = 128; /* no FP8 variant of this tile */
+  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_90a", &need, 232448), -1);
+  need.fp8 = 0;
+  for (k = 0; k < (long)b.n; k++)
+    if (tsr_variant_serves(&b.items[k].v, "sm_90a", &need)) ck_assert(!b.items[k].v.fp8);
+  need.bm = need.bn = 128;
+  k = tsr_bundle_pick(&b, "sm_90a", &need, 232448);
+  ck_assert(k >= 0 && !b.items[k].v.fp8);
   tsr_bundle_free(&b);
 }
 END_TEST

@@ -1,7 +1,9 @@
 #!/bin/sh
 # gen-sass.sh: the generated cubins use the intended instructions.  The sm80
 # family (every target) must show HMMA tensor-core products and LDGSTS
-# (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma); the
+# (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma), its
+# FP8 variants QGMMA e4m3 products in both GEMMs and their quantization
+# kernels (issue 18); the
 # GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE).
 # Skips (77) only when cuobjdump is truly absent.
 #
@@ -125,16 +127,30 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
       echo "gen-sass: cuobjdump failed on $f: $sass"; fail=1; continue; }
     case $name in
       tsr_sm80_*) want="HMMA LDGSTS" ;;
+      # FP8 (issue 18): e4m3 tensor-core products (QGMMA) for both GEMMs,
+      # the P fragments packed by saturating e4m3 conversions, and the
+      # module's quantization kernels
+      tsr_sm90_*_fp8_*) want="QGMMA\.64x[0-9]*x32\.F32\.E4M3\.E4M3 F2FP\.SATFINITE\.E4M3 Function:${name}_quant Function:${name}_kvstats" ;;
       tsr_sm90_*) want="HGMMA" ;;
       tsr_plan) want="VOTE" ;; # the GPU planner: warp ballots
       *) echo "gen-sass: unknown family: $name"; fail=1; continue ;;
     esac
     for ins in $want; do
-      if ! printf '%s\n' "$sass" | grep -q "$ins"; then
+      if ! printf '%s\n' "$sass" | sed 's/Function : /Function:/' | grep -q "$ins"; then
         echo "gen-sass: $arch/$name: no $ins in SASS"
         fail=1
       fi
     done
+    # FP8 variants: both products in e4m3, register-A (P V) and shared-A (Q K^T)
+    case $name in
+      tsr_sm90_*_fp8_*)
+        if ! printf '%s\n' "$sass" | grep -q "QGMMA[^;]*, R[0-9]*, gdesc"; then
+          echo "gen-sass: $arch/$name: no register-operand QGMMA (the P V product) in SASS"; fail=1
+        fi
+        if printf '%s\n' "$sass" | grep -q "HGMMA"; then
+          echo "gen-sass: $arch/$name: a 16-bit HGMMA in an FP8 variant"; fail=1
+        fi ;;
+    esac
     bad=$(fit "$arch" "$name" "$f" "$sass")
     if test -n "$bad"; then
       printf '%s\n' "$bad" | sed 's/^/gen-sass: does not fit: /'

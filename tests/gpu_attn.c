@@ -29,13 +29,16 @@
  * reaches those rows through the tensor-core product (0 * NaN), the one
  * known exception runtime/ref.c documents; empty rows must stay zeros.
  *
- *   gpu_attn [--quick | --bench | --bench-all] [--seed N] [--only PREFIX]
+ *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
  *   Wan2.1-sized problem (no correctness check); --bench-all: the same for
- *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64.
+ *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64; --fp8: the FP8
+ *   cases only (issue 18, see fp8_cases); --fp8-bench: FP8 against bf16 on
+ *   the same plans, request time including the quantization.
  */
 #include "bundle.h"
 #include "cuda_impl.h"
+#include "fp8.h"
 #include "plan_impl.h"
 #include "variant.h"
 
@@ -702,7 +705,7 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
 {
   /* Every bundle variant that serves the plan on this device. */
   const char *arch = tsr_context_arch(ctx);
-  tsr_variant_need need;
+  tsr_variant_need need = {0}; /* native precision unless set */
   size_t i;
   int fails = 0, a = tsr_arch_index(arch), n = 0, filtered = 0;
   need.dtype = P->c->dt;
@@ -881,6 +884,7 @@ static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbu
 /* ---- non-finite inputs ------------------------------------------------------ */
 
 #define NF_SEED 0x6e6f6e66696e6974ULL /* the non-finite runs' stream: seed ^ this */
+#define FP8_SEED 0x6670382d72756e73ULL /* the FP8 runs' stream */
 
 static const tcase nf_cases[] = {
   { "nf-bf16-d128-random-split", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 },
@@ -1089,7 +1093,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { dt, D, blk, blk, pl->n_membership > 0 };
+      tsr_variant_need need = { dt, D, blk, blk, pl->n_membership > 0, 0 };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsr_variant_serves(&e->v, tsr_context_arch(ctx), &need)) continue;
@@ -1135,6 +1139,569 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   return fails;
 }
 
+/* ---- FP8 (issue 18): the e4m3 variants against the CPU emulation --------- */
+
+/* Each case runs the test's own plan and the planner's (precision fp8) with
+ * every FP8 variant serving it, and compares
+ *  - with the CPU emulation of the same plan (tsr_cpu_execute_heads, every
+ *    head in FP8: the device has no per-head fallback), which quantizes the
+ *    same inputs to the same bytes and scales.  Bound: o within 8e-3 (bf16
+ *    output; 4e-3 fp16) of max |o| and lse within 2e-3.  Why not closer:
+ *    the output is rounded to bf16 (2^-9 relative, 2^-8 across two
+ *    roundings), the tensor cores sum the exact e4m3 products in another
+ *    order (and with fewer bits) than the CPU, ex2.approx differs from
+ *    exp2f by ulps, and the K mean is summed in another order, so a p or
+ *    a k_s near an e4m3 rounding boundary can round to the neighbouring
+ *    value (1/8 to 1/16 of that p): one such flip in a row of ~1000 keys
+ *    moves o by ~1e-4.  A wrong scale, permutation or fragment shows as
+ *    errors of 1e-1 and more.
+ *  - with the float64 reference, per (batch, head) with selected rows:
+ *    cosine >= 0.999, the minimum and median over heads printed, and the
+ *    largest relative L2 error (printed, not judged: on these uniform
+ *    random inputs o is an average of ~1000 random v and its relative error
+ *    is e4m3's own, 3.8-4.3% in the emulation; issue 18's 3% bar is for the
+ *    corpus's structured inputs).  The K-outlier case is printed only: its
+ *    cosine (0.9988 in the emulation) is what the per-head fallback to the
+ *    native dtype exists for (runtime/fp8.c), which the device lacks.
+ * Non-finite values (empty rows: zeros, lse -inf) must sit where the
+ * reference has them. */
+typedef struct {
+  tcase c;
+  int k_outliers; /* K channels 5 and 77 x20, channel 40 + 3 (smoothing's case) */
+} fp8_case;
+
+static const fp8_case fp8_cases[] = {
+  { { "fp8-bf16-d128-128x128-gqa-ragged", 2, 4, 2, 1000, 1100, 128, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 1 }, 0 },
+  { { "fp8-bf16-d128-128x128-bshd-split-empty", 1, 3, 3, 900, 777, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_EMPTY, 0.5, TL_SPLIT, 0, 1 }, 0 },
+  { { "fp8-fp16-d64-128x128-pack", 1, 8, 2, 700, 700, 64, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_PACK, 1, 0 }, 0 },
+  { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1 }, 0 },
+  { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 }, 1 },
+};
+
+static int fp8_only; /* --fp8: the FP8 cases only */
+
+/* Outlier channels of K (then the reference again). */
+static void fp8_outliers(prob *P)
+{
+  const tcase *c = P->c;
+  size_t i, n = (size_t)c->B * c->Hkv * c->Sk;
+  for (i = 0; i < n; i++) {
+    float *kr = P->k + i * c->D;
+    kr[5] = to_f(c->dt, from_f(c->dt, kr[5] * 20.0f));
+    kr[c->D - 51] = to_f(c->dt, from_f(c->dt, kr[c->D - 51] * 20.0f));
+    kr[40] = to_f(c->dt, from_f(c->dt, kr[40] + 3.0f));
+  }
+  compute_ref(P);
+}
+
+/* Per (batch, head) with a selected row: cosine and relative L2 error of o
+ * against the float64 reference; minimum cosine, median cosine and largest
+ * error into the outputs.  Returns the number of heads counted. */
+static int fp8_head_stats(const prob *P, const float *o, double *cos_min, double *cos_med, double *l2_max)
+{
+  const tcase *c = P->c;
+  int nh = 0, bh, i, j;
+  double *cs = malloc((size_t)c->B * c->Hq * sizeof *cs);
+  *cos_min = 1;
+  *l2_max = 0;
+  for (bh = 0; bh < c->B * c->Hq; bh++) {
+    double gg = 0, rr = 0, gr = 0, dd = 0;
+    for (i = 0; i < c->Sq; i++) {
+      size_t row = (size_t)bh * c->Sq + i;
+      if (!isfinite(P->ref_lse[row])) continue; /* empty row */
+      for (j = 0; j < c->D; j++) {
+        double g = o[row * c->D + j], r = P->ref_o[row * c->D + j];
+        gg += g * g;
+        rr += r * r;
+        gr += g * r;
+        dd += (g - r) * (g - r);
+      }
+    }
+    if (rr == 0) continue;
+    cs[nh] = gg > 0 ? gr / sqrt(gg * rr) : 0;
+    if (cs[nh] < *cos_min) *cos_min = cs[nh];
+    if (sqrt(dd / rr) > *l2_max) *l2_max = sqrt(dd / rr);
+    nh++;
+  }
+  for (i = 1; i < nh; i++) /* insertion sort: a few heads */
+    for (j = i; j > 0 && cs[j - 1] > cs[j]; j--) {
+      double x = cs[j];
+      cs[j] = cs[j - 1];
+      cs[j - 1] = x;
+    }
+  *cos_med = nh ? cs[nh / 2] : 1;
+  free(cs);
+  return nh;
+}
+
+/* The reference bar (cosine >= 0.999 in every head); `judged` 0: printed only. */
+static int fp8_ref_ok(const prob *P, const float *o, int judged, char *line, size_t n)
+{
+  double cmin, cmed, l2;
+  int nh = fp8_head_stats(P, o, &cmin, &cmed, &l2);
+  int ok = !judged || (nh > 0 && cmin >= 0.999);
+  snprintf(line, n, "vs f64: %d heads, cosine min %.5f median %.5f%s, rel L2 max %.2e", nh, cmin, cmed,
+           judged ? "" : " (not judged)", l2);
+  return ok;
+}
+
+/* The CPU emulation of plan pl (every head in FP8); 0 on success. */
+static int fp8_emulate(const prob *P, const tsr_plan *pl, tsr_array *o, tsr_array *l)
+{
+  const tcase *c = P->c;
+  tsr_array q, k, v;
+  tsr_error err;
+  unsigned char *native = calloc((size_t)c->B * c->Hq, 1);
+  tsr_status st;
+  tsr_error_clear(&err);
+  memset(&q, 0, sizeof q);
+  q.dtype = TSR_DT_F32; q.ndim = 4; q.shape[0] = c->B; q.shape[1] = c->Hq; q.shape[2] = c->Sq; q.shape[3] = c->D;
+  q.data = P->q;
+  k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
+  v = k; v.data = P->v;
+  st = tsr_cpu_execute_heads(pl, &q, &k, &v, native, o, l, &err);
+  free(native);
+  if (st != TSR_OK) printf("  CPU emulation: %s  FAIL\n", err.text);
+  return st != TSR_OK;
+}
+
+/* The device result of the last launch against the emulation (eo, el) and
+ * the reference; returns 0 when it passes. */
+static int fp8_compare(const tsr_cu *cu, const prob *P, devbufs *db, const float *eo, const float *el,
+                       int judged, const char *what)
+{
+  const tcase *c = P->c;
+  size_t nrows = (size_t)c->B * c->Hq * c->Sq, row, d, i = 0, b, h, s, bad = 0;
+  float *o = malloc(nrows * c->D * sizeof *o);
+  double maxref = 0, maxerr = 0, lse_err = 0, tol = c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3;
+  char line[200];
+  int ok;
+  CK(cu->cuMemcpyDtoH(db->host_o, db->o, db->o_bytes));
+  CK(cu->cuMemcpyDtoH(db->host_lse, db->lse, db->lse_bytes));
+  for (b = 0; b < (size_t)c->B; b++)
+    for (h = 0; h < (size_t)c->Hq; h++)
+      for (s = 0; s < (size_t)c->Sq; s++)
+        for (d = 0; d < (size_t)c->D; d++)
+          o[i++] = to_f(c->dt, db->host_o[b * db->t.o_stride[0] + h * db->t.o_stride[1] + s * db->t.o_stride[2] + d]);
+  for (row = 0; row < nrows; row++) {
+    double gl = db->host_lse[row], rl = el[row];
+    for (d = 0; d < (size_t)c->D; d++) {
+      double g = o[row * c->D + d], r = eo[row * c->D + d];
+      if (!isfinite(g) || !isfinite(r)) {
+        bad += !same_nonfinite(g, r);
+        continue;
+      }
+      if (fabs(r) > maxref) maxref = fabs(r);
+      if (fabs(g - r) > maxerr) maxerr = fabs(g - r);
+    }
+    if (!isfinite(gl) || !isfinite(rl) || !isfinite(P->ref_lse[row]))
+      bad += !same_nonfinite(gl, rl) + !same_nonfinite(gl, P->ref_lse[row]);
+    else if (fabs(gl - rl) / (fabs(rl) > 1 ? fabs(rl) : 1) > lse_err)
+      lse_err = fabs(gl - rl) / (fabs(rl) > 1 ? fabs(rl) : 1);
+  }
+  maxerr = maxref > 0 ? maxerr / maxref : maxerr;
+  ok = fp8_ref_ok(P, o, judged, line, sizeof line);
+  ok = ok && bad == 0 && maxerr <= tol && lse_err <= 2e-3;
+  printf("  %-52s vs emulation: o %.2e (bound %.0e) lse %.2e (2e-03) non-finite mismatch %zu; %s  %s\n", what,
+         maxerr, tol, lse_err, bad, line, ok ? "ok" : "FAIL");
+  free(o);
+  return ok ? 0 : 1;
+}
+
+/* An e4m3 byte's value (OCP E4M3: bias 7, 0x7f / 0xff NaN). */
+static float e4m3_value(uint8_t b)
+{
+  int e = (b >> 3) & 15, m = b & 7;
+  float x;
+  if (e == 15 && m == 7) return NAN;
+  x = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf((float)m, -9);
+  return b & 0x80 ? -x : x;
+}
+
+static void *fp8_fetch(const tsr_cu *cu, CUdeviceptr p, size_t bytes)
+{
+  void *h = malloc(bytes ? bytes : 1);
+  if (bytes) CK(cu->cuMemcpyDtoH(h, p, bytes));
+  return h;
+}
+
+/* The device's e4m3 copies and scales after a launch against
+ * tsr_fp8_quantize of the same inputs (so that a wrong output says whether
+ * the quantization or the attention kernel is at fault).  The Q and V
+ * scales and every q8 and v8 byte must agree exactly (the same amax, the
+ * same IEEE division and multiply, the same rounding); vt8's padding keys
+ * must be zero and its keys sit at tsr_f8_slot's positions.  K's mean is
+ * summed in fp32 on the device and in double on the CPU, so sk may differ
+ * by 1e-5 relative and at most 0.1% of the k8 bytes by one step. */
+static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
+{
+  const tcase *c = P->c;
+  const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D;
+  const int64_t qc = (Sq + 63) / 64, kc = (Sk + 63) / 64;
+  tsr_gpu_fp8_view v;
+  tsr_fp8_tensors t;
+  tsr_error err;
+  uint8_t *q8, *k8, *vt8;
+  float *sq, *sk, *sv;
+  size_t bq = 0, bk = 0, bv = 0, pad = 0;
+  double eq = 0, ek = 0, ev = 0;
+  int64_t i, bh, d, tok;
+  int ok;
+  tsr_error_clear(&err);
+  if (!tsr_gpu_fp8_buffers(pl, &v)) {
+    printf("  quantization: the plan has no FP8 device copies  FAIL\n");
+    return 1;
+  }
+  if (tsr_fp8_quantize(&pl->problem, P->q, P->k, P->v, &t, &err) != TSR_OK) {
+    printf("  quantization: tsr_fp8_quantize: %s  FAIL\n", err.text);
+    return 1;
+  }
+  q8 = fp8_fetch(cu, v.q8, (size_t)(B * Hq * Sq * D));
+  k8 = fp8_fetch(cu, v.k8, (size_t)(B * Hkv * Sk * D));
+  vt8 = fp8_fetch(cu, v.vt8, (size_t)(B * Hkv * D * v.skp));
+  sq = fp8_fetch(cu, v.sq, (size_t)(B * Hq * qc) * 4);
+  sk = fp8_fetch(cu, v.sk, (size_t)(B * Hkv * kc) * 4);
+  sv = fp8_fetch(cu, v.sv, (size_t)(B * Hkv * D) * 4);
+  for (i = 0; i < B * Hq * Sq * D; i++) bq += e4m3_value(q8[i]) != t.q8[i];
+  for (i = 0; i < B * Hkv * Sk * D; i++) bk += e4m3_value(k8[i]) != t.k8[i];
+  for (bh = 0; bh < B * Hkv; bh++)
+    for (d = 0; d < D; d++)
+      for (tok = 0; tok < v.skp; tok++) {
+        int64_t k16 = tok & 15, pos = (tok & ~15) | (4 * ((k16 & 7) >> 1) + ((k16 >> 3) << 1) + (k16 & 1));
+        float g = e4m3_value(vt8[(bh * D + d) * v.skp + pos]);
+        if (tok >= Sk) pad += g != 0;
+        else bv += g != t.v8[(bh * Sk + tok) * D + d];
+      }
+  for (i = 0; i < B * Hq * qc; i++) eq = fmax(eq, fabs(sq[i] - t.sq[i]) / t.sq[i]);
+  for (i = 0; i < B * Hkv * kc; i++) ek = fmax(ek, fabs(sk[i] - t.sk[i]) / t.sk[i]);
+  for (i = 0; i < B * Hkv * D; i++) ev = fmax(ev, fabs(sv[i] - t.sv[i]) / t.sv[i]);
+  ok = bq == 0 && bv == 0 && pad == 0 && eq == 0 && ev == 0 && ek <= 1e-5 &&
+       bk <= (size_t)(B * Hkv * Sk * D) / 1000;
+  printf("  %-52s bytes off: q8 %zu, k8 %zu of %lld, v8 %zu, padding %zu; scales off: sq %.1e sk %.1e sv %.1e  %s\n",
+         "(quantization vs tsr_fp8_quantize)", bq, bk, (long long)(B * Hkv * Sk * D), bv, pad, eq, ek, ev,
+         ok ? "ok" : "FAIL");
+  free(q8); free(k8); free(vt8); free(sq); free(sk); free(sv);
+  tsr_fp8_free(&t);
+  return ok ? 0 : 1;
+}
+
+/* Plan pl (precision fp8) with variant `name` (NULL: the one chosen). */
+static int fp8_run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_plan *pl, devbufs *db,
+                           CUstream stream, const char *name, const float *eo, const float *el, int judged)
+{
+  tsr_error err;
+  tsr_error_clear(&err);
+  if (pl->gpu) {
+    pl->gpu_free(pl->gpu);
+    pl->gpu = NULL;
+    pl->gpu_free = NULL;
+  }
+  if (name) snprintf(pl->variant, sizeof pl->variant, "%s", name);
+  else pl->variant[0] = '\0';
+  if (tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
+    printf("  %-52s upload failed: %s  FAIL\n", name ? name : "(chosen)", err.text);
+    return 1;
+  }
+  if (!strstr(pl->variant, "_fp8_")) {
+    printf("  %-52s an FP8 plan got a native variant  FAIL\n", pl->variant);
+    return 1;
+  }
+  poison(cu, db);
+  if (tsr_gpu_launch(ctx, pl, &db->t, stream, &err) != TSR_OK) {
+    printf("  %-52s launch failed: %s  FAIL\n", pl->variant, err.text);
+    return 1;
+  }
+  CK(cu->cuStreamSynchronize(stream));
+  {
+    int fails = fp8_compare(cu, P, db, eo, el, judged, pl->variant);
+    return fails + fp8_check_quant(cu, P, pl);
+  }
+}
+
+/* One FP8 case: the emulation against the reference (host side, also
+ * without a GPU), then with a context the device runs. */
+static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream,
+                        const fp8_case *fc, int quick, int *ran)
+{
+  const tcase *c = &fc->c;
+  prob P;
+  devbufs db;
+  tsr_plan *pl;
+  tsr_array eo, el;
+  char line[200];
+  int fails = 0, n = 0, t;
+  size_t i;
+  make_problem(&P, c);
+  if (fc->k_outliers) fp8_outliers(&P);
+  pl = build_plan(&P);
+  pl->opts.precision = TSR_PREC_FP8;
+  printf("fp8 case %s: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s %s tile %dx%d: %lld tasks, %lld merges\n", c->label,
+         c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsr_variant_dtype_name(c->dt), c->bshd ? "BSHD" : "BHSD", c->tm,
+         c->tn, (long long)pl->n_tasks, (long long)pl->n_merges);
+  if (fp8_emulate(&P, pl, &eo, &el)) {
+    free_own_plan(pl);
+    free_problem(&P);
+    return 1;
+  }
+  {
+    int ok = fp8_ref_ok(&P, eo.data, !fc->k_outliers, line, sizeof line);
+    printf("  %-52s %s  %s\n", "(CPU emulation)", line, ok ? "ok" : "FAIL");
+    fails += !ok;
+  }
+  if (!ctx) {
+    tsr_npy_free(&eo);
+    tsr_npy_free(&el);
+    free_own_plan(pl);
+    free_problem(&P);
+    return fails;
+  }
+  make_devbufs(cu, &P, &db);
+  {
+    const char *arch = tsr_context_arch(ctx);
+    tsr_variant_need need = {0};
+    int a = tsr_arch_index(arch);
+    need.dtype = c->dt;
+    need.head_dim = c->D;
+    need.bm = pl->tile_m;
+    need.bn = pl->tile_n;
+    need.membership = pl->n_membership > 0;
+    need.fp8 = 1;
+    for (i = 0; i < bundle->n; i++) {
+      const tsr_bundle_entry *e = &bundle->items[i];
+      if (!(e->targets & (1u << a)) || !tsr_variant_serves(&e->v, arch, &need)) continue;
+      if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
+      fails += fp8_run_variant(ctx, cu, &P, pl, &db, stream, e->name, eo.data, el.data, !fc->k_outliers);
+      n++;
+    }
+    if (n == 0 && !only_prefix[0]) {
+      printf("  no FP8 variant serves %s d%d tile %dx%d on %s  FAIL\n", tsr_variant_dtype_name(c->dt), c->D,
+             pl->tile_m, pl->tile_n, arch);
+      fails++;
+    }
+  }
+  tsr_npy_free(&eo);
+  tsr_npy_free(&el);
+  free_own_plan(pl);
+  /* the planner's plans of the case's tile, every task layout */
+  for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK && n > 0; t++) {
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem pr;
+    tsr_plan_opts o;
+    tsr_plan *pp = NULL;
+    tsr_error err;
+    char what[160];
+    if (quick && t != TSR_TASKS_SPLIT) continue;
+    tsr_error_clear(&err);
+    if (make_geom_mask(&P, &g, &m, &err)) {
+      printf("  planner: %s  FAIL\n", err.text);
+      fails++;
+      break;
+    }
+    memset(&pr, 0, sizeof pr);
+    pr.batch = c->B; pr.heads_q = c->Hq; pr.heads_kv = c->Hkv; pr.seq_q = c->Sq; pr.seq_k = c->Sk;
+    pr.head_dim = c->D; pr.scale = P.scale; pr.dtype = c->dt;
+    pr.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
+    pr.geom = g;
+    tsr_plan_opts_init(&o);
+    o.tasks = (tsr_tasks)t;
+    o.tile_m = c->tm;
+    o.tile_n = c->tn;
+    o.precision = TSR_PREC_FP8;
+    o.arch = tsr_context_arch(ctx);
+    o.num_sms = tsr_context_num_sms(ctx);
+    if (tsr_problem_check(&pr, &err) || tsr_plan_create(&pr, m, &o, &pp, &err)) {
+      printf("  planner fp8 tasks %d: %s  %s\n", t, err.text, err.status == TSR_ERR_UNSUPPORTED ? "n/a" : "FAIL");
+      fails += err.status != TSR_ERR_UNSUPPORTED;
+    } else if (!fp8_emulate(&P, pp, &eo, &el)) {
+      snprintf(what, sizeof what, "planner tasks %d: %lld tasks %lld merges", t, (long long)pp->n_tasks,
+               (long long)pp->n_merges);
+      printf("  %s\n", what);
+      fails += fp8_run_variant(ctx, cu, &P, pp, &db, stream, NULL, eo.data, el.data, !fc->k_outliers);
+      n++;
+      tsr_npy_free(&eo);
+      tsr_npy_free(&el);
+    } else {
+      fails++;
+    }
+    tsr_plan_destroy(pp);
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+  }
+  *ran += n;
+  free_devbufs(cu, &db);
+  free_problem(&P);
+  return fails;
+}
+
+/* An FP8 plan whose tile no FP8 variant serves (64x128) is refused with
+ * TSR_ERR_NO_VARIANT naming the precision: never a silent native run. */
+static int fp8_refusal(tsr_context *ctx)
+{
+  static const tcase c = { "fp8-no-variant", 1, 2, 2, 300, 300, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.5, TL_ROW, 0, 0 };
+  prob P;
+  tsr_plan *pl;
+  tsr_error err;
+  tsr_status st;
+  int ok;
+  make_problem(&P, &c);
+  pl = build_plan(&P);
+  pl->opts.precision = TSR_PREC_FP8;
+  tsr_error_clear(&err);
+  st = tsr_gpu_upload(ctx, pl, &err);
+  ok = st == TSR_ERR_NO_VARIANT && strstr(err.text, "fp8") != NULL;
+  printf("fp8 refusal (tile 64x128, no FP8 variant): status %d, '%s'  %s\n", (int)st, err.text, ok ? "ok" : "FAIL");
+  free_own_plan(pl);
+  free_problem(&P);
+  return ok ? 0 : 1;
+}
+
+static int fp8_runs(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int quick,
+                    int *ran)
+{
+  size_t i;
+  int fails = 0;
+  for (i = 0; i < sizeof fp8_cases / sizeof *fp8_cases; i++)
+    if (!quick || fp8_cases[i].c.quick) fails += fp8_case_run(ctx, cu, bundle, stream, &fp8_cases[i], quick, ran);
+  if (ctx) fails += fp8_refusal(ctx);
+  return fails;
+}
+
+/* ---- --fp8-bench: FP8 against bf16, same plan, request time -------------- */
+
+/* Random block masks of density `dens` (1: dense) on S tokens, H heads,
+ * D = 128, BSHD bf16; blocks bq x bk planned on bq x bk tiles; for each
+ * precision the variant the library picks, median of `reps` event-timed
+ * launches after 2 warm-ups, the FP8 launch including its quantization
+ * kernels.  Prints both, the speedup and the cosine of the two outputs. */
+static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int S, int H, int bq, int bk,
+                         double dens, int reps)
+{
+  const int D = 128, nq = (S + bq - 1) / bq, nk = (S + bk - 1) / bk;
+  size_t n = (size_t)S * H * D, i;
+  uint16_t *host = malloc(n * 2), *o_nat = malloc(n * 2), *o_f8 = malloc(n * 2);
+  uint8_t *bits = malloc((size_t)H * nq * nk);
+  CUdeviceptr dq, dk, dv, dout;
+  tsr_gpu_tensors t;
+  CUevent e0, e1;
+  tsr_error err;
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem pr;
+  double pairs = 0, ms_of[2] = { 0, 0 }, gg = 0, rr = 0, gr = 0;
+  char vname[2][96] = { "", "" };
+  int prec, fails = 0, h, a, b2;
+  tsr_error_clear(&err);
+  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  CK(cu->cuMemAlloc(&dq, n * 2));
+  CK(cu->cuMemAlloc(&dk, n * 2));
+  CK(cu->cuMemAlloc(&dv, n * 2));
+  CK(cu->cuMemAlloc(&dout, n * 2));
+  CK(cu->cuMemcpyHtoD(dq, host, n * 2));
+  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  CK(cu->cuMemcpyHtoD(dk, host, n * 2));
+  for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
+  CK(cu->cuMemcpyHtoD(dv, host, n * 2));
+  memset(&t, 0, sizeof t);
+  t.q = dq; t.k = dk; t.v = dv; t.o = dout;
+  t.q_stride[0] = (int64_t)S * H * D; t.q_stride[1] = D; t.q_stride[2] = (int64_t)H * D; t.q_stride[3] = 1;
+  memcpy(t.k_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.v_stride, t.q_stride, sizeof t.q_stride);
+  memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
+  for (i = 0; i < (size_t)H * nq * nk; i++) bits[i] = dens >= 1 || urand() < dens;
+  for (h = 0; h < H; h++)
+    for (a = 0; a < nq; a++)
+      for (b2 = 0; b2 < nk; b2++)
+        if (bits[((size_t)h * nq + a) * nk + b2]) {
+          int qa = a * bq, qb = qa + bq < S ? qa + bq : S, ka = b2 * bk, kb = ka + bk < S ? ka + bk : S;
+          pairs += (double)(qb - qa) * (kb - ka);
+        }
+  memset(&pr, 0, sizeof pr);
+  pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
+  pr.dtype = TSR_DT_BF16; pr.layout = TSR_LAYOUT_BSHD;
+  if (tsr_geom_uniform(S, S, bq, bk, &g, &err) || tsr_mask_from_bytes(1, H, nq, nk, bits, &m, &err) ||
+      (pr.geom = g, tsr_problem_check(&pr, &err))) {
+    printf("fp8-bench: %s  FAIL\n", err.text);
+    return 1;
+  }
+  CK(cu->cuEventCreate(&e0, 0));
+  CK(cu->cuEventCreate(&e1, 0));
+  for (prec = 0; prec < 2; prec++) {
+    tsr_plan_opts o;
+    tsr_plan *pl = NULL;
+    float ms[32];
+    int r;
+    tsr_plan_opts_init(&o);
+    o.tile_m = bq;
+    o.tile_n = bk;
+    o.precision = prec ? TSR_PREC_FP8 : TSR_PREC_NATIVE;
+    o.arch = tsr_context_arch(ctx);
+    o.num_sms = tsr_context_num_sms(ctx);
+    if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK || tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
+      printf("fp8-bench: S=%d %dx%d density %.2f %s: %s  FAIL\n", S, bq, bk, dens, prec ? "fp8" : "bf16", err.text);
+      fails++;
+      tsr_plan_destroy(pl);
+      continue;
+    }
+    snprintf(vname[prec], sizeof vname[prec], "%s", pl->variant);
+    for (r = 0; r < 2; r++) tsr_gpu_launch(ctx, pl, &t, stream, &err);
+    for (r = 0; r < reps && !err.status; r++) {
+      CK(cu->cuEventRecord(e0, stream));
+      tsr_gpu_launch(ctx, pl, &t, stream, &err);
+      CK(cu->cuEventRecord(e1, stream));
+      CK(cu->cuEventSynchronize(e1));
+      CK(cu->cuEventElapsedTime(&ms[r], e0, e1));
+    }
+    if (err.status) {
+      printf("fp8-bench: launch %s: %s  FAIL\n", vname[prec], err.text);
+      fails++;
+    } else {
+      qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
+      ms_of[prec] = ms[reps / 2];
+      CK(cu->cuMemcpyDtoH(prec ? o_f8 : o_nat, dout, n * 2));
+    }
+    tsr_plan_destroy(pl);
+  }
+  for (i = 0; i < n; i++) {
+    double x = bf2f(o_f8[i]), y = bf2f(o_nat[i]);
+    gg += x * x; rr += y * y; gr += x * y;
+  }
+  if (ms_of[0] > 0 && ms_of[1] > 0)
+    printf("fp8-bench: S=%-6d H=%-2d blocks %3dx%-3d density %.2f  bf16 %8.3f ms %6.1f TFLOP/s (%s)  fp8 %8.3f ms "
+           "%6.1f TFLOP/s (%s)  speedup %.2fx  cosine(fp8, bf16) %.5f\n",
+           S, H, bq, bk, dens, ms_of[0], 4.0 * pairs * D / (ms_of[0] * 1e-3) / 1e12, vname[0], ms_of[1],
+           4.0 * pairs * D / (ms_of[1] * 1e-3) / 1e12, vname[1], ms_of[0] / ms_of[1],
+           gg > 0 && rr > 0 ? gr / sqrt(gg * rr) : 0.0);
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+  free(host); free(o_nat); free(o_f8); free(bits);
+  return fails;
+}
+
+/* Wan2.1-1.3B 480p (32760 tokens, 12 heads) and Wan2.1-14B 720p (75600,
+ * 40 heads), D 128: blocks 128x128, 128x64, 64x64 at 10% and 25%, and
+ * dense (128x128 blocks; at 32K all three). */
+static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream)
+{
+  static const int blk[3][2] = { { 128, 128 }, { 128, 64 }, { 64, 64 } };
+  static const double dens[3] = { 0.10, 0.25, 1.0 };
+  int fails = 0, bi, di, si;
+  for (si = 0; si < 2; si++)
+    for (bi = 0; bi < 3; bi++)
+      for (di = 0; di < 3; di++) {
+        if (si == 1 && di == 2 && bi > 0) continue; /* dense 75K: 128x128 only (planning time) */
+        fails += fp8_bench_one(ctx, cu, stream, si ? 75600 : 32760, si ? 40 : 12, blk[bi][0], blk[bi][1], dens[di],
+                               si ? 5 : 10);
+      }
+  return fails;
+}
+
 int main(int argc, char **argv)
 {
   tsr_context_opts o;
@@ -1153,10 +1720,12 @@ int main(int argc, char **argv)
     if (strcmp(argv[i], "--quick") == 0) quick = 1;
     else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
     else if (strcmp(argv[i], "--bench-all") == 0) do_bench = 2;
+    else if (strcmp(argv[i], "--fp8-bench") == 0) do_bench = 3;
+    else if (strcmp(argv[i], "--fp8") == 0) fp8_only = 1;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all] [--seed N] [--only PREFIX]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
@@ -1173,7 +1742,9 @@ int main(int argc, char **argv)
       /* The host-side parts still run: a failure there fails the test. */
       printf("gpu_attn: no GPU (%s): host-side checks only\n", err.text);
       rng_state = seed ^ NF_SEED;
-      fails = nonfinite_runs(NULL, NULL, NULL, NULL, quick, &ran);
+      if (!fp8_only) fails = nonfinite_runs(NULL, NULL, NULL, NULL, quick, &ran);
+      rng_state = seed ^ FP8_SEED;
+      fails += fp8_runs(NULL, NULL, NULL, NULL, quick, &ran);
       printf("gpu_attn: host-side checks: %d failures; GPU runs skipped\n", fails);
       return fails ? 1 : SKIP;
     }
@@ -1198,6 +1769,7 @@ int main(int argc, char **argv)
     static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
     int di, ti, bi;
     if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128);
+    else if (do_bench == 3) fails = fp8_bench(ctx, cu, stream);
     else
       for (di = 0; di < 2; di++)
         for (ti = 0; ti < 2; ti++)
@@ -1208,7 +1780,7 @@ int main(int argc, char **argv)
     return fails ? 1 : 0;
   }
 
-  for (ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+  for (ci = 0; ci < sizeof cases / sizeof *cases && !fp8_only; ci++) {
     const tcase *c = &cases[ci];
     prob P;
     devbufs db;
@@ -1230,7 +1802,9 @@ int main(int argc, char **argv)
     free_problem(&P);
   }
   rng_state = seed ^ NF_SEED; /* the same problems as the host-only run */
-  fails += nonfinite_runs(ctx, cu, &bundle, stream, quick, &ran);
+  if (!fp8_only) fails += nonfinite_runs(ctx, cu, &bundle, stream, quick, &ran);
+  rng_state = seed ^ FP8_SEED;
+  fails += fp8_runs(ctx, cu, &bundle, stream, quick, &ran);
 
   cu->cuStreamDestroy(stream);
   tsr_bundle_free(&bundle);

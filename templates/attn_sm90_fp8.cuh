@@ -1,0 +1,432 @@
+/*
+ * templates/attn_sm90_fp8.cuh: the FP8 parts of the sm90 family (issue 18),
+ * included by attn_sm90.cuh when TSR_FP8 is 1: e4m3 wgmma wrappers, the
+ * score / probability / output scaling of the attention kernel, and the two
+ * quantization kernels of the variant's module (<name>_kvstats, <name>_quant)
+ * that make the e4m3 copies and their scales from the bf16/fp16 tensors.
+ *
+ * ---- The scheme (the CPU emulation, runtime/exec_cpu.c, implements the same)
+ *   e4m3: OCP E4M3 (max 448), conversions cvt.rn.satfinite (round to nearest
+ *   even, saturating to +-448); products accumulate in fp32.
+ *   K smoothing: per (batch, kv head, channel c) mean_c = fp32 mean of k[:, c]
+ *     over all seq_k tokens; k_s = k - mean_c (softmax-invariant).
+ *   Q scale per (batch, q head, 64-token chunk): amax = max |q| over the
+ *     chunk x head dim; inv = 448 / amax, q8 = e4m3(q * inv), sq = amax / 448
+ *     (amax 0: inv = sq = 1).  K: the same per (batch, kv head, chunk) on k_s.
+ *   V scale per (batch, kv head, channel c): amax_c over all tokens,
+ *     v8 = e4m3(v * (448 / amax_c)), sv_c = amax_c / 448 (0: both 1).
+ *   s = (q8 . k8) * (sq * sk), then the bf16 kernel's online softmax;
+ *   p = exp2(s * scale_log2 - m) in fp32, l sums the fp32 p; the P V
+ *   product takes p8 = e4m3(p * 256); O = O_acc * (sv_c / 256) / l.
+ *
+ * ---- Buffers (runtime/gpu.c owns them, one set a plan, reused)
+ *   q8  [B][Hq][Sq][D] bytes, k8 [B][Hkv][Sk][D]: row-major, TMA maps
+ *       {D, S, H, B} with the box {D, BM | BN} (D bytes: 128B or 64B swizzle)
+ *   vt8 [B][Hkv][D][Skp] bytes, Skp = Sk rounded up to 16 (zeros past Sk):
+ *       V transposed, because e4m3 wgmma takes both operands K-major and the
+ *       K dimension of P V is the keys; map {Skp, D, Hkv, B}, box {BN, D}.
+ *       Within every 16 keys the positions are permuted (tsr_f8_slot): the
+ *       fp32 accumulator of S holds, per thread, keys 2t, 2t+1 of each 8,
+ *       where the e4m3 A fragment wants keys 4t..4t+3 of each 16; instead of
+ *       moving P between threads, V's keys are stored in the order the
+ *       fragment reads them (a key permutation applied to both operands of
+ *       a sum over keys leaves the sum unchanged).
+ *   sq  [B][Hq][ceil(Sq/64)], sk [B][Hkv][ceil(Sk/64)], sv [B][Hkv][D] fp32;
+ *       the attention kernel reads them through p.q, p.k and p.v (its q/k/v
+ *       tensors come through the TMA maps only).
+ *   kmean, vinv [B][Hkv][D] fp32, part [B][Hkv][parts][2][D] fp32 and
+ *       counter [B][Hkv] (zero at allocation; the kernel re-arms it):
+ *       _kvstats' intermediates.
+ */
+#ifndef TSR_ATTN_SM90_FP8_CUH
+#define TSR_ATTN_SM90_FP8_CUH
+
+#define TSR_F8_MAX 448.0f
+#define TSR_F8_P_SCALE 256.0f /* p in [0, 1] -> [0, 256], inside e4m3's range */
+#define TSR_F8_CHUNK 64       /* tokens a Q / K scale */
+#define TSR_CAT2(a, b) a##b
+#define TSR_CAT(a, b) TSR_CAT2(a, b)
+
+/* ---- e4m3 wgmma (K = 32; no transpose forms: both operands K-major) ------ */
+/* D[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), e4m3. */
+static __device__ __forceinline__ void tsr_wgmma_f8_ss_n64(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+/* D[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), e4m3. */
+static __device__ __forceinline__ void tsr_wgmma_f8_ss_n128(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+/* D[64 x 64] += A[64 x 32] (registers, e4m3) * B[32 x 64] (smem, K-major), e4m3. */
+static __device__ __forceinline__ void tsr_wgmma_f8_rs_n64(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* D[64 x 128] += A[64 x 32] (registers, e4m3) * B[32 x 128] (smem, K-major), e4m3. */
+static __device__ __forceinline__ void tsr_wgmma_f8_rs_n128(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* Shared-memory matrix descriptor with the swizzle of rows `row` bytes
+ * wide (128: 128B swizzle, 64: 64B); K-major, 8-row groups `8 * row`
+ * bytes apart. */
+static __device__ __forceinline__ tsr_u64 tsr_f8_desc(tsr_u32 saddr, int row) {
+  return (tsr_u64)((saddr & 0x3FFFF) >> 4) | ((tsr_u64)1 << 16) | ((tsr_u64)((8 * row) >> 4) << 32) |
+         ((tsr_u64)(row == 128 ? 1 : 2) << 62);
+}
+
+/* Four floats to e4m3 bytes 0-3 (a in byte 0); cvt puts its first source
+ * in the upper byte. */
+static __device__ __forceinline__ tsr_u32 tsr_e4m3x4(float a, float b, float c, float d) {
+  unsigned short lo, hi;
+  tsr_u32 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  asm("mov.b32 %0, {%1, %2};" : "=r"(r) : "h"(lo), "h"(hi));
+  return r;
+}
+
+/* Position of key k (0..15) within its 16 in vt8: the A-fragment slot
+ * 4t + i of a thread holds key 8 * (i / 2) + 2t + i % 2 (see the header). */
+static __device__ __forceinline__ int tsr_f8_slot(int k) {
+  return 4 * ((k & 7) >> 1) + ((k >> 3) << 1) + (k & 1);
+}
+
+/* ---- attention-kernel pieces -------------------------------------------- */
+
+/* S = Q K^T of one stage: rows of TSR_HEAD_DIM bytes, 32 a step. */
+static __device__ __forceinline__ void tsr_f8_issue_s(float *s, tsr_u64 dq, tsr_u64 dk) {
+#pragma unroll
+  for (int kk = 0; kk < TSR_HEAD_DIM / 32; ++kk) {
+#if TSR_BN == 128
+    tsr_wgmma_f8_ss_n128(s, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
+#else
+    tsr_wgmma_f8_ss_n64(s, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
+#endif
+  }
+}
+
+/* O += P V of one stage: V^T rows (channels) of TSR_BN bytes, 32 keys a step. */
+static __device__ __forceinline__ void tsr_f8_issue_pv(float *o, const tsr_u32 *pf, tsr_u64 dv) {
+#pragma unroll
+  for (int kk = 0; kk < TSR_BN / 32; ++kk) {
+#if TSR_HEAD_DIM == 128
+    tsr_wgmma_f8_rs_n128(o, pf + 4 * kk, dv + ((kk * 32) >> 4), 1);
+#else
+    tsr_wgmma_f8_rs_n64(o, pf + 4 * kk, dv + ((kk * 32) >> 4), 1);
+#endif
+  }
+}
+
+/* The score factors of key tile `k_tile` for rows whose Q scale is sqv:
+ * f0 for its first 64 keys, f1 for the next 64 (BN 128); chunks past the
+ * last one (keys past seq_k, masked anyway) reuse the last scale. */
+static __device__ __forceinline__ void tsr_f8_key_factors(const tsr_kernel_params &p, int bh_kv, int k_tile,
+                                                          float sqv, float &f0, float &f1) {
+  const int nkc = (p.seq_k + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
+  const float *sk = (const float *)p.k + (tsr_i64)bh_kv * nkc;
+  const int c0 = k_tile * (TSR_BN / TSR_F8_CHUNK);
+  f0 = sqv * __ldg(sk + (c0 < nkc ? c0 : nkc - 1));
+  f1 = TSR_BN == 128 ? sqv * __ldg(sk + (c0 + 1 < nkc ? c0 + 1 : nkc - 1)) : f0;
+}
+
+/* The Q scale of this warpgroup's 64 rows (local rows from row0 on). */
+static __device__ __forceinline__ float tsr_f8_row_scale(const tsr_kernel_params &p, tsr_member_rec mb, int row0) {
+  const int nqc = (p.seq_q + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
+  const int ch = (mb.q_tile * TSR_BM + row0) / TSR_F8_CHUNK;
+  return __ldg((const float *)p.q + ((tsr_i64)mb.batch * p.heads_q + mb.head) * nqc + (ch < nqc ? ch : nqc - 1));
+}
+
+/* s = acc * (sq * sk): columns 8j + 2t + e lie in key chunk (8j) / 64. */
+static __device__ __forceinline__ void tsr_f8_scale_scores(float *s, float f0, float f1) {
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 8; ++j) {
+    const float f = 8 * j < TSR_F8_CHUNK ? f0 : f1;
+    s[4 * j] *= f;
+    s[4 * j + 1] *= f;
+    s[4 * j + 2] *= f;
+    s[4 * j + 3] *= f;
+  }
+}
+
+/* p (fp32 accumulator layout) to the e4m3 A fragments of the P V product:
+ * fragment 4kk + {0, 1, 2, 3} = rows g / g+8 of keys 32kk + {0..15, 16..31},
+ * each thread's own keys in tsr_f8_slot order (no data moves between lanes). */
+static __device__ __forceinline__ void tsr_f8_pack_p(tsr_u32 *pf, const float *s) {
+  const float k = TSR_F8_P_SCALE;
+#pragma unroll
+  for (int kk = 0; kk < TSR_BN / 32; ++kk) {
+    const float *x = s + 16 * kk; /* blocks j = 4kk .. 4kk + 3, 4 floats each */
+    pf[4 * kk + 0] = tsr_e4m3x4(x[0] * k, x[1] * k, x[4] * k, x[5] * k);
+    pf[4 * kk + 1] = tsr_e4m3x4(x[2] * k, x[3] * k, x[6] * k, x[7] * k);
+    pf[4 * kk + 2] = tsr_e4m3x4(x[8] * k, x[9] * k, x[12] * k, x[13] * k);
+    pf[4 * kk + 3] = tsr_e4m3x4(x[10] * k, x[11] * k, x[14] * k, x[15] * k);
+  }
+}
+
+/* O_acc * (sv_c / 256) before the epilogue divides by l: the partial slots
+ * then hold what the bf16 kernel's would, and the merge is unchanged. */
+static __device__ __forceinline__ void tsr_f8_scale_o(float *o, const tsr_kernel_params &p, tsr_member_rec mb,
+                                                      int hq_per_kv, int t) {
+  const float *sv = (const float *)p.v + ((tsr_i64)mb.batch * p.heads_kv + mb.head / hq_per_kv) * TSR_HEAD_DIM;
+#pragma unroll
+  for (int j = 0; j < TSR_HEAD_DIM / 8; ++j) {
+    const float2 w = __ldg((const float2 *)(sv + 8 * j + 2 * t));
+    const float f0 = w.x * (1.0f / TSR_F8_P_SCALE), f1 = w.y * (1.0f / TSR_F8_P_SCALE);
+    o[4 * j] *= f0;
+    o[4 * j + 1] *= f1;
+    o[4 * j + 2] *= f0;
+    o[4 * j + 3] *= f1;
+  }
+}
+
+/* ---- quantization kernels ------------------------------------------------ */
+
+/* Eight elements (16 bytes) to floats. */
+static __device__ __forceinline__ void tsr_f8_load8(const tsr_u16 *src, float *f) {
+  const uint4 w = __ldg((const uint4 *)src);
+  const tsr_u32 u[4] = { w.x, w.y, w.z, w.w };
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#if TSR_DTYPE_BF16
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+#else
+    asm("{\n.reg .f16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}\n"
+        : "=f"(f[2 * i]), "=f"(f[2 * i + 1])
+        : "r"(u[i]));
+#endif
+  }
+}
+
+/* amax -> (inv, scale) of the scheme: 448 / amax and amax / 448, 1 for 0. */
+static __device__ __forceinline__ float tsr_f8_inv(float amax) { return amax > 0.f ? __fdiv_rn(TSR_F8_MAX, amax) : 1.f; }
+static __device__ __forceinline__ float tsr_f8_scale(float amax) { return amax > 0.f ? __fdiv_rn(amax, TSR_F8_MAX) : 1.f; }
+
+#define TSR_F8_TPR (TSR_HEAD_DIM / 8) /* threads a token row, 8 channels each */
+#define TSR_F8_RPP (256 / TSR_F8_TPR) /* token rows a pass of 256 threads */
+
+/* Pass 1: per (batch, kv head) the sum of k and the amax of |v| of each
+ * channel.  Grid (parts, B * Hkv), 256 threads; CTA x reduces tokens
+ * [x * part_tokens, +part_tokens) into part[bh][x]; the last CTA of a (b, h)
+ * to finish (a counter) adds the parts in order (deterministic), writes
+ * kmean, sv and vinv, and re-arms the counter. */
+extern "C" __global__ void __launch_bounds__(256)
+    TSR_CAT(TSR_KERNEL_NAME, _kvstats)(const tsr_u16 *k, const tsr_u16 *v, tsr_i64 ksb, tsr_i64 ksh, tsr_i64 kss,
+                                       tsr_i64 vsb, tsr_i64 vsh, tsr_i64 vss, int heads_kv, int seq_k,
+                                       int part_tokens, float *part, tsr_u32 *counter, float *kmean, float *sv,
+                                       float *vinv) {
+  constexpr int D = TSR_HEAD_DIM;
+  __shared__ float red[2][TSR_F8_RPP][D];
+  __shared__ int last;
+  const int bh = blockIdx.y, b = bh / heads_kv, h = bh % heads_kv, np = gridDim.x;
+  const int tid = threadIdx.x, r = tid / TSR_F8_TPR, c0 = (tid % TSR_F8_TPR) * 8;
+  const int t0 = blockIdx.x * part_tokens, t1 = min(seq_k, t0 + part_tokens);
+  const tsr_u16 *kb = k + b * ksb + h * ksh + c0, *vb = v + b * vsb + h * vsh + c0;
+  float s[8], a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s[i] = a[i] = 0.f;
+#pragma unroll 4 /* several rows' loads in flight: the pass is bound by memory */
+  for (int t = t0 + r; t < t1; t += TSR_F8_RPP) {
+    float kf[8], vf[8];
+    tsr_f8_load8(kb + t * kss, kf);
+    tsr_f8_load8(vb + t * vss, vf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      s[i] += kf[i];
+      a[i] = fmaxf(a[i], fabsf(vf[i]));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    red[0][r][c0 + i] = s[i];
+    red[1][r][c0 + i] = a[i];
+  }
+  __syncthreads();
+  if (tid < D) {
+    float x = 0.f, m = 0.f;
+    for (int i = 0; i < TSR_F8_RPP; ++i) {
+      x += red[0][i][tid];
+      m = fmaxf(m, red[1][i][tid]);
+    }
+    float *pp = part + ((tsr_i64)bh * np + blockIdx.x) * 2 * D;
+    pp[tid] = x;
+    pp[D + tid] = m;
+  }
+  __threadfence(); /* the parts are visible before the count says so */
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(counter + bh, 1u) == (tsr_u32)(np - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (tid < D) {
+    float x = 0.f, m = 0.f;
+    for (int i = 0; i < np; ++i) {
+      const float *pp = part + ((tsr_i64)bh * np + i) * 2 * D;
+      x += __ldcg(pp + tid);
+      m = fmaxf(m, __ldcg(pp + D + tid));
+    }
+    kmean[(tsr_i64)bh * D + tid] = __fdiv_rn(x, (float)seq_k);
+    sv[(tsr_i64)bh * D + tid] = tsr_f8_scale(m);
+    vinv[(tsr_i64)bh * D + tid] = tsr_f8_inv(m);
+  }
+  if (tid == 0) counter[bh] = 0u;
+}
+
+/* Pass 2: one CTA a (batch, head, 64-token chunk), 256 threads: CTAs
+ * [0, q_ctas) quantize Q chunks (B * Hq * ceil(Sq/64)), the rest K and V
+ * chunks (B * Hkv * ceil(Sk/64)).  Each keeps its chunk in registers: the
+ * amax, then the bytes.  V goes through shared memory to be written
+ * transposed (vt8 rows of 64 keys a chunk, 16-byte stores). */
+extern "C" __global__ void __launch_bounds__(256)
+    TSR_CAT(TSR_KERNEL_NAME, _quant)(const tsr_u16 *q, const tsr_u16 *k, const tsr_u16 *v, tsr_i64 qsb, tsr_i64 qsh,
+                                     tsr_i64 qss, tsr_i64 ksb, tsr_i64 ksh, tsr_i64 kss, tsr_i64 vsb, tsr_i64 vsh,
+                                     tsr_i64 vss, int heads_q, int heads_kv, int seq_q, int seq_k, int skp,
+                                     int q_ctas, const float *kmean, const float *vinv, unsigned char *q8,
+                                     unsigned char *k8, unsigned char *vt8, float *sq, float *sk) {
+  constexpr int D = TSR_HEAD_DIM, PASSES = TSR_F8_CHUNK / TSR_F8_RPP;
+  __shared__ float wmax[8];
+  __shared__ __align__(16) unsigned char vs[D * TSR_F8_CHUNK]; /* [channel][position] */
+  const int tid = threadIdx.x, r = tid / TSR_F8_TPR, c0 = (tid % TSR_F8_TPR) * 8;
+  const bool is_q = (int)blockIdx.x < q_ctas;
+  const int blk = is_q ? (int)blockIdx.x : (int)blockIdx.x - q_ctas;
+  const int heads = is_q ? heads_q : heads_kv, seq = is_q ? seq_q : seq_k;
+  const int nch = (seq + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
+  const int ch = blk % nch, bh = blk / nch, b = bh / heads, h = bh % heads;
+  const tsr_u16 *src = is_q ? q + b * qsb + h * qsh : k + b * ksb + h * ksh;
+  const tsr_i64 ss = is_q ? qss : kss;
+  float x[PASSES][8], mean[8];
+  float am = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) mean[i] = is_q ? 0.f : __ldg(kmean + (tsr_i64)bh * D + c0 + i);
+#pragma unroll
+  for (int ps = 0; ps < PASSES; ++ps) {
+    const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
+    if (t < seq) {
+      tsr_f8_load8(src + t * ss + c0, x[ps]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (!is_q) x[ps][i] = x[ps][i] - mean[i]; /* k_s = k - mean_c */
+        am = fmaxf(am, fabsf(x[ps][i]));
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+  if (tid % 32 == 0) wmax[tid / 32] = am;
+  __syncthreads();
+  am = wmax[0];
+#pragma unroll
+  for (int w = 1; w < 8; ++w) am = fmaxf(am, wmax[w]);
+  {
+    const float inv = tsr_f8_inv(am);
+    unsigned char *dst = (is_q ? q8 : k8) + (tsr_i64)bh * seq * D;
+    if (tid == 0) (is_q ? sq : sk)[(tsr_i64)bh * nch + ch] = tsr_f8_scale(am);
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
+      const float *f = x[ps];
+      if (t < seq)
+        *(uint2 *)(dst + (tsr_i64)t * D + c0) =
+            make_uint2(tsr_e4m3x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv),
+                       tsr_e4m3x4(f[4] * inv, f[5] * inv, f[6] * inv, f[7] * inv));
+    }
+  }
+  if (is_q) return;
+  /* V: per-channel scales; keys in tsr_f8_slot order within each 16 */
+  {
+    const tsr_u16 *vsrc = v + b * vsb + h * vsh;
+    float vi[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) vi[i] = __ldg(vinv + (tsr_i64)bh * D + c0 + i);
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int lp = ps * TSR_F8_RPP + r, t = ch * TSR_F8_CHUNK + lp;
+      const int pos = (lp & ~15) | tsr_f8_slot(lp & 15);
+      float f[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = 0.f;
+      if (t < seq) tsr_f8_load8(vsrc + t * vss + c0, f);
+#pragma unroll
+      for (int i = 0; i < 8; i += 4) {
+        const tsr_u32 w = tsr_e4m3x4(f[i] * vi[i], f[i + 1] * vi[i + 1], f[i + 2] * vi[i + 2], f[i + 3] * vi[i + 3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) vs[(c0 + i + e) * TSR_F8_CHUNK + pos] = (unsigned char)(w >> (8 * e));
+      }
+    }
+    __syncthreads();
+    const int npos = min(TSR_F8_CHUNK, skp - ch * TSR_F8_CHUNK); /* a multiple of 16 */
+    unsigned char *vd = vt8 + (tsr_i64)bh * D * skp + ch * TSR_F8_CHUNK;
+    for (int i = tid; i < D * (TSR_F8_CHUNK / 16); i += 256) {
+      const int c = i / (TSR_F8_CHUNK / 16), seg = i % (TSR_F8_CHUNK / 16);
+      if (seg * 16 < npos) *(uint4 *)(vd + (tsr_i64)c * skp + seg * 16) = *(const uint4 *)(vs + c * TSR_F8_CHUNK + seg * 16);
+    }
+  }
+}
+
+#endif
