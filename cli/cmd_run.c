@@ -267,9 +267,86 @@ static tsr_status run_gpu(const char **val, tsr_problem *p, const tsr_mask *m,
   return s;
 }
 
+static const char *const run_backends[] = {"ref", "cpu", "gpu"};
+
+/* Checks every option of `tessera run` before any file is read: the required
+ * ones are present, the values parse, and no option is given with one it
+ * excludes.  Sets *backend (0 ref, 1 cpu, 2 gpu), *scale, *tol and
+ * *dev_dtype from the options given (the caller's defaults otherwise).
+ * Returns 0, or CLI_USAGE after printing the one-line error. */
+static int check_run_opts(const char **val, int *backend, double *scale, double *tol,
+                          tsr_dtype *dev_dtype)
+{
+  tsr_error err = {0};
+  int i;
+
+  for (i = O_MASK; i <= O_OUT; i++)
+    if (!val[i] && i != O_BLOCK && i != O_QBLOCKS && i != O_KBLOCKS) {
+      cli_errorf("run", "missing %s %s (try --help)", run_opts[i].name, run_opts[i].arg);
+      return CLI_USAGE;
+    }
+  if (val[O_BACKEND] && (*backend = pick(val[O_BACKEND], run_backends, 3)) < 0) {
+    cli_errorf("run", "invalid --backend '%s': expected ref, cpu or gpu", val[O_BACKEND]);
+    return CLI_USAGE;
+  }
+  if (val[O_SCALE] && parse_finite(val[O_SCALE], scale)) {
+    cli_errorf("run", "invalid --scale '%s': expected a finite number", val[O_SCALE]);
+    return CLI_USAGE;
+  }
+  if (val[O_CHECK] && (parse_finite(val[O_CHECK], tol) || *tol < 0)) {
+    cli_errorf("run", "invalid --check '%s': expected a non-negative tolerance", val[O_CHECK]);
+    return CLI_USAGE;
+  }
+  if (*backend == 0 && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
+    cli_errorf("run", "--tile, --mapping and --tasks need --backend cpu or gpu");
+    return CLI_USAGE;
+  }
+  if (*backend == 0 && (val[O_NOSELECT] || val[O_DB] || val[O_EXPLAIN])) {
+    cli_errorf("run", "--no-select, --db and --explain need --backend cpu or gpu");
+    return CLI_USAGE;
+  }
+  if (val[O_NOSELECT] && (val[O_DB] || val[O_EXPLAIN])) {
+    cli_errorf("run", "--no-select excludes --db and --explain (they select from the table)");
+    return CLI_USAGE;
+  }
+  if ((val[O_DB] || val[O_EXPLAIN]) && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
+    cli_errorf("run", "--db and --explain select the plan: drop --tile, --mapping and --tasks");
+    return CLI_USAGE;
+  }
+  if (val[O_DTYPE] && (tsr_dtype_parse(val[O_DTYPE], dev_dtype) ||
+                       (*dev_dtype != TSR_DT_BF16 && *dev_dtype != TSR_DT_F16))) {
+    cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
+    return CLI_USAGE;
+  }
+  if (val[O_DTYPE] && *backend != 2 && !(*backend == 1 && val[O_PRECISION])) {
+    cli_errorf("run", "--dtype needs --backend gpu (or cpu with --precision)");
+    return CLI_USAGE;
+  }
+  if (val[O_LSE] && !strcmp(val[O_LSE], val[O_OUT])) {
+    cli_errorf("run", "--out and --lse name the same file '%s'", val[O_OUT]);
+    return CLI_USAGE;
+  }
+  {
+    tsr_plan_opts po;
+    if (plan_opts(val, &po, &err) != TSR_OK || tsr_plan_opts_check(&po, &err) != TSR_OK) {
+      cli_errorf("run", "%s", err.text);
+      return CLI_USAGE;
+    }
+    /* No silent float64 run for an fp8 request: only the plan backends
+     * have FP8 (the cpu one emulates the device's). */
+    if (po.precision != TSR_PREC_NATIVE && *backend == 0) {
+      cli_errorf("run", "--precision '%s' needs --backend cpu (its emulation) or gpu: the "
+                 "reference computes in float64", val[O_PRECISION]);
+      return CLI_USAGE;
+    }
+  }
+  if (val[O_BLOCK] && cli_check_block("run", val[O_BLOCK]))
+    return CLI_USAGE;
+  return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
-  static const char *const backends[] = {"ref", "cpu", "gpu"};
   const char *val[O_COUNT];
   const char *names[3];
   tsr_array q, k, v, out, lse;
@@ -289,68 +366,8 @@ int cmd_run(int argc, char **argv)
   i = cli_parse("run", synopsis, run_opts, val, argc, argv);
   if (i)
     return i > 0 ? CLI_OK : CLI_USAGE;
-  for (i = O_MASK; i <= O_OUT; i++)
-    if (!val[i] && i != O_BLOCK && i != O_QBLOCKS && i != O_KBLOCKS) {
-      cli_errorf("run", "missing %s %s (try --help)", run_opts[i].name, run_opts[i].arg);
-      return CLI_USAGE;
-    }
-  if (val[O_BACKEND] && (backend = pick(val[O_BACKEND], backends, 3)) < 0) {
-    cli_errorf("run", "invalid --backend '%s': expected ref, cpu or gpu", val[O_BACKEND]);
-    return CLI_USAGE;
-  }
-  if (val[O_SCALE] && parse_finite(val[O_SCALE], &scale)) {
-    cli_errorf("run", "invalid --scale '%s': expected a finite number", val[O_SCALE]);
-    return CLI_USAGE;
-  }
-  if (val[O_CHECK] && (parse_finite(val[O_CHECK], &tol) || tol < 0)) {
-    cli_errorf("run", "invalid --check '%s': expected a non-negative tolerance", val[O_CHECK]);
-    return CLI_USAGE;
-  }
-  if (backend == 0 && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
-    cli_errorf("run", "--tile, --mapping and --tasks need --backend cpu or gpu");
-    return CLI_USAGE;
-  }
-  if (backend == 0 && (val[O_NOSELECT] || val[O_DB] || val[O_EXPLAIN])) {
-    cli_errorf("run", "--no-select, --db and --explain need --backend cpu or gpu");
-    return CLI_USAGE;
-  }
-  if (val[O_NOSELECT] && (val[O_DB] || val[O_EXPLAIN])) {
-    cli_errorf("run", "--no-select excludes --db and --explain (they select from the table)");
-    return CLI_USAGE;
-  }
-  if ((val[O_DB] || val[O_EXPLAIN]) && (val[O_TILE] || val[O_MAPPING] || val[O_TASKS])) {
-    cli_errorf("run", "--db and --explain select the plan: drop --tile, --mapping and --tasks");
-    return CLI_USAGE;
-  }
-  if (val[O_DTYPE] && (tsr_dtype_parse(val[O_DTYPE], &dev_dtype) ||
-                       (dev_dtype != TSR_DT_BF16 && dev_dtype != TSR_DT_F16))) {
-    cli_errorf("run", "invalid --dtype '%s': expected bf16 or fp16", val[O_DTYPE]);
-    return CLI_USAGE;
-  }
-  if (val[O_DTYPE] && backend != 2 && !(backend == 1 && val[O_PRECISION])) {
-    cli_errorf("run", "--dtype needs --backend gpu (or cpu with --precision)");
-    return CLI_USAGE;
-  }
-  if (val[O_LSE] && !strcmp(val[O_LSE], val[O_OUT])) {
-    cli_errorf("run", "--out and --lse name the same file '%s'", val[O_OUT]);
-    return CLI_USAGE;
-  }
   /* Every option is checked before any file is read. */
-  {
-    tsr_plan_opts po;
-    if (plan_opts(val, &po, &err) != TSR_OK || tsr_plan_opts_check(&po, &err) != TSR_OK) {
-      cli_errorf("run", "%s", err.text);
-      return CLI_USAGE;
-    }
-    /* No silent float64 run for an fp8 request: only the plan backends
-     * have FP8 (the cpu one emulates the device's). */
-    if (po.precision != TSR_PREC_NATIVE && backend == 0) {
-      cli_errorf("run", "--precision '%s' needs --backend cpu (its emulation) or gpu: the "
-                 "reference computes in float64", val[O_PRECISION]);
-      return CLI_USAGE;
-    }
-  }
-  if (val[O_BLOCK] && cli_check_block("run", val[O_BLOCK]))
+  if (check_run_opts(val, &backend, &scale, &tol, &dev_dtype))
     return CLI_USAGE;
 
   if (tsr_out_begin(&outs, &err) || tsr_out_file(outs, val[O_OUT], 0, &fo, &err) ||
@@ -386,7 +403,7 @@ int cmd_run(int argc, char **argv)
     s = run_gpu(val, &p, m, &q, &k, &v, &out, val[O_LSE] ? &lse : NULL, &err);
   }
   if (s != TSR_OK) {
-    cli_errorf("run", "%s backend failed: %s", backends[backend], err.text);
+    cli_errorf("run", "%s backend failed: %s", run_backends[backend], err.text);
     rc = cli_status_exit(s);
     goto done;
   }
@@ -427,7 +444,7 @@ int cmd_run(int argc, char **argv)
   }
   printf("%s: batch %lld, heads %lld/%lld, %lld x %lld tokens, head dim %lld, %lld x %lld blocks, "
          "density %.4f; wrote '%s'%s%s%s\n",
-         backends[backend], (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv,
+         run_backends[backend], (long long)p.batch, (long long)p.heads_q, (long long)p.heads_kv,
          (long long)p.seq_q, (long long)p.seq_k, (long long)p.head_dim, (long long)tsr_geom_nq(g),
          (long long)tsr_geom_nk(g), tsr_mask_density(m), val[O_OUT],
          val[O_LSE] ? " and '" : "", val[O_LSE] ? val[O_LSE] : "", val[O_LSE] ? "'" : "");
