@@ -302,7 +302,8 @@ def self_similarity(x, pooled, block, layout="bhsd"):
         y, dim=red + (y.dim() - 1,), dtype=acc)).square()
     e = e / _lengths_as(xb.shape[2], block, e.dtype, x.device)
     m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
-    return torch.where(e > 0, m2 / e, 1.0).clamp(max=1.0)
+    # An all-zero block has e = m2 = 0: 0/0 is NaN, which becomes 1.
+    return (m2 / e).clamp(max=1.0).nan_to_num(1.0)
 
 
 # ---- rules (the corpus's, on pooled scores) --------------------------------
@@ -324,9 +325,11 @@ def cdf_rule(prob, tau, min_keep=1):
     (tsr_corpus_cdf; sums in sorted order, sequential on the CPU)."""
     sp, order = torch.sort(prob, dim=-1, descending=True, stable=True)
     cum = torch.cumsum(sp, dim=-1)
-    excl = torch.cat([torch.zeros_like(cum[..., :1]), cum[..., :-1]], dim=-1)
-    rank = torch.arange(prob.shape[-1], device=prob.device)
-    keep = (excl < float(tau) * cum[..., -1:]) | (rank < int(min_keep))
+    excl = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # the sum before each rank
+    nk, mk = prob.shape[-1], int(min_keep)
+    first = _cached(("ranks-below", nk, mk, str(prob.device)),
+                    lambda: torch.arange(nk, device=prob.device) < mk)
+    keep = (excl < float(tau) * cum[..., -1:]) | first
     # order is a permutation of each row: every entry is written.
     return torch.empty(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order, keep)
 
