@@ -93,6 +93,30 @@ for tile in ((4, 4, 4), (6, 8, 8), (rng.randint(1, 5), rng.randint(2, 5), rng.ra
                            for i in range(len(sizes_c))], 2)
         same(f"pool_tiles {layout} {grid}/{tile}", (pooled - ref).abs().max() < 1e-12, True)
 
+# The gathers move 8-byte words where the rows allow (bf16, fp16, fp32 rows
+# of an even byte count), the elements themselves elsewhere: every dtype,
+# odd rows, offset and strided views, one order for all heads and one per head.
+order, _ = M.tile_order(grid, tile)
+idx = torch.from_numpy(perm_c)
+per_head = torch.stack([torch.randperm(perm_c.size) for _ in range(3)])[None]  # [1, 3, S]
+for dt in (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int32):
+    for d in (8, 3, 12):
+        base = (torch.randn(2, 3, perm_c.size, d + 4) * 100).to(dt)
+        for view in ("contiguous", "offset", "bshd"):
+            x = base[..., :d].contiguous() if view == "contiguous" else base[..., 1:d + 1]
+            layout = "bshd" if view == "bshd" else "bhsd"
+            if layout == "bshd":
+                x = base[..., :d].transpose(1, 2).contiguous().transpose(1, 2)  # [B,H,S,D] view of bshd
+            xl = x if layout == "bhsd" else x.transpose(1, 2)
+            y = order.permute(xl, layout)
+            same(f"permute {dt} d{d} {view}", torch.equal(M._bhsd(y, layout), x[:, :, idx]), True)
+            same(f"unpermute {dt} d{d} {view}", torch.equal(order.unpermute(y, layout), xl), True)
+            ph = M.TokenOrder(per_head, torch.argsort(per_head, -1))
+            want = torch.stack([x[:, i, per_head[0, i]] for i in range(3)], 1)
+            y = ph.permute(xl, layout)
+            same(f"per-head permute {dt} d{d} {view}", torch.equal(M._bhsd(y, layout), want), True)
+            same(f"per-head unpermute {dt} d{d} {view}", torch.equal(ph.unpermute(y, layout), xl), True)
+
 # SVG's (spatial, frame) order.
 grid = (rng.randint(2, 9), rng.randint(1, 7), rng.randint(1, 7))
 perm_c = run_rule("spatial", *grid)

@@ -188,12 +188,9 @@ def _joint_order(idx, n_video, text, text_first, device):
 
 
 def _take(x, idx):
-    """x [B, H, S, D] with the sequence gathered by idx ([S] or [B', H, S])."""
-    if idx is None:
-        return x
-    if idx.dim() == 1:
-        return x.index_select(2, idx)
-    return torch.gather(x, 2, idx.expand(x.shape[0], -1, -1).unsqueeze(-1).expand(x.shape))
+    """x [B, H, S, D] with the sequence gathered by idx ([S] or [B', H, S]):
+    tessera.methods' gather (8-byte words where the rows allow)."""
+    return _methods()._take(x, idx, "bhsd")
 
 
 def _block_of(sizes, device):

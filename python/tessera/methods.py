@@ -47,13 +47,20 @@ masks of STA, Radial and SVG) are built on first use and cached per device:
 make the first call for a geometry before capturing a graph.
 
 Cost (Wan2.1-1.3B 480p, bf16, 12 heads, d128, on an H200; tests/device/run
-BUILDDIR methods measures it): the data-dependent producers read q and k
-once (pooling sums in float32, about 0.2 GB) and work on the pooled blocks
-after that; a token permutation is one gather per tensor (reads and writes
-it once: 2 x 100 MB for each of q, k, v and the output).  A static order
-(VSA cubes, STA tiles) is the same for every layer: permute the hidden
-states (and the RoPE tables) once at the transformer's entry and back at its
-exit, and its per-layer cost is zero.
+BUILDDIR methods measures it and lists each producer's kernels): the
+data-dependent producers read q and k once for the pooling (one reduction per
+whole or ragged piece of the grid, float32 sums of bf16, nothing of q's size
+written: VSA about 22 kernels and 0.45 GB moved in all, SpargeAttn 45 and
+0.55 GB with its self-similarity's second read) and work on the pooled blocks
+after that.  SVG's profile reads k and v once and makes five passes over its
+3 x samples x S weights, all in q's dtype (21 kernels, about 0.85 GB at 64
+samples: the most expensive producer; fewer samples shrink the weight passes
+in proportion, not the reads of k and v).
+A token permutation is one gather per tensor, on 8-byte words where the rows
+allow (reads and writes it once: 2 x 100 MB for each of q, k, v and the
+output).  A static order (VSA cubes, STA tiles) is the same for every layer:
+permute the hidden states (and the RoPE tables) once at the transformer's
+entry and back at its exit, and its per-layer cost is zero.
 """
 import math
 from collections import namedtuple
@@ -119,19 +126,49 @@ def _lengths(n, size, device):
     return torch.clamp(n - torch.arange(g, device=device) * size, max=size)
 
 
+def _pieces(n, size):
+    """(start, segments, length) of the whole segments of `size` along n and
+    of the ragged last one."""
+    m = n // size * size
+    return ([(0, n // size, size)] if m else []) + ([(m, 1, n - m)] if m < n else [])
+
+
+def _cat(parts, dim):
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def _segsums(x, dims, sizes, fn=None):
+    """Sums over consecutive segments of sizes[i] along dims[i] (each axis's
+    last segment ragged), all axes at once, in the accumulation dtype: one
+    reduction per combination of whole and ragged pieces (1, 2, 4 or 8),
+    each over views of x, so x is read once and nothing of its size is
+    written; the small results are joined.  fn(piece, reduced dims) replaces
+    the plain sum (the self-similarity's squared norms).  dims ascending."""
+    acc = _acc(x)
+
+    def rec(y, i):
+        if i < 0:
+            red = tuple(d + 1 + j for j, d in enumerate(dims))
+            return y.sum(red, dtype=acc) if fn is None else fn(y, red)
+        d = dims[i]
+        return _cat([rec(y.narrow(d, s0, g * ln).unflatten(d, (g, ln)), i - 1)
+                     for s0, g, ln in _pieces(y.shape[d], int(sizes[i]))], d)
+    # Axes are split from the last to the first, so earlier dims keep their
+    # index; the reduced axes end up at dims[j] + 1 + j.
+    return rec(x, len(dims) - 1)
+
+
 def _segsum(x, dim, size):
     """Sums of consecutive segments of `size` along dim (last one ragged), in
     the accumulation dtype: one read of x, views only, so pooling costs what
     reading q or k costs."""
-    n = x.shape[dim]
-    m = n // size * size
-    acc = _acc(x)
-    parts = []
-    if m:
-        parts.append(x.narrow(dim, 0, m).unflatten(dim, (n // size, size)).sum(dim + 1, dtype=acc))
-    if m < n:
-        parts.append(x.narrow(dim, m, n - m).sum(dim, keepdim=True, dtype=acc))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+    return _segsums(x, (dim,), (size,))
+
+
+def _lengths_as(n, size, dtype, device):
+    """_lengths in dtype, cached: no kernels per call."""
+    return _cached(("lengths", n, size, dtype, str(device)),
+                   lambda: _lengths(n, size, device).to(dtype))
 
 
 def _scale(scale, d):
@@ -175,17 +212,33 @@ class TokenOrder:
         return f"TokenOrder({self.name})"
 
 
+def _wide(x):
+    """x viewed with 8-byte elements along its last axis where it can be (a
+    bf16 row of 128 is 32 int64s): a gather then moves a quarter as many
+    elements, each a full 8-byte load, instead of one 2-byte element per
+    thread.  Returns (view, dtype to view back) or (x, None)."""
+    n = x.element_size()
+    if n >= 8 or x.stride(-1) != 1 or (x.shape[-1] * n) % 8 or x.dtype.is_complex \
+            or x.dtype == torch.bool or any(st * n % 8 for st in x.stride()[:-1]) \
+            or x.storage_offset() * n % 8:
+        return x, None
+    return x.view(torch.int64), x.dtype
+
+
 def _take(x, idx, layout):
     if idx is None:
         return x
     dim = {"bhsd": 2, "bshd": 1}.get(layout)
     if dim is None:
         raise ValueError(f"unknown layout '{layout}' (bhsd or bshd)")
+    w, back = _wide(x)
     if idx.dim() == 1:
-        return x.index_select(dim, idx)
-    # Per head: idx [B or 1, H, S] -> the sequence axis of x.
-    i = idx if layout == "bhsd" else idx.transpose(1, 2)
-    return torch.gather(x, dim, i.unsqueeze(-1).expand(x.shape))
+        y = w.index_select(dim, idx)
+    else:
+        # Per head: idx [B or 1, H, S] -> the sequence axis of x.
+        i = idx if layout == "bhsd" else idx.transpose(1, 2)
+        y = torch.gather(w, dim, i.unsqueeze(-1).expand(w.shape))
+    return y if back is None else y.view(back)
 
 
 def tile_order(grid, tile, device="cpu"):
@@ -223,18 +276,17 @@ def tile_order(grid, tile, device="cpu"):
 def pool_tiles(x, grid, tile, layout="bhsd"):
     """Mean of x over each tile of the latent grid, [B, H, n_tiles, D] in
     tile raster order (float32; float64 for float64 x), from x in
-    frame-major order: segment sums along W, H, T (views, one read of x)."""
+    frame-major order: segment sums along T, H and W at once (views, one
+    read of x, one reduction per whole/ragged piece of the grid)."""
     xb = _bhsd(x, layout)
     t, h, w = _grid(grid, xb.shape[2])
-    y = xb.unflatten(2, (t, h, w))
-    for a in (4, 3, 2):
-        y = _segsum(y, a, int(tile[a - 2]))
-    y = y.flatten(2, 4)
-    cnt = _cached(("tile-counts", (t, h, w), tuple(tile), str(x.device)),
+    y = _segsums(xb.unflatten(2, (t, h, w)), (2, 3, 4), tile).flatten(2, 4)
+    cnt = _cached(("tile-counts", (t, h, w), tuple(tile), y.dtype, str(x.device)),
                   lambda: (_lengths(t, tile[0], x.device)[:, None, None] *
                            _lengths(h, tile[1], x.device)[None, :, None] *
-                           _lengths(w, tile[2], x.device)[None, None, :]).flatten())
-    return y / cnt.to(y.dtype)[:, None]
+                           _lengths(w, tile[2], x.device)[None, None, :]).flatten()
+                  .to(y.dtype)[:, None])
+    return y / cnt
 
 
 def pool_blocks(x, block, layout="bhsd"):
@@ -242,20 +294,23 @@ def pool_blocks(x, block, layout="bhsd"):
     ragged), [B, H, nb, D], float32 (float64 for float64 x)."""
     xb = _bhsd(x, layout)
     y = _segsum(xb, 2, block)
-    return y / _lengths(xb.shape[2], block, x.device).to(y.dtype)[:, None]
+    return y / _lengths_as(xb.shape[2], block, y.dtype, x.device)[:, None]
 
 
 def self_similarity(x, pooled, block, layout="bhsd"):
     """Per block |mean x|^2 / mean |x|^2 in (0, 1], [B, H, nb]: the corpus's
     self-similarity (corpus_synth.c); equal to SpargeAttn's mean pairwise
     cosine similarity when the block's tokens have equal norms.  1 for an
-    all-zero block.  Reads x once (row norms)."""
+    all-zero block.  Reads x once: the squared norm of each block (its
+    tokens and channels together) is one reduction."""
     xb = _bhsd(x, layout)
-    e = _segsum(torch.linalg.vector_norm(xb, dim=-1, dtype=_acc(xb)).square(), 2, block)
-    e = e / _lengths(xb.shape[2], block, x.device).to(e.dtype)
-    m2 = pooled.square().sum(-1)
-    return torch.where(e > 0, m2 / torch.where(e > 0, e, torch.ones_like(e)),
-                       torch.ones_like(e)).clamp(max=1.0)
+    acc = _acc(xb)
+    e = _segsums(xb, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
+        y, dim=red + (y.dim() - 1,), dtype=acc)).square()
+    e = e / _lengths_as(xb.shape[2], block, e.dtype, x.device)
+    m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
+    # An all-zero block has e = m2 = 0: 0/0 is NaN, which becomes 1.
+    return (m2 / e).clamp(max=1.0).nan_to_num(1.0)
 
 
 # ---- rules (the corpus's, on pooled scores) --------------------------------
@@ -277,10 +332,13 @@ def cdf_rule(prob, tau, min_keep=1):
     (tsr_corpus_cdf; sums in sorted order, sequential on the CPU)."""
     sp, order = torch.sort(prob, dim=-1, descending=True, stable=True)
     cum = torch.cumsum(sp, dim=-1)
-    excl = torch.cat([torch.zeros_like(cum[..., :1]), cum[..., :-1]], dim=-1)
-    rank = torch.arange(prob.shape[-1], device=prob.device)
-    keep = (excl < float(tau) * cum[..., -1:]) | (rank < int(min_keep))
-    return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order, keep)
+    excl = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # the sum before each rank
+    nk, mk = prob.shape[-1], int(min_keep)
+    first = _cached(("ranks-below", nk, mk, str(prob.device)),
+                    lambda: torch.arange(nk, device=prob.device) < mk)
+    keep = (excl < float(tau) * cum[..., -1:]) | first
+    # order is a permutation of each row: every entry is written.
+    return torch.empty(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order, keep)
 
 
 def sparge_rule(prob, selfq, selfk, tau=0.95, topk=None, selfsim_min=0.05, sink=True):
@@ -500,17 +558,21 @@ def _svg_rows(grid, block, density, sink, samples, pos):
     return rows, allowed(rows, j, f if sink else 0), allowed(pos[rows], pos, 0)
 
 
-def _svg_errors(qb, kb, vb, rows, m_sp, m_tm, scale):
+def _svg_errors(qb, kb, vb, rows, planes, scale):
     """Mean squared error [B, H] of the sampled rows' attention output under
-    the spatial and the temporal pattern against dense: one score matmul
-    (reads k once), the three weightings stacked into one matmul with v
-    (reads v once), the softmax normalisers summed from the same weights."""
-    ls = torch.matmul(qb.index_select(2, rows), kb.transpose(-1, -2)).to(_acc(qb)) * scale
-    e = torch.exp(ls - ls.amax(-1, keepdim=True))
-    wts = torch.stack([e, e * m_sp, e * m_tm], 2)  # [B, H, 3, samples, S]
-    z = wts.sum(-1, keepdim=True)
-    o = torch.matmul(wts.flatten(2, 3).to(vb.dtype), vb).to(e.dtype).unflatten(2, (3, rows.numel()))
-    o = o / z
+    the spatial and the temporal pattern against dense.  planes [3, samples,
+    S] in v's dtype: ones (dense), the spatial and the temporal token masks.
+    One score matmul (reads k once; the scale goes into the few sampled q
+    rows), one softmax, the three weightings made in one product, their
+    normalisers in one sum and their outputs in one matmul with v (reads v
+    once): five passes over samples x S weights (three planes where
+    stacked), nothing of them in float32."""
+    acc = _acc(qb)
+    qs = (qb.index_select(2, rows).to(acc) * scale).to(qb.dtype)
+    p = torch.softmax(torch.matmul(qs, kb.transpose(-1, -2)), dim=-1)
+    wts = p.unsqueeze(2) * planes  # [B, H, 3, samples, S]
+    z = wts.sum(-1, keepdim=True, dtype=acc)
+    o = torch.matmul(wts.flatten(2, 3), vb).unflatten(2, (3, rows.numel())).to(acc) / z
     return (o[:, :, 1] - o[:, :, 0]).square().mean((-1, -2)), \
         (o[:, :, 2] - o[:, :, 0]).square().mean((-1, -2))
 
@@ -540,13 +602,14 @@ def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="b
     block = int(block or svg_block(f))
     sp, tm, perm, pos = _cached(("svg", grid, block, float(density), bool(sink), str(q.device)),
                                 lambda: _svg_static(grid, block, density, sink, q.device))
-    rows, m_sp, m_tm = _cached(("svg-rows", grid, block, float(density), bool(sink), int(samples),
-                                str(q.device)),
-                               lambda: _svg_rows(grid, block, density, sink, samples, pos))
-    err_sp, err_tm = _svg_errors(qb, kb, vb, rows, m_sp, m_tm, _scale(scale, d))
+    key = ("svg-rows", grid, block, float(density), bool(sink), int(samples), str(q.device))
+    rows, m_sp, m_tm = _cached(key, lambda: _svg_rows(grid, block, density, sink, samples, pos))
+    planes = _cached(key + (vb.dtype,), lambda: torch.stack(
+        [torch.ones_like(m_sp), m_sp, m_tm]).to(vb.dtype))
+    err_sp, err_tm = _svg_errors(qb, kb, vb, rows, planes, _scale(scale, d))
     temporal = err_tm < err_sp
     mask = torch.where(temporal[:, :, None, None], tm, sp)
-    ident = torch.arange(s, device=q.device)
+    ident = _cached(("arange", s, str(q.device)), lambda: torch.arange(s, device=q.device))
     order = TokenOrder(torch.where(temporal[..., None], perm, ident),
                        torch.where(temporal[..., None], pos, ident), "svg-per-head")
     return MethodMask(mask, (block, block), order, {"temporal": temporal})

@@ -117,6 +117,31 @@ def checks(make, q, k, v, q2, k2):
     return nosync, graph, ms
 
 
+def breakdown(name, what, fn, top):
+    """The kernels one call of fn launches and their GPU time (torch.profiler,
+    CUPTI), the `top` longest by name: where a producer's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        rows = []
+        for e in prof.key_averages():
+            us = getattr(e, "device_time_total", None)
+            us = e.cuda_time_total if us is None else us
+            if us > 0 and e.key and not e.key.startswith("cuda"):
+                rows.append((us, e.count, e.key))
+        rows.sort(reverse=True)
+        print(f"  {name} {what}: {sum(r[1] for r in rows)} kernels, "
+              f"{sum(r[0] for r in rows) / 1e3:.3f} ms of kernel time; longest:")
+        for us, n, key in rows[:top]:
+            print(f"    {us / 1e3:8.3f} ms  x{n:<3} {key[:100]}")
+    except Exception as e:  # the table above stands without it
+        print(f"  {name} {what}: no kernel breakdown ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
@@ -127,6 +152,8 @@ def main():
     ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--breakdown", type=int, default=8,
+                    help="after the table, each producer's and permute's longest N kernels (GPU; 0: none)")
     a = ap.parse_args()
     global DEVICE
     DEVICE = a.device
@@ -182,6 +209,16 @@ def main():
               f"{t_graph:8.3f}ms {t_perm:8.3f}ms {t_attn:9.3f}ms {100 * ratio:9.2f}% {100 * t_perm / t_attn:9.2f}%  "
               f"{nosync} {graph}{' OVER BUDGET' if over else ''}")
         sys.stdout.flush()
+    if cuda and a.breakdown > 0:
+        print("kernel breakdown (one call each):")
+        for name in a.methods.split(","):
+            make = producers[name]
+            mm = make(q, k, v)
+            breakdown(name, "producer", lambda: make(q, k, v), a.breakdown)
+            if mm.order.perm is not None:
+                o = mm.order
+                breakdown(name, "permute q, k, v and back", lambda: (
+                    o.permute(q), o.permute(k), o.permute(v), o.unpermute(q)), a.breakdown)
     print(f"methods_bench: budget {100 * a.budget:.0f}% of the attention: "
           f"{'all within' if rc == 0 else 'FAILED (see above)'}")
     return rc
