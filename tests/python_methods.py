@@ -369,6 +369,13 @@ for name, fn in (("vsa", lambda q, k, v: M.vsa(q, k, grid)),
     want = fn(q, k, v)  # the geometry's cached tensors, built eagerly first
     got = torch.compile(fn, fullgraph=True, backend="eager")(q, k, v)
     same(f"{name} under torch.compile(fullgraph=True)", torch.equal(got.mask, want.mask), True)
+    # Its token order too: permute and unpermute trace as one graph.
+    o = want.order
+    for x in (q, q.to(torch.bfloat16)):
+        y = torch.compile(lambda x: o.permute(x), fullgraph=True, backend="eager")(x)
+        same(f"{name} permute {x.dtype} under torch.compile", torch.equal(y, o.permute(x)), True)
+        y = torch.compile(lambda y: o.unpermute(y), fullgraph=True, backend="eager")(y)
+        same(f"{name} unpermute {x.dtype} under torch.compile", torch.equal(y, x), True)
 # On meta tensors (shapes, no data) anything that reads a value on the host
 # (.item(), .tolist(), .cpu(), nonzero, boolean indexing) raises: a producer
 # that runs there synchronises nothing on a GPU.

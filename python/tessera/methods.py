@@ -218,7 +218,9 @@ def _wide(x):
     elements, each a full 8-byte load, instead of one 2-byte element per
     thread.  Returns (view, dtype to view back) or (x, None)."""
     n = x.element_size()
-    if n >= 8 or x.stride(-1) != 1 or (x.shape[-1] * n) % 8 or x.dtype.is_complex \
+    # Traced (torch.compile), the compiler makes its own gather; dynamo
+    # cannot read storage_offset().
+    if torch.compiler.is_compiling() or n >= 8 or x.stride(-1) != 1 or (x.shape[-1] * n) % 8 or x.dtype.is_complex \
             or x.dtype == torch.bool or any(st * n % 8 for st in x.stride()[:-1]) \
             or x.storage_offset() * n % 8:
         return x, None
