@@ -488,29 +488,639 @@ static __device__ __forceinline__ void tsr_epilogue(const tsr_kernel_params &p, 
   }
 }
 
+/* ---- the kernel's layout --------------------------------------------------- */
+
+namespace tsr90 {
+/* Enumerators, not constexpr variables: NVRTC emits a namespace-scope
+ * constant as a global object even where no code reads it. */
+#if TSR_FP8
+/* one panel of D-byte rows; a V^T tile [D][BN] has the K tile's size */
+enum : int { NC = TSR_SM90_NC, HALVES = 1, TPC = TSR_SM90_TPC };
+enum : tsr_u32 {
+  Q_PANEL = TSR_BM * TSR_HEAD_DIM,
+  KV_PANEL = TSR_BN * TSR_HEAD_DIM,
+#else
+enum : int {
+  NC = TSR_SM90_NC,
+  HALVES = TSR_HEAD_DIM / 64, /* 64-column swizzle panels */
+  TPC = TSR_SM90_TPC
+};
+enum : tsr_u32 {
+  Q_PANEL = TSR_BM * 128,  /* bytes of one [BM x 64] panel */
+  KV_PANEL = TSR_BN * 128, /* bytes of one [BN x 64] panel */
+#endif
+  KV_TILE = KV_PANEL * HALVES,
+  Q_BYTES = Q_PANEL * HALVES,
+  /* one task stream's tiles: QBUF Q buffers, the K ring, the V ring */
+  STREAM = TSR_SM90_QBUF * Q_BYTES + 2 * TSR_STAGES * KV_TILE
+};
+
+/* A stream's 256 bytes of barriers at `bars`: q_full = bars, q_empty =
+ * bars + 8, then k_full[s] = bars + 16 + 8 s, k_empty, v_full, v_empty */
+#define TSR_K_FULL(s) (bars + 16 + 8 * (s))
+#define TSR_K_EMPTY(s) (bars + 16 + 8 * (TSR_STAGES + (s)))
+#define TSR_V_FULL(s) (bars + 16 + 8 * (2 * TSR_STAGES + (s)))
+#define TSR_V_EMPTY(s) (bars + 16 + 8 * (3 * TSR_STAGES + (s)))
+  /* Q buffer b's full / empty barriers (b = 1 only with TSR_SM90_QPF) */
+#define TSR_Q_FULL(b) ((b) ? bars + 16 + 32 * TSR_STAGES : bars)
+#define TSR_Q_EMPTY(b) (TSR_Q_FULL(b) + 8)
+
+/* Thread 0 initialises every stream's barriers (bars0: stream 0's): a full
+ * barrier waits for the producer thread's one arrival (and the TMA bytes),
+ * an empty one for the four warps of each of the stream's NC consumer
+ * warpgroups. */
+static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
+  for (int i = 0; i < TPC; ++i) {
+    const tsr_u32 bars = bars0 + 256 * i; /* stream i's, for the macros */
+    tsr_mbar_init(bars, 1);
+    tsr_mbar_init(bars + 8, 4 * NC);
+    for (int s = 0; s < TSR_STAGES; ++s) {
+      tsr_mbar_init(TSR_K_FULL(s), 1);
+      tsr_mbar_init(TSR_K_EMPTY(s), 4 * NC);
+      tsr_mbar_init(TSR_V_FULL(s), 1);
+      tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
+    }
+#if TSR_SM90_QPF
+    tsr_mbar_init(bars + 16 + 32 * TSR_STAGES, 1);
+    tsr_mbar_init(bars + 16 + 32 * TSR_STAGES + 8, 4 * NC);
+#endif
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* ---- producer ---------------------------------------------------------------- */
+
+/* The one thread of stream `stream` that issues its TMA copies: for each
+ * member of each of the stream's tasks, Q once its buffer is free, then the
+ * task's K and V tiles into the ring, each stage once the consumers handed
+ * it back.  sq, sk, sv: the stream's Q buffers and K, V rings; bars: its
+ * barriers. */
+static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int n_tasks, int stream,
+                                                int hq_per_kv, tsr_u32 sq, tsr_u32 sk, tsr_u32 sv,
+                                                tsr_u32 bars) {
+#if TSR_SM90_QPF
+  /* The next task's record loads while this task's tiles are issued,
+   * and its first member's once the first tile is out; Q alternates
+   * between two buffers, so Q of the next task goes out right after
+   * this task's last K/V, while the consumer still works on them. */
+  const int stride = gridDim.x * TPC;
+  tsr_task_rec tkn;
+  if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
+  tsr_member_rec mbn;
+  bool mbn_ok = false;
+  int it = 0, q_uses = 0; /* declared here, not first: that keeps the SASS */
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
+    const tsr_task_rec tk = tkn;
+    const bool has_next = task + stride < n_tasks;
+    if (has_next) tkn = p.tasks[task + stride];
+    const bool pf_ok = mbn_ok;
+    mbn_ok = false;
+    if (tk.tile_end <= tk.tile_begin) continue;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
+      const int hk = mb.head / hq_per_kv;
+      const int qb = q_uses & 1;
+      tsr_mbar_wait(TSR_Q_EMPTY(qb), ((q_uses >> 1) & 1) ^ 1);
+      tsr_mbar_expect_tx(TSR_Q_FULL(qb), Q_BYTES);
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        tsr_tma_load(sq + qb * Q_BYTES + h * Q_PANEL, &p.tma_q, TSR_Q_FULL(qb), 64 * h,
+                     mb.q_tile * TSR_BM, mb.head, mb.batch);
+      ++q_uses;
+#else
+  const tsr_u32 q_full = TSR_Q_FULL(0), q_empty = TSR_Q_EMPTY(0);
+  int it = 0, q_uses = 0;
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
+    const tsr_task_rec tk = p.tasks[task];
+    if (tk.tile_end <= tk.tile_begin) continue;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = p.members[tk.member_begin + i];
+      const int hk = mb.head / hq_per_kv;
+      tsr_mbar_wait(q_empty, (q_uses & 1) ^ 1);
+      tsr_mbar_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+      for (int h = 0; h < HALVES; ++h)
+        tsr_tma_load(sq + h * Q_PANEL, &p.tma_q, q_full, 64 * h, mb.q_tile * TSR_BM, mb.head,
+                     mb.batch);
+      ++q_uses;
+#endif
+      for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
+        const int s = it % TSR_STAGES;
+        const tsr_u32 ph = (it / TSR_STAGES) & 1;
+        const int row = p.tiles[ti].k_tile * TSR_BN;
+        tsr_mbar_wait(TSR_K_EMPTY(s), ph ^ 1);
+        tsr_mbar_expect_tx(TSR_K_FULL(s), KV_TILE);
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h)
+          tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL, &p.tma_k, TSR_K_FULL(s), 64 * h, row,
+                       hk, mb.batch);
+        tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
+        tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
+#if TSR_FP8
+        /* vt8: keys innermost, channels 0..D-1 */
+        tsr_tma_load(sv + s * KV_TILE, &p.tma_v, TSR_V_FULL(s), row, 0, hk, mb.batch);
+#else
+#pragma unroll
+        for (int h = 0; h < HALVES; ++h)
+          tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
+                       hk, mb.batch);
+#endif
+#if TSR_SM90_QPF
+        if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 &&
+            tkn.tile_end > tkn.tile_begin) {
+          mbn = p.members[tkn.member_begin];
+          mbn_ok = true;
+        }
+#endif
+      }
+    }
+  }
+}
+
+/* ---- consumer ---------------------------------------------------------------- */
+
+/* Named barriers of the ping-pong (my_turn, other_turn: the warpgroup's and
+ * the other's); the tile steps take them as parameters (TSR_TURNS). */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+#define TSR_TURN_BEGIN() tsr_bar_sync(my_turn, 256)
+#define TSR_TURN_END() tsr_bar_arrive(other_turn, 256)
+#else
+#define TSR_TURN_BEGIN() ((void)0)
+#define TSR_TURN_END() ((void)0)
+#endif
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+#define TSR_TURNS my_turn, other_turn
+#else
+#define TSR_TURNS 0, 0
+#endif
+/* PINGPONG 1 orders every issue block; 2 only the main loop's. */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 1
+#define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
+#define TSR_EDGE_END() TSR_TURN_END()
+#else
+#define TSR_EDGE_BEGIN() ((void)0)
+#define TSR_EDGE_END() ((void)0)
+#endif
+
+/* The query segments (membership word rows) of rows r and r + k of query
+ * tile q_tile, counted from the tile's first row; rows past seq_q count
+ * as the last. */
+static __device__ __forceinline__ void row_segs(const tsr_kernel_params &p, int q_tile, int r, int k,
+                                                int &seg_r, int &seg_rk) {
+  const int base = q_tile * TSR_BM, last = p.seq_q - 1;
+  const int b0 = __ldg(p.qblk + (base < last ? base : last));
+  const int r0 = base + r, r1 = base + r + k;
+  seg_r = __ldg(p.qblk + (r0 < last ? r0 : last)) - b0;
+  seg_rk = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
+}
+
+/* The tensor-core issue blocks of the key tile in ring stage st: S = Q K^T
+ * (64 x BN over D, k16 steps; Q and K panels K-major) and O += P V (P from
+ * registers, V through its MN-major descriptor); and P packed from the
+ * softmax's S to the 16-bit A operand of P V. */
+static __device__ __forceinline__ void issue_qk(float *s, tsr_u64 dq, tsr_u64 dk, int st) {
+#if TSR_FP8
+  tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
+#else
+#pragma unroll
+  for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
+    const tsr_u32 off = (kk % 4) * 32;
+#if TSR_BN == 128
+    tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                      dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#else
+    tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
+                     dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
+#endif
+  }
+#endif
+}
+static __device__ __forceinline__ void issue_pv(float *o, const tsr_u32 *pf, tsr_u64 dv, int st) {
+#if TSR_FP8
+  tsr_f8_issue_pv(o, pf, dv + ((st * KV_TILE) >> 4));
+#else
+#pragma unroll
+  for (int kk = 0; kk < TSR_BN / 16; ++kk) {
+#if TSR_HEAD_DIM == 128
+    tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#else
+    tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
+#endif
+  }
+#endif
+}
+static __device__ __forceinline__ void pack_p(tsr_u32 *pf, const float *s) {
+#if TSR_FP8
+  tsr_f8_pack_p(pf, s);
+#else
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
+#endif
+}
+
+/* A tile the warpgroup skips (ring position it + u): wait for its loads
+ * (never arrive ahead of the full barrier, or the ring's phases would
+ * slip) and hand the stage back. */
+static __device__ __forceinline__ void skip_tile(tsr_u32 bars, int it, int u, bool arriver) {
+  const int su = (it + u) % TSR_STAGES;
+  const tsr_u32 pu = ((it + u) / TSR_STAGES) & 1;
+  tsr_mbar_wait(TSR_K_FULL(su), pu);
+  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(su));
+  tsr_mbar_wait(TSR_V_FULL(su), pu);
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(su));
+}
+
+/* Whether the warpgroup computes tile u of the task's nt (called for
+ * increasing u only): with skipping, bit u of the word tsr_active_chunk
+ * gives for u's chunk of 32 tiles (act_chunk: the chunk act_bits is of). */
+#if TSR_SM90_SKIP
+#define TSR_ACTIVE(u) \
+  active(u, p, tk, nt, sa, sb, rows_valid, lane, act_bits, act_chunk)
+static __device__ __forceinline__ bool active(int u, const tsr_kernel_params &p, const tsr_task_rec &tk,
+                                              const int &nt, const int &sa, const int &sb,
+                                              const bool &rows_valid, const int &lane,
+                                              tsr_u32 &act_bits, int &act_chunk) {
+  if ((u >> 5) != act_chunk) {
+    act_chunk = u >> 5;
+    act_bits = tsr_active_chunk(p, tk.tile_begin, u & ~31, nt, sa, sb, rows_valid, lane);
+  }
+  return (act_bits >> (u & 31)) & 1u;
+}
+#else
+#define TSR_ACTIVE(u) true
+#endif
+
+/* Whether tile u (active, its chunk loaded) is the last one the
+ * warpgroup computes of the task's nt: then Q may be released after its S.
+ * act_bits: tsr_active_chunk's word of u's chunk (skipping code only). */
+#if TSR_SM90_SKIP
+#define TSR_LAST_ACTIVE_ARGS nt, act_bits
+#define TSR_ACT_BITS_PARAM const tsr_u32 &act_bits,
+#define TSR_ACT_BITS_ARG act_bits,
+static __device__ __forceinline__ bool last_active(int u, const int &nt, const tsr_u32 &act_bits) {
+  return u == nt - 1 || ((u >> 5) == ((nt - 1) >> 5) && ((act_bits >> (u & 31)) >> 1) == 0);
+}
+#else
+#define TSR_LAST_ACTIVE_ARGS nt
+#define TSR_ACT_BITS_PARAM
+#define TSR_ACT_BITS_ARG
+static __device__ __forceinline__ bool last_active(int u, const int &nt) { return u == nt - 1; }
+#endif
+
+/* FP8: the query rows' scale and the K/V head's row of key scales, which
+ * the tile steps turn into each tile's score factors. */
+#if TSR_FP8
+#define TSR_F8_PARAM const float &sqv, const int &bh_kv,
+#define TSR_F8_ARG sqv, bh_kv,
+#define TSR_F8_FACTORS_PARAM , const float &f0, const float &f1
+#define TSR_F8_FACTORS_ARG , f0, f1
+#else
+#define TSR_F8_FACTORS_PARAM
+#define TSR_F8_FACTORS_ARG
+#define TSR_F8_PARAM
+#define TSR_F8_ARG
+#endif
+
+/* The steps of a run of active tiles (consumer() says how they chain).
+ * Tile u of the task sits at ring position it + u; st, ph are the stage and
+ * phase of the pending tile, whose P (pf) waits for its P V.  Q's empty
+ * barrier q_e is arrived on after the S of the warpgroup's last active tile
+ * (q_held then false).  m, l, a, sel: the softmax state of rows rl0 and
+ * rl0 + 8 (tsr_softmax, tsr_mask_tile).  Captured state comes by reference,
+ * as it did into the lambdas these were: the generated code stays the same. */
+
+/* S = Q K_u^T, mask and softmax with nothing pending; u becomes the
+ * pending tile. */
+static __device__ __forceinline__ void first_tile(
+    const tsr_kernel_params &p, const tsr_task_rec &tk, const tsr_u32 &bars, const int &it, int u,
+    int &st, tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, float *s, tsr_u32 *pf,
+    const bool &arriver, const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held,
+    const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
+    float &l0, float &l1, float &a0, float &a1, TSR_F8_PARAM int my_turn, int other_turn) {
+  (void)my_turn, (void)other_turn;
+  st = (it + u) % TSR_STAGES;
+  ph = ((it + u) / TSR_STAGES) & 1;
+  const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+  float f0, f1; /* loaded while the loads and S are waited for */
+  tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
+  tsr_mbar_wait(TSR_K_FULL(st), ph);
+  TSR_EDGE_BEGIN();
+  tsr_wg_fence();
+  issue_qk(s, dq, dk, st);
+  tsr_wg_commit();
+  TSR_EDGE_END();
+  tsr_wg_wait<0>();
+  tsr_fence_regs<TSR_BN / 2>(s);
+  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
+  if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
+    if (arriver) tsr_mbar_arrive(q_e);
+    q_held = false;
+  }
+#if TSR_FP8
+  tsr_f8_scale_scores(s, f0, f1);
+#endif
+  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
+  tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+  pack_p(pf, s);
+}
+
+/* Tile u = pending + 1, first half: once K_u and the pending V are in,
+ * S_u = Q K_u^T and the pending tile's O += P V are issued (the rescale of
+ * O between them, while S is computed). */
+static __device__ __forceinline__ void next_tile_issue(
+    const tsr_u32 &bars, const int &sn, const tsr_u32 &phn, const int &st, const tsr_u32 &ph,
+    const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *s, float *o, tsr_u32 *pf,
+    const float &a0, const float &a1, int my_turn, int other_turn) {
+  (void)my_turn, (void)other_turn;
+  tsr_mbar_wait(TSR_K_FULL(sn), phn);
+  tsr_mbar_wait(TSR_V_FULL(st), ph);
+  TSR_TURN_BEGIN();
+  tsr_wg_fence();
+  issue_qk(s, dq, dk, sn);
+  tsr_wg_commit();
+  /* the pending tile's rescale runs while S = Q K^T is computed */
+  tsr_rescale(o, a0, a1);
+  tsr_wg_fence();
+  issue_pv(o, pf, dv, st);
+  tsr_wg_commit();
+  TSR_TURN_END();
+}
+
+/* Tile u = pending + 1, second half: once S_u is in, K_u's stage goes
+ * back, S_u is masked and its softmax runs beside the pending P V; when
+ * that is in, the pending V stage goes back and u becomes the pending tile
+ * (sn, phn: its stage and phase; tr: its record). */
+static __device__ __forceinline__ void next_tile_end(
+    const tsr_kernel_params &p, int u, int &st, tsr_u32 &ph, const int &sn, const tsr_u32 &phn,
+    const tsr_tile_rec &tr, const tsr_u32 &bars, float *o, float *s, tsr_u32 *pf, const bool &arriver,
+    const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held, const int &seg0,
+    const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1, float &l0,
+    float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
+  tsr_wg_wait<1>();
+  tsr_fence_regs<TSR_BN / 2>(s);
+  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
+  if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
+    if (arriver) tsr_mbar_arrive(q_e);
+    q_held = false;
+  }
+#if TSR_FP8
+  tsr_f8_scale_scores(s, f0, f1);
+#endif
+  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
+  tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+  tsr_wg_wait<0>();
+  tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
+  tsr_fence_regs_u<TSR_SM90_NPF>(pf);
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+  pack_p(pf, s);
+  st = sn;
+  ph = phn;
+}
+
+/* The pending tile's O += P V with nothing to overlap (stage st, phase
+ * ph; a0, a1: its rows' rescale factors). */
+static __device__ __forceinline__ void drain(const tsr_u32 &bars, const int &st, const tsr_u32 &ph,
+                                             const tsr_u64 &dv, float *o, tsr_u32 *pf, const float &a0,
+                                             const float &a1, const bool &arriver, int my_turn,
+                                             int other_turn) {
+  (void)my_turn, (void)other_turn;
+  tsr_mbar_wait(TSR_V_FULL(st), ph);
+  TSR_EDGE_BEGIN();
+  tsr_rescale(o, a0, a1);
+  tsr_wg_fence();
+  issue_pv(o, pf, dv, st);
+  tsr_wg_commit();
+  TSR_EDGE_END();
+  tsr_wg_wait<0>();
+  tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
+  tsr_fence_regs_u<TSR_SM90_NPF>(pf);
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+}
+
+/* A member's rows once its last tile is in: the row sums completed
+ * across the quad, NaN for a row that selected keys whose scores were all
+ * -inf, then the epilogue. */
+static __device__ __forceinline__ void finish(const tsr_kernel_params &p, tsr_member_rec mb, int slot,
+                                              float *o, float m0, float m1, float l0, float l1,
+                                              bool sel0, bool sel1, int rl0, int t, int hq_per_kv) {
+  (void)hq_per_kv;
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#if !TSR_MEMBERSHIP
+  sel0 = sel1 = true; /* nt > 0 full tiles */
+#endif
+  /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
+   * is NaN, not the empty row's zeros. */
+  if (sel0 && m0 == NEG_INF) l0 = __int_as_float(0x7fc00000);
+  if (sel1 && m1 == NEG_INF) l1 = __int_as_float(0x7fc00000);
+#if TSR_FP8
+  tsr_f8_scale_o(o, p, mb, hq_per_kv, t);
+#endif
+  tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
+}
+
+/* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
+ * 64c + 64) of the stream's task (c counted within the stream), this thread
+ * rows rl0 and rl0 + 8.  For each member of each of the stream's tasks:
+ * wait for Q, compute the member's key tiles software-pipelined (the tile
+ * steps above), write its rows (finish).  q_full, q_empty: the stream's
+ * one Q buffer's barriers without TSR_SM90_QPF. */
+static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int n_tasks, int stream,
+                                                int wg, int tid, tsr_u32 sq, tsr_u32 sk, tsr_u32 sv,
+                                                tsr_u32 bars, tsr_u32 q_full, tsr_u32 q_empty,
+                                                int hq_per_kv) {
+  (void)q_full, (void)q_empty, (void)hq_per_kv;
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int rl0 = 64 * c + 16 * warp + g; /* local rows rl0, rl0 + 8 */
+  const bool arriver = lane == 0;
+  /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
+   * B), V panels (MN-major, B transposed: LBO steps to the next 64
+   * columns of D, SBO to the next 8 key rows). */
+#if TSR_FP8
+  /* e4m3: Q and K rows of D bytes, V^T rows of BN bytes, all K-major */
+#if TSR_SM90_QPF
+  const tsr_u64 dq0 = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM); /* Q buffer 0 */
+#else
+  const tsr_u64 dq = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM);
+#endif
+  const tsr_u64 dk = tsr_f8_desc(sk, TSR_HEAD_DIM);
+  const tsr_u64 dv = tsr_f8_desc(sv, TSR_BN);
+#else
+#if TSR_SM90_QPF
+  const tsr_u64 dq0 = tsr_desc(sq + 64 * c * 128, 16, 1024); /* Q buffer 0 */
+#else
+  const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
+#endif
+  const tsr_u64 dk = tsr_desc(sk, 16, 1024);
+  const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
+#endif
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+  const int my_turn = 1 + c, other_turn = 2 - c;
+  if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
+#endif
+  int it = 0, q_uses = 0;
+  float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
+  tsr_u32 pf[TSR_SM90_NPF];
+#if TSR_SM90_QPF
+  /* The next task's record, first member and (membership) its rows'
+   * segments load while this task runs, so that no dependent global load
+   * sits between two tasks. */
+  const int stride = gridDim.x * TPC;
+  tsr_task_rec tkn;
+  if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
+  tsr_member_rec mbn;
+  int sgn0 = 0, sgn1 = 0;
+  bool mbn_ok = false;
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
+    const tsr_task_rec tk = tkn;
+    const bool has_next = task + stride < n_tasks;
+    if (has_next) tkn = p.tasks[task + stride];
+    const bool pf_ok = mbn_ok;
+    mbn_ok = false;
+    const int nt = tk.tile_end - tk.tile_begin;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
+      const int qb = q_uses & 1;
+      const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
+      const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
+#else
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
+    const tsr_task_rec tk = p.tasks[task];
+    const int nt = tk.tile_end - tk.tile_begin;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = p.members[tk.member_begin + i];
+      const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
+#endif
+      const int slot = tk.partial >= 0 ? tk.partial + i : -1;
+      if (nt <= 0) {
+#pragma unroll
+        for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
+        tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
+        continue;
+      }
+      int seg0 = 0, seg1 = 0;
+#if TSR_MEMBERSHIP
+#if TSR_SM90_QPF
+      if (i == 0 && pf_ok) {
+        seg0 = sgn0;
+        seg1 = sgn1;
+      } else
+#endif
+      row_segs(p, mb.q_tile, rl0, 8, seg0, seg1);
+#endif
+#if TSR_SM90_SKIP
+      /* This warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a
+       * tile none of them selects is skipped (tsr_active_chunk). */
+      int sa, sb;
+      const bool rows_valid = mb.q_tile * TSR_BM + 64 * c < p.seq_q;
+      row_segs(p, mb.q_tile, 64 * c, 63, sa, sb);
+      tsr_u32 act_bits = 0;
+      int act_chunk = -1;
+#endif
+      float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
+#if TSR_FP8
+      const float sqv = tsr_f8_row_scale(p, mb, 64 * c);
+      const int bh_kv = mb.batch * p.heads_kv + mb.head / hq_per_kv;
+#endif
+      bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
+#pragma unroll
+      for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
+      tsr_mbar_wait(q_f, q_par);
+      ++q_uses;
+      bool q_held = true;
+      /* ring position of tile u is it + u; st/ph: the pending tile's */
+      int st = 0;
+      tsr_u32 ph = 0;
+
+      /* Tile u = pending + 1: S_u = Q K_u^T runs beside O += P V of the
+       * pending tile, and the softmax of S_u beside the P V product (its
+       * halves are functions; the whole step as one changed the SASS). */
+      auto next_tile = [&](int u) {
+        const int sn = (it + u) % TSR_STAGES;
+        const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
+        const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
+#if TSR_FP8
+        float f0, f1;
+        tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
+#endif
+        next_tile_issue(bars, sn, phn, st, ph, dq, dk, dv, s, o, pf, a0, a1, TSR_TURNS);
+        next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
+                      seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
+      };
+      /* Runs of active tiles are software-pipelined; a skipped tile ends
+       * the run first (drain), so this warpgroup never holds a V stage
+       * while waiting on loads further ahead than the next tile: holding
+       * it across a gap could starve the producer of that stage. */
+      int u = 0;
+      while (u < nt && !TSR_ACTIVE(u)) skip_tile(bars, it, u++, arriver);
+      if (u < nt) {
+        first_tile(p, tk, bars, it, u, st, ph, dq, dk, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
+                   seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
+#if TSR_SM90_QPF
+        if (i == 0 && has_next && tkn.n_members > 0) {
+          mbn = p.members[tkn.member_begin];
+          mbn_ok = true;
+        }
+#endif
+        for (;;) {
+          int nx = u + 1;
+          if (nx < nt && TSR_ACTIVE(nx)) {
+            next_tile(nx);
+            u = nx;
+            continue;
+          }
+          drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);
+          while (nx < nt && !TSR_ACTIVE(nx)) skip_tile(bars, it, nx++, arriver);
+          if (nx >= nt) break;
+          first_tile(p, tk, bars, it, nx, st, ph, dq, dk, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
+                     seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
+          u = nx;
+        }
+      }
+      if (q_held && arriver) tsr_mbar_arrive(q_e);
+      it += nt;
+#if TSR_SM90_QPF && TSR_MEMBERSHIP
+      if (i == 0 && mbn_ok) /* the next task's first member's segments */
+        row_segs(p, mbn.q_tile, rl0, 8, sgn0, sgn1);
+#endif
+      finish(p, mb, slot, o, m0, m1, l0, l1, sel0, sel1, rl0, t, hq_per_kv);
+    }
+  }
+  /* warpgroup 1's first arrival is still pending on warpgroup 0's turn
+   * barrier: consume it so no barrier is left half-arrived at exit */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
+  if (c == 0) TSR_TURN_BEGIN();
+#endif
+}
+#undef TSR_TURN_BEGIN
+#undef TSR_TURN_END
+#undef TSR_TURNS
+#undef TSR_EDGE_BEGIN
+#undef TSR_EDGE_END
+#undef TSR_ACTIVE
+#undef TSR_LAST_ACTIVE_ARGS
+#undef TSR_ACT_BITS_PARAM
+#undef TSR_ACT_BITS_ARG
+#undef TSR_F8_PARAM
+#undef TSR_F8_ARG
+#undef TSR_F8_FACTORS_PARAM
+#undef TSR_F8_FACTORS_ARG
+
+}  // namespace tsr90
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     TSR_KERNEL_NAME(const __grid_constant__ tsr_kernel_params p) {
   extern __shared__ __align__(1024) unsigned char tsr_smem_raw[];
-  constexpr int NC = TSR_SM90_NC;
-#if TSR_FP8
-  /* one panel of D-byte rows; a V^T tile [D][BN] has the K tile's size */
-  constexpr int HALVES = 1;
-  constexpr tsr_u32 Q_PANEL = TSR_BM * TSR_HEAD_DIM;
-  constexpr tsr_u32 KV_PANEL = TSR_BN * TSR_HEAD_DIM;
-#else
-  constexpr int HALVES = TSR_HEAD_DIM / 64;            /* 64-column swizzle panels */
-  constexpr tsr_u32 Q_PANEL = TSR_BM * 128;     /* bytes of one [BM x 64] panel */
-  constexpr tsr_u32 KV_PANEL = TSR_BN * 128;    /* bytes of one [BN x 64] panel */
-#endif
-  constexpr tsr_u32 KV_TILE = KV_PANEL * HALVES;
-  constexpr tsr_u32 Q_BYTES = Q_PANEL * HALVES;
-
-  /* one task stream's tiles: QBUF Q buffers, the K ring, the V ring */
-  constexpr tsr_u32 STREAM = TSR_SM90_QBUF * Q_BYTES + 2 * TSR_STAGES * KV_TILE;
-  constexpr int TPC = TSR_SM90_TPC;
-
+  using namespace tsr90;
   /* 128-byte swizzle wants 1024-byte aligned panels.  Stream i: Q, K ring,
    * V ring at base + i * STREAM; its 256 bytes of barriers after all
    * streams' tiles. */
@@ -526,35 +1136,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
   const tsr_u32 sk = sq + TSR_SM90_QBUF * Q_BYTES;
   const tsr_u32 sv = sk + TSR_STAGES * KV_TILE;
   const tsr_u32 bars = bars0 + 256 * stream;
+  /* the one Q buffer's barriers without TSR_SM90_QPF, for the consumer
+   * (computed here, where the kernel computed them before the cut: the
+   * generated code depends on it, notes/kernel-split.md) */
   const tsr_u32 q_full = bars, q_empty = bars + 8;
-  (void)q_empty; /* with TSR_SM90_QPF only through TSR_Q_EMPTY */
-  /* k_full[s] = bars + 16 + 8 s, k_empty, v_full, v_empty follow */
-#define TSR_K_FULL(s) (bars + 16 + 8 * (s))
-#define TSR_K_EMPTY(s) (bars + 16 + 8 * (TSR_STAGES + (s)))
-#define TSR_V_FULL(s) (bars + 16 + 8 * (2 * TSR_STAGES + (s)))
-#define TSR_V_EMPTY(s) (bars + 16 + 8 * (3 * TSR_STAGES + (s)))
-  /* Q buffer b's full / empty barriers (b = 1 only with TSR_SM90_QPF) */
-#define TSR_Q_FULL(b) ((b) ? bars + 16 + 32 * TSR_STAGES : q_full)
-#define TSR_Q_EMPTY(b) (TSR_Q_FULL(b) + 8)
 
-  if (tid == 0) {
-    for (int i = 0; i < TPC; ++i) {
-      const tsr_u32 bars = bars0 + 256 * i; /* stream i's, for the macros */
-      tsr_mbar_init(bars, 1);
-      tsr_mbar_init(bars + 8, 4 * NC);
-      for (int s = 0; s < TSR_STAGES; ++s) {
-        tsr_mbar_init(TSR_K_FULL(s), 1);
-        tsr_mbar_init(TSR_K_EMPTY(s), 4 * NC);
-        tsr_mbar_init(TSR_V_FULL(s), 1);
-        tsr_mbar_init(TSR_V_EMPTY(s), 4 * NC);
-      }
-#if TSR_SM90_QPF
-      tsr_mbar_init(bars + 16 + 32 * TSR_STAGES, 1);
-      tsr_mbar_init(bars + 16 + 32 * TSR_STAGES + 8, 4 * NC);
-#endif
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (tid == 0) init_barriers(bars0);
   __syncthreads();
 
   const int hq_per_kv = p.heads_q / p.heads_kv;
@@ -575,86 +1162,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #else
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 #endif
-    if (tid % 32 == 0 && tid / 32 < TPC) {
-      int it = 0, q_uses = 0;
-#if TSR_SM90_QPF
-      /* The next task's record loads while this task's tiles are issued,
-       * and its first member's once the first tile is out; Q alternates
-       * between two buffers, so Q of the next task goes out right after
-       * this task's last K/V, while the consumer still works on them. */
-      const int stride = gridDim.x * TPC;
-      tsr_task_rec tkn;
-      if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
-      tsr_member_rec mbn;
-      bool mbn_ok = false;
-      for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
-        const tsr_task_rec tk = tkn;
-        const bool has_next = task + stride < n_tasks;
-        if (has_next) tkn = p.tasks[task + stride];
-        const bool pf_ok = mbn_ok;
-        mbn_ok = false;
-        if (tk.tile_end <= tk.tile_begin) continue;
-        for (int i = 0; i < tk.n_members; ++i) {
-          const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
-          const int hk = mb.head / hq_per_kv;
-          const int qb = q_uses & 1;
-          tsr_mbar_wait(TSR_Q_EMPTY(qb), ((q_uses >> 1) & 1) ^ 1);
-          tsr_mbar_expect_tx(TSR_Q_FULL(qb), Q_BYTES);
-#pragma unroll
-          for (int h = 0; h < HALVES; ++h)
-            tsr_tma_load(sq + qb * Q_BYTES + h * Q_PANEL, &p.tma_q, TSR_Q_FULL(qb), 64 * h,
-                         mb.q_tile * TSR_BM, mb.head, mb.batch);
-          ++q_uses;
-#else
-      for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
-        const tsr_task_rec tk = p.tasks[task];
-        if (tk.tile_end <= tk.tile_begin) continue;
-        for (int i = 0; i < tk.n_members; ++i) {
-          const tsr_member_rec mb = p.members[tk.member_begin + i];
-          const int hk = mb.head / hq_per_kv;
-          tsr_mbar_wait(q_empty, (q_uses & 1) ^ 1);
-          tsr_mbar_expect_tx(q_full, Q_BYTES);
-#pragma unroll
-          for (int h = 0; h < HALVES; ++h)
-            tsr_tma_load(sq + h * Q_PANEL, &p.tma_q, q_full, 64 * h, mb.q_tile * TSR_BM, mb.head,
-                         mb.batch);
-          ++q_uses;
-#endif
-          for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
-            const int s = it % TSR_STAGES;
-            const tsr_u32 ph = (it / TSR_STAGES) & 1;
-            const int row = p.tiles[ti].k_tile * TSR_BN;
-            tsr_mbar_wait(TSR_K_EMPTY(s), ph ^ 1);
-            tsr_mbar_expect_tx(TSR_K_FULL(s), KV_TILE);
-#pragma unroll
-            for (int h = 0; h < HALVES; ++h)
-              tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL, &p.tma_k, TSR_K_FULL(s), 64 * h, row,
-                           hk, mb.batch);
-            tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
-            tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
-#if TSR_FP8
-            /* vt8: keys innermost, channels 0..D-1 */
-            tsr_tma_load(sv + s * KV_TILE, &p.tma_v, TSR_V_FULL(s), row, 0, hk, mb.batch);
-#else
-#pragma unroll
-            for (int h = 0; h < HALVES; ++h)
-              tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
-                           hk, mb.batch);
-#endif
-#if TSR_SM90_QPF
-            if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 &&
-                tkn.tile_end > tkn.tile_begin) {
-              mbn = p.members[tkn.member_begin];
-              mbn_ok = true;
-            }
-#endif
-          }
-        }
-      }
-    }
+    if (tid % 32 == 0 && tid / 32 < TPC) producer(p, n_tasks, stream, hq_per_kv, sq, sk, sv, bars);
   } else {
-    /* ---- consumers: warpgroup c owns query rows [64c, 64c + 64) of its
-     * stream's task (c counted within the stream) ---- */
+    /* ---- consumers: the rest of the register file (above) ---- */
 #if TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
 #elif TSR_SM90_QPF
@@ -662,386 +1172,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #else
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #endif
-    const float NEG_INF = -__int_as_float(0x7f800000);
-    const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32;
-    const int g = lane / 4, t = lane % 4;
-    const int rl0 = 64 * c + 16 * warp + g; /* local rows rl0, rl0 + 8 */
-    const bool arriver = lane == 0;
-    /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
-     * B), V panels (MN-major, B transposed: LBO steps to the next 64
-     * columns of D, SBO to the next 8 key rows). */
-#if TSR_FP8
-    /* e4m3: Q and K rows of D bytes, V^T rows of BN bytes, all K-major */
-#if TSR_SM90_QPF
-    const tsr_u64 dq0 = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM); /* Q buffer 0 */
-#else
-    const tsr_u64 dq = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM);
-#endif
-    const tsr_u64 dk = tsr_f8_desc(sk, TSR_HEAD_DIM);
-    const tsr_u64 dv = tsr_f8_desc(sv, TSR_BN);
-#else
-#if TSR_SM90_QPF
-    const tsr_u64 dq0 = tsr_desc(sq + 64 * c * 128, 16, 1024); /* Q buffer 0 */
-#else
-    const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
-#endif
-    const tsr_u64 dk = tsr_desc(sk, 16, 1024);
-    const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
-#endif
-#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
-    const int my_turn = 1 + c, other_turn = 2 - c;
-#define TSR_TURN_BEGIN() tsr_bar_sync(my_turn, 256)
-#define TSR_TURN_END() tsr_bar_arrive(other_turn, 256)
-    if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
-#else
-#define TSR_TURN_BEGIN() ((void)0)
-#define TSR_TURN_END() ((void)0)
-#endif
-/* PINGPONG 1 orders every issue block; 2 only the main loop's. */
-#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 1
-#define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
-#define TSR_EDGE_END() TSR_TURN_END()
-#else
-#define TSR_EDGE_BEGIN() ((void)0)
-#define TSR_EDGE_END() ((void)0)
-#endif
-    int it = 0, q_uses = 0;
-    float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
-    tsr_u32 pf[TSR_SM90_NPF];
-#if TSR_SM90_QPF
-    /* The next task's record, first member and (membership) its rows'
-     * segments load while this task runs, so that no dependent global load
-     * sits between two tasks. */
-    const int stride = gridDim.x * TPC;
-    tsr_task_rec tkn;
-    if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
-    tsr_member_rec mbn;
-    int sgn0 = 0, sgn1 = 0;
-    bool mbn_ok = false;
-    for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += stride) {
-      const tsr_task_rec tk = tkn;
-      const bool has_next = task + stride < n_tasks;
-      if (has_next) tkn = p.tasks[task + stride];
-      const bool pf_ok = mbn_ok;
-      mbn_ok = false;
-      const int nt = tk.tile_end - tk.tile_begin;
-      for (int i = 0; i < tk.n_members; ++i) {
-        const tsr_member_rec mb = i == 0 && pf_ok ? mbn : p.members[tk.member_begin + i];
-        const int qb = q_uses & 1;
-        const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
-        const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
-#else
-    for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
-      const tsr_task_rec tk = p.tasks[task];
-      const int nt = tk.tile_end - tk.tile_begin;
-      for (int i = 0; i < tk.n_members; ++i) {
-        const tsr_member_rec mb = p.members[tk.member_begin + i];
-        const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
-#endif
-        const int slot = tk.partial >= 0 ? tk.partial + i : -1;
-        if (nt <= 0) {
-#pragma unroll
-          for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
-          tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
-          continue;
-        }
-        int seg0 = 0, seg1 = 0;
-#if TSR_MEMBERSHIP
-#if TSR_SM90_QPF
-        if (i == 0 && pf_ok) {
-          seg0 = sgn0;
-          seg1 = sgn1;
-        } else
-#endif
-        {
-          const int base = mb.q_tile * TSR_BM, last = p.seq_q - 1;
-          const int b0 = __ldg(p.qblk + (base < last ? base : last));
-          const int r0 = base + rl0, r1 = base + rl0 + 8;
-          seg0 = __ldg(p.qblk + (r0 < last ? r0 : last)) - b0;
-          seg1 = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
-        }
-#endif
-#if TSR_SM90_SKIP
-        /* This warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a
-         * tile none of them selects is skipped (tsr_active_chunk). */
-        int sa, sb;
-        const bool rows_valid = mb.q_tile * TSR_BM + 64 * c < p.seq_q;
-        {
-          const int base = mb.q_tile * TSR_BM, last = p.seq_q - 1;
-          const int b0 = __ldg(p.qblk + (base < last ? base : last));
-          const int ra = base + 64 * c, rb = base + 64 * c + 63;
-          sa = __ldg(p.qblk + (ra < last ? ra : last)) - b0;
-          sb = __ldg(p.qblk + (rb < last ? rb : last)) - b0;
-        }
-        tsr_u32 act_bits = 0;
-        int act_chunk = -1;
-#endif
-        /* Whether this warpgroup computes tile u of the task (0 <= u < nt);
-         * called for increasing u only. */
-        auto active = [&](int u) -> bool {
-#if TSR_SM90_SKIP
-          if ((u >> 5) != act_chunk) {
-            act_chunk = u >> 5;
-            act_bits = tsr_active_chunk(p, tk.tile_begin, u & ~31, nt, sa, sb, rows_valid, lane);
-          }
-          return (act_bits >> (u & 31)) & 1u;
-#else
-          (void)u;
-          return true;
-#endif
-        };
-        /* Whether tile u (active, its chunk loaded) is the last one this
-         * warpgroup computes: then Q may be released after its S. */
-        auto last_active = [&](int u) -> bool {
-#if TSR_SM90_SKIP
-          return u == nt - 1 || ((u >> 5) == ((nt - 1) >> 5) && ((act_bits >> (u & 31)) >> 1) == 0);
-#else
-          return u == nt - 1;
-#endif
-        };
-        float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
-#if TSR_FP8
-        const float sqv = tsr_f8_row_scale(p, mb, 64 * c);
-        const int bh_kv = mb.batch * p.heads_kv + mb.head / hq_per_kv;
-#endif
-        bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
-#pragma unroll
-        for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
-        tsr_mbar_wait(q_f, q_par);
-        ++q_uses;
-        bool q_held = true;
-        /* ring position of tile u is it + u; st/ph: the pending tile's */
-        int st = 0;
-        tsr_u32 ph = 0;
-
-        /* A tile this warpgroup skips: wait for its loads (never arrive
-         * ahead of the full barrier, or the ring's phases would slip) and
-         * hand the stage back. */
-        auto skip_tile = [&](int u) {
-          const int su = (it + u) % TSR_STAGES;
-          const tsr_u32 pu = ((it + u) / TSR_STAGES) & 1;
-          tsr_mbar_wait(TSR_K_FULL(su), pu);
-          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(su));
-          tsr_mbar_wait(TSR_V_FULL(su), pu);
-          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(su));
-        };
-        /* S = Q K_u^T, mask and softmax with nothing pending. */
-        auto first_tile = [&](int u) {
-          st = (it + u) % TSR_STAGES;
-          ph = ((it + u) / TSR_STAGES) & 1;
-          const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
-#if TSR_FP8
-          float f0, f1; /* loaded while the loads and S are waited for */
-          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
-#endif
-          tsr_mbar_wait(TSR_K_FULL(st), ph);
-          TSR_EDGE_BEGIN();
-          tsr_wg_fence();
-#if TSR_FP8
-          tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
-#else
-#pragma unroll
-          for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
-            const tsr_u32 off = (kk % 4) * 32;
-#if TSR_BN == 128
-            tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                              dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
-#else
-            tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                             dk + ((st * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
-#endif
-          }
-#endif
-          tsr_wg_commit();
-          TSR_EDGE_END();
-          tsr_wg_wait<0>();
-          tsr_fence_regs<TSR_BN / 2>(s);
-          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
-          if (last_active(u)) {
-            if (arriver) tsr_mbar_arrive(q_e);
-            q_held = false;
-          }
-#if TSR_FP8
-          tsr_f8_scale_scores(s, f0, f1);
-#endif
-          tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
-          tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
-#if TSR_FP8
-          tsr_f8_pack_p(pf, s);
-#else
-#pragma unroll
-          for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
-#endif
-        };
-        /* Tile u = pending + 1: S_u = Q K_u^T runs beside O += P V of the
-         * pending tile, and the softmax of S_u beside the P V product. */
-        auto next_tile = [&](int u) {
-          const int sn = (it + u) % TSR_STAGES;
-          const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
-          const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
-#if TSR_FP8
-          float f0, f1;
-          tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
-#endif
-          tsr_mbar_wait(TSR_K_FULL(sn), phn);
-          tsr_mbar_wait(TSR_V_FULL(st), ph);
-          TSR_TURN_BEGIN();
-          tsr_wg_fence();
-#if TSR_FP8
-          tsr_f8_issue_s(s, dq, dk + ((sn * KV_TILE) >> 4));
-#else
-#pragma unroll
-          for (int kk = 0; kk < TSR_HEAD_DIM / 16; ++kk) {
-            const tsr_u32 off = (kk % 4) * 32;
-#if TSR_BN == 128
-            tsr_wgmma_ss_n128(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                              dk + ((sn * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
-#else
-            tsr_wgmma_ss_n64(s, dq + (((kk / 4) * Q_PANEL + off) >> 4),
-                             dk + ((sn * KV_TILE + (kk / 4) * KV_PANEL + off) >> 4), kk > 0);
-#endif
-          }
-#endif
-          tsr_wg_commit();
-          /* the pending tile's rescale runs while S = Q K^T is computed */
-          tsr_rescale(o, a0, a1);
-          tsr_wg_fence();
-#if TSR_FP8
-          tsr_f8_issue_pv(o, pf, dv + ((st * KV_TILE) >> 4));
-#else
-#pragma unroll
-          for (int kk = 0; kk < TSR_BN / 16; ++kk) {
-#if TSR_HEAD_DIM == 128
-            tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
-#else
-            tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
-#endif
-          }
-#endif
-          tsr_wg_commit();
-          TSR_TURN_END();
-          tsr_wg_wait<1>();
-          tsr_fence_regs<TSR_BN / 2>(s);
-          if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
-          if (last_active(u)) {
-            if (arriver) tsr_mbar_arrive(q_e);
-            q_held = false;
-          }
-#if TSR_FP8
-          tsr_f8_scale_scores(s, f0, f1);
-#endif
-          tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
-          tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
-          tsr_wg_wait<0>();
-          tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
-          tsr_fence_regs_u<TSR_SM90_NPF>(pf);
-          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
-#if TSR_FP8
-          tsr_f8_pack_p(pf, s);
-#else
-#pragma unroll
-          for (int j = 0; j < TSR_BN / 4; ++j) pf[j] = tsr_pack2(s[2 * j], s[2 * j + 1]);
-#endif
-          st = sn;
-          ph = phn;
-        };
-        /* The pending tile's O += P V with nothing to overlap. */
-        auto drain = [&]() {
-          tsr_mbar_wait(TSR_V_FULL(st), ph);
-          TSR_EDGE_BEGIN();
-          tsr_rescale(o, a0, a1);
-          tsr_wg_fence();
-#if TSR_FP8
-          tsr_f8_issue_pv(o, pf, dv + ((st * KV_TILE) >> 4));
-#else
-#pragma unroll
-          for (int kk = 0; kk < TSR_BN / 16; ++kk) {
-#if TSR_HEAD_DIM == 128
-            tsr_wgmma_rs_n128(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
-#else
-            tsr_wgmma_rs_n64(o, pf + 4 * kk, dv + ((st * KV_TILE + kk * 16 * 128) >> 4), 1);
-#endif
-          }
-#endif
-          tsr_wg_commit();
-          TSR_EDGE_END();
-          tsr_wg_wait<0>();
-          tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
-          tsr_fence_regs_u<TSR_SM90_NPF>(pf);
-          if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
-        };
-
-        /* Runs of active tiles are software-pipelined; a skipped tile ends
-         * the run first (drain), so this warpgroup never holds a V stage
-         * while waiting on loads further ahead than the next tile: holding
-         * it across a gap could starve the producer of that stage. */
-        int u = 0;
-        while (u < nt && !active(u)) skip_tile(u++);
-        if (u < nt) {
-          first_tile(u);
-#if TSR_SM90_QPF
-          if (i == 0 && has_next && tkn.n_members > 0) {
-            mbn = p.members[tkn.member_begin];
-            mbn_ok = true;
-          }
-#endif
-          for (;;) {
-            int nx = u + 1;
-            if (nx < nt && active(nx)) {
-              next_tile(nx);
-              u = nx;
-              continue;
-            }
-            drain();
-            while (nx < nt && !active(nx)) skip_tile(nx++);
-            if (nx >= nt) break;
-            first_tile(nx);
-            u = nx;
-          }
-        }
-        if (q_held && arriver) tsr_mbar_arrive(q_e);
-        it += nt;
-#if TSR_SM90_QPF && TSR_MEMBERSHIP
-        if (i == 0 && mbn_ok) { /* the next task's first member's segments */
-          const int base = mbn.q_tile * TSR_BM, last = p.seq_q - 1;
-          const int b0 = __ldg(p.qblk + (base < last ? base : last));
-          const int r0 = base + rl0, r1 = base + rl0 + 8;
-          sgn0 = __ldg(p.qblk + (r0 < last ? r0 : last)) - b0;
-          sgn1 = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
-        }
-#endif
-
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-#if !TSR_MEMBERSHIP
-        sel0 = sel1 = true; /* nt > 0 full tiles */
-#endif
-        /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
-         * is NaN, not the empty row's zeros. */
-        if (sel0 && m0 == NEG_INF) l0 = __int_as_float(0x7fc00000);
-        if (sel1 && m1 == NEG_INF) l1 = __int_as_float(0x7fc00000);
-#if TSR_FP8
-        tsr_f8_scale_o(o, p, mb, hq_per_kv, t);
-#endif
-        tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
-      }
-    }
-    /* warpgroup 1's first arrival is still pending on warpgroup 0's turn
-     * barrier: consume it so no barrier is left half-arrived at exit */
-#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
-    if (c == 0) TSR_TURN_BEGIN();
-#endif
-#undef TSR_TURN_BEGIN
-#undef TSR_TURN_END
-#undef TSR_EDGE_BEGIN
-#undef TSR_EDGE_END
+    consumer(p, n_tasks, stream, wg, tid, sq, sk, sv, bars, q_full, q_empty, hq_per_kv);
   }
+}
 #undef TSR_K_FULL
 #undef TSR_K_EMPTY
 #undef TSR_V_FULL
 #undef TSR_V_EMPTY
 #undef TSR_Q_FULL
 #undef TSR_Q_EMPTY
-}
