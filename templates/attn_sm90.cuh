@@ -676,8 +676,9 @@ static __device__ __forceinline__ void row_segs(const tsr_kernel_params &p, int 
 
 /* The tensor-core issue blocks of the key tile in ring stage st: S = Q K^T
  * (64 x BN over D, k16 steps; Q and K panels K-major) and O += P V (P from
- * registers, V through its MN-major descriptor); and P packed from the
- * softmax's S to the 16-bit A operand of P V. */
+ * registers, V through its MN-major descriptor); O zeroed for a member;
+ * and P packed from the softmax's S to the A operand of P V (16-bit, or
+ * e4m3 with TSR_FP8). */
 static __device__ __forceinline__ void issue_qk(float *s, tsr_u64 dq, tsr_u64 dk, int st) {
 #if TSR_FP8
   tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
@@ -708,6 +709,10 @@ static __device__ __forceinline__ void issue_pv(float *o, const tsr_u32 *pf, tsr
 #endif
   }
 #endif
+}
+static __device__ __forceinline__ void zero_o(float *o) {
+#pragma unroll
+  for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
 }
 static __device__ __forceinline__ void pack_p(tsr_u32 *pf, const float *s) {
 #if TSR_FP8
@@ -924,6 +929,33 @@ static __device__ __forceinline__ void finish(const tsr_kernel_params &p, tsr_me
   tsr_epilogue(p, mb, slot, o, m0, m1, l0, l1, rl0, t);
 }
 
+/* Descriptor bases: Q panels (K-major, A operand; warpgroup c's 64 rows
+ * of a Q buffer at sq), K panels (K-major, B), V panels (MN-major, B
+ * transposed: LBO steps to the next 64 columns of D, SBO to the next 8 key
+ * rows).  FP8 (e4m3): Q and K rows of D bytes, V^T rows of BN bytes, all
+ * K-major. */
+static __device__ __forceinline__ tsr_u64 q_desc(tsr_u32 sq, int c) {
+#if TSR_FP8
+  return tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM);
+#else
+  return tsr_desc(sq + 64 * c * 128, 16, 1024);
+#endif
+}
+static __device__ __forceinline__ tsr_u64 k_desc(tsr_u32 sk) {
+#if TSR_FP8
+  return tsr_f8_desc(sk, TSR_HEAD_DIM);
+#else
+  return tsr_desc(sk, 16, 1024);
+#endif
+}
+static __device__ __forceinline__ tsr_u64 v_desc(tsr_u32 sv) {
+#if TSR_FP8
+  return tsr_f8_desc(sv, TSR_BN);
+#else
+  return tsr_desc(sv, KV_PANEL, 1024);
+#endif
+}
+
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
  * 64c + 64) of the stream's task (c counted within the stream), this thread
  * rows rl0 and rl0 + 8.  For each member of each of the stream's tasks:
@@ -936,31 +968,16 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
                                                 int hq_per_kv) {
   (void)q_full, (void)q_empty, (void)hq_per_kv;
   const float NEG_INF = -__int_as_float(0x7f800000);
-  const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
+  const int c = (wg - 1) % NC, wt = tid % 128, warp = wt / 32, lane = tid % 32, g = lane / 4,
+            t = lane % 4;
   const int rl0 = 64 * c + 16 * warp + g; /* local rows rl0, rl0 + 8 */
   const bool arriver = lane == 0;
-  /* Descriptor bases: Q panels (K-major, A operand), K panels (K-major,
-   * B), V panels (MN-major, B transposed: LBO steps to the next 64
-   * columns of D, SBO to the next 8 key rows). */
-#if TSR_FP8
-  /* e4m3: Q and K rows of D bytes, V^T rows of BN bytes, all K-major */
 #if TSR_SM90_QPF
-  const tsr_u64 dq0 = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM); /* Q buffer 0 */
+  const tsr_u64 dq0 = q_desc(sq, c); /* Q buffer 0 */
 #else
-  const tsr_u64 dq = tsr_f8_desc(sq + 64 * c * TSR_HEAD_DIM, TSR_HEAD_DIM);
+  const tsr_u64 dq = q_desc(sq, c);
 #endif
-  const tsr_u64 dk = tsr_f8_desc(sk, TSR_HEAD_DIM);
-  const tsr_u64 dv = tsr_f8_desc(sv, TSR_BN);
-#else
-#if TSR_SM90_QPF
-  const tsr_u64 dq0 = tsr_desc(sq + 64 * c * 128, 16, 1024); /* Q buffer 0 */
-#else
-  const tsr_u64 dq = tsr_desc(sq + 64 * c * 128, 16, 1024);
-#endif
-  const tsr_u64 dk = tsr_desc(sk, 16, 1024);
-  const tsr_u64 dv = tsr_desc(sv, KV_PANEL, 1024);
-#endif
+  const tsr_u64 dk = k_desc(sk), dv = v_desc(sv);
 #if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG
   const int my_turn = 1 + c, other_turn = 2 - c;
   if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
@@ -1000,8 +1017,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #endif
       const int slot = tk.partial >= 0 ? tk.partial + i : -1;
       if (nt <= 0) {
-#pragma unroll
-        for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
+        zero_o(o);
         tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
         continue;
       }
@@ -1030,18 +1046,15 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       const int bh_kv = mb.batch * p.heads_kv + mb.head / hq_per_kv;
 #endif
       bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
-#pragma unroll
-      for (int j = 0; j < TSR_HEAD_DIM / 2; ++j) o[j] = 0.f;
+      zero_o(o);
       tsr_mbar_wait(q_f, q_par);
       ++q_uses;
       bool q_held = true;
       /* ring position of tile u is it + u; st/ph: the pending tile's */
       int st = 0;
       tsr_u32 ph = 0;
-
-      /* Tile u = pending + 1: S_u = Q K_u^T runs beside O += P V of the
-       * pending tile, and the softmax of S_u beside the P V product (its
-       * halves are functions; the whole step as one changed the SASS). */
+      /* Tile u = pending + 1: S_u = Q K_u^T beside the pending tile's O += P V,
+       * S_u's softmax beside the P V (the step as one function changed the SASS). */
       auto next_tile = [&](int u) {
         const int sn = (it + u) % TSR_STAGES;
         const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
