@@ -389,7 +389,8 @@ for name, fn in (("vsa", lambda: M.vsa(qm, km, grid)), ("sta", lambda: M.sta(qm,
 
 # ---- bad input: one clear error ----------------------------------------------
 
-for fn, words in ((lambda: M.vsa(q, k, (t, hh, ww + 1)), "has"),
+# (a grid one column wider than q's own: never its token count)
+for fn, words in ((lambda: M.vsa(q, k, (grid[0], grid[1], grid[2] + 1)), "has"),
                   (lambda: M.sta(q, grid, [(1, 1, 1)] * (h + 1)), "STA window"),
                   (lambda: M.svg(q, k[:, :1], v[:, :1], grid), "key heads")):
     try:
