@@ -28,8 +28,7 @@ libtessera_la_SOURCES += runtime/gpuplan.c
 
 # lookup database and plan selection
 libtessera_la_SOURCES += \
-	runtime/db_impl.h runtime/db.c runtime/features.c runtime/select.c
-	runtime/db.c runtime/features.c runtime/select_impl.h runtime/select.c
+	runtime/db_impl.h runtime/db.c runtime/features.c runtime/select_impl.h runtime/select.c
 nodist_libtessera_la_SOURCES = db/embedded.c
 
 # libtessera.so exports exactly the functions tessera.h declares (internals
