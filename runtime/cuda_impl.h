@@ -65,21 +65,14 @@ typedef struct {
   CUdeviceptr counts;   /* [0] tasks, [1] merges (device ints) */
   int masking;          /* partial tiles may occur: pick a variant that masks */
   int may_merge;        /* rows may be split: launch the merge kernel */
-  int64_t max_tasks;    /* the device task count's bound when known at bind (the
-                           planner's task capacity), else 0: flat variants then
-                           get one CTA a task, as host-planned launches do */
+  int64_t max_tasks;    /* the device task count's bound when known at bind (row
+                           tasks: one a row), else 0: flat variants then get one
+                           CTA a task, as host-planned launches do */
 } tsr_gpu_binding;
 /* Chooses and loads pl's variant and attaches the binding, so that
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
  * grid.  pl must have no device copies yet. */
 tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
-/* The attention launch of pl's device copies: CTAs (0 without device
- * copies), tasks a CTA runs side by side, and whether the variant is
- * persistent (a flat one may run several tasks a CTA in turn only when the
- * grid is smaller than the task count). */
-unsigned tsr_gpu_grid(const tsr_plan *pl, int *tasks_per_cta, int *persistent);
-/* The template plan of a device planner (its launch is tsr_gpu_grid's). */
-const tsr_plan *tsr_gpuplan_template(const tsr_gpuplan *gp);
 
 /* The FP8 copies and scales of a plan uploaded (or bound) with an FP8
  * variant, as templates/attn_sm90_fp8.cuh lays them out ("Buffers"): q8,

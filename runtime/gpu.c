@@ -504,9 +504,8 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   g->counts = b->counts;
   /* The count is known on the device only: a persistent grid of resident
    * CTAs (flat variants run the same strided loop) and merge CTAs; but a
-   * flat variant whose task count has a known bound (the planner's task
-   * capacity, row or split tasks) gets one CTA a task, as the
-   * host-planned launch of the same plan: the hardware
+   * flat variant whose task count has a known bound (row tasks) gets one
+   * CTA a task, as the host-planned launch of the same plan: the hardware
    * then balances the tasks, where a resident grid's static stride does
    * not (STA on Wan2.1-1.3B: 4.33 ms device-planned vs 3.84 ms
    * host-planned, notes/varplan.md).  Extra CTAs exit at once. */
@@ -523,19 +522,6 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   pl->gpu = g;
   pl->gpu_free = gpu_plan_free;
   return TSR_OK;
-}
-
-unsigned tsr_gpu_grid(const tsr_plan *pl, int *tasks_per_cta, int *persistent)
-{
-  const gpu_plan *g = pl ? pl->gpu : NULL;
-  const tsr_variant *v;
-  *tasks_per_cta = 1;
-  *persistent = 0;
-  if (!g) return 0;
-  v = &g->ctx->bundle.items[g->variant].v;
-  *tasks_per_cta = tsr_variant_tasks_per_cta(v);
-  *persistent = v->layout == TSR_TL_PERS;
-  return g->grid;
 }
 
 tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err)

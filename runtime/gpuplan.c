@@ -340,13 +340,13 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
   b.masking = lay->multi;
   b.may_merge = lay->chunk > 0 && lay->cap_slots > 0;
-  /* The device's task count never exceeds cap_tasks (the planner reports
-   * an overflow instead): rows, one a row, empty rows included, plus a
-   * task for each partial slot beyond a split row's first.  So flat
-   * variants get one CTA a task with split tasks too, as host-planned
-   * launches of split plans do (issue 20: a resident grid's static stride
-   * ran split plans 2-5% slower than the host plan's). */
-  b.max_tasks = lay->cap_tasks;
+  /* Row tasks: one a row, empty rows included, so flat variants get one CTA
+   * a task.  Split templates keep the resident grid on purpose: their
+   * chunks are near-equal, so the static stride balances them and the
+   * next task's Q is prefetched, and one CTA a task (the capacity,
+   * rows + slots, as the bound) measured 4-5% slower on the H200 at
+   * 64x64 and 128x128 random 10% (notes/sm90.md, 2026-12-02; issue 20). */
+  b.max_tasks = lay->chunk ? 0 : lay->rows;
   if ((st = tsr_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsr_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
@@ -356,11 +356,6 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
     return st;
   return TSR_OK;
-}
-
-const tsr_plan *tsr_gpuplan_template(const tsr_gpuplan *gp)
-{
-  return gp ? gp->pl : NULL;
 }
 
 /* The planning kernels' parameters (the mask's address is set per launch). */

@@ -524,16 +524,6 @@ static void check_job(const job *jb, tensors *x, CUstream s)
    * same plan, task order included (a capped one splits fewer rows). */
   if (!jb->capped && (jb->o.tasks == TSR_TASKS_ROW || jb->o.tasks == TSR_TASKS_SPLIT))
     same_order(jb->label, dev, host);
-  {
-    /* A flat variant runs every device-planned task in its own CTA, split
-     * tasks included, as the host-planned launch does: a grid smaller than
-     * the task count would walk tasks at a static stride (issue 20). */
-    int tpc, pers;
-    unsigned grid = tsr_gpu_grid(tsr_gpuplan_template(gp), &tpc, &pers);
-    if (grid == 0 || (!pers && (int64_t)grid * tpc < ds.tasks_count))
-      fail(jb->label, "launch of %s: %u CTAs x %d tasks for %lld tasks on a flat variant", ds.variant, grid,
-           tpc, (long long)ds.tasks_count);
-  }
   if (tsr_gpuplan_stats_read(gp, &st) != 1 || st.overflow || st.tiles != ds.tiles)
     fail(jb->label, "features: step %lld overflow %d tiles %lld", (long long)st.step, st.overflow,
          (long long)st.tiles);
