@@ -343,9 +343,9 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   /* Row tasks: one a row, empty rows included, so flat variants get one CTA
    * a task.  Split templates keep the resident grid on purpose: their
    * chunks are near-equal, so the static stride balances them and the
-   * next task's Q is prefetched, and one CTA a task (the capacity,
-   * rows + slots, as the bound) measured 4-5% slower on the H200 at
-   * 64x64 and 128x128 random 10% (notes/sm90.md, 2026-12-02; issue 20). */
+   * next task's Q is prefetched; one CTA a task (the capacity, rows +
+   * slots, as the bound) measured 0-5% slower on the H200, never faster
+   * (notes/sm90.md, 2026-12-02; issue 20). */
   b.max_tasks = lay->chunk ? 0 : lay->rows;
   if ((st = tsr_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsr_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
