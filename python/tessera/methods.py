@@ -279,23 +279,30 @@ def tile_order(grid, tile, device="cpu"):
 def _tile_sums(x, grid, tile, layout):
     """Sums of x over each tile, [B, H, T', H', W', D] (float32; float64 for
     float64 x), frame-major tokens.  Where the tokens and what follows them
-    are contiguous (bhsd, or a contiguous bshd tensor) in two passes: first
-    over the tile's frames and rows together, with a frame row's W x (H x) D
-    values as one contiguous run (the reduction's inner axis, read at full
-    width), then over the tile's columns in the float32 partial sums, a
-    quarter of x's size for 4x4x4 cubes.  Otherwise in one pass over
-    (T, H, W) at once."""
+    are contiguous (bhsd, or a contiguous bshd tensor) in two passes per
+    whole or ragged piece of (T, H): first over the tile's frames and rows
+    together, with a frame row's W x (H x) D values as one contiguous run
+    (the reduction's inner axis, read at full width; one 3-axis reduction
+    over rows of only D values reads q at about a third of the bandwidth),
+    then over the tile's columns in the float32 partial sums (a quarter of
+    x's size for 4x4x4 cubes); the pieces' small results are joined.
+    Otherwise in one pass over (T, H, W) at once."""
     t, h, w = grid
     dim = {"bhsd": 2, "bshd": 1}[layout]
     inner = math.prod(x.shape[dim + 1:])
-    if x[(0,) * dim].is_contiguous() and x.stride(dim) == inner:
-        y = _segsums(x.flatten(dim).unflatten(dim, (t, h, w * inner)), (dim, dim + 1), tile[:2])
-        y = _segsums(y.unflatten(dim + 2, (w, inner)), (dim + 2,), tile[2:])
-        if layout == "bhsd":
-            return y
-        # [B, T', H', W', H x D] -> [B, H, T', H', W', D]
-        return y.unflatten(4, x.shape[2:]).permute(0, 4, 1, 2, 3, 5)
-    return _segsums(_bhsd(x, layout).unflatten(2, (t, h, w)), (2, 3, 4), tile)
+    if not (x[(0,) * dim].is_contiguous() and x.stride(dim) == inner):
+        return _segsums(_bhsd(x, layout).unflatten(2, (t, h, w)), (2, 3, 4), tile)
+    acc = _acc(x)
+
+    def rows_then_columns(y, red):
+        z = y.sum(red, dtype=acc).unflatten(-1, (w, inner))
+        return _segsums(z, (z.dim() - 2,), tile[2:])
+    y = _segsums(x.flatten(dim).unflatten(dim, (t, h, w * inner)), (dim, dim + 1), tile[:2],
+                 rows_then_columns)
+    if layout == "bhsd":
+        return y
+    # [B, T', H', W', H x D] -> [B, H, T', H', W', D]
+    return y.unflatten(4, x.shape[2:]).permute(0, 4, 1, 2, 3, 5)
 
 
 def pool_tiles(x, grid, tile, layout="bhsd"):
@@ -494,9 +501,14 @@ def _planes(m, b, h):
 
 
 def _probs(pq, pk, scale):
-    """softmax(pq pk^T * scale) per row, in pq's dtype (float32 or float64)."""
-    return torch.softmax(torch.matmul(pq, _kv_heads(pk, pq.shape[1]).transpose(-1, -2)) * scale,
-                         dim=-1)
+    """softmax(pq pk^T * scale) per row, in pq's dtype (float32 or float64):
+    the scale applied in the matmul's epilogue (the same product, rounded
+    once, as a separate multiply of the float32 result), no pass of its own.
+    beta=0: baddbmm ignores its (uninitialised, broadcast) input."""
+    pk = _kv_heads(pk, pq.shape[1])
+    s = torch.baddbmm(pq.new_empty(()).expand(1, 1, 1), pq.flatten(0, 1),
+                      pk.flatten(0, 1).transpose(-1, -2), beta=0, alpha=scale)
+    return torch.softmax(s, dim=-1).unflatten(0, pq.shape[:2])
 
 
 def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
@@ -697,7 +709,8 @@ def antidiagonal_scores(q, k, stride=8, block=128, layout="bhsd", scale=None, ch
     parts = []
     for r0 in range(0, gq, chunk * r):
         qc = qg[:, :, r0:r0 + chunk * r].flatten(0, 1)
-        s = torch.baddbmm(qc.new_zeros(()).expand(1, 1, 1), qc, kt, beta=0, alpha=alpha)
+        # beta=0: the uninitialised input is ignored; alpha = scale / stride.
+        s = torch.baddbmm(qc.new_empty(()).expand(1, 1, 1), qc, kt, beta=0, alpha=alpha)
         p = torch.softmax(s, dim=-1, dtype=_acc(qb)).unflatten(0, (b, h))
         parts.append(_segsums(p, (2, 3), (r, r)))
     return _cat(parts, 2)
