@@ -32,6 +32,9 @@ runs the method end to end.  The methods:
     radial  Radial attention: the energy-decay rule reduced to 128-blocks
     sparge  SpargeAttn: mean-pooled scores, CDF threshold, self-similarity
             fallback and sink column
+    xattention  XAttention: antidiagonal scores of each 128-block pair at
+            stride 8-16 (softmax per query run, summed per block), CDF
+            threshold tau per row
 
 Each rule is the one the mask corpus generator applies (profiler/
 corpus_families.c, docs/mask-families.md): given the same pooled inputs they
@@ -48,11 +51,18 @@ make the first call for a geometry before capturing a graph.
 
 Cost (Wan2.1-1.3B 480p, bf16, 12 heads, d128, on an H200; tests/device/run
 BUILDDIR methods measures it and lists each producer's kernels): the
-data-dependent producers read q and k once for the pooling (one reduction per
-whole or ragged piece of the grid, float32 sums of bf16, nothing of q's size
-written: VSA about 22 kernels and 0.45 GB moved in all, SpargeAttn 45 and
-0.55 GB with its self-similarity's second read) and work on the pooled blocks
-after that.  SVG's profile reads k and v once and makes five passes over its
+data-dependent producers read q and k once for the pooling (float32 sums of
+bf16, one reduction per whole or ragged piece of the grid; VSA's cubes in
+two passes, the first over whole frame rows writing float32 partial sums a
+seventh of q's size: about 36 kernels, most of them small, and 0.3 GB moved
+in all; SpargeAttn 45 kernels and 0.55 GB with its self-similarity's second
+read) and work on the pooled blocks after that.  XAttention is the exception: its antidiagonal scores are a
+matmul at 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p:
+12 x 4095 x 4095 scores of dimension 1024, about 0.4 TFLOP), and a float32
+softmax and block sum over them, chunked by `chunk` query blocks.
+The top-k of VSA (and SpargeAttn's top fraction) is a radix select of each
+row's k-th largest score plus a running count of its ties, not a sort.
+SVG's profile reads k and v once and makes five passes over its
 3 x samples x S weights, all in q's dtype (21 kernels, about 0.85 GB at 64
 samples: the most expensive producer; fewer samples shrink the weight passes
 in proportion, not the reads of k and v).

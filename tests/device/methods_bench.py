@@ -15,7 +15,11 @@ warm-up that builds the cached geometry and the GPU plan templates):
     attention  tessera.attention with the CUDA mask and the geometry (GPU
                planning + kernel), on the permuted tensors
 and prints producer / attention (the budget is 5%) and permute / attention.
-Dense cuDNN SDPA is timed beside them for scale.
+Dense cuDNN SDPA is timed beside them for scale.  The producers: VSA,
+STA, SVG, Radial, SpargeAttn and XAttention (stride 8, tau 0.9).
+--variants (on by default) then times VSA's previous formulation beside
+the current one (pooling, top-k, the whole producer) and checks that they
+agree.
 
 It also proves each producer synchronises nothing: an eager call under
 torch.cuda.set_sync_debug_mode("error"), and a CUDA-graph capture replayed
@@ -142,6 +146,53 @@ def breakdown(name, what, fn, top):
         print(f"  {name} {what}: no kernel breakdown ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
 
 
+def variants(q, k, grid, reps):
+    """VSA's pieces in the previous formulation (main before issue 16's
+    cost work: cube sums in one 3-axis reduction per piece, the scale as
+    its own multiply, a stable full sort and a scatter for the top-k) and in
+    the current one, timed side by side on the same q, k; the top-k masks
+    must be equal on the same scores and the pooled means agree to float32
+    rounding.  Returns 1 when they do not."""
+    cube, d = (4, 4, 4), q.shape[-1]
+    scale = 1.0 / d ** 0.5
+
+    cnt = torch.tensor(M.tile_order(grid, cube, q.device)[1], device=q.device,
+                       dtype=torch.float32)[:, None]
+
+    def pool_old(x):
+        return M._segsums(x.unflatten(2, grid), (2, 3, 4), cube).flatten(2, 4) / cnt
+
+    def topk_old(prob, kk):
+        order = torch.sort(prob, dim=-1, descending=True, stable=True).indices
+        return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order[..., :kk], True)
+
+    def vsa_old():
+        pq, pk = pool_old(q), pool_old(k)
+        prob = torch.softmax(torch.matmul(pq, pk.transpose(-1, -2)) * scale, dim=-1)
+        return topk_old(prob, kk)
+    M.vsa(q, k, grid)  # the cached counts and order
+    pq, pk = M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube)
+    prob = M._probs(pq, pk, scale)
+    kk = M.vsa_k(0.875, prob.shape[-1])
+    rows = [("pool q and k", lambda: (pool_old(q), pool_old(k)),
+             lambda: (M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube))),
+            ("top-k", lambda: topk_old(prob, kk), lambda: M.topk_rule(prob, kk)),
+            ("vsa producer", vsa_old, lambda: M.vsa(q, k, grid, sparsity=0.875))]
+    print("VSA, previous formulation against current (same q, k):")
+    for name, old, new in rows:
+        old()
+        new()
+        t_old, t_new = timed(old, reps), timed(new, reps)
+        print(f"  {name:14} previous {t_old:8.3f} ms   current {t_new:8.3f} ms   ({t_old / t_new:.2f}x)")
+    rel = ((pool_old(q) - pq).abs().max() / pq.abs().max()).item()
+    same_topk = torch.equal(topk_old(prob, kk), M.topk_rule(prob, kk))
+    agree = torch.equal(vsa_old(), M.vsa(q, k, grid, sparsity=0.875).mask)
+    print(f"  pooled means: max relative difference {rel:.1e} (summation order); top-k on the same "
+          f"scores: {'equal' if same_topk else 'DIFFERENT'}; whole masks: "
+          f"{'equal' if agree else 'differ (pooling rounding near a tie)'}")
+    return 0 if same_topk and rel < 1e-5 else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
@@ -149,7 +200,10 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0.05)
-    ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge")
+    ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge,xattn")
+    ap.add_argument("--variants", type=int, default=1,
+                    help="time VSA's previous formulation (one 3-axis pooling reduction, a full "
+                         "sort for the top-k) beside the current one, and check they agree (0: skip)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--breakdown", type=int, default=8,
@@ -173,6 +227,7 @@ def main():
         "svg": lambda q, k, v: M.svg(q, k, v, grid, density=0.3, sink=True),
         "radial": lambda q, k, v: M.radial(q, grid, decay=0.2, sink=True),
         "sparge": lambda q, k, v: M.sparge(q, k, grid, tau=0.95),
+        "xattn": lambda q, k, v: M.xattention(q, k, grid, tau=0.9, stride=8),
     }
     sdpa = torch.nn.functional.scaled_dot_product_attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -209,6 +264,8 @@ def main():
               f"{t_graph:8.3f}ms {t_perm:8.3f}ms {t_attn:9.3f}ms {100 * ratio:9.2f}% {100 * t_perm / t_attn:9.2f}%  "
               f"{nosync} {graph}{' OVER BUDGET' if over else ''}")
         sys.stdout.flush()
+    if a.variants:
+        rc |= variants(q, k, grid, a.reps)
     if cuda and a.breakdown > 0:
         print("kernel breakdown (one call each):")
         for name in a.methods.split(","):
