@@ -344,12 +344,15 @@ def self_similarity(x, pooled, block, layout="bhsd"):
     """Per block |mean x|^2 / mean |x|^2 in (0, 1], [B, H, nb]: the corpus's
     self-similarity (corpus_synth.c); equal to SpargeAttn's mean pairwise
     cosine similarity when the block's tokens have equal norms.  1 for an
-    all-zero block.  Reads x once: the squared norm of each block (its
-    tokens and channels together) is one reduction."""
+    all-zero block.  Reads x once: the norm of each block is taken over its
+    tokens per channel (a reduction across rows, D-wide outputs read at
+    full width, as the pooling's), then over the channels of that small
+    result; one reduction over a whole block's tokens and channels read q
+    at about three quarters of the pooling's bandwidth on the H200."""
     xb = _bhsd(x, layout)
     acc = _acc(xb)
     e = _segsums(xb, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
-        y, dim=red + (y.dim() - 1,), dtype=acc)).square()
+        torch.linalg.vector_norm(y, dim=red, dtype=acc), dim=-1)).square()
     e = e / _lengths_as(xb.shape[2], block, e.dtype, x.device)
     m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
     # An all-zero block has e = m2 = 0: 0/0 is NaN, which becomes 1.

@@ -147,7 +147,7 @@ def breakdown(name, what, fn, top):
 
 
 def variants(q, k, grid, reps):
-    """VSA's pieces in the previous formulation (main before issue 16's
+    """VSA's pieces (and SpargeAttn's self-similarity) in the previous formulation (main before issue 16's
     cost work: cube sums in one 3-axis reduction per piece, the scale as
     its own multiply, a stable full sort and a scatter for the top-k) and in
     the current one, timed side by side on the same q, k; the top-k masks
@@ -170,6 +170,14 @@ def variants(q, k, grid, reps):
         pq, pk = pool_old(q), pool_old(k)
         prob = torch.softmax(torch.matmul(pq, pk.transpose(-1, -2)) * scale, dim=-1)
         return topk_old(prob, kk)
+    def selfsim_old(x, pooled, block):
+        acc = torch.float32
+        e = M._segsums(x, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
+            y, dim=red + (y.dim() - 1,), dtype=acc)).square()
+        e = e / M._lengths_as(x.shape[2], block, e.dtype, x.device)
+        m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
+        return (m2 / e).clamp(max=1.0).nan_to_num(1.0)
+    pq128, pk64 = M.pool_blocks(q, 128), M.pool_blocks(k, 64)
     M.vsa(q, k, grid)  # the cached counts and order
     pq, pk = M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube)
     prob = M._probs(pq, pk, scale)
@@ -177,7 +185,9 @@ def variants(q, k, grid, reps):
     rows = [("pool q and k", lambda: (pool_old(q), pool_old(k)),
              lambda: (M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube))),
             ("top-k", lambda: topk_old(prob, kk), lambda: M.topk_rule(prob, kk)),
-            ("vsa producer", vsa_old, lambda: M.vsa(q, k, grid, sparsity=0.875))]
+            ("vsa producer", vsa_old, lambda: M.vsa(q, k, grid, sparsity=0.875)),
+            ("sparge selfsim", lambda: (selfsim_old(q, pq128, 128), selfsim_old(k, pk64, 64)),
+             lambda: (M.self_similarity(q, pq128, 128), M.self_similarity(k, pk64, 64)))]
     print("VSA, previous formulation against current (same q, k):")
     for name, old, new in rows:
         old()
@@ -190,7 +200,10 @@ def variants(q, k, grid, reps):
     print(f"  pooled means: max relative difference {rel:.1e} (summation order); top-k on the same "
           f"scores: {'equal' if same_topk else 'DIFFERENT'}; whole masks: "
           f"{'equal' if agree else 'differ (pooling rounding near a tie)'}")
-    return 0 if same_topk and rel < 1e-5 else 1
+    ss = M.self_similarity(q, pq128, 128)
+    rel_ss = ((selfsim_old(q, pq128, 128) - ss).abs().max() / ss.abs().max()).item()
+    print(f"  sparge self-similarity: max relative difference {rel_ss:.1e} (summation order)")
+    return 0 if same_topk and rel < 1e-5 and rel_ss < 1e-5 else 1
 
 
 def main():
