@@ -146,6 +146,35 @@ def breakdown(name, what, fn, top):
         print(f"  {name} {what}: no kernel breakdown ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
 
 
+def cuda_matches_cpu(seed):
+    """Each data-dependent producer on CUDA float64 tensors gives the mask it
+    gives on the same tensors on the CPU, where tests/python-methods.sh
+    checks it against the corpus's C rules: the GPU's kernels (kthvalue,
+    baddbmm, the reductions, the sort) do not change a rule.  A small
+    ragged grid, GQA for VSA and XAttention.  Returns 1 on a difference."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    grid, h, d = (5, 7, 9), 4, 32
+    q, k = rope_qk(2, h, grid, d, torch.float64, gen)
+    k2 = k[:, ::2].contiguous()
+    v = torch.randn(q.shape, dtype=torch.float64, generator=gen)
+    cases = {
+        "vsa": lambda q, k, k2, v: M.vsa(q, k2, grid, sparsity=0.8),
+        "sparge": lambda q, k, k2, v: M.sparge(q, k, grid, tau=0.9, block=(32, 16)),
+        "sparge-topk": lambda q, k, k2, v: M.sparge(q, k, grid, topk=0.3, block=(32, 16)),
+        "svg": lambda q, k, k2, v: M.svg(q, k, v, grid, samples=8),
+        "xattn": lambda q, k, k2, v: M.xattention(q, k2, grid, tau=0.9, stride=4, block=16, chunk=3),
+    }
+    bad = []
+    for name, fn in cases.items():
+        want = fn(q, k, k2, v).mask
+        got = fn(*(x.cuda() for x in (q, k, k2, v))).mask.cpu()
+        if not torch.equal(got, want):
+            bad.append(f"{name} ({int((got != want).sum())} blocks)")
+    print(f"CUDA against CPU masks, float64, grid {grid}: "
+          f"{'all equal (' + ', '.join(cases) + ')' if not bad else 'DIFFERENT: ' + ', '.join(bad)}")
+    return 1 if bad else 0
+
+
 def variants(q, k, grid, reps):
     """VSA's pieces (and SpargeAttn's self-similarity) in the previous formulation (main before issue 16's
     cost work: cube sums in one 3-axis reduction per piece, the scale as
@@ -279,6 +308,8 @@ def main():
         sys.stdout.flush()
     if a.variants:
         rc |= variants(q, k, grid, a.reps)
+        if cuda:
+            rc |= cuda_matches_cpu(a.seed)
     if cuda and a.breakdown > 0:
         print("kernel breakdown (one call each):")
         for name in a.methods.split(","):
