@@ -56,8 +56,9 @@ bf16, one reduction per whole or ragged piece of the grid; VSA's cubes in
 two passes, the first over whole frame rows writing float32 partial sums a
 seventh of q's size: about 36 kernels, most of them small, and 0.3 GB moved
 in all; SpargeAttn 45 kernels and 0.55 GB with its self-similarity's second
-read) and work on the pooled blocks after that.  XAttention is the exception: its antidiagonal scores are a
-matmul at 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p:
+read) and work on the pooled blocks after that.  XAttention is the
+exception: its antidiagonal scores are a matmul at 1/stride of dense
+attention's QK^T flops (stride 8 at Wan 480p:
 12 x 4095 x 4095 scores of dimension 1024, about 0.4 TFLOP), and a float32
 softmax and block sum over them, chunked by `chunk` query blocks.
 The top-k of VSA (and SpargeAttn's top fraction) is a radix select of each
@@ -293,7 +294,8 @@ def _tile_sums(x, grid, tile, layout):
     whole or ragged piece of (T, H): first over the tile's frames and rows
     together, with a frame row's W x (H x) D values as one contiguous run
     (the reduction's inner axis, read at full width; one 3-axis reduction
-    over rows of only D values reads q at about a third of the bandwidth),
+    over rows of only D values read q at about 1 TB/s on the H200, under
+    half of what the one-axis block pooling reaches),
     then over the tile's columns in the float32 partial sums (a quarter of
     x's size for 4x4x4 cubes); the pieces' small results are joined.
     Otherwise in one pass over (T, H, W) at once."""
