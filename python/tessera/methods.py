@@ -51,18 +51,22 @@ make the first call for a geometry before capturing a graph.
 
 Cost (Wan2.1-1.3B 480p, bf16, 12 heads, d128, on an H200; tests/device/run
 BUILDDIR methods measures it and lists each producer's kernels): the
-data-dependent producers read q and k once for the pooling (float32 sums of
-bf16, one reduction per whole or ragged piece of the grid; VSA's cubes in
-two passes, the first over whole frame rows writing float32 partial sums a
-seventh of q's size: about 36 kernels, most of them small, and 0.3 GB moved
-in all; SpargeAttn 45 kernels and 0.55 GB with its self-similarity's second
-read) and work on the pooled blocks after that.  XAttention is the
-exception: its antidiagonal scores are a matmul at 1/stride of dense
-attention's QK^T flops (stride 8 at Wan 480p:
-12 x 4095 x 4095 scores of dimension 1024, about 0.4 TFLOP), and a float32
-softmax and block sum over them, chunked by `chunk` query blocks.
-The top-k of VSA (and SpargeAttn's top fraction) is a radix select of each
-row's k-th largest score plus a running count of its ties, not a sort.
+data-dependent producers read q and k once for the pooling (one reduction per
+whole or ragged piece of the grid, float32 sums of bf16, nothing of q's size
+written: VSA about 22 kernels and 0.45 GB moved in all, SpargeAttn about 50
+and 0.55 GB with its self-similarity's second read) and work on the pooled
+blocks after that.  Measured 2026-12-02 (methods_bench): VSA 0.67 ms, 21% of
+the attention it prepares (its row sort 0.2 ms and the ragged pooling 0.19
+ms), SVG 0.48 ms (14%), SpargeAttn 0.46 ms (5.7%), STA and Radial under
+0.2%: over the 5% budget for the three data-dependent ones, which a fused
+kernel, not a reformulation in torch ops, would bring under it.
+XAttention is the exception: its antidiagonal scores are a matmul at
+1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
+4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
+block sum over them, chunked by `chunk` query blocks: 6.0 ms against 5.8 ms
+of attention at its 62% density, measured with the key runs unpadded (4095,
+an odd leading dimension that sent the matmul to an unaligned 4 ms kernel);
+they are now padded to a multiple of 8 (not yet measured).
 SVG's profile reads k and v once and makes five passes over its
 3 x samples x S weights, all in q's dtype (21 kernels, about 0.85 GB at 64
 samples: the most expensive producer; fewer samples shrink the weight passes
@@ -287,46 +291,18 @@ def tile_order(grid, tile, device="cpu"):
 # ---- pooling -------------------------------------------------------------
 
 
-def _tile_sums(x, grid, tile, layout):
-    """Sums of x over each tile, [B, H, T', H', W', D] (float32; float64 for
-    float64 x), frame-major tokens.  Where the tokens and what follows them
-    are contiguous (bhsd, or a contiguous bshd tensor) in two passes per
-    whole or ragged piece of (T, H): first over the tile's frames and rows
-    together, with a frame row's W x (H x) D values as one contiguous run
-    (the reduction's inner axis, read at full width; one 3-axis reduction
-    over rows of only D values read q at about 1 TB/s on the H200, under
-    half of what the one-axis block pooling reaches),
-    then over the tile's columns in the float32 partial sums (a quarter of
-    x's size for 4x4x4 cubes); the pieces' small results are joined.
-    Otherwise in one pass over (T, H, W) at once."""
-    t, h, w = grid
-    dim = {"bhsd": 2, "bshd": 1}[layout]
-    inner = math.prod(x.shape[dim + 1:])
-    if not (x[(0,) * dim].is_contiguous() and x.stride(dim) == inner):
-        return _segsums(_bhsd(x, layout).unflatten(2, (t, h, w)), (2, 3, 4), tile)
-    acc = _acc(x)
-
-    def rows_then_columns(y, red):
-        z = y.sum(red, dtype=acc).unflatten(-1, (w, inner))
-        return _segsums(z, (z.dim() - 2,), tile[2:])
-    y = _segsums(x.flatten(dim).unflatten(dim, (t, h, w * inner)), (dim, dim + 1), tile[:2],
-                 rows_then_columns)
-    if layout == "bhsd":
-        return y
-    # [B, T', H', W', H x D] -> [B, H, T', H', W', D]
-    return y.unflatten(4, x.shape[2:]).permute(0, 4, 1, 2, 3, 5)
-
-
 def pool_tiles(x, grid, tile, layout="bhsd"):
     """Mean of x over each tile of the latent grid, [B, H, n_tiles, D] in
     tile raster order (float32; float64 for float64 x), from x in
-    frame-major order: segment sums (_tile_sums: views, one read of x, one
-    reduction per whole/ragged piece of the grid) over the tile counts."""
+    frame-major order: segment sums along T, H and W at once (views, one
+    read of x, one reduction per whole/ragged piece of the grid).  Two passes
+    (first over a tile's frames and rows with whole frame rows as the inner
+    axis, then over its columns) measured no faster on the H200 (Wan 480p q
+    and k: 0.259 ms against 0.255 ms)."""
     xb = _bhsd(x, layout)
     t, h, w = _grid(grid, xb.shape[2])
-    tile = tuple(int(a) for a in tile)
-    y = _tile_sums(x, (t, h, w), tile, layout).flatten(2, 4)
-    cnt = _cached(("tile-counts", (t, h, w), tile, y.dtype, str(x.device)),
+    y = _segsums(xb.unflatten(2, (t, h, w)), (2, 3, 4), tile).flatten(2, 4)
+    cnt = _cached(("tile-counts", (t, h, w), tuple(tile), y.dtype, str(x.device)),
                   lambda: (_lengths(t, tile[0], x.device)[:, None, None] *
                            _lengths(h, tile[1], x.device)[None, :, None] *
                            _lengths(w, tile[2], x.device)[None, None, :]).flatten()
@@ -366,24 +342,14 @@ def self_similarity(x, pooled, block, layout="bhsd"):
 
 def topk_rule(prob, k):
     """Keep the k largest of each row of prob [..., NQ, NK]; ties to the lower
-    block index, as tsr_corpus_topk (a stable descending sort).  No sort: the
-    k-th largest value of each row (kthvalue, a radix select), every entry
-    above it, and of the entries equal to it the first ones in index order
-    until the row has k (a running count of the ties), so the selected set
-    is the sort's.  About ten kernels over the [NQ, NK] scores instead of a
-    segmented sort of every row and a scatter (VSA at Wan 480p: 12 x 624 rows
-    of 624)."""
-    nk = prob.shape[-1]
-    k = max(0, min(int(k), nk))
-    if k == 0 or k == nk:
-        return torch.full(prob.shape, k == nk, dtype=torch.bool, device=prob.device)
-    kth = torch.kthvalue(prob, nk - k + 1, dim=-1, keepdim=True).values  # the k-th largest
-    above = prob > kth
-    tie = prob == kth
-    # Fewer than k entries lie strictly above the k-th largest; the rest of
-    # the k are its ties, lowest index first.
-    room = k - above.sum(-1, keepdim=True, dtype=torch.int32)
-    return above | (tie & (tie.cumsum(-1, dtype=torch.int32) <= room))
+    block index (a stable descending sort), as tsr_corpus_topk.  The sort
+    stays: a radix select of each row's k-th largest (kthvalue) plus a
+    running count of its ties gives the same set but measured slower on the
+    H200 (VSA at Wan 480p, 12 x 624 rows of 624: 0.34 ms against 0.25 ms)."""
+    k = max(0, min(int(k), prob.shape[-1]))
+    order = torch.sort(prob, dim=-1, descending=True, stable=True).indices
+    return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(
+        -1, order[..., :k], True)
 
 
 def cdf_rule(prob, tau, min_keep=1):
@@ -704,7 +670,8 @@ def antidiagonal_scores(q, k, stride=8, block=128, layout="bhsd", scale=None, ch
     count.  As XAttention's reference code: the query runs reversed and the
     key runs as they lie, one matmul (scale applied in its epilogue, the
     scores in q's dtype), softmax in float32.
-    Cost: one copy of q (the reversal), then per `chunk` query blocks one
+    Cost: one copy of q (the reversal) and of k where its run count is
+    padded to a multiple of 8, then per `chunk` query blocks one
     matmul of (chunk x block / S) x (S_k / S) x (S x D) per head and a
     softmax and block sum over its scores: 1/S of dense attention's QK^T
     flops, and at Wan 480p (stride 8) about 400 MB of scores a chunk."""
@@ -717,17 +684,26 @@ def antidiagonal_scores(q, k, stride=8, block=128, layout="bhsd", scale=None, ch
         raise ValueError(f"XAttention chunk must be at least one query block, got {chunk}")
     r = block // stride  # runs per block
     qg = _stride_groups(qb, stride, True)
-    kg = _kv_heads(_stride_groups(kb, stride, False), h)
+    kg = _stride_groups(kb, stride, False)
     alpha = _scale(scale, d) / stride
     gq, gk = qg.shape[2], kg.shape[2]
-    kt = kg.flatten(0, 1).transpose(1, 2)
+    # The scores' rows are padded to a multiple of 8 key runs (16 bytes of
+    # bf16): Wan 480p has 4095 runs at stride 8, an odd leading dimension
+    # for which cuBLAS took an unaligned kernel at a sixth of the speed.
+    # The padded runs (zero vectors) get -inf before the softmax: weight 0.
+    pad = -gk % 8
+    if pad:
+        kg = torch.nn.functional.pad(kg, (0, 0, 0, pad))
+    kt = _kv_heads(kg, h).flatten(0, 1).transpose(1, 2)
     parts = []
     for r0 in range(0, gq, chunk * r):
         qc = qg[:, :, r0:r0 + chunk * r].flatten(0, 1)
         # beta=0: the uninitialised input is ignored; alpha = scale / stride.
         s = torch.baddbmm(qc.new_empty(()).expand(1, 1, 1), qc, kt, beta=0, alpha=alpha)
+        if pad:
+            s[..., gk:] = float("-inf")
         p = torch.softmax(s, dim=-1, dtype=_acc(qb)).unflatten(0, (b, h))
-        parts.append(_segsums(p, (2, 3), (r, r)))
+        parts.append(_segsums(p[..., :gk], (2, 3), (r, r)))
     return _cat(parts, 2)
 
 

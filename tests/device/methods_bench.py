@@ -17,9 +17,10 @@ warm-up that builds the cached geometry and the GPU plan templates):
 and prints producer / attention (the budget is 5%) and permute / attention.
 Dense cuDNN SDPA is timed beside them for scale.  The producers: VSA,
 STA, SVG, Radial, SpargeAttn and XAttention (stride 8, tau 0.9).
---variants (on by default) then times VSA's previous formulation beside
-the current one (pooling, top-k, the whole producer) and checks that they
-agree.
+--variants (on by default) then times SpargeAttn's previous
+self-similarity beside the current one, and checks that every
+data-dependent producer gives on CUDA float64 tensors the mask it gives on
+the CPU (where tests/python-methods.sh checks it against the C rules).
 
 It also proves each producer synchronises nothing: an eager call under
 torch.cuda.set_sync_debug_mode("error"), and a CUDA-graph capture replayed
@@ -175,64 +176,28 @@ def cuda_matches_cpu(seed):
     return 1 if bad else 0
 
 
-def variants(q, k, grid, reps):
-    """VSA's pieces (and SpargeAttn's self-similarity) in the previous formulation (main before issue 16's
-    cost work: cube sums in one 3-axis reduction per piece, the scale as
-    its own multiply, a stable full sort and a scatter for the top-k) and in
-    the current one, timed side by side on the same q, k; the top-k masks
-    must be equal on the same scores and the pooled means agree to float32
-    rounding.  Returns 1 when they do not."""
-    cube, d = (4, 4, 4), q.shape[-1]
-    scale = 1.0 / d ** 0.5
-
-    cnt = torch.tensor(M.tile_order(grid, cube, q.device)[1], device=q.device,
-                       dtype=torch.float32)[:, None]
-
-    def pool_old(x):
-        return M._segsums(x.unflatten(2, grid), (2, 3, 4), cube).flatten(2, 4) / cnt
-
-    def topk_old(prob, kk):
-        order = torch.sort(prob, dim=-1, descending=True, stable=True).indices
-        return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(-1, order[..., :kk], True)
-
-    def vsa_old():
-        pq, pk = pool_old(q), pool_old(k)
-        prob = torch.softmax(torch.matmul(pq, pk.transpose(-1, -2)) * scale, dim=-1)
-        return topk_old(prob, kk)
+def variants(q, k, reps):
+    """SpargeAttn's self-similarity in its previous formulation (each
+    block's norm over tokens and channels in one reduction) beside the
+    current one (per channel across rows, then over channels), timed on the
+    same q, k; they must agree to float32 rounding.  Returns 1 when not."""
     def selfsim_old(x, pooled, block):
-        acc = torch.float32
         e = M._segsums(x, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
-            y, dim=red + (y.dim() - 1,), dtype=acc)).square()
+            y, dim=red + (y.dim() - 1,), dtype=torch.float32)).square()
         e = e / M._lengths_as(x.shape[2], block, e.dtype, x.device)
         m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
         return (m2 / e).clamp(max=1.0).nan_to_num(1.0)
-    pq128, pk64 = M.pool_blocks(q, 128), M.pool_blocks(k, 64)
-    M.vsa(q, k, grid)  # the cached counts and order
-    pq, pk = M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube)
-    prob = M._probs(pq, pk, scale)
-    kk = M.vsa_k(0.875, prob.shape[-1])
-    rows = [("pool q and k", lambda: (pool_old(q), pool_old(k)),
-             lambda: (M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube))),
-            ("top-k", lambda: topk_old(prob, kk), lambda: M.topk_rule(prob, kk)),
-            ("vsa producer", vsa_old, lambda: M.vsa(q, k, grid, sparsity=0.875)),
-            ("sparge selfsim", lambda: (selfsim_old(q, pq128, 128), selfsim_old(k, pk64, 64)),
-             lambda: (M.self_similarity(q, pq128, 128), M.self_similarity(k, pk64, 64)))]
-    print("VSA, previous formulation against current (same q, k):")
-    for name, old, new in rows:
-        old()
-        new()
-        t_old, t_new = timed(old, reps), timed(new, reps)
-        print(f"  {name:14} previous {t_old:8.3f} ms   current {t_new:8.3f} ms   ({t_old / t_new:.2f}x)")
-    rel = ((pool_old(q) - pq).abs().max() / pq.abs().max()).item()
-    same_topk = torch.equal(topk_old(prob, kk), M.topk_rule(prob, kk))
-    agree = torch.equal(vsa_old(), M.vsa(q, k, grid, sparsity=0.875).mask)
-    print(f"  pooled means: max relative difference {rel:.1e} (summation order); top-k on the same "
-          f"scores: {'equal' if same_topk else 'DIFFERENT'}; whole masks: "
-          f"{'equal' if agree else 'differ (pooling rounding near a tie)'}")
-    ss = M.self_similarity(q, pq128, 128)
-    rel_ss = ((selfsim_old(q, pq128, 128) - ss).abs().max() / ss.abs().max()).item()
-    print(f"  sparge self-similarity: max relative difference {rel_ss:.1e} (summation order)")
-    return 0 if same_topk and rel < 1e-5 and rel_ss < 1e-5 else 1
+    pq, pk = M.pool_blocks(q, 128), M.pool_blocks(k, 64)
+    old = lambda: (selfsim_old(q, pq, 128), selfsim_old(k, pk, 64))
+    new = lambda: (M.self_similarity(q, pq, 128), M.self_similarity(k, pk, 64))
+    old()
+    new()
+    t_old, t_new = timed(old, reps), timed(new, reps)
+    ss = M.self_similarity(q, pq, 128)
+    rel = ((selfsim_old(q, pq, 128) - ss).abs().max() / ss.abs().max()).item()
+    print(f"sparge self-similarity of q and k: previous {t_old:.3f} ms, current {t_new:.3f} ms "
+          f"({t_old / t_new:.2f}x); max relative difference {rel:.1e} (summation order)")
+    return 0 if rel < 1e-5 else 1
 
 
 def main():
@@ -244,8 +209,8 @@ def main():
     ap.add_argument("--budget", type=float, default=0.05)
     ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge,xattn")
     ap.add_argument("--variants", type=int, default=1,
-                    help="time VSA's previous formulation (one 3-axis pooling reduction, a full "
-                         "sort for the top-k) beside the current one, and check they agree (0: skip)")
+                    help="time SpargeAttn's previous self-similarity beside the current one, and "
+                         "check that the CUDA path gives the CPU path's masks (0: skip)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--breakdown", type=int, default=8,
@@ -307,7 +272,7 @@ def main():
               f"{nosync} {graph}{' OVER BUDGET' if over else ''}")
         sys.stdout.flush()
     if a.variants:
-        rc |= variants(q, k, grid, a.reps)
+        rc |= variants(q, k, a.reps)
         if cuda:
             rc |= cuda_matches_cpu(a.seed)
     if cuda and a.breakdown > 0:
