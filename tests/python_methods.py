@@ -8,8 +8,9 @@ batch and parameters.  Each producer's mask is compared block for block
 with the C rule fed the same pooled inputs (the producer's own pooling, in
 float64, written to .npy); the pooling, the token orders and the
 self-similarity are checked against float64 brute force over the corpus's
-own layouts (its perm and block starts); ties in the rules' scores go to the
-lower block index in both.  Each producer runs end to end through
+own layouts (its perm and block starts), XAttention's antidiagonal block
+scores against float64 brute force over the token-level score matrix; ties
+in the rules' scores go to the lower block index in both.  Each producer runs end to end through
 tessera.attention's CPU path, and traces under torch.compile(fullgraph=True)
 and on meta tensors (nothing reads a tensor's value on the host).  Everything
 runs on CPU tensors."""
