@@ -664,7 +664,7 @@ static tsr_status plane_xattn(const plane_job *j)
     tsr_corpus_rng_seed(&r, tsr_corpus_key(j->e->seed, "xattn-sample", j->h, 0, 0, 0));
     for (i = 0; i < j->nq * j->nk; i++)
       j->prob[i] *= exp(sd * tsr_corpus_rng_normal(&r));
-    st = tsr_corpus_cdf(j->prob, j->nq, j->nk, tau, 1, j->plane, j->err);
+    st = tsr_corpus_xattn(j->prob, j->nq, j->nk, tau, j->plane, j->err);
   }
   return st;
 }

@@ -198,6 +198,19 @@ tsr_status tsr_corpus_cdf(const double *prob, int64_t nq, int64_t nk, double tau
   return TSR_OK;
 }
 
+/* mask-families.md (XAttention): "block score = sum of softmax values
+ * sampled along antidiagonals at stride 8-16; per row keep the smallest set
+ * of blocks whose normalized cumulative score reaches 0.9-0.95".  Given the
+ * block scores (the corpus simulates the antidiagonal sums, tessera.methods
+ * computes them from q and k), the rule is the CDF rule at tau with at least
+ * one block a row; one name, so the corpus and tests/methods_rule apply the
+ * same XAttention rule. */
+tsr_status tsr_corpus_xattn(const double *score, int64_t nq, int64_t nk, double tau,
+                            uint8_t *plane, tsr_error *err)
+{
+  return tsr_corpus_cdf(score, nq, nk, tau, 1, plane, err);
+}
+
 /* mask-families.md (SpargeAttn): "keep blocks until the row CDF reaches
  * 0.9-0.98, or top-k fraction; blocks with low self-similarity are forced on
  * for their whole row/column; optional sink column 0".  tau > 0 takes the

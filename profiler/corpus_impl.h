@@ -171,6 +171,10 @@ tsr_status tsr_corpus_topk(const double *prob, int64_t nq, int64_t nk, int64_t k
  * min_keep blocks (ties to the lower index).  Adds to the plane (OR). */
 tsr_status tsr_corpus_cdf(const double *prob, int64_t nq, int64_t nk, double tau,
                          int64_t min_keep, uint8_t *plane, tsr_error *err);
+/* XAttention: on antidiagonal block scores, the CDF rule at tau with at
+ * least one block a row.  Adds to the plane (OR). */
+tsr_status tsr_corpus_xattn(const double *score, int64_t nq, int64_t nk, double tau,
+                            uint8_t *plane, tsr_error *err);
 /* SpargeAttn: the CDF (tau > 0) or top-fraction (topf) rule, then rows and
  * columns of self-similarity below theta forced on, and key column 0 when
  * sink.  Adds to the plane (OR). */

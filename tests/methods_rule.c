@@ -8,6 +8,7 @@
  *
  *   methods_rule topk PROB K OUT                  per-row top-k
  *   methods_rule cdf PROB TAU MIN_KEEP OUT        per-row CDF threshold
+ *   methods_rule xattn SCORE TAU OUT              XAttention on block scores
  *   methods_rule vsa PQ PK HEAD_DIM K OUT         logits, softmax, top-k (VSA)
  *   methods_rule sparge PQ PK SELFQ SELFK HEAD_DIM TAU TOPF THETA SINK OUT
  *   methods_rule sparge-prob PROB SELFQ SELFK TAU TOPF THETA SINK OUT
@@ -118,6 +119,12 @@ int main(int argc, char **argv)
     plane = plane_new(nq, nk);
     if (tsr_corpus_cdf(p, nq, nk, atof(argv[3]), atoll(argv[4]), plane, &err))
       die("cdf", &err);
+    free(p);
+  } else if (!strcmp(cmd, "xattn") && argc == 5) {
+    double *p = load_f64(argv[2], &nq, &nk, 1);
+    plane = plane_new(nq, nk);
+    if (tsr_corpus_xattn(p, nq, nk, atof(argv[3]), plane, &err))
+      die("xattn", &err);
     free(p);
   } else if (!strcmp(cmd, "vsa") && argc == 7) {
     double *p = probs(argv[2], argv[3], atoi(argv[4]), &nq, &nk);

@@ -8,8 +8,9 @@ batch and parameters.  Each producer's mask is compared block for block
 with the C rule fed the same pooled inputs (the producer's own pooling, in
 float64, written to .npy); the pooling, the token orders and the
 self-similarity are checked against float64 brute force over the corpus's
-own layouts (its perm and block starts); ties in the rules' scores go to the
-lower block index in both.  Each producer runs end to end through
+own layouts (its perm and block starts), XAttention's antidiagonal block
+scores against float64 brute force over the token-level score matrix; ties
+in the rules' scores go to the lower block index in both.  Each producer runs end to end through
 tessera.attention's CPU path, and traces under torch.compile(fullgraph=True)
 and on meta tensors (nothing reads a tensor's value on the host).  Everything
 runs on CPU tensors."""
@@ -227,6 +228,63 @@ for _ in range(3):
                             sk[bi, hi].numpy(), d, tau, topf or 0, theta, int(sink))
             same(f"sparge mask b{bi} h{hi} tau={tau} topf={topf} theta={theta}", mm.mask[bi, hi], want)
 
+# ---- XAttention ----------------------------------------------------------------
+
+
+def antidiagonal_brute(q, k, stride, block, scale):
+    """float64 XAttention block scores from the token-level score matrix:
+    each (query run, key run) block's antidiagonal, taken entry by entry
+    (tokens past the end are zero vectors), softmax per query run, summed
+    over the runs of each block pair."""
+    b, h, n, d = q.shape
+    nk = k.shape[2]
+    gq, gk = -(-n // stride), -(-nk // stride)
+    qp = torch.nn.functional.pad(q, (0, 0, 0, gq * stride - n))
+    kp = torch.nn.functional.pad(k.repeat_interleave(h // k.shape[1], 1), (0, 0, 0, gk * stride - nk))
+    full = (qp @ kp.transpose(-1, -2)) * scale
+    a = torch.zeros(b, h, gq, gk, dtype=torch.float64)
+    for i in range(gq):
+        for m in range(stride):
+            a[:, :, i] += full[:, :, i * stride + stride - 1 - m, m::stride]
+    p = torch.softmax(a / stride, -1)
+    r = block // stride
+    nqb, nkb = -(-gq // r), -(-gk // r)
+    out = torch.zeros(b, h, nqb, nkb, dtype=torch.float64)
+    for i in range(nqb):
+        for j in range(nkb):
+            out[:, :, i, j] = p[:, :, i * r:(i + 1) * r, j * r:(j + 1) * r].sum((-1, -2))
+    return out
+
+
+for _ in range(3):
+    stride = rng.choice([2, 4, 8, 16])
+    block = stride * rng.choice([1, 2, 4])
+    grid = (rng.randint(2, 4), rng.randint(2, 7), rng.randint(2, 9))  # rarely a multiple of block
+    b, h, d = rng.randint(1, 2), rng.choice([1, 2, 4]), rng.choice([8, 16])
+    hk = rng.choice([x for x in (1, h) if h % x == 0])
+    q, k = rope_qk(b, h, grid, d, hk)
+    layout = rng.choice(["bhsd", "bshd"])
+    ql, kl = (q, k) if layout == "bhsd" else (q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous())
+    tau = rng.choice([0.5, 0.9, 0.95, 1.0])
+    chunk = rng.randint(1, 4)
+    mm = M.xattention(ql, kl, grid, tau=tau, stride=stride, block=block, layout=layout, chunk=chunk)
+    same("xattention geometry", mm.block, (block, block))
+    score = mm.info["scores"]
+    ref = antidiagonal_brute(q, k, stride, block, 1 / math.sqrt(d))
+    same(f"xattention antidiagonal scores stride {stride} block {block} grid {grid} {layout} "
+         f"chunk {chunk}", score.shape == ref.shape and (score - ref).abs().max() < 1e-12, True)
+    for bi in range(b):
+        for hi in range(h):
+            same(f"xattention mask b{bi} h{hi} tau={tau}", mm.mask[bi, hi],
+                 run_rule("xattn", score[bi, hi].numpy(), tau))
+# The rule on quantised scores, with ties: the corpus's XAttention rule is
+# its CDF rule at tau with at least one block a row.
+for _ in range(3):
+    nq, nk = rng.randint(1, 30), rng.randint(1, 30)
+    sc = torch.randint(0, rng.choice([3, 50]), (nq, nk), dtype=torch.float64)
+    tau = rng.choice([0.5, 0.9, 0.95])
+    same(f"xattn rule {nq}x{nk} tau={tau}", M.cdf_rule(sc, tau, 1), run_rule("xattn", sc.numpy(), tau))
+
 # ---- Sliding Tile Attention --------------------------------------------------
 
 for _ in range(6):
@@ -342,6 +400,7 @@ if os.environ.get("TESSERA_LIBRARY"):
                      ("sta", M.sta(q, grid, [(1, 1, 1), (2, 1, 2)], tile=(3, 4, 4))),
                      ("radial", M.radial(q, grid, block=32)),
                      ("sparge", M.sparge(q, k, grid, tau=0.9, block=(32, 16))),
+                     ("xattention", M.xattention(q, k, grid, tau=0.9, stride=4, block=32)),
                      ("svg", M.svg(q, k, v, grid, samples=8))):
         out = M.attend(mm, q, k, v)
         ref = reference(mm, q, k, v)
@@ -365,6 +424,7 @@ for name, fn in (("vsa", lambda q, k, v: M.vsa(q, k, grid)),
                  ("sta", lambda q, k, v: M.sta(q, grid, (2, 2, 2), tile=(2, 4, 4))),
                  ("radial", lambda q, k, v: M.radial(q, grid, block=32)),
                  ("sparge", lambda q, k, v: M.sparge(q, k, grid, block=(32, 16))),
+                 ("xattention", lambda q, k, v: M.xattention(q, k, grid, stride=4, block=16, chunk=2)),
                  ("svg", lambda q, k, v: M.svg(q, k, v, grid, samples=8))):
     want = fn(q, k, v)  # the geometry's cached tensors, built eagerly first
     got = torch.compile(fn, fullgraph=True, backend="eager")(q, k, v)
@@ -383,6 +443,7 @@ qm, km, vm = (x.to("meta") for x in (q, k, v))
 for name, fn in (("vsa", lambda: M.vsa(qm, km, grid)), ("sta", lambda: M.sta(qm, grid, (2, 2, 2))),
                  ("radial", lambda: M.radial(qm, grid, block=32)),
                  ("sparge", lambda: M.sparge(qm, km, grid, block=(32, 16))),
+                 ("xattention", lambda: M.xattention(qm, km, grid, stride=4, block=16, chunk=2)),
                  ("svg", lambda: M.svg(qm, km, vm, grid, samples=8))):
     mm = fn()
     same(f"{name} on meta tensors", (mm.mask.device.type, mm.mask.dtype) == ("meta", torch.bool), True)
@@ -392,7 +453,9 @@ for name, fn in (("vsa", lambda: M.vsa(qm, km, grid)), ("sta", lambda: M.sta(qm,
 # (a grid one column wider than q's own: never its token count)
 for fn, words in ((lambda: M.vsa(q, k, (grid[0], grid[1], grid[2] + 1)), "has"),
                   (lambda: M.sta(q, grid, [(1, 1, 1)] * (h + 1)), "STA window"),
-                  (lambda: M.svg(q, k[:, :1], v[:, :1], grid), "key heads")):
+                  (lambda: M.svg(q, k[:, :1], v[:, :1], grid), "key heads"),
+                  (lambda: M.xattention(q, k, grid, stride=8, block=12), "multiple of the stride"),
+                  (lambda: M.xattention(q, k, grid, tau=1.5), "tau")):
     try:
         fn()
     except ValueError as e:

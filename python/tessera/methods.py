@@ -32,6 +32,9 @@ runs the method end to end.  The methods:
     radial  Radial attention: the energy-decay rule reduced to 128-blocks
     sparge  SpargeAttn: mean-pooled scores, CDF threshold, self-similarity
             fallback and sink column
+    xattention  XAttention: antidiagonal scores of each 128-block pair at
+            stride 8-16 (softmax per query run, summed per block), CDF
+            threshold tau per row
 
 Each rule is the one the mask corpus generator applies (profiler/
 corpus_families.c, docs/mask-families.md): given the same pooled inputs they
@@ -50,9 +53,21 @@ Cost (Wan2.1-1.3B 480p, bf16, 12 heads, d128, on an H200; tests/device/run
 BUILDDIR methods measures it and lists each producer's kernels): the
 data-dependent producers read q and k once for the pooling (one reduction per
 whole or ragged piece of the grid, float32 sums of bf16, nothing of q's size
-written: VSA about 22 kernels and 0.45 GB moved in all, SpargeAttn 45 and
-0.55 GB with its self-similarity's second read) and work on the pooled blocks
-after that.  SVG's profile reads k and v once and makes five passes over its
+written: VSA about 22 kernels and 0.45 GB moved in all, SpargeAttn about 50
+and 0.55 GB with its self-similarity's second read) and work on the pooled
+blocks after that.  Measured 2026-12-02 (methods_bench): VSA 0.67 ms, 21% of
+the attention it prepares (its row sort 0.2 ms and the ragged pooling 0.19
+ms), SVG 0.48 ms (14%), SpargeAttn 0.46 ms (5.7%), STA and Radial under
+0.2%: over the 5% budget for the three data-dependent ones, which a fused
+kernel, not a reformulation in torch ops, would bring under it.
+XAttention is the exception: its antidiagonal scores are a matmul at
+1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
+4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
+block sum over them, chunked by `chunk` query blocks: 6.0 ms against 5.8 ms
+of attention at its 62% density, measured with the key runs unpadded (4095,
+an odd leading dimension that sent the matmul to an unaligned 4 ms kernel);
+they are now padded to a multiple of 8 (not yet measured).
+SVG's profile reads k and v once and makes five passes over its
 3 x samples x S weights, all in q's dtype (21 kernels, about 0.85 GB at 64
 samples: the most expensive producer; fewer samples shrink the weight passes
 in proportion, not the reads of k and v).
@@ -67,7 +82,8 @@ from collections import namedtuple
 
 import torch
 
-__all__ = ["MethodMask", "TokenOrder", "vsa", "sta", "svg", "radial", "sparge", "attend",
+__all__ = ["MethodMask", "TokenOrder", "vsa", "sta", "svg", "radial", "sparge", "xattention",
+           "attend", "antidiagonal_scores",
            "tile_order", "pool_tiles", "pool_blocks", "self_similarity", "topk_rule",
            "cdf_rule", "sparge_rule", "svg_band", "svg_block", "sta_mask", "radial_mask",
            "vsa_k"]
@@ -279,7 +295,10 @@ def pool_tiles(x, grid, tile, layout="bhsd"):
     """Mean of x over each tile of the latent grid, [B, H, n_tiles, D] in
     tile raster order (float32; float64 for float64 x), from x in
     frame-major order: segment sums along T, H and W at once (views, one
-    read of x, one reduction per whole/ragged piece of the grid)."""
+    read of x, one reduction per whole/ragged piece of the grid).  Two passes
+    (first over a tile's frames and rows with whole frame rows as the inner
+    axis, then over its columns) measured no faster on the H200 (Wan 480p q
+    and k: 0.259 ms against 0.255 ms)."""
     xb = _bhsd(x, layout)
     t, h, w = _grid(grid, xb.shape[2])
     y = _segsums(xb.unflatten(2, (t, h, w)), (2, 3, 4), tile).flatten(2, 4)
@@ -303,12 +322,15 @@ def self_similarity(x, pooled, block, layout="bhsd"):
     """Per block |mean x|^2 / mean |x|^2 in (0, 1], [B, H, nb]: the corpus's
     self-similarity (corpus_synth.c); equal to SpargeAttn's mean pairwise
     cosine similarity when the block's tokens have equal norms.  1 for an
-    all-zero block.  Reads x once: the squared norm of each block (its
-    tokens and channels together) is one reduction."""
+    all-zero block.  Reads x once: the norm of each block is taken over its
+    tokens per channel (a reduction across rows, D-wide outputs read at
+    full width, as the pooling's), then over the channels of that small
+    result; one reduction over a whole block's tokens and channels read q
+    at about three quarters of the pooling's bandwidth on the H200."""
     xb = _bhsd(x, layout)
     acc = _acc(xb)
     e = _segsums(xb, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
-        y, dim=red + (y.dim() - 1,), dtype=acc)).square()
+        torch.linalg.vector_norm(y, dim=red, dtype=acc), dim=-1)).square()
     e = e / _lengths_as(xb.shape[2], block, e.dtype, x.device)
     m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
     # An all-zero block has e = m2 = 0: 0/0 is NaN, which becomes 1.
@@ -320,7 +342,10 @@ def self_similarity(x, pooled, block, layout="bhsd"):
 
 def topk_rule(prob, k):
     """Keep the k largest of each row of prob [..., NQ, NK]; ties to the lower
-    block index (a stable descending sort), as tsr_corpus_topk."""
+    block index (a stable descending sort), as tsr_corpus_topk.  The sort
+    stays: a radix select of each row's k-th largest (kthvalue) plus a
+    running count of its ties gives the same set but measured slower on the
+    H200 (VSA at Wan 480p, 12 x 624 rows of 624: 0.34 ms against 0.25 ms)."""
     k = max(0, min(int(k), prob.shape[-1]))
     order = torch.sort(prob, dim=-1, descending=True, stable=True).indices
     return torch.zeros(prob.shape, dtype=torch.bool, device=prob.device).scatter_(
@@ -457,9 +482,14 @@ def _planes(m, b, h):
 
 
 def _probs(pq, pk, scale):
-    """softmax(pq pk^T * scale) per row, in pq's dtype (float32 or float64)."""
-    return torch.softmax(torch.matmul(pq, _kv_heads(pk, pq.shape[1]).transpose(-1, -2)) * scale,
-                         dim=-1)
+    """softmax(pq pk^T * scale) per row, in pq's dtype (float32 or float64):
+    the scale applied in the matmul's epilogue (the same product, rounded
+    once, as a separate multiply of the float32 result), no pass of its own.
+    beta=0: baddbmm ignores its (uninitialised, broadcast) input."""
+    pk = _kv_heads(pk, pq.shape[1])
+    s = torch.baddbmm(pq.new_empty(()).expand(1, 1, 1), pq.flatten(0, 1),
+                      pk.flatten(0, 1).transpose(-1, -2), beta=0, alpha=scale)
+    return torch.softmax(s, dim=-1).unflatten(0, pq.shape[:2])
 
 
 def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
@@ -615,6 +645,84 @@ def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="b
     order = TokenOrder(torch.where(temporal[..., None], perm, ident),
                        torch.where(temporal[..., None], pos, ident), "svg-per-head")
     return MethodMask(mask, (block, block), order, {"temporal": temporal})
+
+
+def _stride_groups(x, stride, reverse):
+    """[B, H, S, D] -> [B, H, ceil(S / stride), stride x D]: each run of
+    `stride` tokens as one vector (the last run zero-padded), the tokens of
+    a run in reverse order when reverse.  A view for contiguous x when
+    nothing is reversed or padded, else one copy."""
+    n = x.shape[2]
+    if n % stride:
+        x = torch.nn.functional.pad(x, (0, 0, 0, -n % stride))
+    g = x.unflatten(2, (-1, stride))
+    return (g.flip(3) if reverse else g).flatten(3)
+
+
+def antidiagonal_scores(q, k, stride=8, block=128, layout="bhsd", scale=None, chunk=128):
+    """XAttention's block scores [B, H, NQ, NK] (float32; float64 for float64
+    q): for every query run i and key run j of `stride` tokens, the sum of
+    the antidiagonal of their stride x stride score block,
+    sum_m q[i S + S - 1 - m] . k[j S + m] * scale / S (S = stride; tokens
+    past the end count as zero vectors), softmax over j for each i, then
+    summed over the runs of each (query block, key block) pair of `block`
+    tokens (the last block ragged).  Each row sums to the query block's run
+    count.  As XAttention's reference code: the query runs reversed and the
+    key runs as they lie, one matmul (scale applied in its epilogue, the
+    scores in q's dtype), softmax in float32.
+    Cost: one copy of q (the reversal) and of k where its run count is
+    padded to a multiple of 8, then per `chunk` query blocks one
+    matmul of (chunk x block / S) x (S_k / S) x (S x D) per head and a
+    softmax and block sum over its scores: 1/S of dense attention's QK^T
+    flops, and at Wan 480p (stride 8) about 400 MB of scores a chunk."""
+    qb, kb = _bhsd(q, layout), _bhsd(k, layout)
+    b, h, n, d = qb.shape
+    stride, block, chunk = int(stride), int(block), int(chunk)
+    if stride < 1 or block < stride or block % stride:
+        raise ValueError(f"XAttention block {block} must be a positive multiple of the stride {stride}")
+    if chunk < 1:
+        raise ValueError(f"XAttention chunk must be at least one query block, got {chunk}")
+    r = block // stride  # runs per block
+    qg = _stride_groups(qb, stride, True)
+    kg = _stride_groups(kb, stride, False)
+    alpha = _scale(scale, d) / stride
+    gq, gk = qg.shape[2], kg.shape[2]
+    # The scores' rows are padded to a multiple of 8 key runs (16 bytes of
+    # bf16): Wan 480p has 4095 runs at stride 8, an odd leading dimension
+    # for which cuBLAS took an unaligned kernel at a sixth of the speed.
+    # The padded runs (zero vectors) get -inf before the softmax: weight 0.
+    pad = -gk % 8
+    if pad:
+        kg = torch.nn.functional.pad(kg, (0, 0, 0, pad))
+    kt = _kv_heads(kg, h).flatten(0, 1).transpose(1, 2)
+    parts = []
+    for r0 in range(0, gq, chunk * r):
+        qc = qg[:, :, r0:r0 + chunk * r].flatten(0, 1)
+        # beta=0: the uninitialised input is ignored; alpha = scale / stride.
+        s = torch.baddbmm(qc.new_empty(()).expand(1, 1, 1), qc, kt, beta=0, alpha=alpha)
+        if pad:
+            s[..., gk:] = float("-inf")
+        p = torch.softmax(s, dim=-1, dtype=_acc(qb)).unflatten(0, (b, h))
+        parts.append(_segsums(p[..., :gk], (2, 3), (r, r)))
+    return _cat(parts, 2)
+
+
+def xattention(q, k, grid, tau=0.9, stride=8, block=128, layout="bhsd", scale=None,
+               chunk=128):
+    """XAttention on frame-major blocks of `block` tokens (128): the
+    antidiagonal block scores at `stride` (8 or 16; antidiagonal_scores),
+    and per row the fewest blocks, in decreasing score, whose sum reaches
+    tau (0.9-0.95) of the row's, at least one (the corpus's
+    tsr_corpus_xattn, the CDF rule).  Geometry: uniform (block, block);
+    order: frame-major.  info["scores"]: the block scores.
+    Cost: antidiagonal_scores (a matmul at 1/stride of dense QK^T), then a
+    sort per row of blocks."""
+    _grid(grid, _bhsd(q, layout).shape[2])
+    if not 0.0 < float(tau) <= 1.0:
+        raise ValueError(f"XAttention threshold tau must be in (0, 1], got {tau}")
+    score = antidiagonal_scores(q, k, stride, block, layout, scale, chunk)
+    return MethodMask(cdf_rule(score, tau, 1), (int(block), int(block)), TokenOrder(),
+                      {"scores": score})
 
 
 def attend(mm, q, k, v, layout="bhsd", **kw):

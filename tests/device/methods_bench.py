@@ -15,7 +15,12 @@ warm-up that builds the cached geometry and the GPU plan templates):
     attention  tessera.attention with the CUDA mask and the geometry (GPU
                planning + kernel), on the permuted tensors
 and prints producer / attention (the budget is 5%) and permute / attention.
-Dense cuDNN SDPA is timed beside them for scale.
+Dense cuDNN SDPA is timed beside them for scale.  The producers: VSA,
+STA, SVG, Radial, SpargeAttn and XAttention (stride 8, tau 0.9).
+--variants (on by default) then times SpargeAttn's previous
+self-similarity beside the current one, and checks that every
+data-dependent producer gives on CUDA float64 tensors the mask it gives on
+the CPU (where tests/python-methods.sh checks it against the C rules).
 
 It also proves each producer synchronises nothing: an eager call under
 torch.cuda.set_sync_debug_mode("error"), and a CUDA-graph capture replayed
@@ -142,6 +147,59 @@ def breakdown(name, what, fn, top):
         print(f"  {name} {what}: no kernel breakdown ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
 
 
+def cuda_matches_cpu(seed):
+    """Each data-dependent producer on CUDA float64 tensors gives the mask it
+    gives on the same tensors on the CPU, where tests/python-methods.sh
+    checks it against the corpus's C rules: the GPU's kernels (kthvalue,
+    baddbmm, the reductions, the sort) do not change a rule.  A small
+    ragged grid, GQA for VSA and XAttention.  Returns 1 on a difference."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    grid, h, d = (5, 7, 9), 4, 32
+    q, k = rope_qk(2, h, grid, d, torch.float64, gen)
+    k2 = k[:, ::2].contiguous()
+    v = torch.randn(q.shape, dtype=torch.float64, generator=gen)
+    cases = {
+        "vsa": lambda q, k, k2, v: M.vsa(q, k2, grid, sparsity=0.8),
+        "sparge": lambda q, k, k2, v: M.sparge(q, k, grid, tau=0.9, block=(32, 16)),
+        "sparge-topk": lambda q, k, k2, v: M.sparge(q, k, grid, topk=0.3, block=(32, 16)),
+        "svg": lambda q, k, k2, v: M.svg(q, k, v, grid, samples=8),
+        "xattn": lambda q, k, k2, v: M.xattention(q, k2, grid, tau=0.9, stride=4, block=16, chunk=3),
+    }
+    bad = []
+    for name, fn in cases.items():
+        want = fn(q, k, k2, v).mask
+        got = fn(*(x.cuda() for x in (q, k, k2, v))).mask.cpu()
+        if not torch.equal(got, want):
+            bad.append(f"{name} ({int((got != want).sum())} blocks)")
+    print(f"CUDA against CPU masks, float64, grid {grid}: "
+          f"{'all equal (' + ', '.join(cases) + ')' if not bad else 'DIFFERENT: ' + ', '.join(bad)}")
+    return 1 if bad else 0
+
+
+def variants(q, k, reps):
+    """SpargeAttn's self-similarity in its previous formulation (each
+    block's norm over tokens and channels in one reduction) beside the
+    current one (per channel across rows, then over channels), timed on the
+    same q, k; they must agree to float32 rounding.  Returns 1 when not."""
+    def selfsim_old(x, pooled, block):
+        e = M._segsums(x, (2,), (block,), lambda y, red: torch.linalg.vector_norm(
+            y, dim=red + (y.dim() - 1,), dtype=torch.float32)).square()
+        e = e / M._lengths_as(x.shape[2], block, e.dtype, x.device)
+        m2 = torch.linalg.vector_norm(pooled, dim=-1).square()
+        return (m2 / e).clamp(max=1.0).nan_to_num(1.0)
+    pq, pk = M.pool_blocks(q, 128), M.pool_blocks(k, 64)
+    old = lambda: (selfsim_old(q, pq, 128), selfsim_old(k, pk, 64))
+    new = lambda: (M.self_similarity(q, pq, 128), M.self_similarity(k, pk, 64))
+    old()
+    new()
+    t_old, t_new = timed(old, reps), timed(new, reps)
+    ss = M.self_similarity(q, pq, 128)
+    rel = ((selfsim_old(q, pq, 128) - ss).abs().max() / ss.abs().max()).item()
+    print(f"sparge self-similarity of q and k: previous {t_old:.3f} ms, current {t_new:.3f} ms "
+          f"({t_old / t_new:.2f}x); max relative difference {rel:.1e} (summation order)")
+    return 0 if rel < 1e-5 else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
@@ -149,7 +207,10 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0.05)
-    ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge")
+    ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge,xattn")
+    ap.add_argument("--variants", type=int, default=1,
+                    help="time SpargeAttn's previous self-similarity beside the current one, and "
+                         "check that the CUDA path gives the CPU path's masks (0: skip)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--breakdown", type=int, default=8,
@@ -173,6 +234,7 @@ def main():
         "svg": lambda q, k, v: M.svg(q, k, v, grid, density=0.3, sink=True),
         "radial": lambda q, k, v: M.radial(q, grid, decay=0.2, sink=True),
         "sparge": lambda q, k, v: M.sparge(q, k, grid, tau=0.95),
+        "xattn": lambda q, k, v: M.xattention(q, k, grid, tau=0.9, stride=8),
     }
     sdpa = torch.nn.functional.scaled_dot_product_attention
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -209,6 +271,10 @@ def main():
               f"{t_graph:8.3f}ms {t_perm:8.3f}ms {t_attn:9.3f}ms {100 * ratio:9.2f}% {100 * t_perm / t_attn:9.2f}%  "
               f"{nosync} {graph}{' OVER BUDGET' if over else ''}")
         sys.stdout.flush()
+    if a.variants:
+        rc |= variants(q, k, a.reps)
+        if cuda:
+            rc |= cuda_matches_cpu(a.seed)
     if cuda and a.breakdown > 0:
         print("kernel breakdown (one call each):")
         for name in a.methods.split(","):
