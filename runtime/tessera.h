@@ -129,7 +129,7 @@ tsr_status tsr_error_set(tsr_error *err, tsr_status status, const char *fmt, ...
  * build over the H200 timings of db/h200-timings.sql.gz takes 89,000), so
  * that a recursive trigger or a table of billions of rows fails with a
  * message instead of running for hours (a tool sets another budget with
- * tsr_db_set_budget, tessera-tools(3); views are refused at open); and the
+ * tsri_db_set_budget, tessera-tools(3); views are refused at open); and the
  * rows one GPU's lookup table may have when loaded (tsr_select_load; the
  * shipped H200 table has 28). */
 #define TSR_DB_MAX_STEPS ((int64_t)1 << 26)
