@@ -14,7 +14,9 @@
  *  - One prefix per module: tsr_npy_*, tsr_geom_*, tsr_mask_*, tsr_ref_*,
  *    tsr_plan_*, tsr_cpu_*, tsr_gpu_*, tsr_db_*, tsr_select_*.
  *  - This header is the request path, and libtessera.so exports exactly the
- *    functions it declares (the build derives the export list from it).  The
+ *    functions it declares (the build derives the export list from it).
+ *    The library's internals are named tsri_* (private headers of runtime/)
+ *    and are not exported; tests/exports.sh holds both rules.  The
  *    mask corpus and the profiler's database writers belong to the tools:
  *    profiler/tools.h, tessera-tools(3).
  *  - Opaque handles with create/destroy pairs; destroy(NULL) is a no-op.
