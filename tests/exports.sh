@@ -89,7 +89,7 @@ if [ -f "$archive" ]; then
     grep '^tsr_' "$tmp/bad" > "$tmp/bad_tsr" || true
     grep -v '^tsr_' "$tmp/bad" > "$tmp/bad_other" || true
     if [ -s "$tmp/bad_tsr" ]; then
-      echo "exports.sh: libtessera.a defines $(wc -l < "$tmp/bad_tsr") global tsr_ symbols tessera.h does not declare (an internal is named tsri_X, not tsr_X):"
+      echo "exports.sh: libtessera.a defines $(wc -l < "$tmp/bad_tsr") global tsr_ symbols tessera.h does not declare (internals take the prefix tsri_ instead):"
       sed 's/^/  /' "$tmp/bad_tsr" | head -40
     fi
     if [ -s "$tmp/bad_other" ]; then
