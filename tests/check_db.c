@@ -771,14 +771,8 @@ static Suite *db_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   const char *env = getenv("TSR_SEED");
   seed = env ? (unsigned)strtoul(env, NULL, 10) : 20261129u;
   printf("check_db: seed %u (set TSR_SEED to change)\n", seed);
-  sr = srunner_create(db_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(db_suite());
 }

@@ -538,12 +538,6 @@ static Suite *files_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("files", 1414);
-  sr = srunner_create(files_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(files_suite());
 }

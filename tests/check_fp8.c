@@ -736,8 +736,6 @@ int main(void)
 {
   Suite *s = suite_create("fp8");
   TCase *tc = tcase_create("fp8");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, test_e4m3_exhaustive);
   tcase_add_test(tc, test_names_and_rejects);
@@ -748,9 +746,5 @@ int main(void)
   tcase_add_loop_test(tc, test_accuracy_k_outliers, 0, 2);
   tcase_add_loop_test(tc, test_accuracy_iid_v_fails, 0, 2);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include "bundle.h"
 #include "catalog.h"
 #include "variant.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -551,8 +552,6 @@ int main(void)
 {
   Suite *s = suite_create("gen");
   TCase *tc = tcase_create("core");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_name_roundtrip);
   tcase_add_test(tc, test_name_examples);
@@ -568,9 +567,5 @@ int main(void)
   tcase_add_test(tc, test_registry_rejects);
   tcase_add_test(tc, test_context);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -684,8 +684,6 @@ int main(void)
 {
   Suite *s = suite_create("map");
   TCase *tc = tcase_create("map");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_map_random, 0, 40);
   tcase_add_test(tc, test_map_retain);
@@ -703,9 +701,5 @@ int main(void)
   tcase_add_test(tc, test_capacity_counted);
   tcase_add_test(tc, test_capacity_words);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }
