@@ -340,7 +340,13 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
   b.masking = lay->multi;
   b.may_merge = lay->chunk > 0 && lay->cap_slots > 0;
-  b.max_tasks = lay->chunk ? 0 : lay->rows; /* row tasks: one a row, empty rows included */
+  /* Row tasks: one a row, empty rows included, so flat variants get one CTA
+   * a task.  Split templates keep the resident grid on purpose: their
+   * chunks are near-equal, so the static stride balances them and the
+   * next task's Q is prefetched; one CTA a task (the capacity, rows +
+   * slots, as the bound) measured 0-5% slower on the H200, never faster
+   * (notes/sm90.md, 2026-12-02; issue 20). */
+  b.max_tasks = lay->chunk ? 0 : lay->rows;
   if ((st = tsri_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsri_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||

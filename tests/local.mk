@@ -233,7 +233,7 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/sm80_emu.sh tests/device/sm80_emu.h tests/device/sm80_emu_rt.cc \
 	tests/device/sm80_emu_variant.cc tests/device/sm80_emu_planner.cc \
 	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py \
-	tests/device/methods_bench.py
+	tests/device/methods_bench.py tests/device/split_ab.py
 
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh \

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""split_ab.py: GPU-planned requests against host plans of the same task
+layout (issue 20, notes/sm90.md), on the GPU machine, one process.
+
+For each case (bf16, BHSD, one batch, random masks with every query block's
+diagonal block kept, as scripts/bench-peers makes them): tessera.attention
+with the CUDA mask and tasks="row" / tasks="split" (split_tiles = the mean row
+in key tiles, rounded, as tsr_gpuplan_reselect picks it), and tessera.Plan
+with the same tasks on the host planner (split: its own mean-row chunk).
+Every output is checked first against a float32 reference of the masked
+softmax on 256 random query rows of heads 0 and H-1 (max |err| < 3e-2), then
+timed: CUDA events, median of --reps after 3 warm-ups (GPU-planned times
+include the planning kernels, as a pipeline sees them).  Effective TFLOP/s =
+4 * selected pairs * D / time.  Prints one line a system and case, and
+--json the rows.
+
+  TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
+    python3 tests/device/split_ab.py [--reps N] [--cases SUBSTR,...] [--json PATH] [--tag NAME]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+CASES = [  # name, S, H, D, block, mask, density
+    ("64x64 random 10%", 32768, 12, 128, 64, "random", .10),
+    ("64x64 random 25%", 32768, 12, 128, 64, "random", .25),
+    ("64x64 topk 10%", 32768, 12, 128, 64, "topk", .10),
+    ("128x128 random 10%", 32768, 12, 128, 128, "random", .10),
+    ("128x128 topk 25%", 32760, 12, 128, 128, "topk", .25),
+    ("128x128 random 25%", 32768, 12, 128, 128, "random", .25),
+    ("64x64 random 50%", 32768, 12, 128, 64, "random", .50),
+    ("d64 128x128 random 25%", 17550, 48, 64, 128, "random", .25),
+]
+
+
+def make_mask(torch, mask, H, n, density, gen):
+    if mask == "random":
+        m = torch.rand(H, n, n, device="cuda", generator=gen) < density
+        i = torch.arange(n, device="cuda")
+        m[:, i, i] = True
+        return m
+    k = max(1, round(density * n))
+    idx = torch.rand(H, n, n, device="cuda", generator=gen).topk(k, -1).indices
+    return torch.zeros(H, n, n, dtype=torch.bool, device="cuda").scatter_(-1, idx, True)
+
+
+def check(torch, o, q, k, v, mb, b, rows):
+    """Max |error| of o against float32 on `rows` of heads 0 and H-1."""
+    H, S, D = q.shape[1], q.shape[2], q.shape[3]
+    err = 0.0
+    for h in (0, H - 1):
+        qs = q[0, h, rows].float()
+        s = qs @ k[0, h].float().T / math.sqrt(D)
+        keep = mb[h][rows // b].repeat_interleave(b, dim=1)[:, :S]
+        s = s.masked_fill(~keep, float("-inf"))
+        ref = torch.softmax(s, -1) @ v[0, h].float()
+        err = max(err, (o[0, h, rows].float() - ref).abs().max().item())
+    return err
+
+
+def timed(torch, fn, reps):
+    for _ in range(3):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    t = sorted(a.elapsed_time(b) for a, b in ev)
+    return t[len(t) // 2]
+
+
+def run_case(torch, tessera, ctx, c, args, gen, out_rows):
+    name, S, H, D, b, mask, density = c
+    n = -(-S // b)
+    q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+    mb = make_mask(torch, mask, H, n, density, gen)
+    sizes = torch.full((n,), float(b), device="cuda", dtype=torch.float64)
+    sizes[-1] = S - b * (n - 1)
+    pairs = torch.einsum("hij,i,j->", mb.double(), sizes, sizes).item()
+    chunk = max(1, round(mb.sum().item() / (H * n)))
+    rows = torch.randint(0, S, (255,), device="cuda", generator=gen)
+    rows = torch.cat([rows, torch.tensor([S - 1], device="cuda")])
+    out = torch.full_like(q, float("nan"))
+    systems = [
+        ("gpu-row", lambda: tessera.attention(q, k, v, mb, block=(b, b), context=ctx, out=out, tasks="row")),
+        ("gpu-split", lambda: tessera.attention(q, k, v, mb, block=(b, b), context=ctx, out=out, tasks="split",
+                                                split_tiles=chunk)),
+    ]
+    plans = {}
+    for t in ("row", "split"):
+        plans[t] = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tasks=t, select=False)
+        systems.append((f"host-{t}", lambda p=plans[t]: p.run(q, k, v, out=out)))
+    for sysname, fn in systems:
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        err = check(torch, out, q, k, v, mb, b, rows)
+        r = dict(tag=args.tag, case=name, system=sysname, tokens=S, heads=H, head_dim=D, block=b,
+                 density=pairs / (H * S * S), chunk=chunk, err=err)
+        if not err < 3e-2:
+            r["status"] = f"failed its check: max |err| {err:.3g}"
+        else:
+            ms = timed(torch, fn, args.reps)
+            r.update(status="ok", ms=ms, tflops=4 * pairs * D / (ms * 1e-3) / 1e12)
+        if sysname.startswith("host"):
+            s = plans[sysname[5:]].summary()
+            r.update(variant=s["variant"], tasks_count=s.get("tasks_count"))
+        out_rows.append(r)
+        print(f"{args.tag:6s} {name:20s} {sysname:10s} chunk {chunk:3d} "
+              + (f"{r['ms']:.4f} ms {r['tflops']:6.1f} TFLOP/s" if "ms" in r else r["status"])
+              + f"  err {err:.1e}", flush=True)
+    for p in plans.values():
+        p.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--tag", default="run")
+    args = ap.parse_args()
+    import torch
+    import tessera
+    ctx = tessera.Context()
+    gen = torch.Generator(device="cuda").manual_seed(20261202)
+    rows = []
+    for c in CASES:
+        if args.cases and not any(x in c[0] for x in args.cases.split(",")):
+            continue
+        run_case(torch, tessera, ctx, c, args, gen, rows)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(dict(card=torch.cuda.get_device_name(), rows=rows), fh, indent=1)
+    bad = [r for r in rows if r["status"] != "ok"]
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
