@@ -317,9 +317,9 @@ static int cmd_stats(int argc, char **argv)
     return CLI_USAGE;
   }
   if (csv) {
-    if (tsr_out_begin(&csv_out, &err) || tsr_out_file(csv_out, csv, 0, &cf, &err)) {
+    if (tsri_out_begin(&csv_out, &err) || tsri_out_file(csv_out, csv, 0, &cf, &err)) {
       cli_errorf("corpus", "%s", err.text);
-      tsr_out_abort(csv_out);
+      tsri_out_abort(csv_out);
       tsr_corpus_close(c);
       return CLI_USAGE;
     }
@@ -330,11 +330,11 @@ static int cmd_stats(int argc, char **argv)
   rc = stats_collect(c, dir, cf, &acc);
   if (rc == CLI_OK)
     rc = stats_print(c, dir, &acc);
-  if (csv_out && rc == CLI_OK && tsr_out_commit(csv_out, &err) != TSR_OK) {
+  if (csv_out && rc == CLI_OK && tsri_out_commit(csv_out, &err) != TSR_OK) {
     cli_errorf("corpus", "%s", err.text);
     rc = CLI_USAGE;
   } else if (rc != CLI_OK) {
-    tsr_out_abort(csv_out); /* no CSV of half a corpus */
+    tsri_out_abort(csv_out); /* no CSV of half a corpus */
   }
   free(acc.hf);
   free(acc.fam_of);

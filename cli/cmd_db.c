@@ -50,7 +50,7 @@ static int tables(tsr_db *db)
 {
   sqlite3_stmt *st;
   int n = 0, rc;
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "SELECT l.gpu_name, l.multiprocessors, l.feature_version, count(*), "
                          "(SELECT built FROM lookup_meta m WHERE m.gpu_name = l.gpu_name AND "
                          "m.multiprocessors = l.multiprocessors AND m.feature_version = "
@@ -59,7 +59,7 @@ static int tables(tsr_db *db)
                          "m.feature_version = l.feature_version) FROM lookup l GROUP BY "
                          "l.gpu_name, l.multiprocessors, l.feature_version ORDER BY l.gpu_name",
                          -1, &st, NULL) != SQLITE_OK) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsri_db_errmsg(db));
     return CLI_USAGE;
   }
   printf("%-28s %4s %8s %6s %7s  %s\n", "gpu", "sms", "features", "rows", "masks", "built");
@@ -71,7 +71,7 @@ static int tables(tsr_db *db)
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsri_db_errmsg(db));
     return CLI_USAGE;
   }
   if (n == 0)
@@ -84,14 +84,14 @@ static int show(tsr_db *db, const char *gpu, int level)
 {
   sqlite3_stmt *st;
   int n = 0, rc;
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "SELECT id, gpu_name, level, dtype, head_dim, bq, bk, seq_bin, "
                          "density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
                          "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR "
                          "gpu_name = ?1) AND (?2 < 0 OR level = ?2) ORDER BY gpu_name, level, "
                          "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin",
                          -1, &st, NULL) != SQLITE_OK) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsri_db_errmsg(db));
     return CLI_USAGE;
   }
   if (gpu)
@@ -114,7 +114,7 @@ static int show(tsr_db *db, const char *gpu, int level)
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsr_db_errmsg(db));
+    cli_errorf("db", "cannot read '%s': %s", tsr_db_path(db), tsri_db_errmsg(db));
     return CLI_USAGE;
   }
   printf("%d row(s)%s\n", n, n ? "" : ": selection falls back to the base plan");

@@ -440,7 +440,7 @@ int cmd_demo(int argc, char **argv)
    * bundle and the lookup table, no driver). */
   tsr_context_opts_init(&co);
   co.device = (int)device;
-  co.bundle_dir = tsr_bundle_dir(val[O_BUNDLE], build_bundle(exe, sizeof exe));
+  co.bundle_dir = tsri_bundle_dir(val[O_BUNDLE], build_bundle(exe, sizeof exe));
   if (!val[O_CPU]) {
     if (tsr_context_create(&co, &ctx, &err) != TSR_OK) {
       ctx = NULL;

@@ -370,8 +370,8 @@ int cmd_run(int argc, char **argv)
   if (check_run_opts(val, &backend, &scale, &tol, &dev_dtype))
     return CLI_USAGE;
 
-  if (tsr_out_begin(&outs, &err) || tsr_out_file(outs, val[O_OUT], 0, &fo, &err) ||
-      (val[O_LSE] && tsr_out_file(outs, val[O_LSE], 0, &fl, &err))) {
+  if (tsri_out_begin(&outs, &err) || tsri_out_file(outs, val[O_OUT], 0, &fo, &err) ||
+      (val[O_LSE] && tsri_out_file(outs, val[O_LSE], 0, &fl, &err))) {
     cli_errorf("run", "%s", err.text);
     goto done;
   }
@@ -431,11 +431,11 @@ int cmd_run(int argc, char **argv)
       goto done;
     }
   }
-  s = tsr_npy_write(fo, val[O_OUT], &out, &err);
+  s = tsri_npy_write(fo, val[O_OUT], &out, &err);
   if (s == TSR_OK && val[O_LSE])
-    s = tsr_npy_write(fl, val[O_LSE], &lse, &err);
+    s = tsri_npy_write(fl, val[O_LSE], &lse, &err);
   if (s == TSR_OK) {
-    s = tsr_out_commit(outs, &err);
+    s = tsri_out_commit(outs, &err);
     outs = NULL;
   }
   if (s != TSR_OK) {
@@ -450,7 +450,7 @@ int cmd_run(int argc, char **argv)
          val[O_LSE] ? " and '" : "", val[O_LSE] ? val[O_LSE] : "", val[O_LSE] ? "'" : "");
   rc = CLI_OK;
 done:
-  tsr_out_abort(outs);
+  tsri_out_abort(outs);
   tsr_npy_free(&q), tsr_npy_free(&k), tsr_npy_free(&v);
   tsr_npy_free(&out), tsr_npy_free(&lse);
   tsr_mask_destroy(m);

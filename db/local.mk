@@ -14,12 +14,12 @@ TSR_SQL_TO_C = sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'
 db/embedded.c: $(srcdir)/db/schema.sql $(srcdir)/db/h200.sql $(srcdir)/db/local.mk
 	$(AM_V_GEN)$(MKDIR_P) db && { \
 	  echo '/* Generated from db/schema.sql and db/h200.sql by db/local.mk: do not edit. */'; \
-	  echo 'extern const char tsr_db_embedded_schema[];'; \
-	  echo 'extern const char tsr_db_embedded_tables[];'; \
-	  echo 'const char tsr_db_embedded_schema[] = ""'; \
+	  echo 'extern const char tsri_db_embedded_schema[];'; \
+	  echo 'extern const char tsri_db_embedded_tables[];'; \
+	  echo 'const char tsri_db_embedded_schema[] = ""'; \
 	  $(TSR_SQL_TO_C) $(srcdir)/db/schema.sql; \
 	  echo ';'; \
-	  echo 'const char tsr_db_embedded_tables[] = ""'; \
+	  echo 'const char tsri_db_embedded_tables[] = ""'; \
 	  $(TSR_SQL_TO_C) $(srcdir)/db/h200.sql; \
 	  echo ';'; \
 	} > $@.tmp && mv $@.tmp $@

@@ -68,7 +68,7 @@ static tsr_status add(tsr_catalog *cat, size_t *cap, const tsr_variant *v, ctx_t
 {
   tsr_catalog_entry *e;
   size_t i;
-  tsr_status st = tsr_variant_check(v, c->err);
+  tsr_status st = tsri_variant_check(v, c->err);
   if (st) return st;
   if (cat->n == *cap) {
     size_t ncap = *cap ? 2 * *cap : 16;
@@ -79,7 +79,7 @@ static tsr_status add(tsr_catalog *cat, size_t *cap, const tsr_variant *v, ctx_t
   }
   e = &cat->items[cat->n];
   e->v = *v;
-  tsr_variant_format(v, e->name);
+  tsri_variant_format(v, e->name);
   for (i = 0; i < cat->n; i++)
     if (strcmp(cat->items[i].name, e->name) == 0)
       return bad(c, "duplicate variant '%s'%.0lld", e->name, 0);
@@ -124,7 +124,7 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
   for (i = 0; i < json_array_size(j); i++) {
     const char *s = json_string_value(json_array_get(j, i));
     tsr_dtype dt;
-    if (!tsr_dtype_parse(s, &dt) && tsr_variant_dtype_name(dt)) dts[ndt++] = dt;
+    if (!tsr_dtype_parse(s, &dt) && tsri_variant_dtype_name(dt)) dts[ndt++] = dt;
     else {
       json_decref(j);
       return bad(c, "unknown dtype at position %s%lld (want \"bf16\" or \"fp16\")", "", (long long)i);
@@ -245,7 +245,7 @@ tsr_status tsr_catalog_load(const char *path, tsr_catalog *out, tsr_error *err)
   tsr_status st;
 
   memset(out, 0, sizeof *out);
-  if (!(f = tsr_in_open(path, "cannot read catalog", err))) return TSR_ERR_IO;
+  if (!(f = tsri_in_open(path, "cannot read catalog", err))) return TSR_ERR_IO;
   if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
     fclose(f);
     return tsr_error_set(err, TSR_ERR_IO, "cannot read catalog '%s': cannot seek", path);

@@ -50,7 +50,7 @@ typedef struct {
 
 typedef struct {
   size_t var;           /* catalog index; cat.n: the planner module */
-  int arch;             /* index into tsr_variant_archs */
+  int arch;             /* index into tsri_variant_archs */
   char hash[17];
   char opts[256];
   pid_t pid;
@@ -100,7 +100,7 @@ static void die_usage(const char *msg)
  * or NULL with the reason in err (may be NULL), "<what> 'path': why". */
 static char *read_text(const char *path, const char *what, tsr_error *err)
 {
-  FILE *f = tsr_in_open(path, what, err);
+  FILE *f = tsri_in_open(path, what, err);
   char *buf;
   long n;
   if (!f) return NULL;
@@ -127,7 +127,7 @@ static char *read_text(const char *path, const char *what, tsr_error *err)
 static int write_atomic(const char *path, const void *data, size_t len)
 {
   tsr_error err = {0};
-  if (tsr_out_write(path, data, len, &err) == TSR_OK) return 0;
+  if (tsri_out_write(path, data, len, &err) == TSR_OK) return 0;
   fprintf(stderr, "tessera-gen: %s\n", err.text);
   return -1;
 }
@@ -321,8 +321,8 @@ static char *render(const tsr_catalog_entry *e, const char *tmpl)
            "#include \"%s\"\n"
            "#include \"merge.cuh\"\n",
            TSR_GEN_VERSION, tmpl, e->name, e->name, v->dtype == TSR_DT_BF16, v->head_dim, v->bm,
-           v->bn, v->stages, family, tsr_variant_threads(v), v->membership,
-           (long long)tsr_variant_smem_bytes(v), tmpl);
+           v->bn, v->stages, family, tsri_variant_threads(v), v->membership,
+           (long long)tsri_variant_smem_bytes(v), tmpl);
   return s;
 }
 
@@ -348,7 +348,7 @@ static char *render_planner(void)
 
 static void template_name(const tsr_variant *v, char *buf, size_t n)
 {
-  snprintf(buf, n, "attn_%s.cuh", tsr_variant_family_name(v->family));
+  snprintf(buf, n, "attn_%s.cuh", tsri_variant_family_name(v->family));
 }
 
 static void job_hash(const gen_t *g, job_t *j)
@@ -374,7 +374,7 @@ static void job_hash(const gen_t *g, job_t *j)
   }
   h = fnv(h, "tessera-gen " TSR_GEN_VERSION);
   h = fnv(h, g->nvrtc);
-  h = fnv(h, tsr_variant_archs[j->arch]);
+  h = fnv(h, tsri_variant_archs[j->arch]);
   h = fnv(h, j->opts);
   snprintf(j->hash, sizeof j->hash, "%016llx", (unsigned long long)h);
 }
@@ -382,7 +382,7 @@ static void job_hash(const gen_t *g, job_t *j)
 static void job_opts(job_t *j)
 {
   snprintf(j->opts, sizeof j->opts, "--gpu-architecture=%s --std=c++17 --dopt=on",
-           tsr_variant_archs[j->arch]);
+           tsri_variant_archs[j->arch]);
 }
 
 /* Splits the options string into argv form (space separated, no quoting). */
@@ -399,7 +399,7 @@ static int split_opts(char *s, const char **argv, int max)
 
 static void path_of(const gen_t *g, const job_t *j, const char *ext, char *buf, size_t n)
 {
-  snprintf(buf, n, "%s/%s/%s%s", g->out, tsr_variant_archs[j->arch], job_name(g, j), ext);
+  snprintf(buf, n, "%s/%s/%s%s", g->out, tsri_variant_archs[j->arch], job_name(g, j), ext);
 }
 
 /* Runs in the child: compile, write the log and the cubin, _exit.  _exit
@@ -459,7 +459,7 @@ static int start_job(const gen_t *g, job_t *j)
 /* Parent side of a finished compile. */
 static void finish_job(const gen_t *g, job_t *j, int status)
 {
-  const char *name = job_name(g, j), *arch = tsr_variant_archs[j->arch];
+  const char *name = job_name(g, j), *arch = tsri_variant_archs[j->arch];
   char part[4096], cub[4096], hpath[4096], lpath[4096];
   path_of(g, j, ".cubin.part", part, sizeof part);
   path_of(g, j, ".cubin", cub, sizeof cub);
@@ -556,12 +556,12 @@ static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
       char rel[256];
       json_t *x;
       if (j->var != i || (j->state != J_BUILT && j->state != J_REUSED)) continue;
-      snprintf(rel, sizeof rel, "%s/%s.cubin", tsr_variant_archs[j->arch], e->name);
+      snprintf(rel, sizeof rel, "%s/%s.cubin", tsri_variant_archs[j->arch], e->name);
       x = json_object();
       json_object_set_new(x, "cubin", json_string(rel));
       json_object_set_new(x, "hash", json_string(j->hash));
       json_object_set_new(x, "options", json_string(j->opts));
-      json_object_set_new(t, tsr_variant_archs[j->arch], x);
+      json_object_set_new(t, tsri_variant_archs[j->arch], x);
     }
     if (json_object_size(t) == 0) {
       json_decref(o);
@@ -569,20 +569,20 @@ static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
       continue;
     }
     json_object_set_new(o, "name", json_string(e->name));
-    json_object_set_new(o, "family", json_string(tsr_variant_family_name(e->v.family)));
-    json_object_set_new(o, "dtype", json_string(tsr_variant_dtype_name(e->v.dtype)));
+    json_object_set_new(o, "family", json_string(tsri_variant_family_name(e->v.family)));
+    json_object_set_new(o, "dtype", json_string(tsri_variant_dtype_name(e->v.dtype)));
     json_object_set_new(o, "head_dim", json_integer(e->v.head_dim));
     json_object_set_new(o, "bm", json_integer(e->v.bm));
     json_object_set_new(o, "bn", json_integer(e->v.bn));
     json_object_set_new(o, "stages", json_integer(e->v.stages));
     json_object_set_new(o, "warps", json_integer(e->v.warps));
     json_object_set_new(o, "warpgroups", json_integer(e->v.warpgroups));
-    json_object_set_new(o, "layout", json_string(tsr_variant_layout_name(e->v.layout)));
+    json_object_set_new(o, "layout", json_string(tsri_variant_layout_name(e->v.layout)));
     json_object_set_new(o, "membership", json_boolean(e->v.membership));
     json_object_set_new(o, "tma_box", json_integer(e->v.tma_box));
     json_object_set_new(o, "precision", json_string(e->v.fp8 ? "fp8" : "native"));
-    json_object_set_new(o, "threads", json_integer(tsr_variant_threads(&e->v)));
-    json_object_set_new(o, "smem", json_integer(tsr_variant_smem_bytes(&e->v)));
+    json_object_set_new(o, "threads", json_integer(tsri_variant_threads(&e->v)));
+    json_object_set_new(o, "smem", json_integer(tsri_variant_smem_bytes(&e->v)));
     json_object_set_new(o, "targets", t);
     json_array_append_new(vars, o);
   }
@@ -594,12 +594,12 @@ static int write_registry(const gen_t *g, const job_t *jobs, size_t njobs)
       char rel[256];
       json_t *x;
       if (!is_planner(g, j) || (j->state != J_BUILT && j->state != J_REUSED)) continue;
-      snprintf(rel, sizeof rel, "%s/%s.cubin", tsr_variant_archs[j->arch], PLANNER_NAME);
+      snprintf(rel, sizeof rel, "%s/%s.cubin", tsri_variant_archs[j->arch], PLANNER_NAME);
       x = json_object();
       json_object_set_new(x, "cubin", json_string(rel));
       json_object_set_new(x, "hash", json_string(j->hash));
       json_object_set_new(x, "options", json_string(j->opts));
-      json_object_set_new(pt, tsr_variant_archs[j->arch], x);
+      json_object_set_new(pt, tsri_variant_archs[j->arch], x);
     }
     json_object_set_new(root, "planner", pt);
   }
@@ -622,7 +622,7 @@ static double now_s(void)
 /* The command line, past the options gen_t holds. */
 typedef struct {
   const char *catalog, *tdir, *layout;
-  unsigned targets; /* bit a: tsr_variant_archs[a] */
+  unsigned targets; /* bit a: tsri_variant_archs[a] */
   int maxjobs, list;
 } gen_args;
 
@@ -665,7 +665,7 @@ static int parse_args(int argc, char **argv, gen_t *g, gen_args *a)
       snprintf(buf, sizeof buf, "%s", optarg);
       a->targets = 0;
       for (tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        int ai = tsr_arch_index(tok);
+        int ai = tsri_arch_index(tok);
         if (ai < 0) {
           fprintf(stderr, "tessera-gen: unknown target '%s' (known: sm_80, sm_89, sm_90a, sm_100a, sm_120)\n", tok);
           return 2;
@@ -695,8 +695,8 @@ static void list_variants(const gen_t *g)
     printf("%s", g->cat.items[i].name);
     for (a = 0; a < TSR_N_ARCHS; a++) {
       char why[160];
-      if (tsr_variant_fits(&g->cat.items[i].v, tsr_variant_archs[a], why))
-        printf(" %s", tsr_variant_archs[a]);
+      if (tsri_variant_fits(&g->cat.items[i].v, tsri_variant_archs[a], why))
+        printf(" %s", tsri_variant_archs[a]);
     }
     printf("\n");
   }
@@ -712,7 +712,7 @@ static int make_out_dirs(const gen_t *g)
     return -1;
   }
   for (a = 0; a < TSR_N_ARCHS; a++) {
-    snprintf(d, sizeof d, "%s/%s", g->out, tsr_variant_archs[a]);
+    snprintf(d, sizeof d, "%s/%s", g->out, tsri_variant_archs[a]);
     if (mkdirs(d) != 0) {
       fprintf(stderr, "tessera-gen: cannot create '%s': %s\n", d, strerror(errno));
       return -1;
@@ -736,9 +736,9 @@ static int render_variants(gen_t *g, const gen_args *ga, job_queue *q)
     for (a = 0; a < TSR_N_ARCHS; a++) {
       char why[160];
       if (!(ga->targets & (1u << a))) continue;
-      if (tsr_variant_fits(&e->v, tsr_variant_archs[a], why)) fit |= 1u << a;
-      else if (e->v.family == TSR_FAMILY_SM80 || a == tsr_arch_index("sm_90a"))
-        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsr_variant_archs[a], why);
+      if (tsri_variant_fits(&e->v, tsri_variant_archs[a], why)) fit |= 1u << a;
+      else if (e->v.family == TSR_FAMILY_SM80 || a == tsri_arch_index("sm_90a"))
+        printf("tessera-gen: pruned %s for %s: %s\n", e->name, tsri_variant_archs[a], why);
     }
     if (!fit) {
       printf("tessera-gen: pruned %s: fits no target\n", e->name);

@@ -21,7 +21,7 @@
 static tsr_status sql_fail(tsr_db *db, tsr_error *err)
 {
   return tsr_error_set(err, TSR_ERR_DB, "cannot derive lookup table in '%s': %s", tsr_db_path(db),
-                       tsr_db_errmsg(db));
+                       tsri_db_errmsg(db));
 }
 
 void tsrp_build_free(tsrp_dataset *ds)
@@ -118,7 +118,7 @@ double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
 
 static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
 {
-  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3 *h = tsri_db_sqlite(db);
   sqlite3_stmt *st = NULL;
   int64_t cap = 0;
   int rc;
@@ -167,7 +167,7 @@ static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
 tsr_status tsrp_build_load(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
                            tsrp_dataset *ds, tsr_error *err)
 {
-  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3 *h = tsri_db_sqlite(db);
   sqlite3_stmt *st = NULL;
   tsr_status s;
   int64_t cap = 0, last_mask = -1, last_plan = -1;
@@ -394,7 +394,7 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
       sp_n++;
     }
   }
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, "
                          "level, dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, "
                          "fill_bin, mapping, tile_m, tile_n, tasks, variant, masks, regret, "
@@ -444,7 +444,7 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
   tsr_status s = tsrp_build_load(db, gpu, sms, split, &ds, err);
   if (s != TSR_OK)
     return s;
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT arch FROM gpus WHERE name=? ORDER BY id DESC",
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT arch FROM gpus WHERE name=? ORDER BY id DESC",
                          -1, &st, NULL) == SQLITE_OK) {
     sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) == SQLITE_ROW)
@@ -456,10 +456,10 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
     tsrp_build_free(&ds);
     return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory deriving lookup table");
   }
-  if ((s = tsr_db_begin(db, err)) != TSR_OK)
+  if ((s = tsri_db_begin(db, err)) != TSR_OK)
     goto done;
   st = NULL;
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "DELETE FROM lookup WHERE gpu_name=? AND multiprocessors=? AND "
                          "feature_version=?",
                          -1, &st, NULL) != SQLITE_OK)
@@ -492,7 +492,7 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
         goto fail;
     }
   }
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "INSERT OR REPLACE INTO lookup_meta (gpu_name, multiprocessors, "
                          "feature_version, built, masks, measurements, note) VALUES "
                          "(?, ?, ?, strftime('%Y-%m-%dT%H:%M:%SZ','now'), ?, ?, ?)",
@@ -508,7 +508,7 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
     goto dbfail;
   sqlite3_finalize(st);
   st = NULL;
-  if ((s = tsr_db_commit(db, err)) != TSR_OK)
+  if ((s = tsri_db_commit(db, err)) != TSR_OK)
     goto done;
   stats->gpus++;
   stats->masks += used;
@@ -519,7 +519,7 @@ dbfail:
   s = sql_fail(db, err);
 fail:
   sqlite3_finalize(st);
-  tsr_db_rollback(db);
+  tsri_db_rollback(db);
 done:
   free(k);
   tsrp_build_free(&ds);
@@ -535,7 +535,7 @@ tsr_status tsrp_build_run(tsr_db *db, const tsrp_build_opts *o, tsrp_build_stats
   tsr_status s = TSR_OK;
   memset(stats, 0, sizeof *stats);
   /* GPUs (name, multiprocessors) that have ok measurements. */
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "SELECT DISTINCT g.name, g.multiprocessors FROM gpus g JOIN "
                          "measurements m ON m.gpu_id = g.id WHERE m.status = 'ok' AND "
                          "(?1 IS NULL OR g.name = ?1) ORDER BY g.name, g.multiprocessors",

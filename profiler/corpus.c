@@ -979,7 +979,7 @@ static tsr_status write_manifest(const gen_state *g, tsr_error *err)
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot write corpus manifest '%s': out of memory",
                        path);
   else
-    st = tsr_out_write(path, text, strlen(text), err);
+    st = tsri_out_write(path, text, strlen(text), err);
   free(text);
   json_decref(root);
   return st;
@@ -1040,8 +1040,8 @@ static tsr_status check_target(const tsr_corpus_gen_opts *o, int64_t count, int 
     return TSR_OK; /* absent, or unreachable: creating it names the problem */
   if (!S_ISDIR(sb.st_mode))
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot use corpus folder '%s': %s, not a folder",
-                         dir, tsr_file_kind(sb.st_mode));
-  if (tsr_file_dir_empty(dir) == 1)
+                         dir, tsri_file_kind(sb.st_mode));
+  if (tsri_file_dir_empty(dir) == 1)
     return TSR_OK;
   if (tsr_corpus_open(dir, &c, &probe) != TSR_OK)
     return tsr_error_set(err, TSR_ERR_INVALID,
@@ -1059,9 +1059,9 @@ static tsr_status check_target(const tsr_corpus_gen_opts *o, int64_t count, int 
   snprintf(what, sizeof what, "cannot use corpus folder '%s': incomplete, cannot read", dir);
   for (i = 0; i < count && st == TSR_OK; i++) {
     const tsr_corpus_entry *e = tsr_corpus_get(c, i);
-    if (tsr_in_check(e->file, what, &probe) ||
-        (e->q_sizes && tsr_in_check(e->q_sizes, what, &probe)) ||
-        (e->k_sizes && tsr_in_check(e->k_sizes, what, &probe)))
+    if (tsri_in_check(e->file, what, &probe) ||
+        (e->q_sizes && tsri_in_check(e->q_sizes, what, &probe)) ||
+        (e->k_sizes && tsri_in_check(e->k_sizes, what, &probe)))
       st = tsr_error_set(err, TSR_ERR_INVALID, "%s", probe.text);
   }
   tsr_corpus_close(c);
@@ -1125,9 +1125,9 @@ tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written, t
    * complete: a failure leaves no partial corpus. */
   st = make_parent(o->out_dir, err);
   if (!st)
-    st = tsr_out_begin(&t, err);
+    st = tsri_out_begin(&t, err);
   if (!st)
-    st = tsr_out_dir(t, o->out_dir, NULL, NULL, &g.dir, err);
+    st = tsri_out_dir(t, o->out_dir, NULL, NULL, &g.dir, err);
   if (!st) {
     snprintf(sub, sizeof sub, "%s/masks", g.dir);
     st = make_dirs(sub, err);
@@ -1178,10 +1178,10 @@ tsr_status tsr_corpus_generate(const tsr_corpus_gen_opts *o, int64_t *written, t
   if (!st)
     st = write_manifest(&g, err);
   if (!st) {
-    st = tsr_out_commit(t, err);
+    st = tsri_out_commit(t, err);
     t = NULL;
   }
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   if (!st && written)
     *written = g.n;
   for (k = 0; k < g.nctx; k++)
@@ -1329,7 +1329,7 @@ static tsr_status manifest_load(tsr_corpus *c, const char *mpath, tsr_error *err
   json_error_t je;
   FILE *mf;
   int64_t v;
-  if (!(mf = tsr_in_open(mpath, "cannot read corpus manifest", err)))
+  if (!(mf = tsri_in_open(mpath, "cannot read corpus manifest", err)))
     return TSR_ERR_IO;
   c->root = json_loadf(mf, 0, &je);
   fclose(mf);

@@ -62,7 +62,7 @@ static tsr_status run(tsr_db *db, tsr_error *err, int64_t *row_id, int *changes,
   st = prep(db, sql, types, ap);
   va_end(ap);
   if (!st)
-    return tsr_db_fail(db, err, "query");
+    return tsri_db_fail(db, err, "query");
   if (row_id)
     *row_id = -1;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW)
@@ -70,7 +70,7 @@ static tsr_status run(tsr_db *db, tsr_error *err, int64_t *row_id, int *changes,
       *row_id = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE)
-    return tsr_db_fail(db, err, "update");
+    return tsri_db_fail(db, err, "update");
   if (changes)
     *changes = sqlite3_changes(db->h);
   return TSR_OK;
@@ -271,7 +271,7 @@ tsr_status tsr_db_record(tsr_db *db, const tsr_db_measurement *m, int *inserted,
       return tsr_error_set(err, st, "out of memory recording a measurement");
   }
   own = sqlite3_get_autocommit(db->h);
-  if (own && (st = tsr_db_begin(db, err)) != TSR_OK)
+  if (own && (st = tsri_db_begin(db, err)) != TSR_OK)
     return st;
   if (ok)
     st = run(db, err, NULL, &changes,
@@ -296,9 +296,9 @@ tsr_status tsr_db_record(tsr_db *db, const tsr_db_measurement *m, int *inserted,
 done:
   if (own) {
     if (st == TSR_OK)
-      st = tsr_db_commit(db, err);
+      st = tsri_db_commit(db, err);
     else
-      tsr_db_rollback(db);
+      tsri_db_rollback(db);
   }
   if (st != TSR_OK && inserted)
     *inserted = 0;
@@ -316,7 +316,7 @@ tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
     return st;
   n = tsr_features_list(f, names, values);
   own = sqlite3_get_autocommit(db->h);
-  if (own && (st = tsr_db_begin(db, err)) != TSR_OK)
+  if (own && (st = tsri_db_begin(db, err)) != TSR_OK)
     return st;
   for (i = 0; i < n && st == TSR_OK; i++)
     st = run(db, err, NULL, NULL,
@@ -325,9 +325,9 @@ tsr_status tsr_db_put_features(tsr_db *db, int64_t mask_id, int64_t gpu_id,
              "iiitd", mask_id, gpu_id, (int64_t)TSR_FEATURES_VERSION, names[i], values[i]);
   if (own) {
     if (st == TSR_OK)
-      st = tsr_db_commit(db, err);
+      st = tsri_db_commit(db, err);
     else
-      tsr_db_rollback(db);
+      tsri_db_rollback(db);
   }
   return st;
 }

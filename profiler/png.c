@@ -166,14 +166,14 @@ tsr_status tsrp_png_write(const tsrp_png_image *im, const char *path, tsr_error 
   ihdr[12] = 0; /* no interlace */
   /* An output transaction of one file (files.h): a failure at any point
    * leaves no partial image at `path`. */
-  if ((s = tsr_out_begin(&t, err)) == TSR_OK && (s = tsr_out_file(t, path, 0, &f, err)) == TSR_OK &&
+  if ((s = tsri_out_begin(&t, err)) == TSR_OK && (s = tsri_out_file(t, path, 0, &f, err)) == TSR_OK &&
       (fwrite(sig, 1, 8, f) != 8 || chunk(f, "IHDR", ihdr, 13) || chunk(f, "IDAT", z, z_n) ||
        chunk(f, "IEND", NULL, 0)))
     s = tsr_error_set(err, TSR_ERR_IO, "cannot write image '%s': %s", path, strerror(errno));
   free(z);
   if (s != TSR_OK) {
-    tsr_out_abort(t);
+    tsri_out_abort(t);
     return s;
   }
-  return tsr_out_commit(t, err);
+  return tsri_out_commit(t, err);
 }

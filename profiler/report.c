@@ -42,13 +42,13 @@ static tsr_status pick_gpu(tsr_db *db, const char *gpu, char *name, size_t n, in
 {
   sqlite3_stmt *st = NULL;
   int rc;
-  if (sqlite3_prepare_v2(tsr_db_sqlite(db),
+  if (sqlite3_prepare_v2(tsri_db_sqlite(db),
                          "SELECT g.name, g.multiprocessors FROM gpus g WHERE (?1 IS NULL OR "
                          "g.name = ?1) AND EXISTS (SELECT 1 FROM measurements m WHERE m.gpu_id = "
                          "g.id AND m.status = 'ok') ORDER BY g.name LIMIT 1",
                          -1, &st, NULL) != SQLITE_OK)
     return tsr_error_set(err, TSR_ERR_DB, "cannot read '%s': %s", tsr_db_path(db),
-                         tsr_db_errmsg(db));
+                         tsri_db_errmsg(db));
   if (gpu)
     sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
   rc = sqlite3_step(st);
@@ -368,15 +368,15 @@ static tsr_status write_csvs(const char *work, tsr_db *db, const char *gpu, int 
   tsr_status s;
   snprintf(sel, sizeof sel, "%s/selection.csv", work);
   snprintf(sum, sizeof sum, "%s/summary.csv", work);
-  if ((s = tsr_out_begin(&t, err)) != TSR_OK)
+  if ((s = tsri_out_begin(&t, err)) != TSR_OK)
     return s;
-  if ((s = tsr_out_file(t, sel, 0, &fs, err)) == TSR_OK &&
-      (s = tsr_out_file(t, sum, 0, &fm, err)) == TSR_OK &&
+  if ((s = tsri_out_file(t, sel, 0, &fs, err)) == TSR_OK &&
+      (s = tsri_out_file(t, sum, 0, &fm, err)) == TSR_OK &&
       (s = tsrp_eval_run(db, gpu, sms, split, fs, st, err)) == TSR_OK) {
     write_summary(fm, gpu, split, st);
-    return tsr_out_commit(t, err);
+    return tsri_out_commit(t, err);
   }
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   return s;
 }
 
@@ -400,8 +400,8 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
   }
   if (ev.measurements == 0)
     split = "profile"; /* no evaluation sweep: report on the profiling masks */
-  if ((s = tsr_out_begin(&t, err)) != TSR_OK ||
-      (s = tsr_out_dir(t, dir, is_report, NULL, &work, err)) != TSR_OK)
+  if ((s = tsri_out_begin(&t, err)) != TSR_OK ||
+      (s = tsri_out_dir(t, dir, is_report, NULL, &work, err)) != TSR_OK)
     goto done;
   if ((s = write_csvs(work, db, name, sms, split, &st, err)) != TSR_OK)
     goto done;
@@ -411,7 +411,7 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
   snprintf(path, sizeof path, "%s/speedup.png", work);
   if ((s = draw_speedup(db, ev.measurements ? &ev : &prof, path, err)) != TSR_OK)
     goto done;
-  s = tsr_out_commit(t, err);
+  s = tsri_out_commit(t, err);
   t = NULL;
   if (s == TSR_OK && log)
     fprintf(log,
@@ -428,7 +428,7 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
             (long long)st.masks, 100 * st.sparse_within5, 100 * st.sparse_geo_regret,
             st.sparse_geo_speedup, st.sparse_geo_best_speedup);
 done:
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   tsrp_build_free(&prof);
   tsrp_build_free(&ev);
   return s;
@@ -497,16 +497,16 @@ tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *row
   fprintf(f, "-- Lookup table exported by tessera-profile from a sweep's database.\n"
              "-- Load over db/schema.sql (tessera-profile init --sql FILE).\n");
   /* GPU rows for the record (name, clocks, driver as found), then the table. */
-  a = dump(f, tsr_db_sqlite(db), "gpus",
+  a = dump(f, tsri_db_sqlite(db), "gpus",
            "SELECT name, arch, multiprocessors, memory_bytes, l2_bytes, driver, clock_sm_khz, "
            "clock_mem_khz FROM gpus WHERE (?1 IS NULL OR name = ?1) AND name IN (SELECT "
            "gpu_name FROM lookup) ORDER BY id",
            gpu);
-  b = dump(f, tsr_db_sqlite(db), "lookup_meta",
+  b = dump(f, tsri_db_sqlite(db), "lookup_meta",
            "SELECT gpu_name, multiprocessors, feature_version, built, masks, measurements, note "
            "FROM lookup_meta WHERE (?1 IS NULL OR gpu_name = ?1) ORDER BY gpu_name",
            gpu);
-  c = dump(f, tsr_db_sqlite(db), "lookup",
+  c = dump(f, tsri_db_sqlite(db), "lookup",
            "SELECT gpu_name, arch, multiprocessors, feature_version, level, dtype, head_dim, bq, "
            "bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, tasks, "
            "variant, masks, regret, speedup FROM lookup WHERE (?1 IS NULL OR gpu_name = ?1) "
@@ -515,7 +515,7 @@ tsr_status tsrp_report_export(tsr_db *db, const char *gpu, FILE *f, int64_t *row
            gpu);
   if (a < 0 || b < 0 || c < 0 || ferror(f))
     return tsr_error_set(err, TSR_ERR_DB, "cannot export lookup table from '%s': %s",
-                         tsr_db_path(db), tsr_db_errmsg(db));
+                         tsr_db_path(db), tsri_db_errmsg(db));
   if (rows)
     *rows = c;
   return TSR_OK;

@@ -140,26 +140,26 @@ static tsr_status buffers_make(const tsr_cu *cu, const tsr_problem *p, int64_t l
     return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory for sweep inputs");
   }
   for (i = 0; i < b->copies && st == TSR_OK; i++) {
-    st = tsr_cu_check(cu, cu->cuMemAlloc(&b->q[i], 2 * nq), "cuMemAlloc", err);
+    st = tsri_cu_check(cu, cu->cuMemAlloc(&b->q[i], 2 * nq), "cuMemAlloc", err);
     if (st == TSR_OK)
-      st = tsr_cu_check(cu, cu->cuMemAlloc(&b->k[i], 2 * nk), "cuMemAlloc", err);
+      st = tsri_cu_check(cu, cu->cuMemAlloc(&b->k[i], 2 * nk), "cuMemAlloc", err);
     if (st == TSR_OK)
-      st = tsr_cu_check(cu, cu->cuMemAlloc(&b->v[i], 2 * nk), "cuMemAlloc", err);
+      st = tsri_cu_check(cu, cu->cuMemAlloc(&b->v[i], 2 * nk), "cuMemAlloc", err);
     if (st == TSR_OK) {
       fill_random(h, nq, &seed);
-      st = tsr_cu_check(cu, cu->cuMemcpyHtoD(b->q[i], h, 2 * nq), "cuMemcpyHtoD", err);
+      st = tsri_cu_check(cu, cu->cuMemcpyHtoD(b->q[i], h, 2 * nq), "cuMemcpyHtoD", err);
     }
     if (st == TSR_OK) {
       fill_random(h, nk, &seed);
-      st = tsr_cu_check(cu, cu->cuMemcpyHtoD(b->k[i], h, 2 * nk), "cuMemcpyHtoD", err);
+      st = tsri_cu_check(cu, cu->cuMemcpyHtoD(b->k[i], h, 2 * nk), "cuMemcpyHtoD", err);
     }
     if (st == TSR_OK) {
       fill_random(h, nk, &seed);
-      st = tsr_cu_check(cu, cu->cuMemcpyHtoD(b->v[i], h, 2 * nk), "cuMemcpyHtoD", err);
+      st = tsri_cu_check(cu, cu->cuMemcpyHtoD(b->v[i], h, 2 * nk), "cuMemcpyHtoD", err);
     }
   }
   if (st == TSR_OK)
-    st = tsr_cu_check(cu, cu->cuMemAlloc(&b->o, 2 * nq), "cuMemAlloc", err);
+    st = tsri_cu_check(cu, cu->cuMemAlloc(&b->o, 2 * nq), "cuMemAlloc", err);
   free(h);
   if (st != TSR_OK)
     buffers_free(cu, b);
@@ -197,20 +197,20 @@ static tsr_status time_plan(tsr_context *ctx, const tsr_cu *cu, tsr_plan *pl,
     t.k = b->k[c];
     t.v = b->v[c];
     if (r >= warmup)
-      st = tsr_cu_check(cu, cu->cuEventRecord(e0, stream), "cuEventRecord", err);
+      st = tsri_cu_check(cu, cu->cuEventRecord(e0, stream), "cuEventRecord", err);
     if (st == TSR_OK)
       st = tsr_gpu_launch(ctx, pl, &t, stream, err);
     if (st == TSR_OK && r >= warmup) {
-      st = tsr_cu_check(cu, cu->cuEventRecord(e1, stream), "cuEventRecord", err);
+      st = tsri_cu_check(cu, cu->cuEventRecord(e1, stream), "cuEventRecord", err);
       if (st == TSR_OK)
-        st = tsr_cu_check(cu, cu->cuEventSynchronize(e1), "cuEventSynchronize", err);
+        st = tsri_cu_check(cu, cu->cuEventSynchronize(e1), "cuEventSynchronize", err);
       if (st == TSR_OK)
-        st = tsr_cu_check(cu, cu->cuEventElapsedTime(&f, e0, e1), "cuEventElapsedTime", err);
+        st = tsri_cu_check(cu, cu->cuEventElapsedTime(&f, e0, e1), "cuEventElapsedTime", err);
       ms[r - warmup] = f;
     }
   }
   if (st == TSR_OK)
-    st = tsr_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err);
+    st = tsri_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err);
   return st;
 }
 
@@ -218,8 +218,8 @@ static tsr_status time_plan(tsr_context *ctx, const tsr_cu *cu, tsr_plan *pl,
 static tsr_status record_gpu(tsr_db *db, tsr_context *ctx, int64_t *id, int64_t *l2,
                              char *name, size_t name_n, tsr_error *err)
 {
-  const tsr_cu *cu = tsr_context_cu(ctx);
-  CUdevice dev = tsr_context_device(ctx);
+  const tsr_cu *cu = tsri_context_cu(ctx);
+  CUdevice dev = tsri_context_device(ctx);
   CUresult (*total_mem)(size_t *, CUdevice);
   tsr_db_gpu g;
   char driver[32];
@@ -239,9 +239,9 @@ static tsr_status record_gpu(tsr_db *db, tsr_context *ctx, int64_t *id, int64_t 
   if (total_mem)
     total_mem(&mem, dev);
   g.name = name;
-  g.arch = tsr_context_arch(ctx);
+  g.arch = tsri_context_arch(ctx);
   g.driver = driver;
-  g.multiprocessors = tsr_context_num_sms(ctx);
+  g.multiprocessors = tsri_context_num_sms(ctx);
   g.memory_bytes = (int64_t)mem;
   g.l2_bytes = l2b;
   g.clock_sm_khz = clk;
@@ -261,7 +261,7 @@ static int parse_int(const char *s, int lo, int *out)
 }
 
 /* Whether a bundle entry is a candidate variant for the problem and tile
- * on the context's device (the request path's rule, tsr_context_serves). */
+ * on the context's device (the request path's rule, tsri_context_serves). */
 int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, const tsr_problem *p,
                          int tm, int tn, const char *glob)
 {
@@ -277,7 +277,7 @@ int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, cons
    * all full) 6-11% faster on the H200; for a plan with partial tiles the
    * upload refuses them and the candidate is recorded as ineligible. */
   need.membership = 0;
-  return tsr_context_serves(ctx, e, &need);
+  return tsri_context_serves(ctx, e, &need);
 }
 
 /* NVRTC options of each variant's build for `arch`, from the bundle's
@@ -386,16 +386,16 @@ static tsr_status sweep_prepare(sweep *s)
   const char *bdir;
   int64_t i;
   /* The same bundle the context loaded, for names and template hashes. */
-  bdir = tsr_bundle_dir(o->bundle, NULL);
-  if (tsr_bundle_load(bdir, &s->bundle, err) != TSR_OK)
+  bdir = tsri_bundle_dir(o->bundle, NULL);
+  if (tsri_bundle_load(bdir, &s->bundle, err) != TSR_OK)
     return failed(err);
-  s->vopts = variant_options(bdir, tsr_context_arch(s->ctx));
-  s->cu = tsr_context_cu(s->ctx);
-  if (tsr_cu_check(s->cu, s->cu->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING),
+  s->vopts = variant_options(bdir, tsri_context_arch(s->ctx));
+  s->cu = tsri_context_cu(s->ctx);
+  if (tsri_cu_check(s->cu, s->cu->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING),
                    "cuStreamCreate", err) != TSR_OK ||
-      tsr_cu_check(s->cu, s->cu->cuEventCreate(&s->e0, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
+      tsri_cu_check(s->cu, s->cu->cuEventCreate(&s->e0, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
           TSR_OK ||
-      tsr_cu_check(s->cu, s->cu->cuEventCreate(&s->e1, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
+      tsri_cu_check(s->cu, s->cu->cuEventCreate(&s->e1, CU_EVENT_DEFAULT), "cuEventCreate", err) !=
           TSR_OK)
     return failed(err);
   if (record_gpu(s->db, s->ctx, &s->gpu_id, &s->l2, s->gpu_name, sizeof s->gpu_name, err) != TSR_OK)
@@ -454,11 +454,11 @@ static tsr_status record_mask(sweep *s, sweep_mask *sm)
                           (size_t)(tsr_mask_batch(mask) * tsr_mask_heads(mask) * tsr_mask_nq(mask) *
                                    tsr_mask_nk(mask)),
                           0xcbf29ce484222325ull);
-  if (tsr_db_begin(s->db, err) != TSR_OK || tsr_db_put_mask(s->db, &dm, &sm->mask_id, err) != TSR_OK)
+  if (tsri_db_begin(s->db, err) != TSR_OK || tsr_db_put_mask(s->db, &dm, &sm->mask_id, err) != TSR_OK)
     return failed(err);
   if (tsr_db_put_features(s->db, sm->mask_id, s->gpu_id, &sm->f, err) != TSR_OK)
     return failed(err);
-  if (tsr_db_commit(s->db, err) != TSR_OK)
+  if (tsri_db_commit(s->db, err) != TSR_OK)
     return failed(err);
   return TSR_OK;
 }
@@ -467,12 +467,12 @@ static tsr_status record_mask(sweep *s, sweep_mask *sm)
 static void variant_row(const sweep *s, const tsr_bundle_entry *be, char *params, size_t n,
                         tsr_db_variant *dv)
 {
-  int ai = tsr_arch_index(tsr_context_arch(s->ctx));
+  int ai = tsri_arch_index(tsri_context_arch(s->ctx));
   snprintf(params, n,
            "{\"family\":\"%s\",\"bm\":%d,\"bn\":%d,\"head_dim\":%d,\"stages\":%d,"
            "\"warps\":%d,\"layout\":\"%s\",\"membership\":%d,\"tma_box\":%d}",
-           tsr_variant_family_name(be->v.family), be->v.bm, be->v.bn, be->v.head_dim,
-           be->v.stages, be->v.warps, tsr_variant_layout_name(be->v.layout), be->v.membership,
+           tsri_variant_family_name(be->v.family), be->v.bm, be->v.bn, be->v.head_dim,
+           be->v.stages, be->v.warps, tsri_variant_layout_name(be->v.layout), be->v.membership,
            be->v.tma_box);
   dv->name = be->name;
   dv->params = params;
@@ -481,7 +481,7 @@ static void variant_row(const sweep *s, const tsr_bundle_entry *be, char *params
   dv->nvrtc_version = s->bundle.nvrtc;
   dv->nvrtc_options = json_string_value(json_object_get(s->vopts, be->name));
   if (!dv->nvrtc_options)
-    dv->nvrtc_options = tsr_context_arch(s->ctx);
+    dv->nvrtc_options = tsri_context_arch(s->ctx);
 }
 
 /* Plans, uploads and times one candidate (mapping mi, tile tm x tn, layout
@@ -527,8 +527,8 @@ static tsr_status sweep_candidate(sweep *s, sweep_mask *sm, const tsr_bundle_ent
   po.tile_n = tn;
   po.mapping = sweep_maps[mi];
   po.tasks = sweep_layouts[li];
-  po.num_sms = tsr_context_num_sms(s->ctx);
-  po.arch = tsr_context_arch(s->ctx);
+  po.num_sms = tsri_context_num_sms(s->ctx);
+  po.arch = tsri_context_arch(s->ctx);
   po.variant = be->name;
   c0 = now_s();
   /* The planner is the judge of which mappings apply. */
@@ -619,9 +619,9 @@ static tsr_status sweep_one(sweep *s, int64_t i)
   }
   tsr_corpus_problem(sm.e, sm.geom, &sm.p);
   if (tsr_problem_check(&sm.p, err) != TSR_OK ||
-      tsr_features_compute(&sm.p, sm.mask, tsr_context_num_sms(s->ctx), &sm.f, err) != TSR_OK ||
+      tsr_features_compute(&sm.p, sm.mask, tsri_context_num_sms(s->ctx), &sm.f, err) != TSR_OK ||
       record_mask(s, &sm) != TSR_OK || sweep_candidates(s, &sm) != TSR_OK) {
-    tsr_db_rollback(s->db);
+    tsri_db_rollback(s->db);
     st = failed(err);
   }
   buffers_free(s->cu, &sm.bufs);
@@ -636,7 +636,7 @@ static tsr_status sweep_masks(sweep *s)
   const sweep_opts *o = s->o;
   int64_t i;
   fprintf(stderr, "sweeping %s (%s split) on %s (%d SMs, L2 %lld MB) into %s\n", o->corpus,
-          o->split, s->gpu_name, tsr_context_num_sms(s->ctx), (long long)(s->l2 >> 20), o->db);
+          o->split, s->gpu_name, tsri_context_num_sms(s->ctx), (long long)(s->l2 >> 20), o->db);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   for (i = 0; i < s->n_entries && !stop_requested; i++) {
@@ -664,7 +664,7 @@ static void sweep_close(sweep *s)
 {
   free(s->samples);
   if (s->ctx) {
-    const tsr_cu *cu = tsr_context_cu(s->ctx);
+    const tsr_cu *cu = tsri_context_cu(s->ctx);
     if (s->e0)
       cu->cuEventDestroy(s->e0);
     if (s->e1)
@@ -673,7 +673,7 @@ static void sweep_close(sweep *s)
       cu->cuStreamDestroy(s->stream);
   }
   json_decref(s->vopts);
-  tsr_bundle_free(&s->bundle);
+  tsri_bundle_free(&s->bundle);
   tsr_context_destroy(s->ctx);
   tsr_db_close(s->db);
   tsr_corpus_close(s->corpus);

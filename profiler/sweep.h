@@ -11,7 +11,7 @@
 int tsrp_sweep_main(int argc, char **argv);
 /* Whether bundle entry e is a candidate the sweep times for problem p at
  * tile tm x tn on the context's device: it matches glob (NULL: any name)
- * and tsr_context_serves it for a plan without partial tiles (variants
+ * and tsri_context_serves it for a plan without partial tiles (variants
  * without membership code are candidates too: for a plan with partial
  * tiles the upload refuses them and the candidate is recorded as
  * ineligible). */

@@ -171,18 +171,18 @@ static int cmd_export(int argc, char **argv)
     errorf("export", "%s", err.text);
     return EXIT_USAGE;
   }
-  if (out && (tsr_out_begin(&t, &err) != TSR_OK || tsr_out_file(t, out, 0, &f, &err) != TSR_OK)) {
+  if (out && (tsri_out_begin(&t, &err) != TSR_OK || tsri_out_file(t, out, 0, &f, &err) != TSR_OK)) {
     errorf("export", "%s", err.text);
-    tsr_out_abort(t);
+    tsri_out_abort(t);
     tsr_db_close(db);
     return EXIT_USAGE;
   }
   ok = tsrp_report_export(db, gpu, f, &c2, &err) == TSR_OK;
   tsr_db_close(db);
   if (ok && out)
-    ok = tsr_out_commit(t, &err) == TSR_OK;
+    ok = tsri_out_commit(t, &err) == TSR_OK;
   else
-    tsr_out_abort(t);
+    tsri_out_abort(t);
   if (!ok)
     errorf("export", "%s", err.text);
   if (ok)
@@ -194,7 +194,7 @@ static int cmd_export(int argc, char **argv)
 
 static char *read_file(const char *path, tsr_error *err)
 {
-  FILE *f = tsr_in_open(path, NULL, err);
+  FILE *f = tsri_in_open(path, NULL, err);
   char *buf = NULL;
   long n;
   if (!f)
@@ -228,22 +228,22 @@ static int cmd_init(int argc, char **argv)
   sqlp = v[O_SQL];
   /* Never over an existing file; built in a temporary beside the target
    * (through links) and renamed, so a failure leaves no file. */
-  if ((s = tsr_out_begin(&t, &err)) == TSR_OK)
-    s = tsr_out_path(t, dbp, TSR_OUT_NEW, &tmp, &err);
+  if ((s = tsri_out_begin(&t, &err)) == TSR_OK)
+    s = tsri_out_path(t, dbp, TSR_OUT_NEW, &tmp, &err);
   if (s == TSR_OK && sqlp && !(text = read_file(sqlp, &err)))
     s = err.status;
   if (s == TSR_OK && (s = tsr_db_open(tmp, TSR_DB_CREATE, &db, &err)) == TSR_OK) {
-    s = tsr_db_exec(db, text ? text : tsr_db_default_sql(), &err);
+    s = tsri_db_exec(db, text ? text : tsri_db_default_sql(), &err);
     if (s == TSR_OK)
-      s = tsr_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err);
+      s = tsri_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err);
     tsr_db_close(db);
   }
   free(text);
   if (s == TSR_OK) {
-    s = tsr_out_commit(t, &err);
+    s = tsri_out_commit(t, &err);
     t = NULL;
   }
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   if (s != TSR_OK) {
     errorf("init", "%s", err.text);
     return EXIT_USAGE;

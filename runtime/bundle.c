@@ -16,7 +16,7 @@
 #define TSR_PKGLIBDIR "/usr/local/lib/tessera"
 #endif
 
-const char *tsr_bundle_dir(const char *asked, const char *local)
+const char *tsri_bundle_dir(const char *asked, const char *local)
 {
   const char *env = getenv("TESSERA_BUNDLE");
   if (asked && *asked)
@@ -48,7 +48,7 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
   memset(e, 0, sizeof *e);
   if (!json_is_string(name) || strlen(json_string_value(name)) >= TSR_VARIANT_NAME_MAX)
     return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant %zu has no name", path, i);
-  st = tsr_variant_parse(json_string_value(name), &e->v, err);
+  st = tsri_variant_parse(json_string_value(name), &e->v, err);
   if (st) return st;
   strcpy(e->name, json_string_value(name));
   /* The fields must say what the name says: a registry edited by hand (or
@@ -74,8 +74,8 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
     memb = json_is_true(json_object_get(o, "membership"));
   f.membership = memb;
   e->smem = smem;
-  if (memcmp(&f, &e->v, sizeof f) != 0 || e->threads != tsr_variant_threads(&e->v) ||
-      e->smem != tsr_variant_smem_bytes(&e->v))
+  if (memcmp(&f, &e->v, sizeof f) != 0 || e->threads != tsri_variant_threads(&e->v) ||
+      e->smem != tsri_variant_smem_bytes(&e->v))
     return tsr_error_set(err, TSR_ERR_FORMAT,
                          "bad kernel registry '%s': fields of variant '%s' disagree with its name",
                          path, e->name);
@@ -83,7 +83,7 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
     return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant '%s' has no targets",
                          path, e->name);
   json_object_foreach(targets, key, t) {
-    int a = tsr_arch_index(key);
+    int a = tsri_arch_index(key);
     json_t *h = json_object_get(t, "hash");
     if (a < 0)
       return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant '%s': unknown target '%s'",
@@ -97,7 +97,7 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
   return TSR_OK;
 }
 
-tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
+tsr_status tsri_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
 {
   char *path;
   json_error_t je;
@@ -118,7 +118,7 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
   }
   snprintf(path, n, "%s/registry.json", dir);
   {
-    FILE *f = tsr_in_open(path, "cannot read kernel registry", err);
+    FILE *f = tsri_in_open(path, "cannot read kernel registry", err);
     if (!f) {
       root = NULL;
       st = TSR_ERR_IO;
@@ -158,7 +158,7 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
   for (i = 0; i < json_array_size(vars); i++) {
     st = read_entry(path, i, json_array_get(vars, i), &out->items[i], err);
     if (st) goto done;
-    if (tsr_bundle_find(out, out->items[i].name) >= 0) {
+    if (tsri_bundle_find(out, out->items[i].name) >= 0) {
       st = tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant '%s' listed twice", path,
                          out->items[i].name);
       goto done;
@@ -170,7 +170,7 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
     json_t *pl = json_object_get(root, "planner"), *t;
     const char *key;
     json_object_foreach(pl, key, t) {
-      int a = tsr_arch_index(key);
+      int a = tsri_arch_index(key);
       if (a < 0 || !json_is_object(t)) {
         st = tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': planner target '%s' is unknown",
                            path, key);
@@ -182,11 +182,11 @@ tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err)
 done:
   json_decref(root);
   free(path);
-  if (st) tsr_bundle_free(out);
+  if (st) tsri_bundle_free(out);
   return st;
 }
 
-void tsr_bundle_free(tsr_bundle *b)
+void tsri_bundle_free(tsr_bundle *b)
 {
   if (!b) return;
   free(b->dir);
@@ -194,7 +194,7 @@ void tsr_bundle_free(tsr_bundle *b)
   memset(b, 0, sizeof *b);
 }
 
-long tsr_bundle_find(const tsr_bundle *b, const char *name)
+long tsri_bundle_find(const tsr_bundle *b, const char *name)
 {
   size_t i;
   for (i = 0; name && i < b->n; i++)
@@ -202,15 +202,15 @@ long tsr_bundle_find(const tsr_bundle *b, const char *name)
   return -1;
 }
 
-int tsr_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
+int tsri_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
                       const tsr_variant_need *need)
 {
-  int a = tsr_arch_index(arch);
+  int a = tsri_arch_index(arch);
   return a >= 0 && (e->targets & (1u << a)) && e->smem <= smem_limit &&
-         tsr_variant_serves(&e->v, arch, need);
+         tsri_variant_serves(&e->v, arch, need);
 }
 
-long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
+long tsri_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
                      int64_t smem_limit)
 {
   long best = -1;
@@ -219,8 +219,8 @@ long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_ne
   for (i = 0; i < b->n; i++) {
     const tsr_bundle_entry *e = &b->items[i];
     int r;
-    if (!tsr_bundle_serves(e, arch, smem_limit, need)) continue;
-    r = tsr_variant_rank(&e->v, arch, need);
+    if (!tsri_bundle_serves(e, arch, smem_limit, need)) continue;
+    r = tsri_variant_rank(&e->v, arch, need);
     if (r > best_rank) {
       best_rank = r;
       best = (long)i;
@@ -230,7 +230,7 @@ long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_ne
 }
 
 /* Path of a cubin (malloc'ed). */
-static char *tsr_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch)
+static char *tsri_bundle_cubin_path(const tsr_bundle *b, size_t idx, const char *arch)
 {
   size_t n = strlen(b->dir) + strlen(arch) + TSR_VARIANT_NAME_MAX + 16;
   char *p = malloc(n);
@@ -248,7 +248,7 @@ static tsr_status read_cubin_file(char *path, void **data, size_t *size, tsr_err
   *data = NULL;
   *size = 0;
   if (!path) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot read cubin: out of memory");
-  f = tsr_in_open(path, "cannot read cubin", err);
+  f = tsri_in_open(path, "cannot read cubin", err);
   if (!f) {
     free(path);
     return TSR_ERR_IO;
@@ -274,16 +274,16 @@ static tsr_status read_cubin_file(char *path, void **data, size_t *size, tsr_err
   return TSR_OK;
 }
 
-tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch, void **data,
+tsr_status tsri_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch, void **data,
                                  size_t *size, tsr_error *err)
 {
-  return read_cubin_file(tsr_bundle_cubin_path(b, idx, arch), data, size, err);
+  return read_cubin_file(tsri_bundle_cubin_path(b, idx, arch), data, size, err);
 }
 
-tsr_status tsr_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
+tsr_status tsri_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
                                    tsr_error *err)
 {
-  int a = tsr_arch_index(arch);
+  int a = tsri_arch_index(arch);
   size_t n = strlen(b->dir) + strlen(arch) + 32;
   char *path;
   *data = NULL;

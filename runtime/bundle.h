@@ -29,7 +29,7 @@ typedef struct {
   char name[TSR_VARIANT_NAME_MAX];
   int threads;
   int64_t smem;
-  unsigned targets;                   /* bit i: tsr_variant_archs[i] built */
+  unsigned targets;                   /* bit i: tsri_variant_archs[i] built */
   char hash[TSR_N_ARCHS][17];
 } tsr_bundle_entry;
 
@@ -48,28 +48,28 @@ typedef struct {
  * one (TSR_PKGLIBDIR/bundle).  The one rule for every loader: the context,
  * the sweep and the demo.  Returns one of those strings (or the
  * environment's), not a copy. */
-const char *tsr_bundle_dir(const char *asked, const char *local);
+const char *tsri_bundle_dir(const char *asked, const char *local);
 /* Reads <dir>/registry.json. */
-tsr_status tsr_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err);
-void tsr_bundle_free(tsr_bundle *b);
+tsr_status tsri_bundle_load(const char *dir, tsr_bundle *out, tsr_error *err);
+void tsri_bundle_free(tsr_bundle *b);
 /* Index of the variant called `name`, or -1. */
-long tsr_bundle_find(const tsr_bundle *b, const char *name);
+long tsri_bundle_find(const tsr_bundle *b, const char *name);
 /* Whether entry e can run a plan needing `need` on a device of target
  * `arch` that lets a block use `smem_limit` bytes of shared memory: built
  * for arch, within the limit, and serving the plan's dtype, head dim, tile
- * and membership (tsr_variant_serves).  The one rule behind every choice
- * of a variant (tsr_context_serves gives it the device's arch and limit). */
-int tsr_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
+ * and membership (tsri_variant_serves).  The one rule behind every choice
+ * of a variant (tsri_context_serves gives it the device's arch and limit). */
+int tsri_bundle_serves(const tsr_bundle_entry *e, const char *arch, int64_t smem_limit,
                       const tsr_variant_need *need);
 /* Best variant serving `need` on `arch` within `smem_limit` bytes, or -1. */
-long tsr_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
+long tsri_bundle_pick(const tsr_bundle *b, const char *arch, const tsr_variant_need *need,
                      int64_t smem_limit);
 /* A cubin's bytes (malloc'ed). */
-tsr_status tsr_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch,
+tsr_status tsri_bundle_read_cubin(const tsr_bundle *b, size_t idx, const char *arch,
                                  void **data, size_t *size, tsr_error *err);
 /* The GPU planner's cubin for `arch` (malloc'ed); TSR_ERR_NO_VARIANT when
  * the bundle has none. */
-tsr_status tsr_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
+tsr_status tsri_bundle_read_planner(const tsr_bundle *b, const char *arch, void **data, size_t *size,
                                    tsr_error *err);
 
 #endif

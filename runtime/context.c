@@ -35,22 +35,22 @@ void tsr_context_opts_init(tsr_context_opts *o)
   o->db_path = NULL;
 }
 
-const tsr_cu *tsr_context_cu(const tsr_context *ctx) { return &ctx->cu; }
-CUdevice tsr_context_device(const tsr_context *ctx) { return ctx->dev; }
-const char *tsr_context_arch(const tsr_context *ctx) { return ctx->arch; }
-int tsr_context_num_sms(const tsr_context *ctx) { return ctx->num_sms; }
+const tsr_cu *tsri_context_cu(const tsr_context *ctx) { return &ctx->cu; }
+CUdevice tsri_context_device(const tsr_context *ctx) { return ctx->dev; }
+const char *tsri_context_arch(const tsr_context *ctx) { return ctx->arch; }
+int tsri_context_num_sms(const tsr_context *ctx) { return ctx->num_sms; }
 
-tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err)
+tsr_status tsri_context_make_current(tsr_context *ctx, tsr_error *err)
 {
   if (!ctx->pctx)
     return tsr_error_set(err, TSR_ERR_NO_DEVICE,
                          "the context has no device (created with TSR_CONTEXT_NO_DEVICE)");
-  return tsr_cu_check(&ctx->cu, ctx->cu.cuCtxSetCurrent(ctx->pctx), "cuCtxSetCurrent", err);
+  return tsri_cu_check(&ctx->cu, ctx->cu.cuCtxSetCurrent(ctx->pctx), "cuCtxSetCurrent", err);
 }
 
-void tsr_context_retain(tsr_context *ctx) { ctx->refs++; }
+void tsri_context_retain(tsr_context *ctx) { ctx->refs++; }
 
-void tsr_context_release(tsr_context *ctx)
+void tsri_context_release(tsr_context *ctx)
 {
   size_t i;
   if (!ctx || --ctx->refs > 0) return;
@@ -62,20 +62,20 @@ void tsr_context_release(tsr_context *ctx)
   }
   free(ctx->mods);
   tsr_select_destroy(ctx->selector);
-  tsr_bundle_free(&ctx->bundle);
-  tsr_cu_close(&ctx->cu);
+  tsri_bundle_free(&ctx->bundle);
+  tsri_cu_close(&ctx->cu);
   free(ctx);
 }
 
 void tsr_context_destroy(tsr_context *ctx)
 {
-  tsr_context_release(ctx);
+  tsri_context_release(ctx);
 }
 
-int tsr_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
+int tsri_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
                        const tsr_variant_need *need)
 {
-  return tsr_bundle_serves(e, ctx->arch, ctx->smem_optin, need);
+  return tsri_bundle_serves(e, ctx->arch, ctx->smem_optin, need);
 }
 
 int tsr_gpu_has_variant(const tsr_context *ctx, const char *name)
@@ -83,8 +83,8 @@ int tsr_gpu_has_variant(const tsr_context *ctx, const char *name)
   long i;
   if (!ctx || !name)
     return 0;
-  i = tsr_bundle_find(&ctx->bundle, name);
-  return i >= 0 && (ctx->bundle.items[i].targets & (1u << tsr_arch_index(ctx->arch)));
+  i = tsri_bundle_find(&ctx->bundle, name);
+  return i >= 0 && (ctx->bundle.items[i].targets & (1u << tsri_arch_index(ctx->arch)));
 }
 
 /* The driver and the device: properties, target, primary context.  *name
@@ -95,14 +95,14 @@ static tsr_status open_device(tsr_context *ctx, int device, char *name, size_t n
   tsr_status st;
   int count = 0, smem = 0;
   const char *arch;
-  if ((st = tsr_cu_open(&ctx->cu, err)) ||
-      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuInit(0), "cuInit", err)) ||
-      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGetCount(&count), "cuDeviceGetCount", err)))
+  if ((st = tsri_cu_open(&ctx->cu, err)) ||
+      (st = tsri_cu_check(&ctx->cu, ctx->cu.cuInit(0), "cuInit", err)) ||
+      (st = tsri_cu_check(&ctx->cu, ctx->cu.cuDeviceGetCount(&count), "cuDeviceGetCount", err)))
     return st;
   if (device < 0 || device >= count)
     return tsr_error_set(err, TSR_ERR_NO_DEVICE, "no CUDA device %d: %d device(s) present", device,
                          count);
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDeviceGet(&ctx->dev, device), "cuDeviceGet", err)))
+  if ((st = tsri_cu_check(&ctx->cu, ctx->cu.cuDeviceGet(&ctx->dev, device), "cuDeviceGet", err)))
     return st;
   ctx->cu.cuDeviceGetAttribute(&ctx->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->dev);
   ctx->cu.cuDeviceGetAttribute(&ctx->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->dev);
@@ -110,16 +110,16 @@ static tsr_status open_device(tsr_context *ctx, int device, char *name, size_t n
   ctx->cu.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ctx->dev);
   ctx->smem_optin = smem;
   if (ctx->cu.cuDeviceGetName(name, (int)name_size, ctx->dev) != CUDA_SUCCESS) name[0] = '\0';
-  arch = tsr_arch_for_cc(ctx->cc_major, ctx->cc_minor);
+  arch = tsri_arch_for_cc(ctx->cc_major, ctx->cc_minor);
   if (!arch)
     return tsr_error_set(err, TSR_ERR_NO_VARIANT,
                          "no kernel target for device '%s' of compute capability %d.%d",
                          name[0] ? name : "?", ctx->cc_major, ctx->cc_minor);
   snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuDevicePrimaryCtxRetain(&ctx->pctx, ctx->dev),
+  if ((st = tsri_cu_check(&ctx->cu, ctx->cu.cuDevicePrimaryCtxRetain(&ctx->pctx, ctx->dev),
                          "cuDevicePrimaryCtxRetain", err)))
     return st;
-  return tsr_context_make_current(ctx, err);
+  return tsri_context_make_current(ctx, err);
 }
 
 /* Settles each table row against the bundle (select_impl.h): a row names
@@ -137,16 +137,16 @@ static void settle_rows(tsr_context *ctx)
     tsr_row_view r;
     tsr_variant_need need = {0}; /* native precision unless set */
     long k;
-    tsr_select_row_view(ctx->selector, i, &r);
+    tsri_select_row_view(ctx->selector, i, &r);
     need.dtype = r.dtype;
     need.head_dim = r.head_dim;
     need.bm = r.tile_m;
     need.bn = r.tile_n;
     need.membership = r.mapping != TSR_MAP_RETAIN;
-    k = r.variant[0] ? tsr_bundle_find(&ctx->bundle, r.variant) : -1;
-    if (k >= 0 && tsr_context_serves(ctx, &ctx->bundle.items[k], &need))
+    k = r.variant[0] ? tsri_bundle_find(&ctx->bundle, r.variant) : -1;
+    if (k >= 0 && tsri_context_serves(ctx, &ctx->bundle.items[k], &need))
       continue; /* TSR_ROW_RUNS */
-    if (tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin) >= 0) {
+    if (tsri_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin) >= 0) {
       note[0] = '\0';
       if (r.variant[0])
         snprintf(note, sizeof note,
@@ -154,11 +154,11 @@ static void settle_rows(tsr_context *ctx)
                           "memory): the bundle's own for the tile"
                         : "; variant %s not in the bundle: its own for the tile",
                  r.variant);
-      tsr_select_row_settle(ctx->selector, i, TSR_ROW_ANY_VARIANT, note);
+      tsri_select_row_settle(ctx->selector, i, TSR_ROW_ANY_VARIANT, note);
     } else {
       snprintf(note, sizeof note, "; no %s d%d %dx%d variant in the bundle for %s",
                tsr_dtype_name(r.dtype), need.head_dim, need.bm, need.bn, ctx->arch);
-      tsr_select_row_settle(ctx->selector, i, TSR_ROW_NO_KERNEL, note);
+      tsri_select_row_settle(ctx->selector, i, TSR_ROW_NO_KERNEL, note);
     }
   }
 }
@@ -182,11 +182,11 @@ tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_
     /* Host only: the target and grid the shipped table was made for. */
     snprintf(ctx->arch, sizeof ctx->arch, "%s", TSR_DEFAULT_ARCH);
     ctx->num_sms = TSR_DEFAULT_NUM_SMS;
-    ctx->smem_optin = tsr_arch_smem_limit(ctx->arch);
+    ctx->smem_optin = tsri_arch_smem_limit(ctx->arch);
   } else if ((st = open_device(ctx, o->device, name, sizeof name, err))) {
     goto fail;
   }
-  if ((st = tsr_bundle_load(tsr_bundle_dir(o->bundle_dir, NULL), &ctx->bundle, err))) goto fail;
+  if ((st = tsri_bundle_load(tsri_bundle_dir(o->bundle_dir, NULL), &ctx->bundle, err))) goto fail;
   ctx->mods = calloc(ctx->bundle.n + 1, sizeof *ctx->mods);
   if (!ctx->mods) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU context: out of memory");
@@ -201,7 +201,7 @@ tsr_status tsr_context_create(const tsr_context_opts *o, tsr_context **out, tsr_
   *out = ctx;
   return TSR_OK;
 fail:
-  tsr_context_release(ctx);
+  tsri_context_release(ctx);
   return st;
 }
 
@@ -240,7 +240,7 @@ tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_
 
 /* ---- The regime of a GPU plan template ------------------------------------ */
 
-tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
+tsr_status tsri_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
                               const tsr_problem *p, int cur_tm, int cur_tn, tsr_precision prec,
                               tsr_gpuplan_regime *out, tsr_error *err)
 {

@@ -36,20 +36,20 @@ struct tsr_context {
 
 /* A plan's device copies hold a reference (gpu.c); the last release frees
  * the context. */
-void tsr_context_retain(tsr_context *ctx);
-void tsr_context_release(tsr_context *ctx);
+void tsri_context_retain(tsr_context *ctx);
+void tsri_context_release(tsr_context *ctx);
 
 /* The one rule for whether bundle entry e can run a plan needing `need` on
- * this context's device (tsr_bundle_serves with the device's target and
+ * this context's device (tsri_bundle_serves with the device's target and
  * shared memory): used by the selection, the upload and the sweep. */
-int tsr_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
+int tsri_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
                        const tsr_variant_need *need);
 
 /* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
  * without a device): f are the features of the template's latest completed
  * step s, planned for problem p at tile cur_tm x cur_tn in precision prec
  * (which the regime keeps). */
-tsr_status tsr_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
+tsr_status tsri_context_regime(tsr_context *ctx, const tsr_features *f, const tsr_gpuplan_stats *s,
                               const tsr_problem *p, int cur_tm, int cur_tn, tsr_precision prec,
                               tsr_gpuplan_regime *out, tsr_error *err);
 

@@ -13,7 +13,7 @@
 #define TSR_STR(x) #x
 #define TSR_XSTR(x) TSR_STR(x)
 
-tsr_status tsr_cu_open(tsr_cu *cu, tsr_error *err)
+tsr_status tsri_cu_open(tsr_cu *cu, tsr_error *err)
 {
   void *lib;
   memset(cu, 0, sizeof *cu);
@@ -28,7 +28,7 @@ tsr_status tsr_cu_open(tsr_cu *cu, tsr_error *err)
   {                                                                                       \
     void *sym = dlsym(lib, TSR_XSTR(f));                                                 \
     if (!sym) {                                                                           \
-      tsr_cu_close(cu);                                                                   \
+      tsri_cu_close(cu);                                                                   \
       return tsr_error_set(err, TSR_ERR_NO_DEVICE,                                        \
                            "CUDA driver 'libcuda.so.1' lacks '%s': driver too old",       \
                            TSR_XSTR(f));                                                  \
@@ -40,13 +40,13 @@ tsr_status tsr_cu_open(tsr_cu *cu, tsr_error *err)
   return TSR_OK;
 }
 
-void tsr_cu_close(tsr_cu *cu)
+void tsri_cu_close(tsr_cu *cu)
 {
   if (cu && cu->lib) dlclose(cu->lib);
   if (cu) memset(cu, 0, sizeof *cu);
 }
 
-tsr_status tsr_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err)
+tsr_status tsri_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err)
 {
   const char *text = NULL;
   if (r == CUDA_SUCCESS) return TSR_OK;

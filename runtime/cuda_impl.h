@@ -6,8 +6,8 @@
  * TSR_ERR_NO_DEVICE).  Also the context's internals that other internal
  * modules (the profiler) need to time launches with events.  Not installed.
  *
- * Use: const tsr_cu *cu = tsr_context_cu(ctx);
- *      tsr_cu_check(cu, cu->cuEventRecord(ev, stream), "cuEventRecord", err);
+ * Use: const tsr_cu *cu = tsri_context_cu(ctx);
+ *      tsri_cu_check(cu, cu->cuEventRecord(ev, stream), "cuEventRecord", err);
  * Names are the cuda.h macros, so cu->cuMemAlloc is cuMemAlloc_v2.
  */
 #ifndef TSR_CUDA_IMPL_H
@@ -43,20 +43,20 @@ typedef struct {
 
 /* Opens the driver and resolves every function; TSR_ERR_NO_DEVICE (with
  * the dlerror text) when libcuda.so.1 or a symbol is missing. */
-tsr_status tsr_cu_open(tsr_cu *cu, tsr_error *err);
-void tsr_cu_close(tsr_cu *cu);
+tsr_status tsri_cu_open(tsr_cu *cu, tsr_error *err);
+void tsri_cu_close(tsr_cu *cu);
 /* TSR_OK for CUDA_SUCCESS; otherwise records "<what> failed: <driver text>"
  * as TSR_ERR_CUDA (TSR_ERR_NO_DEVICE for no device / no driver). */
-tsr_status tsr_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err);
+tsr_status tsri_cu_check(const tsr_cu *cu, CUresult r, const char *what, tsr_error *err);
 
 /* The context's driver table, device and properties (context.c). */
-const tsr_cu *tsr_context_cu(const tsr_context *ctx);
-CUdevice tsr_context_device(const tsr_context *ctx);
+const tsr_cu *tsri_context_cu(const tsr_context *ctx);
+CUdevice tsri_context_device(const tsr_context *ctx);
 /* Compile target of the device ("sm_90a"), multiprocessor count. */
-const char *tsr_context_arch(const tsr_context *ctx);
-int tsr_context_num_sms(const tsr_context *ctx);
+const char *tsri_context_arch(const tsr_context *ctx);
+int tsri_context_num_sms(const tsr_context *ctx);
 /* Makes the context's primary context current on the calling thread. */
-tsr_status tsr_context_make_current(tsr_context *ctx, tsr_error *err);
+tsr_status tsri_context_make_current(tsr_context *ctx, tsr_error *err);
 
 /* Device-planned plans (gpuplan.c): the caller's device buffers, which it
  * keeps and frees, and the counts the planning kernels write there. */
@@ -72,7 +72,7 @@ typedef struct {
 /* Chooses and loads pl's variant and attaches the binding, so that
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
  * grid.  pl must have no device copies yet. */
-tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
+tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err);
 
 /* The FP8 copies and scales of a plan uploaded (or bound) with an FP8
  * variant, as templates/attn_sm90_fp8.cuh lays them out ("Buffers"): q8,
@@ -84,9 +84,9 @@ typedef struct {
   CUdeviceptr q8, k8, vt8, sq, sk, sv;
   int skp;
 } tsr_gpu_fp8_view;
-int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out);
+int tsri_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out);
 /* Loads the bundle's GPU planner module for the context's target (the
  * caller unloads it with cuModuleUnload while the context lives). */
-tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);
+tsr_status tsri_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);
 
 #endif

@@ -20,7 +20,7 @@
  * NOT NULL constraints (compared with the embedded schema applied to an
  * in-memory database), and every statement on a handle, the tools' own
  * included, is stopped past a budget of virtual-machine steps
- * (TSR_DB_MAX_STEPS, tsr_db_set_budget), counted from its first step.
+ * (TSR_DB_MAX_STEPS, tsri_db_set_budget), counted from its first step.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,8 +35,8 @@
 #include "tessera.h"
 
 /* Generated at build time from db/schema.sql and db/h200.sql (db/local.mk). */
-extern const char tsr_db_embedded_schema[];
-extern const char tsr_db_embedded_tables[];
+extern const char tsri_db_embedded_schema[];
+extern const char tsri_db_embedded_tables[];
 
 /* Milliseconds a writer waits for another's lock before giving up. */
 #define DB_BUSY_MS 30000
@@ -44,9 +44,9 @@ extern const char tsr_db_embedded_tables[];
 /* Steps between two calls of the progress handler (the budget's grain). */
 #define DB_PROGRESS_STEPS 1000
 
-const char *tsr_db_default_sql(void) { return tsr_db_embedded_tables; }
+const char *tsri_db_default_sql(void) { return tsri_db_embedded_tables; }
 
-const char *tsr_db_errmsg(tsr_db *db)
+const char *tsri_db_errmsg(tsr_db *db)
 {
   if (!db || !db->h)
     return "out of memory";
@@ -60,7 +60,7 @@ const char *tsr_db_errmsg(tsr_db *db)
   return sqlite3_errmsg(db->h);
 }
 
-void tsr_db_set_budget(tsr_db *db, int64_t steps)
+void tsri_db_set_budget(tsr_db *db, int64_t steps)
 {
   if (db)
     db->budget = steps > 0 ? steps : TSR_DB_MAX_STEPS;
@@ -90,42 +90,42 @@ static int on_trace(unsigned type, void *ud, void *stmt, void *x)
   return 0;
 }
 
-tsr_status tsr_db_fail(tsr_db *db, tsr_error *err, const char *what)
+tsr_status tsri_db_fail(tsr_db *db, tsr_error *err, const char *what)
 {
   return tsr_error_set(err, TSR_ERR_DB, "cannot %s lookup database '%s': %s", what, db->path,
-                       tsr_db_errmsg(db));
+                       tsri_db_errmsg(db));
 }
 
-tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err)
+tsr_status tsri_db_exec(tsr_db *db, const char *sql, tsr_error *err)
 {
   char *msg = NULL;
   tsr_status st = TSR_OK;
   if (sqlite3_exec(db->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
     st = tsr_error_set(err, TSR_ERR_DB, "cannot update lookup database '%s': %s", db->path,
-                       db->stopped || !msg ? tsr_db_errmsg(db) : msg);
+                       db->stopped || !msg ? tsri_db_errmsg(db) : msg);
   }
   sqlite3_free(msg);
   return st;
 }
 
-tsr_status tsr_db_begin(tsr_db *db, tsr_error *err)
+tsr_status tsri_db_begin(tsr_db *db, tsr_error *err)
 {
   if (sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-    return tsr_db_fail(db, err, "lock");
+    return tsri_db_fail(db, err, "lock");
   return TSR_OK;
 }
 
-tsr_status tsr_db_commit(tsr_db *db, tsr_error *err)
+tsr_status tsri_db_commit(tsr_db *db, tsr_error *err)
 {
   if (sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-    tsr_status st = tsr_db_fail(db, err, "commit to");
-    tsr_db_rollback(db);
+    tsr_status st = tsri_db_fail(db, err, "commit to");
+    tsri_db_rollback(db);
     return st;
   }
   return TSR_OK;
 }
 
-void tsr_db_rollback(tsr_db *db)
+void tsri_db_rollback(tsr_db *db)
 {
   if (db && db->h && !sqlite3_get_autocommit(db->h))
     sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
@@ -133,7 +133,7 @@ void tsr_db_rollback(tsr_db *db)
 
 int tsr_db_version(const tsr_db *db) { return db ? db->version : 0; }
 const char *tsr_db_path(const tsr_db *db) { return db ? db->path : ""; }
-struct sqlite3 *tsr_db_sqlite(tsr_db *db) { return db ? db->h : NULL; }
+struct sqlite3 *tsri_db_sqlite(tsr_db *db) { return db ? db->h : NULL; }
 
 /* Reads a single integer (PRAGMA or SELECT); -1 on error. */
 static int64_t query_int(sqlite3 *h, const char *sql)
@@ -152,7 +152,7 @@ static int schema_section(int version, const char **begin, const char **end)
   char tag[32];
   const char *p, *q;
   snprintf(tag, sizeof tag, "-- @version %d\n", version);
-  p = strstr(tsr_db_embedded_schema, tag);
+  p = strstr(tsri_db_embedded_schema, tag);
   if (!p)
     return 0;
   p += strlen(tag);
@@ -215,7 +215,7 @@ static tsr_status check_schema(tsr_db *db, int version, tsr_error *err)
                          "SELECT upper(type), \"notnull\" FROM pragma_table_info(?1) "
                          "WHERE name = ?2",
                          -1, &have, NULL) != SQLITE_OK) {
-    st = tsr_db_fail(db, err, "read");
+    st = tsri_db_fail(db, err, "read");
     goto done;
   }
   while (st == TSR_OK && (rc = sqlite3_step(tabs)) == SQLITE_ROW) {
@@ -225,7 +225,7 @@ static tsr_status check_schema(tsr_db *db, int version, tsr_error *err)
     sqlite3_bind_text(kind, 1, table, -1, SQLITE_TRANSIENT);
     rc = sqlite3_step(kind);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-      st = tsr_db_fail(db, err, "read");
+      st = tsri_db_fail(db, err, "read");
       break;
     }
     type = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(kind, 0) : NULL;
@@ -247,7 +247,7 @@ static tsr_status check_schema(tsr_db *db, int version, tsr_error *err)
       sqlite3_bind_text(have, 2, col, -1, SQLITE_TRANSIENT);
       rc = sqlite3_step(have);
       if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        st = tsr_db_fail(db, err, "read");
+        st = tsri_db_fail(db, err, "read");
       else if (rc == SQLITE_DONE)
         st = tsr_error_set(err, TSR_ERR_DB,
                            "cannot use lookup database '%s': table '%s' has no column '%s' "
@@ -279,11 +279,11 @@ static tsr_status migrate(tsr_db *db, int target, tsr_error *err)
   int64_t v;
   int n;
   tsr_status st;
-  if ((st = tsr_db_begin(db, err)) != TSR_OK)
+  if ((st = tsri_db_begin(db, err)) != TSR_OK)
     return st;
   v = query_int(db->h, "PRAGMA user_version");
   if (v < 0) {
-    st = tsr_db_fail(db, err, "read");
+    st = tsri_db_fail(db, err, "read");
     goto fail;
   }
   if (v > TSR_DB_SCHEMA_VERSION) {
@@ -310,7 +310,7 @@ static tsr_status migrate(tsr_db *db, int target, tsr_error *err)
                   : tsr_error_set(err, TSR_ERR_NOMEM, "out of memory migrating '%s'", db->path);
       goto fail;
     }
-    st = tsr_db_exec(db, text, err);
+    st = tsri_db_exec(db, text, err);
     free(text);
     if (st != TSR_OK)
       goto fail;
@@ -318,15 +318,15 @@ static tsr_status migrate(tsr_db *db, int target, tsr_error *err)
   if (target > v) {
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", target);
-    if ((st = tsr_db_exec(db, sql, err)) != TSR_OK)
+    if ((st = tsri_db_exec(db, sql, err)) != TSR_OK)
       goto fail;
   }
-  if ((st = tsr_db_commit(db, err)) != TSR_OK)
+  if ((st = tsri_db_commit(db, err)) != TSR_OK)
     return st;
   db->version = target > v ? target : (int)v;
   return TSR_OK;
 fail:
-  tsr_db_rollback(db);
+  tsri_db_rollback(db);
   return st;
 }
 
@@ -347,12 +347,12 @@ static tsr_status db_connect(tsr_db *db, const char *path, int flags, tsr_error 
 {
   int rc = sqlite3_open_v2(path, &db->h, flags, NULL);
   if (rc != SQLITE_OK)
-    return tsr_db_fail(db, err, "open");
+    return tsri_db_fail(db, err, "open");
   sqlite3_extended_result_codes(db->h, 1);
   sqlite3_busy_timeout(db->h, DB_BUSY_MS);
   sqlite3_progress_handler(db->h, DB_PROGRESS_STEPS, on_progress, db);
   if (sqlite3_trace_v2(db->h, SQLITE_TRACE_STMT, on_trace, db) != SQLITE_OK)
-    return tsr_db_fail(db, err, "open");
+    return tsri_db_fail(db, err, "open");
   return TSR_OK;
 }
 
@@ -368,10 +368,10 @@ static tsr_status db_setup_writable(tsr_db *db, tsr_error *err)
   }
   sqlite3_finalize(st);
   if (!ok)
-    return tsr_db_fail(db, err, "open");
+    return tsri_db_fail(db, err, "open");
   if (sqlite3_exec(db->h, "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL", NULL, NULL,
                    NULL) != SQLITE_OK)
-    return tsr_db_fail(db, err, "open");
+    return tsri_db_fail(db, err, "open");
   return TSR_OK;
 }
 
@@ -382,7 +382,7 @@ static tsr_status open_default(tsr_db *db, tsr_error *err)
     return st;
   if ((st = migrate(db, TSR_DB_SCHEMA_VERSION, err)) != TSR_OK)
     return st;
-  return tsr_db_exec(db, tsr_db_embedded_tables, err);
+  return tsri_db_exec(db, tsri_db_embedded_tables, err);
 }
 
 static tsr_status open_file(tsr_db *db, const char *path, int flags, tsr_error *err)
@@ -394,7 +394,7 @@ static tsr_status open_file(tsr_db *db, const char *path, int flags, tsr_error *
    * FIFO would block the open; absent is fine when it is to be created. */
   if (!(stat(path, &sb) != 0 && errno == ENOENT && (flags & TSR_DB_CREATE) &&
         !(flags & TSR_DB_READONLY)) &&
-      (st = tsr_in_check(path, "cannot open lookup database", err)) != TSR_OK)
+      (st = tsri_in_check(path, "cannot open lookup database", err)) != TSR_OK)
     return st;
   if (flags & TSR_DB_READONLY) {
     db->readonly = 1;
@@ -402,7 +402,7 @@ static tsr_status open_file(tsr_db *db, const char *path, int flags, tsr_error *
       return st;
     v = query_int(db->h, "PRAGMA user_version");
     if (v < 0)
-      return tsr_db_fail(db, err, "read");
+      return tsri_db_fail(db, err, "read");
     if (v == 0)
       return tsr_error_set(err, TSR_ERR_DB,
                            "cannot use lookup database '%s': not a tessera database (schema "
@@ -453,7 +453,7 @@ tsr_status tsr_db_open(const char *path, int flags, tsr_db **out, tsr_error *err
   return TSR_OK;
 }
 
-tsr_status tsr_db_create_at(const char *path, int version, tsr_error *err)
+tsr_status tsri_db_create_at(const char *path, int version, tsr_error *err)
 {
   tsr_db *db = NULL;
   tsr_status st;
@@ -480,7 +480,7 @@ void tsr_db_close(tsr_db *db)
 {
   if (!db)
     return;
-  tsr_db_rollback(db);
+  tsri_db_rollback(db);
   sqlite3_close(db->h);
   free(db);
 }

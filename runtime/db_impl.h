@@ -27,33 +27,33 @@ struct tsr_db {
   int64_t steps;   /* taken by the running statement (reset at its first step) */
   int stopped;     /* the running statement was stopped at the budget */
   char path[1024];
-  char msg[200];   /* tsr_db_errmsg's text */
+  char msg[200];   /* tsri_db_errmsg's text */
 };
 
-/* Records "cannot WHAT lookup database 'PATH': <tsr_db_errmsg>" as
+/* Records "cannot WHAT lookup database 'PATH': <tsri_db_errmsg>" as
  * TSR_ERR_DB; returns TSR_ERR_DB (or the error already held). */
-tsr_status tsr_db_fail(tsr_db *db, tsr_error *err, const char *what);
+tsr_status tsri_db_fail(tsr_db *db, tsr_error *err, const char *what);
 
 /* Creates a new database file holding the schema only up to `version`
  * (1..TSR_DB_SCHEMA_VERSION): for migration tests and tools. */
-tsr_status tsr_db_create_at(const char *path, int version, tsr_error *err);
+tsr_status tsri_db_create_at(const char *path, int version, tsr_error *err);
 /* The underlying connection, for tools that run their own queries. */
-struct sqlite3 *tsr_db_sqlite(tsr_db *db);
+struct sqlite3 *tsri_db_sqlite(tsr_db *db);
 /* The shipped tables (db/h200.sql) as embedded SQL text; the schema itself
  * is applied by tsr_db_open. */
-const char *tsr_db_default_sql(void);
+const char *tsri_db_default_sql(void);
 
-tsr_status tsr_db_exec(tsr_db *db, const char *sql, tsr_error *err);
+tsr_status tsri_db_exec(tsr_db *db, const char *sql, tsr_error *err);
 /* Steps of SQLite's virtual machine any one statement on the handle may
- * take before it is stopped (the tools' own statements on tsr_db_sqlite
+ * take before it is stopped (the tools' own statements on tsri_db_sqlite
  * included); steps <= 0 restores TSR_DB_MAX_STEPS. */
-void tsr_db_set_budget(tsr_db *db, int64_t steps);
+void tsri_db_set_budget(tsr_db *db, int64_t steps);
 /* The last error on the handle's connection as text, saying so when a
  * statement was stopped at the budget (sqlite3_errmsg says "interrupted"). */
-const char *tsr_db_errmsg(tsr_db *db);
+const char *tsri_db_errmsg(tsr_db *db);
 /* BEGIN IMMEDIATE (takes the write lock now, waiting up to the busy timeout). */
-tsr_status tsr_db_begin(tsr_db *db, tsr_error *err);
-tsr_status tsr_db_commit(tsr_db *db, tsr_error *err);
-void tsr_db_rollback(tsr_db *db);
+tsr_status tsri_db_begin(tsr_db *db, tsr_error *err);
+tsr_status tsri_db_commit(tsr_db *db, tsr_error *err);
+void tsri_db_rollback(tsr_db *db);
 
 #endif /* TSR_DB_IMPL_H */

@@ -173,7 +173,7 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
           x->l[rr] += pr; /* l sums the unquantized p */
           if (f8)
-            pr = tsr_fp8_e4m3(pr * TSR_FP8_P_SCALE);
+            pr = tsri_fp8_e4m3(pr * TSR_FP8_P_SCALE);
           for (d = 0; d < D; d++)
             ar[d] += pr * vr[d];
         }
@@ -269,7 +269,7 @@ static tsr_status fp8_setup(exec_ctx *x, tsr_fp8_tensors *f8, const unsigned cha
   round_to_dtype((float *)x->q, nq, p->dtype);
   round_to_dtype((float *)x->k, nk, p->dtype);
   round_to_dtype((float *)x->v, nk, p->dtype);
-  if ((st = tsr_fp8_quantize(p, x->q, x->k, x->v, f8, err)))
+  if ((st = tsri_fp8_quantize(p, x->q, x->k, x->v, f8, err)))
     return st;
   x->f8 = f8;
   x->native = native ? native : f8->native;
@@ -375,7 +375,7 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   }
 
 done:
-  tsr_fp8_free(&f8);
+  tsri_fp8_free(&f8);
   free((void *)x.q);
   free((void *)x.k);
   free((void *)x.v);
@@ -399,12 +399,12 @@ tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_arr
   return execute(pl, q, k, v, NULL, out, lse, err);
 }
 
-tsr_status tsr_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                                  const tsr_array *v, const unsigned char *native, tsr_array *out,
                                  tsr_array *lse, tsr_error *err)
 {
   if (!pl || pl->opts.precision != TSR_PREC_FP8 || !native)
     return tsr_error_set(err, TSR_ERR_INVALID,
-                         "tsr_cpu_execute_heads: needs an fp8 plan and the heads' choices");
+                         "tsri_cpu_execute_heads: needs an fp8 plan and the heads' choices");
   return execute(pl, q, k, v, native, out, lse, err);
 }

@@ -15,7 +15,7 @@
  *   an open file, by /proc     what /dev/stdout names after "> f" or ">> f"
  *                              (a link through /proc/self/fd): appended to,
  *                              as the shell's descriptor would, not replaced;
- *   a folder (tsr_out_dir)     a temporary folder beside it, renamed onto it;
+ *   a folder (tsri_out_dir)     a temporary folder beside it, renamed onto it;
  *   anything else              refused, naming the path and what it is.
  *
  * Commit closes every stream first, so a short write anywhere is seen before
@@ -40,7 +40,7 @@
 
 #include "files.h"
 
-const char *tsr_file_kind(mode_t m)
+const char *tsri_file_kind(mode_t m)
 {
   if (S_ISREG(m))
     return "a regular file";
@@ -59,7 +59,7 @@ const char *tsr_file_kind(mode_t m)
   return "an unknown kind of file";
 }
 
-int tsr_file_dir_empty(const char *dir)
+int tsri_file_dir_empty(const char *dir)
 {
   DIR *d = opendir(dir);
   struct dirent *e;
@@ -74,7 +74,7 @@ int tsr_file_dir_empty(const char *dir)
 
 /* ---- inputs ------------------------------------------------------------ */
 
-tsr_status tsr_in_check(const char *path, const char *what, tsr_error *err)
+tsr_status tsri_in_check(const char *path, const char *what, tsr_error *err)
 {
   struct stat sb;
   if (!what)
@@ -85,16 +85,16 @@ tsr_status tsr_in_check(const char *path, const char *what, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_IO, "%s '%s': %s", what, path, strerror(errno));
   if (!S_ISREG(sb.st_mode))
     return tsr_error_set(err, TSR_ERR_IO, "%s '%s': %s, not a regular file", what, path,
-                         tsr_file_kind(sb.st_mode));
+                         tsri_file_kind(sb.st_mode));
   return TSR_OK;
 }
 
-FILE *tsr_in_open(const char *path, const char *what, tsr_error *err)
+FILE *tsri_in_open(const char *path, const char *what, tsr_error *err)
 {
   struct stat sb;
   FILE *f;
   int fd, fl;
-  if (tsr_in_check(path, what, err) != TSR_OK)
+  if (tsri_in_check(path, what, err) != TSR_OK)
     return NULL;
   if (!what)
     what = "cannot read";
@@ -107,7 +107,7 @@ FILE *tsr_in_open(const char *path, const char *what, tsr_error *err)
   }
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     tsr_error_set(err, TSR_ERR_IO, "%s '%s': %s, not a regular file", what, path,
-                  tsr_file_kind(fstat(fd, &sb) == 0 ? sb.st_mode : 0));
+                  tsri_file_kind(fstat(fd, &sb) == 0 ? sb.st_mode : 0));
     close(fd);
     return NULL;
   }
@@ -269,7 +269,7 @@ struct tsr_out {
   int n, cap;
 };
 
-tsr_status tsr_out_begin(tsr_out **t, tsr_error *err)
+tsr_status tsri_out_begin(tsr_out **t, tsr_error *err)
 {
   *t = calloc(1, sizeof **t);
   if (!*t)
@@ -348,7 +348,7 @@ static void out_free(tsr_out *t)
   free(t);
 }
 
-void tsr_out_abort(tsr_out *t)
+void tsri_out_abort(tsr_out *t)
 {
   if (t)
     out_free(t);
@@ -414,7 +414,7 @@ static tsr_status check_unique(tsr_out *t, out_entry *x, tsr_error *err)
   return TSR_OK;
 }
 
-/* tsr_out_file and tsr_out_path: kind E_FILE or E_PATH. */
+/* tsri_out_file and tsri_out_path: kind E_FILE or E_PATH. */
 static tsr_status add_file(tsr_out *t, const char *path, int flags, int kind, tsr_error *err)
 {
   out_entry *x;
@@ -462,7 +462,7 @@ static tsr_status add_file(tsr_out *t, const char *path, int flags, int kind, ts
   }
   if (x->existed && !S_ISREG(sb.st_mode))
     return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write '%s'%s: %s, not a regular file",
-                                path, via(x, buf, sizeof buf), tsr_file_kind(sb.st_mode)));
+                                path, via(x, buf, sizeof buf), tsri_file_kind(sb.st_mode)));
   if (x->existed && (flags & TSR_OUT_NEW))
     return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot create '%s'%s: file exists", path,
                                 via(x, buf, sizeof buf)));
@@ -483,14 +483,14 @@ static tsr_status add_file(tsr_out *t, const char *path, int flags, int kind, ts
   return TSR_OK;
 }
 
-tsr_status tsr_out_file(tsr_out *t, const char *path, int flags, FILE **f, tsr_error *err)
+tsr_status tsri_out_file(tsr_out *t, const char *path, int flags, FILE **f, tsr_error *err)
 {
   tsr_status st = add_file(t, path, flags, E_FILE, err);
   *f = st == TSR_OK ? t->e[t->n - 1].f : NULL;
   return st;
 }
 
-tsr_status tsr_out_path(tsr_out *t, const char *path, int flags, const char **tmp,
+tsr_status tsri_out_path(tsr_out *t, const char *path, int flags, const char **tmp,
                         tsr_error *err)
 {
   tsr_status st = add_file(t, path, flags, E_PATH, err);
@@ -498,7 +498,7 @@ tsr_status tsr_out_path(tsr_out *t, const char *path, int flags, const char **tm
   return st;
 }
 
-tsr_status tsr_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replaceable, void *ud,
+tsr_status tsri_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replaceable, void *ud,
                        const char **work, tsr_error *err)
 {
   out_entry *x;
@@ -518,14 +518,14 @@ tsr_status tsr_out_dir(tsr_out *t, const char *path, tsr_out_replaceable replace
     int empty;
     if (!S_ISDIR(sb.st_mode))
       return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write folder '%s'%s: %s, not a folder",
-                                  path, via(x, buf, sizeof buf), tsr_file_kind(sb.st_mode)));
+                                  path, via(x, buf, sizeof buf), tsri_file_kind(sb.st_mode)));
     /* "." or "d/..": the folder's own name, for the temporary beside it */
     if (!(real = realpath(x->target, NULL)))
       return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write folder '%s': %s", path,
                                   strerror(errno)));
     free(x->target);
     x->target = real;
-    empty = tsr_file_dir_empty(real);
+    empty = tsri_file_dir_empty(real);
     if (empty < 0)
       return pop(t, tsr_error_set(err, TSR_ERR_IO, "cannot write folder '%s': %s", path,
                                   strerror(errno)));
@@ -592,7 +592,7 @@ static int put_in_place(out_entry *x, int several)
   return 0;
 }
 
-tsr_status tsr_out_commit(tsr_out *t, tsr_error *err)
+tsr_status tsri_out_commit(tsr_out *t, tsr_error *err)
 {
   tsr_status st = TSR_OK;
   int i;
@@ -637,17 +637,17 @@ tsr_status tsr_out_commit(tsr_out *t, tsr_error *err)
   return st;
 }
 
-tsr_status tsr_out_write(const char *path, const void *data, size_t n, tsr_error *err)
+tsr_status tsri_out_write(const char *path, const void *data, size_t n, tsr_error *err)
 {
   tsr_out *t;
   FILE *f;
-  tsr_status st = tsr_out_begin(&t, err);
-  if (st == TSR_OK && (st = tsr_out_file(t, path, 0, &f, err)) == TSR_OK && n &&
+  tsr_status st = tsri_out_begin(&t, err);
+  if (st == TSR_OK && (st = tsri_out_file(t, path, 0, &f, err)) == TSR_OK && n &&
       fwrite(data, 1, n, f) != n)
     st = tsr_error_set(err, TSR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
   if (st != TSR_OK) {
-    tsr_out_abort(t);
+    tsri_out_abort(t);
     return st;
   }
-  return tsr_out_commit(t, err);
+  return tsri_out_commit(t, err);
 }

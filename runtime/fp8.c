@@ -23,7 +23,7 @@
 
 #include "fp8.h"
 
-float tsr_fp8_e4m3(float x)
+float tsri_fp8_e4m3(float x)
 {
   float a = fabsf(x), ulp;
   int e;
@@ -90,7 +90,7 @@ static void quantize_chunks(const float *x, const float *sub, int64_t S, int64_t
     inv = fp8_inv(am);
     for (t = c0; t < c1; t++)
       for (d = 0; d < D; d++)
-        x8[t * D + d] = tsr_fp8_e4m3(x8[t * D + d] * inv);
+        x8[t * D + d] = tsri_fp8_e4m3(x8[t * D + d] * inv);
     scale[c0 / TSR_FP8_CHUNK] = fp8_scale(am);
     amaxes[c0 / TSR_FP8_CHUNK] = am;
   }
@@ -130,14 +130,14 @@ static void quantize_v(const float *v, int64_t S, int64_t D, float *v8, float *s
       am = fmaxf(am, fabsf(v[t * D + d]));
     inv = fp8_inv(am);
     for (t = 0; t < S; t++)
-      v8[t * D + d] = tsr_fp8_e4m3(v[t * D + d] * inv);
+      v8[t * D + d] = tsri_fp8_e4m3(v[t * D + d] * inv);
     sv[d] = fp8_scale(am);
     tmp[d] = am;
   }
   *v_spread = spread(tmp, D);
 }
 
-void tsr_fp8_free(tsr_fp8_tensors *t)
+void tsri_fp8_free(tsr_fp8_tensors *t)
 {
   if (!t)
     return;
@@ -167,12 +167,12 @@ static tsr_status fp8_alloc(tsr_fp8_tensors *o, tsr_error *err)
   o->native = calloc((size_t)(B * Hq + 1), 1);
   if (o->q8 && o->k8 && o->v8 && o->sq && o->sk && o->sv && o->kmean && o->stats && o->native)
     return TSR_OK;
-  tsr_fp8_free(o);
+  tsri_fp8_free(o);
   return tsr_error_set(err, TSR_ERR_NOMEM, "cannot quantize to fp8: out of memory for %lld values",
                        (long long)(B * (Hq * o->seq_q + 2 * Hkv * o->seq_k) * D));
 }
 
-tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k, const float *v,
+tsr_status tsri_fp8_quantize(const tsr_problem *p, const float *q, const float *k, const float *v,
                             tsr_fp8_tensors *out, tsr_error *err)
 {
   tsr_fp8_tensors o;
@@ -196,7 +196,7 @@ tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k
   n_tmp = n_tmp > D ? n_tmp : D;
   tmp = malloc((size_t)n_tmp * sizeof *tmp);
   if (!tmp) {
-    tsr_fp8_free(&o);
+    tsri_fp8_free(&o);
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot quantize to fp8: out of memory");
   }
   g = p->heads_q / p->heads_kv;
@@ -219,14 +219,14 @@ tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k
       int64_t bh = b * o.heads_q + h, off = bh * o.seq_q * D;
       quantize_chunks(q + off, NULL, o.seq_q, D, o.q8 + off, o.sq + bh * o.q_chunks, tmp);
       o.stats[bh].q_spread = spread(tmp, o.q_chunks);
-      o.native[bh] = (unsigned char)(tsr_fp8_falls_back(&o.stats[bh]) != 0);
+      o.native[bh] = (unsigned char)(tsri_fp8_falls_back(&o.stats[bh]) != 0);
     }
   free(tmp);
   *out = o;
   return TSR_OK;
 }
 
-int tsr_fp8_falls_back(const tsr_fp8_head_stats *s)
+int tsri_fp8_falls_back(const tsr_fp8_head_stats *s)
 {
   /* Outlier channels in K that smoothing cannot remove (their variation,
    * not a bias) dominate every score, and e4m3's 3 mantissa bits then

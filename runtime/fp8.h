@@ -2,7 +2,7 @@
  * fp8.h: the host side of the FP8 scheme (docs/fp8.md): the e4m3
  * conversion, the quantization of q, k and v with their scales, and the
  * per-head fallback rule.  The CPU plan executor (exec_cpu.c) runs the
- * attention products on what tsr_fp8_quantize makes, so that
+ * attention products on what tsri_fp8_quantize makes, so that
  * `tessera run --backend cpu --precision fp8` predicts the GPU's output
  * (templates/attn_sm90_fp8.cuh makes the same bytes on the device).
  * Internal to libtessera; not installed.
@@ -21,7 +21,7 @@
  * beyond +-448 (infinities included) saturated to +-448, NaN kept NaN,
  * the sign of zero kept.  Returns the e4m3 value as a float (exact), which
  * is what cvt.rn.satfinite.e4m3x2.f32 stores. */
-float tsr_fp8_e4m3(float x);
+float tsri_fp8_e4m3(float x);
 
 /* Per-head facts the fallback rule reads, all from the scales:
  *  q_spread  max / median of the Q chunk amaxes of the (batch, q head);
@@ -49,21 +49,21 @@ typedef struct {
 /* Quantizes float32 q [B][Hq][Sq][D], k and v [B][Hkv][Sk][D] (the values
  * the device holds: already rounded to the problem's dtype) for problem p,
  * and marks the heads the fallback rule sends to the native dtype.  *out is
- * zeroed first; free it with tsr_fp8_free. */
-tsr_status tsr_fp8_quantize(const tsr_problem *p, const float *q, const float *k, const float *v,
+ * zeroed first; free it with tsri_fp8_free. */
+tsr_status tsri_fp8_quantize(const tsr_problem *p, const float *q, const float *k, const float *v,
                             tsr_fp8_tensors *out, tsr_error *err);
-void tsr_fp8_free(tsr_fp8_tensors *t);
+void tsri_fp8_free(tsr_fp8_tensors *t);
 
 /* The fallback rule (docs/fp8.md, "Fallback"): nonzero when the head's
  * scales show an outlier the scheme cannot absorb: k_chan above
  * TSR_FP8_K_CHAN_MAX (chosen by measurement, fp8.c). */
 #define TSR_FP8_K_CHAN_MAX 8.0f
-int tsr_fp8_falls_back(const tsr_fp8_head_stats *s);
+int tsri_fp8_falls_back(const tsr_fp8_head_stats *s);
 
 /* tsr_cpu_execute of an fp8 plan with the heads' precision given instead
  * of the rule's: native[b * Hq + h] 1 runs head (b, h) in the native dtype
  * (exec_cpu.c; for measuring the scheme without its fallback). */
-tsr_status tsr_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                                  const tsr_array *v, const unsigned char *native, tsr_array *out,
                                  tsr_array *lse, tsr_error *err);
 

@@ -13,7 +13,7 @@
  * cuLaunchKernel calls.
  *
  * Lifetime: a plan's device copies hold a reference on the context
- * (tsr_context_retain), released when the plan drops them.
+ * (tsri_context_retain), released when the plan drops them.
  *
  * Precision FP8 (issue 18): the plan's variant is an FP8 one (never a
  * native one in its place), its device copies own the quantized tensors
@@ -38,7 +38,7 @@ typedef struct {
   long variant;   /* bundle index */
   CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
   CUdeviceptr counts; /* device planner: [0] tasks, [1] merges; 0 = host counts */
-  int borrowed;       /* buffers belong to the caller (tsr_gpu_bind) */
+  int borrowed;       /* buffers belong to the caller (tsri_gpu_bind) */
   unsigned grid, merge_grid;
   /* FP8: one allocation (f8) holding q8, k8, vt8 and the scales at these
    * byte offsets; f8 = 0 for a native plan.  Always owned by the plan. */
@@ -59,23 +59,23 @@ static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
   if (m->mod) return TSR_OK;
   if (e->v.fp8 && (size_t)snprintf(mname, sizeof mname, "%s_kvstats", e->name) >= sizeof mname)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant name '%s' is too long", e->name);
-  if ((st = tsr_bundle_read_cubin(&ctx->bundle, (size_t)idx, ctx->arch, &data, &size, err))) return st;
-  st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(&m->mod, data), "cuModuleLoadData", err);
+  if ((st = tsri_bundle_read_cubin(&ctx->bundle, (size_t)idx, ctx->arch, &data, &size, err))) return st;
+  st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(&m->mod, data), "cuModuleLoadData", err);
   free(data);
   if (st) {
     m->mod = NULL;
     return st;
   }
   snprintf(mname, sizeof mname, "%s_merge", e->name);
-  if ((st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->attn, m->mod, e->name),
+  if ((st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->attn, m->mod, e->name),
                          "cuModuleGetFunction", err)) ||
-      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->merge, m->mod, mname),
+      (st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->merge, m->mod, mname),
                          "cuModuleGetFunction", err)) ||
-      (st = tsr_cu_check(&ctx->cu,
+      (st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuFuncSetAttribute(m->attn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     (int)e->smem),
                          "cuFuncSetAttribute", err)) ||
-      (st = tsr_cu_check(&ctx->cu,
+      (st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&m->occupancy, m->attn,
                                                                              e->threads, (size_t)e->smem),
                          "cuOccupancyMaxActiveBlocksPerMultiprocessor", err))) {
@@ -86,11 +86,11 @@ static tsr_status load_variant(tsr_context *ctx, long idx, tsr_error *err)
   if (m->occupancy < 1) m->occupancy = 1;
   if (e->v.fp8) { /* the quantization kernels of the module */
     snprintf(mname, sizeof mname, "%s_kvstats", e->name);
-    st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->kvstats, m->mod, mname), "cuModuleGetFunction",
+    st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->kvstats, m->mod, mname), "cuModuleGetFunction",
                       err);
     snprintf(mname, sizeof mname, "%s_quant", e->name);
     if (!st)
-      st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->quant, m->mod, mname), "cuModuleGetFunction",
+      st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleGetFunction(&m->quant, m->mod, mname), "cuModuleGetFunction",
                         err);
     if (st) {
       ctx->cu.cuModuleUnload(m->mod);
@@ -116,7 +116,7 @@ static void gpu_plan_free(void *p)
       if (*ptrs[i]) ctx->cu.cuMemFree(*ptrs[i]);
   }
   free(g);
-  tsr_context_release(ctx);
+  tsri_context_release(ctx);
 }
 
 static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *src, size_t bytes,
@@ -125,12 +125,12 @@ static tsr_status upload_array(tsr_context *ctx, CUdeviceptr *dst, const void *s
   tsr_status st;
   *dst = 0;
   if (bytes == 0) return TSR_OK;
-  st = tsr_cu_check(&ctx->cu, ctx->cu.cuMemAlloc(dst, bytes), "cuMemAlloc", err);
+  st = tsri_cu_check(&ctx->cu, ctx->cu.cuMemAlloc(dst, bytes), "cuMemAlloc", err);
   if (st) {
     *dst = 0;
     return tsr_error_set(err, st, "cannot upload plan %s (%zu bytes)", what, bytes);
   }
-  if (src) return tsr_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(*dst, src, bytes), "cuMemcpyHtoD", err);
+  if (src) return tsri_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(*dst, src, bytes), "cuMemcpyHtoD", err);
   return TSR_OK;
 }
 
@@ -140,25 +140,25 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
                                  tsr_error *err)
 {
   tsr_variant_need need = {0}; /* native precision unless set */
-  const char *dt = tsr_variant_dtype_name(pl->problem.dtype);
+  const char *dt = tsri_variant_dtype_name(pl->problem.dtype);
   need.dtype = pl->problem.dtype;
   need.head_dim = (int)pl->problem.head_dim;
   need.bm = pl->tile_m;
   need.bn = pl->tile_n;
   need.membership = membership;
   /* Never a silent native run for an FP8 request (issue 18): only FP8
-   * variants serve an FP8 plan (tsr_variant_serves). */
+   * variants serve an FP8 plan (tsri_variant_serves). */
   need.fp8 = pl->opts.precision == TSR_PREC_FP8;
   if (!dt)
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
                          tsr_dtype_name(pl->problem.dtype));
   if (pl->variant[0]) {
-    long i = tsr_bundle_find(&ctx->bundle, pl->variant);
-    int a = tsr_arch_index(ctx->arch);
+    long i = tsri_bundle_find(&ctx->bundle, pl->variant);
+    int a = tsri_arch_index(ctx->arch);
     if (i < 0 || !(ctx->bundle.items[i].targets & (1u << a)))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT, "kernel variant '%s' is not in the %s bundle '%s'",
                            pl->variant, ctx->arch, ctx->bundle.dir);
-    if (!tsr_context_serves(ctx, &ctx->bundle.items[i], &need))
+    if (!tsri_context_serves(ctx, &ctx->bundle.items[i], &need))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT,
                            "kernel variant '%s' does not fit the plan (%s%s, head dim %d, tile %dx%d%s)",
                            pl->variant, dt, need.fp8 ? ", precision fp8" : "", need.head_dim, need.bm,
@@ -166,7 +166,7 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
     *idx = i;
     return TSR_OK;
   }
-  *idx = tsr_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
+  *idx = tsri_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
   if (*idx < 0)
     return tsr_error_set(err, TSR_ERR_NO_VARIANT,
                          "no kernel variant for %shead dim %d, %s, tile %dx%d%s on %s%s",
@@ -212,7 +212,7 @@ static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, t
   g->f8_part_tokens = (int)ptok;
   g->f8_skp = (int)skp;
   if ((st = upload_array(ctx, &g->f8, NULL, (size_t)off, "FP8 tensors and scales", err))) return st;
-  return tsr_cu_check(&ctx->cu, ctx->cu.cuMemsetD8(g->f8 + g->f8_count, 0, (size_t)(B * Hkv * 4)),
+  return tsri_cu_check(&ctx->cu, ctx->cu.cuMemsetD8(g->f8 + g->f8_count, 0, (size_t)(B * Hkv * 4)),
                       "cuMemsetD8(FP8 counters)", err);
 }
 
@@ -232,7 +232,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
     pl->gpu = NULL;
     pl->gpu_free = NULL;
   }
-  if ((st = tsr_context_make_current(ctx, err))) return st;
+  if ((st = tsri_context_make_current(ctx, err))) return st;
   if ((st = choose_variant(ctx, pl, pl->n_membership > 0, &idx, err))) return st;
   if ((st = load_variant(ctx, idx, err))) return st;
   e = &ctx->bundle.items[idx];
@@ -241,7 +241,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
   g = calloc(1, sizeof *g);
   if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot upload plan: out of memory");
   g->ctx = ctx;
-  tsr_context_retain(ctx);
+  tsri_context_retain(ctx);
   g->variant = idx;
   slots = (size_t)pl->n_slots;
   if ((st = upload_array(ctx, &g->tasks, pl->tasks, (size_t)pl->n_tasks * sizeof *pl->tasks, "tasks", err)) ||
@@ -263,7 +263,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
   }
   {
     /* a CTA of a g3 BM-64 variant runs two tasks */
-    int64_t tpc = tsr_variant_tasks_per_cta(&e->v), ctas = (pl->n_tasks + tpc - 1) / tpc;
+    int64_t tpc = tsri_variant_tasks_per_cta(&e->v), ctas = (pl->n_tasks + tpc - 1) / tpc;
     int64_t resident = (int64_t)ctx->num_sms * m->occupancy;
     g->grid = (unsigned)(e->v.layout == TSR_TL_PERS && ctas > resident ? resident : ctas);
   }
@@ -294,7 +294,7 @@ static tsr_status encode_tmap(tsr_context *ctx, tsr_tmap *map, uint64_t ptr, con
   if (b == 1) strides[2] = strides[1] * (cuuint64_t)h;
   if (h == 1 && strides[1] == 0) strides[1] = strides[0] * (cuuint64_t)s;
   snprintf(what2, sizeof what2, "cuTensorMapEncodeTiled(%s)", what);
-  return tsr_cu_check(&ctx->cu,
+  return tsri_cu_check(&ctx->cu,
                       ctx->cu.cuTensorMapEncodeTiled((CUtensorMap *)map, dt, 4, (void *)(uintptr_t)ptr,
                                                      dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                                      sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -347,11 +347,11 @@ static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_pla
                  &vs[0], &vs[1], &vs[2], &hq, &hkv, &sql, &skl, &skp, &q_ctas, &kmean, &vinv, &q8, &k8, &vt8,
                  &sq, &sk };
   tsr_status st;
-  if ((st = tsr_cu_check(&ctx->cu,
+  if ((st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuLaunchKernel(m->kvstats, (unsigned)g->f8_parts, kv_grid, 1, 256, 1, 1, 0, s, a1,
                                                 NULL),
                          "cuLaunchKernel(FP8 kvstats)", err)) ||
-      (st = tsr_cu_check(&ctx->cu, ctx->cu.cuLaunchKernel(m->quant, quant_grid, 1, 1, 256, 1, 1, 0, s, a2, NULL),
+      (st = tsri_cu_check(&ctx->cu, ctx->cu.cuLaunchKernel(m->quant, quant_grid, 1, 1, 256, 1, 1, 0, s, a2, NULL),
                          "cuLaunchKernel(FP8 quant)", err)) ||
       (st = encode_tmap(ctx, &p->tma_q, q8, q8s, pr->batch, hq, pr->seq_q, D, (int)D, e->v.bm,
                         CU_TENSOR_MAP_DATA_TYPE_UINT8, "q8", err)) ||
@@ -387,7 +387,7 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   if ((st = check_tensor("q", t->q, t->q_stride, err)) || (st = check_tensor("k", t->k, t->k_stride, err)) ||
       (st = check_tensor("v", t->v, t->v_stride, err)) || (st = check_tensor("o", t->o, t->o_stride, err)))
     return st;
-  if ((st = tsr_context_make_current(ctx, err))) return st;
+  if ((st = tsri_context_make_current(ctx, err))) return st;
 
   memset(&p, 0, sizeof p);
   p.q = (const void *)(uintptr_t)t->q;
@@ -444,20 +444,20 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
 
   args[0] = &p;
   if (g->grid > 0 &&
-      (st = tsr_cu_check(&ctx->cu,
+      (st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuLaunchKernel(m->attn, g->grid, 1, 1, (unsigned)e->threads, 1, 1,
                                                 (unsigned)e->smem, s, args, NULL),
                          "cuLaunchKernel(attention)", err)))
     return st;
   if (g->merge_grid > 0 &&
-      (st = tsr_cu_check(&ctx->cu,
+      (st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuLaunchKernel(m->merge, g->merge_grid, 1, 1, 256, 1, 1, 0, s, args, NULL),
                          "cuLaunchKernel(merge)", err)))
     return st;
   return TSR_OK;
 }
 
-int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
+int tsri_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
 {
   const gpu_plan *g = pl ? pl->gpu : NULL;
   memset(out, 0, sizeof *out);
@@ -472,7 +472,7 @@ int tsr_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
   return 1;
 }
 
-tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err)
+tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b, tsr_error *err)
 {
   gpu_plan *g;
   long idx = -1;
@@ -480,16 +480,16 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   const tsr_loaded_variant *m;
 
   if (!ctx || !pl || !b || !b->counts)
-    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_bind: null context, plan, binding or counts");
-  if (pl->gpu) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_bind: plan already has device copies");
-  if ((st = tsr_context_make_current(ctx, err))) return st;
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsri_gpu_bind: null context, plan, binding or counts");
+  if (pl->gpu) return tsr_error_set(err, TSR_ERR_INVALID, "tsri_gpu_bind: plan already has device copies");
+  if ((st = tsri_context_make_current(ctx, err))) return st;
   if ((st = choose_variant(ctx, pl, b->masking, &idx, err))) return st;
   if ((st = load_variant(ctx, idx, err))) return st;
   m = &ctx->mods[idx];
   g = calloc(1, sizeof *g);
   if (!g) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot bind device plan: out of memory");
   g->ctx = ctx;
-  tsr_context_retain(ctx);
+  tsri_context_retain(ctx);
   g->variant = idx;
   g->borrowed = 1;
   g->tasks = b->tasks;
@@ -511,7 +511,7 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
    * host-planned, notes/varplan.md).  Extra CTAs exit at once. */
   g->grid = (unsigned)((int64_t)ctx->num_sms * m->occupancy);
   if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout != TSR_TL_PERS) {
-    int64_t tpc = tsr_variant_tasks_per_cta(&ctx->bundle.items[idx].v);
+    int64_t tpc = tsri_variant_tasks_per_cta(&ctx->bundle.items[idx].v);
     g->grid = (unsigned)((b->max_tasks + tpc - 1) / tpc);
   }
   g->merge_grid = b->may_merge ? (unsigned)(8 * ctx->num_sms) : 0;
@@ -524,16 +524,16 @@ tsr_status tsr_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *b
   return TSR_OK;
 }
 
-tsr_status tsr_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err)
+tsr_status tsri_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err)
 {
   void *data;
   size_t size;
   tsr_status st;
   *out = NULL;
-  if ((st = tsr_context_make_current(ctx, err)) ||
-      (st = tsr_bundle_read_planner(&ctx->bundle, ctx->arch, &data, &size, err)))
+  if ((st = tsri_context_make_current(ctx, err)) ||
+      (st = tsri_bundle_read_planner(&ctx->bundle, ctx->arch, &data, &size, err)))
     return st;
-  st = tsr_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(out, data), "cuModuleLoadData(planner)", err);
+  st = tsri_cu_check(&ctx->cu, ctx->cu.cuModuleLoadData(out, data), "cuModuleLoadData(planner)", err);
   free(data);
   if (st) *out = NULL;
   return st;
@@ -611,11 +611,11 @@ tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q
   if ((st = check_host("q", q, B, Hq, Sq, D, err)) || (st = check_host("k", k, B, Hkv, Sk, D, err)) ||
       (st = check_host("v", v, B, Hkv, Sk, D, err)))
     return st;
-  if (!tsr_variant_dtype_name(pr->dtype))
+  if (!tsri_variant_dtype_name(pr->dtype))
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU run: the problem's device dtype must be bf16 or fp16, got %s",
                          tsr_dtype_name(pr->dtype));
   if ((st = tsr_gpu_upload(ctx, pl, err))) return st;
-  if ((st = tsr_context_make_current(ctx, err))) return st;
+  if ((st = tsri_context_make_current(ctx, err))) return st;
 
   memset(&t, 0, sizeof t);
   layout_strides(pr->layout, Hq, Sq, D, t.q_stride);
@@ -635,21 +635,21 @@ tsr_status tsr_gpu_run_arrays(tsr_context *ctx, tsr_plan *pl, const tsr_array *q
     st = tsr_error_set(err, TSR_ERR_NOMEM, "GPU run: out of host memory");
     goto done;
   }
-  if ((st = tsr_cu_check(cu, cu->cuMemAlloc(&dq, nq * 2), "cuMemAlloc(q)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dk, nkv * 2), "cuMemAlloc(k)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dv, nkv * 2), "cuMemAlloc(v)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dout, nq * 2), "cuMemAlloc(out)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemAlloc(&dlse, nrows * 4), "cuMemAlloc(lse)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dq, hq, nq * 2), "cuMemcpyHtoD(q)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dk, hk, nkv * 2), "cuMemcpyHtoD(k)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(dv, hv, nkv * 2), "cuMemcpyHtoD(v)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", err)))
+  if ((st = tsri_cu_check(cu, cu->cuMemAlloc(&dq, nq * 2), "cuMemAlloc(q)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemAlloc(&dk, nkv * 2), "cuMemAlloc(k)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemAlloc(&dv, nkv * 2), "cuMemAlloc(v)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemAlloc(&dout, nq * 2), "cuMemAlloc(out)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemAlloc(&dlse, nrows * 4), "cuMemAlloc(lse)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(dq, hq, nq * 2), "cuMemcpyHtoD(q)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(dk, hk, nkv * 2), "cuMemcpyHtoD(k)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(dv, hv, nkv * 2), "cuMemcpyHtoD(v)", err)) ||
+      (st = tsri_cu_check(cu, cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", err)))
     goto done;
   t.q = dq; t.k = dk; t.v = dv; t.o = dout; t.lse = dlse;
   if ((st = tsr_gpu_launch(ctx, pl, &t, stream, err)) ||
-      (st = tsr_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(ho, dout, nq * 2), "cuMemcpyDtoH(out)", err)) ||
-      (lse && (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(lse->data, dlse, nrows * 4), "cuMemcpyDtoH(lse)", err))))
+      (st = tsri_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemcpyDtoH(ho, dout, nq * 2), "cuMemcpyDtoH(out)", err)) ||
+      (lse && (st = tsri_cu_check(cu, cu->cuMemcpyDtoH(lse->data, dlse, nrows * 4), "cuMemcpyDtoH(lse)", err))))
     goto done;
   for (b = 0, i = 0; b < B; b++)
     for (h = 0; h < Hq; h++)

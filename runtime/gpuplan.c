@@ -5,7 +5,7 @@
  * sized for the worst case or the caller's capacities.  Each launch runs
  * the planning kernels of templates/plan_gpu.cuh (tsr_plan_count,
  * tsr_plan_order, tsr_plan_emit) on the caller's stream and then the attention kernel,
- * which reads its task count from the device (tsr_gpu_bind in gpu.c).
+ * which reads its task count from the device (tsri_gpu_bind in gpu.c).
  *
  * Uniform and variable block geometries alike: a variable one uploads its
  * block maps (each token's block, the block starts) once, at create, and
@@ -50,14 +50,14 @@ void tsr_gpuplan_caps_init(tsr_gpuplan_caps *c)
 
 static void free_buffers(tsr_gpuplan *g)
 {
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   CUdeviceptr *ptrs[] = {&g->d_tasks,   &g->d_tiles,   &g->d_members,  &g->d_membership,
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
                          &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
                          &g->d_counts,  &g->d_scan,     &g->d_kblk,     &g->d_qoff,
                          &g->d_koff,    &g->d_tkb};
   size_t i;
-  if (tsr_context_make_current(g->ctx, NULL) != TSR_OK) return;
+  if (tsri_context_make_current(g->ctx, NULL) != TSR_OK) return;
   for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
     if (*ptrs[i]) {
       cu->cuMemFree(*ptrs[i]);
@@ -82,7 +82,7 @@ void tsr_gpuplan_destroy(tsr_gpuplan *g)
 static tsr_status dalloc(tsr_gpuplan *g, CUdeviceptr *dst, int64_t bytes, const char *what,
                          tsr_error *err)
 {
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   if (bytes < 16) bytes = 16; /* never a null buffer: kernels index it unconditionally */
   if (cu->cuMemAlloc(dst, (size_t)bytes) != CUDA_SUCCESS) {
     *dst = 0;
@@ -161,10 +161,10 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
   pl->opts = *o;
   pl->opts.arch = NULL;
   pl->opts.variant = NULL;
-  pl->num_sms = o->num_sms ? o->num_sms : tsr_context_num_sms(ctx);
-  strcpy(pl->arch, tsr_context_arch(ctx));
+  pl->num_sms = o->num_sms ? o->num_sms : tsri_context_num_sms(ctx);
+  strcpy(pl->arch, tsri_context_arch(ctx));
   if (o->variant) strcpy(pl->variant, o->variant);
-  if ((st = tsr_map_resolve(pl, o, err))) return st;
+  if ((st = tsri_map_resolve(pl, o, err))) return st;
   if (o->split_tiles > 0 && o->tasks != TSR_TASKS_ROW) lay->chunk = o->split_tiles;
   pl->task_layout = lay->chunk ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
 
@@ -190,7 +190,7 @@ static tsr_status block_maps(tsr_gpuplan *g, gp_layout *lay, tsr_error *err)
   const tsr_geom *geom = pl->problem.geom;
   int64_t nq = lay->nq, nk = lay->nk, nkt = lay->nkt, t, u;
   tsr_i32 *kblk, *qoff, *koff, *tkb;
-  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
+  pl->qblk = tsri_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
   if (!lay->uniform) {
     lay->kblk = malloc((size_t)pl->problem.seq_k * sizeof *lay->kblk);
     lay->qoff = malloc((size_t)(nq + 1) * sizeof *lay->qoff);
@@ -258,7 +258,7 @@ static void capacities(const tsr_plan *pl, const tsr_gpuplan_caps *caps, gp_layo
 static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, const gp_layout *lay,
                                tsr_error *err)
 {
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   const tsr_plan *pl = g->pl;
   int64_t ts = (int64_t)sizeof(tsr_task_rec), ms = (int64_t)sizeof(tsr_member_rec);
   int64_t slot_rows = lay->cap_slots * pl->tile_m, rows = lay->rows, cap_tasks = lay->cap_tasks;
@@ -298,33 +298,33 @@ static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, con
 static tsr_status device_upload(tsr_gpuplan *g, const gp_layout *lay, tsr_error *err)
 {
   static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   const tsr_plan *pl = g->pl;
   int64_t nq = lay->nq, nk = lay->nk;
   tsr_status st;
-  if ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
+  if ((st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
                          "cuMemcpyHtoD(qblk)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
+      (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",
                          err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)lay->scan_bytes), "cuMemsetD8(look-back)", err)))
+      (st = tsri_cu_check(cu, cu->cuMemsetD8(g->d_scan, 0, (size_t)lay->scan_bytes), "cuMemsetD8(look-back)", err)))
     return st;
   if (!lay->uniform &&
-      ((st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_kblk, lay->kblk, (size_t)pl->problem.seq_k * 4),
+      ((st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_kblk, lay->kblk, (size_t)pl->problem.seq_k * 4),
                           "cuMemcpyHtoD(kblk)", err)) ||
-       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, lay->qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
+       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_qoff, lay->qoff, (size_t)(nq + 1) * 4), "cuMemcpyHtoD(qoff)",
                           err)) ||
-       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, lay->koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
+       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, lay->koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
                           err)) ||
-       (st = tsr_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, lay->tkb, (size_t)lay->nkt * 8), "cuMemcpyHtoD(tkb)", err))))
+       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, lay->tkb, (size_t)lay->nkt * 8), "cuMemcpyHtoD(tkb)", err))))
     return st;
   return TSR_OK;
 }
 
-/* The attention kernel bound to the buffers (tsr_gpu_bind), and the
+/* The attention kernel bound to the buffers (tsri_gpu_bind), and the
  * planner's two kernels from the bundle's planner module. */
 static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *err)
 {
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   tsr_gpu_binding b;
   tsr_status st;
   memset(&b, 0, sizeof b);
@@ -347,12 +347,12 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
    * slots, as the bound) measured 0-5% slower on the H200, never faster
    * (notes/sm90.md, 2026-12-02; issue 20). */
   b.max_tasks = lay->chunk ? 0 : lay->rows;
-  if ((st = tsr_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsr_gpu_load_planner(g->ctx, &g->mod, err)) ||
-      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
+  if ((st = tsri_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsri_gpu_load_planner(g->ctx, &g->mod, err)) ||
+      (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->order_fn, g->mod, "tsr_plan_order"),
+      (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->order_fn, g->mod, "tsr_plan_order"),
                          "cuModuleGetFunction(tsr_plan_order)", err)) ||
-      (st = tsr_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
+      (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
     return st;
   return TSR_OK;
@@ -450,7 +450,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   capacities(pl, caps, &lay);
 
   g->ctx = ctx; /* from here on, destroy frees device buffers through it */
-  if ((st = tsr_context_make_current(ctx, err)) || (st = device_alloc(g, caps, &lay, err)) ||
+  if ((st = tsri_context_make_current(ctx, err)) || (st = device_alloc(g, caps, &lay, err)) ||
       (st = device_upload(g, &lay, err)) || (st = bind_kernels(g, &lay, err)))
     goto fail;
   kernel_params(g, &lay);
@@ -481,7 +481,7 @@ fail:
 static tsr_status launch_dep(const tsr_gpuplan *g, CUfunction f, unsigned grid, unsigned threads, void *stream,
                              void **args, const char *name, tsr_error *err)
 {
-  const tsr_cu *cu = tsr_context_cu(g->ctx);
+  const tsr_cu *cu = tsri_context_cu(g->ctx);
   char what[64];
   snprintf(what, sizeof what, "%s(%s)", g->pdl ? "cuLaunchKernelEx" : "cuLaunchKernel", name);
   if (g->pdl) {
@@ -498,9 +498,9 @@ static tsr_status launch_dep(const tsr_gpuplan *g, CUfunction f, unsigned grid, 
     lc.hStream = (CUstream)stream;
     lc.attrs = &at;
     lc.numAttrs = 1;
-    return tsr_cu_check(cu, cu->cuLaunchKernelEx(&lc, f, args, NULL), what, err);
+    return tsri_cu_check(cu, cu->cuLaunchKernelEx(&lc, f, args, NULL), what, err);
   }
-  return tsr_cu_check(cu, cu->cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, 0, (CUstream)stream, args, NULL), what,
+  return tsri_cu_check(cu, cu->cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, 0, (CUstream)stream, args, NULL), what,
                       err);
 }
 
@@ -519,15 +519,15 @@ tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format forma
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan on the GPU: unknown mask format %d", (int)format);
   if (format == TSR_MASK_BITS && mask % 4)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot plan on the GPU: a bit-packed mask must be 4-byte aligned");
-  cu = tsr_context_cu(g->ctx);
-  if ((st = tsr_context_make_current(g->ctx, err))) return st;
+  cu = tsri_context_cu(g->ctx);
+  if ((st = tsri_context_make_current(g->ctx, err))) return st;
   prm = g->gp;
   prm.mask = (const void *)(uintptr_t)mask;
   prm.format = format == TSR_MASK_BITS;
   prm.pitch = format == TSR_MASK_BITS ? (prm.nk + 31) / 32 : prm.nk;
   args[0] = &prm;
   nrows = (unsigned)prm.n_rows;
-  if ((st = tsr_cu_check(cu,
+  if ((st = tsri_cu_check(cu,
                          cu->cuLaunchKernel(g->count_fn, (nrows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS, 1, 1,
                                             32 * TSR_GP_COUNT_ROWS, 1, 1, 0,
                                             (CUstream)stream, args, NULL),
@@ -558,10 +558,10 @@ tsr_status tsr_gpuplan_launch(tsr_gpuplan *g, uint64_t mask, tsr_mask_format for
 static tsr_status dcopy(const tsr_cu *cu, tsr_plan *h, int slot, void **dst, CUdeviceptr src, int64_t n,
                         size_t size, const char *what, tsr_error *err)
 {
-  *dst = tsr_plan_buf(h, slot, (size_t)(n > 0 ? n : 1) * size);
+  *dst = tsri_plan_buf(h, slot, (size_t)(n > 0 ? n : 1) * size);
   if (!*dst) return tsr_error_set(err, TSR_ERR_NOMEM, "cannot download GPU plan: out of memory for %s", what);
   if (n <= 0) return TSR_OK;
-  return tsr_cu_check(cu, cu->cuMemcpyDtoH(*dst, src, (size_t)n * size), "cuMemcpyDtoH", err);
+  return tsri_cu_check(cu, cu->cuMemcpyDtoH(*dst, src, (size_t)n * size), "cuMemcpyDtoH", err);
 }
 
 tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error *err)
@@ -574,10 +574,10 @@ tsr_status tsr_gpuplan_download(tsr_gpuplan *g, tsr_plan **host_copy, tsr_error 
 
   if (host_copy) *host_copy = NULL;
   if (!g || !host_copy) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpuplan_download: null argument");
-  cu = tsr_context_cu(g->ctx);
-  if ((st = tsr_context_make_current(g->ctx, err)) ||
-      (st = tsr_cu_check(cu, cu->cuCtxSynchronize(), "cuCtxSynchronize", err)) ||
-      (st = tsr_cu_check(cu, cu->cuMemcpyDtoH(counts, g->d_counts, sizeof counts), "cuMemcpyDtoH(counts)", err)))
+  cu = tsri_context_cu(g->ctx);
+  if ((st = tsri_context_make_current(g->ctx, err)) ||
+      (st = tsri_cu_check(cu, cu->cuCtxSynchronize(), "cuCtxSynchronize", err)) ||
+      (st = tsri_cu_check(cu, cu->cuMemcpyDtoH(counts, g->d_counts, sizeof counts), "cuMemcpyDtoH(counts)", err)))
     return st;
   memcpy(&dstats, counts + TSR_GP_DSTATS, sizeof dstats);
   if (counts[TSR_GP_STEP] == 0)
@@ -733,6 +733,6 @@ tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *g, const ts
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot re-select a GPU plan: %s is NULL",
                          !ctx ? "context" : !g ? "GPU plan" : !s ? "stats" : "output");
   tsr_gpuplan_features(g, s, &f);
-  return tsr_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n,
+  return tsri_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n,
                             g->pl->opts.precision, out, err);
 }

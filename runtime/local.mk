@@ -1,4 +1,4 @@
-# libtessera: the runtime library (prefix tsr_).
+# libtessera: the runtime library (prefix tsr_; its internals tsri_).
 lib_LTLIBRARIES += libtessera.la
 include_HEADERS += runtime/tessera.h
 libtessera_la_CPPFLAGS = $(AM_CPPFLAGS) $(SQLITE_CFLAGS) $(JANSSON_CFLAGS)
@@ -32,8 +32,8 @@ libtessera_la_SOURCES += \
 nodist_libtessera_la_SOURCES = db/embedded.c
 
 # libtessera.so exports exactly the functions tessera.h declares (internals
-# keep the tsr_ prefix but stay local to the library; the tools and tests
-# link the static archive, which has them all).  The list is read from the
+# are named tsri_ and stay local to the library; the tools and tests link
+# the static archive, which has them all).  The list is read from the
 # preprocessed header, where only declarations remain, and libtool turns it
 # into a version script; tests/exports.sh compares the result with nm -D.
 EXTRA_libtessera_la_DEPENDENCIES = libtessera.sym

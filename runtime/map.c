@@ -21,7 +21,7 @@
  * packed), 0.5 ns a tile and 20 ns a row with tasks.c (BENCHMARKS.md).
  * Rows that are identical (a batch- or head-broadcast mask, GQA heads with
  * identical rows) share one tile range instead of being emitted again.  All
- * arrays live in the plan's reusable buffers (tsr_plan_buf): replanning
+ * arrays live in the plan's reusable buffers (tsri_plan_buf): replanning
  * into the same plan allocates nothing once the buffers are large enough.
  */
 #include <stdio.h>
@@ -86,7 +86,7 @@ static void axis_uniform(int64_t b, int64_t t, int64_t s, int *combined, int *su
     *subdivided = 1;
 }
 
-void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+void tsri_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
                               int tile_n, int *combined, int *subdivided)
 {
   *combined = *subdivided = 0;
@@ -94,7 +94,7 @@ void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, in
   axis_uniform(bk, tile_n, sk, combined, subdivided);
 }
 
-int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided)
+int tsri_map_applies(tsr_mapping mapping, int combined, int subdivided)
 {
   switch (mapping) {
   case TSR_MAP_RETAIN:
@@ -108,7 +108,7 @@ int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided)
   }
 }
 
-tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
+tsr_status tsri_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
 {
   const tsr_geom *g = pl->problem.geom;
   int64_t bq = 0, bk = 0;
@@ -124,7 +124,7 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
   if (tm == 0 && tn == 0) {
     switch (o->mapping) {
     case TSR_MAP_RETAIN:
-      if (!uniform || !tsr_tile_m_ok(bq) || !tsr_tile_n_ok(bk))
+      if (!uniform || !tsri_tile_m_ok(bq) || !tsri_tile_n_ok(bk))
         return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                              "mapping 'retain' needs uniform blocks usable as a tile "
                              "(rows a multiple of 16, columns of 32, at most 512), got blocks %s",
@@ -155,20 +155,20 @@ tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
     tm = 128;
   if (tn == 0)
     tn = 128;
-  if (!tsr_tile_m_ok(tm) || !tsr_tile_n_ok(tn))
+  if (!tsri_tile_m_ok(tm) || !tsri_tile_n_ok(tn))
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "tile %dx%d is not supported: rows must be a multiple of 16 and "
                          "columns a multiple of 32, each at most 512",
                          tm, tn);
 
   if (uniform) {
-    tsr_map_relation_uniform(bq, bk, pl->problem.seq_q, pl->problem.seq_k, tm, tn, &combined,
+    tsri_map_relation_uniform(bq, bk, pl->problem.seq_q, pl->problem.seq_k, tm, tn, &combined,
                              &subdivided);
   } else {
     axis_relation(g, 1, tm, &combined, &subdivided);
     axis_relation(g, 0, tn, &combined, &subdivided);
   }
-  if (!tsr_map_applies(o->mapping, combined, subdivided)) {
+  if (!tsri_map_applies(o->mapping, combined, subdivided)) {
     static const char *const needs[] = {
         [TSR_MAP_RETAIN] = "needs the tile to equal the logical block",
         [TSR_MAP_COMBINE] = "needs tiles that span several logical blocks",
@@ -305,7 +305,7 @@ static void set_range32(tsr_u32 *w, int64_t a, int64_t b)
   }
 }
 
-/* Scratch and tables for one tsr_map_build call. */
+/* Scratch and tables for one tsri_map_build call. */
 typedef struct {
   tsr_plan *pl;
   int64_t nq, nk, nqt, nkt, W;  /* W: 64-bit words per packed mask row */
@@ -335,7 +335,7 @@ static int grow_tiles(map_ctx *c, int64_t need)
     return -1; /* tile_begin / tile_end are 32-bit */
   need += EMIT_SLACK; /* room for emit_full_avx512's whole stores */
   if (pl->n_tiles + need > c->cap_tiles) {
-    tsr_tile_rec *t = tsr_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
+    tsr_tile_rec *t = tsri_plan_buf(pl, TSR_BUF_TILES, (size_t)(pl->n_tiles + need) * sizeof *t);
     if (!t)
       return -1;
     pl->tiles = t;
@@ -351,7 +351,7 @@ static tsr_u32 *alloc_words(map_ctx *c, int64_t n, tsr_i32 *offset)
   if (pl->n_membership + n > INT32_MAX)
     return NULL;
   if (pl->n_membership + n > c->cap_mem) {
-    tsr_u32 *m = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, (size_t)(pl->n_membership + n) * sizeof *m);
+    tsr_u32 *m = tsri_plan_buf(pl, TSR_BUF_MEMBERSHIP, (size_t)(pl->n_membership + n) * sizeof *m);
     if (!m)
       return NULL;
     pl->membership = m;
@@ -560,17 +560,17 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
                          "cannot plan %lld query tokens: plans index tokens and tiles with "
                          "32-bit integers",
                          (long long)sq);
-  c->qs = tsr_plan_buf(pl, TSR_BUF_QS, (size_t)(c->nq + 1) * sizeof *c->qs);
-  c->ks = tsr_plan_buf(pl, TSR_BUF_KS, (size_t)(c->nk + 1) * sizeof *c->ks);
-  c->i0 = tsr_plan_buf(pl, TSR_BUF_I0, (size_t)c->nqt * sizeof *c->i0);
-  c->i1 = tsr_plan_buf(pl, TSR_BUF_I1, (size_t)c->nqt * sizeof *c->i1);
-  c->kb0 = tsr_plan_buf(pl, TSR_BUF_KB0, (size_t)c->nkt * sizeof *c->kb0);
-  c->kb1 = tsr_plan_buf(pl, TSR_BUF_KB1, (size_t)c->nkt * sizeof *c->kb1);
-  c->kt0 = tsr_plan_buf(pl, TSR_BUF_KT0, (size_t)c->nk * sizeof *c->kt0);
-  c->kt1 = tsr_plan_buf(pl, TSR_BUF_KT1, (size_t)c->nk * sizeof *c->kt1);
-  c->kcols = tsr_plan_buf(pl, TSR_BUF_KCOLS, (size_t)c->nkt * sizeof *c->kcols);
-  c->orb = tsr_plan_buf(pl, TSR_BUF_ORAND, (size_t)c->W * 16);
-  pl->qblk = tsr_plan_buf(pl, TSR_BUF_QBLK, (size_t)sq * sizeof *pl->qblk);
+  c->qs = tsri_plan_buf(pl, TSR_BUF_QS, (size_t)(c->nq + 1) * sizeof *c->qs);
+  c->ks = tsri_plan_buf(pl, TSR_BUF_KS, (size_t)(c->nk + 1) * sizeof *c->ks);
+  c->i0 = tsri_plan_buf(pl, TSR_BUF_I0, (size_t)c->nqt * sizeof *c->i0);
+  c->i1 = tsri_plan_buf(pl, TSR_BUF_I1, (size_t)c->nqt * sizeof *c->i1);
+  c->kb0 = tsri_plan_buf(pl, TSR_BUF_KB0, (size_t)c->nkt * sizeof *c->kb0);
+  c->kb1 = tsri_plan_buf(pl, TSR_BUF_KB1, (size_t)c->nkt * sizeof *c->kb1);
+  c->kt0 = tsri_plan_buf(pl, TSR_BUF_KT0, (size_t)c->nk * sizeof *c->kt0);
+  c->kt1 = tsri_plan_buf(pl, TSR_BUF_KT1, (size_t)c->nk * sizeof *c->kt1);
+  c->kcols = tsri_plan_buf(pl, TSR_BUF_KCOLS, (size_t)c->nkt * sizeof *c->kcols);
+  c->orb = tsri_plan_buf(pl, TSR_BUF_ORAND, (size_t)c->W * 16);
+  pl->qblk = tsri_plan_buf(pl, TSR_BUF_QBLK, (size_t)sq * sizeof *pl->qblk);
   if (!c->qs || !c->ks || !c->i0 || !c->i1 || !c->kb0 || !c->kb1 || !c->kt0 || !c->kt1 ||
       !c->kcols || !c->orb || !pl->qblk)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
@@ -622,15 +622,15 @@ static tsr_status build_tables(map_ctx *c, tsr_error *err)
    * words are then ORs of these, not bit ranges set one by one. */
   {
     int64_t wn = BN / 32, total = 0;
-    c->cm_off = tsr_plan_buf(pl, TSR_BUF_CMOFF, (size_t)c->nkt * sizeof *c->cm_off);
+    c->cm_off = tsri_plan_buf(pl, TSR_BUF_CMOFF, (size_t)c->nkt * sizeof *c->cm_off);
     if (!c->cm_off)
       return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
     for (u = 0; u < c->nkt; u++) {
       c->cm_off[u] = total;
       total += (c->kb1[u] - c->kb0[u] + 1) * wn;
     }
-    c->colmask = tsr_plan_buf(pl, TSR_BUF_COLMASK, (size_t)(total ? total : 1) * sizeof *c->colmask);
-    c->kmask = tsr_plan_buf(pl, TSR_BUF_KMASK, (size_t)c->nkt * sizeof *c->kmask);
+    c->colmask = tsri_plan_buf(pl, TSR_BUF_COLMASK, (size_t)(total ? total : 1) * sizeof *c->colmask);
+    c->kmask = tsri_plan_buf(pl, TSR_BUF_KMASK, (size_t)c->nkt * sizeof *c->kmask);
     if (!c->colmask || !c->kmask)
       return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory for tile tables");
     for (u = 0; u < c->nkt; u++) {
@@ -744,7 +744,7 @@ static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c)
   return r;
 }
 
-int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
+int tsri_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
 {
   const tsr_geom *g = pl->problem.geom;
   int64_t BM = pl->tile_m, sq = pl->problem.seq_q, nqt = pl->n_q_tiles;
@@ -827,7 +827,7 @@ static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_erro
                          what, (long long)TSR_MAX_ROWS);
   if (tiles <= TSR_MAX_TILE_RECORDS && words <= TSR_MAX_MEMBERSHIP_WORDS)
     return TSR_OK;
-  if (tsr_map_count(pl, m, &tiles, &words))
+  if (tsri_map_count(pl, m, &tiles, &words))
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot plan: out of memory counting tiles");
   if (tiles > TSR_MAX_TILE_RECORDS)
     return tsr_error_set(err, TSR_ERR_CAPACITY,
@@ -842,7 +842,7 @@ static tsr_status check_capacity(const tsr_plan *pl, const tsr_mask *m, tsr_erro
   return TSR_OK;
 }
 
-tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows, tsr_error *err)
+tsr_status tsri_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows, tsr_error *err)
 {
   map_ctx c;
   tsr_status st = TSR_OK;
@@ -859,7 +859,7 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows, 
   memset(&c, 0, sizeof c);
   memset(rows, 0, sizeof *rows);
   c.pl = pl;
-  c.simd = tsr_simd_level();
+  c.simd = tsri_simd_level();
   st = check_capacity(pl, m, err);
   if (!st)
     st = build_tables(&c, err);
@@ -870,16 +870,16 @@ tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows, 
     const char *cap = getenv("TESSERA_PLAN_SIMD");
     rows->plain = cap && !strcmp(cap, "none");
   }
-  planes = tsr_plan_buf(pl, TSR_BUF_PLANES, (size_t)np * sizeof *planes);
-  pr = tsr_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
-  psel = tsr_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
+  planes = tsri_plan_buf(pl, TSR_BUF_PLANES, (size_t)np * sizeof *planes);
+  pr = tsri_plan_buf(pl, TSR_BUF_PROW, (size_t)(np * c.nqt) * sizeof *pr);
+  psel = tsri_plan_buf(pl, TSR_BUF_PSEL, (size_t)np * sizeof *psel);
   rows->n_rows = p->batch * p->heads_q * c.nqt;
-  rows->tile_begin = tsr_plan_buf(pl, TSR_BUF_ROW_TB, (size_t)rows->n_rows * sizeof(tsr_i32));
-  rows->tile_end = tsr_plan_buf(pl, TSR_BUF_ROW_TE, (size_t)rows->n_rows * sizeof(tsr_i32));
-  rows->all_full = tsr_plan_buf(pl, TSR_BUF_ROW_FULL, (size_t)rows->n_rows);
-  rows->twin = tsr_plan_buf(pl, TSR_BUF_ROW_TWIN, (size_t)rows->n_rows * sizeof(tsr_i32));
-  pl->tiles = tsr_plan_buf(pl, TSR_BUF_TILES, 1024 * sizeof *pl->tiles);
-  pl->membership = tsr_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
+  rows->tile_begin = tsri_plan_buf(pl, TSR_BUF_ROW_TB, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->tile_end = tsri_plan_buf(pl, TSR_BUF_ROW_TE, (size_t)rows->n_rows * sizeof(tsr_i32));
+  rows->all_full = tsri_plan_buf(pl, TSR_BUF_ROW_FULL, (size_t)rows->n_rows);
+  rows->twin = tsri_plan_buf(pl, TSR_BUF_ROW_TWIN, (size_t)rows->n_rows * sizeof(tsr_i32));
+  pl->tiles = tsri_plan_buf(pl, TSR_BUF_TILES, 1024 * sizeof *pl->tiles);
+  pl->membership = tsri_plan_buf(pl, TSR_BUF_MEMBERSHIP, 1024 * sizeof *pl->membership);
   c.cap_tiles = (int64_t)(pl->bufs[TSR_BUF_TILES].cap / sizeof *pl->tiles);
   c.cap_mem = (int64_t)(pl->bufs[TSR_BUF_MEMBERSHIP].cap / sizeof *pl->membership);
   if (!planes || !pr || !psel || !rows->tile_begin || !rows->tile_end ||

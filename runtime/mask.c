@@ -187,7 +187,7 @@ static void pack_rows(int simd, const uint8_t *src, int64_t rows, int64_t n, uin
 /* The packed rows of a byte mask, from its bytes (0 or 1). */
 static void pack_mask(tsr_mask *m)
 {
-  pack_rows(tsr_simd_level(), m->bits, m->batch * m->heads * m->nq, m->nk, m->packed);
+  pack_rows(tsri_simd_level(), m->bits, m->batch * m->heads * m->nq, m->nk, m->packed);
 }
 
 tsr_status tsr_mask_from_bytes(int64_t batch, int64_t heads, int64_t nq, int64_t nk,

@@ -11,7 +11,7 @@
  *
  * Saving goes through the output transactions of files.c: a temporary file
  * beside the target, renamed onto it, so a failure never leaves a partial
- * file under the final name; tsr_npy_write lets a command make several
+ * file under the final name; tsri_npy_write lets a command make several
  * arrays the outputs of one transaction.
  */
 #include <errno.h>
@@ -276,7 +276,7 @@ tsr_status tsr_npy_load(const char *path, tsr_array *out, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_load: null argument");
   memset(&a, 0, sizeof a);
   /* stat before open: a FIFO or a device is refused, not waited on */
-  f = tsr_in_open(path, "cannot open", err);
+  f = tsri_in_open(path, "cannot open", err);
   if (!f)
     return TSR_ERR_IO;
   if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
@@ -385,7 +385,7 @@ done:
 
 /* ---- saving ------------------------------------------------------------ */
 
-tsr_status tsr_npy_write(FILE *f, const char *path, const tsr_array *a, tsr_error *err)
+tsr_status tsri_npy_write(FILE *f, const char *path, const tsr_array *a, tsr_error *err)
 {
   char dict[512];
   unsigned char pre[12];
@@ -395,7 +395,7 @@ tsr_status tsr_npy_write(FILE *f, const char *path, const tsr_array *a, tsr_erro
   int64_t numel;
 
   if (!f || !path || !a)
-    return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_write: null argument");
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsri_npy_write: null argument");
   for (i = 0; i < N_DTYPES; i++)
     if (dtype_table[i].dt == a->dtype)
       code = dtype_table[i].code;
@@ -459,12 +459,12 @@ tsr_status tsr_npy_save(const char *path, const tsr_array *a, tsr_error *err)
   tsr_status s;
   if (!path || !a)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_npy_save: null argument");
-  if ((s = tsr_out_begin(&t, err)) != TSR_OK)
+  if ((s = tsri_out_begin(&t, err)) != TSR_OK)
     return s;
-  if ((s = tsr_out_file(t, path, 0, &f, err)) == TSR_OK &&
-      (s = tsr_npy_write(f, path, a, err)) == TSR_OK)
-    return tsr_out_commit(t, err);
-  tsr_out_abort(t);
+  if ((s = tsri_out_file(t, path, 0, &f, err)) == TSR_OK &&
+      (s = tsri_npy_write(f, path, a, err)) == TSR_OK)
+    return tsri_out_commit(t, err);
+  tsri_out_abort(t);
   return s;
 }
 

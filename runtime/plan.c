@@ -79,7 +79,7 @@ void tsr_plan_opts_init(tsr_plan_opts *o)
   o->precision = TSR_PREC_NATIVE;
 }
 
-void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes)
+void *tsri_plan_buf(tsr_plan *pl, int slot, size_t bytes)
 {
   size_t cap = pl->bufs[slot].cap;
   void *p;
@@ -128,8 +128,8 @@ tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err)
 {
   if (!o)
     return tsr_error_set(err, TSR_ERR_INVALID, "tsr_plan_opts_check: null options");
-  if (o->tile_m < 0 || o->tile_n < 0 || (o->tile_m && !tsr_tile_m_ok(o->tile_m)) ||
-      (o->tile_n && !tsr_tile_n_ok(o->tile_n)))
+  if (o->tile_m < 0 || o->tile_n < 0 || (o->tile_m && !tsri_tile_m_ok(o->tile_m)) ||
+      (o->tile_n && !tsri_tile_n_ok(o->tile_n)))
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "tile %dx%d is not supported: rows must be a multiple of 16 and "
                          "columns a multiple of 32, each at most %d",
@@ -194,11 +194,11 @@ tsr_status tsr_plan_update(tsr_plan *pl, const tsr_problem *p, const tsr_mask *m
     strcpy(pl->variant, o->variant);
 
   memset(&ranges, 0, sizeof ranges);
-  st = tsr_map_resolve(pl, o, err);
+  st = tsri_map_resolve(pl, o, err);
   if (!st)
-    st = tsr_map_build(pl, m, &ranges, err);
+    st = tsri_map_build(pl, m, &ranges, err);
   if (!st)
-    st = tsr_tasks_build(pl, &ranges, o, err);
+    st = tsri_tasks_build(pl, &ranges, o, err);
   if (st) {
     plan_reset(pl);
     return st;
@@ -252,7 +252,7 @@ void tsr_plan_summarize(const tsr_plan *pl, tsr_plan_summary *s)
   *s = pl->summary;
   /* The variant may be chosen after planning (gpu.c fills pl->variant). */
   memcpy(s->variant, pl->variant, sizeof s->variant);
-  s->balance = tsr_tasks_balance(pl);
+  s->balance = tsri_tasks_balance(pl);
 }
 
 /* Adds a [n][k] integer array of records to `obj` under `key`. */

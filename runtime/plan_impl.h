@@ -17,7 +17,7 @@
 #include "tessera.h"
 
 /* Reusable buffers.  Every array of the plan and every temporary of map.c
- * and tasks.c lives in one slot, grown (never shrunk) by tsr_plan_buf and
+ * and tasks.c lives in one slot, grown (never shrunk) by tsri_plan_buf and
  * freed only by tsr_plan_destroy, so replanning into the same plan
  * (tsr_plan_update, once per layer and step) touches no fresh memory: no
  * allocator calls and no page faults on the steady path. */
@@ -78,7 +78,7 @@ struct tsr_plan {
 /* Slot `slot` with at least `bytes` bytes (contents kept, as realloc; grows
  * by half again at least, so growing loops stay linear).  NULL when out of
  * memory, the old buffer then still owned by the slot. */
-void *tsr_plan_buf(tsr_plan *pl, int slot, size_t bytes);
+void *tsri_plan_buf(tsr_plan *pl, int slot, size_t bytes);
 
 /* ---- Planner internals (map.c, tasks.c; plan.c drives them) ----------
  *
@@ -109,48 +109,48 @@ typedef struct {
  * larger block (subdivided); retain needs neither, combine the first,
  * subdivide the second.  For uniform blocks (bq x bk over sq x sk tokens,
  * the last ragged) in O(1). */
-void tsr_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
+void tsri_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
                               int tile_n, int *combined, int *subdivided);
 /* Whether `mapping` applies to tiles with that relation (AUTO always). */
-int tsr_map_applies(tsr_mapping mapping, int combined, int subdivided);
+int tsri_map_applies(tsr_mapping mapping, int combined, int subdivided);
 
 /* Chooses the tile (opts or default) and resolves the mapping against the
  * geometry: fills pl->tile_m, tile_n, mapping, n_q_tiles, n_k_tiles and
  * summary.combined / subdivided.  TSR_ERR_UNSUPPORTED names both sizes
  * when the requested mapping does not fit. */
-tsr_status tsr_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err);
+tsr_status tsri_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err);
 /* Builds qblk, tiles, membership and the rows' tile ranges (whose arrays live in
  * the plan's buffers, valid until the next build). */
-tsr_status tsr_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows,
+tsr_status tsri_map_build(tsr_plan *pl, const tsr_mask *m, tsr_map_ranges *rows,
                          tsr_error *err);
 
-/* The tile records and membership words tsr_map_build would emit for the
+/* The tile records and membership words tsri_map_build would emit for the
  * mask over the resolved plan pl (tile and tile counts set by
- * tsr_map_resolve): a broadcast plane once, before GQA heads with
+ * tsri_map_resolve): a broadcast plane once, before GQA heads with
  * identical rows share theirs, so never fewer than it emits.  Stops once
  * either passes its limit (tessera.h).  No per-token or per-tile table:
  * O(planes x query blocks x words a row + selected blocks).  The planner's
  * capacity check runs it when a cheap bound exceeds a limit; the tests
  * compare it with plans.  0, or -1 when out of memory. */
-int tsr_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words);
+int tsri_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words);
 
 /* Groups rows into tasks per opts->tasks (row / split / pack / auto), orders
  * them longest-first, allocates partial slots and merge records, fills
  * pl->tasks, members, merges, n_slots, task_layout and the task counts of
  * the summary. */
-tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges,
+tsr_status tsri_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges,
                            const tsr_plan_opts *o, tsr_error *err);
 /* Expected balance of the plan's tasks over its persistent grid of num_sms
  * CTAs walking tasks round-robin (CTA b: tasks b, b + num_sms, ...), as the
  * kernels do: max CTA load / mean load per multiprocessor (a key tile costs
  * 4, a member's Q load and store 1); -1 when out of memory. */
-double tsr_tasks_balance(const tsr_plan *pl);
+double tsri_tasks_balance(const tsr_plan *pl);
 /* Physical tiles the planner supports: rows a multiple of 16, columns of
  * 32 (the kernels' MMA shapes and 32-bit membership words), each at most
  * TSR_MAX_TILE.  map.c resolves tiles with them, tsr_plan_opts_check
  * checks requested ones. */
-static inline int tsr_tile_m_ok(int64_t v) { return v >= 16 && v <= TSR_MAX_TILE && v % 16 == 0; }
-static inline int tsr_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TILE && v % 32 == 0; }
+static inline int tsri_tile_m_ok(int64_t v) { return v >= 16 && v <= TSR_MAX_TILE && v % 16 == 0; }
+static inline int tsri_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TILE && v % 32 == 0; }
 
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8

@@ -200,7 +200,7 @@ static void take(const row *r, const tsr_features *f, tsr_selection *out, int le
 static tsr_status load_fail(tsr_db *db, tsr_error *err)
 {
   return tsr_error_set(err, TSR_ERR_DB, "cannot read lookup table from '%s': %s", tsr_db_path(db),
-                       tsr_db_errmsg(db));
+                       tsri_db_errmsg(db));
 }
 
 /* Column i as text, "" for NULL (a printf of NULL would say "(null)"). */
@@ -348,7 +348,7 @@ static void make_reasons(tsr_db *db, tsr_selector *s)
 tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr_selector **out,
                            tsr_error *err)
 {
-  sqlite3 *h = tsr_db_sqlite(db);
+  sqlite3 *h = tsri_db_sqlite(db);
   sqlite3_stmt *st = NULL;
   tsr_selector *s;
   tsr_status bad = TSR_OK;
@@ -448,8 +448,8 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, 
       w = "retain needs uniform blocks, the geometry is variable";
   } else {
     /* The planner's own rule (map.c), on the features' geometry. */
-    tsr_map_relation_uniform(f->bq, f->bk, f->seq_q, f->seq_k, tile_m, tile_n, &comb, &sub);
-    if (!tsr_map_applies(mapping, comb, sub))
+    tsri_map_relation_uniform(f->bq, f->bk, f->seq_q, f->seq_k, tile_m, tile_n, &comb, &sub);
+    if (!tsri_map_applies(mapping, comb, sub))
       w = needs[mapping];
   }
   if (why)
@@ -847,7 +847,7 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
 
 /* ---- Rows as a context settles them (select_impl.h) -------------------- */
 
-void tsr_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out)
+void tsri_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out)
 {
   const row *r = &s->rows[i];
   out->dtype = (tsr_dtype)r->key[1];
@@ -858,7 +858,7 @@ void tsr_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out)
   out->variant = r->variant;
 }
 
-void tsr_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note)
+void tsri_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note)
 {
   row *r = &s->rows[i];
   size_t len = strlen(r->why);

@@ -28,9 +28,9 @@ typedef struct {
 } tsr_row_view;
 
 /* Row i (0 <= i < tsr_select_rows) of s. */
-void tsr_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out);
+void tsri_select_row_view(const tsr_selector *s, int64_t i, tsr_row_view *out);
 /* Records row i's fate; `note` (may be NULL) is appended to the row's
  * reason text, which every selection of the row then gives as it is. */
-void tsr_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note);
+void tsri_select_row_settle(tsr_selector *s, int64_t i, tsr_row_fate fate, const char *note);
 
 #endif

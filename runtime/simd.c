@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tsr_simd_level(void)
+int tsri_simd_level(void)
 {
   static const char *const names[] = {"none", "sse2", "avx2", "avx512"};
   const char *cap = getenv("TESSERA_PLAN_SIMD");

@@ -15,6 +15,6 @@
 enum { TSR_SIMD_NONE, TSR_SIMD_SSE2, TSR_SIMD_AVX2, TSR_SIMD_AVX512 };
 
 /* The level to use now (reads the environment on every call). */
-int tsr_simd_level(void);
+int tsri_simd_level(void);
 
 #endif

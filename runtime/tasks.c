@@ -100,7 +100,7 @@ static int64_t chunk_limit(const tsr_plan *pl, const tsr_plan_opts *o, int64_t t
  * runs tasks b, b + G, b + 2G, ...  With G = num_sms (one CTA per
  * multiprocessor), returns the largest CTA load over the mean load per
  * multiprocessor, or -1 without memory. */
-double tsr_tasks_balance(const tsr_plan *pl)
+double tsri_tasks_balance(const tsr_plan *pl)
 {
   int64_t n = pl->num_sms > 0 ? pl->num_sms : 1, i, total = 0, maxload = 0;
   int64_t *load = calloc((size_t)n, sizeof *load);
@@ -192,7 +192,7 @@ static int proto_add(build *b, tsr_i32 tb, tsr_i32 te, tsr_i32 first, tsr_i32 n,
                      tsr_i32 partial)
 {
   if (b->n_proto == b->cap_proto) {
-    proto *q = tsr_plan_buf(b->pl, TSR_BUF_PROTOS, (size_t)(b->cap_proto + 1) * sizeof *q);
+    proto *q = tsri_plan_buf(b->pl, TSR_BUF_PROTOS, (size_t)(b->cap_proto + 1) * sizeof *q);
     if (!q)
       return -1;
     b->protos = q;
@@ -214,7 +214,7 @@ static int protos_direct(build *b)
   tsr_i32 open = -1, last = -1; /* the empty unit still taking rows, its last row */
   int64_t r, i;
   b->chunk = chunk_limit(b->pl, b->o, rg->tiles, 0);
-  b->protos = tsr_plan_buf(b->pl, TSR_BUF_PROTOS, (size_t)b->nr * sizeof *b->protos);
+  b->protos = tsri_plan_buf(b->pl, TSR_BUF_PROTOS, (size_t)b->nr * sizeof *b->protos);
   if (!b->protos)
     return -1;
   b->cap_proto = b->nr;
@@ -304,7 +304,7 @@ static tsr_status units_pack(build *b, tsr_error *err)
 {
   tsr_plan *pl = b->pl;
   unit *units = b->units;
-  cand *cs = tsr_plan_buf(pl, TSR_BUF_CANDS, (size_t)(b->n_units ? b->n_units : 1) * sizeof *cs);
+  cand *cs = tsri_plan_buf(pl, TSR_BUF_CANDS, (size_t)(b->n_units ? b->n_units : 1) * sizeof *cs);
   int64_t nc = 0, a, i;
   if (!cs)
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot pack %lld units: out of memory",
@@ -348,7 +348,7 @@ static int merge_add(build *b, tsr_i32 row, int64_t nch)
   tsr_plan *pl = b->pl;
   tsr_merge_rec *mg;
   if ((size_t)(pl->n_merges + 1) * sizeof *pl->merges > pl->bufs[TSR_BUF_MERGES].cap) {
-    tsr_merge_rec *q = tsr_plan_buf(pl, TSR_BUF_MERGES, (size_t)(pl->n_merges + 1) * sizeof *q);
+    tsr_merge_rec *q = tsri_plan_buf(pl, TSR_BUF_MERGES, (size_t)(pl->n_merges + 1) * sizeof *q);
     if (!q)
       return -1;
     pl->merges = q;
@@ -372,7 +372,7 @@ static int protos_from_units(build *b)
   int64_t i;
   b->chunk = chunk_limit(pl, b->o, b->total, b->nonempty);
   b->cap_proto = b->n_units;
-  b->protos = tsr_plan_buf(pl, TSR_BUF_PROTOS,
+  b->protos = tsri_plan_buf(pl, TSR_BUF_PROTOS,
                            (size_t)(b->cap_proto ? b->cap_proto : 1) * sizeof *b->protos);
   if (!b->protos)
     return -1;
@@ -426,7 +426,7 @@ static int protos_order(build *b)
   proto *sorted;
   int64_t n_proto = b->n_proto, i;
   sorted = b->sorted =
-      tsr_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
+      tsri_plan_buf(pl, TSR_BUF_SORTED, (size_t)(n_proto ? n_proto : 1) * sizeof *sorted);
   if (!sorted)
     return -1;
   for (i = 0; i < n_proto;) {
@@ -441,7 +441,7 @@ static int protos_order(build *b)
     if (range <= 2 * (e - i) + 64) {
       /* The segment's protos (a group: a few hundred) stay in the cache
        * while they are counted and scattered. */
-      int64_t *count = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)range + 1) * sizeof *count);
+      int64_t *count = tsri_plan_buf(pl, TSR_BUF_COUNT_KEYS, ((size_t)range + 1) * sizeof *count);
       if (!count)
         return -1;
       memset(count, 0, ((size_t)range + 1) * sizeof *count);
@@ -453,7 +453,7 @@ static int protos_order(build *b)
       for (k = i; k < e; k++)
         sorted[count[kmax - protos[k].key]++] = protos[k];
     } else {
-      uint64_t *keys = tsr_plan_buf(pl, TSR_BUF_COUNT_KEYS, (size_t)(e - i) * sizeof *keys);
+      uint64_t *keys = tsri_plan_buf(pl, TSR_BUF_COUNT_KEYS, (size_t)(e - i) * sizeof *keys);
       if (!keys)
         return -1;
       for (k = i; k < e; k++)
@@ -504,7 +504,7 @@ static void tasks_write(build *b)
   }
 }
 
-tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges, const tsr_plan_opts *o,
+tsr_status tsri_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges, const tsr_plan_opts *o,
                            tsr_error *err)
 {
   const tsr_problem *p = &pl->problem;
@@ -523,11 +523,11 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges, const tsr
   b.group = p->heads_q / p->heads_kv;
   b.twins = b.pack_empty && b.group > 1;
   pl->merges = pl->bufs[TSR_BUF_MERGES].p; /* grown as split rows appear */
-  b.next = tsr_plan_buf(pl, TSR_BUF_NEXT, (size_t)b.nr * sizeof *b.next);
-  b.unit_of = tsr_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)b.nr * sizeof *b.unit_of);
-  b.units = tsr_plan_buf(pl, TSR_BUF_UNITS, (size_t)b.nr * sizeof *b.units);
-  b.rec = tsr_plan_buf(pl, TSR_BUF_REC, (size_t)b.nr * sizeof *b.rec);
-  b.grp = tsr_plan_buf(pl, TSR_BUF_GROUP, (size_t)(b.nr ? b.nr : 1) * sizeof *b.grp);
+  b.next = tsri_plan_buf(pl, TSR_BUF_NEXT, (size_t)b.nr * sizeof *b.next);
+  b.unit_of = tsri_plan_buf(pl, TSR_BUF_UNIT_OF, (size_t)b.nr * sizeof *b.unit_of);
+  b.units = tsri_plan_buf(pl, TSR_BUF_UNITS, (size_t)b.nr * sizeof *b.units);
+  b.rec = tsri_plan_buf(pl, TSR_BUF_REC, (size_t)b.nr * sizeof *b.rec);
+  b.grp = tsri_plan_buf(pl, TSR_BUF_GROUP, (size_t)(b.nr ? b.nr : 1) * sizeof *b.grp);
   if (!b.next || !b.unit_of || !b.units || !b.rec || !b.grp)
     goto nomem;
   row_tables(&b);
@@ -545,8 +545,8 @@ tsr_status tsr_tasks_build(tsr_plan *pl, const tsr_map_ranges *ranges, const tsr
       goto nomem;
   }
 
-  pl->tasks = tsr_plan_buf(pl, TSR_BUF_TASKS, (size_t)(b.n_proto ? b.n_proto : 1) * sizeof *pl->tasks);
-  pl->members = tsr_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(b.n_mem ? b.n_mem : 1) * sizeof *pl->members);
+  pl->tasks = tsri_plan_buf(pl, TSR_BUF_TASKS, (size_t)(b.n_proto ? b.n_proto : 1) * sizeof *pl->tasks);
+  pl->members = tsri_plan_buf(pl, TSR_BUF_MEMBERS, (size_t)(b.n_mem ? b.n_mem : 1) * sizeof *pl->members);
   if (!pl->tasks || !pl->members || protos_order(&b))
     goto nomem;
   tasks_write(&b);

@@ -14,7 +14,9 @@
  *  - One prefix per module: tsr_npy_*, tsr_geom_*, tsr_mask_*, tsr_ref_*,
  *    tsr_plan_*, tsr_cpu_*, tsr_gpu_*, tsr_db_*, tsr_select_*.
  *  - This header is the request path, and libtessera.so exports exactly the
- *    functions it declares (the build derives the export list from it).  The
+ *    functions it declares (the build derives the export list from it).
+ *    The library's internals are named tsri_* (private headers of runtime/)
+ *    and are not exported; tests/exports.sh holds both rules.  The
  *    mask corpus and the profiler's database writers belong to the tools:
  *    profiler/tools.h, tessera-tools(3).
  *  - Opaque handles with create/destroy pairs; destroy(NULL) is a no-op.
@@ -129,7 +131,7 @@ tsr_status tsr_error_set(tsr_error *err, tsr_status status, const char *fmt, ...
  * build over the H200 timings of db/h200-timings.sql.gz takes 89,000), so
  * that a recursive trigger or a table of billions of rows fails with a
  * message instead of running for hours (a tool sets another budget with
- * tsr_db_set_budget, tessera-tools(3); views are refused at open); and the
+ * tsri_db_set_budget, tessera-tools(3); views are refused at open); and the
  * rows one GPU's lookup table may have when loaded (tsr_select_load; the
  * shipped H200 table has 28). */
 #define TSR_DB_MAX_STEPS ((int64_t)1 << 26)

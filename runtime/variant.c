@@ -4,7 +4,7 @@
  * and libtessera; pure string and integer work, no allocation.
  *
  * The shared-memory formula here is the contract with the templates: the
- * generator passes TSR_SMEM_BYTES = tsr_variant_smem_bytes() to every
+ * generator passes TSR_SMEM_BYTES = tsri_variant_smem_bytes() to every
  * kernel, which static_asserts that its layout fits, and the runtime asks
  * the driver for exactly that much dynamic shared memory.
  */
@@ -14,36 +14,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const tsr_variant_archs[TSR_N_ARCHS] = {
+const char *const tsri_variant_archs[TSR_N_ARCHS] = {
   "sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"
 };
 
 static const char *const family_names[TSR_FAMILY_COUNT] = { "sm80", "sm90" };
 static const char *const layout_names[TSR_TL_COUNT] = { "pers", "flat" };
 
-const char *tsr_variant_family_name(tsr_family f)
+const char *tsri_variant_family_name(tsr_family f)
 {
   return (unsigned)f < TSR_FAMILY_COUNT ? family_names[f] : "?";
 }
 
-const char *tsr_variant_layout_name(tsr_task_layout l)
+const char *tsri_variant_layout_name(tsr_task_layout l)
 {
   return (unsigned)l < TSR_TL_COUNT ? layout_names[l] : "?";
 }
 
-const char *tsr_variant_dtype_name(tsr_dtype d)
+const char *tsri_variant_dtype_name(tsr_dtype d)
 {
   return d == TSR_DT_BF16 || d == TSR_DT_F16 ? tsr_dtype_name(d) : NULL;
 }
 
-void tsr_variant_format(const tsr_variant *v, char *buf)
+void tsri_variant_format(const tsr_variant *v, char *buf)
 {
-  const char *dt = tsr_variant_dtype_name(v->dtype);
+  const char *dt = tsri_variant_dtype_name(v->dtype);
   int n = snprintf(buf, TSR_VARIANT_NAME_MAX, "tsr_%s_%s%s_d%d_m%dn%d_s%d_%c%d_%s_%s",
-                   tsr_variant_family_name(v->family), dt ? dt : "?", v->fp8 ? "_fp8" : "", v->head_dim,
+                   tsri_variant_family_name(v->family), dt ? dt : "?", v->fp8 ? "_fp8" : "", v->head_dim,
                    v->bm, v->bn, v->stages, v->family == TSR_FAMILY_SM90 ? 'g' : 'w',
                    v->family == TSR_FAMILY_SM90 ? v->warpgroups : v->warps,
-                   tsr_variant_layout_name(v->layout), v->membership ? "mb" : "nm");
+                   tsri_variant_layout_name(v->layout), v->membership ? "mb" : "nm");
   if (v->tma_box > 0 && n > 0 && n < TSR_VARIANT_NAME_MAX)
     snprintf(buf + n, (size_t)(TSR_VARIANT_NAME_MAX - n), "_tma%d", v->tma_box);
 }
@@ -73,7 +73,7 @@ static int eat(const char **p, const char *lit)
   return 1;
 }
 
-tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
+tsr_status tsri_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
 {
   tsr_variant x;
   const char *p = name;
@@ -121,7 +121,7 @@ tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
     what = "suffix '_tma<box>'";
     if (!eat(&p, "_tma") || !read_int(&p, &x.tma_box) || *p) goto bad;
   }
-  tsr_variant_format(&x, back);
+  tsri_variant_format(&x, back);
   if (strcmp(back, name) != 0)
     return tsr_error_set(err, TSR_ERR_INVALID,
                          "variant name '%s' is not canonical: expected '%s'", name, back);
@@ -132,12 +132,12 @@ bad:
                        name, what, p);
 }
 
-int tsr_variant_threads(const tsr_variant *v)
+int tsri_variant_threads(const tsr_variant *v)
 {
   return 32 * v->warps;
 }
 
-int tsr_variant_tasks_per_cta(const tsr_variant *v)
+int tsri_variant_tasks_per_cta(const tsr_variant *v)
 {
   /* sm90: one consumer warpgroup per 64 query rows of a task; the
    * warpgroups past the producer may hold two tasks' consumers (g3 at BM
@@ -146,7 +146,7 @@ int tsr_variant_tasks_per_cta(const tsr_variant *v)
   return (v->warpgroups - 1) / (v->bm / 64) > 1 ? (v->warpgroups - 1) / (v->bm / 64) : 1;
 }
 
-int64_t tsr_variant_smem_bytes(const tsr_variant *v)
+int64_t tsri_variant_smem_bytes(const tsr_variant *v)
 {
   /* Q tile once, K and V tiles per pipeline stage, 2-byte elements.  The
    * sm90 family adds 1 KiB of slack for the 1024-byte alignment that
@@ -156,32 +156,32 @@ int64_t tsr_variant_smem_bytes(const tsr_variant *v)
   int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
   int64_t bytes;
   /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF) */
-  if (v->family == TSR_FAMILY_SM90 && tsr_variant_tasks_per_cta(v) == 2 && v->stages == 2)
+  if (v->family == TSR_FAMILY_SM90 && tsri_variant_tasks_per_cta(v) == 2 && v->stages == 2)
     elems += (int64_t)v->bm * v->head_dim;
   bytes = elems * (v->fp8 ? 1 : 2); /* e4m3: one byte an element */
-  if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsr_variant_tasks_per_cta(v) * (bytes + 256);
+  if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsri_variant_tasks_per_cta(v) * (bytes + 256);
   return bytes;
 }
 
 /* Accumulator registers per thread, a lower bound used for pruning. */
-static int tsr_variant_reg_estimate(const tsr_variant *v)
+static int tsri_variant_reg_estimate(const tsr_variant *v)
 {
   /* Accumulators per thread: each consumer thread holds its share of the
    * O tile (BM x D) and the S tile (BM x BN) in fp32, plus ~32 registers of
    * addresses, softmax state and fragments. */
   int consumers = v->family == TSR_FAMILY_SM90 ? 128 * (v->warpgroups - 1) : 32 * v->warps;
-  int64_t rows = (int64_t)v->bm * tsr_variant_tasks_per_cta(v);
+  int64_t rows = (int64_t)v->bm * tsri_variant_tasks_per_cta(v);
   if (consumers <= 0) return 1 << 20;
   return (int)((rows * (v->head_dim + v->bn)) / consumers) + 32;
 }
 
-tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
+tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err)
 {
   char name[TSR_VARIANT_NAME_MAX];
-  tsr_variant_format(v, name);
+  tsri_variant_format(v, name);
   if ((unsigned)v->family >= TSR_FAMILY_COUNT)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': unknown family %d", name, (int)v->family);
-  if (!tsr_variant_dtype_name(v->dtype))
+  if (!tsri_variant_dtype_name(v->dtype))
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': dtype must be bf16 or fp16", name);
   if (v->head_dim < 64 || v->head_dim > 256 || v->head_dim % 64 != 0)
     return tsr_error_set(err, TSR_ERR_INVALID,
@@ -249,23 +249,23 @@ tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err)
   return TSR_OK;
 }
 
-int tsr_arch_index(const char *arch)
+int tsri_arch_index(const char *arch)
 {
   int i;
   for (i = 0; arch && i < TSR_N_ARCHS; i++)
-    if (strcmp(arch, tsr_variant_archs[i]) == 0) return i;
+    if (strcmp(arch, tsri_variant_archs[i]) == 0) return i;
   return -1;
 }
 
-int64_t tsr_arch_smem_limit(const char *arch)
+int64_t tsri_arch_smem_limit(const char *arch)
 {
   /* Opt-in dynamic shared memory per block (CUDA programming guide). */
   static const int64_t limit[TSR_N_ARCHS] = { 166912, 101376, 232448, 232448, 101376 };
-  int i = tsr_arch_index(arch);
+  int i = tsri_arch_index(arch);
   return i < 0 ? 0 : limit[i];
 }
 
-const char *tsr_arch_for_cc(int major, int minor)
+const char *tsri_arch_for_cc(int major, int minor)
 {
   if (major == 8 && minor == 9) return "sm_89";
   if (major == 8) return "sm_80";   /* sm_86 / sm_87 run sm_80 cubins */
@@ -275,11 +275,11 @@ const char *tsr_arch_for_cc(int major, int minor)
   return NULL;
 }
 
-int tsr_variant_fits(const tsr_variant *v, const char *arch, char *why)
+int tsri_variant_fits(const tsr_variant *v, const char *arch, char *why)
 {
-  int64_t smem = tsr_variant_smem_bytes(v), lim = tsr_arch_smem_limit(arch);
-  int regs = tsr_variant_reg_estimate(v);
-  if (tsr_arch_index(arch) < 0) {
+  int64_t smem = tsri_variant_smem_bytes(v), lim = tsri_arch_smem_limit(arch);
+  int regs = tsri_variant_reg_estimate(v);
+  if (tsri_arch_index(arch) < 0) {
     if (why) snprintf(why, 160, "unknown arch '%s'", arch ? arch : "(null)");
     return 0;
   }
@@ -300,9 +300,9 @@ int tsr_variant_fits(const tsr_variant *v, const char *arch, char *why)
   return 1;
 }
 
-int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
+int tsri_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
 {
-  if (!tsr_variant_fits(v, arch, NULL)) return 0;
+  if (!tsri_variant_fits(v, arch, NULL)) return 0;
   if (v->dtype != need->dtype || v->head_dim != need->head_dim) return 0;
   if (!v->fp8 != !need->fp8) return 0; /* a precision is never swapped for another */
   if (v->bm != need->bm || v->bn != need->bn) return 0;
@@ -310,7 +310,7 @@ int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant
   return 1;
 }
 
-int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
+int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
 {
   int r = 0;
   if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") == 0) r += 1000;
@@ -318,7 +318,7 @@ int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_n
   r += 10 * v->stages;
   /* two 64-row tasks a CTA keep the tensor cores busier than one
    * (notes/sm90.md, v6): worth more than a pipeline stage */
-  r += 50 * (tsr_variant_tasks_per_cta(v) - 1);
+  r += 50 * (tsri_variant_tasks_per_cta(v) - 1);
   if (v->layout == TSR_TL_PERS) r += 1;
   return r;
 }

@@ -46,7 +46,7 @@ typedef enum { TSR_TL_PERS, TSR_TL_FLAT, TSR_TL_COUNT } tsr_task_layout;
 
 /* The compile targets, in registry order. */
 #define TSR_N_ARCHS 5
-extern const char *const tsr_variant_archs[TSR_N_ARCHS];
+extern const char *const tsri_variant_archs[TSR_N_ARCHS];
 
 typedef struct {
   tsr_family family;
@@ -62,40 +62,40 @@ typedef struct {
   int fp8;               /* 1 = FP8 (e4m3) tensor-core products; 0 = dtype's */
 } tsr_variant;
 
-const char *tsr_variant_family_name(tsr_family f);
-const char *tsr_variant_layout_name(tsr_task_layout l);
+const char *tsri_variant_family_name(tsr_family f);
+const char *tsri_variant_layout_name(tsr_task_layout l);
 /* The kernels' dtypes by their tsr_dtype_name ("bf16", "fp16"); NULL for
  * other dtypes. */
-const char *tsr_variant_dtype_name(tsr_dtype d);
+const char *tsri_variant_dtype_name(tsr_dtype d);
 
 /* Canonical name into buf (TSR_VARIANT_NAME_MAX bytes). */
-void tsr_variant_format(const tsr_variant *v, char *buf);
-/* Parses a canonical name; rejects anything tsr_variant_format would not
+void tsri_variant_format(const tsr_variant *v, char *buf);
+/* Parses a canonical name; rejects anything tsri_variant_format would not
  * print (so names round-trip exactly), naming the offending part. */
-tsr_status tsr_variant_parse(const char *name, tsr_variant *v, tsr_error *err);
+tsr_status tsri_variant_parse(const char *name, tsr_variant *v, tsr_error *err);
 
 /* Threads per CTA and dynamic shared memory in bytes. */
-int tsr_variant_threads(const tsr_variant *v);
+int tsri_variant_threads(const tsr_variant *v);
 /* Tasks a CTA runs side by side: 2 for sm90 variants with 3 warpgroups at
  * BM 64 (two consumer warpgroups, each its own 64-row task), else 1.  A
  * flat launch then needs ceil(n_tasks / this) CTAs. */
-int tsr_variant_tasks_per_cta(const tsr_variant *v);
-int64_t tsr_variant_smem_bytes(const tsr_variant *v);
+int tsri_variant_tasks_per_cta(const tsr_variant *v);
+int64_t tsri_variant_smem_bytes(const tsr_variant *v);
 
 /* Structural checks independent of the target (tile multiples, supported
  * head dims and dtypes, warp counts); names the first violation. */
-tsr_status tsr_variant_check(const tsr_variant *v, tsr_error *err);
+tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err);
 /* Whether the variant can be built for and runs on `arch` ("sm_80", ...):
  * family support, shared memory and register budget.  On 0 fills `why`
  * (if not NULL, 160 bytes) with the reason. */
-int tsr_variant_fits(const tsr_variant *v, const char *arch, char *why);
+int tsri_variant_fits(const tsr_variant *v, const char *arch, char *why);
 /* Largest dynamic shared memory per block for a compile target. */
-int64_t tsr_arch_smem_limit(const char *arch);
-/* Index of arch in tsr_variant_archs, or -1. */
-int tsr_arch_index(const char *arch);
+int64_t tsri_arch_smem_limit(const char *arch);
+/* Index of arch in tsri_variant_archs, or -1. */
+int tsri_arch_index(const char *arch);
 /* The compile target of a device of compute capability major.minor, or
  * NULL when no target runs there. */
-const char *tsr_arch_for_cc(int major, int minor);
+const char *tsri_arch_for_cc(int major, int minor);
 
 /* A request for a kernel: what a plan needs. */
 typedef struct {
@@ -107,9 +107,9 @@ typedef struct {
 } tsr_variant_need;
 
 /* Whether v serves `need` on `arch`. */
-int tsr_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
+int tsri_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
 /* Preference among serving variants (higher is better): the sm90 family on
  * sm_90a, then no membership code when not needed, then deeper pipelines. */
-int tsr_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
+int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
 
 #endif

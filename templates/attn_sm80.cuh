@@ -41,7 +41,7 @@
  *
  * Shared memory: Q [BM][D] + K, V [STAGES][BN][D] 16-bit elements; rows are
  * 16-byte chunks XOR-swizzled by (row & 7), so ldmatrix and cp.async touch
- * eight distinct bank groups.  Exactly tsr_variant_smem_bytes() bytes.
+ * eight distinct bank groups.  Exactly tsri_variant_smem_bytes() bytes.
  */
 #include "tsr_common.cuh"
 

@@ -6,6 +6,7 @@
 #include <check.h>
 
 #include "tessera.h"
+#include "util.h"
 
 #define SIZES(X)                                                             \
   X(tsr_error) X(tsr_problem) X(tsr_plan_opts) X(tsr_plan_summary)           \
@@ -35,14 +36,8 @@ int main(void)
 {
   Suite *s = suite_create("abi");
   TCase *tc = tcase_create("abi");
-  SRunner *sr;
-  int failed;
   tcase_add_test(tc, test_known);
   tcase_add_test(tc, test_unknown);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -10,16 +10,16 @@
  *    selection the per-request bundle check gave before (transcribed here
  *    from the code it replaced: the raw table's choice, then the variant
  *    check against the bundle, reason and all);
- *  - serves(variant, plan) is one rule: the context's (tsr_context_serves),
+ *  - serves(variant, plan) is one rule: the context's (tsri_context_serves),
  *    the sweep's candidates (tsrp_sweep_candidate), the bundle's pick and
  *    an independent reading of the bundle entry agree on every variant of
  *    the build's bundle over random plans;
- *  - the GPU templates' re-selection (tsr_context_regime, behind
+ *  - the GPU templates' re-selection (tsri_context_regime, behind
  *    tsr_gpuplan_reselect) chooses what the Python binding chose before it
  *    moved into C (transcribed here), over the tables and shapes
  *    tests/python-binding.sh uses and random stats, ties of the split
  *    estimate's rounding included;
- *  - where the bundle is found (tsr_bundle_dir).
+ *  - where the bundle is found (tsri_bundle_dir).
  * Host-only contexts over the build's bundle: no GPU needed.
  */
 #include <check.h>
@@ -95,7 +95,7 @@ START_TEST(test_context_select)
   snprintf(path, sizeof path, "%s/c.db", tmpdir);
   build_fixture(&fx, path, &rng, 4);
   ck_assert_int_eq(tsrp_build_run(fx.db, &bo, &bs, &err), TSR_OK);
-  ck_assert_int_eq(tsr_db_exec(fx.db, real_variants_sql, &err), TSR_OK);
+  ck_assert_int_eq(tsri_db_exec(fx.db, real_variants_sql, &err), TSR_OK);
   tsr_db_close(fx.db);
   ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
   ck_assert_str_eq(tsr_select_gpu(tsr_context_selector(ctx)), "NVIDIA Test");
@@ -219,7 +219,7 @@ START_TEST(test_context_select)
   /* Rows naming builds the bundle no longer has (the catalog renamed
    * _flat_ to _pers_, say): the bundle's own variant for the same tile. */
   ck_assert_int_eq(tsr_db_open(path, 0, &fx.db, &err), TSR_OK);
-  ck_assert_int_eq(tsr_db_exec(fx.db, "UPDATE lookup SET variant = replace(variant, '_flat_', "
+  ck_assert_int_eq(tsri_db_exec(fx.db, "UPDATE lookup SET variant = replace(variant, '_flat_', "
                                       "'_pers_')",
                                &err),
                    TSR_OK);
@@ -252,7 +252,7 @@ START_TEST(test_context_select)
 
   /* A row for a head dim the bundle has no variant for: automatic plan. */
   ck_assert_int_eq(tsr_db_open(path, 0, &fx.db, &err), TSR_OK);
-  ck_assert_int_eq(tsr_db_exec(fx.db, "UPDATE lookup SET head_dim = 96", &err), TSR_OK);
+  ck_assert_int_eq(tsri_db_exec(fx.db, "UPDATE lookup SET head_dim = 96", &err), TSR_OK);
   tsr_db_close(fx.db);
   ck_assert_msg(host_context(path, &ctx, &err) == TSR_OK, "%s", err.text);
   {
@@ -338,7 +338,7 @@ START_TEST(test_variable_row_mapping)
                "'', 2, 1, 1.1)",
                TSR_FEATURES_VERSION, r.seq_bin, r.density_bin, r.spread_bin, r.fill_bin, maps[mp],
                tile, tile);
-      ck_assert_int_eq(tsr_db_exec(db, sql, &err), TSR_OK);
+      ck_assert_int_eq(tsri_db_exec(db, sql, &err), TSR_OK);
       ck_assert_int_eq(tsr_select_load(db, "NVIDIA Test", 132, &sel, &err), TSR_OK);
       tsr_db_close(db);
       memset(&s, 0xa5, sizeof s);
@@ -491,7 +491,7 @@ static void put_row(tsr_db *db, const tsr_region *r, int level, const char *mapp
            lookup_cols, TSR_FEATURES_VERSION, level, tsr_dtype_name((tsr_dtype)k.dtype), k.head_dim,
            k.bq, k.bk, k.seq_bin, k.density_bin, k.spread_bin, k.fill_bin, mapping, tm, tn, tasks,
            variant, masks);
-  ck_assert_msg(tsr_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
 }
 
 /* A request: a random mask over uniform bq x bk blocks of seq tokens. */
@@ -538,7 +538,7 @@ static void old_resolve(const tsr_bundle *bu, const tsr_features *f, const tsr_p
                         tsr_selection *out)
 {
   const char *arch = "sm_90a";
-  int64_t smem = tsr_arch_smem_limit(arch);
+  int64_t smem = tsri_arch_smem_limit(arch);
   tsr_variant_need need = {0}; /* native precision unless set */
   char note[TSR_VARIANT_NAME_MAX + 96] = "";
   int outcome;
@@ -549,11 +549,11 @@ static void old_resolve(const tsr_bundle *bu, const tsr_features *f, const tsr_p
   need.bm = out->opts.tile_m;
   need.bn = out->opts.tile_n;
   need.membership = out->opts.mapping != TSR_MAP_RETAIN;
-  i = out->variant[0] ? tsr_bundle_find(bu, out->variant) : -1;
-  if (i >= 0 && (bu->items[i].targets & (1u << tsr_arch_index(arch))) && bu->items[i].smem <= smem &&
-      tsr_variant_serves(&bu->items[i].v, arch, &need)) {
+  i = out->variant[0] ? tsri_bundle_find(bu, out->variant) : -1;
+  if (i >= 0 && (bu->items[i].targets & (1u << tsri_arch_index(arch))) && bu->items[i].smem <= smem &&
+      tsri_variant_serves(&bu->items[i].v, arch, &need)) {
     outcome = 0;
-  } else if (tsr_bundle_pick(bu, arch, &need, smem) >= 0) {
+  } else if (tsri_bundle_pick(bu, arch, &need, smem) >= 0) {
     outcome = 1;
     if (out->variant[0])
       snprintf(note, sizeof note,
@@ -610,7 +610,7 @@ static const char *row_variant(tu_rng *rng, const tsr_bundle *bu, tsr_dtype dt, 
 {
   tsr_variant_need need = {dt, hd, tm, tn, membership, 0};
   int64_t kind = tu_range(rng, 0, 3);
-  long k = tsr_bundle_pick(bu, "sm_90a", &need, tsr_arch_smem_limit("sm_90a"));
+  long k = tsri_bundle_pick(bu, "sm_90a", &need, tsri_arch_smem_limit("sm_90a"));
   if (kind == 0 && k >= 0)
     return bu->items[k].name;
   if (kind <= 1) /* any build: of another tile or dtype, mostly */
@@ -637,7 +637,7 @@ START_TEST(test_settled_rows_choose_as_before)
   tsr_error err = {0};
   char path[300];
   int i, hits = 0, levels[3] = {0, 0, 0}, settled = 0, fates[3] = {0, 0, 0};
-  ck_assert_msg(tsr_bundle_load(bundle_path(), &bu, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_bundle_load(bundle_path(), &bu, &err) == TSR_OK, "%s", err.text);
   snprintf(path, sizeof path, "%s/t.db", tmpdir);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
   /* Requests over a few geometries, and rows for their regions: exact
@@ -684,7 +684,7 @@ START_TEST(test_settled_rows_choose_as_before)
       memset(&want, 0x5a, sizeof want);
       ck_assert_int_eq(tsr_context_select(ctx, &reqs[i].p, reqs[i].m, &base, &got, &err), TSR_OK);
       if (!base.num_sms)
-        base.num_sms = tsr_context_num_sms(ctx);
+        base.num_sms = tsri_context_num_sms(ctx);
       ck_assert_int_eq(tsr_select_request(raw, &reqs[i].f, &base, &want, &err), TSR_OK);
       if (want.from_table) { /* a miss at every level is the same either way */
         old_resolve(&bu, &reqs[i].f, &base, &want);
@@ -712,7 +712,7 @@ START_TEST(test_settled_rows_choose_as_before)
     rules_free(&reqs[i]);
   tsr_select_destroy(raw);
   tsr_context_destroy(ctx);
-  tsr_bundle_free(&bu);
+  tsri_bundle_free(&bu);
 }
 END_TEST
 
@@ -723,11 +723,11 @@ START_TEST(test_serves_one_rule)
   tu_rng rng = {tu_seed("serves_one_rule", 17)};
   tsr_context *ctx = rules_context(NULL);
   const tsr_bundle *bu = &ctx->bundle;
-  int64_t smem = tsr_arch_smem_limit("sm_90a");
-  int a = tsr_arch_index("sm_90a"), c, yes = 0, no = 0;
+  int64_t smem = tsri_arch_smem_limit("sm_90a");
+  int a = tsri_arch_index("sm_90a"), c, yes = 0, no = 0;
   size_t i;
-  ck_assert_str_eq(tsr_context_arch(ctx), TSR_DEFAULT_ARCH);
-  ck_assert_int_eq(tsr_context_num_sms(ctx), TSR_DEFAULT_NUM_SMS);
+  ck_assert_str_eq(tsri_context_arch(ctx), TSR_DEFAULT_ARCH);
+  ck_assert_int_eq(tsri_context_num_sms(ctx), TSR_DEFAULT_NUM_SMS);
   ck_assert_int_gt((int)bu->n, 0);
   for (c = 0; c < 200; c++) {
     static const int tiles[] = {32, 64, 96, 128, 256};
@@ -755,14 +755,14 @@ START_TEST(test_serves_one_rule)
       need.membership = memb;
       for (i = 0; i < bu->n; i++) {
         const tsr_bundle_entry *e = &bu->items[i];
-        int mine = tsr_context_serves(ctx, e, &need);
+        int mine = tsri_context_serves(ctx, e, &need);
         int direct = (e->targets & (1u << a)) && e->smem <= smem && e->v.dtype == need.dtype &&
                      e->v.head_dim == need.head_dim && e->v.bm == tm && e->v.bn == tn &&
                      (!memb || e->v.membership) && !e->v.fp8 == !need.fp8 &&
-                     tsr_variant_fits(&e->v, "sm_90a", NULL);
+                     tsri_variant_fits(&e->v, "sm_90a", NULL);
         ck_assert_msg(mine == direct, "%s for %s d%d %dx%d%s: context %d, entry %d", e->name,
                       tsr_dtype_name(p.dtype), (int)p.head_dim, tm, tn, memb ? " mb" : "", mine, direct);
-        ck_assert_int_eq(mine, tsr_bundle_serves(e, "sm_90a", smem, &need));
+        ck_assert_int_eq(mine, tsri_bundle_serves(e, "sm_90a", smem, &need));
         if (!memb && !need.fp8) /* the sweep times what the request path may run (native) */
           ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, NULL), mine);
         ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, "no-such-variant*"), 0);
@@ -770,12 +770,12 @@ START_TEST(test_serves_one_rule)
         yes += mine;
         no += !mine;
       }
-      pick = tsr_bundle_pick(bu, "sm_90a", &need, smem);
+      pick = tsri_bundle_pick(bu, "sm_90a", &need, smem);
       if (pick >= 0)
-        ck_assert(tsr_context_serves(ctx, &bu->items[pick], &need));
+        ck_assert(tsri_context_serves(ctx, &bu->items[pick], &need));
       else
         for (i = 0; i < bu->n; i++)
-          ck_assert(!tsr_context_serves(ctx, &bu->items[i], &need));
+          ck_assert(!tsri_context_serves(ctx, &bu->items[i], &need));
     }
   }
   ck_assert_int_gt(yes, 0);
@@ -931,7 +931,7 @@ START_TEST(test_regime_as_python_chose)
       gpu_features(&p, tm, tn, &st, &f);
       python_pick(ctx, &f, &st, &p, tm, tn, &want);
       memset(&got, 0xa5, sizeof got);
-      ck_assert_int_eq(tsr_context_regime(ctx, &f, &st, &p, tm, tn, TSR_PREC_NATIVE, &got, &err), TSR_OK);
+      ck_assert_int_eq(tsri_context_regime(ctx, &f, &st, &p, tm, tn, TSR_PREC_NATIVE, &got, &err), TSR_OK);
       ck_assert_int_eq(!got.changed, want.keep);
       if (want.keep) {
         keeps++;
@@ -1002,16 +1002,16 @@ START_TEST(test_bundle_dir)
   if (old)
     snprintf(keep, sizeof keep, "%s", old);
   unsetenv("TESSERA_BUNDLE");
-  snprintf(installed, sizeof installed, "%s", tsr_bundle_dir(NULL, NULL));
+  snprintf(installed, sizeof installed, "%s", tsri_bundle_dir(NULL, NULL));
   ck_assert_ptr_nonnull(strstr(installed, "/bundle"));
-  ck_assert_str_eq(tsr_bundle_dir("", ""), installed);
-  ck_assert_str_eq(tsr_bundle_dir(NULL, "/local/b"), "/local/b");
-  ck_assert_str_eq(tsr_bundle_dir("/asked", "/local/b"), "/asked");
+  ck_assert_str_eq(tsri_bundle_dir("", ""), installed);
+  ck_assert_str_eq(tsri_bundle_dir(NULL, "/local/b"), "/local/b");
+  ck_assert_str_eq(tsri_bundle_dir("/asked", "/local/b"), "/asked");
   setenv("TESSERA_BUNDLE", "/from/env", 1);
-  ck_assert_str_eq(tsr_bundle_dir(NULL, "/local/b"), "/from/env");
-  ck_assert_str_eq(tsr_bundle_dir("/asked", NULL), "/asked");
+  ck_assert_str_eq(tsri_bundle_dir(NULL, "/local/b"), "/from/env");
+  ck_assert_str_eq(tsri_bundle_dir("/asked", NULL), "/asked");
   setenv("TESSERA_BUNDLE", "", 1);
-  ck_assert_str_eq(tsr_bundle_dir(NULL, NULL), installed);
+  ck_assert_str_eq(tsri_bundle_dir(NULL, NULL), installed);
   /* The context follows the same rule: $TESSERA_BUNDLE when no folder is
    * given, named in the error when it is not a bundle. */
   {
@@ -1061,12 +1061,6 @@ static Suite *context_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("check_context", 20261129u);
-  sr = srunner_create(context_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(context_suite());
 }

@@ -1368,8 +1368,6 @@ int main(void)
 {
   Suite *s = suite_create("corpus");
   TCase *tc = tcase_create("core");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_rng);
@@ -1393,9 +1391,5 @@ int main(void)
   tcase_add_test(tc, test_block_sizes_overflow);
   tcase_add_loop_test(tc, test_features, 0, 12);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -60,7 +60,7 @@ static int64_t count_db(tsr_db *db, const char *sql)
 {
   sqlite3_stmt *st;
   int64_t v = -1;
-  ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(tsri_db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
   if (sqlite3_step(st) == SQLITE_ROW)
     v = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);
@@ -177,7 +177,7 @@ START_TEST(test_migrate_from_v1)
   fixture_ids ids;
   double s[3] = {1.5, 1.25, 1.75};
   path_in(path, sizeof path, "v1.db");
-  ck_assert_int_eq(tsr_db_create_at(path, 1, &err), TSR_OK);
+  ck_assert_int_eq(tsri_db_create_at(path, 1, &err), TSR_OK);
   ck_assert_int_eq(count(path, "PRAGMA user_version"), 1);
   ck_assert_int_eq(count(path, "SELECT count(*) FROM sqlite_master WHERE name='lookup_meta'"), 0);
   /* A read-only open refuses the old schema and names what to do. */
@@ -210,15 +210,15 @@ START_TEST(test_migrate_from_v1)
   tsr_db_close(db);
   ck_assert_int_eq(count(path, "PRAGMA user_version"), 2);
   ck_assert_int_eq(count(path, "SELECT count(*) FROM samples"), 3);
-  /* tsr_db_create_at refuses an existing file and versions out of range. */
+  /* tsri_db_create_at refuses an existing file and versions out of range. */
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_db_create_at(path, 1, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_db_create_at(path, 1, &err), TSR_ERR_IO);
   ck_assert_ptr_nonnull(strstr(err.text, "file exists"));
   tsr_error_clear(&err);
   path_in(path, sizeof path, "v3.db");
-  ck_assert_int_eq(tsr_db_create_at(path, TSR_DB_SCHEMA_VERSION + 1, &err), TSR_ERR_INVALID);
+  ck_assert_int_eq(tsri_db_create_at(path, TSR_DB_SCHEMA_VERSION + 1, &err), TSR_ERR_INVALID);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_db_create_at(path, 0, &err), TSR_ERR_INVALID);
+  ck_assert_int_eq(tsri_db_create_at(path, 0, &err), TSR_ERR_INVALID);
 }
 END_TEST
 
@@ -320,7 +320,7 @@ START_TEST(test_default_embedded)
   ck_assert_str_eq(tsr_db_path(db), ":memory:");
   ck_assert_int_eq(tsr_db_version(db), TSR_DB_SCHEMA_VERSION);
   ck_assert_int_ge(count_db(db, "SELECT count(*) FROM lookup"), 0);
-  ck_assert_ptr_nonnull(strstr(tsr_db_default_sql(), "db/h200.sql"));
+  ck_assert_ptr_nonnull(strstr(tsri_db_default_sql(), "db/h200.sql"));
   tsr_db_close(db);
   tsr_db_close(NULL);
 }
@@ -379,14 +379,14 @@ START_TEST(test_put_and_record)
     ck_assert_int_eq(tsr_db_record(db, &m, &ins, &err), TSR_OK); /* again: ignored */
     ck_assert_int_eq(ins, 0);
     ck_assert_int_eq(count_db(db, "SELECT count(*) FROM samples"), 7);
-    sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT median_ms, repeats, warmup FROM measurements",
+    sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT median_ms, repeats, warmup FROM measurements",
                        -1, &st, NULL);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     ck_assert_double_eq_tol(sqlite3_column_double(st, 0), med, 1e-12);
     ck_assert_int_eq(sqlite3_column_int(st, 1), 7);
     ck_assert_int_eq(sqlite3_column_int(st, 2), 3);
     sqlite3_finalize(st);
-    sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT rep, ms FROM samples ORDER BY rep", -1, &st,
+    sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT rep, ms FROM samples ORDER BY rep", -1, &st,
                        NULL);
     for (i = 0; i < 7; i++) {
       ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
@@ -488,7 +488,7 @@ START_TEST(test_resume_after_kill)
         _exit(4);
     }
     /* The next candidate: samples written, no commit, then the kill. */
-    if (tsr_db_begin(c, &err) != TSR_OK)
+    if (tsri_db_begin(c, &err) != TSR_OK)
       _exit(5);
     {
       double s[REPS];
@@ -578,7 +578,7 @@ static void crafted(char *buf, size_t n, const char *name, int version, const ch
   char *msg = NULL;
   tsr_error err = {0};
   path_in(buf, n, name);
-  ck_assert_msg(tsr_db_create_at(buf, version, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_db_create_at(buf, version, &err) == TSR_OK, "%s", err.text);
   ck_assert_int_eq(sqlite3_open(buf, &h), SQLITE_OK);
   ck_assert_msg(sqlite3_exec(h, sql, NULL, NULL, &msg) == SQLITE_OK, "%s", msg ? msg : "");
   sqlite3_close(h);
@@ -707,39 +707,39 @@ START_TEST(test_step_budget)
   path_in(path, sizeof path, "budget.db");
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
   t0 = now_s();
-  ck_assert_int_eq(tsr_db_exec(db, "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+  ck_assert_int_eq(tsri_db_exec(db, "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
                                    "FROM r) SELECT count(*) FROM r", &err), TSR_ERR_DB);
   ck_assert_msg(now_s() - t0 < 4.0, "stopped after %.2f s of CPU", now_s() - t0);
   snprintf(sql, sizeof sql, "a query ran past %lld steps", (long long)TSR_DB_MAX_STEPS);
   ck_assert_msg(strstr(err.text, sql) && strstr(err.text, path), "%s", err.text);
   /* The tools' own statements on the connection are bounded too. */
-  tsr_db_set_budget(db, 50000);
+  tsri_db_set_budget(db, 50000);
   snprintf(sql, sizeof sql, "CREATE TABLE big AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
                             "SELECT x + 1 FROM r WHERE x < %lld) SELECT x FROM r", (long long)n);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_db_exec(db, sql, &err), TSR_ERR_DB);
+  ck_assert_int_eq(tsri_db_exec(db, sql, &err), TSR_ERR_DB);
   ck_assert_msg(strstr(err.text, "ran past 50000 steps"), "%s", err.text);
-  tsr_db_set_budget(db, 0); /* back to the default */
+  tsri_db_set_budget(db, 0); /* back to the default */
   tsr_error_clear(&err);
-  ck_assert_msg(tsr_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
-  tsr_db_set_budget(db, 50000);
-  ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT sum(x) FROM big", -1, &st, NULL),
+  ck_assert_msg(tsri_db_exec(db, sql, &err) == TSR_OK, "%s", err.text);
+  tsri_db_set_budget(db, 50000);
+  ck_assert_int_eq(sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT sum(x) FROM big", -1, &st, NULL),
                    SQLITE_OK);
   ck_assert_int_eq(sqlite3_step(st), SQLITE_INTERRUPT);
-  ck_assert_msg(strstr(tsr_db_errmsg(db), "ran past 50000 steps"), "%s", tsr_db_errmsg(db));
+  ck_assert_msg(strstr(tsri_db_errmsg(db), "ran past 50000 steps"), "%s", tsri_db_errmsg(db));
   sqlite3_finalize(st);
   /* The count starts again with each statement: many small ones pass. */
   {
     int i;
     for (i = 0; i < 200; i++) {
-      ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), "SELECT x FROM big WHERE rowid = ?",
+      ck_assert_int_eq(sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT x FROM big WHERE rowid = ?",
                                           -1, &st, NULL), SQLITE_OK);
       sqlite3_bind_int(st, 1, i + 1);
       ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
       ck_assert_int_eq(sqlite3_column_int(st, 0), i + 1);
       sqlite3_finalize(st);
     }
-    ck_assert_str_eq(tsr_db_errmsg(db), "not an error");
+    ck_assert_str_eq(tsri_db_errmsg(db), "not an error");
   }
   tsr_db_close(db);
 }
@@ -771,14 +771,8 @@ static Suite *db_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   const char *env = getenv("TSR_SEED");
   seed = env ? (unsigned)strtoul(env, NULL, 10) : 20261129u;
   printf("check_db: seed %u (set TSR_SEED to change)\n", seed);
-  sr = srunner_create(db_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(db_suite());
 }

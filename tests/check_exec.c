@@ -304,8 +304,6 @@ int main(void)
 {
   Suite *s = suite_create("exec");
   TCase *tc = tcase_create("exec");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_exec_random, 0, 60);
   tcase_add_loop_test(tc, test_exec_nonfinite, 0, 4 * TU_NF_KINDS);
@@ -313,9 +311,5 @@ int main(void)
   tcase_add_test(tc, test_exec_rejects);
   tcase_add_test(tc, test_exec_corpus);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -119,7 +119,7 @@ START_TEST(test_write_through_links)
   ck_assert_int_eq(chmod(at("sub/real"), 0640), 0);
   ck_assert_int_eq(symlink("real", at("sub/l2")), 0);
   ck_assert_int_eq(symlink("sub/l2", at("out")), 0);
-  ck_assert_int_eq(tsr_out_write(at("out"), data, n, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_write(at("out"), data, n, &err), TSR_OK);
   ck_assert(S_ISLNK(lmode(at("out"))));
   ck_assert(S_ISLNK(lmode(at("sub/l2"))));
   ck_assert(S_ISREG(lmode(at("sub/real"))));
@@ -129,7 +129,7 @@ START_TEST(test_write_through_links)
   no_leftovers();
   /* dangling: the link's target is created, the link kept */
   ck_assert_int_eq(symlink("sub/new", at("dangling")), 0);
-  ck_assert_int_eq(tsr_out_write(at("dangling"), old, 100, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_write(at("dangling"), old, 100, &err), TSR_OK);
   ck_assert(S_ISLNK(lmode(at("dangling"))));
   ck_assert(same(at("sub/new"), old, 100));
   free(old);
@@ -152,7 +152,7 @@ START_TEST(test_fifo_written_directly)
   pid = tu_fifo_reader(at("fifo"), at("copy"));
   ck_assert_int_gt(pid, 0);
   /* through a link to it, half of the runs */
-  ck_assert_int_eq(tsr_out_write(at(_i % 2 ? "link" : "fifo"), data, n, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_write(at(_i % 2 ? "link" : "fifo"), data, n, &err), TSR_OK);
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
   ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ck_assert(S_ISFIFO(lmode(at("fifo"))));
@@ -172,7 +172,7 @@ START_TEST(test_char_device)
   struct stat before, after;
   ck_assert_int_eq(stat("/dev/null", &before), 0);
   ck_assert(S_ISCHR(before.st_mode));
-  ck_assert_int_eq(tsr_out_write("/dev/null", data, 999, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_write("/dev/null", data, 999, &err), TSR_OK);
   ck_assert_int_eq(stat("/dev/null", &after), 0);
   ck_assert(S_ISCHR(after.st_mode));
   ck_assert_int_eq(before.st_ino, after.st_ino);
@@ -197,7 +197,7 @@ START_TEST(test_proc_fd_appends)
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(fstat(fd, &before), 0);
   snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-  ck_assert_int_eq(tsr_out_write(name, data, 5000, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_write(name, data, 5000, &err), TSR_OK);
   close(fd);
   ck_assert_int_eq(stat(at("log"), &after), 0);
   ck_assert_int_eq(before.st_ino, after.st_ino);
@@ -220,11 +220,11 @@ START_TEST(test_directory_refused)
   ck_assert_int_eq(mkdir(at("d"), 0777), 0);
   put(at("d/keep"), inside, 64);
   ck_assert_int_eq(symlink("d", at("ld")), 0);
-  ck_assert_int_eq(tsr_out_write(at("d"), data, 500, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_write(at("d"), data, 500, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, at("d")) && strstr(err.text, "a directory, not a regular file"),
                 "%s", err.text);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_out_write(at("ld"), data, 500, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_write(at("ld"), data, 500, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "a link to") && strstr(err.text, "a directory"), "%s", err.text);
   ck_assert(S_ISDIR(lmode(at("d"))));
   ck_assert(S_ISLNK(lmode(at("ld"))));
@@ -237,17 +237,17 @@ START_TEST(test_directory_refused)
     tsr_out *t;
     FILE *f;
     ck_assert_int_eq(mkfifo(at("p"), 0666), 0);
-    ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
+    ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
     tsr_error_clear(&err);
     {
       const char *tmp;
-      ck_assert_int_eq(tsr_out_path(t, at("p"), 0, &tmp, &err), TSR_ERR_IO);
+      ck_assert_int_eq(tsri_out_path(t, at("p"), 0, &tmp, &err), TSR_ERR_IO);
       ck_assert_msg(strstr(err.text, "a FIFO, not a regular file"), "%s", err.text);
     }
     tsr_error_clear(&err);
-    ck_assert_int_eq(tsr_out_file(t, at("d"), 0, &f, &err), TSR_ERR_IO);
+    ck_assert_int_eq(tsri_out_file(t, at("d"), 0, &f, &err), TSR_ERR_IO);
     ck_assert_ptr_null(f);
-    tsr_out_abort(t);
+    tsri_out_abort(t);
   }
   ck_assert(S_ISFIFO(lmode(at("p"))));
   free(data);
@@ -265,23 +265,23 @@ START_TEST(test_new_only_and_same_file)
   put(at("x"), a, 300);
   ck_assert_int_eq(symlink("x", at("lx")), 0);
   /* TSR_OUT_NEW: an existing file (here through a link) is refused */
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("lx"), TSR_OUT_NEW, &f1, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("lx"), TSR_OUT_NEW, &f1, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "file exists"), "%s", err.text);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   /* two outputs naming one file (a link and its target, an absent file
    * spelled twice) are refused before anything is written */
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("x"), 0, &f1, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("lx"), 0, &f2, &err), TSR_ERR_INVALID);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("x"), 0, &f1, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("lx"), 0, &f2, &err), TSR_ERR_INVALID);
   ck_assert_msg(strstr(err.text, "names the same file"), "%s", err.text);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("y"), 0, &f1, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("./y"), 0, &f2, &err), TSR_ERR_INVALID);
-  tsr_out_abort(t);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("y"), 0, &f1, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("./y"), 0, &f2, &err), TSR_ERR_INVALID);
+  tsri_out_abort(t);
   ck_assert(same(at("x"), a, 300));
   ck_assert_int_eq(access(at("y"), F_OK), -1);
   no_leftovers();
@@ -303,13 +303,13 @@ START_TEST(test_failed_add_keeps_existing)
   FILE *f1, *f2;
   tsr_error err = {0};
   put(at("out.npy"), old, n);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("out.npy"), 0, &f1, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("out.npy"), 0, &f1, &err), TSR_OK);
   ck_assert_uint_eq(fwrite(neu, 1, n + 7, f1), n + 7);
-  ck_assert_int_eq(tsr_out_file(t, at("nodir/lse.npy"), 0, &f2, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_file(t, at("nodir/lse.npy"), 0, &f2, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "nodir/lse.npy") && strstr(err.text, "No such file"), "%s",
                 err.text);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   ck_assert(same(at("out.npy"), old, n));
   no_leftovers();
   free(old);
@@ -330,10 +330,10 @@ START_TEST(test_failed_rename_is_undone)
   tsr_error err = {0};
   put(at("a"), a0, 1000);
   put(at("b"), b0, 900);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("a"), 0, &fa, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("b"), 0, &fb, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("c"), 0, &fc, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("a"), 0, &fa, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("b"), 0, &fb, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("c"), 0, &fc, &err), TSR_OK);
   fwrite(a1, 1, 800, fa);
   fwrite(b1, 1, 700, fb);
   fwrite(c1, 1, 600, fc);
@@ -341,7 +341,7 @@ START_TEST(test_failed_rename_is_undone)
   ck_assert_int_eq(rename(at("b"), at("b.saved")), 0);
   ck_assert_int_eq(mkdir(at("b"), 0777), 0);
   put(at("b/inside"), b1, 700);
-  ck_assert_int_eq(tsr_out_commit(t, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_commit(t, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, at("b")), "%s", err.text);
   ck_assert(same(at("a"), a0, 1000));
   ck_assert(same(at("b/inside"), b1, 700));
@@ -362,13 +362,13 @@ START_TEST(test_stream_error_renames_nothing)
   FILE *fa, *fb;
   tsr_error err = {0};
   put(at("a"), a0, 100);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("a"), 0, &fa, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_file(t, at("b"), 0, &fb, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("a"), 0, &fa, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_file(t, at("b"), 0, &fb, &err), TSR_OK);
   fwrite(a1, 1, 100, fa);
   fgetc(fb); /* reading a write-only stream sets its error flag */
   ck_assert(ferror(fb));
-  ck_assert_int_eq(tsr_out_commit(t, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_commit(t, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, at("b")), "%s", err.text);
   ck_assert(same(at("a"), a0, 100));
   ck_assert_int_eq(access(at("b"), F_OK), -1);
@@ -396,59 +396,59 @@ START_TEST(test_folders)
   tsr_error err = {0};
   int calls = 0;
   /* new: built aside, appears complete at commit */
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("new"), NULL, NULL, &work, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("new"), NULL, NULL, &work, &err), TSR_OK);
   snprintf(path, sizeof path, "%s/f", work);
   put(path, x, 321);
   ck_assert_int_eq(access(at("new"), F_OK), -1);
-  ck_assert_int_eq(tsr_out_commit(t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_commit(t, &err), TSR_OK);
   ck_assert(same(at("new/f"), x, 321));
   /* aborted: no folder */
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("gone"), NULL, NULL, &work, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("gone"), NULL, NULL, &work, &err), TSR_OK);
   snprintf(path, sizeof path, "%s/f", work);
   put(path, x, 321);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   ck_assert_int_eq(access(at("gone"), F_OK), -1);
   no_leftovers();
   /* an existing empty folder, through a link: replaced, the link kept */
   ck_assert_int_eq(mkdir(at("empty"), 0750), 0);
   ck_assert_int_eq(symlink("empty", at("lempty")), 0);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("lempty"), NULL, NULL, &work, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("lempty"), NULL, NULL, &work, &err), TSR_OK);
   snprintf(path, sizeof path, "%s/f", work);
   put(path, y, 123);
-  ck_assert_int_eq(tsr_out_commit(t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_commit(t, &err), TSR_OK);
   ck_assert(S_ISLNK(lmode(at("lempty"))));
   ck_assert_int_eq(lmode(at("empty")) & 07777, 0750);
   ck_assert(same(at("empty/f"), y, 123));
   /* not empty, not replaceable: refused, untouched */
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("new"), NULL, NULL, &work, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("new"), NULL, NULL, &work, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "not empty"), "%s", err.text);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   ck_assert(same(at("new/f"), x, 321));
   /* a file where a folder goes: refused */
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("new/f"), NULL, NULL, &work, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("new/f"), NULL, NULL, &work, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "a regular file, not a folder"), "%s", err.text);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   /* replaceable (a previous report, say): replaced as a whole at commit,
    * kept as it was on abort */
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("new"), always, &calls, &work, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("new"), always, &calls, &work, &err), TSR_OK);
   ck_assert_int_eq(calls, 1);
   snprintf(path, sizeof path, "%s/g", work);
   put(path, y, 123);
-  tsr_out_abort(t);
+  tsri_out_abort(t);
   ck_assert(same(at("new/f"), x, 321));
-  ck_assert_int_eq(tsr_out_begin(&t, &err), TSR_OK);
-  ck_assert_int_eq(tsr_out_dir(t, at("new"), always, &calls, &work, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_begin(&t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_dir(t, at("new"), always, &calls, &work, &err), TSR_OK);
   snprintf(path, sizeof path, "%s/g", work);
   put(path, y, 123);
-  ck_assert_int_eq(tsr_out_commit(t, &err), TSR_OK);
+  ck_assert_int_eq(tsri_out_commit(t, &err), TSR_OK);
   ck_assert_int_eq(access(at("new/f"), F_OK), -1);
   ck_assert(same(at("new/g"), y, 123));
   no_leftovers();
@@ -478,9 +478,9 @@ START_TEST(test_inputs)
   ck_assert_int_eq(mkfifo(at("fifo"), 0666), 0);
   ck_assert_int_eq(symlink("fifo", at("lfifo")), 0);
   ck_assert_int_eq(mkdir(at("d"), 0777), 0);
-  ck_assert_int_eq(tsr_in_check(at("reg"), NULL, &err), TSR_OK);
-  ck_assert_int_eq(tsr_in_check(at("lreg"), NULL, &err), TSR_OK);
-  f = tsr_in_open(at("lreg"), NULL, &err);
+  ck_assert_int_eq(tsri_in_check(at("reg"), NULL, &err), TSR_OK);
+  ck_assert_int_eq(tsri_in_check(at("lreg"), NULL, &err), TSR_OK);
+  f = tsri_in_open(at("lreg"), NULL, &err);
   ck_assert_ptr_nonnull(f);
   {
     unsigned char got[80];
@@ -491,23 +491,23 @@ START_TEST(test_inputs)
   /* nothing writes these FIFOs: an open that waited would never return */
   t0 = now_s();
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_in_check(at("fifo"), "cannot read mask", &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_in_check(at("fifo"), "cannot read mask", &err), TSR_ERR_IO);
   snprintf(want, sizeof want, "cannot read mask '%s': a FIFO, not a regular file", at("fifo"));
   ck_assert_str_eq(err.text, want);
   tsr_error_clear(&err);
-  ck_assert_ptr_null(tsr_in_open(at("lfifo"), NULL, &err));
+  ck_assert_ptr_null(tsri_in_open(at("lfifo"), NULL, &err));
   snprintf(want, sizeof want, "cannot read '%s': a FIFO, not a regular file", at("lfifo"));
   ck_assert_str_eq(err.text, want);
   ck_assert_msg(now_s() - t0 < 1.0, "refusing the FIFOs took %.3f s", now_s() - t0);
   /* a folder, a character device, a missing file */
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_in_check(at("d"), NULL, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_in_check(at("d"), NULL, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "a directory, not a regular file"), "%s", err.text);
   tsr_error_clear(&err);
-  ck_assert_ptr_null(tsr_in_open("/dev/zero", NULL, &err));
+  ck_assert_ptr_null(tsri_in_open("/dev/zero", NULL, &err));
   ck_assert_msg(strstr(err.text, "'/dev/zero': a character device"), "%s", err.text);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_in_check(at("missing"), "cannot open lookup database", &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_in_check(at("missing"), "cannot open lookup database", &err), TSR_ERR_IO);
   snprintf(want, sizeof want, "cannot open lookup database '%s': %s", at("missing"),
            strerror(ENOENT));
   ck_assert_str_eq(err.text, want);
@@ -538,12 +538,6 @@ static Suite *files_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("files", 1414);
-  sr = srunner_create(files_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(files_suite());
 }

@@ -2,7 +2,7 @@
  * check_fp8.c: the FP8 scheme's CPU emulation (runtime/fp8.c, exec_cpu.c;
  * docs/fp8.md).
  *
- *  - e4m3: tsr_fp8_e4m3 against an independent conversion (nearest of the
+ *  - e4m3: tsri_fp8_e4m3 against an independent conversion (nearest of the
  *    127 finite non-negative e4m3 values decoded from their bits, ties to
  *    the even code, beyond 448 saturated, NaN kept) on all 2^16 bf16 bit
  *    patterns, every e4m3 midpoint and 2^20 random float32 bit patterns.
@@ -70,7 +70,7 @@ START_TEST(test_e4m3_exhaustive)
   int c, bad = 0;
   /* every bf16 pattern: all exponents, subnormals, infinities, NaN */
   for (i = 0; i < 65536; i++) {
-    float x = tsr_bf16_to_float((uint16_t)i), got = tsr_fp8_e4m3(x), want = ref_e4m3(x);
+    float x = tsr_bf16_to_float((uint16_t)i), got = tsri_fp8_e4m3(x), want = ref_e4m3(x);
     if (!same_float(got, want) && bad++ < 5)
       fprintf(stderr, "e4m3(bf16 0x%04x = %g): got %g, want %g\n", i, x, got, want);
   }
@@ -80,10 +80,10 @@ START_TEST(test_e4m3_exhaustive)
     float xs[3] = {(float)mid, nextafterf((float)mid, 0.0f), nextafterf((float)mid, 1e9f)};
     int j;
     for (j = 0; j < 3; j++) {
-      float got = tsr_fp8_e4m3(-xs[j]), want = ref_e4m3(-xs[j]);
+      float got = tsri_fp8_e4m3(-xs[j]), want = ref_e4m3(-xs[j]);
       if (!same_float(got, want) && bad++ < 10)
         fprintf(stderr, "e4m3(%.9g): got %g, want %g\n", -xs[j], got, want);
-      got = tsr_fp8_e4m3(xs[j]), want = ref_e4m3(xs[j]);
+      got = tsri_fp8_e4m3(xs[j]), want = ref_e4m3(xs[j]);
       if (!same_float(got, want) && bad++ < 10)
         fprintf(stderr, "e4m3(%.9g): got %g, want %g\n", xs[j], got, want);
     }
@@ -95,14 +95,14 @@ START_TEST(test_e4m3_exhaustive)
     if (i & 1)
       b = (b & 0x807fffffu) | ((uint32_t)tu_range(&r, 127 - 12, 127 + 9) << 23);
     memcpy(&x, &b, sizeof x);
-    if (!same_float(tsr_fp8_e4m3(x), ref_e4m3(x)) && bad++ < 15)
-      fprintf(stderr, "e4m3(0x%08x = %g): got %g, want %g\n", b, x, tsr_fp8_e4m3(x), ref_e4m3(x));
+    if (!same_float(tsri_fp8_e4m3(x), ref_e4m3(x)) && bad++ < 15)
+      fprintf(stderr, "e4m3(0x%08x = %g): got %g, want %g\n", b, x, tsri_fp8_e4m3(x), ref_e4m3(x));
   }
   ck_assert_msg(bad == 0, "%d e4m3 conversions differ from the independent one", bad);
-  ck_assert(tsr_fp8_e4m3(INFINITY) == 448.0f && tsr_fp8_e4m3(-INFINITY) == -448.0f);
-  ck_assert(tsr_fp8_e4m3(1e30f) == 448.0f && tsr_fp8_e4m3(464.0f) == 448.0f);
-  ck_assert(isnan(tsr_fp8_e4m3(NAN)));
-  ck_assert(tsr_fp8_e4m3(0x1p-10f) == 0.0f && tsr_fp8_e4m3(0x1.01p-10f) == 0x1p-9f);
+  ck_assert(tsri_fp8_e4m3(INFINITY) == 448.0f && tsri_fp8_e4m3(-INFINITY) == -448.0f);
+  ck_assert(tsri_fp8_e4m3(1e30f) == 448.0f && tsri_fp8_e4m3(464.0f) == 448.0f);
+  ck_assert(isnan(tsri_fp8_e4m3(NAN)));
+  ck_assert(tsri_fp8_e4m3(0x1p-10f) == 0.0f && tsri_fp8_e4m3(0x1.01p-10f) == 0x1p-9f);
 }
 END_TEST
 
@@ -308,13 +308,13 @@ static void accuracy_run(const char *name, prob *pb, const tsr_mask *m, head_res
     kr[i] = tsr_bf16_to_float(tsr_float_to_bf16(pb->k[i]));
     vr[i] = tsr_bf16_to_float(tsr_float_to_bf16(pb->v[i]));
   }
-  ck_assert_int_eq(tsr_fp8_quantize(&p, qr, kr, vr, &f8, &err), TSR_OK);
+  ck_assert_int_eq(tsri_fp8_quantize(&p, qr, kr, vr, &f8, &err), TSR_OK);
   ck_assert_int_eq(tsr_ref_attention(g, m, &pb->aq, &pb->ak, &pb->av, 0, &ro, NULL, &err), TSR_OK);
-  ck_assert_msg(tsr_cpu_execute_heads(pl, &pb->aq, &pb->ak, &pb->av, none, &eo, NULL, &err) == TSR_OK,
+  ck_assert_msg(tsri_cpu_execute_heads(pl, &pb->aq, &pb->ak, &pb->av, none, &eo, NULL, &err) == TSR_OK,
                 "%s", err.text);
   ck_assert_msg(tsr_cpu_execute(pl, &pb->aq, &pb->ak, &pb->av, &fo, NULL, &err) == TSR_OK, "%s",
                 err.text);
-  ck_assert_msg(tsr_cpu_execute_heads(pl, &pb->aq, &pb->ak, &pb->av, all, &no, NULL, &err) == TSR_OK,
+  ck_assert_msg(tsri_cpu_execute_heads(pl, &pb->aq, &pb->ak, &pb->av, all, &no, NULL, &err) == TSR_OK,
                 "%s", err.text);
   for (h = 0; h < nh; h++) {
     head_metrics((const float *)eo.data + h * SD, (const float *)ro.data + h * SD, pb->S, pb->D,
@@ -345,7 +345,7 @@ static void accuracy_run(const char *name, prob *pb, const tsr_mask *m, head_res
   TSR_DIST(st.k_chan, "stat k_chan", name);
   TSR_DIST(st.v_spread, "stat v_spread", name);
 #undef TSR_DIST
-  tsr_fp8_free(&f8);
+  tsri_fp8_free(&f8);
   tsr_npy_free(&ro);
   tsr_npy_free(&eo);
   tsr_npy_free(&fo);
@@ -649,7 +649,7 @@ START_TEST(test_native_heads)
   o.precision = TSR_PREC_NATIVE;
   ck_assert_int_eq(tsr_plan_create(&p, m, &o, &pn, &err), TSR_OK);
   ck_assert_int_gt(pl->n_merges, 0);
-  ck_assert_int_eq(tsr_cpu_execute_heads(pl, &pb.aq, &pb.ak, &pb.av, native, &eo, NULL, &err), TSR_OK);
+  ck_assert_int_eq(tsri_cpu_execute_heads(pl, &pb.aq, &pb.ak, &pb.av, native, &eo, NULL, &err), TSR_OK);
   ck_assert_int_eq(tsr_cpu_execute(pn, &rounded.aq, &rounded.ak, &rounded.av, &no, NULL, &err), TSR_OK);
   ck_assert_int_eq(memcmp(eo.data, no.data, (size_t)n * sizeof(float)), 0);
   /* and the fp8 heads are not the native ones */
@@ -725,9 +725,9 @@ START_TEST(test_names_and_rejects)
   {
     /* the rule reads k_chan alone; the other spreads do not trigger it */
     tsr_fp8_head_stats st = {100.0f, 100.0f, 100.0f, TSR_FP8_K_CHAN_MAX};
-    ck_assert_int_eq(tsr_fp8_falls_back(&st), 0);
+    ck_assert_int_eq(tsri_fp8_falls_back(&st), 0);
     st.k_chan = nextafterf(TSR_FP8_K_CHAN_MAX, 1e9f);
-    ck_assert_int_ne(tsr_fp8_falls_back(&st), 0);
+    ck_assert_int_ne(tsri_fp8_falls_back(&st), 0);
   }
 }
 END_TEST
@@ -736,8 +736,6 @@ int main(void)
 {
   Suite *s = suite_create("fp8");
   TCase *tc = tcase_create("fp8");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, test_e4m3_exhaustive);
   tcase_add_test(tc, test_names_and_rejects);
@@ -748,9 +746,5 @@ int main(void)
   tcase_add_loop_test(tc, test_accuracy_k_outliers, 0, 2);
   tcase_add_loop_test(tc, test_accuracy_iid_v_fails, 0, 2);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

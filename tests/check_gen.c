@@ -10,6 +10,7 @@
 #include "bundle.h"
 #include "catalog.h"
 #include "variant.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,10 +75,10 @@ START_TEST(test_name_roundtrip)
     tsr_variant v = random_variant(&r), w;
     char a[TSR_VARIANT_NAME_MAX], b[TSR_VARIANT_NAME_MAX];
     tsr_error err = { 0 };
-    tsr_variant_format(&v, a);
-    ck_assert_msg(tsr_variant_parse(a, &w, &err) == TSR_OK, "%s: %s", a, err.text);
+    tsri_variant_format(&v, a);
+    ck_assert_msg(tsri_variant_parse(a, &w, &err) == TSR_OK, "%s: %s", a, err.text);
     ck_assert_msg(memcmp(&v, &w, sizeof v) == 0, "parse(format(v)) != v for %s", a);
-    tsr_variant_format(&w, b);
+    tsri_variant_format(&w, b);
     ck_assert_str_eq(a, b);
   }
 }
@@ -88,7 +89,7 @@ START_TEST(test_name_examples)
   tsr_variant v;
   tsr_error err = { 0 };
   char buf[TSR_VARIANT_NAME_MAX];
-  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb", &v, &err), TSR_OK);
+  ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_pers_mb", &v, &err), TSR_OK);
   ck_assert_int_eq(v.family, TSR_FAMILY_SM80);
   ck_assert_int_eq(v.dtype, TSR_DT_BF16);
   ck_assert_int_eq(v.head_dim, 128);
@@ -99,57 +100,57 @@ START_TEST(test_name_examples)
   ck_assert_int_eq(v.layout, TSR_TL_PERS);
   ck_assert_int_eq(v.membership, 1);
   ck_assert_int_eq(v.tma_box, 0);
-  ck_assert_int_eq(tsr_variant_threads(&v), 128);
-  ck_assert_int_eq(tsr_variant_smem_bytes(&v), (128 * 128 + 2 * 2 * 64 * 128) * 2);
-  ck_assert_int_eq(tsr_variant_parse("tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64", &v, &err), TSR_OK);
+  ck_assert_int_eq(tsri_variant_threads(&v), 128);
+  ck_assert_int_eq(tsri_variant_smem_bytes(&v), (128 * 128 + 2 * 2 * 64 * 128) * 2);
+  ck_assert_int_eq(tsri_variant_parse("tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64", &v, &err), TSR_OK);
   ck_assert_int_eq(v.family, TSR_FAMILY_SM90);
   ck_assert_int_eq(v.warpgroups, 3);
   ck_assert_int_eq(v.warps, 12);
   ck_assert_int_eq(v.tma_box, 64);
   ck_assert_int_eq(v.membership, 0);
-  ck_assert_int_eq(tsr_variant_threads(&v), 384);
-  ck_assert_int_eq(tsr_variant_check(&v, &err), TSR_OK);
-  ck_assert_int_eq(tsr_variant_tasks_per_cta(&v), 1);
+  ck_assert_int_eq(tsri_variant_threads(&v), 384);
+  ck_assert_int_eq(tsri_variant_check(&v, &err), TSR_OK);
+  ck_assert_int_eq(tsri_variant_tasks_per_cta(&v), 1);
   {
     tsr_variant w;
     /* BM 64 with 3 warpgroups: two 64-row tasks a CTA, each with its own Q
      * tile, K/V ring and barriers */
-    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 2);
-    ck_assert_int_eq(tsr_variant_threads(&w), 384);
-    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((64 * 128 + 2 * 3 * 64 * 128) * 2 + 256));
-    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
-    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g2_flat_mb_tma64", &w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 1);
-    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + (64 * 128 + 2 * 3 * 64 * 128) * 2 + 256);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
+    ck_assert_int_eq(tsri_variant_threads(&w), 384);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((64 * 128 + 2 * 3 * 64 * 128) * 2 + 256));
+    ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g2_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 1);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + (64 * 128 + 2 * 3 * 64 * 128) * 2 + 256);
     /* two tasks a CTA with 2 stages: a second Q buffer a stream (v7) */
-    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_pers_mb_tma64", &w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_tasks_per_cta(&w), 2);
-    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((2 * 64 * 128 + 2 * 2 * 64 * 128) * 2 + 256));
-    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_pers_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((2 * 64 * 128 + 2 * 2 * 64 * 128) * 2 + 256));
+    ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
   }
-  tsr_variant_format(&v, buf);
+  tsri_variant_format(&v, buf);
   ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");
   ck_assert_int_eq(v.fp8, 0);
   {
     /* FP8 (issue 18): one byte an element, whole rows a TMA box */
     tsr_variant w;
-    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_mb_tma128", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_mb_tma128", &w, &err), TSR_OK);
     ck_assert_int_eq(w.fp8, 1);
     ck_assert_int_eq(w.dtype, TSR_DT_BF16);
     ck_assert_int_eq(w.head_dim, 128);
     ck_assert_int_eq(w.tma_box, 128);
-    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + (128 * 128 + 2 * 2 * 128 * 128) + 256);
-    ck_assert(tsr_variant_fits(&w, "sm_90a", NULL));
-    ck_assert(!tsr_variant_fits(&w, "sm_80", NULL));
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + (128 * 128 + 2 * 2 * 128 * 128) + 256);
+    ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
+    ck_assert(!tsri_variant_fits(&w, "sm_80", NULL));
     w.fp8 = 0;
-    tsr_variant_format(&w, buf);
+    tsri_variant_format(&w, buf);
     ck_assert_str_eq(buf, "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_mb_tma128");
-    ck_assert_int_eq(tsr_variant_parse("tsr_sm90_fp16_fp8_d64_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_check(&w, &err), TSR_OK);
-    ck_assert_int_eq(tsr_variant_smem_bytes(&w), 1024 + 2 * ((64 * 64 + 2 * 3 * 64 * 64) + 256));
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_fp16_fp8_d64_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((64 * 64 + 2 * 3 * 64 * 64) + 256));
   }
 }
 END_TEST
@@ -182,7 +183,7 @@ START_TEST(test_name_rejects)
   tsr_variant v;
   tsr_error err = { 0 };
   const char *name = bad_names[_i].name;
-  ck_assert_int_eq(tsr_variant_parse(name, &v, &err), TSR_ERR_INVALID);
+  ck_assert_int_eq(tsri_variant_parse(name, &v, &err), TSR_ERR_INVALID);
   ck_assert_msg(strstr(err.text, bad_names[_i].want) != NULL, "'%s': error '%s' lacks '%s'", name, err.text,
                 bad_names[_i].want);
   ck_assert_msg(strstr(err.text, name) != NULL, "error '%s' does not name '%s'", err.text, name);
@@ -213,8 +214,8 @@ START_TEST(test_param_rejects)
 {
   tsr_variant v;
   tsr_error err = { 0 };
-  ck_assert_int_eq(tsr_variant_parse(bad_params[_i].name, &v, &err), TSR_OK);
-  ck_assert_int_eq(tsr_variant_check(&v, &err), TSR_ERR_INVALID);
+  ck_assert_int_eq(tsri_variant_parse(bad_params[_i].name, &v, &err), TSR_OK);
+  ck_assert_int_eq(tsri_variant_check(&v, &err), TSR_ERR_INVALID);
   ck_assert_msg(strstr(err.text, bad_params[_i].want) != NULL, "'%s': error '%s' lacks '%s'",
                 bad_params[_i].name, err.text, bad_params[_i].want);
 }
@@ -226,31 +227,31 @@ START_TEST(test_fits)
   tsr_error err = { 0 };
   char why[160];
   /* 160 KiB: sm_80 (163 KiB), sm_90a, sm_100a yes; sm_89, sm_120 (99 KiB) no. */
-  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w8_pers_mb", &v, &err), TSR_OK);
-  ck_assert(tsr_variant_fits(&v, "sm_80", why));
-  ck_assert(tsr_variant_fits(&v, "sm_90a", why));
-  ck_assert(tsr_variant_fits(&v, "sm_100a", why));
-  ck_assert(!tsr_variant_fits(&v, "sm_89", why));
+  ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w8_pers_mb", &v, &err), TSR_OK);
+  ck_assert(tsri_variant_fits(&v, "sm_80", why));
+  ck_assert(tsri_variant_fits(&v, "sm_90a", why));
+  ck_assert(tsri_variant_fits(&v, "sm_100a", why));
+  ck_assert(!tsri_variant_fits(&v, "sm_89", why));
   ck_assert_msg(strstr(why, "163840 bytes of shared memory") != NULL, "%s", why);
-  ck_assert(!tsr_variant_fits(&v, "sm_120", why));
-  ck_assert(!tsr_variant_fits(&v, "sm_75", why));
+  ck_assert(!tsri_variant_fits(&v, "sm_120", why));
+  ck_assert(!tsri_variant_fits(&v, "sm_75", why));
   ck_assert_msg(strstr(why, "unknown arch") != NULL, "%s", why);
   /* Registers: 4 warps holding 128 x (128 + 128) fp32 accumulators. */
-  ck_assert_int_eq(tsr_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w4_pers_mb", &v, &err), TSR_OK);
-  ck_assert(!tsr_variant_fits(&v, "sm_80", why));
+  ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n128_s2_w4_pers_mb", &v, &err), TSR_OK);
+  ck_assert(!tsri_variant_fits(&v, "sm_80", why));
   ck_assert_msg(strstr(why, "registers") != NULL, "%s", why);
   /* The sm90 family only on sm_90a. */
-  ck_assert_int_eq(tsr_variant_parse("tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb_tma64", &v, &err), TSR_OK);
-  ck_assert(tsr_variant_fits(&v, "sm_90a", why));
-  ck_assert(!tsr_variant_fits(&v, "sm_100a", why));
+  ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb_tma64", &v, &err), TSR_OK);
+  ck_assert(tsri_variant_fits(&v, "sm_90a", why));
+  ck_assert(!tsri_variant_fits(&v, "sm_100a", why));
   ck_assert_msg(strstr(why, "needs sm_90a") != NULL, "%s", why);
-  ck_assert_int_eq(tsr_variant_smem_bytes(&v), 1024 + 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 256);
-  ck_assert_str_eq(tsr_arch_for_cc(9, 0), "sm_90a");
-  ck_assert_str_eq(tsr_arch_for_cc(8, 6), "sm_80");
-  ck_assert_str_eq(tsr_arch_for_cc(8, 9), "sm_89");
-  ck_assert_str_eq(tsr_arch_for_cc(10, 0), "sm_100a");
-  ck_assert_str_eq(tsr_arch_for_cc(12, 0), "sm_120");
-  ck_assert_ptr_null(tsr_arch_for_cc(7, 5));
+  ck_assert_int_eq(tsri_variant_smem_bytes(&v), 1024 + 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 256);
+  ck_assert_str_eq(tsri_arch_for_cc(9, 0), "sm_90a");
+  ck_assert_str_eq(tsri_arch_for_cc(8, 6), "sm_80");
+  ck_assert_str_eq(tsri_arch_for_cc(8, 9), "sm_89");
+  ck_assert_str_eq(tsri_arch_for_cc(10, 0), "sm_100a");
+  ck_assert_str_eq(tsri_arch_for_cc(12, 0), "sm_120");
+  ck_assert_ptr_null(tsri_arch_for_cc(7, 5));
 }
 END_TEST
 
@@ -355,22 +356,22 @@ START_TEST(test_bundle_complete)
   snprintf(path, sizeof path, "%s/gen/catalog.json", srcdir());
   ck_assert_msg(tsr_catalog_load(path, &cat, &err) == TSR_OK, "%s", err.text);
   snprintf(path, sizeof path, "%s/bundle", builddir());
-  ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
   ck_assert_str_eq(b.generator, TSR_GEN_VERSION);
   ck_assert_msg(strlen(b.nvrtc) >= 3, "nvrtc version '%s'", b.nvrtc);
   for (i = 0; i < cat.n; i++) {
-    long k = tsr_bundle_find(&b, cat.items[i].name);
+    long k = tsri_bundle_find(&b, cat.items[i].name);
     ck_assert_msg(k >= 0, "variant %s missing from the registry", cat.items[i].name);
     for (a = 0; a < TSR_N_ARCHS; a++) {
-      const char *arch = tsr_variant_archs[a];
-      int fits = tsr_variant_fits(&cat.items[i].v, arch, NULL);
+      const char *arch = tsri_variant_archs[a];
+      int fits = tsri_variant_fits(&cat.items[i].v, arch, NULL);
       ck_assert_msg(!!(b.items[k].targets & (1u << a)) == fits, "%s for %s: built %d, fits %d",
                     cat.items[i].name, arch, !!(b.items[k].targets & (1u << a)), fits);
       if (fits) {
         void *data;
         size_t size;
         const unsigned char *e;
-        ck_assert_msg(tsr_bundle_read_cubin(&b, (size_t)k, arch, &data, &size, &err) == TSR_OK, "%s", err.text);
+        ck_assert_msg(tsri_bundle_read_cubin(&b, (size_t)k, arch, &data, &size, &err) == TSR_OK, "%s", err.text);
         e = data;
         /* A plain ELF: class 64, e_machine EM_CUDA (190). */
         ck_assert(size > 64 && e[4] == 2 && (e[18] | e[19] << 8) == 190);
@@ -382,14 +383,14 @@ START_TEST(test_bundle_complete)
   }
   ck_assert_int_eq(b.n, cat.n);
   ck_assert_msg(sm80_on_sm90 > 0, "the sm_90a bundle holds no sm80-family variant");
-  tsr_bundle_free(&b);
+  tsri_bundle_free(&b);
   tsr_catalog_free(&cat);
 }
 END_TEST
 
 /* Issue 17: every target keeps a 64-row and a 128-row variant for head
  * dims 64 and 128 in both dtypes, among the variants that fit it; the
- * sm_80 cubins also run on sm_86 parts (99 KiB a block, tsr_arch_for_cc),
+ * sm_80 cubins also run on sm_86 parts (99 KiB a block, tsri_arch_for_cc),
  * so that target must keep them within 99 KiB too. */
 START_TEST(test_catalog_coverage)
 {
@@ -403,8 +404,8 @@ START_TEST(test_catalog_coverage)
   ck_assert_msg(tsr_catalog_load(path, &cat, &err) == TSR_OK, "%s", err.text);
   for (a = 0; a <= TSR_N_ARCHS; a++) {
     /* a == TSR_N_ARCHS: sm_80 cubins on an sm_86 part */
-    const char *arch = a < TSR_N_ARCHS ? tsr_variant_archs[a] : "sm_80";
-    int64_t lim = a < TSR_N_ARCHS ? tsr_arch_smem_limit(arch) : tsr_arch_smem_limit("sm_89");
+    const char *arch = a < TSR_N_ARCHS ? tsri_variant_archs[a] : "sm_80";
+    int64_t lim = a < TSR_N_ARCHS ? tsri_arch_smem_limit(arch) : tsri_arch_smem_limit("sm_89");
     for (ti = 0; ti < 2; ti++)
       for (di = 0; di < 2; di++)
         for (ri = 0; ri < 2; ri++) {
@@ -413,9 +414,9 @@ START_TEST(test_catalog_coverage)
           for (i = 0; i < cat.n && !found; i++) {
             const tsr_variant *v = &cat.items[i].v;
             found = v->dtype == dts[ti] && v->head_dim == dims[di] && v->bm == rows[ri] &&
-                    tsr_variant_fits(v, arch, NULL) && tsr_variant_smem_bytes(v) <= lim;
+                    tsri_variant_fits(v, arch, NULL) && tsri_variant_smem_bytes(v) <= lim;
           }
-          ck_assert_msg(found, "no %s d%d %d-row variant fits %s%s", tsr_variant_dtype_name(dts[ti]), dims[di],
+          ck_assert_msg(found, "no %s d%d %d-row variant fits %s%s", tsri_variant_dtype_name(dts[ti]), dims[di],
                         rows[ri], arch, a < TSR_N_ARCHS ? "" : " within 99 KiB (sm_86)");
         }
   }
@@ -431,37 +432,37 @@ START_TEST(test_bundle_pick)
   tsr_variant_need need = {0}; /* native precision unless set */
   long k;
   snprintf(path, sizeof path, "%s/bundle", builddir());
-  ck_assert_msg(tsr_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_bundle_load(path, &b, &err) == TSR_OK, "%s", err.text);
   need.dtype = TSR_DT_BF16;
   need.head_dim = 128;
   need.bm = 128;
   need.bn = 64;
   need.membership = 1;
-  k = tsr_bundle_pick(&b, "sm_80", &need, 166912);
+  k = tsri_bundle_pick(&b, "sm_80", &need, 166912);
   ck_assert(k >= 0);
   ck_assert(b.items[k].v.membership && b.items[k].v.bm == 128 && b.items[k].v.bn == 64);
   need.head_dim = 96;
-  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 166912), -1);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_80", &need, 166912), -1);
   need.head_dim = 128;
-  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_75", &need, 166912), -1);
-  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 1024), -1);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_75", &need, 166912), -1);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_80", &need, 1024), -1);
   /* FP8 (issue 18): an FP8 need gets an FP8 variant or none, a native need
    * never an FP8 one */
   need.fp8 = 1;
-  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_80", &need, 166912), -1);
-  k = tsr_bundle_pick(&b, "sm_90a", &need, 232448);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_80", &need, 166912), -1);
+  k = tsri_bundle_pick(&b, "sm_90a", &need, 232448);
   ck_assert(k >= 0);
   ck_assert_msg(b.items[k].v.fp8 && strstr(b.items[k].name, "_fp8_"), "%s", b.items[k].name);
   need.bm = 64;
   need.bn = 128; /* no FP8 variant of this tile */
-  ck_assert_int_eq(tsr_bundle_pick(&b, "sm_90a", &need, 232448), -1);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_90a", &need, 232448), -1);
   need.fp8 = 0;
   for (k = 0; k < (long)b.n; k++)
-    if (tsr_variant_serves(&b.items[k].v, "sm_90a", &need)) ck_assert(!b.items[k].v.fp8);
+    if (tsri_variant_serves(&b.items[k].v, "sm_90a", &need)) ck_assert(!b.items[k].v.fp8);
   need.bm = need.bn = 128;
-  k = tsr_bundle_pick(&b, "sm_90a", &need, 232448);
+  k = tsri_bundle_pick(&b, "sm_90a", &need, 232448);
   ck_assert(k >= 0 && !b.items[k].v.fp8);
-  tsr_bundle_free(&b);
+  tsri_bundle_free(&b);
 }
 END_TEST
 
@@ -503,13 +504,13 @@ START_TEST(test_registry_rejects)
     fputs(bad[i].json, f);
     fclose(f);
     tsr_error_clear(&err);
-    ck_assert_int_ne(tsr_bundle_load(dir, &b, &err), TSR_OK);
+    ck_assert_int_ne(tsri_bundle_load(dir, &b, &err), TSR_OK);
     ck_assert_msg(strstr(err.text, bad[i].want) != NULL, "error '%s' lacks '%s'", err.text, bad[i].want);
     ck_assert_ptr_null(b.items);
   }
   unlink(path);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsr_bundle_load(dir, &b, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsri_bundle_load(dir, &b, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "cannot read kernel registry") != NULL, "%s", err.text);
   rmdir(dir);
 }
@@ -551,8 +552,6 @@ int main(void)
 {
   Suite *s = suite_create("gen");
   TCase *tc = tcase_create("core");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_name_roundtrip);
   tcase_add_test(tc, test_name_examples);
@@ -568,9 +567,5 @@ int main(void)
   tcase_add_test(tc, test_registry_rejects);
   tcase_add_test(tc, test_context);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

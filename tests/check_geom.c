@@ -189,8 +189,6 @@ int main(void)
 {
   Suite *s = suite_create("geom");
   TCase *tc = tcase_create("geom");
-  SRunner *sr;
-  int failed;
   tcase_add_loop_test(tc, test_uniform_random, 0, 50);
   tcase_add_test(tc, test_uniform_edges);
   tcase_add_test(tc, test_uniform_rejects);
@@ -198,9 +196,5 @@ int main(void)
   tcase_add_test(tc, test_variable_rejects);
   tcase_add_test(tc, test_limits);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

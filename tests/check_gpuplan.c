@@ -173,15 +173,9 @@ int main(void)
 {
   Suite *s = suite_create("gpuplan");
   TCase *tc = tcase_create("gpuplan");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_create_variable_inputs);
   tcase_add_loop_test(tc, test_rows_equal_across_layouts, 0, 16);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

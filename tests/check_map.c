@@ -171,7 +171,7 @@ START_TEST(test_map_random)
           /* The capacity check's count: what the plan emits, or more where
            * GQA heads with identical rows share their tiles. */
           int64_t nt = -1, nw = -1;
-          ck_assert_int_eq(tsr_map_count(pl, c.m, &nt, &nw), 0);
+          ck_assert_int_eq(tsri_map_count(pl, c.m, &nt, &nw), 0);
           if (c.mh > 1 && c.Hq > c.Hkv) {
             ck_assert_int_ge(nt, pl->n_tiles);
             ck_assert_int_ge(nw, pl->n_membership);
@@ -318,7 +318,7 @@ START_TEST(test_relation_uniform_is_walk)
       ks[i] = i < nk - 1 ? bk : sk - bk * (nk - 1);
     ck_assert_int_eq(tsr_geom_uniform(sq, sk, bq, bk, &gu, &err), TSR_OK);
     ck_assert_int_eq(tsr_geom_variable(qs, nq, ks, nk, &gv, &err), TSR_OK);
-    tsr_map_relation_uniform(bq, bk, sq, sk, tm, tn, &comb, &sub);
+    tsri_map_relation_uniform(bq, bk, sq, sk, tm, tn, &comb, &sub);
     for (k = 0; k < 2; k++) {
       tsr_problem p;
       tsr_plan_opts o;
@@ -642,7 +642,7 @@ START_TEST(test_capacity_counted)
   ck_assert_msg(tsr_plan_create(&p, m, &o, &pl, &err) == TSR_OK, "%s", err.text);
   ck_assert_int_eq(pl->n_tiles, 1024 * nsel);
   ck_assert_int_eq(pl->n_membership, 0);
-  ck_assert_int_eq(tsr_map_count(pl, m, &nt, &nw), 0);
+  ck_assert_int_eq(tsri_map_count(pl, m, &nt, &nw), 0);
   ck_assert_int_eq(nt, 1024 * nsel);
   ck_assert_int_eq(nw, 0);
   tsr_plan_destroy(pl);
@@ -684,8 +684,6 @@ int main(void)
 {
   Suite *s = suite_create("map");
   TCase *tc = tcase_create("map");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_map_random, 0, 40);
   tcase_add_test(tc, test_map_retain);
@@ -703,9 +701,5 @@ int main(void)
   tcase_add_test(tc, test_capacity_counted);
   tcase_add_test(tc, test_capacity_words);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -355,8 +355,6 @@ int main(void)
 {
   Suite *s = suite_create("mask");
   TCase *tc = tcase_create("mask");
-  SRunner *sr;
-  int failed;
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_loop_test(tc, test_load_random, 0, 24);
   tcase_add_test(tc, test_from_bytes_broadcast);
@@ -365,9 +363,5 @@ int main(void)
   tcase_add_loop_test(tc, test_packed_random, 0, 24);
   tcase_add_test(tc, test_packed_rejects);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -615,10 +615,5 @@ static Suite *npy_suite(void)
 
 int main(void)
 {
-  SRunner *sr = srunner_create(npy_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(npy_suite());
 }

@@ -543,8 +543,6 @@ int main(void)
 {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("plan");
-  SRunner *sr;
-  int failed;
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_verify_sweep, 0, 40);
   tcase_add_test(tc, test_verify_corruptions);
@@ -554,9 +552,5 @@ int main(void)
   tcase_add_test(tc, test_corpus_masks);
   tcase_add_loop_test(tc, test_fast_paths_identical, 0, 24);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

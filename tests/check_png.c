@@ -141,12 +141,6 @@ static Suite *png_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("check_png", 20261129u);
-  sr = srunner_create(png_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(png_suite());
 }

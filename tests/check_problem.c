@@ -175,16 +175,10 @@ int main(void)
 {
   Suite *s = suite_create("problem");
   TCase *tc = tcase_create("problem");
-  SRunner *sr;
-  int failed;
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_check);
   tcase_add_test(tc, test_from_arrays);
   tcase_add_test(tc, test_limits);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -442,8 +442,6 @@ int main(void)
 {
   Suite *s = suite_create("ref");
   TCase *tc = tcase_create("ref"), *rj = tcase_create("rejects");
-  SRunner *sr;
-  int failed;
   tcase_add_loop_test(tc, test_cases, 0, (int)(sizeof cases / sizeof cases[0]));
   tcase_add_loop_test(tc, test_random_cases, 0, 40);
   tcase_add_loop_test(tc, test_nonfinite, 0, 6 * TU_NF_KINDS);
@@ -453,9 +451,5 @@ int main(void)
   tcase_add_test(rj, test_rejects);
   suite_add_tcase(s, tc);
   suite_add_tcase(s, rj);
-  sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tu_run_suite(s);
 }

@@ -215,8 +215,8 @@ START_TEST(test_export_roundtrip)
   ck_assert_ptr_null(strstr(text, "INSERT OR IGNORE INTO samples"));
   snprintf(path, sizeof path, "%s/y.db", tmpdir);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db2, &err), TSR_OK);
-  ck_assert_msg(tsr_db_exec(db2, text, &err) == TSR_OK, "%s", err.text);
-  ck_assert_int_eq(tsr_db_exec(db2, text, &err), TSR_OK); /* loading twice adds nothing */
+  ck_assert_msg(tsri_db_exec(db2, text, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(tsri_db_exec(db2, text, &err), TSR_OK); /* loading twice adds nothing */
   ck_assert_int_eq(count_db(db2, "SELECT count(*) FROM lookup"), bs.rows);
   ck_assert_int_eq(count_db(db2, "SELECT count(*) FROM gpus"), 1);
   ck_assert_int_eq(tsr_select_load(fx.db, NULL, 0, &a, &err), TSR_OK);
@@ -260,12 +260,6 @@ static Suite *report_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("check_report", 20261129u);
-  sr = srunner_create(report_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(report_suite());
 }

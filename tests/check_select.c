@@ -288,7 +288,7 @@ START_TEST(test_build_and_select)
              "132, %d, 0, 'bf16', 128, 0, 0, %d, %d, %d, %d, 'retain', 64, 64, 'row', '', 1, 1, "
              "1)",
              TSR_FEATURES_VERSION, r.seq_bin, r.density_bin, r.spread_bin, r.fill_bin);
-    ck_assert_int_eq(tsr_db_exec(fx.db, sql, &err), TSR_OK);
+    ck_assert_int_eq(tsri_db_exec(fx.db, sql, &err), TSR_OK);
     ck_assert_int_eq(tsr_select_load(fx.db, "NVIDIA Test", 132, &sel, &err), TSR_OK);
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     ck_assert_int_eq(s.from_table, 0);
@@ -451,7 +451,7 @@ START_TEST(test_open_errors)
     tsr_db *db = NULL;
     snprintf(path, sizeof path, "%s/m.db", tmpdir);
     ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
-    ck_assert_int_eq(tsr_db_exec(db,
+    ck_assert_int_eq(tsri_db_exec(db,
                                  "INSERT INTO lookup (gpu_name, arch, multiprocessors, "
                                  "feature_version, level, dtype, head_dim, bq, bk, seq_bin, "
                                  "density_bin, spread_bin, fill_bin, mapping, tile_m, tile_n, "
@@ -541,7 +541,7 @@ static void crafted_db(char *path, size_t n, const char *name, const char *sql)
   char *msg = NULL;
   tsr_error err = {0};
   snprintf(path, n, "%s/%s", tmpdir, name);
-  ck_assert_msg(tsr_db_create_at(path, TSR_DB_SCHEMA_VERSION, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsri_db_create_at(path, TSR_DB_SCHEMA_VERSION, &err) == TSR_OK, "%s", err.text);
   ck_assert_int_eq(sqlite3_open(path, &h), SQLITE_OK);
   ck_assert_msg(sqlite3_exec(h, sql, NULL, NULL, &msg) == SQLITE_OK, "%s", msg ? msg : "");
   sqlite3_close(h);
@@ -609,7 +609,7 @@ START_TEST(test_select_bounded)
   /* Rows read past a (small) budget: stopped, and said. */
   crafted_db(path, sizeof path, "other.db", LOOKUP_ROWS("60000", "Other GPU"));
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &db, &err), TSR_OK);
-  tsr_db_set_budget(db, 100000);
+  tsri_db_set_budget(db, 100000);
   sel = (tsr_selector *)&sel;
   ck_assert_int_eq(tsr_select_load(db, NULL, 0, &sel, &err), TSR_ERR_DB);
   ck_assert_ptr_null(sel);
@@ -654,12 +654,6 @@ static Suite *select_suite(void)
 
 int main(void)
 {
-  SRunner *sr;
-  int failed;
   base_seed = tu_seed("check_select", 20261129u);
-  sr = srunner_create(select_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(select_suite());
 }

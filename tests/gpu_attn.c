@@ -153,7 +153,7 @@ static uint16_t from_f(tsr_dtype dt, float f) { return dt == TSR_DT_BF16 ? f2bf(
   do {                                                                            \
     tsr_error e_;                                                                 \
     tsr_error_clear(&e_);                                                         \
-    if (tsr_cu_check(cu, (call), #call, &e_) != TSR_OK) {                         \
+    if (tsri_cu_check(cu, (call), #call, &e_) != TSR_OK) {                         \
       fprintf(stderr, "gpu_attn: %s\n", e_.text);                                 \
       exit(1);                                                                    \
     }                                                                             \
@@ -705,10 +705,10 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
                             tsr_plan *pl, devbufs *db, CUstream stream, int quick, int graph, int *ran)
 {
   /* Every bundle variant that serves the plan on this device. */
-  const char *arch = tsr_context_arch(ctx);
+  const char *arch = tsri_context_arch(ctx);
   tsr_variant_need need = {0}; /* native precision unless set */
   size_t i;
-  int fails = 0, a = tsr_arch_index(arch), n = 0, filtered = 0;
+  int fails = 0, a = tsri_arch_index(arch), n = 0, filtered = 0;
   need.dtype = P->c->dt;
   need.head_dim = P->c->D;
   need.bm = pl->tile_m;
@@ -716,7 +716,7 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
   need.membership = pl->n_membership > 0;
   for (i = 0; i < bundle->n; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
-    if (!(e->targets & (1u << a)) || !tsr_variant_serves(&e->v, arch, &need)) continue;
+    if (!(e->targets & (1u << a)) || !tsri_variant_serves(&e->v, arch, &need)) continue;
     if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) {
       filtered++;
       continue;
@@ -727,10 +727,10 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
   }
   if (n == 0 && filtered > 0) {
     printf("  %d variant(s) serve %s d%d tile %dx%d%s, none named '%s*': skipped (--only)\n", filtered,
-           tsr_variant_dtype_name(need.dtype), need.head_dim, need.bm, need.bn, need.membership ? " mb" : "",
+           tsri_variant_dtype_name(need.dtype), need.head_dim, need.bm, need.bn, need.membership ? " mb" : "",
            only_prefix);
   } else if (n == 0) {
-    printf("  no variant serves %s d%d tile %dx%d%s on %s  FAIL\n", tsr_variant_dtype_name(need.dtype),
+    printf("  no variant serves %s d%d tile %dx%d%s on %s  FAIL\n", tsri_variant_dtype_name(need.dtype),
            need.head_dim, need.bm, need.bn, need.membership ? " mb" : "", arch);
     fails++;
   }
@@ -835,8 +835,8 @@ static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbu
       tsr_plan_opts_init(&o);
       o.mapping = maps[mi].map;
       o.tasks = (tsr_tasks)t;
-      o.arch = tsr_context_arch(ctx);
-      o.num_sms = tsr_context_num_sms(ctx);
+      o.arch = tsri_context_arch(ctx);
+      o.num_sms = tsri_context_num_sms(ctx);
       if (maps[mi].use_tile) {
         o.tile_m = c->tm;
         o.tile_n = c->tn;
@@ -1056,7 +1056,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   CK(cu->cuEventCreate(&e0, 0));
   CK(cu->cuEventCreate(&e1, 0));
   printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d\n", S, H, D,
-         tsr_variant_dtype_name(dt), blk, blk, blk, blk);
+         tsri_variant_dtype_name(dt), blk, blk, blk, blk);
   for (di = 0; di < sizeof dens / sizeof *dens; di++) {
     uint8_t *bits = malloc((size_t)H * nb * nb);
     tsr_geom *g = NULL;
@@ -1065,7 +1065,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     tsr_plan_opts o;
     tsr_plan *pl = NULL;
     double pairs = 0;
-    int h, a, b2, a_arch = tsr_arch_index(tsr_context_arch(ctx));
+    int h, a, b2, a_arch = tsri_arch_index(tsri_context_arch(ctx));
     size_t vi;
     for (i = 0; i < (size_t)H * nb * nb; i++) bits[i] = urand() < dens[di];
     for (h = 0; h < H; h++)
@@ -1086,8 +1086,8 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     tsr_plan_opts_init(&o);
     o.tile_m = blk;
     o.tile_n = blk;
-    o.arch = tsr_context_arch(ctx);
-    o.num_sms = tsr_context_num_sms(ctx);
+    o.arch = tsri_context_arch(ctx);
+    o.num_sms = tsri_context_num_sms(ctx);
     if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
       printf("bench: plan: %s  FAIL\n", err.text);
       return 1;
@@ -1097,7 +1097,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
       tsr_variant_need need = { dt, D, blk, blk, pl->n_membership > 0, 0 };
       float ms[10];
       int r;
-      if (!(e->targets & (1u << a_arch)) || !tsr_variant_serves(&e->v, tsr_context_arch(ctx), &need)) continue;
+      if (!(e->targets & (1u << a_arch)) || !tsri_variant_serves(&e->v, tsri_context_arch(ctx), &need)) continue;
       if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
       if (pl->gpu) {
         pl->gpu_free(pl->gpu);
@@ -1144,7 +1144,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
 
 /* Each case runs the test's own plan and the planner's (precision fp8) with
  * every FP8 variant serving it, and compares
- *  - with the CPU emulation of the same plan (tsr_cpu_execute_heads, every
+ *  - with the CPU emulation of the same plan (tsri_cpu_execute_heads, every
  *    head in FP8: the device has no per-head fallback), which quantizes the
  *    same inputs to the same bytes and scales.  Bound: o within 8e-3 (bf16
  *    output; 4e-3 fp16) of max |o| and lse within 2e-3.  Why not closer:
@@ -1263,7 +1263,7 @@ static int fp8_emulate(const prob *P, const tsr_plan *pl, tsr_array *o, tsr_arra
   q.data = P->q;
   k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
   v = k; v.data = P->v;
-  st = tsr_cpu_execute_heads(pl, &q, &k, &v, native, o, l, &err);
+  st = tsri_cpu_execute_heads(pl, &q, &k, &v, native, o, l, &err);
   free(native);
   if (st != TSR_OK) printf("  CPU emulation: %s  FAIL\n", err.text);
   return st != TSR_OK;
@@ -1330,7 +1330,7 @@ static void *fp8_fetch(const tsr_cu *cu, CUdeviceptr p, size_t bytes)
 }
 
 /* The device's e4m3 copies and scales after a launch against
- * tsr_fp8_quantize of the same inputs (so that a wrong output says whether
+ * tsri_fp8_quantize of the same inputs (so that a wrong output says whether
  * the quantization or the attention kernel is at fault).  The Q and V
  * scales and every q8 and v8 byte must agree exactly (the same amax, the
  * same IEEE division and multiply, the same rounding); vt8's padding keys
@@ -1352,12 +1352,12 @@ static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
   int64_t i, bh, d, tok;
   int ok;
   tsr_error_clear(&err);
-  if (!tsr_gpu_fp8_buffers(pl, &v)) {
+  if (!tsri_gpu_fp8_buffers(pl, &v)) {
     printf("  quantization: the plan has no FP8 device copies  FAIL\n");
     return 1;
   }
-  if (tsr_fp8_quantize(&pl->problem, P->q, P->k, P->v, &t, &err) != TSR_OK) {
-    printf("  quantization: tsr_fp8_quantize: %s  FAIL\n", err.text);
+  if (tsri_fp8_quantize(&pl->problem, P->q, P->k, P->v, &t, &err) != TSR_OK) {
+    printf("  quantization: tsri_fp8_quantize: %s  FAIL\n", err.text);
     return 1;
   }
   q8 = fp8_fetch(cu, v.q8, (size_t)(B * Hq * Sq * D));
@@ -1382,10 +1382,10 @@ static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
   ok = bq == 0 && bv == 0 && pad == 0 && eq == 0 && ev == 0 && ek <= 1e-5 &&
        bk <= (size_t)(B * Hkv * Sk * D) / 1000;
   printf("  %-52s bytes off: q8 %zu, k8 %zu of %lld, v8 %zu, padding %zu; scales off: sq %.1e sk %.1e sv %.1e  %s\n",
-         "(quantization vs tsr_fp8_quantize)", bq, bk, (long long)(B * Hkv * Sk * D), bv, pad, eq, ek, ev,
+         "(quantization vs tsri_fp8_quantize)", bq, bk, (long long)(B * Hkv * Sk * D), bv, pad, eq, ek, ev,
          ok ? "ok" : "FAIL");
   free(q8); free(k8); free(vt8); free(sq); free(sk); free(sv);
-  tsr_fp8_free(&t);
+  tsri_fp8_free(&t);
   return ok ? 0 : 1;
 }
 
@@ -1440,7 +1440,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   pl = build_plan(&P);
   pl->opts.precision = TSR_PREC_FP8;
   printf("fp8 case %s: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s %s tile %dx%d: %lld tasks, %lld merges\n", c->label,
-         c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsr_variant_dtype_name(c->dt), c->bshd ? "BSHD" : "BHSD", c->tm,
+         c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsri_variant_dtype_name(c->dt), c->bshd ? "BSHD" : "BHSD", c->tm,
          c->tn, (long long)pl->n_tasks, (long long)pl->n_merges);
   if (fp8_emulate(&P, pl, &eo, &el)) {
     free_own_plan(pl);
@@ -1461,9 +1461,9 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   }
   make_devbufs(cu, &P, &db);
   {
-    const char *arch = tsr_context_arch(ctx);
+    const char *arch = tsri_context_arch(ctx);
     tsr_variant_need need = {0};
-    int a = tsr_arch_index(arch);
+    int a = tsri_arch_index(arch);
     need.dtype = c->dt;
     need.head_dim = c->D;
     need.bm = pl->tile_m;
@@ -1472,13 +1472,13 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     need.fp8 = 1;
     for (i = 0; i < bundle->n; i++) {
       const tsr_bundle_entry *e = &bundle->items[i];
-      if (!(e->targets & (1u << a)) || !tsr_variant_serves(&e->v, arch, &need)) continue;
+      if (!(e->targets & (1u << a)) || !tsri_variant_serves(&e->v, arch, &need)) continue;
       if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
       fails += fp8_run_variant(ctx, cu, &P, pl, &db, stream, e->name, eo.data, el.data, !fc->k_outliers);
       n++;
     }
     if (n == 0 && !only_prefix[0]) {
-      printf("  no FP8 variant serves %s d%d tile %dx%d on %s  FAIL\n", tsr_variant_dtype_name(c->dt), c->D,
+      printf("  no FP8 variant serves %s d%d tile %dx%d on %s  FAIL\n", tsri_variant_dtype_name(c->dt), c->D,
              pl->tile_m, pl->tile_n, arch);
       fails++;
     }
@@ -1512,8 +1512,8 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     o.tile_m = c->tm;
     o.tile_n = c->tn;
     o.precision = TSR_PREC_FP8;
-    o.arch = tsr_context_arch(ctx);
-    o.num_sms = tsr_context_num_sms(ctx);
+    o.arch = tsri_context_arch(ctx);
+    o.num_sms = tsri_context_num_sms(ctx);
     if (tsr_problem_check(&pr, &err) || tsr_plan_create(&pr, m, &o, &pp, &err)) {
       printf("  planner fp8 tasks %d: %s  %s\n", t, err.text, err.status == TSR_ERR_UNSUPPORTED ? "n/a" : "FAIL");
       fails += err.status != TSR_ERR_UNSUPPORTED;
@@ -1639,8 +1639,8 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
     o.tile_m = bq;
     o.tile_n = bk;
     o.precision = prec ? TSR_PREC_FP8 : TSR_PREC_NATIVE;
-    o.arch = tsr_context_arch(ctx);
-    o.num_sms = tsr_context_num_sms(ctx);
+    o.arch = tsri_context_arch(ctx);
+    o.num_sms = tsri_context_num_sms(ctx);
     if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK || tsr_gpu_upload(ctx, pl, &err) != TSR_OK) {
       printf("fp8-bench: S=%d %dx%d density %.2f %s: %s  FAIL\n", S, bq, bk, dens, prec ? "fp8" : "bf16", err.text);
       fails++;
@@ -1756,14 +1756,14 @@ int main(int argc, char **argv)
     fprintf(stderr, "gpu_attn: %s\n", err.text);
     return 1;
   }
-  if (tsr_bundle_load(dir, &bundle, &err) != TSR_OK) {
+  if (tsri_bundle_load(dir, &bundle, &err) != TSR_OK) {
     fprintf(stderr, "gpu_attn: %s\n", err.text);
     return 1;
   }
-  cu = tsr_context_cu(ctx);
+  cu = tsri_context_cu(ctx);
   CK(cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)); /* graph capture needs a non-legacy stream */
-  printf("gpu_attn: seed %lu, target %s, %d SMs, bundle '%s' (%zu variants)%s\n", seed, tsr_context_arch(ctx),
-         tsr_context_num_sms(ctx), dir, bundle.n, quick ? ", quick" : "");
+  printf("gpu_attn: seed %lu, target %s, %d SMs, bundle '%s' (%zu variants)%s\n", seed, tsri_context_arch(ctx),
+         tsri_context_num_sms(ctx), dir, bundle.n, quick ? ", quick" : "");
   rng_state = seed;
   if (do_bench) {
     static const int dims[] = { 128, 64 }, blks[] = { 128, 64 };
@@ -1776,7 +1776,7 @@ int main(int argc, char **argv)
         for (ti = 0; ti < 2; ti++)
           for (bi = 0; bi < 2; bi++) fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi]);
     cu->cuStreamDestroy(stream);
-    tsr_bundle_free(&bundle);
+    tsri_bundle_free(&bundle);
     tsr_context_destroy(ctx);
     return fails ? 1 : 0;
   }
@@ -1792,7 +1792,7 @@ int main(int argc, char **argv)
     pl = build_plan(&P);
     printf("case %s: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s %s blocks %s tile %dx%d: %lld tasks, %lld tiles, "
            "%lld membership words, %lld merges\n",
-           c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsr_variant_dtype_name(c->dt),
+           c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsri_variant_dtype_name(c->dt),
            c->bshd ? "BSHD" : "BHSD", c->bq ? "uniform" : "variable", c->tm, c->tn, (long long)pl->n_tasks,
            (long long)pl->n_tiles, (long long)pl->n_membership, (long long)pl->n_merges);
     fails += run_all_variants(ctx, cu, &bundle, &P, pl, &db, stream, quick, ci == 0, &ran);
@@ -1812,7 +1812,7 @@ int main(int argc, char **argv)
     fails += fp8_runs(ctx, cu, &bundle, stream, quick, &ran);
 
   cu->cuStreamDestroy(stream);
-  tsr_bundle_free(&bundle);
+  tsri_bundle_free(&bundle);
   tsr_context_destroy(ctx);
   if (ran == 0 && only_prefix[0]) {
     printf("gpu_attn: no bundle variant named '%s*' ran  FAIL\n", only_prefix);

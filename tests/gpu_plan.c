@@ -63,7 +63,7 @@ static int failures;
   do {                                                              \
     tsr_error e_;                                                   \
     tsr_error_clear(&e_);                                           \
-    if (tsr_cu_check(cu, (call), #call, &e_) != TSR_OK) {           \
+    if (tsri_cu_check(cu, (call), #call, &e_) != TSR_OK) {           \
       fprintf(stderr, "gpu_plan: %s\n", e_.text);                   \
       exit(1);                                                      \
     }                                                               \
@@ -1312,7 +1312,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "gpu_plan: %s\n", err.text);
     return 1;
   }
-  cu = tsr_context_cu(ctx);
+  cu = tsri_context_cu(ctx);
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
   printf("random masks:\n");

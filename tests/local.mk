@@ -14,8 +14,9 @@ EXTRA_DIST += tests/util.h
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = $(SHELL)
 
-# The tree: libtessera.so exports exactly tessera.h's functions
-# (exports.sh, nm -D against the compiler's reading of the header); runtime/
+# The tree: libtessera.so exports exactly tessera.h's functions, and every
+# other global of libtessera.a is a tsri_ internal (exports.sh, nm -D and nm
+# against the compiler's reading of the header); runtime/
 # includes no tools header, and tessera.h names no SQLite (layout.sh).
 TESTS += tests/exports.sh tests/layout.sh
 EXTRA_DIST += tests/exports.sh tests/layout.sh

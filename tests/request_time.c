@@ -131,7 +131,7 @@ int main(int argc, char **argv)
       t[1][r] = now_us() - t0;
       tsr_mask_destroy(m2);
       t0 = now_us();
-      if (tsr_features_compute(&p, m, tsr_context_num_sms(ctx), &f, &err)) DIE("%s", err.text);
+      if (tsr_features_compute(&p, m, tsri_context_num_sms(ctx), &f, &err)) DIE("%s", err.text);
       t[2][r] = now_us() - t0;
       t0 = now_us();
       if (tsr_context_select(ctx, &p, m, NULL, &sel, &err)) DIE("%s", err.text);
@@ -166,7 +166,7 @@ int main(int argc, char **argv)
       tsr_gpuplan_caps caps;
       tsr_gpuplan *gp = NULL;
       CUdeviceptr dm = 0;
-      const tsr_cu *cu = tsr_context_cu(ctx);
+      const tsr_cu *cu = tsri_context_cu(ctx);
       size_t bytes = (size_t)(tsr_mask_batch(m) * tsr_mask_heads(m) * nq * nk);
       o.tasks = TSR_TASKS_ROW;
       o.split_tiles = 0;

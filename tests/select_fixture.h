@@ -206,7 +206,7 @@ static inline int64_t count_db(tsr_db *db, const char *sql)
 {
   sqlite3_stmt *st;
   int64_t v = -1;
-  ck_assert_int_eq(sqlite3_prepare_v2(tsr_db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(tsri_db_sqlite(db), sql, -1, &st, NULL), SQLITE_OK);
   if (sqlite3_step(st) == SQLITE_ROW)
     v = sqlite3_column_int64(st, 0);
   sqlite3_finalize(st);

@@ -15,6 +15,8 @@
  *  - tu_rel_err: max |got - want| / max |want|, with NaN and infinities
  *    required in the same places.
  *  - tu_inject_nonfinite: NaN or inf at random selected places of q, k, v.
+ *  - tu_run_suite: runs a Check suite and gives main's exit status (Check
+ *    programs only: defined where <check.h> was included before this).
  */
 #ifndef TSR_TEST_UTIL_H
 #define TSR_TEST_UTIL_H
@@ -410,5 +412,22 @@ static inline size_t tu_count_nonfinite(const double *x, size_t n)
     c += !isfinite(x[i]);
   return c;
 }
+
+/* ---- Check runner ------------------------------------------------------ */
+
+#ifdef CHECK_H
+/* Runs every test of `s` (Check's normal output, forking as CK_FORK says)
+ * and frees it: EXIT_SUCCESS when all passed, else EXIT_FAILURE, what the
+ * test harness reads from main. */
+static inline int tu_run_suite(Suite *s)
+{
+  SRunner *sr = srunner_create(s);
+  int failed;
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+#endif
 
 #endif

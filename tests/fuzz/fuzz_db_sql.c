@@ -46,7 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   fz_path(db_path, sizeof db_path, fz_dir(), "lookup.db");
   fz_db_init();
   if (tsr_db_open(tmpl_path, TSR_DB_CREATE, &db, &err) != TSR_OK ||
-      tsr_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err) !=
+      tsri_db_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", &err) !=
           TSR_OK) {
     fprintf(stderr, "fuzz_db_sql: cannot make the schema database: %s\n", err.text);
     abort();

@@ -13,7 +13,7 @@
  *                             entry (its manifest entry, mask and size files)
  *                             and one of the first four entries
  *   mkseeds db OUT            databases holding the schema at each version
- *                             (tsr_db_create_at)
+ *                             (tsri_db_create_at)
  *   mkseeds registry CATALOG OUT
  *                             OUT/registry.json: the bundle registry of
  *                             gen/catalog.json's sm_90a variants, without
@@ -288,7 +288,7 @@ static int seed_db(const char *out)
   for (v = 1; v <= TSR_DB_SCHEMA_VERSION; v++) {
     snprintf(name, sizeof name, "schema-v%d.db", v);
     remove(fz_path(path, sizeof path, out, name));
-    if (tsr_db_create_at(path, v, &err) != TSR_OK)
+    if (tsri_db_create_at(path, v, &err) != TSR_OK)
       return fail("cannot make a database", err.text);
   }
   return 0;
@@ -309,7 +309,7 @@ static int seed_registry(const char *catalog, const char *out)
   for (i = 0; i < cat.n; i++) {
     const tsr_catalog_entry *e = &cat.items[i];
     json_t *o = json_object(), *t = json_object(), *x = json_object();
-    if (!tsr_variant_fits(&e->v, "sm_90a", why)) {
+    if (!tsri_variant_fits(&e->v, "sm_90a", why)) {
       json_decref(o), json_decref(t), json_decref(x);
       continue;
     }
@@ -325,8 +325,8 @@ static int seed_registry(const char *catalog, const char *out)
     json_object_set_new(o, "warpgroups", json_integer(e->v.warpgroups));
     json_object_set_new(o, "membership", json_boolean(e->v.membership));
     json_object_set_new(o, "tma_box", json_integer(e->v.tma_box));
-    json_object_set_new(o, "threads", json_integer(tsr_variant_threads(&e->v)));
-    json_object_set_new(o, "smem", json_integer(tsr_variant_smem_bytes(&e->v)));
+    json_object_set_new(o, "threads", json_integer(tsri_variant_threads(&e->v)));
+    json_object_set_new(o, "smem", json_integer(tsri_variant_smem_bytes(&e->v)));
     json_object_set_new(o, "targets", t);
     json_array_append_new(vars, o);
   }
