@@ -19,7 +19,7 @@
  *                    tiles, 0 when every tile of every plan run with the
  *                    variant is full (tile.mem == -1)
  *   TSR_WARPGROUPS   warpgroups per CTA (see threads below)
- *   TSR_FP8          1: FP8 precision (issue 18): q/k/v are the e4m3 copies
+ *   TSR_FP8          1: FP8 precision (issue 18): q/k/v are the int8 / e4m3 copies
  *                    and scales of attn_sm90_fp8.cuh, whose quantization
  *                    kernels join the module; o stays TSR_DTYPE_BF16's; 0:
  *                    q/k/v in that dtype
@@ -698,7 +698,7 @@ typedef float tsr_sacc;
  * (64 x BN over D, k16 steps; Q and K panels K-major) and O += P V (P from
  * registers, V through its MN-major descriptor); O zeroed for a member;
  * and P packed from the softmax's S to the A operand of P V (16-bit, or
- * e4m3 with TSR_FP8). */
+ * e4m3 with TSR_FP8, whose Q K^T is int8). */
 static __device__ __forceinline__ void issue_qk(tsr_sacc *s, tsr_u64 dq, tsr_u64 dk, int st) {
 #if TSR_FP8
   tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
@@ -952,7 +952,7 @@ static __device__ __forceinline__ void finish(const tsr_kernel_params &p, tsr_me
 /* Descriptor bases: Q panels (K-major, A operand; warpgroup c's 64 rows
  * of a Q buffer at sq), K panels (K-major, B), V panels (MN-major, B
  * transposed: LBO steps to the next 64 columns of D, SBO to the next 8 key
- * rows).  FP8 (e4m3): Q and K rows of D bytes, V^T rows of BN bytes, all
+ * rows).  FP8 (int8 Q, K; e4m3 V): Q and K rows of D bytes, V^T rows of BN bytes, all
  * K-major. */
 static __device__ __forceinline__ tsr_u64 q_desc(tsr_u32 sq, int c) {
 #if TSR_FP8
