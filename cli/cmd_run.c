@@ -52,7 +52,7 @@ static const cli_opt run_opts[] = {
     [O_DB] = {"--db", "FILE", "cpu/gpu: lookup database to select from (default: the embedded one)"},
     [O_EXPLAIN] = {"--explain", NULL, "cpu/gpu: print the mask's features, the table row hit and why"},
     [O_PRECISION] = {"--precision", "native|fp8",
-                     "cpu/gpu: products in the dtype (default) or FP8 e4m3 (cpu: its emulation)"},
+                     "cpu/gpu: products in the dtype (default) or FP8: int8 Q K^T, e4m3 P V (cpu: its emulation)"},
     {NULL, NULL, NULL},
 };
 

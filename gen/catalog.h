@@ -9,8 +9,8 @@
  *    "layout": "pers", "membership": true}
  * dtype, head_dim and tile take one value or a list.  sm90 entries give
  * "warpgroups" instead of "warps" and may give "tma_box"; "precision" is
- * "native" (the default: products in the dtype) or "fp8" (sm90 only: e4m3
- * products of quantized copies, issue 18).  Unknown keys,
+ * "native" (the default: products in the dtype) or "fp8" (sm90 only: int8
+ * Q K^T and e4m3 P V products of quantized copies, issue 18).  Unknown keys,
  * wrong types, invalid parameters and duplicate variants are errors.
  */
 #ifndef TSR_CATALOG_H

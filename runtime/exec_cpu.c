@@ -17,7 +17,9 @@
  *
  * Precision FP8 (opts.precision, docs/fp8.md) emulates the device's FP8
  * kernels: the inputs rounded to the problem's dtype (what the device
- * holds), quantized by fp8.c, the scores (q8 . k8) * (sq * sk), the P V
+ * holds), quantized by fp8.c, the scores (q8 . k8) * (sq * sk) on int8 q8
+ * and k8 (their integer dot products are exact in float32, as the
+ * device's s32 accumulators), the P V
  * product on p8 = e4m3(p * 256) and v8, O_acc scaled by sv_c / 256 before
  * the division by l (so partial slots and merges are the native ones).  A
  * head the fallback rule marks runs the native arithmetic on the rounded

@@ -1,17 +1,22 @@
 /*
  * fp8.c: the FP8 scheme's quantization on the host (docs/fp8.md): the
- * e4m3 conversion, K smoothing, the Q / K chunk scales, the V channel
- * scales and the per-head fallback rule.  exec_cpu.c runs the products.
+ * int8 and e4m3 conversions, K smoothing, the Q / K chunk scales (int8,
+ * for the INT8 Q K^T), the V channel scales (e4m3, for the P V) and the
+ * per-head fallback rule.  exec_cpu.c runs the products.
  *
  * Every step follows the device's quantization kernels
- * (templates/attn_sm90_fp8.cuh) operation by operation, in float32:
- * amax = fmaxf over |x| (fmaxf skips NaN, so a NaN element is quantized to
- * NaN on its own and reaches exactly the outputs the reference makes NaN),
- * inv = 448 / amax, x8 = e4m3(x * inv), scale = amax / 448.  The one
- * arithmetic difference is the K mean: summed here in double and rounded
- * once, on the device as a tree of float32 partial sums; both are within
- * a few float32 ulps of the exact mean, so a k8 byte can differ where
- * k_s * inv lies within that of a rounding tie (docs/fp8.md, "Emulation").
+ * (templates/attn_sm90_fp8.cuh) operation by operation, in float32.
+ * Q and K (int8): amax = max over |x| of the chunk, NaN-propagating (int8
+ * has no NaN: a non-finite chunk gets the scale NaN instead, so every
+ * score it enters is NaN); inv = 127 / amax, x8 = int8(x * inv) (round to
+ * nearest even, clamped to +-127, NaN to 0, as cvt.rni.s32.f32 and the
+ * clamp), scale = amax / 127.  V (e4m3): amax = fmaxf over |v| (skips NaN,
+ * so a NaN element stays NaN on its own), inv = 448 / amax,
+ * v8 = e4m3(v * inv), scale = amax / 448.  The one arithmetic difference
+ * is the K mean: summed here in double and rounded once, on the device as
+ * a tree of float32 partial sums; both are within a few float32 ulps of
+ * the exact mean, so a k8 value can differ by one where k_s * inv lies
+ * within that of a rounding tie (docs/fp8.md, "Emulation").
  *
  * Cost: O(B x H x S x D) per tensor, plus a sort per head of its chunk and
  * channel amaxes (the fallback statistics).  Memory: float32 copies of q,
@@ -40,6 +45,32 @@ float tsri_fp8_e4m3(float x)
   /* a / ulp is exact (a power of two); rintf rounds half to even.  Below
    * 448 the result stays at or below 448 (448 = 14 * 32). */
   return copysignf(rintf(a / ulp) * ulp, x);
+}
+
+float tsri_fp8_int8(float x)
+{
+  if (isnan(x))
+    return 0.0f; /* cvt.rni.s32.f32 converts NaN to 0 */
+  if (x > TSR_FP8_I8_MAX) /* the clamp (infinities too) */
+    return TSR_FP8_I8_MAX;
+  if (x < -TSR_FP8_I8_MAX)
+    return -TSR_FP8_I8_MAX;
+  return rintf(x); /* the default rounding mode: to nearest, ties to even */
+}
+
+/* int8 chunks: inv and scale of an amax that may be NaN or infinite. */
+static float i8_inv(float amax)
+{
+  if (!isfinite(amax))
+    return 0.0f; /* every value of the chunk to 0 (NaN * 0 to 0 as well) */
+  return amax > 0.0f ? TSR_FP8_I8_MAX / amax : 1.0f;
+}
+
+static float i8_scale(float amax)
+{
+  if (!isfinite(amax))
+    return NAN; /* a non-finite value makes every score of its chunk NaN */
+  return amax > 0.0f ? amax / TSR_FP8_I8_MAX : 1.0f;
 }
 
 static float fp8_inv(float amax)
@@ -71,27 +102,29 @@ static float spread(float *x, int64_t n)
   return med > 0.0f ? x[n - 1] / med : 1.0f;
 }
 
-/* Quantizes one [S][D] head in 64-token chunks: amax of x - sub (sub NULL:
- * x itself) over chunk x D, then e4m3(x * inv).  Writes the chunk scales
- * and their amaxes. */
+/* Quantizes one [S][D] head to int8 in 64-token chunks: amax of x - sub
+ * (sub NULL: x itself) over chunk x D, then int8(x * inv).  Writes the
+ * chunk scales and their amaxes (the statistics' amaxes skip NaN; the
+ * scale's does not). */
 static void quantize_chunks(const float *x, const float *sub, int64_t S, int64_t D, float *x8,
                             float *scale, float *amaxes)
 {
   int64_t c0, t, d;
   for (c0 = 0; c0 < S; c0 += TSR_FP8_CHUNK) {
     int64_t c1 = c0 + TSR_FP8_CHUNK < S ? c0 + TSR_FP8_CHUNK : S;
-    float am = 0.0f, inv;
+    float am = 0.0f, amn = 0.0f, inv;
     for (t = c0; t < c1; t++)
       for (d = 0; d < D; d++) {
         float v = sub ? x[t * D + d] - sub[d] : x[t * D + d];
         x8[t * D + d] = v; /* k_s, quantized in place below */
         am = fmaxf(am, fabsf(v));
+        amn = isnan(v) || isnan(amn) ? NAN : fmaxf(amn, fabsf(v)); /* max.NaN.f32 */
       }
-    inv = fp8_inv(am);
+    inv = i8_inv(amn);
     for (t = c0; t < c1; t++)
       for (d = 0; d < D; d++)
-        x8[t * D + d] = tsri_fp8_e4m3(x8[t * D + d] * inv);
-    scale[c0 / TSR_FP8_CHUNK] = fp8_scale(am);
+        x8[t * D + d] = tsri_fp8_int8(x8[t * D + d] * inv);
+    scale[c0 / TSR_FP8_CHUNK] = i8_scale(amn);
     amaxes[c0 / TSR_FP8_CHUNK] = am;
   }
 }

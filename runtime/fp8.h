@@ -1,6 +1,6 @@
 /*
- * fp8.h: the host side of the FP8 scheme (docs/fp8.md): the e4m3
- * conversion, the quantization of q, k and v with their scales, and the
+ * fp8.h: the host side of the FP8 scheme (docs/fp8.md): the int8 and
+ * e4m3 conversions, the quantization of q, k and v with their scales, and the
  * per-head fallback rule.  The CPU plan executor (exec_cpu.c) runs the
  * attention products on what tsri_fp8_quantize makes, so that
  * `tessera run --backend cpu --precision fp8` predicts the GPU's output
@@ -15,6 +15,7 @@
 #define TSR_FP8_MAX 448.0f     /* largest finite e4m3 */
 #define TSR_FP8_P_SCALE 256.0f /* p in [0, 1] is quantized as e4m3(p * 256) */
 #define TSR_FP8_CHUNK 64       /* tokens of one Q or K scale */
+#define TSR_FP8_I8_MAX 127.0f  /* int8 Q and K: symmetric, +-127 */
 
 /* OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no
  * infinity): x rounded to the nearest e4m3 value, ties to even, values
@@ -22,6 +23,11 @@
  * the sign of zero kept.  Returns the e4m3 value as a float (exact), which
  * is what cvt.rn.satfinite.e4m3x2.f32 stores. */
 float tsri_fp8_e4m3(float x);
+
+/* Symmetric int8 (the Q K^T operands): x rounded to the nearest integer,
+ * ties to even, clamped to +-127 (infinities too), NaN to 0.  Returns the
+ * integer as a float (exact): what cvt.rni.s32.f32 and the clamp store. */
+float tsri_fp8_int8(float x);
 
 /* Per-head facts the fallback rule reads, all from the scales:
  *  q_spread  max / median of the Q chunk amaxes of the (batch, q head);
@@ -33,11 +39,11 @@ typedef struct {
   float q_spread, k_spread, v_spread, k_chan;
 } tsr_fp8_head_stats;
 
-/* The quantized problem: e4m3 values held as floats, [B][H][S][D] as the
- * inputs, and their scales. */
+/* The quantized problem: int8 (q8, k8) and e4m3 (v8) values held as
+ * floats, [B][H][S][D] as the inputs, and their scales. */
 typedef struct {
   int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim, q_chunks, k_chunks;
-  float *q8, *k8, *v8;        /* e4m3(q * inv), e4m3(k_s * inv), e4m3(v * inv_c) */
+  float *q8, *k8, *v8;        /* int8(q * inv), int8(k_s * inv), e4m3(v * inv_c) */
   float *sq;                  /* [B][Hq][q_chunks] */
   float *sk;                  /* [B][Hkv][k_chunks] */
   float *sv;                  /* [B][Hkv][D] */

@@ -320,7 +320,7 @@ static tsr_status check_tensor(const char *name, uint64_t ptr, const int64_t *st
 }
 
 /* FP8: the two quantization kernels on the stream, then the attention
- * kernel's tensor maps over the e4m3 copies and its scale pointers in
+ * kernel's tensor maps over the int8 / e4m3 copies and its scale pointers in
  * p->q, p->k, p->v (attn_sm90_fp8.cuh, "Buffers"). */
 static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_plan *g, const tsr_loaded_variant *m,
                              const tsr_gpu_tensors *t, tsr_kernel_params *p, CUstream s, tsr_error *err)
@@ -338,7 +338,7 @@ static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_pla
   int64_t qs[3] = { t->q_stride[0], t->q_stride[1], t->q_stride[2] };
   int64_t ks[3] = { t->k_stride[0], t->k_stride[1], t->k_stride[2] };
   int64_t vs[3] = { t->v_stride[0], t->v_stride[1], t->v_stride[2] };
-  /* the e4m3 copies' element strides (b, h, s, d): q8/k8 row-major, vt8 [D][skp] a head */
+  /* the one-byte copies' element strides (b, h, s, d): q8/k8 row-major, vt8 [D][skp] a head */
   int64_t q8s[4] = { hq * pr->seq_q * D, pr->seq_q * D, D, 1 }, k8s[4] = { hkv * pr->seq_k * D, pr->seq_k * D, D, 1 };
   int64_t v8s[4] = { hkv * D * skp, D * skp, skp, 1 };
   void *a1[] = { (void *)&t->k, (void *)&t->v, &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &hkv, &skl, &ptok,

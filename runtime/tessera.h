@@ -350,9 +350,9 @@ typedef enum {
 
 /* Arithmetic of the attention products.  NATIVE: the problem's dtype (bf16
  * or fp16) into fp32 accumulators, as always.  FP8: the opt-in scheme of
- * docs/fp8.md: K smoothed by its per-channel mean, Q and K quantized to OCP
- * e4m3 per 64-token chunk, V per channel, P per row against 1/256, fp32
- * accumulation.  The CPU plan executor emulates it exactly (tsr_cpu_execute);
+ * docs/fp8.md: K smoothed by its per-channel mean, Q and K quantized to
+ * int8 per 64-token chunk (Q K^T in s32), V to OCP e4m3 per channel, P to
+ * e4m3 against 1/256 (P V in fp32).  The CPU plan executor emulates it exactly (tsr_cpu_execute);
  * a backend that cannot serve it refuses it (never a silent native run). */
 typedef enum { TSR_PREC_NATIVE = 0, TSR_PREC_FP8 = 1 } tsr_precision;
 

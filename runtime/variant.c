@@ -158,7 +158,7 @@ int64_t tsri_variant_smem_bytes(const tsr_variant *v)
   /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF) */
   if (v->family == TSR_FAMILY_SM90 && tsri_variant_tasks_per_cta(v) == 2 && v->stages == 2)
     elems += (int64_t)v->bm * v->head_dim;
-  bytes = elems * (v->fp8 ? 1 : 2); /* e4m3: one byte an element */
+  bytes = elems * (v->fp8 ? 1 : 2); /* int8 / e4m3: one byte an element */
   if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsri_variant_tasks_per_cta(v) * (bytes + 256);
   return bytes;
 }

@@ -24,8 +24,8 @@
  *          without partial tiles may use it)
  *  tma<b>  the host fills tma_q/tma_k/tma_v (see plan_layout.h) with a box
  *          b elements wide in the head dimension
- *  fp8     FP8 precision (issue 18, sm90 family only): q/k/v are e4m3
- *          copies with per-block scales that the module's quantization
+ *  fp8     FP8 precision (issue 18, sm90 family only): q/k are int8 and
+ *          v e4m3 copies with per-block scales that the module's quantization
  *          kernels <name>_kvstats and <name>_quant make from the bf16/fp16
  *          tensors (templates/attn_sm90_fp8.cuh); o stays <dtype>.  The TMA
  *          box then covers the whole head dimension (tma<D>: D bytes a row)
@@ -59,7 +59,7 @@ typedef struct {
   tsr_task_layout layout;
   int membership;        /* 1 = mb, 0 = nm */
   int tma_box;           /* 0 = no TMA; else box width in elements of D */
-  int fp8;               /* 1 = FP8 (e4m3) tensor-core products; 0 = dtype's */
+  int fp8;               /* 1 = FP8 (int8 Q K^T, e4m3 P V) tensor-core products; 0 = dtype's */
 } tsr_variant;
 
 const char *tsri_variant_family_name(tsr_family f);

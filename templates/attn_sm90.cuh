@@ -19,7 +19,7 @@
  *                    tiles, 0 when every tile of every plan run with the
  *                    variant is full (tile.mem == -1)
  *   TSR_WARPGROUPS   warpgroups per CTA (see threads below)
- *   TSR_FP8          1: FP8 precision (issue 18): q/k/v are the e4m3 copies
+ *   TSR_FP8          1: FP8 precision (issue 18): q/k/v are the int8 / e4m3 copies
  *                    and scales of attn_sm90_fp8.cuh, whose quantization
  *                    kernels join the module; o stays TSR_DTYPE_BF16's; 0:
  *                    q/k/v in that dtype
@@ -674,12 +674,32 @@ static __device__ __forceinline__ void row_segs(const tsr_kernel_params &p, int 
   seg_rk = __ldg(p.qblk + (r1 < last ? r1 : last)) - b0;
 }
 
+/* S's accumulators: FP8 variants compute Q K^T in int8 into s32
+ * registers (TSR_SACC, si), which the scaling turns into the float s; the
+ * others accumulate into s itself (the same tokens as before si existed,
+ * so their code is unchanged). */
+#if TSR_FP8
+typedef tsr_u32 tsr_sacc;
+#define TSR_SACC si
+#define TSR_SACC_DECL tsr_u32 si[TSR_BN / 2]; /* Q K^T's s32 accumulators */
+#define TSR_SACC_PARAM tsr_u32 *si,
+#define TSR_SACC_ARG si,
+#define TSR_FENCE_SACC() tsr_fence_regs_u<TSR_BN / 2>(si)
+#else
+typedef float tsr_sacc;
+#define TSR_SACC s
+#define TSR_SACC_DECL
+#define TSR_SACC_PARAM
+#define TSR_SACC_ARG
+#define TSR_FENCE_SACC() tsr_fence_regs<TSR_BN / 2>(s)
+#endif
+
 /* The tensor-core issue blocks of the key tile in ring stage st: S = Q K^T
  * (64 x BN over D, k16 steps; Q and K panels K-major) and O += P V (P from
  * registers, V through its MN-major descriptor); O zeroed for a member;
  * and P packed from the softmax's S to the A operand of P V (16-bit, or
- * e4m3 with TSR_FP8). */
-static __device__ __forceinline__ void issue_qk(float *s, tsr_u64 dq, tsr_u64 dk, int st) {
+ * e4m3 with TSR_FP8, whose Q K^T is int8). */
+static __device__ __forceinline__ void issue_qk(tsr_sacc *s, tsr_u64 dq, tsr_u64 dk, int st) {
 #if TSR_FP8
   tsr_f8_issue_s(s, dq, dk + ((st * KV_TILE) >> 4));
 #else
@@ -798,7 +818,7 @@ static __device__ __forceinline__ bool last_active(int u, const int &nt) { retur
  * pending tile. */
 static __device__ __forceinline__ void first_tile(
     const tsr_kernel_params &p, const tsr_task_rec &tk, const tsr_u32 &bars, const int &it, int u,
-    int &st, tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, float *s, tsr_u32 *pf,
+    int &st, tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, float *s, TSR_SACC_PARAM tsr_u32 *pf,
     const bool &arriver, const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held,
     const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
     float &l0, float &l1, float &a0, float &a1, TSR_F8_PARAM int my_turn, int other_turn) {
@@ -813,18 +833,18 @@ static __device__ __forceinline__ void first_tile(
   tsr_mbar_wait(TSR_K_FULL(st), ph);
   TSR_EDGE_BEGIN();
   tsr_wg_fence();
-  issue_qk(s, dq, dk, st);
+  issue_qk(TSR_SACC, dq, dk, st);
   tsr_wg_commit();
   TSR_EDGE_END();
   tsr_wg_wait<0>();
-  tsr_fence_regs<TSR_BN / 2>(s);
+  TSR_FENCE_SACC();
   if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
   if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
     if (arriver) tsr_mbar_arrive(q_e);
     q_held = false;
   }
 #if TSR_FP8
-  tsr_f8_scale_scores(s, f0, f1);
+  tsr_f8_scale_scores(s, si, f0, f1);
 #endif
   tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
   tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
@@ -836,14 +856,14 @@ static __device__ __forceinline__ void first_tile(
  * O between them, while S is computed). */
 static __device__ __forceinline__ void next_tile_issue(
     const tsr_u32 &bars, const int &sn, const tsr_u32 &phn, const int &st, const tsr_u32 &ph,
-    const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *s, float *o, tsr_u32 *pf,
+    const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *s, TSR_SACC_PARAM float *o, tsr_u32 *pf,
     const float &a0, const float &a1, int my_turn, int other_turn) {
   (void)my_turn, (void)other_turn;
   tsr_mbar_wait(TSR_K_FULL(sn), phn);
   tsr_mbar_wait(TSR_V_FULL(st), ph);
   TSR_TURN_BEGIN();
   tsr_wg_fence();
-  issue_qk(s, dq, dk, sn);
+  issue_qk(TSR_SACC, dq, dk, sn);
   tsr_wg_commit();
   /* the pending tile's rescale runs while S = Q K^T is computed */
   tsr_rescale(o, a0, a1);
@@ -859,19 +879,19 @@ static __device__ __forceinline__ void next_tile_issue(
  * (sn, phn: its stage and phase; tr: its record). */
 static __device__ __forceinline__ void next_tile_end(
     const tsr_kernel_params &p, int u, int &st, tsr_u32 &ph, const int &sn, const tsr_u32 &phn,
-    const tsr_tile_rec &tr, const tsr_u32 &bars, float *o, float *s, tsr_u32 *pf, const bool &arriver,
+    const tsr_tile_rec &tr, const tsr_u32 &bars, float *o, float *s, TSR_SACC_PARAM tsr_u32 *pf, const bool &arriver,
     const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held, const int &seg0,
     const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1, float &l0,
     float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
   tsr_wg_wait<1>();
-  tsr_fence_regs<TSR_BN / 2>(s);
+  TSR_FENCE_SACC();
   if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
   if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
     if (arriver) tsr_mbar_arrive(q_e);
     q_held = false;
   }
 #if TSR_FP8
-  tsr_f8_scale_scores(s, f0, f1);
+  tsr_f8_scale_scores(s, si, f0, f1);
 #endif
   tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
   tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
@@ -932,7 +952,7 @@ static __device__ __forceinline__ void finish(const tsr_kernel_params &p, tsr_me
 /* Descriptor bases: Q panels (K-major, A operand; warpgroup c's 64 rows
  * of a Q buffer at sq), K panels (K-major, B), V panels (MN-major, B
  * transposed: LBO steps to the next 64 columns of D, SBO to the next 8 key
- * rows).  FP8 (e4m3): Q and K rows of D bytes, V^T rows of BN bytes, all
+ * rows).  FP8 (int8 Q, K; e4m3 V): Q and K rows of D bytes, V^T rows of BN bytes, all
  * K-major. */
 static __device__ __forceinline__ tsr_u64 q_desc(tsr_u32 sq, int c) {
 #if TSR_FP8
@@ -983,7 +1003,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
   if (c == 1) TSR_TURN_END(); /* warpgroup 0 goes first */
 #endif
   int it = 0, q_uses = 0;
-  float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
+  float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2]; TSR_SACC_DECL
   tsr_u32 pf[TSR_SM90_NPF];
 #if TSR_SM90_QPF
   /* The next task's record, first member and (membership) its rows'
@@ -1063,8 +1083,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
         float f0, f1;
         tsr_f8_key_factors(p, bh_kv, tr.k_tile, sqv, f0, f1);
 #endif
-        next_tile_issue(bars, sn, phn, st, ph, dq, dk, dv, s, o, pf, a0, a1, TSR_TURNS);
-        next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
+        next_tile_issue(bars, sn, phn, st, ph, dq, dk, dv, s, TSR_SACC_ARG o, pf, a0, a1, TSR_TURNS);
+        next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
                       seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
       };
       /* Runs of active tiles are software-pipelined; a skipped tile ends
@@ -1074,7 +1094,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       int u = 0;
       while (u < nt && !TSR_ACTIVE(u)) skip_tile(bars, it, u++, arriver);
       if (u < nt) {
-        first_tile(p, tk, bars, it, u, st, ph, dq, dk, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
+        first_tile(p, tk, bars, it, u, st, ph, dq, dk, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
                    seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
 #if TSR_SM90_QPF
         if (i == 0 && has_next && tkn.n_members > 0) {
@@ -1092,7 +1112,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
           drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);
           while (nx < nt && !TSR_ACTIVE(nx)) skip_tile(bars, it, nx++, arriver);
           if (nx >= nt) break;
-          first_tile(p, tk, bars, it, nx, st, ph, dq, dk, s, pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
+          first_tile(p, tk, bars, it, nx, st, ph, dq, dk, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
                      seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
           u = nx;
         }
@@ -1125,6 +1145,11 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_F8_ARG
 #undef TSR_F8_FACTORS_PARAM
 #undef TSR_F8_FACTORS_ARG
+#undef TSR_SACC
+#undef TSR_SACC_DECL
+#undef TSR_SACC_PARAM
+#undef TSR_SACC_ARG
+#undef TSR_FENCE_SACC
 
 }  // namespace tsr90
 

@@ -1,28 +1,39 @@
 /*
  * templates/attn_sm90_fp8.cuh: the FP8 parts of the sm90 family (issue 18),
- * included by attn_sm90.cuh when TSR_FP8 is 1: e4m3 wgmma wrappers, the
- * score / probability / output scaling of the attention kernel, and the two
- * quantization kernels of the variant's module (<name>_kvstats, <name>_quant)
- * that make the e4m3 copies and their scales from the bf16/fp16 tensors.
+ * included by attn_sm90.cuh when TSR_FP8 is 1: the int8 (Q K^T) and e4m3
+ * (P V) wgmma wrappers, the score / probability / output scaling of the
+ * attention kernel, and the two quantization kernels of the variant's
+ * module (<name>_kvstats, <name>_quant) that make the int8 / e4m3 copies
+ * and their scales from the bf16/fp16 tensors.
  *
  * ---- The scheme (the CPU emulation, runtime/exec_cpu.c, implements the same)
- *   e4m3: OCP E4M3 (max 448), conversions cvt.rn.satfinite (round to nearest
- *   even, saturating to +-448); products accumulate in fp32.
+ *   Q K^T in int8 (SageAttention2's choice: e4m3's 3 mantissa bits put a
+ *   few percent of noise on every score, docs/fp8.md), s32 accumulation;
+ *   P V in e4m3, fp32 accumulation.
+ *   int8: symmetric, x8 = cvt.rni.s32.f32 (round to nearest even; NaN to 0)
+ *   clamped to +-127.  e4m3: OCP E4M3 (max 448), cvt.rn.satfinite (round to
+ *   nearest even, saturating to +-448).
  *   K smoothing: per (batch, kv head, channel c) mean_c = fp32 mean of k[:, c]
  *     over all seq_k tokens; k_s = k - mean_c (softmax-invariant).
  *   Q scale per (batch, q head, 64-token chunk): amax = max |q| over the
- *     chunk x head dim; inv = 448 / amax, q8 = e4m3(q * inv), sq = amax / 448
- *     (amax 0: inv = sq = 1).  K: the same per (batch, kv head, chunk) on k_s.
- *   V scale per (batch, kv head, channel c): amax_c over all tokens,
- *     v8 = e4m3(v * (448 / amax_c)), sv_c = amax_c / 448 (0: both 1).
- *   s = (q8 . k8) * (sq * sk), then the bf16 kernel's online softmax;
+ *     chunk x head dim, NaN-propagating (max.NaN); inv = 127 / amax,
+ *     q8 = int8(q * inv), sq = amax / 127 (amax 0: inv = sq = 1; amax NaN or
+ *     infinite: inv = 0 and sq = NaN, so every score of the chunk is NaN --
+ *     int8 has no NaN to carry it).  K: the same per (batch, kv head, chunk)
+ *     on k_s.
+ *   V scale per (batch, kv head, channel c): amax_c over all tokens (fmaxf,
+ *     skipping NaN), v8 = e4m3(v * (448 / amax_c)), sv_c = amax_c / 448
+ *     (0: both 1).
+ *   s = float(q8 . k8) * (sq * sk) (the s32 sum is below 2^24, exact in
+ *     float), then the bf16 kernel's online softmax;
  *   p = exp2(s * scale_log2 - m) in fp32, l sums the fp32 p; the P V
  *   product takes p8 = e4m3(p * 256); O = O_acc * (sv_c / 256) / l.
  *
  * ---- Buffers (runtime/gpu.c owns them, one set a plan, reused)
- *   q8  [B][Hq][Sq][D] bytes, k8 [B][Hkv][Sk][D]: row-major, TMA maps
- *       {D, S, H, B} with the box {D, BM | BN} (D bytes: 128B or 64B swizzle)
- *   vt8 [B][Hkv][D][Skp] bytes, Skp = Sk rounded up to 16 (zeros past Sk):
+ *   q8  [B][Hq][Sq][D] int8, k8 [B][Hkv][Sk][D]: row-major, TMA maps
+ *       {D, S, H, B} with the box {D, BM | BN} (D bytes: 128B or 64B swizzle;
+ *       s8 wgmma reads the same K-major 1-byte layout as e4m3)
+ *   vt8 [B][Hkv][D][Skp] e4m3, Skp = Sk rounded up to 16 (zeros past Sk):
  *       V transposed, because e4m3 wgmma takes both operands K-major and the
  *       K dimension of P V is the keys; map {Skp, D, Hkv, B}, box {BN, D}.
  *       Within every 16 keys the positions are permuted (tsr_f8_slot): the
@@ -42,34 +53,35 @@
 #define TSR_ATTN_SM90_FP8_CUH
 
 #define TSR_F8_MAX 448.0f
+#define TSR_I8_MAX 127.0f /* int8 Q and K: symmetric */
 #define TSR_F8_P_SCALE 256.0f /* p in [0, 1] -> [0, 256], inside e4m3's range */
 #define TSR_F8_CHUNK 64       /* tokens a Q / K scale */
 #define TSR_CAT2(a, b) a##b
 #define TSR_CAT(a, b) TSR_CAT2(a, b)
 
-/* ---- e4m3 wgmma (K = 32; no transpose forms: both operands K-major) ------ */
-/* D[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), e4m3. */
-static __device__ __forceinline__ void tsr_wgmma_f8_ss_n64(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+/* ---- int8 wgmma (K = 32; both operands K-major, s32 accumulators) -------- */
+/* D[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), s8. */
+static __device__ __forceinline__ void tsr_wgmma_s8_ss_n64(tsr_u32 *d, tsr_u64 da, tsr_u64 db, int acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
       "%0, %1, %2, %3, %4, %5, %6, %7,"
       "%8, %9, %10, %11, %12, %13, %14, %15,"
       "%16, %17, %18, %19, %20, %21, %22, %23,"
       "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      "}, %32, %33, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
       : "l"(da), "l"(db), "r"(acc));
 }
 
-/* D[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), e4m3. */
-static __device__ __forceinline__ void tsr_wgmma_f8_ss_n128(float *d, tsr_u64 da, tsr_u64 db, int acc) {
+/* D[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), s8. */
+static __device__ __forceinline__ void tsr_wgmma_s8_ss_n128(tsr_u32 *d, tsr_u64 da, tsr_u64 db, int acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
       "%0, %1, %2, %3, %4, %5, %6, %7,"
       "%8, %9, %10, %11, %12, %13, %14, %15,"
       "%16, %17, %18, %19, %20, %21, %22, %23,"
@@ -78,18 +90,19 @@ static __device__ __forceinline__ void tsr_wgmma_f8_ss_n128(float *d, tsr_u64 da
       "%40, %41, %42, %43, %44, %45, %46, %47,"
       "%48, %49, %50, %51, %52, %53, %54, %55,"
       "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "}, %64, %65, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+        "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+        "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+        "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+        "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
       : "l"(da), "l"(db), "r"(acc));
 }
 
+/* ---- e4m3 wgmma (K = 32; no transpose forms: both operands K-major) ------ */
 /* D[64 x 64] += A[64 x 32] (registers, e4m3) * B[32 x 64] (smem, K-major), e4m3. */
 static __device__ __forceinline__ void tsr_wgmma_f8_rs_n64(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
   asm volatile(
@@ -159,14 +172,15 @@ static __device__ __forceinline__ int tsr_f8_slot(int k) {
 
 /* ---- attention-kernel pieces -------------------------------------------- */
 
-/* S = Q K^T of one stage: rows of TSR_HEAD_DIM bytes, 32 a step. */
-static __device__ __forceinline__ void tsr_f8_issue_s(float *s, tsr_u64 dq, tsr_u64 dk) {
+/* S = Q K^T of one stage (int8, s32 accumulators si): rows of
+ * TSR_HEAD_DIM bytes, 32 a step. */
+static __device__ __forceinline__ void tsr_f8_issue_s(tsr_u32 *si, tsr_u64 dq, tsr_u64 dk) {
 #pragma unroll
   for (int kk = 0; kk < TSR_HEAD_DIM / 32; ++kk) {
 #if TSR_BN == 128
-    tsr_wgmma_f8_ss_n128(s, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
+    tsr_wgmma_s8_ss_n128(si, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
 #else
-    tsr_wgmma_f8_ss_n64(s, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
+    tsr_wgmma_s8_ss_n64(si, dq + ((kk * 32) >> 4), dk + ((kk * 32) >> 4), kk > 0);
 #endif
   }
 }
@@ -202,15 +216,14 @@ static __device__ __forceinline__ float tsr_f8_row_scale(const tsr_kernel_params
   return __ldg((const float *)p.q + ((tsr_i64)mb.batch * p.heads_q + mb.head) * nqc + (ch < nqc ? ch : nqc - 1));
 }
 
-/* s = acc * (sq * sk): columns 8j + 2t + e lie in key chunk (8j) / 64. */
-static __device__ __forceinline__ void tsr_f8_scale_scores(float *s, float f0, float f1) {
+/* s = float(acc) * (sq * sk) (|acc| <= 127 * 127 * D < 2^24: exact):
+ * columns 8j + 2t + e lie in key chunk (8j) / 64. */
+static __device__ __forceinline__ void tsr_f8_scale_scores(float *s, const tsr_u32 *si, float f0, float f1) {
 #pragma unroll
   for (int j = 0; j < TSR_BN / 8; ++j) {
     const float f = 8 * j < TSR_F8_CHUNK ? f0 : f1;
-    s[4 * j] *= f;
-    s[4 * j + 1] *= f;
-    s[4 * j + 2] *= f;
-    s[4 * j + 3] *= f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[4 * j + e] = __int2float_rn((int)si[4 * j + e]) * f;
   }
 }
 
@@ -267,6 +280,32 @@ static __device__ __forceinline__ void tsr_f8_load8(const tsr_u16 *src, float *f
 /* amax -> (inv, scale) of the scheme: 448 / amax and amax / 448, 1 for 0. */
 static __device__ __forceinline__ float tsr_f8_inv(float amax) { return amax > 0.f ? __fdiv_rn(TSR_F8_MAX, amax) : 1.f; }
 static __device__ __forceinline__ float tsr_f8_scale(float amax) { return amax > 0.f ? __fdiv_rn(amax, TSR_F8_MAX) : 1.f; }
+
+/* int8 chunks (Q, K): the amax may be NaN or infinite; then every value
+ * goes to 0 and the scale is NaN (docs/fp8.md, non-finite inputs). */
+static __device__ __forceinline__ float tsr_i8_inv(float amax) {
+  const bool finite = amax < __int_as_float(0x7f800000); /* amax >= 0 or NaN */
+  return finite ? (amax > 0.f ? __fdiv_rn(TSR_I8_MAX, amax) : 1.f) : 0.f;
+}
+static __device__ __forceinline__ float tsr_i8_scale(float amax) {
+  const bool finite = amax < __int_as_float(0x7f800000);
+  return finite ? (amax > 0.f ? __fdiv_rn(amax, TSR_I8_MAX) : 1.f) : __int_as_float(0x7fffffff);
+}
+/* max that propagates NaN (fmaxf skips it). */
+static __device__ __forceinline__ float tsr_nanmax(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+/* Four floats to int8 bytes 0-3 (a in byte 0): nearest even, NaN to 0
+ * (cvt.rni.s32.f32), clamped to +-127. */
+static __device__ __forceinline__ tsr_u32 tsr_s8x4(float a, float b, float c, float d) {
+  const int x[4] = { __float2int_rn(a), __float2int_rn(b), __float2int_rn(c), __float2int_rn(d) };
+  tsr_u32 r = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r |= ((tsr_u32)min(127, max(-127, x[i])) & 0xffu) << (8 * i);
+  return r;
+}
 
 #define TSR_F8_TPR (TSR_HEAD_DIM / 8) /* threads a token row, 8 channels each */
 #define TSR_F8_RPP (256 / TSR_F8_TPR) /* token rows a pass of 256 threads */
@@ -339,8 +378,8 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 
 /* Pass 2: one CTA a (batch, head, 64-token chunk), 256 threads: CTAs
- * [0, q_ctas) quantize Q chunks (B * Hq * ceil(Sq/64)), the rest K and V
- * chunks (B * Hkv * ceil(Sk/64)).  Each keeps its chunk in registers: the
+ * [0, q_ctas) quantize Q chunks to int8 (B * Hq * ceil(Sq/64)), the rest K
+ * chunks to int8 and V chunks to e4m3 (B * Hkv * ceil(Sk/64)).  Each keeps its chunk in registers: the
  * amax, then the bytes.  V goes through shared memory to be written
  * transposed (vt8 rows of 64 keys a chunk, 16-byte stores). */
 extern "C" __global__ void __launch_bounds__(256)
@@ -372,29 +411,29 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         if (!is_q) x[ps][i] = x[ps][i] - mean[i]; /* k_s = k - mean_c */
-        am = fmaxf(am, fabsf(x[ps][i]));
+        am = tsr_nanmax(am, fabsf(x[ps][i]));
       }
     }
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+  for (int o = 16; o > 0; o >>= 1) am = tsr_nanmax(am, __shfl_xor_sync(0xffffffffu, am, o));
   if (tid % 32 == 0) wmax[tid / 32] = am;
   __syncthreads();
   am = wmax[0];
 #pragma unroll
-  for (int w = 1; w < 8; ++w) am = fmaxf(am, wmax[w]);
+  for (int w = 1; w < 8; ++w) am = tsr_nanmax(am, wmax[w]);
   {
-    const float inv = tsr_f8_inv(am);
+    const float inv = tsr_i8_inv(am);
     unsigned char *dst = (is_q ? q8 : k8) + (tsr_i64)bh * seq * D;
-    if (tid == 0) (is_q ? sq : sk)[(tsr_i64)bh * nch + ch] = tsr_f8_scale(am);
+    if (tid == 0) (is_q ? sq : sk)[(tsr_i64)bh * nch + ch] = tsr_i8_scale(am);
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
       const float *f = x[ps];
       if (t < seq)
         *(uint2 *)(dst + (tsr_i64)t * D + c0) =
-            make_uint2(tsr_e4m3x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv),
-                       tsr_e4m3x4(f[4] * inv, f[5] * inv, f[6] * inv, f[7] * inv));
+            make_uint2(tsr_s8x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv),
+                       tsr_s8x4(f[4] * inv, f[5] * inv, f[6] * inv, f[7] * inv));
     }
   }
   if (is_q) return;

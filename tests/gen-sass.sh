@@ -2,8 +2,8 @@
 # gen-sass.sh: the generated cubins use the intended instructions.  The sm80
 # family (every target) must show HMMA tensor-core products and LDGSTS
 # (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma), its
-# FP8 variants QGMMA e4m3 products in both GEMMs and their quantization
-# kernels (issue 18); the
+# FP8 variants IGMMA int8 products for Q K^T, QGMMA e4m3 products for P V
+# and their quantization kernels (issue 18); the
 # GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE).
 # Skips (77) only when cuobjdump is truly absent.
 #
@@ -127,10 +127,10 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
       echo "gen-sass: cuobjdump failed on $f: $sass"; fail=1; continue; }
     case $name in
       tsr_sm80_*) want="HMMA LDGSTS" ;;
-      # FP8 (issue 18): e4m3 tensor-core products (QGMMA) for both GEMMs,
-      # the P fragments packed by saturating e4m3 conversions, and the
-      # module's quantization kernels
-      tsr_sm90_*_fp8_*) want="QGMMA\.64x[0-9]*x32\.F32\.E4M3\.E4M3 F2FP\.SATFINITE\.E4M3 Function:${name}_quant Function:${name}_kvstats" ;;
+      # FP8 (issue 18): int8 tensor-core products (IGMMA, s32) for Q K^T,
+      # e4m3 ones (QGMMA) for P V, the P fragments packed by saturating
+      # e4m3 conversions, and the module's quantization kernels
+      tsr_sm90_*_fp8_*) want="IGMMA\.64x[0-9]*x32\.S8\.S8 QGMMA\.64x[0-9]*x32\.F32\.E4M3\.E4M3 F2FP\.SATFINITE\.E4M3 Function:${name}_quant Function:${name}_kvstats" ;;
       tsr_sm90_*) want="HGMMA" ;;
       tsr_plan) want="VOTE" ;; # the GPU planner: warp ballots
       *) echo "gen-sass: unknown family: $name"; fail=1; continue ;;
@@ -141,11 +141,19 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
         fail=1
       fi
     done
-    # FP8 variants: both products in e4m3, register-A (P V) and shared-A (Q K^T)
+    # FP8 variants: Q K^T in int8 from shared memory (IGMMA, both operands
+    # descriptors), P V in e4m3 with P from registers (QGMMA, register A);
+    # no e4m3 product from shared memory (the old e4m3 Q K^T) and no 16-bit one
     case $name in
       tsr_sm90_*_fp8_*)
+        if ! printf '%s\n' "$sass" | grep -q "IGMMA\.[^;]* R[0-9]*, gdesc\["; then
+          echo "gen-sass: $arch/$name: no shared-operand IGMMA (the Q K^T product) in SASS"; fail=1
+        fi
         if ! printf '%s\n' "$sass" | grep -q "QGMMA[^;]*, R[0-9]*, gdesc"; then
           echo "gen-sass: $arch/$name: no register-operand QGMMA (the P V product) in SASS"; fail=1
+        fi
+        if printf '%s\n' "$sass" | grep -q "QGMMA\.[^ ]* R[0-9]*, gdesc\["; then
+          echo "gen-sass: $arch/$name: an e4m3 QGMMA from shared memory (Q K^T should be int8)"; fail=1
         fi
         if printf '%s\n' "$sass" | grep -q "HGMMA"; then
           echo "gen-sass: $arch/$name: a 16-bit HGMMA in an FP8 variant"; fail=1
