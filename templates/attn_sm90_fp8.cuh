@@ -216,14 +216,20 @@ static __device__ __forceinline__ float tsr_f8_row_scale(const tsr_kernel_params
   return __ldg((const float *)p.q + ((tsr_i64)mb.batch * p.heads_q + mb.head) * nqc + (ch < nqc ? ch : nqc - 1));
 }
 
-/* s = float(acc) * (sq * sk) (|acc| <= 127 * 127 * D < 2^24: exact):
- * columns 8j + 2t + e lie in key chunk (8j) / 64. */
+/* s = float(acc) * (sq * sk): columns 8j + 2t + e lie in key chunk
+ * (8j) / 64.  float(acc) without a conversion instruction (I2FP, one per
+ * score beside the softmax's MUFU.EX2): acc + 0x4B400000 read as a float
+ * is 2^23 + 2^22 + acc, exactly, while |acc| < 2^22 (here at most
+ * 127 * 127 * D = 2064512), so subtracting 2^23 + 2^22 leaves acc exactly:
+ * an integer add and a float add, both full-rate. */
 static __device__ __forceinline__ void tsr_f8_scale_scores(float *s, const tsr_u32 *si, float f0, float f1) {
+  static_assert(127 * 127 * TSR_HEAD_DIM < (1 << 22), "int8 Q K^T sums must stay below 2^22");
 #pragma unroll
   for (int j = 0; j < TSR_BN / 8; ++j) {
     const float f = 8 * j < TSR_F8_CHUNK ? f0 : f1;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[4 * j + e] = __int2float_rn((int)si[4 * j + e]) * f;
+    for (int e = 0; e < 4; ++e)
+      s[4 * j + e] = (__int_as_float((int)(si[4 * j + e] + 0x4B400000u)) - 12582912.0f) * f;
   }
 }
 
