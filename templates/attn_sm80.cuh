@@ -31,6 +31,13 @@
  * tile suffices.  The next tile records are read an iteration ahead, so no
  * warp waits on a global load before issuing its copies.
  *
+ * Functions (issue 15): the kernel walks tasks and members and runs the
+ * pipeline; the Q fragment load, a softmax step's parts (step_scores,
+ * step_mask, step_softmax, step_pv) and the epilogue (member_end) are
+ * inlined functions that take the kernel's locals by reference, which
+ * keeps the SASS of the uncut kernel (a struct of the member's state did
+ * not: notes/sm80.md, 2026-12-02).
+ *
  * Registers: the loops inside a softmax step are unrolled (the steps of
  * a tile are not); values that the compiler would otherwise hoist out of
  * the tile loop and keep live (one 64-bit global offset per copied row, one
@@ -140,96 +147,34 @@ static __device__ __forceinline__ unsigned frag(unsigned tile, unsigned lane_off
   return tile + (unsigned)(blk * 16 * RB + ((k >> 2) << 7)) + (lane_off ^ (unsigned)((k & 3) << 5));
 }
 
-/* ---- The kernel's parts, cut at its seams (issue 15): a member's prologue,
- * one softmax step of a tile (scores, mask, softmax, P V), the tile loop and
- * the epilogue.  All are inlined into the one kernel; what a thread holds
- * for a member lives in a Member by reference, which the compiler keeps in
- * registers (every index is a compile-time constant after unrolling). */
+/* ---- The kernel's parts, cut at its seams (issue 15): the Q fragments, a
+ * softmax step's scores, mask, online softmax and P V, and the member's
+ * epilogue.  They are inlined into the one kernel, which keeps its locals
+ * (O, the softmax state, Q fragments, scores) and lends them by reference,
+ * values by value. */
 
-/* Where the CTA's tiles sit in shared memory, and the lane's fragment
- * offsets (see frag): Q (A operand) and V (B operand through
- * ldmatrix.trans) take rows lane & 15 and chunk bit lane >> 4; K (B
- * operand) takes rows (lane & 7) + 8 (lane >> 4) and chunk bit
- * (lane >> 3) & 1. */
-struct Smem {
-  unsigned q, k, v;     /* Q [BM][D], K and V [ST][BN][D] */
-  unsigned qv_off, k_off;
-  int lane, row_base;   /* the warp's first query row in the tile */
-};
-
-/* One member (query tile of one head) in flight: its inputs, and what the
- * thread accumulates over the task's key tiles. */
-struct Member {
-  int b, h, q0;
-  const tsr_u16 *gk, *gv;
-  float acc[MT][ND][4];
-  float m[MT][2], l[MT][2];
-  unsigned qf[QREG ? MT : 1][QREG ? KD : 1][4]; /* Q fragments (QREG) */
-#if TSR_MEMBERSHIP
-  int seg[MT][2]; /* the row's segment of membership words */
-  unsigned sel;   /* bit 2 i + hh: that row selected some key of the task's tiles
-                     (one register: an array of flags spilled on sm_120) */
-#endif
-};
-
-/* Copies key tile kt's K and V rows into stage `st` (ragged last tile
- * zero-filled). */
-static __device__ __forceinline__ void load_kv(const tsr_kernel_params &p, const Smem &sm, const Member &mb,
-                                               int st, int kt)
+/* With QREG, the warp's Q fragments, which stay in registers for all of a
+ * member's tiles; else nothing. */
+static __device__ __forceinline__ void load_qfrags(unsigned sQ, unsigned qv_off, int row_base,
+                                                   unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4])
 {
-  const int k0 = kt * BN;
-  const int kr = min(BN, p.seq_k - k0);
-  const unsigned off = (unsigned)st * (BN * RB);
-  load_rows<BN>(sm.k + off, mb.gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-  load_rows<BN>(sm.v + off, mb.gv + k0 * p.v_stride[2], p.v_stride[2], kr);
-}
-
-/* A member's prologue: its addresses, the copies of Q (joining tile 0's
- * group) and of tiles 1 .. ST-2 (a group each), and the zeroed state.  A
- * task without tiles loads nothing (its members may be any row). */
-static __device__ __forceinline__ void member_begin(const tsr_kernel_params &p, const Smem &sm, Member &mb,
-                                                    const tsr_member_rec &mem, const tsr_tile_rec *trec,
-                                                    int ntiles)
-{
-  const int hk = mem.head / (p.heads_q / p.heads_kv);
-  mb.b = mem.batch;
-  mb.h = mem.head;
-  mb.q0 = mem.q_tile * BM;
-  mb.gk = (const tsr_u16 *)p.k + mb.b * p.k_stride[0] + hk * p.k_stride[1];
-  mb.gv = (const tsr_u16 *)p.v + mb.b * p.v_stride[0] + hk * p.v_stride[1];
-  if (ntiles > 0) {
-    const tsr_u16 *gq = (const tsr_u16 *)p.q + mb.b * p.q_stride[0] + mb.h * p.q_stride[1] + mb.q0 * p.q_stride[2];
-    load_rows<BM>(sm.q, gq, p.q_stride[2], min(BM, p.seq_q - mb.q0));
-  }
+  if constexpr (QREG) {
 #pragma unroll
-  for (int s = 0; s < ST - 1; ++s) {
-    if (s < ntiles) load_kv(p, sm, mb, s, trec[s].k_tile);
-    tsr_cp_async_commit();
-  }
-#if TSR_MEMBERSHIP
-  mb.sel = 0u;
-#endif
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-  for (int i = 0; i < MT; ++i) {
-#pragma unroll
-    for (int n = 0; n < ND; ++n) mb.acc[i][n][0] = mb.acc[i][n][1] = mb.acc[i][n][2] = mb.acc[i][n][3] = 0.f;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      mb.m[i][hh] = TSR_NEG_INF;
-      mb.l[i][hh] = 0.f;
-#if TSR_MEMBERSHIP
-      const int r = mb.q0 + sm.row_base + i * 16 + (sm.lane >> 2) + 8 * hh;
-      mb.seg[i][hh] = r < p.seq_q ? p.qblk[r] - p.qblk[mb.q0] : 0;
-#endif
-    }
+      for (int kk = 0; kk < KD; ++kk)
+        tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1], qf[i][kk][2],
+                        qf[i][kk][3]);
   }
 }
 
-/* S = Q K^T for the SB keys of a step from column c0 of the tile at cK.  Q
- * from shared memory (not QREG): unrolled by two only, or the compiler
- * hoists the next steps' Q fragments and spills (sm_89). */
-static __device__ __forceinline__ void step_scores(const Smem &sm, const Member &mb, unsigned cK, int c0,
-                                                   float (&s)[MT][NS][4])
+/* S = Q K^T over D in k16 steps, for the SB keys of the step from column c0
+ * of the key tile at cK.  Q from registers (QREG) or from shared memory:
+ * then unrolled by two only, or the compiler hoists the next steps' Q
+ * fragments and spills (sm_89). */
+static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4],
+                                                   unsigned sQ, unsigned qv_off, int row_base, unsigned cK,
+                                                   unsigned k_off, int c0, float (&s)[MT][NS][4])
 {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
@@ -241,16 +186,16 @@ static __device__ __forceinline__ void step_scores(const Smem &sm, const Member 
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       if constexpr (QREG) {
-        qa[i][0] = mb.qf[i][kk][0]; qa[i][1] = mb.qf[i][kk][1];
-        qa[i][2] = mb.qf[i][kk][2]; qa[i][3] = mb.qf[i][kk][3];
+        qa[i][0] = qf[i][kk][0]; qa[i][1] = qf[i][kk][1];
+        qa[i][2] = qf[i][kk][2]; qa[i][3] = qf[i][kk][3];
       } else {
-        tsr_ldmatrix_x4(frag(sm.q, sm.qv_off, sm.row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
+        tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
       }
     }
 #pragma unroll
     for (int nn = 0; nn < NS / 2; ++nn) {
       unsigned b0, b1, b2, b3;
-      tsr_ldmatrix_x4(frag(cK, sm.k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
+      tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         tsr_mma16816(s[i][2 * nn], qa[i], b0, b1);
@@ -260,8 +205,8 @@ static __device__ __forceinline__ void step_scores(const Smem &sm, const Member 
   }
 }
 
-/* Sets to -inf the scores of keys past the step's kr valid columns and,
- * with membership, of the columns the rows' words leave out. */
+/* Sets to -inf the scores of the step's columns at or past kr (keys past
+ * seq_k) and, with membership, of those the rows' words leave out. */
 static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigned (&words)[MT][2][MWS],
                                                  float (&s)[MT][NS][4])
 {
@@ -291,10 +236,11 @@ static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigne
 }
 
 /* Scales the step's scores into the base-2 domain and updates the online
- * softmax: s becomes the probabilities, O is rescaled unless no row of the
+ * softmax: s becomes the probabilities; O is rescaled unless no row of the
  * warp changed its max (alpha is then exactly 1, ex2(0)): after the first
  * tiles the usual case, and MT x D / 2 multiplications a step saved. */
-static __device__ __forceinline__ void step_softmax(float scale_log2, Member &mb, float (&s)[MT][NS][4])
+static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
+                                                    float (&acc)[MT][ND][4], float (&s)[MT][NS][4])
 {
   float alphas[MT][2];
 #pragma unroll
@@ -311,11 +257,11 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, Member &mb
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       /* Maxima are taken on raw scores and scaled once (scale_log2 > 0), so
        * each probability is one FFMA and one EX2. */
-      const float mnew = fmaxf(mb.m[i][hh], mx * scale_log2);
+      const float mnew = fmaxf(m[i][hh], mx * scale_log2);
       /* A row with nothing selected so far keeps m = -inf; subtract 0 then
        * so that exp2(-inf - -inf) never makes a NaN. */
       const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
-      const float alpha = tsr_ex2(mb.m[i][hh] - msafe);
+      const float alpha = tsr_ex2(m[i][hh] - msafe);
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < NS; ++n) {
@@ -326,30 +272,32 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, Member &mb
           sum += pv;
         }
       }
-      mb.l[i][hh] = mb.l[i][hh] * alpha + sum;
-      mb.m[i][hh] = mnew;
+      l[i][hh] = l[i][hh] * alpha + sum;
+      m[i][hh] = mnew;
       alphas[i][hh] = alpha;
     }
   }
-  bool moved = false;
+  {
+    bool moved = false;
 #pragma unroll
-  for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
-  if (__any_sync(0xffffffffu, moved)) {
+    for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+      for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int n = 0; n < ND; ++n) {
-        mb.acc[i][n][0] *= alphas[i][0];
-        mb.acc[i][n][1] *= alphas[i][0];
-        mb.acc[i][n][2] *= alphas[i][1];
-        mb.acc[i][n][3] *= alphas[i][1];
-      }
+        for (int n = 0; n < ND; ++n) {
+          acc[i][n][0] *= alphas[i][0];
+          acc[i][n][1] *= alphas[i][0];
+          acc[i][n][2] *= alphas[i][1];
+          acc[i][n][3] *= alphas[i][1];
+        }
+    }
   }
 }
 
 /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
-static __device__ __forceinline__ void step_pv(const Smem &sm, Member &mb, unsigned cV, int c0,
-                                               const float (&s)[MT][NS][4])
+static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0, const float (&s)[MT][NS][4],
+                                               float (&acc)[MT][ND][4])
 {
 #pragma unroll
   for (int kk = 0; kk < NS / 2; ++kk) {
@@ -364,128 +312,48 @@ static __device__ __forceinline__ void step_pv(const Smem &sm, Member &mb, unsig
 #pragma unroll
     for (int dd = 0; dd < ND / 2; ++dd) {
       unsigned b0, b1, b2, b3;
-      tsr_ldmatrix_x4_trans(frag(cV, sm.qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
+      tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        tsr_mma16816(mb.acc[i][2 * dd], a[i], b0, b1);
-        tsr_mma16816(mb.acc[i][2 * dd + 1], a[i], b2, b3);
+        tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
+        tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
       }
     }
   }
-}
-
-/* One key tile (record tr, in stage `st`): its keys in steps of SB (see
- * SB): scores, mask, softmax, P V for each; not unrolled, so that the
- * compiler cannot overlap one step's scores with the previous step's P V
- * registers. */
-static __device__ __forceinline__ void tile_compute(const tsr_kernel_params &p, const Smem &sm, Member &mb,
-                                                    const tsr_tile_rec &tr, int st)
-{
-  const int k0 = tr.k_tile * BN;
-  const unsigned cK = sm.k + (unsigned)st * (BN * RB);
-  const unsigned cV = sm.v + (unsigned)st * (BN * RB);
-#if TSR_MEMBERSHIP
-  const bool partial = tr.mem >= 0;
-#else
-  const bool partial = false;
-#endif
-#pragma unroll 1
-  for (int sb = 0; sb < BN / SB; ++sb) {
-    const int c0 = sb * SB; /* first column of the step in the tile */
-    unsigned words[MT][2][MWS];
-#if TSR_MEMBERSHIP
-    /* Issued before the product so that its latency hides behind it. */
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-        for (int w = 0; w < MWS; ++w) {
-          words[i][hh][w] = partial ? p.membership[tr.mem + mb.seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
-          mb.sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
-        }
-#endif
-    float s[MT][NS][4];
-    step_scores(sm, mb, cK, c0, s);
-    /* Mask keys past seq_k and unselected columns of partial tiles; a full
-     * in-bounds step (the common case) skips this pass. */
-    if (partial || k0 + c0 + SB > p.seq_k) step_mask(sm.lane, p.seq_k - k0 - c0, words, s);
-    step_softmax(p.scale_log2, mb, s);
-    step_pv(sm, mb, cV, c0, s);
-  }
-}
-
-/* The member's key tiles through the pipeline: tile j + ST - 1 is issued
- * right after the barrier that makes tile j visible, into the stage tile
- * j - 1 used, so one barrier a tile suffices.  The records are read an
- * iteration ahead: the current tile's, and the key tile of the next copy,
- * so no warp waits on a global load before issuing its copies. */
-static __device__ __forceinline__ void member_tiles(const tsr_kernel_params &p, const Smem &sm, Member &mb,
-                                                    const tsr_tile_rec *trec, int ntiles)
-{
-  tsr_tile_rec tr_next = ntiles > 0 ? trec[0] : tsr_tile_rec{0, -1};
-  int kt_ahead = ST - 1 < ntiles ? trec[ST - 1].k_tile : 0;
-  for (int j = 0; j < ntiles; ++j) {
-    const tsr_tile_rec tr = tr_next;
-    if (j + 1 < ntiles) tr_next = trec[j + 1];
-    tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
-    __syncthreads();             /* everyone's; and tile j - 1's stage is free */
-    {
-      const int jn = j + ST - 1;
-      if (jn < ntiles) {
-        load_kv(p, sm, mb, jn % ST, kt_ahead);
-        if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
-      }
-      tsr_cp_async_commit();
-    }
-    if constexpr (QREG) {
-      if (j == 0) {
-        /* Q fragments stay in registers for all of the member's tiles. */
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-          for (int kk = 0; kk < KD; ++kk)
-            tsr_ldmatrix_x4(frag(sm.q, sm.qv_off, sm.row_base / 16 + i, kk), mb.qf[i][kk][0], mb.qf[i][kk][1],
-                            mb.qf[i][kk][2], mb.qf[i][kk][3]);
-      }
-    }
-    tile_compute(p, sm, mb, tr, j % ST);
-  }
-  tsr_cp_async_wait<0>();
 }
 
 /* Epilogue: finishes the row sums across the quad, then writes the rows
- * (o, lse) or the unnormalised partial (slot `slot`, -1 for none). */
-static __device__ __forceinline__ void member_end(const tsr_kernel_params &p, const Smem &sm, Member &mb,
-                                                  long long slot, int ntiles)
+ * (o, lse), or the unnormalised partial of slot task_partial + mi when the
+ * task is a split row's chunk.  `selected` bit 2 i + hh: that row selected
+ * some key (membership variants; else every row of a task with tiles). */
+static __device__ __forceinline__ void member_end(const tsr_kernel_params &p, float (&acc)[MT][ND][4],
+                                                  float (&m)[MT][2], float (&l)[MT][2], unsigned selected_bits,
+                                                  int task_partial, int mi, int row_base, int lane, int q0,
+                                                  int b, int h)
 {
-  const int lane = sm.lane;
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float lv = mb.l[i][hh];
+      float lv = l[i][hh];
       lv += __shfl_xor_sync(0xffffffffu, lv, 1);
       lv += __shfl_xor_sync(0xffffffffu, lv, 2);
-      const int r = sm.row_base + i * 16 + (lane >> 2) + 8 * hh;
-      const int row = mb.q0 + r;
-#if TSR_MEMBERSHIP
-      const bool selected = (mb.sel >> (2 * i + hh)) & 1u;
-#else
-      const bool selected = ntiles > 0; /* every tile is full */
-#endif
+      const int r = row_base + i * 16 + (lane >> 2) + 8 * hh;
+      const int row = q0 + r;
+      const bool selected = (selected_bits >> (2 * i + hh)) & 1u;
       /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
        * is NaN, not the empty row's zeros. */
-      if (selected && mb.m[i][hh] == TSR_NEG_INF) lv = __int_as_float(0x7fc00000);
-      if (slot >= 0) {
+      if (selected && m[i][hh] == TSR_NEG_INF) lv = __int_as_float(0x7fc00000);
+      if (task_partial >= 0) {
+        const long long slot = task_partial + mi;
         float *po = p.part_o + (slot * BM + r) * D;
 #pragma unroll
         for (int n = 0; n < ND; ++n) {
           const int d = n * 8 + (lane & 3) * 2;
-          *(float2 *)(po + d) = make_float2(mb.acc[i][n][2 * hh], mb.acc[i][n][2 * hh + 1]);
+          *(float2 *)(po + d) = make_float2(acc[i][n][2 * hh], acc[i][n][2 * hh + 1]);
         }
         if ((lane & 3) == 0) {
-          p.part_m[slot * BM + r] = lv != lv ? lv : mb.m[i][hh]; /* NaN marks a NaN row */
+          p.part_m[slot * BM + r] = lv != lv ? lv : m[i][hh]; /* NaN marks a NaN row */
           p.part_l[slot * BM + r] = lv;
         }
       } else if (row < p.seq_q) {
@@ -493,16 +361,16 @@ static __device__ __forceinline__ void member_end(const tsr_kernel_params &p, co
          * 0 * NaN reached acc; a NaN lv makes the row and lse NaN. */
         const bool none = lv == 0.f;
         const float inv = none ? 0.f : __frcp_rn(lv); /* inline, no division subroutine */
-        tsr_u16 *go = (tsr_u16 *)p.o + mb.b * p.o_stride[0] + mb.h * p.o_stride[1] + row * p.o_stride[2];
+        tsr_u16 *go = (tsr_u16 *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + row * p.o_stride[2];
 #pragma unroll
         for (int n = 0; n < ND; ++n) {
           const int d = n * 8 + (lane & 3) * 2;
           *(unsigned *)(go + d) =
-              none ? 0u : tsr_pack2(mb.acc[i][n][2 * hh] * inv, mb.acc[i][n][2 * hh + 1] * inv);
+              none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
         }
         if ((lane & 3) == 0 && p.lse)
-          p.lse[((long long)mb.b * p.heads_q + mb.h) * p.seq_q + row] =
-              none ? TSR_NEG_INF : (mb.m[i][hh] + log2f(lv)) * TSR_LN2;
+          p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+              none ? TSR_NEG_INF : (m[i][hh] + log2f(lv)) * TSR_LN2;
       }
     }
   }
@@ -514,14 +382,18 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 {
   using namespace tsr80;
   extern __shared__ __align__(128) unsigned char tsr_smem[];
-  Smem sm;
-  sm.q = tsr_smem_u32(tsr_smem);
-  sm.k = sm.q + BM * RB;
-  sm.v = sm.k + ST * BN * RB;
-  sm.lane = threadIdx.x & 31;
-  sm.row_base = (threadIdx.x >> 5) * MT * 16;
-  sm.qv_off = sw((sm.lane & 7) + ((sm.lane >> 3) & 1) * 8, sm.lane >> 4);
-  sm.k_off = sw((sm.lane & 7) + (sm.lane >> 4) * 8, (sm.lane >> 3) & 1);
+  const unsigned sQ = tsr_smem_u32(tsr_smem);
+  const unsigned sK = sQ + BM * RB;
+  const unsigned sV = sK + ST * BN * RB;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = p.heads_q / p.heads_kv;
+  const int row_base = warp * MT * 16;
+  /* Lane offsets of the three fragment kinds (see frag): Q (A operand) and
+   * V (B operand through ldmatrix.trans) take rows lane & 15 and chunk bit
+   * lane >> 4; K (B operand) takes rows (lane & 7) + 8 (lane >> 4) and chunk
+   * bit (lane >> 3) & 1. */
+  const unsigned qv_off = sw((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+  const unsigned k_off = sw((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);
 
   /* Device-planned launches read the task count the planner wrote. */
   const int n_tasks = p.n_tasks_dev ? *p.n_tasks_dev : p.n_tasks;
@@ -531,11 +403,117 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
     const tsr_tile_rec *trec = p.tiles + task.tile_begin;
     for (int mi = 0; mi < task.n_members; ++mi) {
       const tsr_member_rec mem = p.members[task.member_begin + mi];
-      Member mb;
+      const int b = mem.batch, h = mem.head, q0 = mem.q_tile * BM;
+      const int hk = h / group;
+      const int qrows = min(BM, p.seq_q - q0);
+      const tsr_u16 *gq = (const tsr_u16 *)p.q + b * p.q_stride[0] + h * p.q_stride[1] + q0 * p.q_stride[2];
+      const tsr_u16 *gk = (const tsr_u16 *)p.k + b * p.k_stride[0] + hk * p.k_stride[1];
+      const tsr_u16 *gv = (const tsr_u16 *)p.v + b * p.v_stride[0] + hk * p.v_stride[1];
+
       __syncthreads(); /* the previous member is done with shared memory */
-      member_begin(p, sm, mb, mem, trec, ntiles);
-      member_tiles(p, sm, mb, trec, ntiles);
-      member_end(p, sm, mb, task.partial >= 0 ? (long long)task.partial + mi : -1LL, ntiles);
+      /* Prologue: Q joins tile 0's group; tiles 1 .. ST-2 get a group each.
+       * A task without tiles loads nothing (its members may be any row). */
+      if (ntiles > 0) load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
+#pragma unroll
+      for (int s = 0; s < ST - 1; ++s) {
+        if (s < ntiles) {
+          const int k0 = trec[s].k_tile * BN;
+          const int kr = min(BN, p.seq_k - k0);
+          load_rows<BN>(sK + s * BN * RB, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+          load_rows<BN>(sV + s * BN * RB, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+        }
+        tsr_cp_async_commit();
+      }
+      /* Records read an iteration ahead: the current tile's, and the key
+       * tile of the next copy (tile j + ST - 1 at iteration j). */
+      tsr_tile_rec tr_next = ntiles > 0 ? trec[0] : tsr_tile_rec{0, -1};
+      int kt_ahead = ST - 1 < ntiles ? trec[ST - 1].k_tile : 0;
+
+      float acc[MT][ND][4];
+      float m[MT][2], l[MT][2];
+      unsigned qf[QREG ? MT : 1][QREG ? KD : 1][4]; /* Q fragments (QREG) */
+#if TSR_MEMBERSHIP
+      int seg[MT][2];
+      unsigned sel = 0u; /* bit 2 i + hh: that row selected some key of the task's tiles
+                            (one register: an array of flags spilled on sm_120) */
+#endif
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int n = 0; n < ND; ++n) acc[i][n][0] = acc[i][n][1] = acc[i][n][2] = acc[i][n][3] = 0.f;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          m[i][hh] = TSR_NEG_INF;
+          l[i][hh] = 0.f;
+#if TSR_MEMBERSHIP
+          const int r = q0 + row_base + i * 16 + (lane >> 2) + 8 * hh;
+          seg[i][hh] = r < p.seq_q ? p.qblk[r] - p.qblk[q0] : 0;
+#endif
+        }
+      }
+
+      for (int j = 0; j < ntiles; ++j) {
+        const tsr_tile_rec tr = tr_next;
+        if (j + 1 < ntiles) tr_next = trec[j + 1];
+        tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
+        __syncthreads();             /* everyone's; and tile j - 1's stage is free */
+        {
+          const int jn = j + ST - 1;
+          if (jn < ntiles) {
+            const int k0 = kt_ahead * BN;
+            const int kr = min(BN, p.seq_k - k0);
+            const unsigned st = (unsigned)(jn % ST) * (BN * RB);
+            load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+            load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
+          }
+          tsr_cp_async_commit();
+        }
+        if (j == 0) load_qfrags(sQ, qv_off, row_base, qf); /* QREG: Q stays in registers for the member */
+
+        const int k0 = tr.k_tile * BN;
+        const unsigned cK = sK + (unsigned)(j % ST) * (BN * RB);
+        const unsigned cV = sV + (unsigned)(j % ST) * (BN * RB);
+#if TSR_MEMBERSHIP
+        const bool partial = tr.mem >= 0;
+#else
+        const bool partial = false;
+#endif
+        /* The tile's keys in steps of SB (see SB): scores, mask, softmax,
+         * P V for each; not unrolled, so that the compiler cannot overlap
+         * one step's scores with the previous step's P V registers. */
+#pragma unroll 1
+        for (int sb = 0; sb < BN / SB; ++sb) {
+          const int c0 = sb * SB; /* first column of the step in the tile */
+          unsigned words[MT][2][MWS]; /* membership words of the rows (TSR_MEMBERSHIP) */
+#if TSR_MEMBERSHIP
+          /* Issued before the product so that its latency hides behind it. */
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+              for (int w = 0; w < MWS; ++w) {
+                words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
+                sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
+              }
+#endif
+
+          float s[MT][NS][4];
+          step_scores(qf, sQ, qv_off, row_base, cK, k_off, c0, s);
+          /* Mask keys past seq_k and unselected columns of partial tiles; a
+           * full in-bounds step (the common case) skips this pass. */
+          if (partial || k0 + c0 + SB > p.seq_k) step_mask(lane, p.seq_k - k0 - c0, words, s);
+          step_softmax(p.scale_log2, m, l, acc, s);
+          step_pv(cV, qv_off, c0, s, acc);
+        }
+      }
+      tsr_cp_async_wait<0>();
+#if TSR_MEMBERSHIP
+      member_end(p, acc, m, l, sel, task.partial, mi, row_base, lane, q0, b, h);
+#else
+      member_end(p, acc, m, l, ntiles > 0 ? ~0u : 0u, task.partial, mi, row_base, lane, q0, b, h); /* every tile is full */
+#endif
     }
   }
 }
