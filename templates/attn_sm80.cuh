@@ -31,6 +31,13 @@
  * tile suffices.  The next tile records are read an iteration ahead, so no
  * warp waits on a global load before issuing its copies.
  *
+ * Functions (issue 15): the kernel walks tasks and members and runs the
+ * pipeline; the Q fragment load, a softmax step's parts (step_scores,
+ * step_mask, step_softmax, step_pv) and the epilogue (member_end) are
+ * inlined functions that take the kernel's locals by reference, which
+ * keeps the SASS of the uncut kernel (a struct of the member's state did
+ * not: notes/sm80.md, 2026-12-02).
+ *
  * Registers: the loops inside a softmax step are unrolled (the steps of
  * a tile are not); values that the compiler would otherwise hoist out of
  * the tile loop and keep live (one 64-bit global offset per copied row, one
@@ -139,6 +146,235 @@ static __device__ __forceinline__ unsigned frag(unsigned tile, unsigned lane_off
 {
   return tile + (unsigned)(blk * 16 * RB + ((k >> 2) << 7)) + (lane_off ^ (unsigned)((k & 3) << 5));
 }
+
+/* ---- The kernel's parts, cut at its seams (issue 15): the Q fragments, a
+ * softmax step's scores, mask, online softmax and P V, and the member's
+ * epilogue.  They are inlined into the one kernel, which keeps its locals
+ * (O, the softmax state, Q fragments, scores) and lends them by reference,
+ * values by value. */
+
+/* With QREG, the warp's Q fragments, which stay in registers for all of a
+ * member's tiles; else nothing. */
+static __device__ __forceinline__ void load_qfrags(unsigned sQ, unsigned qv_off, int row_base,
+                                                   unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4])
+{
+  if constexpr (QREG) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk)
+        tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1], qf[i][kk][2],
+                        qf[i][kk][3]);
+  }
+}
+
+/* S = Q K^T over D in k16 steps, for the SB keys of the step from column c0
+ * of the key tile at cK.  Q from registers (QREG) or from shared memory:
+ * then unrolled by two only, or the compiler hoists the next steps' Q
+ * fragments and spills (sm_89). */
+static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4],
+                                                   unsigned sQ, unsigned qv_off, int row_base, unsigned cK,
+                                                   unsigned k_off, int c0, float (&s)[MT][NS][4])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+#pragma unroll QREG ? KD : 2
+  for (int kk = 0; kk < KD; ++kk) {
+    unsigned qa[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      if constexpr (QREG) {
+        qa[i][0] = qf[i][kk][0]; qa[i][1] = qf[i][kk][1];
+        qa[i][2] = qf[i][kk][2]; qa[i][3] = qf[i][kk][3];
+      } else {
+        tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
+      }
+    }
+#pragma unroll
+    for (int nn = 0; nn < NS / 2; ++nn) {
+      unsigned b0, b1, b2, b3;
+      tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        tsr_mma16816(s[i][2 * nn], qa[i], b0, b1);
+        tsr_mma16816(s[i][2 * nn + 1], qa[i], b2, b3);
+      }
+    }
+  }
+}
+
+/* Sets to -inf the scores of the step's columns at or past kr (keys past
+ * seq_k) and, with membership, of those the rows' words leave out. */
+static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigned (&words)[MT][2][MWS],
+                                                 float (&s)[MT][NS][4])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#if TSR_MEMBERSHIP
+      unsigned wl[MWS]; /* this lane's columns at bits 8 (n & 3) + e */
+#pragma unroll
+      for (int w = 0; w < MWS; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
+#endif
+#pragma unroll
+      for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = n * 8 + (lane & 3) * 2 + e;
+          bool ok = col < kr;
+#if TSR_MEMBERSHIP
+          ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
+#endif
+          if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
+        }
+      }
+    }
+  }
+}
+
+/* Scales the step's scores into the base-2 domain and updates the online
+ * softmax: s becomes the probabilities; O is rescaled unless no row of the
+ * warp changed its max (alpha is then exactly 1, ex2(0)): after the first
+ * tiles the usual case, and MT x D / 2 multiplications a step saved. */
+static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
+                                                    float (&acc)[MT][ND][4], float (&s)[MT][NS][4])
+{
+  float alphas[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = TSR_NEG_INF;
+#pragma unroll
+      for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      /* Maxima are taken on raw scores and scaled once (scale_log2 > 0), so
+       * each probability is one FFMA and one EX2. */
+      const float mnew = fmaxf(m[i][hh], mx * scale_log2);
+      /* A row with nothing selected so far keeps m = -inf; subtract 0 then
+       * so that exp2(-inf - -inf) never makes a NaN. */
+      const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
+      const float alpha = tsr_ex2(m[i][hh] - msafe);
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], scale_log2, -msafe));
+          s[i][n][2 * hh + e] = pv;
+          sum += pv;
+        }
+      }
+      l[i][hh] = l[i][hh] * alpha + sum;
+      m[i][hh] = mnew;
+      alphas[i][hh] = alpha;
+    }
+  }
+  {
+    bool moved = false;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          acc[i][n][0] *= alphas[i][0];
+          acc[i][n][1] *= alphas[i][0];
+          acc[i][n][2] *= alphas[i][1];
+          acc[i][n][3] *= alphas[i][1];
+        }
+    }
+  }
+}
+
+/* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
+static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0, const float (&s)[MT][NS][4],
+                                               float (&acc)[MT][ND][4])
+{
+#pragma unroll
+  for (int kk = 0; kk < NS / 2; ++kk) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
+      a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
+      a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+      a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dd = 0; dd < ND / 2; ++dd) {
+      unsigned b0, b1, b2, b3;
+      tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
+        tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+      }
+    }
+  }
+}
+
+/* Epilogue: finishes the row sums across the quad, then writes the rows
+ * (o, lse), or the unnormalised partial of slot task_partial + mi when the
+ * task is a split row's chunk.  `selected` bit 2 i + hh: that row selected
+ * some key (membership variants; else every row of a task with tiles). */
+static __device__ __forceinline__ void member_end(const tsr_kernel_params &p, float (&acc)[MT][ND][4],
+                                                  float (&m)[MT][2], float (&l)[MT][2], unsigned selected_bits,
+                                                  int task_partial, int mi, int row_base, int lane, int q0,
+                                                  int b, int h)
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float lv = l[i][hh];
+      lv += __shfl_xor_sync(0xffffffffu, lv, 1);
+      lv += __shfl_xor_sync(0xffffffffu, lv, 2);
+      const int r = row_base + i * 16 + (lane >> 2) + 8 * hh;
+      const int row = q0 + r;
+      const bool selected = (selected_bits >> (2 * i + hh)) & 1u;
+      /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
+       * is NaN, not the empty row's zeros. */
+      if (selected && m[i][hh] == TSR_NEG_INF) lv = __int_as_float(0x7fc00000);
+      if (task_partial >= 0) {
+        const long long slot = task_partial + mi;
+        float *po = p.part_o + (slot * BM + r) * D;
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          const int d = n * 8 + (lane & 3) * 2;
+          *(float2 *)(po + d) = make_float2(acc[i][n][2 * hh], acc[i][n][2 * hh + 1]);
+        }
+        if ((lane & 3) == 0) {
+          p.part_m[slot * BM + r] = lv != lv ? lv : m[i][hh]; /* NaN marks a NaN row */
+          p.part_l[slot * BM + r] = lv;
+        }
+      } else if (row < p.seq_q) {
+        /* lv == 0: nothing selected, zeros even where a masked column's
+         * 0 * NaN reached acc; a NaN lv makes the row and lse NaN. */
+        const bool none = lv == 0.f;
+        const float inv = none ? 0.f : __frcp_rn(lv); /* inline, no division subroutine */
+        tsr_u16 *go = (tsr_u16 *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + row * p.o_stride[2];
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          const int d = n * 8 + (lane & 3) * 2;
+          *(unsigned *)(go + d) =
+              none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
+        }
+        if ((lane & 3) == 0 && p.lse)
+          p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
+              none ? TSR_NEG_INF : (m[i][hh] + log2f(lv)) * TSR_LN2;
+      }
+    }
+  }
+}
 }  // namespace tsr80
 
 extern "C" __global__ void __launch_bounds__(TSR_THREADS)
@@ -233,17 +469,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           }
           tsr_cp_async_commit();
         }
-        if constexpr (QREG) {
-          if (j == 0) {
-            /* Q fragments stay in registers for all of the member's tiles. */
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-              for (int kk = 0; kk < KD; ++kk)
-                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qf[i][kk][0], qf[i][kk][1],
-                                qf[i][kk][2], qf[i][kk][3]);
-          }
-        }
+        if (j == 0) load_qfrags(sQ, qv_off, row_base, qf); /* QREG: Q stays in registers for the member */
 
         const int k0 = tr.k_tile * BN;
         const unsigned cK = sK + (unsigned)(j % ST) * (BN * RB);
@@ -259,9 +485,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #pragma unroll 1
         for (int sb = 0; sb < BN / SB; ++sb) {
           const int c0 = sb * SB; /* first column of the step in the tile */
+          unsigned words[MT][2][MWS]; /* membership words of the rows (TSR_MEMBERSHIP) */
 #if TSR_MEMBERSHIP
           /* Issued before the product so that its latency hides behind it. */
-          unsigned words[MT][2][MWS];
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -273,196 +499,21 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
               }
 #endif
 
-          /* S = Q K^T over D in k16 steps. */
           float s[MT][NS][4];
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
-          /* Q from shared memory (not QREG): unrolled by two only, or the
-           * compiler hoists the next steps' Q fragments and spills (sm_89). */
-#pragma unroll QREG ? KD : 2
-          for (int kk = 0; kk < KD; ++kk) {
-            unsigned qa[MT][4];
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              if constexpr (QREG) {
-                qa[i][0] = qf[i][kk][0]; qa[i][1] = qf[i][kk][1];
-                qa[i][2] = qf[i][kk][2]; qa[i][3] = qf[i][kk][3];
-              } else {
-                tsr_ldmatrix_x4(frag(sQ, qv_off, row_base / 16 + i, kk), qa[i][0], qa[i][1], qa[i][2], qa[i][3]);
-              }
-            }
-#pragma unroll
-            for (int nn = 0; nn < NS / 2; ++nn) {
-              unsigned b0, b1, b2, b3;
-              tsr_ldmatrix_x4(frag(cK, k_off, c0 / 16 + nn, kk), b0, b1, b2, b3);
-#pragma unroll
-              for (int i = 0; i < MT; ++i) {
-                tsr_mma16816(s[i][2 * nn], qa[i], b0, b1);
-                tsr_mma16816(s[i][2 * nn + 1], qa[i], b2, b3);
-              }
-            }
-          }
-
+          step_scores(qf, sQ, qv_off, row_base, cK, k_off, c0, s);
           /* Mask keys past seq_k and unselected columns of partial tiles; a
            * full in-bounds step (the common case) skips this pass. */
-          if (partial || k0 + c0 + SB > p.seq_k) {
-            const int kr = p.seq_k - k0 - c0;
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-#if TSR_MEMBERSHIP
-                unsigned wl[MWS]; /* this lane's columns at bits 8 (n & 3) + e */
-#pragma unroll
-                for (int w = 0; w < MWS; ++w) wl[w] = words[i][hh][w] >> ((lane & 3) * 2);
-#endif
-#pragma unroll
-                for (int n = 0; n < NS; ++n) {
-#pragma unroll
-                  for (int e = 0; e < 2; ++e) {
-                    const int col = n * 8 + (lane & 3) * 2 + e;
-                    bool ok = col < kr;
-#if TSR_MEMBERSHIP
-                    ok = ok && ((wl[n >> 2] >> ((n & 3) * 8 + e)) & 1u); /* n8 tile n lies in word n / 4 */
-#endif
-                    if (!ok) s[i][n][2 * hh + e] = TSR_NEG_INF;
-                  }
-                }
-              }
-            }
-          }
-
-          /* Scale into the base-2 domain and update the online softmax. */
-          float alphas[MT][2];
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              float mx = TSR_NEG_INF;
-#pragma unroll
-              for (int n = 0; n < NS; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
-              }
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-              /* Maxima are taken on raw scores and scaled once (scale_log2 >
-               * 0), so each probability is one FFMA and one EX2. */
-              const float mnew = fmaxf(m[i][hh], mx * p.scale_log2);
-              /* A row with nothing selected so far keeps m = -inf; subtract 0
-               * then so that exp2(-inf - -inf) never makes a NaN. */
-              const float msafe = mnew == TSR_NEG_INF ? 0.f : mnew;
-              const float alpha = tsr_ex2(m[i][hh] - msafe);
-              float sum = 0.f;
-#pragma unroll
-              for (int n = 0; n < NS; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], p.scale_log2, -msafe));
-                  s[i][n][2 * hh + e] = pv;
-                  sum += pv;
-                }
-              }
-              l[i][hh] = l[i][hh] * alpha + sum;
-              m[i][hh] = mnew;
-              alphas[i][hh] = alpha;
-            }
-          }
-          /* Rescale O unless no row of the warp changed its max (alpha is
-           * then exactly 1, ex2(0)): after the first tiles the usual case,
-           * and MT x D / 2 multiplications a step saved. */
-          {
-            bool moved = false;
-#pragma unroll
-            for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
-            if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-              for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int n = 0; n < ND; ++n) {
-                  acc[i][n][0] *= alphas[i][0];
-                  acc[i][n][1] *= alphas[i][0];
-                  acc[i][n][2] *= alphas[i][1];
-                  acc[i][n][3] *= alphas[i][1];
-                }
-            }
-          }
-
-          /* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
-#pragma unroll
-          for (int kk = 0; kk < NS / 2; ++kk) {
-            unsigned a[MT][4];
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
-              a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
-              a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-              a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dd = 0; dd < ND / 2; ++dd) {
-              unsigned b0, b1, b2, b3;
-              tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
-#pragma unroll
-              for (int i = 0; i < MT; ++i) {
-                tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
-                tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
-              }
-            }
-          }
+          if (partial || k0 + c0 + SB > p.seq_k) step_mask(lane, p.seq_k - k0 - c0, words, s);
+          step_softmax(p.scale_log2, m, l, acc, s);
+          step_pv(cV, qv_off, c0, s, acc);
         }
       }
       tsr_cp_async_wait<0>();
-      /* Epilogue: finish the row sums across the quad, then write. */
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float lv = l[i][hh];
-          lv += __shfl_xor_sync(0xffffffffu, lv, 1);
-          lv += __shfl_xor_sync(0xffffffffu, lv, 2);
-          const int r = row_base + i * 16 + (lane >> 2) + 8 * hh;
-          const int row = q0 + r;
 #if TSR_MEMBERSHIP
-          const bool selected = (sel >> (2 * i + hh)) & 1u;
+      member_end(p, acc, m, l, sel, task.partial, mi, row_base, lane, q0, b, h);
 #else
-          const bool selected = ntiles > 0; /* every tile is full */
+      member_end(p, acc, m, l, ntiles > 0 ? ~0u : 0u, task.partial, mi, row_base, lane, q0, b, h); /* every tile is full */
 #endif
-          /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
-           * is NaN, not the empty row's zeros. */
-          if (selected && m[i][hh] == TSR_NEG_INF) lv = __int_as_float(0x7fc00000);
-          if (task.partial >= 0) {
-            const long long slot = task.partial + mi;
-            float *po = p.part_o + (slot * BM + r) * D;
-#pragma unroll
-            for (int n = 0; n < ND; ++n) {
-              const int d = n * 8 + (lane & 3) * 2;
-              *(float2 *)(po + d) = make_float2(acc[i][n][2 * hh], acc[i][n][2 * hh + 1]);
-            }
-            if ((lane & 3) == 0) {
-              p.part_m[slot * BM + r] = lv != lv ? lv : m[i][hh]; /* NaN marks a NaN row */
-              p.part_l[slot * BM + r] = lv;
-            }
-          } else if (row < p.seq_q) {
-            /* lv == 0: nothing selected, zeros even where a masked column's
-             * 0 * NaN reached acc; a NaN lv makes the row and lse NaN. */
-            const bool none = lv == 0.f;
-            const float inv = none ? 0.f : __frcp_rn(lv); /* inline, no division subroutine */
-            tsr_u16 *go = (tsr_u16 *)p.o + b * p.o_stride[0] + h * p.o_stride[1] + row * p.o_stride[2];
-#pragma unroll
-            for (int n = 0; n < ND; ++n) {
-              const int d = n * 8 + (lane & 3) * 2;
-              *(unsigned *)(go + d) =
-                  none ? 0u : tsr_pack2(acc[i][n][2 * hh] * inv, acc[i][n][2 * hh + 1] * inv);
-            }
-            if ((lane & 3) == 0 && p.lse)
-              p.lse[((long long)b * p.heads_q + h) * p.seq_q + row] =
-                  none ? TSR_NEG_INF : (m[i][hh] + log2f(lv)) * TSR_LN2;
-          }
-        }
-      }
     }
   }
 }

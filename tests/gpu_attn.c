@@ -32,7 +32,8 @@
  *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
  *   Wan2.1-sized problem (no correctness check); --bench-all: the same for
- *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64; --fp8: the FP8
+ *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64 (and 128 x 128
+ *   blocks on 128 x 64 tiles); --fp8: the FP8
  *   cases, and only they (the default run leaves them out; issue 18, see
  *   fp8_cases); --fp8-bench: FP8 against bf16 on
  *   the same plans, request time including the quantization.
@@ -1019,13 +1020,15 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random blk x blk block
- * masks per head, planned on blk x blk tiles (--bench: D = 128, bf16,
- * 128; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and 64); every
+ * masks per head, planned on blk x tn tiles (--bench: D = 128, bf16,
+ * 128 x 128; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and 64 on
+ * tiles of the block, and blocks 128 on 128 x 64 tiles, the shape of FA2's
+ * d128 kernel, whose 32-row warps no 128 x 128 tile can hold); every
  * serving variant (named --only PREFIX*, e.g. tsr_sm80 to force that family
  * on sm_90a) is timed.  Median of 10 event-timed launches after 3 warm-ups;
  * eff. TFLOP/s = 4 * selected pairs * D / time. */
 static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int D,
-                 tsr_dtype dt, int blk)
+                 tsr_dtype dt, int blk, int tn)
 {
   const int S = 32760, H = 12;
   const double dens[] = { 0.10, 0.25, 0.50 };
@@ -1056,7 +1059,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   CK(cu->cuEventCreate(&e0, 0));
   CK(cu->cuEventCreate(&e1, 0));
   printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d\n", S, H, D,
-         tsri_variant_dtype_name(dt), blk, blk, blk, blk);
+         tsri_variant_dtype_name(dt), blk, blk, blk, tn);
   for (di = 0; di < sizeof dens / sizeof *dens; di++) {
     uint8_t *bits = malloc((size_t)H * nb * nb);
     tsr_geom *g = NULL;
@@ -1085,7 +1088,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     tsr_plan_opts_init(&o);
     o.tile_m = blk;
-    o.tile_n = blk;
+    o.tile_n = tn;
     o.arch = tsri_context_arch(ctx);
     o.num_sms = tsri_context_num_sms(ctx);
     if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
@@ -1094,7 +1097,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { dt, D, blk, blk, pl->n_membership > 0, 0 };
+      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0 };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsri_variant_serves(&e->v, tsri_context_arch(ctx), &need)) continue;
@@ -1777,12 +1780,14 @@ int main(int argc, char **argv)
     static const int dims[] = { 128, 64 }, blks[] = { 128, 64 };
     static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
     int di, ti, bi;
-    if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128);
+    if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128);
     else if (do_bench == 3) fails = fp8_bench(ctx, cu, stream);
     else
       for (di = 0; di < 2; di++)
-        for (ti = 0; ti < 2; ti++)
-          for (bi = 0; bi < 2; bi++) fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi]);
+        for (ti = 0; ti < 2; ti++) {
+          for (bi = 0; bi < 2; bi++) fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi], blks[bi]);
+          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64);
+        }
     cu->cuStreamDestroy(stream);
     tsri_bundle_free(&bundle);
     tsr_context_destroy(ctx);
