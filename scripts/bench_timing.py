@@ -1,0 +1,135 @@
+"""bench_timing: interleaved timing of several systems on the same inputs, for
+scripts/bench-peers and tests/device/split_ab.py (issue 20).
+
+Why: one median of a few calls a system, taken one system after the other
+after 3 warm-up calls, moved up to 9% between two runs of the same build in
+one process on the H200 (clocks, L2 and the allocator drift between the
+systems' turns), so a 2% target could not be judged.  Here every system is
+first warmed up for a fixed duration (not a fixed count: a 1 ms kernel and a
+180 ms one both reach steady clocks), then timed in R rounds interleaved
+(A B C A B C ...), each round one timing of N back-to-back calls (N chosen
+from the warm-up so a round lasts about round_ms).  A system's figure is the
+median over rounds of (round time / N), with min, max and quartiles beside
+it; a ratio of two systems is taken from their medians, and the per-round
+ratios (same round, adjacent in time) give its spread.
+
+Cost a system and case: about warmup_ms + rounds * max(round_ms, one call).
+
+The timer is passed in: CudaTimer (CUDA events; one synchronize at the end)
+on the GPU, WallTimer for CPU callables, or a fake one in tests.
+"""
+import time
+
+
+class CudaTimer:
+    """Marks are CUDA events on the current stream; read after sync()."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def mark(self):
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def sync(self):
+        self.torch.cuda.synchronize()
+
+    @staticmethod
+    def elapsed_ms(a, b):
+        return a.elapsed_time(b)
+
+
+class WallTimer:
+    """Marks are perf_counter readings: for callables that finish on return."""
+
+    def mark(self):
+        return time.perf_counter()
+
+    def sync(self):
+        pass
+
+    @staticmethod
+    def elapsed_ms(a, b):
+        return (b - a) * 1e3
+
+
+def quantile(xs, f):
+    """Linear-interpolated quantile f in [0, 1] of a non-empty list."""
+    s = sorted(xs)
+    x = f * (len(s) - 1)
+    i = int(x)
+    return s[i] if i + 1 >= len(s) else s[i] + (s[i + 1] - s[i]) * (x - i)
+
+
+def summary(per_call):
+    """Median, min, max, quartiles and the relative spread of a list of ms."""
+    med = quantile(per_call, .5)
+    return dict(ms=med, ms_min=min(per_call), ms_max=max(per_call), ms_q1=quantile(per_call, .25),
+                ms_q3=quantile(per_call, .75), spread=(max(per_call) - min(per_call)) / med if med else None,
+                rounds_ms=per_call)
+
+
+def warm_up(fn, warmup_ms, timer, clock=time.perf_counter):
+    """Calls fn until warmup_ms of wall time has passed (at least once, each
+    call synchronized); returns the mean wall ms a call."""
+    n, t0 = 0, clock()
+    while True:
+        fn()
+        timer.sync()
+        n += 1
+        el = (clock() - t0) * 1e3
+        if el >= warmup_ms:
+            return el / n
+
+
+def calls_per_round(call_ms, round_ms, cap=1000):
+    """N back-to-back calls so that a round lasts about round_ms (1..cap)."""
+    if call_ms <= 0:
+        return cap
+    return max(1, min(cap, round(round_ms / call_ms)))
+
+
+def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_counter):
+    """systems: [(name, fn)], fn() runs one call.  Returns {name: summary +
+    calls_per_round + warmup_call_ms}, ms = the median over rounds of the
+    time a call.  Each system is warmed up in turn, then the rounds run
+    A B C A B C ...; nothing is synchronized between marks, so the device
+    queue stays full and the first call of a round does not carry a launch
+    gap."""
+    if rounds < 1:
+        raise ValueError(f"rounds {rounds}: must be at least 1")
+    if not systems:
+        return {}
+    warm = {name: warm_up(fn, warmup_ms, timer, clock) for name, fn in systems}
+    n = {name: calls_per_round(warm[name], round_ms) for name, _ in systems}
+    marks = {name: [] for name, _ in systems}
+    for _ in range(rounds):
+        for name, fn in systems:
+            a = timer.mark()
+            for _ in range(n[name]):
+                fn()
+            marks[name].append((a, timer.mark()))
+    timer.sync()
+    out = {}
+    for name, _ in systems:
+        per_call = [timer.elapsed_ms(a, b) / n[name] for a, b in marks[name]]
+        out[name] = dict(summary(per_call), calls_per_round=n[name], warmup_call_ms=warm[name])
+    return out
+
+
+def ratio(num, den):
+    """num / den of two interleaved() results: the ratio of the medians, and
+    min / median / max of the per-round ratios (round i against round i)."""
+    per = [a / b for a, b in zip(num["rounds_ms"], den["rounds_ms"]) if b > 0]
+    if not per or not den["ms"]:
+        return None
+    return dict(ratio=num["ms"] / den["ms"], round_min=min(per), round_median=quantile(per, .5),
+                round_max=max(per))
+
+
+def describe(rounds, warmup_ms, round_ms):
+    """One line for logs and tables: how the figures were taken."""
+    return (f"CUDA events; each system warmed up >= {warmup_ms:g} ms, then {rounds} rounds interleaved "
+            f"across systems, a round = N back-to-back calls (N: about {round_ms:g} ms a round); "
+            f"median over rounds of the time a call, spread = (max - min) / median")
