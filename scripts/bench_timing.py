@@ -85,6 +85,8 @@ def warm_up(fn, warmup_ms, timer, clock=time.perf_counter):
 
 def calls_per_round(call_ms, round_ms, cap=1000):
     """N back-to-back calls so that a round lasts about round_ms (1..cap)."""
+    if round_ms <= 0:
+        return 1
     if call_ms <= 0:
         return cap
     return max(1, min(cap, round(round_ms / call_ms)))

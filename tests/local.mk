@@ -234,6 +234,10 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/sm80_emu_variant.cc tests/device/sm80_emu_planner.cc \
 	tests/device/torch_op.py tests/device/dist_one.py tests/device/dist_bench.py \
 	tests/device/methods_bench.py tests/device/split_ab.py
+# bench-timing.sh: the timing helper of scripts/bench-peers and split_ab.py
+# under a fake clock (no GPU; the device runs above use it).
+TESTS += tests/bench-timing.sh
+EXTRA_DIST += tests/bench-timing.sh tests/bench_timing.py
 
 # python binding
 TESTS += tests/python-binding.sh tests/gpu-python-leak.sh tests/python-cpu.sh tests/python-op.sh \

@@ -9,13 +9,18 @@ in key tiles, rounded, as tsr_gpuplan_reselect picks it), and tessera.Plan
 with the same tasks on the host planner (split: its own mean-row chunk).
 Every output is checked first against a float32 reference of the masked
 softmax on 256 random query rows of heads 0 and H-1 (max |err| < 3e-2), then
-timed: CUDA events, median of --reps after 3 warm-ups (GPU-planned times
-include the planning kernels, as a pipeline sees them).  Effective TFLOP/s =
+the four are timed together as scripts/bench-peers times a case's systems
+(scripts/bench_timing.py: a warm-up of --warmup-ms each, --rounds rounds
+interleaved, median over rounds of the time a call, min-max beside it;
+GPU-planned times include the planning kernels, as a pipeline sees them).
+JSON format 2: ms is that median; ms_min, ms_max, ms_q1, ms_q3, rounds_ms
+added (format 1, no "format" key: median of --reps after 3 warm-ups).  Effective TFLOP/s =
 4 * selected pairs * D / time.  Prints one line a system and case, and
 --json the rows.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
-    python3 tests/device/split_ab.py [--reps N] [--cases SUBSTR,...] [--json PATH] [--tag NAME]
+    python3 tests/device/split_ab.py [--rounds R] [--warmup-ms W] [--round-ms T]
+      [--cases SUBSTR,...] [--json PATH] [--tag NAME]
 """
 import argparse
 import json
@@ -24,6 +29,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import bench_timing  # noqa: E402 -- the timing scripts/bench-peers uses
 
 CASES = [  # name, S, H, D, block, mask, density
     ("64x64 random 10%", 32768, 12, 128, 64, "random", .10),
@@ -62,19 +69,6 @@ def check(torch, o, q, k, v, mb, b, rows):
     return err
 
 
-def timed(torch, fn, reps):
-    for _ in range(3):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in ev)
-    return t[len(t) // 2]
-
-
 def run_case(torch, tessera, ctx, c, args, gen, out_rows):
     name, S, H, D, b, mask, density = c
     n = -(-S // b)
@@ -96,6 +90,7 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
     for t in ("row", "split"):
         plans[t] = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tasks=t, select=False)
         systems.append((f"host-{t}", lambda p=plans[t]: p.run(q, k, v, out=out)))
+    ready = []
     for sysname, fn in systems:
         out.fill_(float("nan"))
         fn()
@@ -106,26 +101,40 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
         if not err < 3e-2:
             r["status"] = f"failed its check: max |err| {err:.3g}"
         else:
-            ms = timed(torch, fn, args.reps)
-            r.update(status="ok", ms=ms, tflops=4 * pairs * D / (ms * 1e-3) / 1e12)
+            r["status"] = "ok"
+            ready.append((r, fn))
         if sysname.startswith("host"):
             s = plans[sysname[5:]].summary()
             r.update(variant=s["variant"], tasks_count=s.get("tasks_count"))
         out_rows.append(r)
-        print(f"{args.tag:6s} {name:20s} {sysname:10s} chunk {chunk:3d} "
-              + (f"{r['ms']:.4f} ms {r['tflops']:6.1f} TFLOP/s" if "ms" in r else r["status"])
-              + f"  err {err:.1e}", flush=True)
+    res = bench_timing.interleaved([(r["system"], fn) for r, fn in ready], args.rounds, args.warmup_ms,
+                                   args.round_ms, bench_timing.CudaTimer(torch))
+    for r, _ in ready:
+        r.update(res[r["system"]])
+        r["tflops"] = 4 * pairs * D / (r["ms"] * 1e-3) / 1e12
+    for r in out_rows[-len(systems):]:
+        print(f"{args.tag:6s} {name:20s} {r['system']:10s} chunk {chunk:3d} "
+              + (f"{r['ms']:.4f} ms [{r['ms_min']:.4f}-{r['ms_max']:.4f}] {r['tflops']:6.1f} TFLOP/s"
+                 if "ms" in r else r["status"])
+              + f"  err {r['err']:.1e}", flush=True)
     for p in plans.values():
         p.close()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=11, help="interleaved timing rounds (median over rounds)")
+    ap.add_argument("--warmup-ms", type=float, default=100.0, help="warm-up of each system, ms of calls")
+    ap.add_argument("--round-ms", type=float, default=30.0, help="about how long a round of a system lasts")
     ap.add_argument("--cases", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--tag", default="run")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: must be at least 1")
+    for flag, x in (("--warmup-ms", args.warmup_ms), ("--round-ms", args.round_ms)):
+        if not (x >= 0 and math.isfinite(x)):
+            ap.error(f"{flag} {x:g}: must be a finite number of ms, 0 or more")
     import torch
     import tessera
     ctx = tessera.Context()
@@ -137,7 +146,9 @@ def main():
         run_case(torch, tessera, ctx, c, args, gen, rows)
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump(dict(card=torch.cuda.get_device_name(), rows=rows), fh, indent=1)
+                json.dump(dict(format=2, card=torch.cuda.get_device_name(), rows=rows,
+                               timing=bench_timing.describe(args.rounds, args.warmup_ms, args.round_ms)),
+                          fh, indent=1)
     bad = [r for r in rows if r["status"] != "ok"]
     sys.exit(1 if bad else 0)
 

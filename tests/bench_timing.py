@@ -1,0 +1,163 @@
+"""bench_timing.py: scripts/bench_timing.py (the interleaved timing of
+scripts/bench-peers and tests/device/split_ab.py) under a fake clock, and
+bench-peers' gpu/host ratio and tables on made-up rows; no GPU, no real
+timings (every figure below is the fake clock's, so the checks are exact).
+SEED= repeats a run."""
+import importlib.machinery
+import importlib.util
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+SRC = os.environ.get("TSR_TOP_SRCDIR", ".")
+sys.path.insert(0, os.path.join(SRC, "scripts"))
+import bench_timing as bt  # noqa: E402
+
+seed = int(os.environ.get("SEED", random.randrange(1 << 31)))
+rng = random.Random(seed)
+fails = 0
+
+
+def expect(ok, what):
+    global fails
+    if not ok:
+        fails += 1
+        print(f"FAIL (SEED={seed}): {what}")
+
+
+class Fake:
+    """A device whose clock advances only by the calls: timer and clock both."""
+
+    def __init__(self):
+        self.now = 0.0  # ms
+        self.log = []
+        self.marks = 0
+
+    def mark(self):
+        self.marks += 1
+        return self.now
+
+    def sync(self):
+        pass
+
+    @staticmethod
+    def elapsed_ms(a, b):
+        return b - a
+
+    def clock(self):
+        return self.now / 1e3
+
+    def system(self, name, cost):
+        """cost(round_call_index) -> ms of one call."""
+        count = [0]
+
+        def fn():
+            self.log.append(name)
+            self.now += cost(count[0])
+            count[0] += 1
+        return fn
+
+
+def close(a, b, tol=1e-9):
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+# quantile against statistics (inclusive method = linear interpolation)
+for _ in range(50):
+    xs = [rng.uniform(0, 10) for _ in range(rng.randint(2, 30))]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    expect(close(bt.quantile(xs, .25), q[0]) and close(bt.quantile(xs, .75), q[2]), f"quartiles of {xs}")
+    expect(close(bt.quantile(xs, .5), statistics.median(xs)), f"median of {xs}")
+expect(bt.quantile([3.0], .5) == 3.0, "quantile of one value")
+
+# calls a round
+expect(bt.calls_per_round(1.0, 30) == 30, "30 calls of 1 ms in a 30 ms round")
+expect(bt.calls_per_round(180.0, 30) == 1, "one call when a call is longer than a round")
+expect(bt.calls_per_round(0.0, 30) == 1000 and bt.calls_per_round(0.001, 30) == 1000, "capped at 1000")
+expect(bt.calls_per_round(5.0, 0) == 1, "round_ms 0: one call a round")
+
+# constant costs: exact medians, warm-up by duration, interleaved order
+for _ in range(20):
+    f = Fake()
+    names = [f"s{i}" for i in range(rng.randint(1, 5))]
+    cost = {n: rng.choice([0.375, 1.125, 2.5, 7.25, 45.0, 180.0]) for n in names}  # exact in binary
+    # warm-ups: no exact multiple of a cost (the fake clock's seconds are not exact)
+    rounds, warmup, rms = rng.randint(1, 15), rng.choice([0, 50.3, 100.7, 250.1]), rng.choice([0, 10, 30])
+    res = bt.interleaved([(n, f.system(n, lambda i, c=cost[n]: c)) for n in names], rounds, warmup, rms, f,
+                         clock=f.clock)
+    for n in names:
+        r = res[n]
+        want_n = bt.calls_per_round(cost[n], rms)
+        warm_calls = max(1, int(-(-warmup // cost[n])))
+        expect(r["calls_per_round"] == want_n, f"{n}: {r['calls_per_round']} calls a round, want {want_n}")
+        expect(close(r["ms"], cost[n]) and close(r["ms_min"], cost[n]) and close(r["ms_max"], cost[n]),
+               f"{n}: median {r['ms']} for a constant {cost[n]} ms")
+        expect(len(r["rounds_ms"]) == rounds and close(r["spread"], 0.0, 1e-9), f"{n}: rounds {r['rounds_ms']}")
+        expect(close(r["warmup_call_ms"], cost[n]), f"{n}: warm-up mean {r['warmup_call_ms']}")
+        expect(f.log.count(n) == warm_calls + rounds * want_n,
+               f"{n}: {f.log.count(n)} calls, want {warm_calls} warm-up + {rounds} x {want_n}")
+    # after the warm-ups, the log is the rounds: each system's N calls in turn, A B C A B C
+    tail = f.log[sum(max(1, int(-(-warmup // cost[n]))) for n in names):]
+    want = [n for _ in range(rounds) for n in names for _ in range(res[n]["calls_per_round"])]
+    expect(tail == want, f"interleaving: {tail[:12]}... want {want[:12]}...")
+
+# a slowdown common to a round (clocks) moves every system's rounds, not the per-round ratio
+f = Fake()
+slow = {3: 1.125, 7: 0.875}  # round -> factor; two marks a system a round, two systems
+
+
+def drifting(base):
+    return lambda i: base * slow.get(f.marks // 4, 1.0)
+
+
+res = bt.interleaved([("a", f.system("a", drifting(1.25))), ("b", f.system("b", drifting(1.0)))], 9, 100, 30, f,
+                     clock=f.clock)
+r = bt.ratio(res["a"], res["b"])
+expect(close(r["ratio"], 1.25) and close(r["round_min"], 1.25) and close(r["round_max"], 1.25),
+       f"ratio under a common drift: {r}")
+expect(close(res["a"]["ms_max"], 1.25 * 1.125) and close(res["a"]["ms_min"], 1.25 * .875)
+       and close(res["a"]["ms"], 1.25), f"a's rounds under the drift: {res['a']['rounds_ms']}")
+expect(close(res["a"]["spread"], .25), f"spread {res['a']['spread']}")
+try:
+    bt.interleaved([("a", lambda: None)], 0, 0, 0, bt.WallTimer())
+    expect(False, "rounds 0 accepted")
+except ValueError as e:
+    expect("rounds 0" in str(e), f"rounds 0: {e}")
+expect(bt.interleaved([], 3, 0, 0, bt.WallTimer()) == {}, "no systems")
+
+# bench-peers: gpu/host from the medians, the per-round range, the tables
+spec = importlib.util.spec_from_loader("bench_peers", importlib.machinery.SourceFileLoader(
+    "bench_peers", os.path.join(SRC, "scripts", "bench-peers")))
+bp = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bp)
+base = dict(case="c1", tokens=32768, heads=12, head_dim=128, block="128x128", mask="random", density=.1,
+            window=None)
+t_rounds = [1.00, 1.02, 0.99, 1.05, 1.01]
+h_rounds = [1.03, 1.04, 1.00, 1.06, 1.04]
+rows = []
+for name, rr in (("tessera", t_rounds), ("host", h_rounds)):
+    r = dict(base, system=name, status="ok", err=1e-3)
+    r.update(bt.summary(rr), calls_per_round=25)
+    r["tflops"] = 1e12 / r["ms"] / 1e9
+    rows.append(r)
+rows.append(dict(base, system="fa4", status="failed: x"))
+g = bp.tessera_vs_host(rows, "c1")
+expect(close(g["ratio"], 1.04 / 1.01), f"gpu/host from medians: {g}")
+expect(close(g["round_min"], 1.06 / 1.05) and close(g["round_max"], 1.03 / 1.00), f"per-round range: {g}")
+md = bp.table(rows, {"fa4": "not carried"})
+expect(f"| {1.04 / 1.01:.3f} ({1.06 / 1.05:.3f}-{1.03 / 1.00:.3f}) |" in md, f"gpu/host cell in:\n{md}")
+sp = bp.spread_table(rows)
+expect("| c1 | tessera | 1.0100 | 0.9900 | 1.0500 |" in sp and "5.9% | 25 |" in sp, f"spread table:\n{sp}")
+expect(bp.tessera_vs_host(rows[:1], "c1") is None, "gpu/host without a host row")
+
+# bench-peers refuses bad timing flags, naming them (exit 2)
+for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "--warmup-ms -1"),
+                   (["--round-ms", "inf"], "--round-ms inf")):
+    p = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "bench-peers"), "--peers", "."] + argv,
+                       capture_output=True, text=True)
+    expect(p.returncode == 2 and word in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr.strip()[-120:]}")
+
+print(f"bench_timing: {'FAIL' if fails else 'ok'} (SEED={seed})")
+sys.exit(1 if fails else 0)
