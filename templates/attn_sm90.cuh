@@ -144,92 +144,75 @@ static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small f
 
 typedef unsigned long long tsr_u64;
 
-/* ---- wgmma wrappers (one per N; the dtype is a string constant) -------- */
-/* The scale-d operand is a predicate, never an immediate: NVRTC 13.0
+/* ---- wgmma wrappers ------------------------------------------------------
+ * One macro writes every wrapper, bf16/fp16 here and int8/e4m3 in
+ * attn_sm90_fp8.cuh: TSR_WGMMA(name, kind, N, K, D type, D constraint,
+ * types, immediates) defines
+ *   void name(D type *d, A, tsr_u64 db, int acc)
+ * doing D[64 x N] (+)= A[64 x K] * B[K x N] with
+ *   wgmma.mma_async.sync.aligned.m64<N>k<K>.<types> {d}, A, db, p<immediates>
+ * where p = (acc != 0) (acc 0 overwrites D).
+ * kind ss: A is a shared-memory descriptor (tsr_u64 da); kind rs: A is four
+ * registers of the A fragment (const tsr_u32 *a).  N is n64 or n128 (the
+ * thread holds N / 2 accumulators).  The immediates follow the instruction's
+ * operand list after the scale-d predicate: the A and B scales (1: not
+ * negated) where the types take them, then the transpose flags (ss: A and B;
+ * rs: B), which only 16-bit types take.
+ * The scale-d operand is a predicate, never an immediate: NVRTC 13.0
  * crashed on the immediate form. */
-/* D[64 x 64] (+)= A[64 x 16] (smem) * B[16 x 64] (smem). */
-static __device__ __forceinline__ void tsr_wgmma_ss_n64(float *d, tsr_u64 da, tsr_u64 db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TSR_WG_T "." TSR_WG_T " {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(acc));
-}
+#define TSR_WG_REGS_n64                                                                    \
+  "%0, %1, %2, %3, %4, %5, %6, %7,"                                                        \
+  "%8, %9, %10, %11, %12, %13, %14, %15,"                                                  \
+  "%16, %17, %18, %19, %20, %21, %22, %23,"                                                \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define TSR_WG_REGS_n128                                                                   \
+  TSR_WG_REGS_n64 ","                                                                      \
+  "%32, %33, %34, %35, %36, %37, %38, %39,"                                                \
+  "%40, %41, %42, %43, %44, %45, %46, %47,"                                                \
+  "%48, %49, %50, %51, %52, %53, %54, %55,"                                                \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
+#define TSR_WG_ACC_n64(c)                                                                  \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]),                  \
+  c(d[8]), c(d[9]), c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]),            \
+  c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]),          \
+  c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), c(d[31])
+#define TSR_WG_ACC_n128(c)                                                                 \
+  TSR_WG_ACC_n64(c),                                                                       \
+  c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]),          \
+  c(d[40]), c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]),          \
+  c(d[48]), c(d[49]), c(d[50]), c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]),          \
+  c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), c(d[61]), c(d[62]), c(d[63])
+/* A's parameter and inputs, and the operand numbers after the accumulators:
+ * A, B's descriptor, then the scale-d predicate's source (acc). */
+#define TSR_WG_APARAM_ss tsr_u64 da
+#define TSR_WG_APARAM_rs const tsr_u32 *a
+#define TSR_WG_AIN_ss "l"(da)
+#define TSR_WG_AIN_rs "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])
+#define TSR_WG_AB_ss_n64 "%32, %33"
+#define TSR_WG_P_ss_n64 "%34"
+#define TSR_WG_AB_rs_n64 "{%32, %33, %34, %35}, %36"
+#define TSR_WG_P_rs_n64 "%37"
+#define TSR_WG_AB_ss_n128 "%64, %65"
+#define TSR_WG_P_ss_n128 "%66"
+#define TSR_WG_AB_rs_n128 "{%64, %65, %66, %67}, %68"
+#define TSR_WG_P_rs_n128 "%69"
+#define TSR_WGMMA(NAME, KIND, N, K, DT, DC, TYPES, IMM)                                    \
+  static __device__ __forceinline__ void NAME(DT *d, TSR_WG_APARAM_##KIND, tsr_u64 db,     \
+                                              int acc) {                                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " TSR_WG_P_##KIND##_##N ", 0;\n"        \
+                 "wgmma.mma_async.sync.aligned.m64" #N "k" #K "." TYPES " {"               \
+                 TSR_WG_REGS_##N "}, " TSR_WG_AB_##KIND##_##N ", p" IMM ";\n}\n"           \
+                 : TSR_WG_ACC_##N(DC)                                                      \
+                 : TSR_WG_AIN_##KIND, "l"(db), "r"(acc));                                  \
+  }
 
-/* D[64 x 128] (+)= A[64 x 16] (smem) * B[16 x 128] (smem). */
-static __device__ __forceinline__ void tsr_wgmma_ss_n128(float *d, tsr_u64 da, tsr_u64 db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TSR_WG_T "." TSR_WG_T " {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(acc));
-}
-
-/* D[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (smem, MN-major: transposed). */
-static __device__ __forceinline__ void tsr_wgmma_rs_n64(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TSR_WG_T "." TSR_WG_T " {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-
-/* D[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (smem, MN-major: transposed). */
-static __device__ __forceinline__ void tsr_wgmma_rs_n128(float *d, const tsr_u32 *a, tsr_u64 db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TSR_WG_T "." TSR_WG_T " {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
+/* bf16/fp16 (TSR_WG_T), K = 16, fp32 accumulators.  Q K^T: A (Q) and B (K)
+ * both K-major in shared memory.  P V: A (P) in registers, B (V) MN-major,
+ * so transposed. */
+TSR_WGMMA(tsr_wgmma_ss_n64, ss, n64, 16, float, "+f", "f32." TSR_WG_T "." TSR_WG_T, ", 1, 1, 0, 0")
+TSR_WGMMA(tsr_wgmma_ss_n128, ss, n128, 16, float, "+f", "f32." TSR_WG_T "." TSR_WG_T, ", 1, 1, 0, 0")
+TSR_WGMMA(tsr_wgmma_rs_n64, rs, n64, 16, float, "+f", "f32." TSR_WG_T "." TSR_WG_T, ", 1, 1, 1")
+TSR_WGMMA(tsr_wgmma_rs_n128, rs, n128, 16, float, "+f", "f32." TSR_WG_T "." TSR_WG_T, ", 1, 1, 1")
 
 static __device__ __forceinline__ void tsr_wg_fence(void) {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
