@@ -25,7 +25,8 @@ Python dispatch to the ~20 torch calls of a layer's processor (about
 
 Per layer and step:
   1. the method's mask is made from the live q and k of the video tokens
-     (tessera.methods: vsa, sta, svg, radial, sparge; or a callable, below);
+     (tessera.methods: vsa, sta, svg, radial, sparge, xattention; or a
+     callable, below);
   2. text tokens join as the model concatenates them: CogVideoX's 226 text
      tokens first, HunyuanVideo's text after the video (its padding, from
      encoder_attention_mask, attends but is never attended, as the model's
@@ -42,8 +43,16 @@ model's own attention untouched.  Defaults are the methods' published
 schedules (docs/mask-families.md; the same fractions the corpus generator
 uses, profiler/corpus.c): VSA 10% of steps, STA 24% (12 of 50), SVG 20% of
 steps and the first 3% of layers (rounded up), Radial 24% and 2%, SpargeAttn
-10%.  dense_steps: a step count; dense_layers: a count (the first N layers)
+10%, XAttention 10% (below).  dense_steps: a step count; dense_layers: a count (the first N layers)
 or a list of layer indices.
+
+XAttention's defaults are those of its video-generation experiments
+(XAttention, Xu et al. 2025, on HunyuanVideo; mit-han-lab/x-attention):
+threshold tau 0.9 (0.95 is the paper's other setting), stride 8, 128-token
+blocks, and full attention for the first 5 of 50 denoising steps (10%, the
+corpus generator's xattn warm-up too) and no dense layers.  Its reference
+code also forces key block 0 on in rows that are not fully kept; the corpus
+rule and tessera.methods.xattention do not (docs/mask-families.md).
 
 The step counter (h.step) is advanced from the timestep the pipeline passes
 the transformer: a forward whose timestep differs from the previous one
@@ -83,9 +92,10 @@ __all__ = ["apply", "SparseAttention", "sparse_attn", "masked_attention", "joint
 # (fraction of steps dense, fraction of layers dense), as published
 # (docs/mask-families.md; profiler/corpus.c fam_tab holds the same numbers).
 DENSE_WARMUP = {"vsa": (0.10, 0.0), "sta": (0.24, 0.0), "svg": (0.20, 0.03),
-                "radial": (0.24, 0.02), "sparge": (0.10, 0.0)}
+                "radial": (0.24, 0.02), "sparge": (0.10, 0.0), "xattention": (0.10, 0.0)}
 # Which of q, k, v each tessera.methods producer reads.
-METHODS = {"vsa": "qk", "sta": "q", "svg": "qkv", "radial": "q", "sparge": "qk"}
+METHODS = {"vsa": "qk", "sta": "q", "svg": "qkv", "radial": "q", "sparge": "qk",
+           "xattention": "qk"}
 TEXT_BLOCK = 128  # the largest block text tokens are cut into
 BACKENDS = ("tessera", "flex", "sdpa")
 
@@ -640,7 +650,7 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
 
     method: vsa (sparsity, default 0.875), sta (window=, tile=), svg (density=,
     or sparsity = 1 - density; sink=), radial (decay=, block=), sparge (tau=,
-    topk=, block=), each as tessera.methods takes it (method_kw); or a
+    topk=, block=), xattention (tau= 0.9, stride= 8, block= 128, chunk=), each as tessera.methods takes it (method_kw); or a
     callable (q, k, v, grid, layer=, step=) -> MethodMask.  dense_steps / dense_layers:
     None for the method's published warm-up over total_steps steps."""
     if backend not in BACKENDS or (check is not None and check not in BACKENDS):
@@ -716,7 +726,8 @@ def sparse_attn(query, key, value, params, is_causal=False, softmax_scale=None):
         text_first = int(spans[0][0][0]) == 0 and text > 0
     method = params.get("method", "vsa")
     kw = {k: params[k] for k in ("window", "tile", "density", "sink", "decay", "block", "tau",
-                                 "topk", "selfsim_min", "cube", "samples") if k in params}
+                                 "topk", "selfsim_min", "cube", "samples", "stride",
+                                 "chunk") if k in params}
     produce = _producer(method, params.get("sparsity"), kw)
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))
     step, total = _scalar(params.get("denoise_step_idx")), _scalar(params.get("total_denoise_steps"))
