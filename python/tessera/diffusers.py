@@ -426,23 +426,43 @@ def _kind_of(transformer):
 # ---- the processor and the routed call -----------------------------------------
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
-_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-
-
-class _Route(torch.overrides.TorchFunctionMode):
-    """While a wrapped processor runs: its one SDPA call goes to fn."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn, self.hits = fn, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is _SDPA:
-            self.hits += 1
-            a = dict(zip(_SDPA_ARGS, args), **kwargs)
-            return self.fn(a, lambda: func(*args, **kwargs))
-        return func(*args, **kwargs)
+def _routed_call(proc):
+    """The wrapped processor's __call__ as a function whose globals send its
+    attention call to proc: a copy of the function (same code, defaults and
+    closure) with dispatch_attention_fn (Wan, HunyuanVideo) bound to
+    proc._dispatch and the name it holds torch.nn.functional under
+    (CogVideoX's F) bound to a copy of that module whose
+    scaled_dot_product_attention is proc._sdpa.  Plain name lookups, so
+    torch.compile traces through them (fullgraph); a TorchFunctionMode
+    around the processor, the earlier way, made dynamo break the graph at
+    the first Python-level tensor method inside it (Tensor.unflatten's
+    super() call).  One copy per layer (the globals hold the layer)."""
+    import sys
+    import types
+    f = type(proc.inner).__call__
+    # The globals are those of a module of their own, in sys.modules while
+    # the layer is swapped (proc.module; _Processor.release drops it): dynamo
+    # finds a function's global scope by its module's __name__, and took the
+    # model's cross-attention (same function, original globals) for a routed
+    # one when the copy kept the model module's name.
+    proc.module = f"tessera._routed_{id(proc):x}"
+    mod = types.ModuleType(proc.module)
+    g = mod.__dict__
+    g.update(f.__globals__)
+    g["__name__"] = proc.module
+    sys.modules[proc.module] = mod
+    if "dispatch_attention_fn" in g:
+        proc.dispatch = g["dispatch_attention_fn"]
+        g["dispatch_attention_fn"] = proc._dispatch
+    for name, val in f.__globals__.items():
+        if val is torch.nn.functional:
+            shim = types.ModuleType("torch.nn.functional")
+            shim.__dict__.update(torch.nn.functional.__dict__)
+            shim.scaled_dot_product_attention = proc._sdpa
+            g[name] = shim
+    fn = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    fn.__kwdefaults__ = f.__kwdefaults__
+    return fn
 
 
 _wrapped_classes = {}
@@ -462,19 +482,55 @@ def _processor_class(cls):
 
 
 class _Processor:
-    """The model's own processor, with its attention call routed to Tessera."""
+    """The model's own processor, with its attention call routed to Tessera
+    (_routed_call)."""
 
     def __init__(self, inner, layer, owner):
         self.inner, self.layer, self.owner = inner, layer, owner
+        self.hits, self.dispatch = 0, None
+        self.call = _routed_call(self)
+
+    def release(self):
+        import sys
+        sys.modules.pop(self.module, None)
+
+    def _hit(self, a, dense):
+        self.hits += 1
+        return self.owner._attend(self.layer, a, dense)
+
+    def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+              scale=None, enable_gqa=False):
+        """F.scaled_dot_product_attention inside the processor: [B, H, S, D]."""
+        a = dict(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p,
+                 is_causal=is_causal, scale=scale)
+        return self._hit(a, lambda: _SDPA(query, key, value, attn_mask=attn_mask,
+                                          dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                                          enable_gqa=enable_gqa))
+
+    def _dispatch(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, enable_gqa=False, attention_kwargs=None, *, backend=None,
+                  parallel_config=None):
+        """diffusers' dispatch_attention_fn inside the processor: q, k, v and
+        the output [B, S, H, D]; the dense path is the real dispatch (with the
+        native backend apply() set)."""
+        a = dict(query=query.transpose(1, 2), key=key.transpose(1, 2),
+                 value=value.transpose(1, 2), attn_mask=attn_mask, dropout_p=dropout_p,
+                 is_causal=is_causal, scale=scale)
+
+        def dense():
+            return self.dispatch(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                 is_causal=is_causal, scale=scale, enable_gqa=enable_gqa,
+                                 attention_kwargs=attention_kwargs, backend=backend,
+                                 parallel_config=parallel_config).transpose(1, 2)
+        return self._hit(a, dense).transpose(1, 2)
 
     def _run(self, attn, args, kwargs):
-        route = _Route(lambda a, dense: self.owner._attend(self.layer, a, dense))
-        with route:
-            out = self.inner(attn, *args, **kwargs)
-        if route.hits != 1:
+        self.hits = 0
+        out = self.call(self.inner, attn, *args, **kwargs)
+        if self.hits != 1:
             raise RuntimeError(f"tessera.diffusers: layer {self.layer}'s processor "
-                               f"({type(self.inner).__name__}) made {route.hits} attention calls, "
-                               "expected 1: is a non-native attention backend set on it?")
+                               f"({type(self.inner).__name__}) made {self.hits} attention calls, "
+                               "expected 1")
         return out
 
 
@@ -635,6 +691,8 @@ class SparseAttention:
     def remove(self):
         """Puts the model's own processors (and their backends) back."""
         for attn, inner, backend in self._originals:
+            if isinstance(attn.processor, _Processor):
+                attn.processor.release()
             if backend is not None or hasattr(inner, "_attention_backend"):
                 inner._attention_backend = backend
             attn.set_processor(inner)
