@@ -14,6 +14,7 @@ published warm-up checked where it has one).
 Usage: python3 tests/python_diffusers.py [--backend tessera|flex|sdpa]
 """
 import copy
+import os
 import random
 import sys
 
@@ -229,6 +230,52 @@ def warmup_case():
             check(True, f"bad {bad} refused: {e}")
 
 
+def compile_case():
+    """torch.compile of a whole model after apply(): a small Wan with
+    XAttention (a dense layer, one warm-up step), fresh hidden states every
+    step, the compiled output against the same model run eagerly.  With
+    step_from="manual" it is one graph (fullgraph=True) per phase: two
+    graphs in all, warm-up and sparse, not one per step.  With the default
+    step_from="timestep" the pre-forward hook reads the timestep on the host
+    (float(t)), a graph break; the rest compiles around it (fullgraph=False).
+    TSR_COMPILE_BACKEND picks the compiler (default aot_eager: dynamo's whole
+    trace and AOT autograd's functionalised graph in a few seconds; inductor
+    takes about 45 s a graph on this CPU)."""
+    from torch._dynamo.utils import counters
+    backend = os.environ.get("TSR_COMPILE_BACKEND", "aot_eager")
+    model, inputs, _ = wan()
+    model.eval()
+    h = td.apply(model, method="xattention", backend="tessera", step_from="manual", dense_steps=1,
+                 dense_layers=[1], **XATTN)
+    torch._dynamo.reset()
+    counters.clear()
+    c = torch.compile(model, fullgraph=True, backend=backend)
+    for step in range(4):
+        h.set_step(step)
+        x = dict(inputs, hidden_states=torch.randn_like(inputs["hidden_states"]))
+        e, o = run(model, x, step), run(c, x, step)
+        h.set_step(0)
+        moved = rel(e, run(model, x, step)) if step else 1.0
+        check(rel(o, e) < TOL and moved > 100 * TOL,
+              f"compile ({backend}, fullgraph) of wan + xattention, step {step}: compiled vs eager "
+              f"{rel(o, e):.2e}" + (f", sparse vs dense {moved:.2e}" if step else " (warm-up)"))
+    graphs = counters["stats"]["unique_graphs"]
+    check(graphs == 2, f"compile: {graphs} graphs for 4 steps (warm-up and sparse: 2)")
+    h.remove()
+    h = td.apply(model, method="xattention", backend="tessera", dense_steps=1, **XATTN)
+    torch._dynamo.reset()
+    counters.clear()
+    c = torch.compile(model, backend=backend)
+    for step in range(3):
+        x = dict(inputs, hidden_states=torch.randn_like(inputs["hidden_states"]))
+        e, o = run(model, x, step), run(c, x, step)  # the same timestep: the same step
+        check(h.step == step and rel(o, e) < TOL,
+              f"compile ({backend}) with step_from=timestep, step {h.step}: {rel(o, e):.2e}")
+    breaks = sorted({str(r).splitlines()[0][:90] for r in counters["graph_break"]})
+    check(len(breaks) >= 1, f"compile with step_from=timestep: graph breaks {breaks}")
+    h.remove()
+
+
 def vllm_case():
     b, h, d, text = 2, 3, 32, 11
     grid = (rng.randint(4, 6), rng.randint(5, 9), rng.randint(5, 9))
@@ -298,5 +345,6 @@ model_case("wan", wan, "xattention", XATTN, [1])
 model_case("hunyuan", hunyuan, "xattention", XATTN, [])
 model_case("cogvideox", cogvideox, "xattention", XATTN, [0])
 vllm_case()
+compile_case()
 print(f"python-diffusers: {len(fails)} failed" + (": " + "; ".join(fails) if fails else ""))
 sys.exit(1 if fails else 0)

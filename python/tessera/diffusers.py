@@ -607,6 +607,28 @@ class SparseAttention:
         self._hook = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
 
     # -- schedule ---------------------------------------------------------------
+    # step and dense_steps are properties that keep _dense_now (this step is
+    # a warm-up step) current: the layers read only that flag, not the step,
+    # so a torch.compile'd model guards on one bool and compiles twice
+    # (warm-up and sparse), not once per step.
+    @property
+    def step(self):
+        return self._step
+
+    @step.setter
+    def step(self, i):
+        self._step = int(i)
+        self._dense_now = self._step < getattr(self, "_dense_steps", 0)
+
+    @property
+    def dense_steps(self):
+        return self._dense_steps
+
+    @dense_steps.setter
+    def dense_steps(self, n):
+        self._dense_steps = int(n)
+        self._dense_now = getattr(self, "_step", 0) < self._dense_steps
+
     def _pre_forward(self, module, args, kwargs):
         self.grid = self.kind.grid_of(module, args, kwargs)
         self.text, self.text_valid = self.kind.text_of(module, args, kwargs)
@@ -637,7 +659,7 @@ class SparseAttention:
     # -- one layer ----------------------------------------------------------------
     def _attend(self, layer, a, dense):
         q, k, v = a["query"], a["key"], a["value"]
-        if self.is_dense(layer):
+        if self._dense_now or layer in self.dense_layers:
             if not self.profile:
                 return dense()
             t0 = self.timer.mark("dense", q.device)
@@ -653,8 +675,10 @@ class SparseAttention:
         n_video = q.shape[2] - text
         sl = slice(v0, v0 + n_video)
         t0 = self.timer.mark("produce", q.device) if self.profile else None
-        mm = self.produce(q[:, :, sl], k[:, :, sl], v[:, :, sl], self.grid, layer=layer,
-                          step=self.step)
+        # A named method's producer ignores the step; only a callable gets
+        # it (under torch.compile, reading it recompiles the model per step).
+        kw = {} if hasattr(self.produce, "method") else {"step": self.step}
+        mm = self.produce(q[:, :, sl], k[:, :, sl], v[:, :, sl], self.grid, layer=layer, **kw)
         if self.profile:
             t1 = self.timer.mark("produce", q.device)
             self.timer.add("produce", t0, t1)
