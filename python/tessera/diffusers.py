@@ -14,14 +14,26 @@ CogVideoXTransformer3DModel (transformer_blocks[i].attn1) through diffusers'
 attention-processor mechanism (attn.set_processor): each layer's processor
 becomes a Tessera processor that wraps the model's own one, so the model's
 projections, QK norms and RoPE run unchanged; only the scaled-dot-product
-call inside it (dispatch_attention_fn's native backend, or CogVideoX's direct
-F.scaled_dot_product_attention) is routed to Tessera, through a
-torch.overrides.TorchFunctionMode active while that processor runs.  So the
+call inside it (dispatch_attention_fn for Wan and HunyuanVideo, CogVideoX's
+direct F.scaled_dot_product_attention) is routed to Tessera: the wrapper
+runs a copy of the processor's function whose globals bind those two names
+to the layer's route (plain name lookups, which torch.compile traces).  The
 installed diffusers' dispatch stays in place (the wrapped processors are set
-to its "native" backend, whose call is the one routed); cross-attention
-(Wan's attn2) and the text refiner keep their processors.  The mode adds
-Python dispatch to the ~20 torch calls of a layer's processor (about
-0.1 ms a layer).
+to its "native" backend, which the dense warm-up calls); cross-attention
+(Wan's attn2) and the text refiner keep their processors.
+
+torch.compile: torch.compile(transformer, fullgraph=True) after apply()
+traces the whole model, mask producers and Tessera's op included, with
+step_from="callback" or "manual" (tests/python_diffusers.py checks it on
+CPU against eager).  It compiles twice, for the warm-up and the sparse
+phase: the layers read only whether the step is a warm-up step.  Graph
+breaks (so fullgraph=False): step_from="timestep" reads the timestep on the
+host in the pre-forward hook (one Tensor.item()); check= and profile= read
+results and clocks on the host.  HunyuanVideo's text lengths are read from
+encoder_attention_mask in the hook, so each new set of lengths compiles
+again (checked by hand: 4 sets, compiled output equal to eager).
+record=True (and a callable method that uses its step argument) reads the
+step: a recompile every step.
 
 Per layer and step:
   1. the method's mask is made from the live q and k of the video tokens
