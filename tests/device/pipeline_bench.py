@@ -4,7 +4,7 @@ issue 16).  Run on the GPU machine through tests/device/run BUILDDIR
 pipeline MODEL (diffusers carried as wheels: see tests/device/README).
 
     python3 tests/device/pipeline_bench.py wan|cogvideox|hunyuan [--reps N] [--json FILE]
-        [--methods vsa,sta,svg] [--no-flex] [--no-check]
+        [--methods vsa,sta,svg,xattention] [--no-flex] [--no-check]
 
 The transformer is built from its published config (written below from the
 models' transformer/config.json; no download), random weights, bf16, on the
@@ -230,8 +230,14 @@ def main():
     model, inputs = build(name, a.frames, a.smoke)
     rows, ok = [], True
     out = {"model": name, "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "cases": []}
-    kws = {"vsa": dict(sparsity=0.875), "sta": c["sta"], "svg": c["svg"]}
+    # XAttention with apply()'s defaults (tau 0.9, stride 8, 128-token blocks).
+    kws = {"vsa": dict(sparsity=0.875), "sta": c["sta"], "svg": c["svg"], "xattention": {}}
     methods = [m for m in a.methods.split(",") if m]
+    for m in methods:
+        if m not in kws:
+            print(f"pipeline_bench: --methods: unknown method '{m}' (known: {', '.join(kws)})",
+                  file=sys.stderr)
+            return 2
     t0 = time.time()
     dense_ms, dprof, facts = case(model, inputs, None, None, a.reps, {})
     out["tokens"] = facts
