@@ -797,6 +797,26 @@ static __device__ __forceinline__ bool last_active(int u, const int &nt) { retur
  * rl0 + 8 (tsr_softmax, tsr_mask_tile).  Captured state comes by reference,
  * as it did into the lambdas these were: the generated code stays the same. */
 
+/* Once S_u is in (both tile steps): K_u's stage sk goes back, and Q's once
+ * u is the warpgroup's last active tile; then S_u is scaled (FP8), masked
+ * and the softmax updates m, l and a. */
+static __device__ __forceinline__ void scores_in(
+    const tsr_kernel_params &p, int u, const int &sk, const tsr_tile_rec &tr, const tsr_u32 &bars,
+    float *s, TSR_SACC_PARAM const bool &arriver, const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e,
+    bool &q_held, const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0,
+    float &m1, float &l0, float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
+  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sk));
+  if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
+    if (arriver) tsr_mbar_arrive(q_e);
+    q_held = false;
+  }
+#if TSR_FP8
+  tsr_f8_scale_scores(s, si, f0, f1);
+#endif
+  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
+  tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+}
+
 /* S = Q K_u^T, mask and softmax with nothing pending; u becomes the
  * pending tile. */
 static __device__ __forceinline__ void first_tile(
@@ -821,16 +841,8 @@ static __device__ __forceinline__ void first_tile(
   TSR_EDGE_END();
   tsr_wg_wait<0>();
   TSR_FENCE_SACC();
-  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(st));
-  if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
-    if (arriver) tsr_mbar_arrive(q_e);
-    q_held = false;
-  }
-#if TSR_FP8
-  tsr_f8_scale_scores(s, si, f0, f1);
-#endif
-  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
-  tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+  scores_in(p, u, st, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
+            sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
   pack_p(pf, s);
 }
 
@@ -868,16 +880,8 @@ static __device__ __forceinline__ void next_tile_end(
     float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
   tsr_wg_wait<1>();
   TSR_FENCE_SACC();
-  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(sn));
-  if (last_active(u, TSR_LAST_ACTIVE_ARGS)) {
-    if (arriver) tsr_mbar_arrive(q_e);
-    q_held = false;
-  }
-#if TSR_FP8
-  tsr_f8_scale_scores(s, si, f0, f1);
-#endif
-  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
-  tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+  scores_in(p, u, sn, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
+            sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
   tsr_wg_wait<0>();
   tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
