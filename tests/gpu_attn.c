@@ -1019,6 +1019,47 @@ static int cmp_float(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* The benches' tensors: q, k, v and out of [1, S, H, D] (BSHD), contiguous. */
+static void bench_tensors(tsr_gpu_tensors *t, CUdeviceptr dq, CUdeviceptr dk, CUdeviceptr dv,
+                          CUdeviceptr dout, int S, int H, int D)
+{
+  memset(t, 0, sizeof *t);
+  t->q = dq; t->k = dk; t->v = dv; t->o = dout;
+  t->q_stride[0] = (int64_t)S * H * D; t->q_stride[1] = D; t->q_stride[2] = (int64_t)H * D; t->q_stride[3] = 1;
+  memcpy(t->k_stride, t->q_stride, sizeof t->q_stride);
+  memcpy(t->v_stride, t->q_stride, sizeof t->q_stride);
+  memcpy(t->o_stride, t->q_stride, sizeof t->q_stride);
+}
+
+/* The benches' mask: each (head, query block, key block) of H heads over S
+ * tokens in bq x bk blocks drawn with probability dens (all at dens >= 1)
+ * into bits, with its geometry, mask and BSHD problem of dtype dt.  Returns
+ * the selected token pairs (what effective TFLOP/s count), or -1 with err
+ * set. */
+static double bench_mask(int S, int H, int D, tsr_dtype dt, int bq, int bk, double dens, uint8_t *bits,
+                         tsr_problem *pr, tsr_geom **g, tsr_mask **m, tsr_error *err)
+{
+  const int nq = (S + bq - 1) / bq, nk = (S + bk - 1) / bk;
+  double pairs = 0;
+  size_t i;
+  int h, a, b;
+  for (i = 0; i < (size_t)H * nq * nk; i++) bits[i] = dens >= 1 || urand() < dens;
+  for (h = 0; h < H; h++)
+    for (a = 0; a < nq; a++)
+      for (b = 0; b < nk; b++)
+        if (bits[((size_t)h * nq + a) * nk + b]) {
+          int qa = a * bq, qb = qa + bq < S ? qa + bq : S, ka = b * bk, kb = ka + bk < S ? ka + bk : S;
+          pairs += (double)(qb - qa) * (kb - ka);
+        }
+  memset(pr, 0, sizeof *pr);
+  pr->batch = 1; pr->heads_q = H; pr->heads_kv = H; pr->seq_q = S; pr->seq_k = S; pr->head_dim = D;
+  pr->dtype = dt; pr->layout = TSR_LAYOUT_BSHD;
+  if (tsr_geom_uniform(S, S, bq, bk, g, err) || tsr_mask_from_bytes(1, H, nq, nk, bits, m, err) ||
+      (pr->geom = *g, tsr_problem_check(pr, err)))
+    return -1;
+  return pairs;
+}
+
 /* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random blk x blk block
  * masks per head, planned on blk x tn tiles (--bench: D = 128, bf16,
  * 128 x 128; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and 64 on
@@ -1050,12 +1091,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   CK(cu->cuMemcpyHtoD(dk, host, n * 2));
   CK(cu->cuMemcpyHtoD(dv, host, n * 2));
   free(host);
-  memset(&t, 0, sizeof t);
-  t.q = dq; t.k = dk; t.v = dv; t.o = dout;
-  t.q_stride[0] = (int64_t)S * H * D; t.q_stride[1] = D; t.q_stride[2] = (int64_t)H * D; t.q_stride[3] = 1;
-  memcpy(t.k_stride, t.q_stride, sizeof t.q_stride);
-  memcpy(t.v_stride, t.q_stride, sizeof t.q_stride);
-  memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
+  bench_tensors(&t, dq, dk, dv, dout, S, H, D);
   CK(cu->cuEventCreate(&e0, 0));
   CK(cu->cuEventCreate(&e1, 0));
   printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d\n", S, H, D,
@@ -1068,21 +1104,9 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     tsr_plan_opts o;
     tsr_plan *pl = NULL;
     double pairs = 0;
-    int h, a, b2, a_arch = tsri_arch_index(tsri_context_arch(ctx));
+    int a_arch = tsri_arch_index(tsri_context_arch(ctx));
     size_t vi;
-    for (i = 0; i < (size_t)H * nb * nb; i++) bits[i] = urand() < dens[di];
-    for (h = 0; h < H; h++)
-      for (a = 0; a < nb; a++)
-        for (b2 = 0; b2 < nb; b2++)
-          if (bits[((size_t)h * nb + a) * nb + b2]) {
-            int qa = a * blk, qb = qa + blk < S ? qa + blk : S, ka = b2 * blk, kb = ka + blk < S ? ka + blk : S;
-            pairs += (double)(qb - qa) * (kb - ka);
-          }
-    memset(&pr, 0, sizeof pr);
-    pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
-    pr.dtype = dt; pr.layout = TSR_LAYOUT_BSHD;
-    if (tsr_geom_uniform(S, S, blk, blk, &g, &err) || tsr_mask_from_bytes(1, H, nb, nb, bits, &m, &err) ||
-        (pr.geom = g, tsr_problem_check(&pr, &err))) {
+    if ((pairs = bench_mask(S, H, D, dt, blk, blk, dens[di], bits, &pr, &g, &m, &err)) < 0) {
       printf("bench: %s  FAIL\n", err.text);
       return 1;
     }
@@ -1605,7 +1629,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   tsr_problem pr;
   double pairs = 0, ms_of[2] = { 0, 0 }, gg = 0, rr = 0, gr = 0;
   char vname[2][96] = { "", "" };
-  int prec, fails = 0, h, a, b2;
+  int prec, fails = 0;
   tsr_error_clear(&err);
   for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
   CK(cu->cuMemAlloc(&dq, n * 2));
@@ -1617,25 +1641,8 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   CK(cu->cuMemcpyHtoD(dk, host, n * 2));
   for (i = 0; i < n; i++) host[i] = f2bf((float)(2 * urand() - 1));
   CK(cu->cuMemcpyHtoD(dv, host, n * 2));
-  memset(&t, 0, sizeof t);
-  t.q = dq; t.k = dk; t.v = dv; t.o = dout;
-  t.q_stride[0] = (int64_t)S * H * D; t.q_stride[1] = D; t.q_stride[2] = (int64_t)H * D; t.q_stride[3] = 1;
-  memcpy(t.k_stride, t.q_stride, sizeof t.q_stride);
-  memcpy(t.v_stride, t.q_stride, sizeof t.q_stride);
-  memcpy(t.o_stride, t.q_stride, sizeof t.q_stride);
-  for (i = 0; i < (size_t)H * nq * nk; i++) bits[i] = dens >= 1 || urand() < dens;
-  for (h = 0; h < H; h++)
-    for (a = 0; a < nq; a++)
-      for (b2 = 0; b2 < nk; b2++)
-        if (bits[((size_t)h * nq + a) * nk + b2]) {
-          int qa = a * bq, qb = qa + bq < S ? qa + bq : S, ka = b2 * bk, kb = ka + bk < S ? ka + bk : S;
-          pairs += (double)(qb - qa) * (kb - ka);
-        }
-  memset(&pr, 0, sizeof pr);
-  pr.batch = 1; pr.heads_q = H; pr.heads_kv = H; pr.seq_q = S; pr.seq_k = S; pr.head_dim = D;
-  pr.dtype = TSR_DT_BF16; pr.layout = TSR_LAYOUT_BSHD;
-  if (tsr_geom_uniform(S, S, bq, bk, &g, &err) || tsr_mask_from_bytes(1, H, nq, nk, bits, &m, &err) ||
-      (pr.geom = g, tsr_problem_check(&pr, &err))) {
+  bench_tensors(&t, dq, dk, dv, dout, S, H, D);
+  if ((pairs = bench_mask(S, H, D, TSR_DT_BF16, bq, bk, dens, bits, &pr, &g, &m, &err)) < 0) {
     printf("fp8-bench: %s  FAIL\n", err.text);
     return 1;
   }
