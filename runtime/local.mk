@@ -26,6 +26,9 @@ libtessera_la_SOURCES += \
 # GPU planning: device planner host side (kernels: templates/plan_gpu.cuh)
 libtessera_la_SOURCES += runtime/gpuplan.c
 
+# mask producers' fused stages (kernels: templates/produce_gpu.cuh, in the planner module)
+libtessera_la_SOURCES += runtime/produce.c
+
 # lookup database and plan selection
 libtessera_la_SOURCES += \
 	runtime/db_impl.h runtime/db.c runtime/features.c runtime/select_impl.h runtime/select.c

@@ -776,6 +776,50 @@ typedef struct {
 tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const tsr_gpuplan_stats *s,
                                 tsr_gpuplan_regime *out, tsr_error *err);
 
+/* ---- Mask producers on the GPU (runtime/produce.c, templates/produce_gpu.cuh) */
+
+/* The fused stages of tessera.methods' producers (issue 16): tile means of
+ * q or k over a 3-D token grid, and pooled scores with the corpus's top-k or
+ * CDF rule, each one launch on the caller's stream: no allocation, no
+ * synchronisation (a CUDA graph captures them).  Pointers are CUdeviceptrs
+ * the caller owns.  Every call checks its arguments before it touches the
+ * device: TSR_ERR_INVALID, _SHAPE or _DTYPE naming the value. */
+typedef struct tsr_producer tsr_producer;
+/* Loads the kernels (the bundle's planner module) on ctx's device. */
+tsr_status tsr_producer_create(tsr_context *ctx, tsr_producer **out, tsr_error *err);
+void tsr_producer_destroy(tsr_producer *p);
+
+typedef struct {
+  uint64_t x;                  /* [batch, heads, tokens, dim] at the strides below */
+  tsr_dtype dtype;             /* TSR_DT_F32, F16, BF16 or F64 */
+  int64_t batch, heads, tokens, dim;
+  int64_t stride_b, stride_h, stride_s; /* in elements; channels contiguous */
+  int64_t grid[3];             /* (T, H, W), T * H * W = tokens, frame-major */
+  int64_t tile[3];             /* tile sizes; boundary tiles keep what exists */
+  uint64_t out;                /* [batch, heads, tiles, dim] means, raster tile order, float32
+                                  (float64 for F64), contiguous */
+  uint64_t sq;                 /* 0, or [batch, heads, tiles]: mean of |x|^2 over each tile's tokens */
+} tsr_pool_args;
+tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err);
+
+typedef enum {
+  TSR_SELECT_TOPK, /* the k largest of each row, ties to the lower index (tsr_corpus_topk) */
+  TSR_SELECT_CDF   /* the fewest, in decreasing order, whose sum reaches tau of the row's, at
+                      least min_keep (tsr_corpus_cdf) */
+} tsr_select_rule;
+typedef struct {
+  uint64_t pq, pk;             /* contiguous [batch, heads, nq, dim], [batch, kv_heads, nk, dim] */
+  tsr_dtype dtype;             /* TSR_DT_F32 or F64 */
+  int64_t batch, heads, kv_heads, nq, nk, dim;
+  double scale;                /* scores are softmax(pq pk^T * scale) per row */
+  tsr_select_rule rule;
+  int64_t k;                   /* TOPK: blocks kept a row */
+  double tau;                  /* CDF: threshold in [0, 1] */
+  int64_t min_keep;            /* CDF: at least this many a row */
+  uint64_t out;                /* bytes [batch, heads, nq, nk]: 1 kept, 0 not */
+} tsr_select_args;
+tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err);
+
 /* ---- ABI (runtime/abi.c) ---------------------------------------------- */
 
 /* sizeof the public struct named `type_name` ("tsr_problem", "tsr_features",

@@ -1,0 +1,267 @@
+/*
+ * produce.c: the fused stages of tessera.methods' mask producers on the
+ * GPU (tessera.h "Mask producers"; kernels: templates/produce_gpu.cuh,
+ * compiled into the bundle's planner module).  A producer holds the loaded
+ * module and its functions; each call checks its arguments (before it
+ * touches the device, so the checks are testable without one) and makes
+ * one cuLaunchKernel on the caller's stream: no allocation, no
+ * synchronisation, so a CUDA graph captures it.
+ */
+#include "context_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PR_THREADS 256 /* TSR_PR_THREADS of the template */
+#define PR_MAX_ROWS 16 /* rows of pooled q a select CTA holds in registers */
+
+/* The kernels' parameter records: the layout of templates/produce_gpu.cuh's
+ * tsr_pr_pool_p and tsr_pr_select_p. */
+typedef struct {
+  uint64_t x, out, sq;
+  long long sb, sh, ss;
+  int heads, d;
+  int gt, gh, gw, ct, ch, cw, nh, nw;
+} pr_pool_p;
+
+typedef struct {
+  uint64_t pq, pk, out;
+  int heads, kv_heads, nq, nk, d, rows, rule, min_keep;
+  long long k;
+  double scale, tau;
+} pr_select_p;
+
+enum { PR_F32, PR_F16, PR_BF16, PR_F64, PR_NDT };
+static const char *const pr_dt_names[PR_NDT] = {"f32", "f16", "bf16", "f64"};
+static const int pr_dt_size[PR_NDT] = {4, 2, 2, 8};
+
+struct tsr_producer {
+  tsr_context *ctx;
+  CUmodule mod;
+  CUfunction pool[PR_NDT][2];  /* [dtype][vector loads] */
+  CUfunction select[2][2];     /* [float64][vector loads] */
+};
+
+static int pr_dt(tsr_dtype d)
+{
+  switch (d) {
+  case TSR_DT_F32: return PR_F32;
+  case TSR_DT_F16: return PR_F16;
+  case TSR_DT_BF16: return PR_BF16;
+  case TSR_DT_F64: return PR_F64;
+  default: return -1;
+  }
+}
+
+static tsr_status load_functions(tsr_producer *p, tsr_error *err)
+{
+  const tsr_cu *cu = tsri_context_cu(p->ctx);
+  static const int vec[PR_NDT] = {4, 8, 8, 2};
+  char name[64];
+  int i, v;
+  tsr_status st = TSR_OK;
+  for (i = 0; i < PR_NDT && !st; i++)
+    for (v = 0; v < 2 && !st; v++) {
+      snprintf(name, sizeof name, "tsr_pr_pool_%s_v%d", pr_dt_names[i], v ? vec[i] : 1);
+      st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool[i][v], p->mod, name), name, err);
+    }
+  for (i = 0; i < 2 && !st; i++)
+    for (v = 0; v < 2 && !st; v++) {
+      snprintf(name, sizeof name, "tsr_pr_select_%s_v%d", i ? "f64" : "f32", v ? (i ? 2 : 4) : 1);
+      st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select[i][v], p->mod, name), name, err);
+      /* the scores of a CTA's rows may need more than the default 48 KiB */
+      if (!st && p->ctx->smem_optin > 0)
+        st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select[i][v],
+                                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      (int)p->ctx->smem_optin),
+                           "cuFuncSetAttribute(producer select)", err);
+    }
+  return st;
+}
+
+tsr_status tsr_producer_create(tsr_context *ctx, tsr_producer **out, tsr_error *err)
+{
+  tsr_producer *p;
+  tsr_status st;
+  if (!out) return tsr_error_set(err, TSR_ERR_INVALID, "producer: out is NULL");
+  *out = NULL;
+  if (!ctx) return tsr_error_set(err, TSR_ERR_INVALID, "producer: context is NULL");
+  if (!ctx->pctx)
+    return tsr_error_set(err, TSR_ERR_NO_DEVICE, "producer: the context has no device (host-only)");
+  if (!(p = calloc(1, sizeof *p))) return tsr_error_set(err, TSR_ERR_NOMEM, "producer: out of memory");
+  p->ctx = ctx;
+  if ((st = tsri_gpu_load_planner(ctx, &p->mod, err)) || (st = load_functions(p, err))) {
+    tsr_producer_destroy(p);
+    return st;
+  }
+  tsri_context_retain(ctx);
+  *out = p;
+  return TSR_OK;
+}
+
+void tsr_producer_destroy(tsr_producer *p)
+{
+  if (!p) return;
+  if (p->mod && tsri_context_make_current(p->ctx, NULL) == TSR_OK)
+    tsri_context_cu(p->ctx)->cuModuleUnload(p->mod);
+  if (p->mod) tsri_context_release(p->ctx);
+  free(p);
+}
+
+static int fits_int(int64_t v) { return v > 0 && v <= 0x7fffffff; }
+
+/* The pooling's arguments, checked as the message names them. */
+static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
+{
+  int i;
+  int64_t tiles = 1;
+  if (!a) return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: arguments are NULL");
+  if (pr_dt(a->dtype) < 0)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "producer pool: x must be float32, fp16, bf16 or float64, got %s",
+                         tsr_dtype_name(a->dtype));
+  if (!a->x || !a->out) return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: x or out is a null pointer");
+  if (!fits_int(a->batch) || !fits_int(a->heads) || !fits_int(a->tokens) || !fits_int(a->dim))
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "producer pool: batch, heads, tokens and dim must be positive 32-bit sizes, got "
+                         "%lld, %lld, %lld, %lld", (long long)a->batch, (long long)a->heads,
+                         (long long)a->tokens, (long long)a->dim);
+  if (a->batch > 65535 || a->heads > 65535)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: batch %lld or heads %lld over 65535",
+                         (long long)a->batch, (long long)a->heads);
+  for (i = 0; i < 3; i++) {
+    if (!fits_int(a->grid[i]) || !fits_int(a->tile[i]))
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: grid and tile sizes must be positive, got "
+                           "grid[%d] = %lld, tile[%d] = %lld", i, (long long)a->grid[i], i,
+                           (long long)a->tile[i]);
+    tiles *= (a->grid[i] + a->tile[i] - 1) / a->tile[i];
+  }
+  if (a->grid[0] * a->grid[1] * a->grid[2] != a->tokens)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: grid %lldx%lldx%lld has %lld tokens, x has %lld",
+                         (long long)a->grid[0], (long long)a->grid[1], (long long)a->grid[2],
+                         (long long)(a->grid[0] * a->grid[1] * a->grid[2]), (long long)a->tokens);
+  if (tiles > 0x7fffffff)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: %lld tiles, over 2^31 - 1", (long long)tiles);
+  if (a->stride_b < 0 || a->stride_h < 0 || a->stride_s < a->dim)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "producer pool: strides (batch %lld, head %lld, token %lld) must be non-negative "
+                         "and the token stride at least dim %lld (channels contiguous)",
+                         (long long)a->stride_b, (long long)a->stride_h, (long long)a->stride_s,
+                         (long long)a->dim);
+  return TSR_OK;
+}
+
+tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err)
+{
+  pr_pool_p k;
+  tsr_status st;
+  int dt, vec, n, i;
+  unsigned nt[3];
+  void *args[1] = {&k};
+  if ((st = check_pool(a, err))) return st;
+  if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: producer is NULL");
+  dt = pr_dt(a->dtype);
+  n = 16 / pr_dt_size[dt];
+  for (i = 0; i < 3; i++) nt[i] = (unsigned)((a->grid[i] + a->tile[i] - 1) / a->tile[i]);
+  /* 16-byte loads where every row starts 16-byte aligned */
+  vec = a->dim % n == 0 && a->x % 16 == 0 && a->stride_b % n == 0 && a->stride_h % n == 0 &&
+        a->stride_s % n == 0;
+  memset(&k, 0, sizeof k);
+  k.x = a->x;
+  k.out = a->out;
+  k.sq = a->sq;
+  k.sb = a->stride_b;
+  k.sh = a->stride_h;
+  k.ss = a->stride_s;
+  k.heads = (int)a->heads;
+  k.d = (int)a->dim;
+  k.gt = (int)a->grid[0], k.gh = (int)a->grid[1], k.gw = (int)a->grid[2];
+  k.ct = (int)a->tile[0], k.ch = (int)a->tile[1], k.cw = (int)a->tile[2];
+  k.nh = (int)nt[1], k.nw = (int)nt[2];
+  if ((st = tsri_context_make_current(p->ctx, err))) return st;
+  return tsri_cu_check(tsri_context_cu(p->ctx),
+                       tsri_context_cu(p->ctx)->cuLaunchKernel(p->pool[dt][vec], nt[0] * nt[1] * nt[2],
+                                                               (unsigned)a->heads, (unsigned)a->batch,
+                                                               PR_THREADS, 1, 1, 0, (CUstream)stream, args,
+                                                               NULL),
+                       "cuLaunchKernel(producer pool)", err);
+}
+
+static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
+{
+  if (!a) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: arguments are NULL");
+  if (a->dtype != TSR_DT_F32 && a->dtype != TSR_DT_F64)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "producer select: pooled q and k must be float32 or float64, got %s",
+                         tsr_dtype_name(a->dtype));
+  if (!a->pq || !a->pk || !a->out)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: pq, pk or out is a null pointer");
+  if (!fits_int(a->batch) || !fits_int(a->heads) || !fits_int(a->kv_heads) || !fits_int(a->nq) ||
+      !fits_int(a->nk) || !fits_int(a->dim))
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "producer select: batch, heads, kv_heads, nq, nk and dim must be positive 32-bit sizes, "
+                         "got %lld, %lld, %lld, %lld, %lld, %lld", (long long)a->batch, (long long)a->heads,
+                         (long long)a->kv_heads, (long long)a->nq, (long long)a->nk, (long long)a->dim);
+  if (a->batch > 65535 || a->heads > 65535)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer select: batch %lld or heads %lld over 65535",
+                         (long long)a->batch, (long long)a->heads);
+  if (a->heads % a->kv_heads)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer select: query heads %lld are not a multiple of key heads %lld",
+                         (long long)a->heads, (long long)a->kv_heads);
+  if (a->rule != TSR_SELECT_TOPK && a->rule != TSR_SELECT_CDF)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: unknown rule %d", (int)a->rule);
+  if (a->rule == TSR_SELECT_CDF && !(a->tau >= 0.0 && a->tau <= 1.0))
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: CDF threshold tau must be in [0, 1], got %g",
+                         a->tau);
+  if (a->k < 0 || a->min_keep < 0 || a->min_keep > 0x7fffffff)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: k %lld and min_keep %lld must be non-negative",
+                         (long long)a->k, (long long)a->min_keep);
+  if (!(a->scale == a->scale) || a->scale <= 0.0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: scale must be positive, got %g", a->scale);
+  return TSR_OK;
+}
+
+tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err)
+{
+  pr_select_p k;
+  tsr_status st;
+  int f64, vec, esz;
+  int64_t rows, smem;
+  void *args[1] = {&k};
+  if ((st = check_select(a, err))) return st;
+  if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
+  f64 = a->dtype == TSR_DT_F64;
+  esz = f64 ? 8 : 4;
+  /* rows of a CTA: as many as its shared memory holds, up to 16 */
+  smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
+  rows = smem / ((a->dim + a->nk) * esz);
+  if (rows > PR_MAX_ROWS) rows = PR_MAX_ROWS;
+  if (rows > a->nq) rows = a->nq;
+  if (rows < 1)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "producer select: %lld key blocks of dim %lld need %lld bytes of shared memory a row, "
+                         "the device has %lld", (long long)a->nk, (long long)a->dim,
+                         (long long)((a->dim + a->nk) * esz), (long long)smem);
+  vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
+  memset(&k, 0, sizeof k);
+  k.pq = a->pq;
+  k.pk = a->pk;
+  k.out = a->out;
+  k.heads = (int)a->heads;
+  k.kv_heads = (int)a->kv_heads;
+  k.nq = (int)a->nq;
+  k.nk = (int)a->nk;
+  k.d = (int)a->dim;
+  k.rows = (int)rows;
+  k.rule = a->rule == TSR_SELECT_CDF;
+  k.min_keep = (int)a->min_keep;
+  k.k = a->k;
+  k.scale = a->scale;
+  k.tau = a->tau;
+  if ((st = tsri_context_make_current(p->ctx, err))) return st;
+  return tsri_cu_check(tsri_context_cu(p->ctx),
+                       tsri_context_cu(p->ctx)->cuLaunchKernel(
+                           p->select[f64][vec], (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
+                           (unsigned)a->batch, PR_THREADS, 1, 1, (unsigned)(rows * (a->dim + a->nk) * esz),
+                           (CUstream)stream, args, NULL),
+                       "cuLaunchKernel(producer select)", err);
+}

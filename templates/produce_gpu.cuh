@@ -1,0 +1,363 @@
+/*
+ * produce_gpu.cuh: the fused stages of tessera.methods' mask producers
+ * (issue 16), compiled into the planner module (<arch>/tsr_plan.cubin) by
+ * tessera-gen, launched by runtime/produce.c on the caller's stream.  No
+ * host synchronisation, nothing allocated: a CUDA graph captures them.
+ *
+ *   tsr_pr_pool_<dt>_v<n>  mean of x over each tile of a 3-D token grid
+ *          (boundary tiles ragged), one CTA a (tile, head, batch); with
+ *          sq != 0 also the tile's mean squared norm (SpargeAttn's
+ *          self-similarity).  One read of x, the float32 (float64 for f64)
+ *          means written: what the torch path did in ~10 reductions and
+ *          joins.  v<n>: n elements a 16-byte load, v1 the scalar path.
+ *   tsr_pr_select_<acc>_v<n>  pooled scores softmax(pq pk^T * scale) per
+ *          row and the corpus's rule on them, written as a byte mask: the
+ *          top k of each row (ties to the lower index, tsr_corpus_topk), or
+ *          the CDF rule (the fewest in decreasing order reaching tau of the
+ *          row's sum, at least min_keep; tsr_corpus_cdf).  `rows` query
+ *          rows a CTA (their pooled q in shared memory, their scores after
+ *          them), one key a lane: each key row is read once a CTA.  The
+ *          top k is exact, not a sort: a 32 (64) pass bitwise search for the
+ *          k-th largest probability (non-negative floats order as their
+ *          bits), then the ties at it kept in index order.  The CDF rule is
+ *          the top K for the K it implies (its kept set is a prefix of the
+ *          same order): a bitwise search for the probability where the sum
+ *          of those at or above it first reaches tau * sum.
+ *
+ * Why fused: per Wan 480p layer the torch path of VSA took 0.58 ms (two
+ * reductions, a 624-wide sort of 7,488 rows, ~20 small kernels), against a
+ * budget of ~0.16 ms (5% of its attention).
+ */
+#ifndef TSR_PRODUCE_GPU_CUH
+#define TSR_PRODUCE_GPU_CUH
+
+#define TSR_PR_THREADS 256
+
+/* The pooling's parameters (runtime/produce.c fills them; strides in
+ * elements, the channel stride 1). */
+struct tsr_pr_pool_p {
+  const void *x;
+  void *out, *sq;
+  long long sb, sh, ss;
+  int heads, d;
+  int gt, gh, gw, ct, ch, cw, nh, nw;
+};
+
+struct tsr_pr_select_p {
+  const void *pq, *pk;
+  unsigned char *out;
+  int heads, kv_heads, nq, nk, d, rows, rule, min_keep;
+  long long k;
+  double scale, tau;
+};
+
+/* ---- element loads ------------------------------------------------------ */
+
+__device__ __forceinline__ float tsr_pr_bf16(unsigned int h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ float tsr_pr_f16(unsigned int h)
+{
+  float f;
+  unsigned short s = (unsigned short)h;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s));
+  return f;
+}
+
+/* DT: 0 float32, 1 fp16, 2 bf16, 3 float64.  Loads V elements at p (16-byte
+ * aligned when V > 1) into a[] as the accumulation type. */
+template <int DT> struct tsr_pr_t {
+  typedef float acc;
+  enum { SIZE = 2 };
+};
+template <> struct tsr_pr_t<0> {
+  typedef float acc;
+  enum { SIZE = 4 };
+};
+template <> struct tsr_pr_t<3> {
+  typedef double acc;
+  enum { SIZE = 8 };
+};
+
+template <int DT, int V>
+__device__ __forceinline__ void tsr_pr_load(const char *p, typename tsr_pr_t<DT>::acc *a)
+{
+  if (V == 1) {
+    if (DT == 0) a[0] = *(const float *)p;
+    else if (DT == 1) a[0] = tsr_pr_f16(*(const unsigned short *)p);
+    else if (DT == 2) a[0] = tsr_pr_bf16(*(const unsigned short *)p);
+    else a[0] = *(const double *)p;
+    return;
+  }
+  uint4 u = __ldg((const uint4 *)p);
+  unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    if (DT == 0) a[i] = __uint_as_float(w[i]);
+    else if (DT == 1) {
+      a[2 * i] = tsr_pr_f16(w[i] & 0xffffu);
+      a[2 * i + 1] = tsr_pr_f16(w[i] >> 16);
+    } else if (DT == 2) {
+      a[2 * i] = tsr_pr_bf16(w[i] & 0xffffu);
+      a[2 * i + 1] = tsr_pr_bf16(w[i] >> 16);
+    } else if (i < 2) {
+      a[i] = __hiloint2double((int)w[2 * i + 1], (int)w[2 * i]);
+    }
+  }
+}
+
+template <typename A> __device__ __forceinline__ A tsr_pr_warp_sum(A v)
+{
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* ---- pooling --------------------------------------------------------------- */
+
+/* One CTA: the tile blockIdx.x of head blockIdx.y, batch blockIdx.z.  When a
+ * row has fewer than TSR_PR_THREADS vectors, P = threads / vectors rows are
+ * read at once and their partial sums joined in shared memory. */
+template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
+{
+  typedef typename tsr_pr_t<DT>::acc A;
+  __shared__ A part[TSR_PR_THREADS * V];
+  __shared__ A sqw[TSR_PR_THREADS / 32];
+  const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const int nt_hw = p.nh * p.nw;
+  const int t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+  const int lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  const int n = lt * lh * lw, nvec = p.d / V;
+  const char *base = (const char *)p.x + (b * p.sb + head * p.sh) * (long long)tsr_pr_t<DT>::SIZE;
+  const long long ntiles = (long long)gridDim.x;
+  A *out = (A *)p.out + (((long long)b * p.heads + head) * ntiles + tile) * p.d;
+  const int P = nvec >= TSR_PR_THREADS ? 1 : TSR_PR_THREADS / nvec;
+  A sq = 0;
+  for (int c0 = 0; c0 < nvec; c0 += TSR_PR_THREADS) {
+    const int cv = P == 1 ? c0 + tid : tid % nvec, rp = P == 1 ? 0 : tid / nvec;
+    A acc[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) acc[e] = 0;
+    if (cv < nvec && rp < P) {
+#pragma unroll 4
+      for (int r = rp; r < n; r += P) {
+        const int c = r % lw, rr = r / lw;
+        const long long s = ((long long)(t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + c;
+        A a[V];
+        tsr_pr_load<DT, V>(base + (s * p.ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+          acc[e] += a[e];
+          sq += a[e] * a[e];
+        }
+      }
+    }
+    if (P == 1) {
+      if (cv < nvec)
+#pragma unroll
+        for (int e = 0; e < V; e++) out[cv * V + e] = acc[e] / (A)n;
+    } else {
+      if (rp < P)
+#pragma unroll
+        for (int e = 0; e < V; e++) part[rp * p.d + cv * V + e] = acc[e];
+      __syncthreads();
+      for (int c = tid; c < p.d; c += TSR_PR_THREADS) {
+        A s = 0;
+        for (int i = 0; i < P; i++) s += part[i * p.d + c];
+        out[c] = s / (A)n;
+      }
+    }
+  }
+  if (!p.sq) return;
+  sq = tsr_pr_warp_sum(sq);
+  if ((tid & 31) == 0) sqw[tid >> 5] = sq;
+  __syncthreads();
+  if (tid == 0) {
+    A s = 0;
+    for (int i = 0; i < TSR_PR_THREADS / 32; i++) s += sqw[i];
+    ((A *)p.sq)[((long long)b * p.heads + head) * ntiles + tile] = s / (A)n;
+  }
+}
+
+#define TSR_PR_POOL(name, DT, V)                                                        \
+  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS) name(tsr_pr_pool_p p)    \
+  {                                                                                     \
+    tsr_pr_pool<DT, V>(p);                                                              \
+  }
+TSR_PR_POOL(tsr_pr_pool_f32_v1, 0, 1)
+TSR_PR_POOL(tsr_pr_pool_f32_v4, 0, 4)
+TSR_PR_POOL(tsr_pr_pool_f16_v1, 1, 1)
+TSR_PR_POOL(tsr_pr_pool_f16_v8, 1, 8)
+TSR_PR_POOL(tsr_pr_pool_bf16_v1, 2, 1)
+TSR_PR_POOL(tsr_pr_pool_bf16_v8, 2, 8)
+TSR_PR_POOL(tsr_pr_pool_f64_v1, 3, 1)
+TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
+
+/* ---- scores and the rule ------------------------------------------------- */
+
+/* Order-preserving bits of a non-negative probability. */
+__device__ __forceinline__ unsigned long long tsr_pr_key(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ unsigned long long tsr_pr_key(double x)
+{
+  return (unsigned long long)__double_as_longlong(x);
+}
+
+template <typename A> __device__ __forceinline__ A tsr_pr_val(unsigned long long t);
+template <> __device__ __forceinline__ float tsr_pr_val<float>(unsigned long long t)
+{
+  return __uint_as_float((unsigned int)t);
+}
+template <> __device__ __forceinline__ double tsr_pr_val<double>(unsigned long long t)
+{
+  return __longlong_as_double((long long)t);
+}
+
+/* Count of the row's keys at or above t (every lane gets it). */
+template <typename A>
+__device__ __forceinline__ int tsr_pr_count_ge(const A *row, int nk, unsigned long long t)
+{
+  int c = 0;
+  for (int j = threadIdx.x & 31; j < nk; j += 32) c += tsr_pr_key(row[j]) >= t;
+  return tsr_pr_warp_sum(c);
+}
+
+/* The largest key t with at least k of the row at or above it: the k-th
+ * largest (1 <= k <= nk). */
+template <typename A> __device__ unsigned long long tsr_pr_kth(const A *row, int nk, long long k)
+{
+  const int bits = sizeof(A) * 8;
+  unsigned long long t = 0;
+  for (int b = bits - 1; b >= 0; b--) {
+    unsigned long long c = t | (1ull << b);
+    if (tsr_pr_count_ge(row, nk, c) >= k) t = c;
+  }
+  return t;
+}
+
+/* The K of the CDF rule: ranks are kept while the sum before them is below
+ * tau * sum, so K = #(keys above T) + the ties at T that still fit, T the
+ * largest key whose at-or-above sum reaches tau * sum. */
+template <typename A> __device__ long long tsr_pr_cdf_k(const A *row, int nk, double tau)
+{
+  const int lane = threadIdx.x & 31, bits = sizeof(A) * 8;
+  A tot = 0;
+  for (int j = lane; j < nk; j += 32) tot += row[j];
+  const A c = (A)tau * tsr_pr_warp_sum(tot);
+  unsigned long long t = 0;
+  for (int b = bits - 1; b >= 0; b--) {
+    unsigned long long cand = t | (1ull << b);
+    A s = 0;
+    for (int j = lane; j < nk; j += 32) s += tsr_pr_key(row[j]) >= cand ? row[j] : (A)0;
+    if (tsr_pr_warp_sum(s) >= c) t = cand;
+  }
+  A above = 0;
+  int n_above = 0, n_eq = 0;
+  for (int j = lane; j < nk; j += 32) {
+    const unsigned long long kj = tsr_pr_key(row[j]);
+    if (kj > t) {
+      above += row[j];
+      n_above++;
+    }
+    n_eq += kj == t;
+  }
+  above = tsr_pr_warp_sum(above);
+  n_above = tsr_pr_warp_sum(n_above);
+  n_eq = tsr_pr_warp_sum(n_eq);
+  /* the ties at T (value T's bits), in index order: each fits while the
+   * running sum before it is below c (c <= 0: T is no key, n_eq = 0) */
+  const A v = tsr_pr_val<A>(t);
+  A s = above;
+  long long q = 0;
+  while (q < n_eq && s < c) {
+    s += v;
+    q++;
+  }
+  return n_above + q;
+}
+
+/* Writes the top k of the row (ties to the lower index) as bytes. */
+template <typename A>
+__device__ void tsr_pr_write_topk(const A *row, int nk, long long k, unsigned char *out)
+{
+  const int lane = threadIdx.x & 31;
+  if (k <= 0 || k >= nk) {
+    for (int j = lane; j < nk; j += 32) out[j] = k > 0;
+    return;
+  }
+  const unsigned long long t = tsr_pr_kth(row, nk, k);
+  int gt = 0;
+  for (int j = lane; j < nk; j += 32) gt += tsr_pr_key(row[j]) > t;
+  long long ties = k - tsr_pr_warp_sum(gt); /* ties at t to keep, lowest index first */
+  for (int j0 = 0; j0 < nk; j0 += 32) {
+    const int j = j0 + lane;
+    const unsigned long long kj = j < nk ? tsr_pr_key(row[j]) : 0;
+    const int eq = j < nk && kj == t;
+    const unsigned int m = __ballot_sync(0xffffffffu, eq);
+    const int before = __popc(m & ((1u << lane) - 1u));
+    if (j < nk) out[j] = kj > t || (eq && before < ties);
+    ties -= __popc(m);
+  }
+}
+
+template <typename A, int V> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+{
+  extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
+  A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
+  const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
+  const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
+  const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
+  const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
+  for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
+  __syncthreads();
+  /* one key a lane, its row read in V-element pieces; the rows' q values
+   * are broadcast from shared memory.  Up to 16 rows in registers. */
+  for (int j0 = warp * 32; j0 < p.nk; j0 += nw * 32) {
+    const int j = j0 + lane;
+    A acc[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) acc[i] = 0;
+    if (j < p.nk) {
+      const A *kr = k + (long long)j * p.d;
+      for (int c = 0; c < p.d; c += V) {
+        A kv[V];
+        if (V == 1) kv[0] = kr[c];
+        else tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(kr + c), kv);
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+          if (i < nr)
+#pragma unroll
+            for (int e = 0; e < V; e++) acc[i] += qs[i * p.d + c + e] * kv[e];
+      }
+#pragma unroll
+      for (int i = 0; i < 16; i++)
+        if (i < nr) sc[i * p.nk + j] = acc[i] * (A)p.scale;
+    }
+  }
+  __syncthreads();
+  for (int i = warp; i < nr; i += nw) {
+    A *row = sc + i * p.nk;
+    A mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
+    for (int j = lane; j < p.nk; j += 32) mx = fmax(mx, row[j]);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int j = lane; j < p.nk; j += 32) row[j] = exp(row[j] - mx);
+    __syncwarp();
+    long long kk = p.k;
+    if (p.rule == 1) {
+      kk = tsr_pr_cdf_k(row, p.nk, p.tau);
+      if (kk < p.min_keep) kk = p.min_keep;
+    }
+    tsr_pr_write_topk(row, p.nk, kk, p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk);
+  }
+}
+
+#define TSR_PR_SELECT(name, A, V)                                                       \
+  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS) name(tsr_pr_select_p p)  \
+  {                                                                                     \
+    tsr_pr_select<A, V>(p);                                                             \
+  }
+TSR_PR_SELECT(tsr_pr_select_f32_v1, float, 1)
+TSR_PR_SELECT(tsr_pr_select_f32_v4, float, 4)
+TSR_PR_SELECT(tsr_pr_select_f64_v1, double, 1)
+TSR_PR_SELECT(tsr_pr_select_f64_v2, double, 2)
+
+#endif
