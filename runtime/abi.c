@@ -22,7 +22,9 @@
   X(tsr_selection)                                                           \
   X(tsr_gpuplan_caps)                                                        \
   X(tsr_gpuplan_stats)                                                       \
-  X(tsr_gpuplan_regime)
+  X(tsr_gpuplan_regime)                                                      \
+  X(tsr_pool_args)                                                           \
+  X(tsr_select_args)
 
 static const struct {
   const char *name;

@@ -160,6 +160,22 @@ class _Regime(ctypes.Structure):
     _fields_ = [("changed", ctypes.c_int), ("opts", _PlanOpts), ("sel", _Selection)]
 
 
+class _PoolArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint64), ("dtype", ctypes.c_int), ("batch", ctypes.c_int64),
+                ("heads", ctypes.c_int64), ("tokens", ctypes.c_int64), ("dim", ctypes.c_int64),
+                ("stride_b", ctypes.c_int64), ("stride_h", ctypes.c_int64), ("stride_s", ctypes.c_int64),
+                ("grid", ctypes.c_int64 * 3), ("tile", ctypes.c_int64 * 3), ("out", ctypes.c_uint64),
+                ("sq", ctypes.c_uint64)]
+
+
+class _SelectArgs(ctypes.Structure):
+    _fields_ = [("pq", ctypes.c_uint64), ("pk", ctypes.c_uint64), ("dtype", ctypes.c_int),
+                ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
+                ("nq", ctypes.c_int64), ("nk", ctypes.c_int64), ("dim", ctypes.c_int64),
+                ("scale", ctypes.c_double), ("rule", ctypes.c_int), ("k", ctypes.c_int64),
+                ("tau", ctypes.c_double), ("min_keep", ctypes.c_int64), ("out", ctypes.c_uint64)]
+
+
 MASK_BYTES, MASK_BITS = 0, 1
 
 # The C struct each ctypes mirror above copies; library() compares their
@@ -168,7 +184,8 @@ _MIRRORS = {"tsr_error": _Error, "tsr_array": _Array, "tsr_problem": _Problem, "
             "tsr_context_opts": _ContextOpts, "tsr_gpu_tensors": _GpuTensors,
             "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
             "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats,
-            "tsr_gpuplan_regime": _Regime}
+            "tsr_gpuplan_regime": _Regime, "tsr_pool_args": _PoolArgs,
+            "tsr_select_args": _SelectArgs}
 
 
 def _check_abi(lib, path):
@@ -274,6 +291,16 @@ def library():
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
+    # The mask producers' fused stages (tessera.methods); absent in older builds.
+    if hasattr(lib, "tsr_producer_create"):
+        for name, (res, args) in {
+            "tsr_producer_create": (I, [P, ctypes.POINTER(P), P]),
+            "tsr_producer_destroy": (V, [P]),
+            "tsr_produce_pool": (I, [P, P, P, P]),
+            "tsr_produce_select": (I, [P, P, P, P]),
+        }.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
     libc = ctypes.CDLL(None)
     libc.free.argtypes = [P]
     lib._free = libc.free
@@ -302,6 +329,7 @@ class Context:
         # attention()'s GPU plan templates made with this context, by shape
         # (_GpuTemplates): they live and die with it.
         self._gpuplans = {}
+        self._producer = None  # tessera.methods' fused stages, loaded on first use (producer())
         lib = self._lib = library()  # close() runs at interpreter exit too: no lookups then
         if device != NO_DEVICE:
             torch = _torch()
@@ -328,11 +356,24 @@ class Context:
         templates, self._gpuplans = getattr(self, "_gpuplans", {}), {}
         for tp in templates.values():
             tp.close()
+        if getattr(self, "_producer", None):
+            self._lib.tsr_producer_destroy(self._producer)
+            self._producer = None
         if getattr(self, "_h", None):
             self._lib.tsr_context_destroy(self._h)
             self._h = None
 
     __del__ = close
+
+    def producer(self):
+        """The handle of tessera.methods' fused producer kernels on this
+        context (tsr_producer_create: loads the bundle's planner module once;
+        make the first call before capturing a CUDA graph)."""
+        if self._producer is None:
+            h, err = ctypes.c_void_p(), _Error()
+            _check(self._lib.tsr_producer_create(self._h, ctypes.byref(h), ctypes.byref(err)), err)
+            self._producer = h
+        return self._producer
 
 
 _contexts = {}  # default_context(): device index -> Context, for the process

@@ -82,6 +82,8 @@ from collections import namedtuple
 
 import torch
 
+from . import produce as _produce
+
 __all__ = ["MethodMask", "TokenOrder", "vsa", "sta", "svg", "radial", "sparge", "xattention",
            "attend", "antidiagonal_scores",
            "tile_order", "pool_tiles", "pool_blocks", "self_similarity", "topk_rule",
@@ -93,6 +95,15 @@ MethodMask.__doc__ = """A producer's result: mask (bool [B, H, NQ, NK]), block (
 tessera.attention takes), order (TokenOrder) and info (dict of method tensors)."""
 
 _cache = {}
+
+# On CUDA tensors the pooling and the pooled scores' rule run as libtessera's
+# fused kernels (tessera.produce) when the library has them; False keeps
+# the torch path (the reference, and the CPU's) everywhere.
+FUSED = True
+
+
+def _fused(x):
+    return FUSED and _produce.available(x)
 
 
 def _cached(key, build):
@@ -301,6 +312,8 @@ def pool_tiles(x, grid, tile, layout="bhsd"):
     and k: 0.259 ms against 0.255 ms)."""
     xb = _bhsd(x, layout)
     t, h, w = _grid(grid, xb.shape[2])
+    if _fused(x):
+        return _produce.pool_tiles(x, [t, h, w], [int(c) for c in tile], layout, False)[0]
     y = _segsums(xb.unflatten(2, (t, h, w)), (2, 3, 4), tile).flatten(2, 4)
     cnt = _cached(("tile-counts", (t, h, w), tuple(tile), y.dtype, str(x.device)),
                   lambda: (_lengths(t, tile[0], x.device)[:, None, None] *
@@ -314,6 +327,8 @@ def pool_blocks(x, block, layout="bhsd"):
     """Mean of x over consecutive blocks of `block` tokens (the last one
     ragged), [B, H, nb, D], float32 (float64 for float64 x)."""
     xb = _bhsd(x, layout)
+    if _fused(x):
+        return _produce.pool_tiles(x, [1, 1, xb.shape[2]], [1, 1, int(block)], layout, False)[0]
     y = _segsum(xb, 2, block)
     return y / _lengths_as(xb.shape[2], block, y.dtype, x.device)[:, None]
 
@@ -375,6 +390,12 @@ def sparge_rule(prob, selfq, selfk, tau=0.95, topk=None, selfsim_min=0.05, sink=
     selfsim_min forced on, and key block 0 when sink (tsr_corpus_sparge)."""
     nk = prob.shape[-1]
     m = topk_rule(prob, math.ceil(topk * nk)) if topk else cdf_rule(prob, tau, 1)
+    return _sparge_force(m, selfq, selfk, selfsim_min, sink)
+
+
+def _sparge_force(m, selfq, selfk, selfsim_min, sink):
+    """SpargeAttn's fallbacks on a rule's mask m: rows and columns of low
+    self-similarity forced on, and the sink column."""
     m = m | (selfq < selfsim_min)[..., :, None] | (selfk < selfsim_min)[..., None, :]
     if sink:
         m[..., 0] = True
@@ -492,6 +513,14 @@ def _probs(pq, pk, scale):
     return torch.softmax(s, dim=-1).unflatten(0, pq.shape[:2])
 
 
+def _topk_scores(pq, pk, scale, k):
+    """topk_rule(_probs(pq, pk, scale), k): on CUDA, scores, softmax and the
+    top k in one fused kernel (tessera.produce.select_blocks)."""
+    if _fused(pq):
+        return _produce.select_blocks(pq, pk, scale, _produce.TOPK, k, 0.0, 0)
+    return topk_rule(_probs(pq, pk, scale), k)
+
+
 def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
@@ -502,8 +531,8 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
     pq, pk = pool_tiles(q, grid, cube, layout), pool_tiles(k, grid, cube, layout)
-    prob = _probs(pq, pk, _scale(scale, d))
-    return MethodMask(topk_rule(prob, vsa_k(sparsity, len(sizes))), (sizes, sizes), order, {})
+    keep = _topk_scores(pq, pk, _scale(scale, d), vsa_k(sparsity, len(sizes)))
+    return MethodMask(keep, (sizes, sizes), order, {})
 
 
 def sta(q, grid, window=(3, 3, 5), layout="bhsd", tile=(6, 8, 8)):
@@ -553,12 +582,34 @@ def sparge(q, k, grid, tau=0.95, topk=None, selfsim_min=0.05, sink=True, block=(
     bq, bk = (int(x) for x in block)
     _, h, s, d = _bhsd(q, layout).shape
     _grid(grid, s)
+    if _fused(q):
+        return MethodMask(_sparge_fused(q, k, s, (bq, bk), tau, topk, selfsim_min, sink, layout,
+                                        _scale(scale, d)), (bq, bk), TokenOrder(), {})
     pq, pk = pool_blocks(q, bq, layout), pool_blocks(k, bk, layout)
     selfq = self_similarity(q, pq, bq, layout)
     selfk = _kv_heads(self_similarity(k, pk, bk, layout)[..., None], h)[..., 0]
     prob = _probs(pq, pk, _scale(scale, d))
     return MethodMask(sparge_rule(prob, selfq, selfk, tau, topk, selfsim_min, sink),
                       (bq, bk), TokenOrder(), {})
+
+
+def _sparge_fused(q, k, s, block, tau, topk, selfsim_min, sink, layout, scale):
+    """sparge's mask on CUDA: q and k pooled with their blocks' mean squared
+    norms in one read each (the self-similarity |mean|^2 / mean |x|^2 from
+    them), the pooled scores' CDF (or top-k) rule in one kernel, then the
+    fallbacks."""
+    pq, sq = _produce.pool_tiles(q, [1, 1, s], [1, 1, block[0]], layout, True)
+    pk, sk = _produce.pool_tiles(k, [1, 1, s], [1, 1, block[1]], layout, True)
+
+    def selfsim(p, e):
+        return (p.square().sum(-1) / e).clamp(max=1.0).nan_to_num(1.0)
+    selfq, selfk = selfsim(pq, sq), _kv_heads(selfsim(pk, sk)[..., None], pq.shape[1])[..., 0]
+    nk = pk.shape[2]
+    if topk:
+        m = _produce.select_blocks(pq, pk, scale, _produce.TOPK, math.ceil(topk * nk), 0.0, 0)
+    else:
+        m = _produce.select_blocks(pq, pk, scale, _produce.CDF, 0, float(tau), 1)
+    return _sparge_force(m, selfq, selfk, selfsim_min, sink)
 
 
 def _svg_static(grid, block, density, sink, device):

@@ -21,6 +21,8 @@ STA, SVG, Radial, SpargeAttn and XAttention (stride 8, tau 0.9).
 self-similarity beside the current one, and checks that every
 data-dependent producer gives on CUDA float64 tensors the mask it gives on
 the CPU (where tests/python-methods.sh checks it against the C rules).
+VSA and SpargeAttn run on libtessera's fused kernels (tessera.produce) on
+CUDA tensors; their torch path is timed beside them in the same run.
 
 It also proves each producer synchronises nothing: an eager call under
 torch.cuda.set_sync_debug_mode("error"), and a CUDA-graph capture replayed
@@ -39,6 +41,8 @@ import tessera
 from tessera import methods as M
 
 DEVICE = "cuda"
+# Producers with fused kernels (tessera.produce): timed on both paths.
+FUSED_METHODS = ("vsa", "sparge")
 
 
 def rope_qk(b, h, grid, d, dtype, gen):
@@ -263,6 +267,18 @@ def main():
         t_perm = timed(lambda: (o.permute(q), o.permute(k), o.permute(v), o.unpermute(out)), a.reps)
         t_attn = timed(lambda: tessera.attention(qp, kp, vp, mm.mask, block=mm.block), a.reps)
         ratio = t_prod / t_attn
+        if cuda and name in FUSED_METHODS and M._fused(q):
+            # the torch path beside the fused kernels, same q, k, same run
+            M.FUSED = False
+            try:
+                make(q, k, v)
+                t_old = timed(lambda: make(q, k, v), a.reps)
+                same = torch.equal(make(q, k, v).mask, mm.mask)
+            finally:
+                M.FUSED = True
+            print(f"{name:8} torch path {t_old:.3f} ms ({100 * t_old / t_attn:.2f}% of attention), fused "
+                  f"{t_prod:.3f} ms ({100 * ratio:.2f}%): {t_old / t_prod:.2f}x; masks "
+                  f"{'equal' if same else 'differ (bf16 near-ties: producer_stages checks them)'}")
         over = ratio > a.budget
         rc |= 1 if over else 0
         geom = (f"{len(mm.block[0])} var" if not isinstance(mm.block[0], int)

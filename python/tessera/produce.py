@@ -1,0 +1,127 @@
+"""tessera.produce: the fused stages of tessera.methods' mask producers on
+CUDA tensors, as torch ops over libtessera's kernels (tsr_produce_pool,
+tsr_produce_select; templates/produce_gpu.cuh):
+
+    tessera::pool_tiles(x, grid, tile, layout, sq) -> (means, mean |x|^2)
+        x [B, H, S, D] (bhsd) or [B, S, H, D] (bshd), any float dtype,
+        channels contiguous: the mean over each tile of the (T, H, W) grid
+        (boundary tiles ragged) in raster tile order, float32 (float64 for
+        float64 x), and with sq the tiles' mean squared norm ([B, H, 0]
+        without).  One read of x, one launch.
+    tessera::select_blocks(pq, pk, scale, rule, k, tau, min_keep) -> mask
+        pooled q [B, H, NQ, D] and k [B, HK, NK, D] (float32 or float64):
+        the corpus's rule on softmax(pq pk^T * scale) per row, bool
+        [B, H, NQ, NK]: TOPK keeps the k largest (ties to the lower index),
+        CDF the fewest reaching tau of the row's sum, at least min_keep.
+        Scores, softmax and rule in one launch, nothing of NQ x NK written
+        but the mask.
+
+Both launch on the current stream without synchronising or allocating
+inside the library (their outputs come from torch's allocator), so a CUDA
+graph captures them; both have fake implementations, so torch.compile
+traces them.  The CPU (and reference) path is tessera.methods' torch code.
+"""
+import ctypes
+import math
+
+import torch
+
+import tessera
+
+TOPK, CDF = 0, 1
+_DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
+       torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
+
+
+def available(x):
+    """Whether the fused stages can serve x: a CUDA tensor of a float dtype
+    and a libtessera that has them."""
+    if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in _DT:
+        return False
+    try:
+        return hasattr(tessera.library(), "tsr_produce_pool")
+    except (tessera.TesseraError, OSError):
+        return False
+
+
+def _tiles(grid, tile):
+    return math.prod(-(-int(g) // int(t)) for g, t in zip(grid, tile))
+
+
+def _acc(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _stream(dev):
+    return ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
+
+
+def _pool_kernel(x, grid, tile, layout, sq):
+    xb = x if layout == "bhsd" else x.transpose(1, 2)
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"unknown layout '{layout}' (bhsd or bshd)")
+    if xb.stride(3) != 1:
+        xb = xb.contiguous()
+    b, h, s, d = xb.shape
+    n = _tiles(grid, tile)
+    out = torch.empty(b, h, n, d, dtype=_acc(x.dtype), device=x.device)
+    sqo = torch.empty(b, h, n if sq else 0, dtype=_acc(x.dtype), device=x.device)
+    a = tessera._PoolArgs()
+    a.x, a.dtype = xb.data_ptr(), _DT[x.dtype]
+    a.batch, a.heads, a.tokens, a.dim = b, h, s, d
+    a.stride_b, a.stride_h, a.stride_s = xb.stride(0), xb.stride(1), xb.stride(2)
+    a.grid[:], a.tile[:] = [int(g) for g in grid], [int(t) for t in tile]
+    a.out, a.sq = out.data_ptr(), sqo.data_ptr() if sq else 0
+    lib, err = tessera.library(), tessera._Error()
+    ctx = tessera.default_context(x.device.index)
+    tessera._check(lib.tsr_produce_pool(ctx.producer(), ctypes.byref(a), _stream(x.device),
+                                        ctypes.byref(err)), err)
+    return out, sqo
+
+
+def _pool_fake(x, grid, tile, layout, sq):
+    b, h, d = x.shape[0], x.shape[1 if layout == "bhsd" else 2], x.shape[3]
+    n = _tiles(grid, tile)
+    return (x.new_empty((b, h, n, d), dtype=_acc(x.dtype)),
+            x.new_empty((b, h, n if sq else 0), dtype=_acc(x.dtype)))
+
+
+def _select_kernel(pq, pk, scale, rule, k, tau, min_keep):
+    pq, pk = pq.contiguous(), pk.contiguous()
+    b, h, nq, d = pq.shape
+    out = torch.empty(b, h, nq, pk.shape[2], dtype=torch.bool, device=pq.device)
+    a = tessera._SelectArgs()
+    a.pq, a.pk, a.dtype = pq.data_ptr(), pk.data_ptr(), _DT[pq.dtype]
+    a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, pk.shape[2], d
+    a.scale, a.rule, a.k, a.tau, a.min_keep = float(scale), int(rule), int(k), float(tau), int(min_keep)
+    a.out = out.data_ptr()
+    lib, err = tessera.library(), tessera._Error()
+    ctx = tessera.default_context(pq.device.index)
+    tessera._check(lib.tsr_produce_select(ctx.producer(), ctypes.byref(a), _stream(pq.device),
+                                          ctypes.byref(err)), err)
+    return out
+
+
+def _select_fake(pq, pk, scale, rule, k, tau, min_keep):
+    return pq.new_empty((pq.shape[0], pq.shape[1], pq.shape[2], pk.shape[2]), dtype=torch.bool)
+
+
+def _define():
+    """Registers the two ops once per process (a second import of the
+    binding finds them defined)."""
+    try:
+        return torch.ops.tessera.pool_tiles, torch.ops.tessera.select_blocks
+    except (AttributeError, RuntimeError):
+        pass
+    pool = torch.library.custom_op(
+        "tessera::pool_tiles", _pool_kernel, mutates_args=(), device_types=("cuda",),
+        schema="(Tensor x, int[] grid, int[] tile, str layout, bool sq) -> (Tensor, Tensor)")
+    pool.register_fake(_pool_fake)
+    sel = torch.library.custom_op(
+        "tessera::select_blocks", _select_kernel, mutates_args=(), device_types=("cuda",),
+        schema="(Tensor pq, Tensor pk, float scale, int rule, int k, float tau, int min_keep) -> Tensor")
+    sel.register_fake(_select_fake)
+    return torch.ops.tessera.pool_tiles, torch.ops.tessera.select_blocks
+
+
+pool_tiles, select_blocks = _define()
