@@ -60,6 +60,13 @@ tests_check_abi_SOURCES = tests/check_abi.c
 tests_check_abi_CPPFLAGS = $(TSR_CHECK_INCS)
 tests_check_abi_LDADD = $(TSR_CHECK_DEPS)
 tests_check_abi_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
+# the mask producers' argument checks (no device needed)
+check_PROGRAMS += tests/check_produce
+TESTS += tests/check_produce
+tests_check_produce_SOURCES = tests/check_produce.c tests/util.h
+tests_check_produce_CPPFLAGS = $(TSR_CHECK_INCS)
+tests_check_produce_LDADD = $(TSR_CHECK_DEPS)
+tests_check_produce_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 check_PROGRAMS += tests/cli_attn
 tests_cli_attn_SOURCES = tests/cli_attn.c tests/util.h
 tests_cli_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests $(JANSSON_CFLAGS)

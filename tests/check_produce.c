@@ -1,0 +1,133 @@
+/*
+ * check_produce.c: the mask producers' entries (tsr_produce_pool,
+ * tsr_produce_select, tsr_producer_create) refuse bad arguments with the
+ * status and a message naming the value, before they touch a device, so
+ * this runs without one.  The kernels themselves are checked on the GPU
+ * (tests/device/producer_stages.py, methods_bench.py).
+ */
+#include <check.h>
+#include <string.h>
+
+#include "tessera.h"
+#include "util.h"
+
+static tsr_pool_args good_pool(void)
+{
+  tsr_pool_args a;
+  memset(&a, 0, sizeof a);
+  a.x = 0x1000;
+  a.out = 0x2000;
+  a.dtype = TSR_DT_BF16;
+  a.batch = 1, a.heads = 2, a.tokens = 2 * 3 * 5, a.dim = 8;
+  a.stride_b = 2 * 30 * 8, a.stride_h = 30 * 8, a.stride_s = 8;
+  a.grid[0] = 2, a.grid[1] = 3, a.grid[2] = 5;
+  a.tile[0] = 1, a.tile[1] = 2, a.tile[2] = 4;
+  return a;
+}
+
+static tsr_select_args good_select(void)
+{
+  tsr_select_args a;
+  memset(&a, 0, sizeof a);
+  a.pq = 0x1000, a.pk = 0x2000, a.out = 0x3000;
+  a.dtype = TSR_DT_F32;
+  a.batch = 1, a.heads = 4, a.kv_heads = 2, a.nq = 6, a.nk = 9, a.dim = 16;
+  a.scale = 0.25;
+  a.rule = TSR_SELECT_TOPK;
+  a.k = 3;
+  return a;
+}
+
+/* status and a message containing `want`; err is cleared for the next
+ * call (an error record keeps its first error) */
+static void expect(tsr_status st, tsr_error *err, tsr_status want_st, const char *want)
+{
+  ck_assert_msg(st == want_st, "status %d, wanted %d (%s)", (int)st, (int)want_st, err->text);
+  ck_assert_msg(strstr(err->text, want) != NULL, "message '%s' lacks '%s'", err->text, want);
+  memset(err, 0, sizeof *err);
+}
+
+START_TEST(test_pool_args)
+{
+  tsr_error err;
+  tsr_pool_args a;
+  memset(&err, 0, sizeof err);
+  expect(tsr_produce_pool(NULL, NULL, NULL, &err), &err, TSR_ERR_INVALID, "arguments are NULL");
+  a = good_pool(), a.dtype = TSR_DT_I32;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_DTYPE, "got int32");
+  a = good_pool(), a.x = 0;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "null pointer");
+  a = good_pool(), a.dim = 0;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "got 1, 2, 30, 0");
+  a = good_pool(), a.heads = 70000;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "heads 70000 over 65535");
+  a = good_pool(), a.tile[2] = 0;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "tile[2] = 0");
+  a = good_pool(), a.grid[1] = -3;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "grid[1] = -3");
+  a = good_pool(), a.tokens = 31;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "grid 2x3x5 has 30 tokens, x has 31");
+  a = good_pool(), a.stride_s = 4;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "token 4) must be");
+  a = good_pool(), a.stride_h = -1;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "head -1");
+  /* arguments pass: only the missing producer is left */
+  a = good_pool();
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+}
+END_TEST
+
+START_TEST(test_select_args)
+{
+  tsr_error err;
+  tsr_select_args a;
+  memset(&err, 0, sizeof err);
+  expect(tsr_produce_select(NULL, NULL, NULL, &err), &err, TSR_ERR_INVALID, "arguments are NULL");
+  a = good_select(), a.dtype = TSR_DT_BF16;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_DTYPE, "got bf16");
+  a = good_select(), a.out = 0;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "null pointer");
+  a = good_select(), a.nk = -9;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "got 1, 4, 2, 6, -9, 16");
+  a = good_select(), a.kv_heads = 3;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE,
+         "query heads 4 are not a multiple of key heads 3");
+  a = good_select(), a.rule = (tsr_select_rule)7;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "unknown rule 7");
+  a = good_select(), a.rule = TSR_SELECT_CDF, a.tau = 1.5;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "tau must be in [0, 1], got 1.5");
+  a = good_select(), a.k = -2;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "k -2 and min_keep 0");
+  a = good_select(), a.scale = 0.0 / 0.0;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "scale must be positive");
+  a = good_select(), a.scale = -1.0;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
+  a = good_select();
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+  a = good_select(), a.rule = TSR_SELECT_CDF, a.tau = 1.0, a.min_keep = 1;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+}
+END_TEST
+
+START_TEST(test_create_args)
+{
+  tsr_error err;
+  tsr_producer *p = (tsr_producer *)0x1;
+  memset(&err, 0, sizeof err);
+  expect(tsr_producer_create(NULL, NULL, &err), &err, TSR_ERR_INVALID, "out is NULL");
+  expect(tsr_producer_create(NULL, &p, &err), &err, TSR_ERR_INVALID, "context is NULL");
+  ck_assert_ptr_null(p);
+  tsr_producer_destroy(NULL); /* a no-op */
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("produce");
+  TCase *tc = tcase_create("produce");
+  tcase_add_test(tc, test_pool_args);
+  tcase_add_test(tc, test_select_args);
+  tcase_add_test(tc, test_create_args);
+  suite_add_tcase(s, tc);
+  return tu_run_suite(s);
+}
