@@ -218,6 +218,9 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->k < 0 || a->min_keep < 0 || a->min_keep > 0x7fffffff)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: k %lld and min_keep %lld must be non-negative",
                          (long long)a->k, (long long)a->min_keep);
+  if (a->rows < 0 || a->rows > PR_MAX_ROWS)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: rows a CTA must be 0 (automatic) to %d, got %lld",
+                         PR_MAX_ROWS, (long long)a->rows);
   if (!(a->scale == a->scale) || a->scale <= 0.0)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: scale must be positive, got %g", a->scale);
   return TSR_OK;
@@ -237,7 +240,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   /* rows of a CTA: as many as its shared memory holds, up to 16 */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   rows = smem / ((a->dim + a->nk) * esz);
-  if (rows > PR_MAX_ROWS) rows = PR_MAX_ROWS;
+  if (rows > (a->rows ? a->rows : PR_MAX_ROWS)) rows = a->rows ? a->rows : PR_MAX_ROWS;
   if (rows > a->nq) rows = a->nq;
   if (rows < 1)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,

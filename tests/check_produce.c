@@ -102,9 +102,13 @@ START_TEST(test_select_args)
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "scale must be positive");
   a = good_select(), a.scale = -1.0;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
+  a = good_select(), a.rows = 17;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "0 (automatic) to 16, got 17");
+  a = good_select(), a.rows = -1;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
   a = good_select();
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
-  a = good_select(), a.rule = TSR_SELECT_CDF, a.tau = 1.0, a.min_keep = 1;
+  a = good_select(), a.rows = 5, a.rule = TSR_SELECT_CDF, a.tau = 1.0, a.min_keep = 1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
 }
 END_TEST

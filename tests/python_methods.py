@@ -23,6 +23,7 @@ import sys
 import numpy as np
 import torch
 
+import tessera
 from tessera import methods as M
 
 RULE = os.environ["TSR_METHODS_RULE"]
@@ -447,6 +448,43 @@ for name, fn in (("vsa", lambda: M.vsa(qm, km, grid)), ("sta", lambda: M.sta(qm,
                  ("svg", lambda: M.svg(qm, km, vm, grid, samples=8))):
     mm = fn()
     same(f"{name} on meta tensors", (mm.mask.device.type, mm.mask.dtype) == ("meta", torch.bool), True)
+
+# ---- the fused kernels' dispatch (tessera.produce), on fake CUDA tensors -------
+# On CUDA tensors vsa and sparge run libtessera's fused stages (custom ops
+# tessera::pool_tiles and tessera::select_blocks); their fake impls give
+# torch.compile the shapes.  Under FakeTensorMode (no GPU needed) the
+# producers take that path and must give the torch path's shapes; CPU
+# tensors never take it.  The kernels' masks are checked on the GPU
+# (tests/device/producer_stages.py, methods_bench.py).
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+same("CPU tensors keep the torch path", M._fused(q), False)
+if hasattr(tessera.library(), "tsr_produce_pool"):
+    saved = dict(M._cache)
+    want = {"vsa": M.vsa(q, k, grid), "sparge": M.sparge(q, k, grid, block=(32, 16)),
+            "sparge-topk": M.sparge(q, k, grid, topk=0.3, block=(24, 40), layout="bhsd")}
+    calls = []
+    real_pool, real_sel = M._produce.pool_tiles, M._produce.select_blocks
+    M._produce.pool_tiles = lambda *a: calls.append("pool") or real_pool(*a)
+    M._produce.select_blocks = lambda *a: calls.append("select") or real_sel(*a)
+    try:
+        with FakeTensorMode():
+            qf = torch.empty(q.shape, device="cuda", dtype=torch.bfloat16)
+            kf = torch.empty(k.shape, device="cuda", dtype=torch.bfloat16)
+            same("fake CUDA tensors take the fused path", M._fused(qf), True)
+            got = {"vsa": M.vsa(qf, kf, grid), "sparge": M.sparge(qf, kf, grid, block=(32, 16)),
+                   "sparge-topk": M.sparge(qf, kf, grid, topk=0.3, block=(24, 40))}
+    finally:
+        M._produce.pool_tiles, M._produce.select_blocks = real_pool, real_sel
+        M._cache.clear()  # the geometry built on fake tensors must not serve real ones
+        M._cache.update(saved)
+    for name in want:
+        same(f"{name} through the fused ops' fake impls: mask shape and dtype",
+             (tuple(got[name].mask.shape), got[name].mask.dtype, got[name].mask.device.type) ==
+             (tuple(want[name].mask.shape), torch.bool, "cuda"), True)
+        same(f"{name} geometry", got[name].block == want[name].block, True)
+    same(f"the fused ops were called, pool, pool, select per producer: {calls}",
+         calls == ["pool", "pool", "select"] * 3, True)
 
 # ---- bad input: one clear error ----------------------------------------------
 

@@ -173,7 +173,8 @@ class _SelectArgs(ctypes.Structure):
                 ("batch", ctypes.c_int64), ("heads", ctypes.c_int64), ("kv_heads", ctypes.c_int64),
                 ("nq", ctypes.c_int64), ("nk", ctypes.c_int64), ("dim", ctypes.c_int64),
                 ("scale", ctypes.c_double), ("rule", ctypes.c_int), ("k", ctypes.c_int64),
-                ("tau", ctypes.c_double), ("min_keep", ctypes.c_int64), ("out", ctypes.c_uint64)]
+                ("tau", ctypes.c_double), ("min_keep", ctypes.c_int64), ("out", ctypes.c_uint64),
+                ("rows", ctypes.c_int64)]
 
 
 MASK_BYTES, MASK_BITS = 0, 1

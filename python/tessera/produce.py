@@ -29,19 +29,29 @@ import torch
 import tessera
 
 TOPK, CDF = 0, 1
+# Query rows a select CTA takes (1-16; 0: libtessera's default, 16): a
+# tuning knob for benchmarks, not part of the ops' results.
+ROWS = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
        torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
+
+
+def _probe():
+    try:
+        return hasattr(tessera.library(), "tsr_produce_pool")
+    except (tessera.TesseraError, OSError):
+        return False
+
+
+# Probed once, at import: available() then reads a plain bool, which
+# torch.compile traces without a graph break (a ctypes lookup would break it).
+_HAVE = _probe()
 
 
 def available(x):
     """Whether the fused stages can serve x: a CUDA tensor of a float dtype
     and a libtessera that has them."""
-    if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in _DT:
-        return False
-    try:
-        return hasattr(tessera.library(), "tsr_produce_pool")
-    except (tessera.TesseraError, OSError):
-        return False
+    return _HAVE and isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in _DT
 
 
 def _tiles(grid, tile):
@@ -94,7 +104,7 @@ def _select_kernel(pq, pk, scale, rule, k, tau, min_keep):
     a.pq, a.pk, a.dtype = pq.data_ptr(), pk.data_ptr(), _DT[pq.dtype]
     a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, pk.shape[2], d
     a.scale, a.rule, a.k, a.tau, a.min_keep = float(scale), int(rule), int(k), float(tau), int(min_keep)
-    a.out = out.data_ptr()
+    a.out, a.rows = out.data_ptr(), ROWS
     lib, err = tessera.library(), tessera._Error()
     ctx = tessera.default_context(pq.device.index)
     tessera._check(lib.tsr_produce_select(ctx.producer(), ctypes.byref(a), _stream(pq.device),

@@ -34,10 +34,13 @@ from methods_bench import rope_qk, timed  # noqa: E402
 from tessera import methods as M  # noqa: E402
 
 ROWS = []
+FAILS = []
 
 
 def row(method, stage, ms, floor_ms, note=""):
     ROWS.append((method, stage, ms, floor_ms, note))
+    if "DIFFERS" in note:
+        FAILS.append(f"{method} {stage}")
     print(f"{method:7} {stage:34} {ms:8.4f} ms  floor {floor_ms:7.4f} ms  "
           f"{ms / floor_ms if floor_ms > 0 else float('nan'):6.1f}x  {note}")
     sys.stdout.flush()
@@ -98,6 +101,13 @@ def vsa_stages(q, k, grid, reps, bw, t1):
     stage("vsa", "scores+softmax+top-k (fused)", lambda: M._topk_scores(fq, fk, sc, kk), reps,
           2 * pooled + scores // 4, 1, bw, t1)
     stage("vsa", "total, fused", lambda: M.vsa(q, k, grid, 0.875), reps, 2 * qb, 3, bw, t1)
+    want = M._topk_scores(fq, fk, sc, kk)
+    for rows in (4, 8, 12):  # the select kernel's rows a CTA (default 16)
+        M._produce.ROWS = rows
+        stage("vsa", f"  select with {rows} rows a CTA", lambda: M._topk_scores(fq, fk, sc, kk), reps,
+              2 * pooled + scores // 4, 1, bw, t1,
+              "same mask" if torch.equal(M._topk_scores(fq, fk, sc, kk), want) else "MASK DIFFERS")
+    M._produce.ROWS = 0
 
 
 def sparge_stages(q, k, grid, reps, bw, t1):
@@ -129,6 +139,15 @@ def sparge_stages(q, k, grid, reps, bw, t1):
           lambda: M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1), reps,
           b * h * fq.shape[2] * fk.shape[2], 1, bw, t1)
     stage("sparge", "total, fused", lambda: M.sparge(q, k, grid, 0.95), reps, 2 * qb, 3, bw, t1)
+    want = M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1)
+    for rows in (2, 4, 8):
+        M._produce.ROWS = rows
+        stage("sparge", f"  select with {rows} rows a CTA",
+              lambda: M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1), reps,
+              b * h * fq.shape[2] * fk.shape[2], 1, bw, t1,
+              "same mask" if torch.equal(M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1), want)
+              else "MASK DIFFERS")
+    M._produce.ROWS = 0
 
 
 def svg_stages(q, k, v, grid, reps, bw, t1):
@@ -173,12 +192,25 @@ def xattn_stages(q, k, grid, reps, bw, t1):
 
 
 def f64_checks(seed):
-    """Fused on CUDA float64 == torch path on the CPU, block for block."""
+    """Fused on CUDA float64 == torch path on the CPU, block for block: ragged
+    grids, GQA, both layouts, and every kernel kind (rows of <= 256, 512,
+    768, 1024 blocks in registers, longer rows and odd dims in shared
+    memory)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     bad, n = [], 0
-    for grid, h, d, hk, layout in [((5, 7, 9), 4, 32, 2, "bhsd"), ((3, 30, 52), 6, 64, 3, "bshd"),
-                                   ((21, 6, 10), 2, 128, 1, "bhsd"), ((4, 9, 11), 4, 40, 4, "bshd")]:
-        q, k = rope_qk(2, h, grid, d, torch.float64, gen)
+    small = ("vsa", "vsa-0.5", "sparge", "sparge-topk", "sparge-tau0.5")
+    for grid, h, d, hk, layout, names in [
+            ((5, 7, 9), 4, 32, 2, "bhsd", small), ((3, 30, 52), 6, 64, 3, "bshd", small),
+            ((21, 6, 10), 2, 128, 1, "bhsd", small), ((4, 9, 11), 4, 40, 4, "bshd", small),
+            ((21, 30, 52), 2, 32, 1, "bhsd", ("vsa", "sparge")),        # 624 and 512 blocks a row
+            ((4, 16, 16), 2, 32, 2, "bshd", ("sparge-1024",)),           # 1024
+            ((4, 30, 52), 2, 32, 1, "bhsd", ("sparge-1560",)),           # 1560: shared memory
+            ((3, 5, 7), 2, 33, 1, "bshd", ("vsa", "sparge", "sparge-topk"))]:  # odd dim: scalar loads
+        if d % 2:
+            q = torch.randn(2, h, math.prod(grid), d, dtype=torch.float64, generator=gen)
+            k = torch.randn(2, h, math.prod(grid), d, dtype=torch.float64, generator=gen)
+        else:
+            q, k = rope_qk(2, h, grid, d, torch.float64, gen)
         k = k[:, ::h // hk].contiguous()
         if layout == "bshd":
             q, k = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
@@ -186,19 +218,43 @@ def f64_checks(seed):
         cases = {
             "vsa": lambda q, k: M.vsa(q, k, grid, 0.8, layout=layout),
             "vsa-0.5": lambda q, k: M.vsa(q, k, grid, 0.5, layout=layout, cube=(2, 3, 4)),
-            "sparge": lambda q, k: M.sparge(q, k, grid, 0.9, block=(32, 16), layout=layout),
+            "sparge": lambda q, k: M.sparge(q, k, grid, 0.9, block=(32, 16) if s < 30000 else (128, 64),
+                                            layout=layout),
             "sparge-topk": lambda q, k: M.sparge(q, k, grid, topk=0.3, block=(24, 40), layout=layout),
             "sparge-tau0.5": lambda q, k: M.sparge(q, k, grid, 0.5, block=(s, 16), layout=layout),
+            "sparge-1024": lambda q, k: M.sparge(q, k, grid, 0.9, block=(64, 1), layout=layout),
+            "sparge-1560": lambda q, k: M.sparge(q, k, grid, 0.9, topk=0.2, block=(64, 4), layout=layout),
         }
-        for name, fn in cases.items():
+        for name in names:
+            fn = cases[name]
             n += 1
             want = fn(q, k).mask
             got = fn(q.cuda(), k.cuda()).mask.cpu()
             if not torch.equal(got, want):
-                bad.append(f"{name} grid {grid} {layout} ({int((got != want).sum())} of {want.numel()} blocks)")
+                bad.append(f"{name} grid {grid} d{d} {layout} ({int((got != want).sum())} of {want.numel()} blocks)")
     print(f"float64, fused CUDA against the torch path on the CPU: {n} cases, "
           f"{'all equal' if not bad else 'DIFFERENT: ' + '; '.join(bad)}")
     return 1 if bad else 0
+
+
+def compile_check(q, k, grid):
+    """torch.compile(fullgraph=True) traces the fused producers (the ops'
+    fake impls) and the compiled masks equal eager ones."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    ok = True
+    for name, fn in (("vsa", lambda q, k: M.vsa(q, k, grid, 0.875).mask),
+                     ("sparge", lambda q, k: M.sparge(q, k, grid, 0.95).mask)):
+        try:
+            got = torch.compile(fn, fullgraph=True, backend="aot_eager")(q, k)
+            same = torch.equal(got, fn(q, k))
+            print(f"torch.compile(fullgraph=True, aot_eager) {name}: "
+                  f"{'masks equal eager' if same else 'MASKS DIFFER'}")
+        except Exception as e:  # a graph break or a tracing error
+            same = False
+            print(f"torch.compile {name}: FAILED ({str(e).splitlines()[0][:200]})")
+        ok &= same
+    return 0 if ok else 1
 
 
 def bf16_checks(q, k, grid):
@@ -260,7 +316,12 @@ def main():
             xattn_stages(q, k, grid, a.reps, bw, t1)
     M.FUSED = True
     rc |= f64_checks(a.seed)
+    M._produce.ROWS = 3  # a CTA's last rows partial everywhere
+    rc |= f64_checks(a.seed + 1)
+    M._produce.ROWS = 0
     rc |= bf16_checks(q, k, grid)
+    rc |= compile_check(q, k, grid)
+    rc |= 1 if FAILS else 0
     print(f"producer_stages: {'ok' if rc == 0 else 'FAILED'}")
     return rc
 
