@@ -169,15 +169,21 @@ def cuda_matches_cpu(seed):
         "svg": lambda q, k, k2, v: M.svg(q, k, v, grid, samples=8),
         "xattn": lambda q, k, k2, v: M.xattention(q, k2, grid, tau=0.9, stride=4, block=16, chunk=3),
     }
-    bad = []
-    for name, fn in cases.items():
-        want = fn(q, k, k2, v).mask
-        got = fn(*(x.cuda() for x in (q, k, k2, v))).mask.cpu()
-        if not torch.equal(got, want):
-            bad.append(f"{name} ({int((got != want).sum())} blocks)")
-    print(f"CUDA against CPU masks, float64, grid {grid}: "
-          f"{'all equal (' + ', '.join(cases) + ')' if not bad else 'DIFFERENT: ' + ', '.join(bad)}")
-    return 1 if bad else 0
+    rc = 0
+    # both CUDA paths: libtessera's fused kernels (VSA, SpargeAttn) and torch
+    for fused in ((True, False) if M._fused(q.cuda()) else (False,)):
+        M.FUSED = fused
+        bad = []
+        for name, fn in cases.items():
+            want = fn(q, k, k2, v).mask
+            got = fn(*(x.cuda() for x in (q, k, k2, v))).mask.cpu()
+            if not torch.equal(got, want):
+                bad.append(f"{name} ({int((got != want).sum())} blocks)")
+        M.FUSED = True
+        print(f"CUDA ({'fused kernels' if fused else 'torch path'}) against CPU masks, float64, grid {grid}: "
+              f"{'all equal (' + ', '.join(cases) + ')' if not bad else 'DIFFERENT: ' + ', '.join(bad)}")
+        rc |= 1 if bad else 0
+    return rc
 
 
 def variants(q, k, reps):
