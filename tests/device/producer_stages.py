@@ -192,9 +192,10 @@ def xattn_stages(q, k, grid, reps, bw, t1):
 
 def f64_checks(seed, quick=False):
     """Fused on CUDA float64 == torch path on the CPU, block for block: ragged
-    grids, GQA, both layouts, and every kernel kind (rows of <= 256, 512,
-    768, 1024 blocks in registers, longer rows and odd dims in shared
-    memory)."""
+    grids, GQA, both layouts, rows of 624, 512, 1024 and 1560 blocks (the
+    kernel kinds of branch i16-produce-v2: rows of up to 256, 512, 768, 1024
+    blocks in registers, longer ones in shared memory) and odd dims (scalar
+    loads)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     bad, n = [], 0
     small = ("vsa", "vsa-0.5", "sparge", "sparge-topk", "sparge-tau0.5")
@@ -203,7 +204,7 @@ def f64_checks(seed, quick=False):
             ((21, 6, 10), 2, 128, 1, "bhsd", small), ((4, 9, 11), 4, 40, 4, "bshd", small),
             ((21, 30, 52), 2, 32, 1, "bhsd", ("vsa", "sparge")),        # 624 and 512 blocks a row
             ((4, 16, 16), 2, 32, 2, "bshd", ("sparge-1024",)),           # 1024
-            ((4, 30, 52), 2, 32, 1, "bhsd", ("sparge-1560",)),           # 1560: shared memory
+            ((4, 30, 52), 2, 32, 1, "bhsd", ("sparge-1560",)),           # 1560
             ((3, 5, 7), 2, 33, 1, "bshd", ("vsa", "sparge", "sparge-topk"))]:  # odd dim: scalar loads
         if quick and math.prod(grid) > 2000:
             continue
