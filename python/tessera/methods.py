@@ -60,6 +60,13 @@ the attention it prepares (its row sort 0.2 ms and the ragged pooling 0.19
 ms), SVG 0.48 ms (14%), SpargeAttn 0.46 ms (5.7%), STA and Radial under
 0.2%: over the 5% budget for the three data-dependent ones, which a fused
 kernel, not a reformulation in torch ops, would bring under it.
+On CUDA tensors VSA and SpargeAttn now pool and apply their rule in
+libtessera's fused kernels (tessera.produce: one read of q and of k, then
+scores, softmax and top-k or CDF in one launch; FUSED = False keeps the
+torch path, the reference and the CPU's).  Measured 2026-12-02 in one run
+(notes/producers-2026-12-02.md): VSA 0.338 ms (10.5% of its attention)
+against the torch path's 0.564 ms, SpargeAttn 0.299 ms (3.7%) against
+0.457 ms.
 XAttention is the exception: its antidiagonal scores are a matmul at
 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
 4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
