@@ -15,6 +15,7 @@
 
 #define PR_THREADS 256 /* TSR_PR_THREADS of the template */
 #define PR_MAX_ROWS 16 /* rows of pooled q a select CTA holds in registers */
+#define PR_SELECT_KINDS 6
 
 /* The kernels' parameter records: the layout of templates/produce_gpu.cuh's
  * tsr_pr_pool_p and tsr_pr_select_p. */
@@ -40,7 +41,8 @@ struct tsr_producer {
   tsr_context *ctx;
   CUmodule mod;
   CUfunction pool[PR_NDT][2];  /* [dtype][vector loads] */
-  CUfunction select[2][2];     /* [float64][vector loads] */
+  CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
+                                            registers for nk <= 256, 512, 768, 1024] */
 };
 
 static int pr_dt(tsr_dtype d)
@@ -67,8 +69,9 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
       st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool[i][v], p->mod, name), name, err);
     }
   for (i = 0; i < 2 && !st; i++)
-    for (v = 0; v < 2 && !st; v++) {
-      snprintf(name, sizeof name, "tsr_pr_select_%s_v%d", i ? "f64" : "f32", v ? (i ? 2 : 4) : 1);
+    for (v = 0; v < PR_SELECT_KINDS && !st; v++) {
+      snprintf(name, sizeof name, "tsr_pr_select_%s_v%d_n%d", i ? "f64" : "f32", v ? (i ? 2 : 4) : 1,
+               v < 2 ? 0 : 8 * (v - 1));
       st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select[i][v], p->mod, name), name, err);
       /* the scores of a CTA's rows may need more than the default 48 KiB */
       if (!st && p->ctx->smem_optin > 0)
@@ -245,6 +248,9 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                          "the device has %lld", (long long)a->nk, (long long)a->dim,
                          (long long)((a->dim + a->nk) * esz), (long long)smem);
   vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
+  /* with vector loads, rows of up to 1024 blocks are held in registers
+   * (8, 16, 24 or 32 a lane) for the rule's passes */
+  if (vec && a->nk <= 1024) vec = 2 + (int)((a->nk - 1) / 256);
   memset(&k, 0, sizeof k);
   k.pq = a->pq;
   k.pk = a->pk;

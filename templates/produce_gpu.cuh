@@ -104,6 +104,11 @@ __device__ __forceinline__ void tsr_pr_load(const char *p, typename tsr_pr_t<DT>
   }
 }
 
+__device__ __forceinline__ float tsr_pr_exp(float x) { return expf(x); }
+__device__ __forceinline__ double tsr_pr_exp(double x) { return exp(x); }
+__device__ __forceinline__ float tsr_pr_max(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double tsr_pr_max(double a, double b) { return fmax(a, b); }
+
 template <typename A> __device__ __forceinline__ A tsr_pr_warp_sum(A v)
 {
 #pragma unroll
@@ -121,6 +126,7 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
   typedef typename tsr_pr_t<DT>::acc A;
   __shared__ A part[TSR_PR_THREADS * V];
   __shared__ A sqw[TSR_PR_THREADS / 32];
+  __shared__ int tok[TSR_PR_THREADS];
   const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
   const int nt_hw = p.nh * p.nw;
   const int t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
@@ -136,17 +142,27 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
     A acc[V];
 #pragma unroll
     for (int e = 0; e < V; e++) acc[e] = 0;
-    if (cv < nvec && rp < P) {
+    /* the tile's tokens in chunks of TSR_PR_THREADS: each chunk's token
+     * indices computed once (one thread a token) into shared memory, so the
+     * loads' loop does no division */
+    for (int r0 = 0; r0 < n; r0 += TSR_PR_THREADS) {
+      const int m = min(TSR_PR_THREADS, n - r0);
+      __syncthreads();
+      if (tid < m) {
+        const int r = r0 + tid, rr = r / lw;
+        tok[tid] = ((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+      }
+      __syncthreads();
+      if (cv < nvec && rp < P) {
 #pragma unroll 4
-      for (int r = rp; r < n; r += P) {
-        const int c = r % lw, rr = r / lw;
-        const long long s = ((long long)(t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + c;
-        A a[V];
-        tsr_pr_load<DT, V>(base + (s * p.ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
+        for (int r = rp; r < m; r += P) {
+          A a[V];
+          tsr_pr_load<DT, V>(base + ((long long)tok[r] * p.ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-          acc[e] += a[e];
-          sq += a[e] * a[e];
+          for (int e = 0; e < V; e++) {
+            acc[e] += a[e];
+            sq += a[e] * a[e];
+          }
         }
       }
     }
@@ -178,7 +194,7 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
 }
 
 #define TSR_PR_POOL(name, DT, V)                                                        \
-  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS) name(tsr_pr_pool_p p)    \
+  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS, 4) name(tsr_pr_pool_p p) \
   {                                                                                     \
     tsr_pr_pool<DT, V>(p);                                                              \
   }
@@ -297,7 +313,165 @@ __device__ void tsr_pr_write_topk(const A *row, int nk, long long k, unsigned ch
   }
 }
 
-template <typename A, int V> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+/* V elements of shared memory (16-byte aligned when V > 1: the host
+ * picks V > 1 only when dim is a multiple of it). */
+template <typename A, int V> __device__ __forceinline__ void tsr_pr_lds(const A *p, A *v)
+{
+  if (V == 4 && sizeof(A) == 4) {
+    const float4 f = *(const float4 *)p;
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else if (V == 2 && sizeof(A) == 8) {
+    const double2 f = *(const double2 *)p;
+    v[0] = f.x, v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; e++) v[e] = p[e];
+  }
+}
+
+/* ---- the rule on a row held in registers (nk <= 32 N) ---------------------
+ * Each lane holds the row's elements lane, lane + 32, ...: every pass of
+ * the bitwise searches is N compares and adds and one warp reduction, no
+ * shared memory.  Probabilities are at most exp(0) = 1, so the searches
+ * start below the exponent's top bits (float: bit 29; double: bit 61). */
+template <typename A> struct tsr_pr_kt;
+template <> struct tsr_pr_kt<float> {
+  typedef unsigned int K;
+  enum { TOP = 29 };
+};
+template <> struct tsr_pr_kt<double> {
+  typedef unsigned long long K;
+  enum { TOP = 61 };
+};
+
+/* Writes keep = key > t, or key == t among the first `ties` such in index order. */
+template <typename A, int N>
+__device__ __forceinline__ void tsr_pr_write_reg(const typename tsr_pr_kt<A>::K *key, int nk,
+                                                 typename tsr_pr_kt<A>::K t, long long ties,
+                                                 unsigned char *out)
+{
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    const int j = i * 32 + lane, ok = j < nk;
+    const int eq = ok && key[i] == t;
+    const unsigned int m = __ballot_sync(0xffffffffu, eq);
+    const int before = __popc(m & ((1u << lane) - 1u));
+    if (ok) out[j] = key[i] > t || (eq && before < ties);
+    ties -= __popc(m);
+  }
+}
+
+/* The k-th largest key (1 <= k <= nk; invalid elements have key 0). */
+template <typename A, int N>
+__device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typename tsr_pr_kt<A>::K *key,
+                                                                   long long k)
+{
+  typedef typename tsr_pr_kt<A>::K K;
+  K t = 0;
+  for (int b = tsr_pr_kt<A>::TOP; b >= 0; b--) {
+    const K c = t | ((K)1 << b);
+    int n = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) n += key[i] >= c;
+    if (__reduce_add_sync(0xffffffffu, (unsigned)n) >= k) t = c;
+  }
+  return t;
+}
+
+/* The row's rule: top k, or CDF (K from the largest key T whose at-or-above
+ * sum reaches tau * sum; the ties at T fit while the running sum before
+ * them is below it; at least min_keep). */
+template <typename A, int N>
+__device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out)
+{
+  typedef typename tsr_pr_kt<A>::K K;
+  const int lane = threadIdx.x & 31;
+  A v[N], mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
+  K key[N];
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    v[i] = i * 32 + lane < nk ? row[i * 32 + lane] : mx;
+    mx = tsr_pr_max(mx, v[i]);
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) mx = tsr_pr_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    v[i] = i * 32 + lane < nk ? tsr_pr_exp(v[i] - mx) : (A)0;
+    key[i] = (K)tsr_pr_key(v[i]);
+  }
+  long long k = p.k;
+  if (p.rule == 1) {
+    A tot = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) tot += v[i];
+    const A c = (A)p.tau * tsr_pr_warp_sum(tot);
+    K t = 0;
+    for (int b = tsr_pr_kt<A>::TOP; b >= 0; b--) {
+      const K cand = t | ((K)1 << b);
+      A s = 0;
+#pragma unroll
+      for (int i = 0; i < N; i++) s += key[i] >= cand ? v[i] : (A)0;
+      if (tsr_pr_warp_sum(s) >= c) t = cand;
+    }
+    A above = 0;
+    int n_above = 0, n_eq = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const int ok = i * 32 + lane < nk;
+      above += key[i] > t ? v[i] : (A)0;
+      n_above += key[i] > t;
+      n_eq += ok && key[i] == t;
+    }
+    above = tsr_pr_warp_sum(above);
+    n_above = (int)__reduce_add_sync(0xffffffffu, (unsigned)n_above);
+    n_eq = (int)__reduce_add_sync(0xffffffffu, (unsigned)n_eq);
+    const A val = tsr_pr_val<A>(t);
+    long long q = 0;
+    for (A s = above; q < n_eq && s < c; q++) s += val;
+    if (n_above + q >= p.min_keep) {
+      tsr_pr_write_reg<A, N>(key, nk, t, q, out);
+      return;
+    }
+    k = p.min_keep;
+  }
+  if (k <= 0 || k >= nk) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
+    return;
+  }
+  const K t = tsr_pr_kth_reg<A, N>(key, k);
+  int gt = 0;
+#pragma unroll
+  for (int i = 0; i < N; i++) gt += key[i] > t;
+  tsr_pr_write_reg<A, N>(key, nk, t, k - (long long)__reduce_add_sync(0xffffffffu, (unsigned)gt), out);
+}
+
+/* The generic rule (any nk): the row in shared memory, a loop a pass. */
+template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr_pr_select_p &p, unsigned char *out)
+{
+  const int lane = threadIdx.x & 31;
+  A mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
+  for (int j = lane; j < nk; j += 32) mx = tsr_pr_max(mx, row[j]);
+#pragma unroll
+  for (int o = 16; o; o >>= 1) mx = tsr_pr_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  for (int j = lane; j < nk; j += 32) row[j] = tsr_pr_exp(row[j] - mx);
+  __syncwarp();
+  long long kk = p.k;
+  if (p.rule == 1) {
+    kk = tsr_pr_cdf_k(row, nk, p.tau);
+    if (kk < p.min_keep) kk = p.min_keep;
+  }
+  tsr_pr_write_topk(row, nk, kk, out);
+}
+
+/* Pooled scores of `rows` query rows against every key (one key a lane,
+ * its row read in V-element pieces, the rows' q broadcast from shared
+ * memory; up to 16 rows in registers), then one warp a row for the rule:
+ * in registers when N > 0 (nk <= 32 N), else in shared memory. */
+template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
   A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
@@ -308,8 +482,6 @@ template <typename A, int V> __device__ void tsr_pr_select(const tsr_pr_select_p
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
   for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
   __syncthreads();
-  /* one key a lane, its row read in V-element pieces; the rows' q values
-   * are broadcast from shared memory.  Up to 16 rows in registers. */
   for (int j0 = warp * 32; j0 < p.nk; j0 += nw * 32) {
     const int j = j0 + lane;
     A acc[16];
@@ -323,9 +495,12 @@ template <typename A, int V> __device__ void tsr_pr_select(const tsr_pr_select_p
         else tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(kr + c), kv);
 #pragma unroll
         for (int i = 0; i < 16; i++)
-          if (i < nr)
+          if (i < nr) {
+            A qv[V];
+            tsr_pr_lds<A, V>(qs + i * p.d + c, qv); /* one 16-byte broadcast when V > 1 */
 #pragma unroll
-            for (int e = 0; e < V; e++) acc[i] += qs[i * p.d + c + e] * kv[e];
+            for (int e = 0; e < V; e++) acc[i] += qv[e] * kv[e];
+          }
       }
 #pragma unroll
       for (int i = 0; i < 16; i++)
@@ -334,30 +509,29 @@ template <typename A, int V> __device__ void tsr_pr_select(const tsr_pr_select_p
   }
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
-    A *row = sc + i * p.nk;
-    A mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
-    for (int j = lane; j < p.nk; j += 32) mx = fmax(mx, row[j]);
-#pragma unroll
-    for (int o = 16; o; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    for (int j = lane; j < p.nk; j += 32) row[j] = exp(row[j] - mx);
-    __syncwarp();
-    long long kk = p.k;
-    if (p.rule == 1) {
-      kk = tsr_pr_cdf_k(row, p.nk, p.tau);
-      if (kk < p.min_keep) kk = p.min_keep;
-    }
-    tsr_pr_write_topk(row, p.nk, kk, p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk);
+    unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out);
+    else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
   }
 }
 
-#define TSR_PR_SELECT(name, A, V)                                                       \
+#define TSR_PR_SELECT(name, A, V, N)                                                    \
   extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS) name(tsr_pr_select_p p)  \
   {                                                                                     \
-    tsr_pr_select<A, V>(p);                                                             \
+    tsr_pr_select<A, V, N>(p);                                                          \
   }
-TSR_PR_SELECT(tsr_pr_select_f32_v1, float, 1)
-TSR_PR_SELECT(tsr_pr_select_f32_v4, float, 4)
-TSR_PR_SELECT(tsr_pr_select_f64_v1, double, 1)
-TSR_PR_SELECT(tsr_pr_select_f64_v2, double, 2)
+/* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
+TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
+TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
+TSR_PR_SELECT(tsr_pr_select_f32_v4_n8, float, 4, 8)
+TSR_PR_SELECT(tsr_pr_select_f32_v4_n16, float, 4, 16)
+TSR_PR_SELECT(tsr_pr_select_f32_v4_n24, float, 4, 24)
+TSR_PR_SELECT(tsr_pr_select_f32_v4_n32, float, 4, 32)
+TSR_PR_SELECT(tsr_pr_select_f64_v1_n0, double, 1, 0)
+TSR_PR_SELECT(tsr_pr_select_f64_v2_n0, double, 2, 0)
+TSR_PR_SELECT(tsr_pr_select_f64_v2_n8, double, 2, 8)
+TSR_PR_SELECT(tsr_pr_select_f64_v2_n16, double, 2, 16)
+TSR_PR_SELECT(tsr_pr_select_f64_v2_n24, double, 2, 24)
+TSR_PR_SELECT(tsr_pr_select_f64_v2_n32, double, 2, 32)
 
 #endif

@@ -167,9 +167,18 @@ def svg_stages(q, k, v, grid, reps, bw, t1):
     w1 = b * h * 64 * s * 2
     stage("svg", "softmax", lambda: torch.softmax(sm, -1), reps, 2 * w1, 1, bw, t1)
     p = torch.softmax(sm, -1)
-    stage("svg", "weights x 3 patterns", lambda: p.unsqueeze(2) * planes, reps, 4 * w1 + 3 * 64 * s * 2, 1,
-          bw, t1)
+    stage("svg", "weights x 3 patterns (broadcast)", lambda: p.unsqueeze(2) * planes, reps,
+          4 * w1 + 3 * 64 * s * 2, 1, bw, t1)
     wts = p.unsqueeze(2) * planes
+
+    def inplace():
+        w = p.new_empty(p.shape[:2] + (3,) + p.shape[2:])
+        w[:, :, 0].copy_(p)
+        torch.mul(p, planes[1], out=w[:, :, 1])
+        torch.mul(p, planes[2], out=w[:, :, 2])
+        return w
+    stage("svg", "weights x 3 patterns (in place)", inplace, reps, 4 * w1 + 2 * 64 * s * 2, 3, bw, t1,
+          "same weights" if torch.equal(inplace(), wts) else "WEIGHTS DIFFER")
     stage("svg", "normalisers (sum)", lambda: wts.sum(-1, keepdim=True, dtype=torch.float32), reps, 3 * w1, 1,
           bw, t1)
     stage("svg", "outputs (matmul, reads v)",
