@@ -77,7 +77,7 @@ typedef enum {
   TSR_ORDER_FRAME,   /* natural (t, h, w) raster: frame-major */
   TSR_ORDER_SPATIAL, /* (h, w, t): SVG's permutation for temporal heads */
   TSR_ORDER_TILE,    /* STA: 6x8x8 tiles contiguous, tiles in raster order */
-  TSR_ORDER_CUBE,    /* VSA: 4x4x4 cubes contiguous, cubes in raster order */
+  TSR_ORDER_CUBE,    /* VSA: 4x4x4 cubes contiguous, whole cubes first (by size) */
   TSR_ORDER_HILBERT  /* Jenga: 3D Hilbert curve over the latent grid */
 } tsr_corpus_order;
 

@@ -201,6 +201,33 @@ START_TEST(test_layouts)
   ck_assert_int_eq(lt.start[lt.nb], n);
   ck_assert_int_eq(lt.block != 0, t % 6 == 0 && h % 8 == 0 && w % 8 == 0);
   tsr_corpus_layout_free(&lt);
+  /* Cubes: every token once, each block inside one 4x4x4 cube and filling
+   * its clipped extent, sizes not increasing (whole cubes first, so each of
+   * them starts on a multiple of 64). */
+  ck_assert_int_eq(tsr_corpus_layout_tiles(TSR_ORDER_CUBE, t, h, w, 4, 4, 4, &lt, &err), TSR_OK);
+  memset(seen, 0, (size_t)n);
+  for (b = 0; b < lt.nb; b++) {
+    int32_t first = lt.perm[lt.start[b]];
+    int ct = first / (h * w) / 4, ch = (first / w) % h / 4, cw = first % w / 4;
+    int64_t want = (int64_t)((t < 4 * ct + 4 ? t : 4 * ct + 4) - 4 * ct) *
+                   ((h < 4 * ch + 4 ? h : 4 * ch + 4) - 4 * ch) *
+                   ((w < 4 * cw + 4 ? w : 4 * cw + 4) - 4 * cw);
+    ck_assert_int_eq(lt.start[b + 1] - lt.start[b], want);
+    if (b)
+      ck_assert_int_le(want, lt.start[b] - lt.start[b - 1]);
+    if (want == 64)
+      ck_assert_int_eq(lt.start[b] % 64, 0);
+    for (s = lt.start[b]; s < lt.start[b + 1]; s++) {
+      int32_t tok = lt.perm[s];
+      ck_assert(!seen[tok]);
+      seen[tok] = 1;
+      ck_assert_int_eq(tok / (h * w) / 4, ct);
+      ck_assert_int_eq((tok / w) % h / 4, ch);
+      ck_assert_int_eq(tok % w / 4, cw);
+    }
+  }
+  ck_assert_int_eq(lt.start[lt.nb], n);
+  tsr_corpus_layout_free(&lt);
   free(seen);
 }
 END_TEST

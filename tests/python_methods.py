@@ -93,6 +93,19 @@ for tile in ((4, 4, 4), (6, 8, 8), (rng.randint(1, 5), rng.randint(2, 5), rng.ra
         ref = torch.stack([x[:, :, torch.from_numpy(perm_c[starts[i]:starts[i + 1]])].mean(2)
                            for i in range(len(sizes_c))], 2)
         same(f"pool_tiles {layout} {grid}/{tile}", (pooled - ref).abs().max() < 1e-12, True)
+    # VSA's order: whole tiles first (the C rule's CUBE order), and the raster
+    # pooled rows taken in it are the means over its tiles.
+    perm_w, sizes_w = run_rule("cubes", *grid, *tile, outs=2)
+    order_w, sizes = M.tile_order(grid, tile, whole_first=True)
+    same(f"whole-first order {grid}/{tile}", order_w.perm, perm_w)
+    same(f"whole-first sizes {grid}/{tile}", sizes, sizes_w)
+    same(f"whole-first sizes descend {grid}/{tile}", sorted(sizes_w, reverse=True), sizes_w)
+    same(f"whole-first inverse {grid}/{tile}", order_w.perm[order_w.pos], np.arange(perm_w.size))
+    starts = np.concatenate([[0], np.cumsum(sizes_w)])
+    ref = torch.stack([x[:, :, torch.from_numpy(perm_w[starts[i]:starts[i + 1]])].mean(2)
+                       for i in range(len(sizes_w))], 2)
+    pooled = M.pool_tiles(x, grid, tile).index_select(2, order_w.tiles)
+    same(f"whole-first pooling {grid}/{tile}", (pooled - ref).abs().max() < 1e-12, True)
 
 # The gathers move 8-byte words where the rows allow (bf16, fp16, fp32 rows
 # of an even byte count), the elements themselves elsewhere: every dtype,
@@ -183,12 +196,15 @@ for _ in range(2):
     ql, kl = (q, k) if layout == "bhsd" else (q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous())
     s = rng.choice([0.8, 0.85, 0.875, 0.9])
     mm = M.vsa(ql, kl, grid, sparsity=s, layout=layout)
-    _, sizes_c = run_rule("tiles", *grid, *cube, outs=2)
+    perm_c, sizes_c = run_rule("cubes", *grid, *cube, outs=2)
     same("vsa geometry", mm.block[0], sizes_c)
     same("vsa geometry k", mm.block[1], sizes_c)
+    same("vsa order", mm.order.perm, perm_c)
     kk = M.vsa_k(s, len(sizes_c))
     same("vsa k", kk, math.ceil((1 - s) * len(sizes_c) - 1e-9))
-    pq, pk = M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube)
+    # Identical pooled inputs (the whole-first pooling check above ties them
+    # to the C rule's cubes).
+    pq, pk = (M.pool_tiles(x, grid, cube).index_select(2, mm.order.tiles) for x in (q, k))
     for bi in range(b):
         for hi in range(h):
             want = run_rule("vsa", pq[bi, hi].numpy(), pk[bi, hi * hk // h].numpy(), d, kk)
