@@ -15,8 +15,7 @@
  *   methods_rule svg NB BLOCK N DENSITY SINK_TOKENS OUT
  *   methods_rule sta G0 G1 G2 K0 K1 K2 OUT
  *   methods_rule radial FRAMES FRAME_TOKENS BLOCK DECAY SINK OUT
- *   methods_rule tiles T H W TT TH TW PERM SIZES  STA's tile order (raster, ragged)
- *   methods_rule cubes T H W TT TH TW PERM SIZES  VSA's cube order (whole cubes first)
+ *   methods_rule tiles T H W TT TH TW PERM SIZES  tile / cube order (ragged, whole first)
  *   methods_rule spatial T H W PERM               SVG's (spatial, frame) order
  *
  * A test tool, not installed: errors print one line and exit 2.
@@ -166,12 +165,11 @@ int main(int argc, char **argv)
     nq = nk = (atoi(argv[2]) * f + b - 1) / b;
     plane = plane_new(nq, nk);
     tsr_corpus_radial(atoi(argv[2]), f, b, atof(argv[5]), atoi(argv[6]), plane);
-  } else if ((!strcmp(cmd, "tiles") || !strcmp(cmd, "cubes")) && argc == 10) {
+  } else if (!strcmp(cmd, "tiles") && argc == 10) {
     tsr_corpus_layout l;
-    if (tsr_corpus_layout_tiles(!strcmp(cmd, "tiles") ? TSR_ORDER_TILE : TSR_ORDER_CUBE,
-                                atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
-                                atoi(argv[6]), atoi(argv[7]), &l, &err))
-      die(cmd, &err);
+    if (tsr_corpus_layout_tiles(TSR_ORDER_TILE, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
+                                atoi(argv[5]), atoi(argv[6]), atoi(argv[7]), &l, &err))
+      die("tiles", &err);
     layout_out(&l, argv[8], argv[9]);
     tsr_corpus_layout_free(&l);
     return 0;

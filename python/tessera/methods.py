@@ -259,24 +259,22 @@ def _take(x, idx, layout):
     return y if back is None else y.view(back)
 
 
-def tile_order(grid, tile, device="cpu", whole_first=False):
+def tile_order(grid, tile, device="cpu"):
     """The order of `tile`-sized tiles of the latent grid (VSA's 4x4x4
     cubes, STA's 6x8x8 tiles): each tile contiguous, raster inside; boundary
-    tiles keep the tokens that exist (ragged).  Tiles in raster order, or
-    with whole_first (VSA, tsr_corpus_layout_tiles' CUBE order) by
-    decreasing size, raster within a size: the whole cubes then start on
-    multiples of the cube size and map one to one onto 64-row tiles, where
-    in raster order every row of ragged cubes shifts the later ones half a
-    tile off.
+    tiles keep the tokens that exist (ragged).  Tiles by decreasing size,
+    raster order within a size, as tsr_corpus_layout_tiles: the whole tiles
+    come first, each on a multiple of the tile size, and map one to one onto
+    physical tiles; in raster order every row of ragged tiles shifts the
+    later ones half a physical tile off.
     Returns (TokenOrder, sizes): sizes, a list of Python ints, the tokens of
-    every tile in this order.  Built by device ops and cached per (grid,
-    tile, whole_first, device)."""
+    every tile in this order; order.tiles, the raster index of each tile in
+    it.  Built by device ops and cached per (grid, tile, device)."""
     grid, tile = tuple(int(g) for g in grid), tuple(int(t) for t in tile)
     dev = torch.device(device)
     lens = [_segments(n, s) for n, s in zip(grid, tile)]
     raster = [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
-    rank = sorted(range(len(raster)), key=lambda i: -raster[i]) if whole_first \
-        else list(range(len(raster)))
+    rank = sorted(range(len(raster)), key=lambda i: -raster[i])
 
     def build():
         ax = []
@@ -294,10 +292,10 @@ def tile_order(grid, tile, device="cpu", whole_first=False):
             + wo[None, None, :]
         pos = (start[tid] + intra).flatten()
         perm = torch.empty_like(pos).scatter_(0, pos, torch.arange(pos.numel(), device=dev))
-        order = TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile + ("-whole-first" if whole_first else ""))
-        order.tiles = r  # raster index of the tile at each place of this order
+        order = TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile)
+        order.tiles = r
         return order
-    return _cached(("tiles", grid, tile, bool(whole_first), str(dev)), build), [raster[i] for i in rank]
+    return _cached(("tiles", grid, tile, str(dev)), build), [raster[i] for i in rank]
 
 
 # ---- pooling -------------------------------------------------------------
@@ -508,12 +506,11 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
     row, and the top ceil((1 - sparsity) * n_cubes) cubes of each row kept.
-    Geometry: variable, one block per cube; order: cube order, whole cubes
-    first (tile_order).
+    Geometry: variable, one block per cube; order: cube order (tile_order).
     Cost: one read of q and k (the pooling), then O(B H n_cubes^2 D)."""
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
-    order, sizes = tile_order(grid, cube, q.device, whole_first=True)
+    order, sizes = tile_order(grid, cube, q.device)
     # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
     pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
     pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
@@ -538,9 +535,11 @@ def sta(q, grid, window=(3, 3, 5), layout="bhsd", tile=(6, 8, 8)):
     tiles = tuple(-(-g // t) for g, t in zip(grid, tile))
 
     def build():
-        per = {w: sta_mask(tiles, w, q.device) for w in set(wins)}
+        # sta_mask indexes tiles in raster order: taken in the tile order.
+        r = order.tiles
+        per = {w: sta_mask(tiles, w, q.device)[r][:, r] for w in set(wins)}
         return torch.stack([per[w] for w in wins])
-    m = _cached(("sta", tiles, tuple(wins), str(q.device)), build)
+    m = _cached(("sta", tiles, tuple(tile), tuple(wins), str(q.device)), build)
     return MethodMask(_planes(m, b, h), (sizes, sizes), order, {})
 
 
