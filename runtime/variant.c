@@ -155,11 +155,8 @@ int64_t tsri_variant_smem_bytes(const tsr_variant *v)
    * templates/attn_sm90.cuh). */
   int64_t elems = (int64_t)v->bm * v->head_dim + 2LL * v->stages * v->bn * v->head_dim;
   int64_t bytes;
-  /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF), except
-   * the 16-bit 64x64 ones, which keep two S tiles in flight instead
-   * (TSR_SM90_S2F) */
-  if (v->family == TSR_FAMILY_SM90 && tsri_variant_tasks_per_cta(v) == 2 && v->stages == 2 &&
-      !(v->bn == 64 && !v->fp8))
+  /* two tasks a CTA with 2 stages double-buffer Q (TSR_SM90_QPF) */
+  if (v->family == TSR_FAMILY_SM90 && tsri_variant_tasks_per_cta(v) == 2 && v->stages == 2)
     elems += (int64_t)v->bm * v->head_dim;
   bytes = elems * (v->fp8 ? 1 : 2); /* int8 / e4m3: one byte an element */
   if (v->family == TSR_FAMILY_SM90) bytes = 1024 + tsri_variant_tasks_per_cta(v) * (bytes + 256);

@@ -114,20 +114,20 @@
  * instead of sitting between two softmaxes.  K then has to run a tile
  * further ahead of V: the producer issues K_{n+1} before V_n, and the
  * consumer hands K_{u+1}'s stage back as soon as S_{u+1} is in.  On for the
- * two-task 64x64 variants with 2 stages (16-bit; FP8 keeps its code): the
- * loads keep one step of slack.  The registers of the second S tile are
- * those of TSR_SM90_QPF's prefetched records and second Q, which these
- * variants give up (notes/sm90-64x64-2026-12-02.md). */
+ * two-task 64x64 d128 16-bit variants with 3 stages (FP8 and d64 keep their
+ * code), whose loads then keep two steps of slack: with 2 stages, one step,
+ * and the registers of the second S tile are those of TSR_SM90_QPF, so that
+ * version ran without QPF and measured 3-7% slower than the QPF kernel
+ * (notes/sm90-64x64-2026-12-02.md). */
 #ifndef TSR_SM90_S2F
-#define TSR_SM90_S2F (TSR_SM90_TPC == 2 && TSR_STAGES == 2 && TSR_BN == 64 && !TSR_FP8)
+#define TSR_SM90_S2F (TSR_SM90_TPC == 2 && TSR_STAGES == 3 && TSR_BN == 64 && TSR_HEAD_DIM == 128 && !TSR_FP8)
 #endif
 /* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
  * next task's records in flight, so that on a persistent grid the next
  * task's Q load and record loads run while the current task computes
- * (notes/sm90.md, v7).  3 stages leave no shared memory for a second Q.
- * The 64x64 16-bit variants run TSR_SM90_S2F instead: both together spill. */
+ * (notes/sm90.md, v7).  3 stages leave no shared memory for a second Q. */
 #ifndef TSR_SM90_QPF
-#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2 && !TSR_SM90_S2F)
+#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
 /* bytes an element of q/k/v in shared memory; P fragment registers */

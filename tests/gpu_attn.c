@@ -1082,8 +1082,22 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   tsr_gpu_tensors t;
   CUevent e0, e1;
   tsr_error err;
-  int fails = 0;
+  int fails = 0, any = 0;
   tsr_error_clear(&err);
+  /* Nothing named --only PREFIX serves this shape: skip its tensors, masks
+   * and plans (--bench-all --only one variant family then times just it). */
+  for (i = 0; i < bundle->n && !any; i++) {
+    const tsr_bundle_entry *e = &bundle->items[i];
+    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0 }, { dt, D, blk, tn, 0, 0 } };
+    any = strncmp(e->name, only_prefix, strlen(only_prefix)) == 0 &&
+          (e->targets & (1u << tsri_arch_index(tsri_context_arch(ctx)))) &&
+          (tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[0]) ||
+           tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[1]));
+  }
+  if (!any) {
+    free(host);
+    return 0;
+  }
   for (i = 0; i < n; i++) host[i] = from_f(dt, (float)(2 * urand() - 1));
   CK(cu->cuMemAlloc(&dq, n * 2));
   CK(cu->cuMemAlloc(&dk, n * 2));
