@@ -130,6 +130,9 @@
 #define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
+#if TSR_SM90_S2F && (TSR_SM90_QPF || TSR_SM90_SKIP || TSR_SM90_PINGPONG || TSR_SM90_TPC != 2)
+#error "attn_sm90.cuh: TSR_SM90_S2F is written for two one-warpgroup tasks a CTA without QPF, skipping or ping-pong"
+#endif
 /* bytes an element of q/k/v in shared memory; P fragment registers */
 #if TSR_FP8
 #define TSR_SM90_EB 1
@@ -551,15 +554,13 @@ static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
 #if TSR_SM90_S2F
 /* A member's K and V tiles with K one tile ahead (TSR_SM90_S2F): K_{n+1}
  * goes out before V_n, so that K_{u+2} waits only for the stages S_u and
- * P_{u-2} V_{u-2} free, one consumer step before it is needed (issuing V_{u+1}
- * first would make it wait for P_{u-1} V_{u-1}, the step that needs it).
- * it: the ring position of the member's first tile, advanced past its last;
- * the next task's first member record is loaded once the first K is out. */
+ * P_{u-2} V_{u-2} free, a step or more before it is needed (issuing V_{u+1}
+ * first would make it wait for P_{u-1} V_{u-1}, the step before the one
+ * that needs it).  it: the ring position of the member's first tile,
+ * advanced past its last. */
 static __device__ __forceinline__ void producer_s2f(const tsr_kernel_params &p, const tsr_task_rec &tk,
                                                     int &it, int hk, int batch, tsr_u32 sk, tsr_u32 sv,
-                                                    tsr_u32 bars, int i, bool has_next,
-                                                    const tsr_task_rec &tkn, tsr_member_rec &mbn,
-                                                    bool &mbn_ok) {
+                                                    tsr_u32 bars) {
   int prow = 0; /* V's row of the previous tile */
   for (int ti = tk.tile_begin; ti <= tk.tile_end; ++ti) {
     const int pos = it + (ti - tk.tile_begin);
@@ -584,10 +585,6 @@ static __device__ __forceinline__ void producer_s2f(const tsr_kernel_params &p, 
         tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, prow, hk, batch);
     }
     prow = row;
-    if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 && tkn.tile_end > tkn.tile_begin) {
-      mbn = p.members[tkn.member_begin];
-      mbn_ok = true;
-    }
   }
   it += tk.tile_end - tk.tile_begin;
 }
@@ -647,14 +644,8 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
                      mb.batch);
       ++q_uses;
 #endif
-#if TSR_SM90_S2F && TSR_SM90_QPF
-      producer_s2f(p, tk, it, hk, mb.batch, sk, sv, bars, i, has_next, tkn, mbn, mbn_ok);
-#elif TSR_SM90_S2F
-      {
-        tsr_member_rec mb_unused;
-        bool ok_unused;
-        producer_s2f(p, tk, it, hk, mb.batch, sk, sv, bars, i, false, tk, mb_unused, ok_unused);
-      }
+#if TSR_SM90_S2F
+      producer_s2f(p, tk, it, hk, mb.batch, sk, sv, bars);
 #else
       for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
         const int s = it % TSR_STAGES;
@@ -1229,12 +1220,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       {
         tsr_tile_rec tr;
         s2f_first(p, tk, nt, it, bars, dq, dk, s, tr, arriver, q_e, q_held);
-#if TSR_SM90_QPF
-        if (i == 0 && has_next && tkn.n_members > 0) {
-          mbn = p.members[tkn.member_begin];
-          mbn_ok = true;
-        }
-#endif
         /* two steps an iteration, so that each S buffer stays in registers;
          * the last step issues no S */
         for (int u = 0;;) {
