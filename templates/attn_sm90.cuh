@@ -1117,6 +1117,81 @@ static __device__ __forceinline__ void s2f_step(
 #define TSR_S2F_STEP(NX, u, sx, sy)                                                              \
   s2f_step<NX>(p, tk, u, nt, it, bars, dq, dk, dv, sx, sy, o, pf, tr, arriver, q_e, q_held, seg0, seg1, \
            t, sel0, sel1, m0, m1, l0, l1, a0, a1)
+
+/* A member's tiles (nt > 0) with two S tiles in flight: S_0 alone, then
+ * the steps, two an iteration so that each S buffer stays in registers
+ * (the last step issues no S), then the last P V. */
+static __device__ __forceinline__ void s2f_member(
+    const tsr_kernel_params &p, const tsr_task_rec &tk, const int &nt, const int &it,
+    const tsr_u32 &bars, const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *s,
+    float *s2, float *o, tsr_u32 *pf, const bool &arriver, const tsr_u32 &q_e, bool &q_held,
+    const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
+    float &l0, float &l1, float &a0, float &a1) {
+  tsr_tile_rec tr;
+  s2f_first(p, tk, nt, it, bars, dq, dk, s, tr, arriver, q_e, q_held);
+  for (int u = 0;;) {
+    if (u + 1 >= nt) {
+      TSR_S2F_STEP(false, u, s, s2);
+      break;
+    }
+    TSR_S2F_STEP(true, u, s, s2);
+    if (++u + 1 >= nt) {
+      TSR_S2F_STEP(false, u, s2, s);
+      break;
+    }
+    TSR_S2F_STEP(true, u, s2, s);
+    ++u;
+  }
+  const int pl = it + nt - 1; /* the last tile's P V */
+  drain(bars, pl % TSR_STAGES, (tsr_u32)((pl / TSR_STAGES) & 1), dv, o, pf, a0, a1, arriver, 0, 0);
+}
+
+/* The consumer of TSR_SM90_S2F variants: consumer()'s walk over the
+ * stream's tasks and members without its QPF, skipping, ping-pong and FP8
+ * code (S2F runs with none of them), each member's tiles by s2f_member.  A
+ * function of its own so that consumer(), whose generated code every other
+ * variant shares, stays as it is. */
+static __device__ __forceinline__ void consumer_s2f(const tsr_kernel_params &p, int n_tasks, int stream,
+                                                    int wg, int tid, tsr_u32 sq, tsr_u32 sk, tsr_u32 sv,
+                                                    tsr_u32 bars, int hq_per_kv) {
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int c = (wg - 1) % NC, lane = tid % 32, t = lane % 4;
+  const int rl0 = 64 * c + 16 * ((tid % 128) / 32) + lane / 4; /* local rows rl0, rl0 + 8 */
+  const bool arriver = lane == 0;
+  const tsr_u64 dq = q_desc(sq, c), dk = k_desc(sk), dv = v_desc(sv);
+  const tsr_u32 q_f = TSR_Q_FULL(0), q_e = TSR_Q_EMPTY(0);
+  int it = 0, q_uses = 0;
+  float s[TSR_BN / 2], s2[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
+  tsr_u32 pf[TSR_SM90_NPF];
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
+    const tsr_task_rec tk = p.tasks[task];
+    const int nt = tk.tile_end - tk.tile_begin;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = p.members[tk.member_begin + i];
+      const int slot = tk.partial >= 0 ? tk.partial + i : -1;
+      if (nt <= 0) {
+        zero_o(o);
+        tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
+        continue;
+      }
+      int seg0 = 0, seg1 = 0;
+#if TSR_MEMBERSHIP
+      row_segs(p, mb.q_tile, rl0, 8, seg0, seg1);
+#endif
+      float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
+      bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
+      zero_o(o);
+      tsr_mbar_wait(q_f, q_uses & 1);
+      ++q_uses;
+      bool q_held = true;
+      s2f_member(p, tk, nt, it, bars, dq, dk, dv, s, s2, o, pf, arriver, q_e, q_held, seg0, seg1, t, sel0,
+                 sel1, m0, m1, l0, l1, a0, a1);
+      if (q_held && arriver) tsr_mbar_arrive(q_e);
+      it += nt;
+      finish(p, mb, slot, o, m0, m1, l0, l1, sel0, sel1, rl0, t, hq_per_kv);
+    }
+  }
+}
 #endif
 
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
@@ -1147,9 +1222,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #endif
   int it = 0, q_uses = 0;
   float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2]; TSR_SACC_DECL
-#if TSR_SM90_S2F
-  float s2[TSR_BN / 2]; /* the second S tile in flight */
-#endif
   tsr_u32 pf[TSR_SM90_NPF];
 #if TSR_SM90_QPF
   /* The next task's record, first member and (membership) its rows'
@@ -1216,30 +1288,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       tsr_mbar_wait(q_f, q_par);
       ++q_uses;
       bool q_held = true;
-#if TSR_SM90_S2F
-      {
-        tsr_tile_rec tr;
-        s2f_first(p, tk, nt, it, bars, dq, dk, s, tr, arriver, q_e, q_held);
-        /* two steps an iteration, so that each S buffer stays in registers;
-         * the last step issues no S */
-        for (int u = 0;;) {
-          if (u + 1 >= nt) {
-            TSR_S2F_STEP(false, u, s, s2);
-            break;
-          }
-          TSR_S2F_STEP(true, u, s, s2);
-          if (++u + 1 >= nt) {
-            TSR_S2F_STEP(false, u, s2, s);
-            break;
-          }
-          TSR_S2F_STEP(true, u, s2, s);
-          ++u;
-        }
-        const int pl = it + nt - 1; /* the last tile's P V */
-        drain(bars, pl % TSR_STAGES, (tsr_u32)((pl / TSR_STAGES) & 1), dv, o, pf, a0, a1, arriver,
-              TSR_TURNS);
-      }
-#else
       /* ring position of tile u is it + u; st/ph: the pending tile's */
       int st = 0;
       tsr_u32 ph = 0;
@@ -1287,7 +1335,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
           u = nx;
         }
       }
-#endif /* TSR_SM90_S2F */
       if (q_held && arriver) tsr_mbar_arrive(q_e);
       it += nt;
 #if TSR_SM90_QPF && TSR_MEMBERSHIP
@@ -1382,7 +1429,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #else
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #endif
+#if TSR_SM90_S2F
+    (void)q_full, (void)q_empty; /* consumer_s2f names them itself */
+    consumer_s2f(p, n_tasks, stream, wg, tid, sq, sk, sv, bars, hq_per_kv);
+#else
     consumer(p, n_tasks, stream, wg, tid, sq, sk, sv, bars, q_full, q_empty, hq_per_kv);
+#endif
   }
 }
 #undef TSR_K_FULL
