@@ -882,18 +882,10 @@ static __device__ __forceinline__ void next_tile_end(
   TSR_FENCE_SACC();
   scores_in(p, u, sn, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
-  /* Without a pin ptxas moves the wait below (and the arrival after it)
-   * ahead of the softmax in every sm90 cubin, so the softmax overlapped
-   * nothing (SASS: DEPBAR.LE 1 then DEPBAR.LE 0, then the MUFU.EX2s; issue
-   * 20).  dz is 0 at run time (seq_q > 0) but opaque to the compiler: a
-   * branch on it, never taken, and the barrier address taking it keep the
-   * wait and the arrival after the softmax. */
-  const tsr_u32 dz = ((tsr_u32)p.seq_q >> 31) & (__float_as_uint(l0) ^ __float_as_uint(l1));
-  if (dz) asm volatile("trap;");
   tsr_wg_wait<0>();
   tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
-  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st) + dz);
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
   pack_p(pf, s);
   st = sn;
   ph = phn;
