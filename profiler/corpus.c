@@ -575,6 +575,30 @@ static tsr_status plane_svg(const plane_job *j)
   return TSR_OK;
 }
 
+/* STA's rule on the tile grid (raster tile indices), taken in the layout's
+ * tile order (whole tiles first). */
+static tsr_status sta_plane(const tsr_corpus_layout *lq, const int k[3], uint8_t *plane,
+                            tsr_error *err)
+{
+  int64_t n = lq->nb, a, b, *tile = malloc((size_t)n * sizeof *tile);
+  uint8_t *raster = malloc((size_t)(n * n));
+  if (!tile || !raster) {
+    free(tile);
+    free(raster);
+    return tsr_error_set(err, TSR_ERR_NOMEM, "cannot allocate an STA plane of %lld tiles",
+                         (long long)n);
+  }
+  tsr_corpus_sta(lq->grid, k, raster);
+  for (a = 0; a < n; a++)
+    tile[a] = tsr_corpus_layout_tile(lq, a);
+  for (a = 0; a < n; a++)
+    for (b = 0; b < n; b++)
+      plane[a * n + b] = raster[tile[a] * n + tile[b]];
+  free(tile);
+  free(raster);
+  return TSR_OK;
+}
+
 static tsr_status plane_sta(const plane_job *j)
 {
   const tsr_corpus_layout *lq = j->lq;
@@ -587,8 +611,7 @@ static tsr_status plane_sta(const plane_job *j)
   hp(j->hi, "window_t", k[0]);
   hp(j->hi, "window_h", k[1]);
   hp(j->hi, "window_w", k[2]);
-  tsr_corpus_sta(lq->grid, k, j->plane);
-  return TSR_OK;
+  return sta_plane(lq, k, j->plane, j->err);
 }
 
 static tsr_status plane_radial(const plane_job *j)

@@ -76,8 +76,8 @@ const tsr_corpus_model *tsr_corpus_model_find(const char *name);
 typedef enum {
   TSR_ORDER_FRAME,   /* natural (t, h, w) raster: frame-major */
   TSR_ORDER_SPATIAL, /* (h, w, t): SVG's permutation for temporal heads */
-  TSR_ORDER_TILE,    /* STA: 6x8x8 tiles contiguous, tiles in raster order */
-  TSR_ORDER_CUBE,    /* VSA: 4x4x4 cubes contiguous, cubes in raster order */
+  TSR_ORDER_TILE,    /* STA: 6x8x8 tiles contiguous, whole tiles first */
+  TSR_ORDER_CUBE,    /* VSA: 4x4x4 cubes contiguous, whole cubes first */
   TSR_ORDER_HILBERT  /* Jenga: 3D Hilbert curve over the latent grid */
 } tsr_corpus_order;
 
@@ -93,14 +93,18 @@ typedef struct {
   int64_t *start;     /* nb + 1 block starts in the sequence */
   int64_t block;      /* uniform block size (last block ragged), 0 when variable */
   int grid[3];        /* tile / cube counts per axis (TILE, CUBE orders) */
+  int tile[3];        /* tile / cube extent per axis (TILE, CUBE orders) */
 } tsr_corpus_layout;
 
 /* Uniform blocks of `block` tokens in the given order (FRAME, SPATIAL, HILBERT). */
 tsr_status tsr_corpus_layout_uniform(int order, int t, int h, int w, int64_t block,
                                      tsr_corpus_layout *out, tsr_error *err);
-/* One block per tile of tt x th x tw tokens, boundary tiles ragged (TILE, CUBE). */
+/* One block per tile of tt x th x tw tokens, boundary tiles ragged (TILE, CUBE):
+ * tiles by decreasing size, raster order within a size (whole tiles first). */
 tsr_status tsr_corpus_layout_tiles(int order, int t, int h, int w, int tt, int th, int tw,
                                    tsr_corpus_layout *out, tsr_error *err);
+/* The raster index (over grid) of the tile that block b of a TILE or CUBE layout holds. */
+int64_t tsr_corpus_layout_tile(const tsr_corpus_layout *l, int64_t b);
 void tsr_corpus_layout_free(tsr_corpus_layout *l);
 
 /* ---- Synthetic q / k and pooled block scores (corpus_synth.c) ------------ */

@@ -248,7 +248,7 @@ tsr_status tsr_corpus_layout_uniform(int order, int t, int h, int w, int64_t blo
 tsr_status tsr_corpus_layout_tiles(int order, int t, int h, int w, int tt, int th, int tw,
                                    tsr_corpus_layout *out, tsr_error *err)
 {
-  int gt, gh, gw, a, b, c, x, y, z;
+  int gt, gh, gw, a, b, c, x, y, z, sz;
   int64_t s = 0, blk = 0;
   tsr_status st;
   if (t <= 0 || h <= 0 || w <= 0 || tt <= 0 || th <= 0 || tw <= 0 ||
@@ -265,21 +265,45 @@ tsr_status tsr_corpus_layout_tiles(int order, int t, int h, int w, int tt, int t
   out->grid[0] = gt;
   out->grid[1] = gh;
   out->grid[2] = gw;
-  /* Tiles in raster order; tokens of a tile contiguous, raster inside;
-   * boundary tiles keep only the tokens that exist (ragged blocks). */
-  for (a = 0; a < gt; a++)
-    for (b = 0; b < gh; b++)
-      for (c = 0; c < gw; c++) {
-        out->start[blk++] = s;
-        for (x = a * tt; x < t && x < (a + 1) * tt; x++)
-          for (y = b * th; y < h && y < (b + 1) * th; y++)
-            for (z = c * tw; z < w && z < (c + 1) * tw; z++)
-              out->perm[s++] = (int32_t)(((int64_t)x * h + y) * w + z);
-      }
+  out->tile[0] = tt;
+  out->tile[1] = th;
+  out->tile[2] = tw;
+  /* Tokens of a tile contiguous, raster inside; boundary tiles keep only the
+   * tokens that exist (ragged blocks).  Tiles by decreasing size, raster
+   * within a size, so the whole tiles come first, each on a multiple of the
+   * tile size.  In raster order each row of ragged boundary tiles (Wan 480p:
+   * 13 cubes of 32 tokens) shifts every later tile half a physical tile
+   * off, and physical tiles then span two blocks: on a Wan 480p VSA mask,
+   * tessera plan's 64x64 tiles went from 653,259 to 479,275 and membership
+   * words from 1.75M to 0.62M with this order; on STA's (3, 3, 5) windows,
+   * 128x128 tiles from 394,176 to 367,572. */
+  for (sz = tt * th * tw; sz > 0; sz--)
+    for (a = 0; a < gt; a++)
+      for (b = 0; b < gh; b++)
+        for (c = 0; c < gw; c++) {
+          int ex = (t < (a + 1) * tt ? t : (a + 1) * tt) - a * tt;
+          int ey = (h < (b + 1) * th ? h : (b + 1) * th) - b * th;
+          int ez = (w < (c + 1) * tw ? w : (c + 1) * tw) - c * tw;
+          if (ex * ey * ez != sz)
+            continue;
+          out->start[blk++] = s;
+          for (x = a * tt; x < a * tt + ex; x++)
+            for (y = b * th; y < b * th + ey; y++)
+              for (z = c * tw; z < c * tw + ez; z++)
+                out->perm[s++] = (int32_t)(((int64_t)x * h + y) * w + z);
+        }
   out->start[blk] = s;
   if (t % tt == 0 && h % th == 0 && w % tw == 0)
     out->block = (int64_t)tt * th * tw;
   return TSR_OK;
+}
+
+int64_t tsr_corpus_layout_tile(const tsr_corpus_layout *l, int64_t b)
+{
+  int32_t tok = l->perm[l->start[b]];
+  int64_t x = tok / ((int64_t)l->h * l->w) / l->tile[0], y = (tok / l->w) % l->h / l->tile[1],
+          z = tok % l->w / l->tile[2];
+  return (x * l->grid[1] + y) * l->grid[2] + z;
 }
 
 void tsr_corpus_layout_free(tsr_corpus_layout *l)

@@ -190,9 +190,8 @@ static __device__ __forceinline__ void tsr_f8_scale_o(float *o, const tsr_kernel
 
 /* ---- quantization kernels ------------------------------------------------ */
 
-/* Eight elements (16 bytes) to floats. */
-static __device__ __forceinline__ void tsr_f8_load8(const tsr_u16 *src, float *f) {
-  const uint4 w = __ldg((const uint4 *)src);
+/* Eight elements (16 bytes, as loaded) to floats. */
+static __device__ __forceinline__ void tsr_f8_cvt8(const uint4 w, float *f) {
   const tsr_u32 u[4] = { w.x, w.y, w.z, w.w };
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -205,6 +204,9 @@ static __device__ __forceinline__ void tsr_f8_load8(const tsr_u16 *src, float *f
         : "r"(u[i]));
 #endif
   }
+}
+static __device__ __forceinline__ void tsr_f8_load8(const tsr_u16 *src, float *f) {
+  tsr_f8_cvt8(__ldg((const uint4 *)src), f);
 }
 
 /* amax -> (inv, scale) of the scheme: 448 / amax and amax / 448, 1 for 0. */
@@ -307,20 +309,73 @@ extern "C" __global__ void __launch_bounds__(256)
   if (tid == 0) counter[bh] = 0u;
 }
 
+/* Positions of a V chunk per thread in the transposed write of pass 2:
+ * 256 threads take D / 2 channel pairs x (64 / TSR_F8_NP) runs of TSR_F8_NP
+ * positions (16 at head dim 128, 8 at 64). */
+#define TSR_F8_NP (TSR_F8_CHUNK * TSR_HEAD_DIM / 2 / 256)
+
+/* The key (0..15) at position s of its 16 in vt8: tsr_f8_slot's inverse
+ * (position 4t + i holds key 8 * (i / 2) + 2t + i % 2). */
+static __device__ __forceinline__ int tsr_f8_key_at(int s) { return 8 * ((s & 3) >> 1) + 2 * (s >> 2) + (s & 1); }
+
+/* Two elements (4 bytes) to floats. */
+static __device__ __forceinline__ float2 tsr_f8_load2(tsr_u32 u) {
+  float2 f;
+#if TSR_DTYPE_BF16
+  f.x = __uint_as_float(u << 16);
+  f.y = __uint_as_float(u & 0xffff0000u);
+#else
+  asm("{\n.reg .f16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}\n"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(u));
+#endif
+  return f;
+}
+
+/* V of chunk ch of head bh to vt8, transposed: this thread's channels 2cp,
+ * 2cp + 1 at positions p0 .. p0 + TSR_F8_NP - 1 of the chunk (keys in
+ * tsr_f8_slot order within each 16; zeros past seq).  vr: the raw
+ * channel pairs of the keys at those positions, loaded by the caller. */
+static __device__ __forceinline__ void tsr_f8_store_vt(const tsr_u32 *vr, const float *vinv, unsigned char *vt8,
+                                                       int bh, int ch, int skp, int cp, int p0) {
+  constexpr int D = TSR_HEAD_DIM, NP = TSR_F8_NP;
+  const float i0 = __ldg(vinv + (tsr_i64)bh * D + 2 * cp), i1 = __ldg(vinv + (tsr_i64)bh * D + 2 * cp + 1);
+  tsr_u32 w0[NP / 4], w1[NP / 4];
+#pragma unroll
+  for (int j = 0; j < NP; j += 4) {
+    const float2 a = tsr_f8_load2(vr[j]), b = tsr_f8_load2(vr[j + 1]), c = tsr_f8_load2(vr[j + 2]),
+                 d = tsr_f8_load2(vr[j + 3]);
+    w0[j / 4] = tsr_e4m3x4(a.x * i0, b.x * i0, c.x * i0, d.x * i0);
+    w1[j / 4] = tsr_e4m3x4(a.y * i1, b.y * i1, c.y * i1, d.y * i1);
+  }
+  if (ch * TSR_F8_CHUNK + p0 >= skp) return; /* skp is a multiple of 16, p0 of NP */
+  unsigned char *d0 = vt8 + ((tsr_i64)bh * D + 2 * cp) * skp + ch * TSR_F8_CHUNK + p0;
+#if TSR_HEAD_DIM == 128
+  *(uint4 *)d0 = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+  *(uint4 *)(d0 + skp) = make_uint4(w1[0], w1[1], w1[2], w1[3]);
+#else
+  *(uint2 *)d0 = make_uint2(w0[0], w0[1]);
+  *(uint2 *)(d0 + skp) = make_uint2(w1[0], w1[1]);
+#endif
+}
+
 /* Pass 2: one CTA a (batch, head, 64-token chunk), 256 threads: CTAs
  * [0, q_ctas) quantize Q chunks to int8 (B * Hq * ceil(Sq/64)), the rest K
- * chunks to int8 and V chunks to e4m3 (B * Hkv * ceil(Sk/64)).  Each keeps its chunk in registers: the
- * amax, then the bytes.  V goes through shared memory to be written
- * transposed (vt8 rows of 64 keys a chunk, 16-byte stores). */
+ * chunks to int8 and V chunks to e4m3 (B * Hkv * ceil(Sk/64)).  Each keeps
+ * its chunk in registers: the amax, then the bytes.  V is written
+ * transposed straight from registers (tsr_f8_store_vt): each thread reads
+ * the channel pair it writes, so no byte goes through shared memory (the
+ * byte-wise transpose there had 16-way bank conflicts and held the pass at
+ * 1.8x its bandwidth floor, notes/fp8-quant-2026-12-02.md), and its loads
+ * are issued with K's, before the K chunk's reduction. */
 extern "C" __global__ void __launch_bounds__(256)
     TSR_CAT(TSR_KERNEL_NAME, _quant)(const tsr_u16 *q, const tsr_u16 *k, const tsr_u16 *v, tsr_i64 qsb, tsr_i64 qsh,
                                      tsr_i64 qss, tsr_i64 ksb, tsr_i64 ksh, tsr_i64 kss, tsr_i64 vsb, tsr_i64 vsh,
                                      tsr_i64 vss, int heads_q, int heads_kv, int seq_q, int seq_k, int skp,
                                      int q_ctas, const float *kmean, const float *vinv, unsigned char *q8,
                                      unsigned char *k8, unsigned char *vt8, float *sq, float *sk) {
-  constexpr int D = TSR_HEAD_DIM, PASSES = TSR_F8_CHUNK / TSR_F8_RPP;
+  constexpr int D = TSR_HEAD_DIM, PASSES = TSR_F8_CHUNK / TSR_F8_RPP, NP = TSR_F8_NP;
   __shared__ float wmax[8];
-  __shared__ __align__(16) unsigned char vs[D * TSR_F8_CHUNK]; /* [channel][position] */
   const int tid = threadIdx.x, r = tid / TSR_F8_TPR, c0 = (tid % TSR_F8_TPR) * 8;
   const bool is_q = (int)blockIdx.x < q_ctas;
   const int blk = is_q ? (int)blockIdx.x : (int)blockIdx.x - q_ctas;
@@ -329,21 +384,34 @@ extern "C" __global__ void __launch_bounds__(256)
   const int ch = blk % nch, bh = blk / nch, b = bh / heads, h = bh % heads;
   const tsr_u16 *src = is_q ? q + b * qsb + h * qsh : k + b * ksb + h * ksh;
   const tsr_i64 ss = is_q ? qss : kss;
-  float x[PASSES][8], mean[8];
+  const int cp = tid % (D / 2), p0 = (tid / (D / 2)) * NP; /* V: channel pair, first position */
+  uint4 raw[PASSES]; /* the chunk as loaded: converted twice (amax, bytes) to hold half the registers */
+  float mean[8];
+  tsr_u32 vr[NP];
   float am = 0.f;
+  if (!is_q) {
+    const tsr_u16 *vsrc = v + b * vsb + h * vsh + 2 * cp;
+#pragma unroll
+    for (int j = 0; j < NP; ++j) {
+      const int p = p0 + j, t = ch * TSR_F8_CHUNK + (p & ~15) + tsr_f8_key_at(p & 15);
+      vr[j] = t < seq ? __ldg((const unsigned int *)(vsrc + t * vss)) : 0u;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < 8; ++i) mean[i] = is_q ? 0.f : __ldg(kmean + (tsr_i64)bh * D + c0 + i);
 #pragma unroll
   for (int ps = 0; ps < PASSES; ++ps) {
     const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
-    if (t < seq) {
-      tsr_f8_load8(src + t * ss + c0, x[ps]);
+    raw[ps] = t < seq ? __ldg((const uint4 *)(src + t * ss + c0)) : make_uint4(0u, 0u, 0u, 0u);
+  }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (!is_q) x[ps][i] = x[ps][i] - mean[i]; /* k_s = k - mean_c */
-        am = tsr_nanmax(am, fabsf(x[ps][i]));
-      }
-    }
+  for (int ps = 0; ps < PASSES; ++ps) {
+    const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
+    float x[8];
+    tsr_f8_cvt8(raw[ps], x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) /* k_s = k - mean_c; tokens past seq do not count */
+      if (t < seq) am = tsr_nanmax(am, fabsf(is_q ? x[i] : x[i] - mean[i]));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) am = tsr_nanmax(am, __shfl_xor_sync(0xffffffffu, am, o));
@@ -359,43 +427,17 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       const int t = ch * TSR_F8_CHUNK + ps * TSR_F8_RPP + r;
-      const float *f = x[ps];
+      float f[8];
+      tsr_f8_cvt8(raw[ps], f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = is_q ? f[i] : f[i] - mean[i];
       if (t < seq)
         *(uint2 *)(dst + (tsr_i64)t * D + c0) =
             make_uint2(tsr_s8x4(f[0] * inv, f[1] * inv, f[2] * inv, f[3] * inv),
                        tsr_s8x4(f[4] * inv, f[5] * inv, f[6] * inv, f[7] * inv));
     }
   }
-  if (is_q) return;
-  /* V: per-channel scales; keys in tsr_f8_slot order within each 16 */
-  {
-    const tsr_u16 *vsrc = v + b * vsb + h * vsh;
-    float vi[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) vi[i] = __ldg(vinv + (tsr_i64)bh * D + c0 + i);
-#pragma unroll
-    for (int ps = 0; ps < PASSES; ++ps) {
-      const int lp = ps * TSR_F8_RPP + r, t = ch * TSR_F8_CHUNK + lp;
-      const int pos = (lp & ~15) | tsr_f8_slot(lp & 15);
-      float f[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = 0.f;
-      if (t < seq) tsr_f8_load8(vsrc + t * vss + c0, f);
-#pragma unroll
-      for (int i = 0; i < 8; i += 4) {
-        const tsr_u32 w = tsr_e4m3x4(f[i] * vi[i], f[i + 1] * vi[i + 1], f[i + 2] * vi[i + 2], f[i + 3] * vi[i + 3]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) vs[(c0 + i + e) * TSR_F8_CHUNK + pos] = (unsigned char)(w >> (8 * e));
-      }
-    }
-    __syncthreads();
-    const int npos = min(TSR_F8_CHUNK, skp - ch * TSR_F8_CHUNK); /* a multiple of 16 */
-    unsigned char *vd = vt8 + (tsr_i64)bh * D * skp + ch * TSR_F8_CHUNK;
-    for (int i = tid; i < D * (TSR_F8_CHUNK / 16); i += 256) {
-      const int c = i / (TSR_F8_CHUNK / 16), seg = i % (TSR_F8_CHUNK / 16);
-      if (seg * 16 < npos) *(uint4 *)(vd + (tsr_i64)c * skp + seg * 16) = *(const uint4 *)(vs + c * TSR_F8_CHUNK + seg * 16);
-    }
-  }
+  if (!is_q) tsr_f8_store_vt(vr, vinv, vt8, bh, ch, skp, cp, p0);
 }
 
 #endif

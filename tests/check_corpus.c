@@ -148,6 +148,7 @@ START_TEST(test_layouts)
   int t = (int)tu_range(&r, 1, 13), h = (int)tu_range(&r, 1, 19), w = (int)tu_range(&r, 1, 23);
   int order = _i % 3 == 0 ? TSR_ORDER_HILBERT : _i % 3 == 1 ? TSR_ORDER_SPATIAL : TSR_ORDER_FRAME;
   int64_t n = (int64_t)t * h * w, s, b;
+  int k;
   tsr_corpus_layout l, lt;
   tsr_error err;
   uint8_t *seen = calloc((size_t)n, 1);
@@ -179,28 +180,46 @@ START_TEST(test_layouts)
   ck_assert_int_eq(l.start[0], 0);
   ck_assert_int_eq(l.start[l.nb], n);
   tsr_corpus_layout_free(&l);
-  /* Tiles: every tile contiguous, sizes = clipped tile extents. */
-  ck_assert_int_eq(tsr_corpus_layout_tiles(TSR_ORDER_TILE, t, h, w, 6, 8, 8, &lt, &err), TSR_OK);
-  memset(seen, 0, (size_t)n);
-  for (b = 0; b < lt.nb; b++) {
-    int gt = (int)(b / (lt.grid[1] * lt.grid[2])), gh = (int)((b / lt.grid[2]) % lt.grid[1]),
-        gw = (int)(b % lt.grid[2]);
-    int64_t want = (int64_t)((t < 6 * gt + 6 ? t : 6 * gt + 6) - 6 * gt) *
-                   ((h < 8 * gh + 8 ? h : 8 * gh + 8) - 8 * gh) *
-                   ((w < 8 * gw + 8 ? w : 8 * gw + 8) - 8 * gw);
-    ck_assert_int_eq(lt.start[b + 1] - lt.start[b], want);
-    for (s = lt.start[b]; s < lt.start[b + 1]; s++) {
-      int32_t tok = lt.perm[s];
-      ck_assert(!seen[tok]);
-      seen[tok] = 1;
-      ck_assert_int_eq(tok / (h * w) / 6, gt);
-      ck_assert_int_eq((tok / w) % h / 8, gh);
-      ck_assert_int_eq(tok % w / 8, gw);
+  /* Tiles (STA's 6x8x8) and cubes (VSA's 4x4x4): every token once, each
+   * block one tile filling its clipped extent, every tile once, sizes not
+   * increasing (whole tiles first, so each of them starts on a multiple of
+   * the tile size). */
+  for (k = 0; k < 2; k++) {
+    int tt = k ? 4 : 6, th = k ? 4 : 8, tw = k ? 4 : 8;
+    uint8_t *tiles;
+    ck_assert_int_eq(tsr_corpus_layout_tiles(k ? TSR_ORDER_CUBE : TSR_ORDER_TILE, t, h, w, tt,
+                                             th, tw, &lt, &err),
+                     TSR_OK);
+    tiles = calloc((size_t)lt.nb, 1);
+    memset(seen, 0, (size_t)n);
+    for (b = 0; b < lt.nb; b++) {
+      int64_t ti = tsr_corpus_layout_tile(&lt, b);
+      int gt = (int)(ti / (lt.grid[1] * lt.grid[2])), gh = (int)((ti / lt.grid[2]) % lt.grid[1]),
+          gw = (int)(ti % lt.grid[2]);
+      int64_t want = (int64_t)((t < tt * gt + tt ? t : tt * gt + tt) - tt * gt) *
+                     ((h < th * gh + th ? h : th * gh + th) - th * gh) *
+                     ((w < tw * gw + tw ? w : tw * gw + tw) - tw * gw);
+      ck_assert(ti >= 0 && ti < lt.nb && !tiles[ti]);
+      tiles[ti] = 1;
+      ck_assert_int_eq(lt.start[b + 1] - lt.start[b], want);
+      if (b)
+        ck_assert_int_le(want, lt.start[b] - lt.start[b - 1]);
+      if (want == (int64_t)tt * th * tw)
+        ck_assert_int_eq(lt.start[b] % want, 0);
+      for (s = lt.start[b]; s < lt.start[b + 1]; s++) {
+        int32_t tok = lt.perm[s];
+        ck_assert(!seen[tok]);
+        seen[tok] = 1;
+        ck_assert_int_eq(tok / (h * w) / tt, gt);
+        ck_assert_int_eq((tok / w) % h / th, gh);
+        ck_assert_int_eq(tok % w / tw, gw);
+      }
     }
+    ck_assert_int_eq(lt.start[lt.nb], n);
+    ck_assert_int_eq(lt.block != 0, t % tt == 0 && h % th == 0 && w % tw == 0);
+    free(tiles);
+    tsr_corpus_layout_free(&lt);
   }
-  ck_assert_int_eq(lt.start[lt.nb], n);
-  ck_assert_int_eq(lt.block != 0, t % 6 == 0 && h % 8 == 0 && w % 8 == 0);
-  tsr_corpus_layout_free(&lt);
   free(seen);
 }
 END_TEST

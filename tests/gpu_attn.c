@@ -29,14 +29,15 @@
  * reaches those rows through the tensor-core product (0 * NaN), the one
  * known exception runtime/ref.c documents; empty rows must stay zeros.
  *
- *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench] [--seed N] [--only PREFIX]
+ *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts] [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
  *   Wan2.1-sized problem (no correctness check); --bench-all: the same for
  *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64 (and 128 x 128
  *   blocks on 128 x 64 tiles); --fp8: the FP8
  *   cases, and only they (the default run leaves them out; issue 18, see
  *   fp8_cases); --fp8-bench: FP8 against bf16 on
- *   the same plans, request time including the quantization.
+ *   the same plans, request time including the quantization; --fp8-parts:
+ *   the same, and each kernel of each launch timed alone (time_parts).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -44,6 +45,7 @@
 #include "plan_impl.h"
 #include "variant.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1080,8 +1082,22 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   tsr_gpu_tensors t;
   CUevent e0, e1;
   tsr_error err;
-  int fails = 0;
+  int fails = 0, any = 0;
   tsr_error_clear(&err);
+  /* Nothing named --only PREFIX serves this shape: skip its tensors, masks
+   * and plans (--bench-all --only one variant family then times just it). */
+  for (i = 0; i < bundle->n && !any; i++) {
+    const tsr_bundle_entry *e = &bundle->items[i];
+    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0 }, { dt, D, blk, tn, 0, 0 } };
+    any = strncmp(e->name, only_prefix, strlen(only_prefix)) == 0 &&
+          (e->targets & (1u << tsri_arch_index(tsri_context_arch(ctx)))) &&
+          (tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[0]) ||
+           tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[1]));
+  }
+  if (!any) {
+    free(host);
+    return 0;
+  }
   for (i = 0; i < n; i++) host[i] = from_f(dt, (float)(2 * urand() - 1));
   CK(cu->cuMemAlloc(&dq, n * 2));
   CK(cu->cuMemAlloc(&dk, n * 2));
@@ -1206,6 +1222,7 @@ static const fp8_case fp8_cases[] = {
   { { "fp8-fp16-d64-128x128-pack", 1, 8, 2, 700, 700, 64, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_PACK, 1, 0 }, 0 },
   { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0 }, 0 },
+  { { "fp8-fp16-d128-128x64-ragged-bshd", 1, 3, 1, 830, 1010, 128, TSR_DT_F16, 1, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0 }, 0 },
   { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1 }, 0 },
   { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 }, 1 },
@@ -1606,6 +1623,119 @@ static int fp8_runs(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle
   return fails;
 }
 
+/* ---- --fp8-parts: each kernel of a launch alone ------------------------- */
+
+/* Driver calls the library's table leaves out (graph inspection), resolved
+ * here for --fp8-parts only. */
+typedef struct {
+  CUresult (*get_nodes)(CUgraph, CUgraphNode *, size_t *);
+  CUresult (*node_type)(CUgraphNode, CUgraphNodeType *);
+  CUresult (*kernel_params)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+  CUresult (*func_name)(const char **, CUfunction);
+} parts_api;
+
+static int parts_api_open(parts_api *a)
+{
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return 0;
+  a->get_nodes = (CUresult(*)(CUgraph, CUgraphNode *, size_t *))dlsym(h, "cuGraphGetNodes");
+  a->node_type = (CUresult(*)(CUgraphNode, CUgraphNodeType *))dlsym(h, "cuGraphNodeGetType");
+  a->kernel_params = (CUresult(*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *))dlsym(h, "cuGraphKernelNodeGetParams_v2");
+  a->func_name = (CUresult(*)(const char **, CUfunction))dlsym(h, "cuFuncGetName");
+  return a->get_nodes && a->node_type && a->kernel_params && a->func_name;
+}
+
+/* The least bytes a quantization kernel must move over n = S * H * D
+ * elements (2-byte inputs, 1-byte outputs), by its name's suffix; 0 for
+ * the attention and merge kernels. */
+static double parts_floor_bytes(const char *name, double n)
+{
+  const char *u = strrchr(name, '_');
+  if (!u) return 0;
+  if (strcmp(u, "_kvstats") == 0) return 4 * n;          /* reads k, v */
+  if (strcmp(u, "_quant") == 0) return 9 * n;            /* reads q, k, v; writes q8, k8, vt8 */
+  return 0;
+}
+
+/* Captures one tsr_gpu_launch of pl into a graph and times each of its
+ * kernels alone, relaunched with the captured arguments: median over 7
+ * rounds of `per` back-to-back launches (per: about 2 ms a round), against
+ * the bandwidth floor (bytes / 4.0 TB/s) where parts_floor_bytes has one;
+ * pairs: selected token pairs (TFLOP/s of the attention kernel). */
+static void time_parts(tsr_context *ctx, const tsr_cu *cu, CUstream stream, const tsr_plan *pl,
+                       const tsr_gpu_tensors *t, const char *label, double n, double pairs, int D)
+{
+  parts_api a;
+  CUgraph graph;
+  CUgraphNode nodes[16];
+  size_t nn = 16, i;
+  CUevent e0, e1;
+  tsr_error err;
+  double sum = 0;
+  if (!parts_api_open(&a)) {
+    printf("fp8-parts: %s: graph inspection calls missing  FAIL\n", label);
+    return;
+  }
+  tsr_error_clear(&err);
+  CK(cu->cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  tsr_gpu_launch(ctx, pl, t, stream, &err);
+  CK(cu->cuStreamEndCapture(stream, &graph));
+  if (err.status) {
+    printf("fp8-parts: %s: launch under capture: %s  FAIL\n", label, err.text);
+    cu->cuGraphDestroy(graph);
+    return;
+  }
+  CK(a.get_nodes(graph, nodes, &nn));
+  CK(cu->cuEventCreate(&e0, 0));
+  CK(cu->cuEventCreate(&e1, 0));
+  for (i = 0; i < nn && i < 16; i++) {
+    CUgraphNodeType ty;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    const char *name = "?";
+    float ms[7], one;
+    double us, fl;
+    int r, k, per;
+    CK(a.node_type(nodes[i], &ty));
+    if (ty != CU_GRAPH_NODE_TYPE_KERNEL) continue;
+    CK(a.kernel_params(nodes[i], &kp));
+    if (a.func_name(&name, kp.func) != CUDA_SUCCESS) name = "?";
+#define PARTS_LAUNCH()                                                                                     \
+  CK(cu->cuLaunchKernel(kp.func, kp.gridDimX, kp.gridDimY, kp.gridDimZ, kp.blockDimX, kp.blockDimY,        \
+                        kp.blockDimZ, kp.sharedMemBytes, stream, kp.kernelParams, kp.extra))
+    PARTS_LAUNCH(); /* warm-up, then one timed launch to size the rounds */
+    CK(cu->cuEventRecord(e0, stream));
+    PARTS_LAUNCH();
+    CK(cu->cuEventRecord(e1, stream));
+    CK(cu->cuEventSynchronize(e1));
+    CK(cu->cuEventElapsedTime(&one, e0, e1));
+    per = one > 0 ? (int)(2.0 / one) : 50;
+    per = per < 1 ? 1 : per > 50 ? 50 : per;
+    for (r = 0; r < 7; r++) {
+      CK(cu->cuEventRecord(e0, stream));
+      for (k = 0; k < per; k++) PARTS_LAUNCH();
+      CK(cu->cuEventRecord(e1, stream));
+      CK(cu->cuEventSynchronize(e1));
+      CK(cu->cuEventElapsedTime(&ms[r], e0, e1));
+      ms[r] /= (float)per;
+    }
+#undef PARTS_LAUNCH
+    qsort(ms, 7, sizeof *ms, cmp_float);
+    us = ms[3] * 1e3;
+    sum += us;
+    fl = parts_floor_bytes(name, n) / 4.0e12 * 1e6;
+    if (fl > 0)
+      printf("fp8-parts: %s  %-44s grid %6u  %9.1f us  floor %7.1f us  %.2fx floor\n", label, name,
+             kp.gridDimX * kp.gridDimY, us, fl, us / fl);
+    else
+      printf("fp8-parts: %s  %-44s grid %6u  %9.1f us  %6.1f TFLOP/s\n", label, name, kp.gridDimX * kp.gridDimY,
+             us, 4.0 * pairs * D / (us * 1e-6) / 1e12);
+  }
+  printf("fp8-parts: %s  sum of kernels %9.1f us\n", label, sum);
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  cu->cuGraphDestroy(graph);
+}
+
 /* ---- --fp8-bench: FP8 against bf16, same plan, request time -------------- */
 
 /* Random block masks of density `dens` (1: dense) on S tokens, H heads,
@@ -1614,7 +1744,7 @@ static int fp8_runs(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle
  * launches after 2 warm-ups, the FP8 launch including its quantization
  * kernels.  Prints both, the speedup and the cosine of the two outputs. */
 static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int S, int H, int bq, int bk,
-                         double dens, int reps)
+                         double dens, int reps, int parts)
 {
   const int D = 128, nq = (S + bq - 1) / bq, nk = (S + bk - 1) / bk;
   size_t n = (size_t)S * H * D, i;
@@ -1681,6 +1811,11 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
       qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
       ms_of[prec] = ms[reps / 2];
       CK(cu->cuMemcpyDtoH(prec ? o_f8 : o_nat, dout, n * 2));
+      if (parts) {
+        char label[64];
+        snprintf(label, sizeof label, "S=%-6d %3dx%-3d %.2f %-4s", S, bq, bk, dens, prec ? "fp8" : "bf16");
+        time_parts(ctx, cu, stream, pl, &t, label, (double)n, pairs, D);
+      }
     }
     tsr_plan_destroy(pl);
   }
@@ -1706,7 +1841,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
 /* Wan2.1-1.3B 480p (32760 tokens, 12 heads) and Wan2.1-14B 720p (75600,
  * 40 heads), D 128: blocks 128x128, 128x64, 64x64 at 10% and 25%, and
  * dense (128x128 blocks; at 32K all three). */
-static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream)
+static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int parts)
 {
   static const int blk[3][2] = { { 128, 128 }, { 128, 64 }, { 64, 64 } };
   static const double dens[3] = { 0.10, 0.25, 1.0 };
@@ -1716,7 +1851,7 @@ static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream)
       for (di = 0; di < 3; di++) {
         if (si == 1 && di == 2 && bi > 0) continue; /* dense 75K: 128x128 only (planning time) */
         fails += fp8_bench_one(ctx, cu, stream, si ? 75600 : 32760, si ? 40 : 12, blk[bi][0], blk[bi][1], dens[di],
-                               si ? 5 : 10);
+                               si ? 5 : 10, parts);
       }
   return fails;
 }
@@ -1740,11 +1875,12 @@ int main(int argc, char **argv)
     else if (strcmp(argv[i], "--bench") == 0) do_bench = 1;
     else if (strcmp(argv[i], "--bench-all") == 0) do_bench = 2;
     else if (strcmp(argv[i], "--fp8-bench") == 0) do_bench = 3;
+    else if (strcmp(argv[i], "--fp8-parts") == 0) do_bench = 4;
     else if (strcmp(argv[i], "--fp8") == 0) fp8_only = 1;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench] [--seed N] [--only PREFIX]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
@@ -1788,7 +1924,7 @@ int main(int argc, char **argv)
     static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
     int di, ti, bi;
     if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128);
-    else if (do_bench == 3) fails = fp8_bench(ctx, cu, stream);
+    else if (do_bench >= 3) fails = fp8_bench(ctx, cu, stream, do_bench == 4);
     else
       for (di = 0; di < 2; di++)
         for (ti = 0; ti < 2; ti++) {

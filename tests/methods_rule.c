@@ -15,7 +15,7 @@
  *   methods_rule svg NB BLOCK N DENSITY SINK_TOKENS OUT
  *   methods_rule sta G0 G1 G2 K0 K1 K2 OUT
  *   methods_rule radial FRAMES FRAME_TOKENS BLOCK DECAY SINK OUT
- *   methods_rule tiles T H W TT TH TW PERM SIZES  cube / tile order (ragged)
+ *   methods_rule tiles T H W TT TH TW PERM SIZES  tile / cube order (ragged, whole first)
  *   methods_rule spatial T H W PERM               SVG's (spatial, frame) order
  *
  * A test tool, not installed: errors print one line and exit 2.

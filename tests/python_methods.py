@@ -89,11 +89,14 @@ for tile in ((4, 4, 4), (6, 8, 8), (rng.randint(1, 5), rng.randint(2, 5), rng.ra
         y = order.permute(xl, layout)
         same(f"permute {layout}", torch.equal(M._bhsd(y, layout), x[:, :, torch.from_numpy(perm_c)]), True)
         same(f"unpermute {layout}", torch.equal(order.unpermute(y, layout), xl), True)
-        pooled = M.pool_tiles(xl, grid, tile, layout)
+        # pool_tiles is in raster tile order; order.tiles takes it in the tile order.
+        pooled = M.pool_tiles(xl, grid, tile, layout).index_select(2, order.tiles)
         starts = np.concatenate([[0], np.cumsum(sizes_c)])
         ref = torch.stack([x[:, :, torch.from_numpy(perm_c[starts[i]:starts[i + 1]])].mean(2)
                            for i in range(len(sizes_c))], 2)
         same(f"pool_tiles {layout} {grid}/{tile}", (pooled - ref).abs().max() < 1e-12, True)
+    same(f"tile sizes descend {grid}/{tile}", sorted(sizes_c, reverse=True), list(sizes_c))
+
 
 # The gathers move 8-byte words where the rows allow (bf16, fp16, fp32 rows
 # of an even byte count), the elements themselves elsewhere: every dtype,
@@ -184,12 +187,15 @@ for _ in range(2):
     ql, kl = (q, k) if layout == "bhsd" else (q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous())
     s = rng.choice([0.8, 0.85, 0.875, 0.9])
     mm = M.vsa(ql, kl, grid, sparsity=s, layout=layout)
-    _, sizes_c = run_rule("tiles", *grid, *cube, outs=2)
+    perm_c, sizes_c = run_rule("tiles", *grid, *cube, outs=2)
     same("vsa geometry", mm.block[0], sizes_c)
     same("vsa geometry k", mm.block[1], sizes_c)
+    same("vsa order", mm.order.perm, perm_c)
     kk = M.vsa_k(s, len(sizes_c))
     same("vsa k", kk, math.ceil((1 - s) * len(sizes_c) - 1e-9))
-    pq, pk = M.pool_tiles(q, grid, cube), M.pool_tiles(k, grid, cube)
+    # Identical pooled inputs (the whole-first pooling check above ties them
+    # to the C rule's cubes).
+    pq, pk = (M.pool_tiles(x, grid, cube).index_select(2, mm.order.tiles) for x in (q, k))
     for bi in range(b):
         for hi in range(h):
             want = run_rule("vsa", pq[bi, hi].numpy(), pk[bi, hi * hk // h].numpy(), d, kk)
@@ -298,12 +304,18 @@ b, h = rng.randint(1, 2), rng.randint(1, 4)
 wins = [tuple(rng.randint(1, 4) for _ in range(3)) for _ in range(h)]
 q = torch.randn(b, grid[0] * grid[1] * grid[2], h, 8)
 mm = M.sta(q, grid, wins, layout="bshd")
-_, sizes_c = run_rule("tiles", *grid, *tile, outs=2)
+perm_c, sizes_c = run_rule("tiles", *grid, *tile, outs=2)
 same("sta geometry", mm.block[0], sizes_c)
+same("sta order", mm.order.perm, perm_c)
 tg = tuple(-(-g // t) for g, t in zip(grid, tile))
+# The C rule indexes tiles in raster order: each block's raster tile, from its first token.
+first = perm_c[np.concatenate([[0], np.cumsum(sizes_c)[:-1]])]
+ti = ((first // (grid[1] * grid[2]) // tile[0]) * tg[1] + (first // grid[2]) % grid[1] // tile[1]) \
+    * tg[2] + first % grid[2] // tile[2]
 for bi in range(b):
     for hi in range(h):
-        same(f"sta head {hi} window {wins[hi]}", mm.mask[bi, hi], run_rule("sta", *tg, *wins[hi]))
+        same(f"sta head {hi} window {wins[hi]}", mm.mask[bi, hi],
+             run_rule("sta", *tg, *wins[hi])[ti][:, ti])
 
 # ---- Radial ------------------------------------------------------------------
 

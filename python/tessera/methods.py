@@ -279,12 +279,20 @@ def _take(x, idx, layout):
 
 def tile_order(grid, tile, device="cpu"):
     """The order of `tile`-sized tiles of the latent grid (VSA's 4x4x4
-    cubes, STA's 6x8x8 tiles): tiles in raster order, each contiguous,
-    raster inside; boundary tiles keep the tokens that exist (ragged).
+    cubes, STA's 6x8x8 tiles): each tile contiguous, raster inside; boundary
+    tiles keep the tokens that exist (ragged).  Tiles by decreasing size,
+    raster order within a size, as tsr_corpus_layout_tiles: the whole tiles
+    come first, each on a multiple of the tile size, and map one to one onto
+    physical tiles; in raster order every row of ragged tiles shifts the
+    later ones half a physical tile off.
     Returns (TokenOrder, sizes): sizes, a list of Python ints, the tokens of
-    every tile.  Built by device ops and cached per (grid, tile, device)."""
+    every tile in this order; order.tiles, the raster index of each tile in
+    it.  Built by device ops and cached per (grid, tile, device)."""
     grid, tile = tuple(int(g) for g in grid), tuple(int(t) for t in tile)
     dev = torch.device(device)
+    lens = [_segments(n, s) for n, s in zip(grid, tile)]
+    raster = [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
+    rank = sorted(range(len(raster)), key=lambda i: -raster[i])
 
     def build():
         ax = []
@@ -294,16 +302,18 @@ def tile_order(grid, tile, device="cpu"):
         (ti, to, tl), (hi, ho, hl), (wi, wo, wl) = ax
         gh, gw = hl.numel(), wl.numel()
         sizes = (tl[:, None, None] * hl[None, :, None] * wl[None, None, :]).flatten()
-        start = torch.cumsum(sizes, 0) - sizes
+        # start[tile]: where the tile begins in the chosen order.
+        r = torch.tensor(rank, device=dev)
+        start = torch.empty_like(sizes).scatter_(0, r, torch.cumsum(sizes[r], 0) - sizes[r])
         tid = (ti[:, None, None] * gh + hi[None, :, None]) * gw + wi[None, None, :]
         intra = (to[:, None, None] * hl[hi][None, :, None] + ho[None, :, None]) * wl[wi][None, None, :] \
             + wo[None, None, :]
         pos = (start[tid] + intra).flatten()
         perm = torch.empty_like(pos).scatter_(0, pos, torch.arange(pos.numel(), device=dev))
-        return TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile), sizes
-    order, _ = _cached(("tiles", grid, tile, str(dev)), build)
-    lens = [_segments(n, s) for n, s in zip(grid, tile)]
-    return order, [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
+        order = TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile)
+        order.tiles = r
+        return order
+    return _cached(("tiles", grid, tile, str(dev)), build), [raster[i] for i in rank]
 
 
 # ---- pooling -------------------------------------------------------------
@@ -532,12 +542,14 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
     row, and the top ceil((1 - sparsity) * n_cubes) cubes of each row kept.
-    Geometry: variable, one block per cube; order: cube order.
+    Geometry: variable, one block per cube; order: cube order (tile_order).
     Cost: one read of q and k (the pooling), then O(B H n_cubes^2 D)."""
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
-    pq, pk = pool_tiles(q, grid, cube, layout), pool_tiles(k, grid, cube, layout)
+    # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
+    pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
+    pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
     keep = _topk_scores(pq, pk, _scale(scale, d), vsa_k(sparsity, len(sizes)))
     return MethodMask(keep, (sizes, sizes), order, {})
 
@@ -559,9 +571,11 @@ def sta(q, grid, window=(3, 3, 5), layout="bhsd", tile=(6, 8, 8)):
     tiles = tuple(-(-g // t) for g, t in zip(grid, tile))
 
     def build():
-        per = {w: sta_mask(tiles, w, q.device) for w in set(wins)}
+        # sta_mask indexes tiles in raster order: taken in the tile order.
+        r = order.tiles
+        per = {w: sta_mask(tiles, w, q.device)[r][:, r] for w in set(wins)}
         return torch.stack([per[w] for w in wins])
-    m = _cached(("sta", tiles, tuple(wins), str(q.device)), build)
+    m = _cached(("sta", tiles, tuple(tile), tuple(wins), str(q.device)), build)
     return MethodMask(_planes(m, b, h), (sizes, sizes), order, {})
 
 

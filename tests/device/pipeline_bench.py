@@ -4,7 +4,7 @@ issue 16).  Run on the GPU machine through tests/device/run BUILDDIR
 pipeline MODEL (diffusers carried as wheels: see tests/device/README).
 
     python3 tests/device/pipeline_bench.py wan|cogvideox|hunyuan [--reps N] [--json FILE]
-        [--methods vsa,sta,svg,xattention] [--no-flex] [--no-check]
+        [--methods vsa,sta,svg,xattention] [--no-flex] [--no-check] [--compile]
 
 The transformer is built from its published config (written below from the
 models' transformer/config.json; no download), random weights, bf16, on the
@@ -22,6 +22,10 @@ events: mask production, attention, FlexAttention's BlockMask build):
               exact BlockMask of the same block mask, flex_attention
               compiled)
 
+--compile times every case's steps (dense included) through
+torch.compile(model): Wan's eager step spends ~260 of its ~600 ms outside
+attention (the matmuls, and the norms, modulation and RoPE between them,
+which inductor fuses), the same in every case.
 Reported per case: step ms, attention ms and its share of the step, mask
 production ms (the producer alone; the token permutation is in attention),
 a 50-step projection = warm-up steps x dense step + the rest x the case's
@@ -160,13 +164,26 @@ def time_steps(model, inputs, reps, warm=2):
     return statistics.median(ms)
 
 
-def case(model, inputs, method, backend, reps, kw):
-    """(step ms, profile dict, handle facts) of one method and backend."""
+def case(model, inputs, method, backend, reps, kw, compiled=False):
+    """(step ms, profile dict, handle facts) of one method and backend.  With
+    compiled, the steps are timed through torch.compile(model) (compiled
+    afresh for the case, in the warm-up calls); the profiled forward stays
+    eager, as its per-layer events time the same attention and producer
+    kernels."""
     h = td.apply(model, method=method, backend=backend, dense_steps=0, step_from="manual",
                  profile=False, **kw) if method else \
         td.apply(model, method="vsa", dense_steps=1 << 30, step_from="manual")
     try:
-        step = time_steps(model, inputs, reps)
+        cmp = None
+        if compiled:
+            torch._dynamo.reset()
+            fast = torch.compile(model)
+            step = time_steps(fast, inputs, reps, warm=3)
+            # The compiled step computes what the eager one does (bf16 rounding apart).
+            a, b = forward(fast, inputs).float(), forward(model, inputs).float()
+            cmp = float((a - b).abs().max() / b.abs().max())
+        else:
+            step = time_steps(model, inputs, reps)
         h.profile = True
         h.timings()
         t0 = time.perf_counter()
@@ -175,6 +192,8 @@ def case(model, inputs, method, backend, reps, kw):
         wall = (time.perf_counter() - t0) * 1e3
         prof = h.timings()
         prof["profiled_step"] = wall
+        if cmp is not None:
+            prof["compiled_vs_eager"] = cmp
         facts = {"dense_layers": sorted(h.dense_layers), "layers": len(h.layers)}
         return step, prof, facts
     finally:
@@ -219,6 +238,8 @@ def main():
     ap.add_argument("--methods", default="vsa,sta,svg")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="time every case's steps through torch.compile(model), dense too")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="cut-down configs on the CPU (no GPU)")
     a = ap.parse_args()
@@ -239,10 +260,11 @@ def main():
                   file=sys.stderr)
             return 2
     t0 = time.time()
-    dense_ms, dprof, facts = case(model, inputs, None, None, a.reps, {})
+    out["compiled"] = a.compile
+    dense_ms, dprof, facts = case(model, inputs, None, None, a.reps, {}, a.compile)
     out["tokens"] = facts
-    print(f"dense: {dense_ms:.1f} ms/step, attention {dprof.get('attention', 0):.1f} ms "
-          f"({time.time() - t0:.0f} s)", flush=True)
+    out["dense_profile"] = dprof
+    print(f"dense: {dense_ms:.1f} ms/step, {dprof} ({time.time() - t0:.0f} s)", flush=True)
     rows.append(("dense (cuDNN SDPA)", 1.0, dense_ms, dprof.get("attention", 0.0), 0.0, 0.0, STEPS,
                  STEPS * dense_ms))
     for method in methods:
@@ -257,7 +279,7 @@ def main():
         for backend in ["tessera"] + ([] if a.no_flex else ["flex"]):
             t1 = time.time()
             try:
-                ms, prof, facts = case(model, inputs, method, backend, a.reps, kw)
+                ms, prof, facts = case(model, inputs, method, backend, a.reps, kw, a.compile)
             except Exception as e:
                 print(f"{backend} {method}: FAILED {type(e).__name__}: {e}", flush=True)
                 ok = False
@@ -280,6 +302,8 @@ def main():
                   f"{worst:.2e} ({'ok' if good else 'FAIL'}, tol {TOL})", flush=True)
     out["dense_step_ms"] = dense_ms
     print()
+    if a.compile:
+        print("steps timed through torch.compile(model), every case")
     print(f"| {name} case | density | step ms | attention ms (share) | mask ms | flex BlockMask ms "
           f"| dense warm-up | 50 steps s | vs dense |")
     print("|---|---|---|---|---|---|---|---|---|")
