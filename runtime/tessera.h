@@ -778,7 +778,7 @@ tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const t
 
 /* ---- Mask producers on the GPU (runtime/produce.c, templates/produce_gpu.cuh) */
 
-/* The fused stages of tessera.methods' producers (issue 16): tile means of
+/* The fused stages of tessera.methods' producers: tile means of
  * q or k over a 3-D token grid, and pooled scores with the corpus's top-k or
  * CDF rule, each one launch on the caller's stream: no allocation, no
  * synchronisation (a CUDA graph captures them).  Pointers are CUdeviceptrs
