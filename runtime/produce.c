@@ -237,10 +237,15 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
   f64 = a->dtype == TSR_DT_F64;
   esz = f64 ? 8 : 4;
-  /* rows of a CTA: as many as its shared memory holds, up to 16 */
+  /* rows of a CTA: as many as its shared memory holds, up to a->rows or,
+   * automatic, 12 for top-k and 8 for the CDF rule: on the H200 at Wan 480p
+   * those beat 16 (VSA's 624-block rows: 0.203 ms against 0.228; SpargeAttn's
+   * 256 x 512: 0.063 against 0.085; notes/producers-2026-12-02.md), as more
+   * CTAs fill the 132 multiprocessors */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   rows = smem / ((a->dim + a->nk) * esz);
-  if (rows > (a->rows ? a->rows : PR_MAX_ROWS)) rows = a->rows ? a->rows : PR_MAX_ROWS;
+  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 12 : 8))
+    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 12 : 8;
   if (rows > a->nq) rows = a->nq;
   if (rows < 1)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,

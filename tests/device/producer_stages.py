@@ -101,7 +101,7 @@ def vsa_stages(q, k, grid, reps, bw, t1):
           2 * pooled + scores // 4, 1, bw, t1)
     stage("vsa", "total, fused", lambda: M.vsa(q, k, grid, 0.875), reps, 2 * qb, 3, bw, t1)
     want = M._topk_scores(fq, fk, sc, kk)
-    for rows in (4, 8, 12):  # the select kernel's rows a CTA (default 16)
+    for rows in (4, 8, 16):  # the select kernel's rows a CTA (automatic: 12 for top-k)
         M._produce.ROWS = rows
         stage("vsa", f"  select with {rows} rows a CTA", lambda: M._topk_scores(fq, fk, sc, kk), reps,
               2 * pooled + scores // 4, 1, bw, t1,
@@ -139,7 +139,7 @@ def sparge_stages(q, k, grid, reps, bw, t1):
           b * h * fq.shape[2] * fk.shape[2], 1, bw, t1)
     stage("sparge", "total, fused", lambda: M.sparge(q, k, grid, 0.95), reps, 2 * qb, 3, bw, t1)
     want = M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1)
-    for rows in (2, 4, 8):
+    for rows in (2, 4, 16):  # automatic: 8 for the CDF rule
         M._produce.ROWS = rows
         stage("sparge", f"  select with {rows} rows a CTA",
               lambda: M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1), reps,
