@@ -803,9 +803,9 @@ typedef struct {
 tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err);
 
 typedef enum {
-  TSR_SELECT_TOPK, /* the k largest of each row, ties to the lower index (tsr_corpus_topk) */
+  TSR_SELECT_TOPK, /* the k largest of each row, ties to the lower index (the corpus's top-k) */
   TSR_SELECT_CDF   /* the fewest, in decreasing order, whose sum reaches tau of the row's, at
-                      least min_keep (tsr_corpus_cdf) */
+                      least min_keep (the corpus's CDF rule) */
 } tsr_select_rule;
 typedef struct {
   uint64_t pq, pk;             /* contiguous [batch, heads, nq, dim], [batch, kv_heads, nk, dim] */
