@@ -290,9 +290,12 @@ def tile_order(grid, tile, device="cpu"):
     it.  Built by device ops and cached per (grid, tile, device)."""
     grid, tile = tuple(int(g) for g in grid), tuple(int(t) for t in tile)
     dev = torch.device(device)
-    lens = [_segments(n, s) for n, s in zip(grid, tile)]
-    raster = [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
-    rank = sorted(range(len(raster)), key=lambda i: -raster[i])
+    def ranked():
+        lens = [_segments(n, s) for n, s in zip(grid, tile)]
+        raster = [a * b * c for a in lens[0] for b in lens[1] for c in lens[2]]
+        rank = sorted(range(len(raster)), key=lambda i: -raster[i])
+        return rank, [raster[i] for i in rank]
+    rank, sizes = _cached(("tile-sizes", grid, tile), ranked)
 
     def build():
         ax = []
@@ -313,7 +316,7 @@ def tile_order(grid, tile, device="cpu"):
         order = TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile)
         order.tiles = r
         return order
-    return _cached(("tiles", grid, tile, str(dev)), build), [raster[i] for i in rank]
+    return _cached(("tiles", grid, tile, str(dev)), build), list(sizes)
 
 
 # ---- pooling -------------------------------------------------------------
