@@ -93,12 +93,15 @@ tsr_status tsr_producer_create(tsr_context *ctx, tsr_producer **out, tsr_error *
   if (!ctx->pctx)
     return tsr_error_set(err, TSR_ERR_NO_DEVICE, "producer: the context has no device (host-only)");
   if (!(p = calloc(1, sizeof *p))) return tsr_error_set(err, TSR_ERR_NOMEM, "producer: out of memory");
+  /* held from here, so destroy() releases it on the failure paths too (a
+   * module loaded before load_functions failed used to release a context
+   * never retained) */
   p->ctx = ctx;
+  tsri_context_retain(ctx);
   if ((st = tsri_gpu_load_planner(ctx, &p->mod, err)) || (st = load_functions(p, err))) {
     tsr_producer_destroy(p);
     return st;
   }
-  tsri_context_retain(ctx);
   *out = p;
   return TSR_OK;
 }
@@ -108,7 +111,7 @@ void tsr_producer_destroy(tsr_producer *p)
   if (!p) return;
   if (p->mod && tsri_context_make_current(p->ctx, NULL) == TSR_OK)
     tsri_context_cu(p->ctx)->cuModuleUnload(p->mod);
-  if (p->mod) tsri_context_release(p->ctx);
+  tsri_context_release(p->ctx);
   free(p);
 }
 
