@@ -63,10 +63,11 @@ kernel, not a reformulation in torch ops, would bring under it.
 On CUDA tensors VSA and SpargeAttn now pool and apply their rule in
 libtessera's fused kernels (tessera.produce: one read of q and of k, then
 scores, softmax and top-k or CDF in one launch; FUSED = False keeps the
-torch path, the reference and the CPU's).  Measured 2026-12-02 in one run
-(notes/producers-2026-12-02.md): VSA 0.338 ms (10.5% of its attention)
-against the torch path's 0.564 ms, SpargeAttn 0.299 ms (3.7%) against
-0.457 ms.
+torch path, the reference and the CPU's).  Measured 2026-12-02, H200, one
+run of the merged kernels (notes/producers-2026-12-02.md): VSA 0.348 ms
+against the torch path's 0.573 ms (12.4% of its attention, 2.80 ms a layer
+after the whole-first cube order), SpargeAttn 0.224 ms (2.8%) against
+0.441 ms.
 XAttention is the exception: its antidiagonal scores are a matmul at
 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
 4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
