@@ -210,12 +210,18 @@ def variants(q, k, reps):
     return 0 if rel < 1e-5 else 1
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def shape_args(ap):
+    """The problem and repetition options this bench and producer_stages.py
+    share: Wan2.1-1.3B 480p by default."""
     ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--reps", type=int, default=20)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    shape_args(ap)
     ap.add_argument("--budget", type=float, default=0.05)
     ap.add_argument("--methods", default="vsa,sta,svg,radial,sparge,xattn")
     ap.add_argument("--variants", type=int, default=1,

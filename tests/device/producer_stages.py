@@ -28,7 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from methods_bench import rope_qk, timed  # noqa: E402
+from methods_bench import rope_qk, shape_args, timed  # noqa: E402
 
 from tessera import methods as M  # noqa: E402
 
@@ -310,10 +310,7 @@ def bf16_checks(q, k, grid):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=20)
+    shape_args(ap)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--methods", default="vsa,sparge,svg,xattn")
     ap.add_argument("--quick", action="store_true",
