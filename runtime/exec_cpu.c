@@ -17,11 +17,14 @@
  *
  * Precision FP8 (opts.precision, docs/fp8.md) emulates the device's FP8
  * kernels: the inputs rounded to the problem's dtype (what the device
- * holds), quantized by fp8.c, the scores (q8 . k8) * (sq * sk) on int8 q8
- * and k8 (their integer dot products are exact in float32, as the
- * device's s32 accumulators), the P V
- * product on p8 = e4m3(p * 256) and v8, O_acc scaled by sv_c / 256 before
- * the division by l (so partial slots and merges are the native ones).  A
+ * holds), quantized by fp8.c, the base-2 scores acc * c on the int8 dot
+ * products acc = q8 . k8 (exact in float32, as the device's s32
+ * accumulators) with the folded factor c = (sq * sk) * scale_log2, the
+ * kernel's one FFMA p' = exp2((BIAS + acc) * c + fma(-BIAS, c, 8 - m)) =
+ * 256 p (templates/attn_sm90_fp8.cuh, tsr_f8_softmax), the P V product on
+ * p8 = e4m3(p') and v8, l summing p' and divided by 256 at the end, O_acc
+ * scaled by sv_c / 256 before the division by l (so partial slots and
+ * merges are the native ones).  A
  * head the fallback rule marks runs the native arithmetic on the rounded
  * inputs, as the device runs it in its own dtype.
  *
@@ -81,6 +84,7 @@ typedef struct {
   float *o, *lse;
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
+  float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
@@ -149,9 +153,14 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           float dot = 0.0f;
           for (d = 0; d < D; d++)
             dot += qr[d] * kr[d];
-          if (f8) /* dequantize: the row's Q chunk scale times the key's K chunk scale */
-            dot *= f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK];
-          x->s[c] = dot * x->scale_log2;
+          if (f8) { /* the row's Q chunk scale, the key's K chunk scale, folded */
+            const float cf = f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK] * x->scale_log2;
+            x->t[c] = TSR_FP8_BIAS + dot; /* exact: |dot| < 2^22 */
+            x->cf[c] = cf;
+            x->s[c] = dot * cf;
+          } else {
+            x->s[c] = dot * x->scale_log2;
+          }
           any = 1;
           if (x->s[c] > mx) /* skips NaN, as fmaxf; the NaN reaches l below */
             mx = x->s[c];
@@ -171,11 +180,13 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
         ar[d] *= alpha;
       for (c = 0; c < nc; c++) {
         if (x->on[c]) {
-          float pr = exp2f(x->s[c] - msafe);
+          /* fp8: p' = 256 p in the kernel's one FFMA (the header) */
+          float pr = f8 ? exp2f(fmaf(x->t[c], x->cf[c], fmaf(-TSR_FP8_BIAS, x->cf[c], 8.0f - msafe)))
+                        : exp2f(x->s[c] - msafe);
           const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
-          x->l[rr] += pr; /* l sums the unquantized p */
+          x->l[rr] += pr; /* l sums the unquantized p (fp8: p') */
           if (f8)
-            pr = tsri_fp8_e4m3(pr * TSR_FP8_P_SCALE);
+            pr = tsri_fp8_e4m3(pr);
           for (d = 0; d < D; d++)
             ar[d] += pr * vr[d];
         }
@@ -184,10 +195,12 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
     }
   }
 
-  if (f8) /* O_acc * (sv_c / 256): what the native accumulator holds */
-    for (rr = 0; rr < nr; rr++)
+  if (f8) /* O_acc * (sv_c / 256) and l / 256: what the native accumulators hold */
+    for (rr = 0; rr < nr; rr++) {
+      x->l[rr] *= 1.0f / TSR_FP8_P_SCALE;
       for (d = 0; d < D; d++)
         x->acc[rr * D + d] *= f.sv[d] * (1.0f / TSR_FP8_P_SCALE);
+    }
   for (rr = 0; rr < nr; rr++) {
     const float *ar = x->acc + rr * D;
     float lv = x->l[rr], mv = x->m[rr];
@@ -326,7 +339,9 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.acc = malloc((size_t)(pl->tile_m * D) * sizeof(float));
   x.m = malloc((size_t)pl->tile_m * sizeof(float));
   x.l = malloc((size_t)pl->tile_m * sizeof(float));
-  x.s = malloc((size_t)pl->tile_n * sizeof(float));
+  x.s = malloc((size_t)pl->tile_n * 3 * sizeof(float));
+  x.t = x.s ? x.s + pl->tile_n : NULL;
+  x.cf = x.s ? x.s + 2 * pl->tile_n : NULL;
   x.on = malloc((size_t)pl->tile_n);
   x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||

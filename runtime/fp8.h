@@ -16,6 +16,9 @@
 #define TSR_FP8_P_SCALE 256.0f /* p in [0, 1] is quantized as e4m3(p * 256) */
 #define TSR_FP8_CHUNK 64       /* tokens of one Q or K scale */
 #define TSR_FP8_I8_MAX 127.0f  /* int8 Q and K: symmetric, +-127 */
+/* 2^23 + 2^22: the kernel reads its s32 sum acc as the float BIAS + acc
+ * (exact while |acc| < 2^22) and folds the bias into the exp2's FFMA */
+#define TSR_FP8_BIAS 12582912.0f
 
 /* OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no
  * infinity): x rounded to the nearest e4m3 value, ties to even, values

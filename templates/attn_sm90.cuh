@@ -89,6 +89,13 @@
  * off where they skip independently. */
 #define TSR_SM90_PINGPONG (TSR_HEAD_DIM == 64 && !TSR_SM90_SKIP ? 2 : 0)
 #endif
+/* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
+ * overlap): measured slower on every bf16 variant with two stages
+ * (notes/sm90-64x64-2026-12-02.md), so off unless a variant's measurement
+ * says otherwise (issue 18). */
+#ifndef TSR_SM90_PVPIN
+#define TSR_SM90_PVPIN 0
+#endif
 #if TSR_SM90_SKIP && TSR_SM90_PINGPONG
 #error "attn_sm90.cuh: the consumer ping-pong needs both warpgroups on every tile (no skipping)"
 #endif
@@ -798,7 +805,7 @@ static __device__ __forceinline__ bool last_active(int u, const int &nt) { retur
  * as it did into the lambdas these were: the generated code stays the same. */
 
 /* Once S_u is in (both tile steps): K_u's stage sk goes back, and Q's once
- * u is the warpgroup's last active tile; then S_u is scaled (FP8), masked
+ * u is the warpgroup's last active tile; then S_u is biased (FP8: t = BIAS + acc), masked
  * and the softmax updates m, l and a. */
 static __device__ __forceinline__ void scores_in(
     const tsr_kernel_params &p, int u, const int &sk, const tsr_tile_rec &tr, const tsr_u32 &bars,
@@ -811,10 +818,13 @@ static __device__ __forceinline__ void scores_in(
     q_held = false;
   }
 #if TSR_FP8
-  tsr_f8_scale_scores(s, si, f0, f1);
-#endif
+  tsr_f8_bias_scores(s, si);
+  tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
+  tsr_f8_softmax(s, f0, f1, m0, m1, l0, l1, a0, a1);
+#else
   tsr_mask_tile(s, p, tr, seg0, seg1, t, sel0, sel1);
   tsr_softmax(s, p.scale_log2, m0, m1, l0, l1, a0, a1);
+#endif
 }
 
 /* S = Q K_u^T, mask and softmax with nothing pending; u becomes the
@@ -882,10 +892,22 @@ static __device__ __forceinline__ void next_tile_end(
   TSR_FENCE_SACC();
   scores_in(p, u, sn, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
+#if TSR_SM90_PVPIN
+  /* Without a pin ptxas moves the wait below (and the arrival after it)
+   * ahead of the softmax, so the softmax overlaps no product of its own
+   * warpgroup (notes/sm90-64x64-2026-12-02.md).  dz is 0 at run time
+   * (seq_q > 0) but opaque to the compiler: a branch on it, never taken,
+   * and the barrier address taking it keep the wait and the arrival after
+   * the softmax. */
+  const tsr_u32 dz = ((tsr_u32)p.seq_q >> 31) & (__float_as_uint(l0) ^ __float_as_uint(l1));
+  if (dz) asm volatile("trap;");
+#else
+  const tsr_u32 dz = 0;
+#endif
   tsr_wg_wait<0>();
   tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
-  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st) + dz);
   pack_p(pf, s);
   st = sn;
   ph = phn;
@@ -925,6 +947,11 @@ static __device__ __forceinline__ void finish(const tsr_kernel_params &p, tsr_me
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 #if !TSR_MEMBERSHIP
   sel0 = sel1 = true; /* nt > 0 full tiles */
+#endif
+#if TSR_FP8
+  /* l summed p' = 256 p (tsr_f8_softmax); a power of two, exact */
+  l0 *= 1.0f / TSR_F8_P_SCALE;
+  l1 *= 1.0f / TSR_F8_P_SCALE;
 #endif
   /* Keys selected, every score -inf: the reference's exp(-inf - -inf)
    * is NaN, not the empty row's zeros. */

@@ -24,10 +24,16 @@
  *   V scale per (batch, kv head, channel c): amax_c over all tokens (fmaxf,
  *     skipping NaN), v8 = e4m3(v * (448 / amax_c)), sv_c = amax_c / 448
  *     (0: both 1).
- *   s = float(q8 . k8) * (sq * sk) (the s32 sum is below 2^24, exact in
- *     float), then the bf16 kernel's online softmax;
- *   p = exp2(s * scale_log2 - m) in fp32, l sums the fp32 p; the P V
- *   product takes p8 = e4m3(p * 256); O = O_acc * (sv_c / 256) / l.
+ *   The scales fold into one factor a (row, key chunk): c = (sq * sk) *
+ *     scale_log2, and the s32 sum acc into t = 2^23 + 2^22 + acc (exact in
+ *     float while |acc| < 2^22: one integer add on the accumulator's bits,
+ *     TSR_F8_BIAS).  The base-2 score is s = acc * c; the online softmax's
+ *     row max m is taken over s as the bf16 kernel's (max over t of a half
+ *     tile, then (t - BIAS) * c: the same float, c > 0).
+ *   p' = exp2(t * c + nK), nK = fma(-BIAS, c, 8 - m): one FFMA a score
+ *     computes 256 * exp2(s - m) (up to nK's one rounding, at most half a
+ *     unit of acc * c), the e4m3 operand p8 = e4m3(p') directly; l sums the
+ *     fp32 p' and is divided by 256 at the end; O = O_acc * (sv_c / 256) / l.
  *
  * ---- Buffers (runtime/gpu.c owns them, one set a plan, reused)
  *   q8  [B][Hq][Sq][D] int8, k8 [B][Hkv][Sk][D]: row-major, TMA maps
@@ -121,16 +127,17 @@ static __device__ __forceinline__ void tsr_f8_issue_pv(float *o, const tsr_u32 *
   }
 }
 
-/* The score factors of key tile `k_tile` for rows whose Q scale is sqv:
- * f0 for its first 64 keys, f1 for the next 64 (BN 128); chunks past the
- * last one (keys past seq_k, masked anyway) reuse the last scale. */
+/* The folded score factors c = (sq * sk) * scale_log2 of key tile
+ * `k_tile` for rows whose Q scale is sqv: c0 for its first 64 keys, c1 for
+ * the next 64 (BN 128); chunks past the last one (keys past seq_k, masked
+ * anyway) reuse the last scale. */
 static __device__ __forceinline__ void tsr_f8_key_factors(const tsr_kernel_params &p, int bh_kv, int k_tile,
                                                           float sqv, float &f0, float &f1) {
   const int nkc = (p.seq_k + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
   const float *sk = (const float *)p.k + (tsr_i64)bh_kv * nkc;
   const int c0 = k_tile * (TSR_BN / TSR_F8_CHUNK);
-  f0 = sqv * __ldg(sk + (c0 < nkc ? c0 : nkc - 1));
-  f1 = TSR_BN == 128 ? sqv * __ldg(sk + (c0 + 1 < nkc ? c0 + 1 : nkc - 1)) : f0;
+  f0 = sqv * __ldg(sk + (c0 < nkc ? c0 : nkc - 1)) * p.scale_log2;
+  f1 = TSR_BN == 128 ? sqv * __ldg(sk + (c0 + 1 < nkc ? c0 + 1 : nkc - 1)) * p.scale_log2 : f0;
 }
 
 /* The Q scale of this warpgroup's 64 rows (local rows from row0 on). */
@@ -140,35 +147,91 @@ static __device__ __forceinline__ float tsr_f8_row_scale(const tsr_kernel_params
   return __ldg((const float *)p.q + ((tsr_i64)mb.batch * p.heads_q + mb.head) * nqc + (ch < nqc ? ch : nqc - 1));
 }
 
-/* s = float(acc) * (sq * sk): columns 8j + 2t + e lie in key chunk
- * (8j) / 64.  float(acc) without a conversion instruction (I2FP, one per
- * score beside the softmax's MUFU.EX2): acc + 0x4B400000 read as a float
- * is 2^23 + 2^22 + acc, exactly, while |acc| < 2^22 (here at most
- * 127 * 127 * D = 2064512), so subtracting 2^23 + 2^22 leaves acc exactly:
- * an integer add and a float add, both full-rate. */
-static __device__ __forceinline__ void tsr_f8_scale_scores(float *s, const tsr_u32 *si, float f0, float f1) {
+/* t = TSR_F8_BIAS + acc as a float, without a conversion instruction
+ * (I2FP, one per score beside the softmax's MUFU.EX2): acc + 0x4B400000
+ * read as a float is 2^23 + 2^22 + acc, exactly, while |acc| < 2^22 (here
+ * at most 127 * 127 * D = 2064512): one integer add a score.  The scale
+ * factors and the bias go into the softmax's one FFMA (tsr_f8_softmax). */
+#define TSR_F8_BIAS 12582912.0f
+static __device__ __forceinline__ void tsr_f8_bias_scores(float *s, const tsr_u32 *si) {
   static_assert(127 * 127 * TSR_HEAD_DIM < (1 << 22), "int8 Q K^T sums must stay below 2^22");
 #pragma unroll
-  for (int j = 0; j < TSR_BN / 8; ++j) {
-    const float f = 8 * j < TSR_F8_CHUNK ? f0 : f1;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      s[4 * j + e] = (__int_as_float((int)(si[4 * j + e] + 0x4B400000u)) - 12582912.0f) * f;
-  }
+  for (int i = 0; i < TSR_BN / 2; ++i) s[i] = __int_as_float((int)(si[i] + 0x4B400000u));
 }
 
-/* p (fp32 accumulator layout) to the e4m3 A fragments of the P V product:
- * fragment 4kk + {0, 1, 2, 3} = rows g / g+8 of keys 32kk + {0..15, 16..31},
- * each thread's own keys in tsr_f8_slot order (no data moves between lanes). */
+/* exp2 of one FP8 score (x <= 8): MUFU.EX2. */
+static __device__ __forceinline__ float tsr_f8_exp2(float x, int j) {
+  (void)j;
+  return tsr_ex2(x);
+}
+
+/* Max of the 16 scores s[4j + 2e + {0, 1}], j in [j0, j0 + 8) (one 64-key
+ * half of row e), as a tree of depth 4, not a chain of 16 dependent FMNMX;
+ * written out, because an array here ended in local memory. */
+static __device__ __forceinline__ float tsr_f8_rowmax(const float *s, int j0, int e) {
+#define TSR_F8_M2(j) fmaxf(s[4 * (j0 + (j)) + 2 * e], s[4 * (j0 + (j)) + 2 * e + 1])
+  return fmaxf(fmaxf(fmaxf(TSR_F8_M2(0), TSR_F8_M2(1)), fmaxf(TSR_F8_M2(2), TSR_F8_M2(3))),
+               fmaxf(fmaxf(TSR_F8_M2(4), TSR_F8_M2(5)), fmaxf(TSR_F8_M2(6), TSR_F8_M2(7))));
+#undef TSR_F8_M2
+}
+
+/* The online softmax step of the FP8 kernel on this thread's two rows
+ * (tsr_softmax's contract; s holds t = BIAS + acc, masked to -inf): c0, c1
+ * are the folded factors of the tile's two 64-key halves (equal at BN 64).
+ * Leaves p' = 256 p in s, so the e4m3 pack needs no multiply, and adds p'
+ * into l (finish divides by 256). */
+static __device__ __forceinline__ void tsr_f8_softmax(float *s, float c0, float c1, float &m0, float &m1,
+                                                      float &l0, float &l1, float &a0, float &a1) {
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  float x0 = (tsr_f8_rowmax(s, 0, 0) - TSR_F8_BIAS) * c0;
+  float x1 = (tsr_f8_rowmax(s, 0, 1) - TSR_F8_BIAS) * c0;
+#if TSR_BN == 128
+  x0 = fmaxf(x0, (tsr_f8_rowmax(s, 8, 0) - TSR_F8_BIAS) * c1);
+  x1 = fmaxf(x1, (tsr_f8_rowmax(s, 8, 1) - TSR_F8_BIAS) * c1);
+#endif
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+  const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+  /* as tsr_softmax: a row with nothing selected so far keeps m = -inf and
+   * exponentiates against 0 */
+  const float u0 = n0 == NEG_INF ? 0.f : n0, u1 = n1 == NEG_INF ? 0.f : n1;
+  a0 = tsr_ex2(m0 - u0);
+  a1 = tsr_ex2(m1 - u1);
+  m0 = n0;
+  m1 = n1;
+  const float P8 = 8.0f; /* log2 TSR_F8_P_SCALE */
+  const float k00 = fmaf(-TSR_F8_BIAS, c0, P8 - u0), k10 = fmaf(-TSR_F8_BIAS, c0, P8 - u1);
+  const float k01 = fmaf(-TSR_F8_BIAS, c1, P8 - u0), k11 = fmaf(-TSR_F8_BIAS, c1, P8 - u1);
+  float r0 = 0.f, r1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 8; ++j) {
+    const bool h = 8 * j >= TSR_F8_CHUNK;
+    const float c = h ? c1 : c0, k0 = h ? k01 : k00, k1 = h ? k11 : k10;
+    s[4 * j] = tsr_f8_exp2(fmaf(s[4 * j], c, k0), j);
+    s[4 * j + 1] = tsr_f8_exp2(fmaf(s[4 * j + 1], c, k0), j);
+    s[4 * j + 2] = tsr_f8_exp2(fmaf(s[4 * j + 2], c, k1), j);
+    s[4 * j + 3] = tsr_f8_exp2(fmaf(s[4 * j + 3], c, k1), j);
+    r0 += s[4 * j] + s[4 * j + 1];
+    r1 += s[4 * j + 2] + s[4 * j + 3];
+  }
+  l0 = l0 * a0 + r0;
+  l1 = l1 * a1 + r1;
+}
+
+/* p' = 256 p (fp32 accumulator layout, tsr_f8_softmax) to the e4m3 A
+ * fragments of the P V product: fragment 4kk + {0, 1, 2, 3} = rows g / g+8
+ * of keys 32kk + {0..15, 16..31}, each thread's own keys in tsr_f8_slot
+ * order (no data moves between lanes). */
 static __device__ __forceinline__ void tsr_f8_pack_p(tsr_u32 *pf, const float *s) {
-  const float k = TSR_F8_P_SCALE;
 #pragma unroll
   for (int kk = 0; kk < TSR_BN / 32; ++kk) {
     const float *x = s + 16 * kk; /* blocks j = 4kk .. 4kk + 3, 4 floats each */
-    pf[4 * kk + 0] = tsr_e4m3x4(x[0] * k, x[1] * k, x[4] * k, x[5] * k);
-    pf[4 * kk + 1] = tsr_e4m3x4(x[2] * k, x[3] * k, x[6] * k, x[7] * k);
-    pf[4 * kk + 2] = tsr_e4m3x4(x[8] * k, x[9] * k, x[12] * k, x[13] * k);
-    pf[4 * kk + 3] = tsr_e4m3x4(x[10] * k, x[11] * k, x[14] * k, x[15] * k);
+    pf[4 * kk + 0] = tsr_e4m3x4(x[0], x[1], x[4], x[5]);
+    pf[4 * kk + 1] = tsr_e4m3x4(x[2], x[3], x[6], x[7]);
+    pf[4 * kk + 2] = tsr_e4m3x4(x[8], x[9], x[12], x[13]);
+    pf[4 * kk + 3] = tsr_e4m3x4(x[10], x[11], x[14], x[15]);
   }
 }
 
