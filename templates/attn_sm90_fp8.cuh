@@ -159,8 +159,24 @@ static __device__ __forceinline__ void tsr_f8_bias_scores(float *s, const tsr_u3
   for (int i = 0; i < TSR_BN / 2; ++i) s[i] = __int_as_float((int)(si[i] + 0x4B400000u));
 }
 
-/* exp2 of one FP8 score (x <= 8): MUFU.EX2. */
+/* exp2 of one FP8 score (x <= 8) in column group j: MUFU.EX2, or with
+ * TSR_F8_POLY = N for every N-th group on the FMA pipe (FA4's way): x
+ * rounded to n by the 1.5 * 2^23 trick, 2^f of f = x - n in [-1/2, 1/2]
+ * by a degree-3 polynomial (relative error 1.0e-4, exact 1 at f = 0), n
+ * added into the exponent bits; x clamped at -126, so -inf gives 2^-126. */
+#ifndef TSR_F8_POLY
+#define TSR_F8_POLY 0
+#endif
 static __device__ __forceinline__ float tsr_f8_exp2(float x, int j) {
+#if TSR_F8_POLY
+  if (j % TSR_F8_POLY == TSR_F8_POLY - 1) {
+    const float xc = fmaxf(x, -126.f);
+    const float xr = __fadd_rn(xc, 12582912.f);
+    const float f = __fsub_rn(xc, __fsub_rn(xr, 12582912.f));
+    const float q = fmaf(fmaf(fmaf(0.05500901f, f, 0.24221104f), f, 0.6932829f), f, 1.0f);
+    return __int_as_float(__float_as_int(q) + (__float_as_int(xr) << 23));
+  }
+#endif
   (void)j;
   return tsr_ex2(x);
 }

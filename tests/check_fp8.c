@@ -642,7 +642,7 @@ START_TEST(test_emulation_independent)
       for (t = 0; t < Sq; t++) {
         const uint8_t *row = bits + ((b * Hq + h) * nq + t / 64) * nk;
         const float *got = (const float *)eo.data + qo + t * D;
-        float s[128], mx = -INFINITY, l = 0, acc[128];
+        float s[128], tb[128], cf[128], mx = -INFINITY, l = 0, acc[128];
         int any = 0;
         for (j = 0; j < Sk; j++) {
           float dot = 0;
@@ -650,7 +650,11 @@ START_TEST(test_emulation_independent)
             continue;
           for (d = 0; d < D; d++)
             dot += q8[t * D + d] * k8[j * D + d];
-          s[j] = dot * (sq[t / 64] * sk[j / 64]) * sl2;
+          /* one folded factor c = (sq * sk) * scale_log2, the s32 sum biased
+           * by 2^23 + 2^22 (docs/fp8.md) */
+          cf[j] = sq[t / 64] * sk[j / 64] * sl2;
+          tb[j] = 12582912.0f + dot;
+          s[j] = dot * cf[j];
           mx = s[j] > mx ? s[j] : mx;
           any = 1;
         }
@@ -660,9 +664,10 @@ START_TEST(test_emulation_independent)
           float pj, p8;
           if (!row[j / 64])
             continue;
-          pj = exp2f(s[j] - mx);
-          l += pj;
-          p8 = ref_e4m3(pj * 256.0f);
+          /* p' = 256 p in one FMA: exp2(t c - (2^23 + 2^22) c + 8 - m) */
+          pj = exp2f(fmaf(tb[j], cf[j], fmaf(-12582912.0f, cf[j], 8.0f - mx)));
+          l += pj / 256.0f;
+          p8 = ref_e4m3(pj);
           for (d = 0; d < D; d++)
             acc[d] += p8 * v8[j * D + d];
         }

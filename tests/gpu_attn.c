@@ -29,7 +29,8 @@
  * reaches those rows through the tensor-core product (0 * NaN), the one
  * known exception runtime/ref.c documents; empty rows must stay zeros.
  *
- *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts] [--seed N] [--only PREFIX]
+ *   gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts | --fp8-ab DIR[,DIR...]]
+ *            [--seed N] [--only PREFIX]
  *   --quick: a subset, for the sanitizers; --bench: time every variant on a
  *   Wan2.1-sized problem (no correctness check); --bench-all: the same for
  *   head dims 128 and 64, bf16 and fp16, blocks 128 and 64 (and 128 x 128
@@ -37,7 +38,9 @@
  *   cases, and only they (the default run leaves them out; issue 18, see
  *   fp8_cases); --fp8-bench: FP8 against bf16 on
  *   the same plans, request time including the quantization; --fp8-parts:
- *   the same, and each kernel of each launch timed alone (time_parts).
+ *   the same, and each kernel of each launch timed alone (time_parts);
+ *   --fp8-ab: FP8 request time of several kernel bundles side by side in
+ *   one process (fp8_ab).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -1856,6 +1859,167 @@ static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int pa
   return fails;
 }
 
+/* ---- --fp8-ab DIR[,DIR...]: FP8 request time of several bundles, alternated ----
+ *
+ * The kernel A/B of issue 18: one process, the same tensors and masks, the
+ * same library; bf16 on the main context's bundle, FP8 once per bundle
+ * named (each in its own context; the first is the baseline).  Problems as
+ * --fp8-bench's (random q, k, v in [-1, 1), BSHD bf16, D 128, random block
+ * masks planned on tiles of the block): 32760 x 12 and 75600 x 40, blocks
+ * 128x128 and 128x64 (and 64x64 where every bundle serves it) at 10% and
+ * 25%.  Request time (quantization included): per configuration the median
+ * of 3 rounds x reps event-timed launches, the rounds interleaved across
+ * configurations so that drift hits them alike.  Also the cosine of each
+ * FP8 output with the bf16 one (its first 2^22 elements: the first tokens
+ * of every head): a broken kernel shows there, correctness is --fp8's job. */
+#define AB_MAX 8
+static int fp8_ab_shape(tsr_context **cx, int nb, const char **lab, const tsr_cu *cu, CUstream stream,
+                        const tsr_gpu_tensors *t, CUdeviceptr dout, int S, int H, int bq, int bk, double dens,
+                        int reps)
+{
+  const int D = 128, nq = (S + bq - 1) / bq, nk = (S + bk - 1) / bk, nc = nb + 1, R = 3;
+  const size_t n = (size_t)S * H * D, ns = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;
+  uint8_t *bits = malloc((size_t)H * nq * nk);
+  uint16_t *o_ref = malloc(ns * 2), *o_x = malloc(ns * 2);
+  tsr_plan *pl[AB_MAX + 1] = { NULL };
+  float *ms = malloc(sizeof(float) * (size_t)nc * R * reps);
+  double pairs, med[AB_MAX + 1], cosv[AB_MAX + 1];
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tsr_problem pr;
+  tsr_error err;
+  CUevent e0, e1;
+  int c, r, k, fails = 0;
+  size_t i;
+  tsr_error_clear(&err);
+  if ((pairs = bench_mask(S, H, D, TSR_DT_BF16, bq, bk, dens, bits, &pr, &g, &m, &err)) < 0) {
+    printf("fp8-ab: %s  FAIL\n", err.text);
+    return 1;
+  }
+  for (c = 0; c < nc; c++) {
+    tsr_plan_opts o;
+    tsr_plan_opts_init(&o);
+    o.tile_m = bq;
+    o.tile_n = bk;
+    o.precision = c ? TSR_PREC_FP8 : TSR_PREC_NATIVE;
+    o.arch = tsri_context_arch(cx[c]);
+    o.num_sms = tsri_context_num_sms(cx[c]);
+    if (tsr_plan_create(&pr, m, &o, &pl[c], &err) != TSR_OK || tsr_gpu_upload(cx[c], pl[c], &err) != TSR_OK) {
+      printf("fp8-ab: S=%d %dx%d %.2f %s: %s  (skipped)\n", S, bq, bk, dens, lab[c], err.text);
+      for (k = 0; k <= c; k++) tsr_plan_destroy(pl[k]);
+      tsr_mask_destroy(m);
+      tsr_geom_destroy(g);
+      free(bits); free(o_ref); free(o_x); free(ms);
+      return 0;
+    }
+  }
+  CK(cu->cuEventCreate(&e0, 0));
+  CK(cu->cuEventCreate(&e1, 0));
+  for (r = 0; r < R; r++)
+    for (c = 0; c < nc; c++) {
+      tsr_gpu_launch(cx[c], pl[c], t, stream, &err); /* warm-up */
+      for (k = 0; k < reps && !err.status; k++) {
+        float *x = &ms[((size_t)c * R + r) * reps + k];
+        CK(cu->cuEventRecord(e0, stream));
+        tsr_gpu_launch(cx[c], pl[c], t, stream, &err);
+        CK(cu->cuEventRecord(e1, stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(x, e0, e1));
+      }
+      if (err.status) {
+        printf("fp8-ab: launch %s (%s): %s  FAIL\n", pl[c]->variant, lab[c], err.text);
+        return fails + 1;
+      }
+      if (r == R - 1) { /* the last round's output: cosine with bf16's */
+        uint16_t *dst = c ? o_x : o_ref;
+        double gg = 0, rr = 0, gr = 0;
+        CK(cu->cuMemcpyDtoH(dst, dout, ns * 2));
+        for (i = 0; i < ns && c; i++) {
+          double a = bf2f(o_x[i]), b = bf2f(o_ref[i]);
+          gg += a * a; rr += b * b; gr += a * b;
+        }
+        cosv[c] = gg > 0 && rr > 0 ? gr / sqrt(gg * rr) : 0.0;
+      }
+    }
+  for (c = 0; c < nc; c++) {
+    qsort(&ms[(size_t)c * R * reps], (size_t)R * reps, sizeof *ms, cmp_float);
+    med[c] = ms[(size_t)c * R * reps + (size_t)R * reps / 2];
+  }
+  printf("fp8-ab: S=%-6d H=%-2d %3dx%-3d %.2f  bf16 %8.3f ms %6.1f TF (%s)\n", S, H, bq, bk, dens, med[0],
+         4.0 * pairs * D / (med[0] * 1e-3) / 1e12, pl[0]->variant);
+  for (c = 1; c < nc; c++) {
+    printf("fp8-ab: S=%-6d H=%-2d %3dx%-3d %.2f  %-10s %8.3f ms %6.1f TF  vs bf16 %.3fx  vs %s %.3fx  cos %.5f (%s)\n",
+           S, H, bq, bk, dens, lab[c], med[c], 4.0 * pairs * D / (med[c] * 1e-3) / 1e12, med[0] / med[c], lab[1],
+           med[1] / med[c], cosv[c], pl[c]->variant);
+    if (!(cosv[c] > 0.99)) {
+      printf("fp8-ab: %s: cosine %.5f with bf16  FAIL\n", lab[c], cosv[c]);
+      fails++;
+    }
+  }
+  fflush(stdout); /* the lines so far survive a timeout */
+  cu->cuEventDestroy(e0);
+  cu->cuEventDestroy(e1);
+  for (c = 0; c < nc; c++) tsr_plan_destroy(pl[c]);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+  free(bits); free(o_ref); free(o_x); free(ms);
+  return fails;
+}
+
+static int fp8_ab(tsr_context *ctx, const tsr_cu *cu, CUstream stream, char *list)
+{
+  static const int blk[3][2] = { { 128, 128 }, { 128, 64 }, { 64, 64 } };
+  static const double dens[2] = { 0.10, 0.25 };
+  tsr_context *cx[AB_MAX + 1] = { ctx };
+  const char *lab[AB_MAX + 1] = { "bf16" };
+  char *tok, *save = NULL;
+  int nb = 0, si, bi, di, fails = 0;
+  for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    tsr_context_opts o;
+    tsr_error err;
+    const char *sl = strrchr(tok, '/');
+    if (nb == AB_MAX) {
+      fprintf(stderr, "gpu_attn: --fp8-ab takes at most %d bundles\n", AB_MAX);
+      return 1;
+    }
+    tsr_context_opts_init(&o);
+    o.bundle_dir = tok;
+    tsr_error_clear(&err);
+    if (tsr_context_create(&o, &cx[nb + 1], &err) != TSR_OK) {
+      fprintf(stderr, "gpu_attn: --fp8-ab bundle '%s': %s\n", tok, err.text);
+      return 1;
+    }
+    lab[++nb] = sl && sl[1] ? sl + 1 : tok;
+  }
+  for (si = 0; si < 2; si++) {
+    const int S = si ? 75600 : 32760, H = si ? 40 : 12, D = 128;
+    const char *only = getenv("TSR_AB_TOKENS"); /* e.g. 32760: that size only */
+    const size_t n = (size_t)S * H * D, off = 7919 * (size_t)D;
+    uint16_t *host = malloc((n + 2 * off) * 2);
+    CUdeviceptr dq, dk, dv, dout;
+    tsr_gpu_tensors t;
+    size_t i;
+    if (only && *only && atoi(only) != S) continue;
+    /* one random buffer, q, k and v at different offsets of it */
+    for (i = 0; i < n + 2 * off; i++) host[i] = f2bf((float)(2 * urand() - 1));
+    CK(cu->cuMemAlloc(&dq, n * 2));
+    CK(cu->cuMemAlloc(&dk, n * 2));
+    CK(cu->cuMemAlloc(&dv, n * 2));
+    CK(cu->cuMemAlloc(&dout, n * 2));
+    CK(cu->cuMemcpyHtoD(dq, host, n * 2));
+    CK(cu->cuMemcpyHtoD(dk, host + off, n * 2));
+    CK(cu->cuMemcpyHtoD(dv, host + 2 * off, n * 2));
+    free(host);
+    bench_tensors(&t, dq, dk, dv, dout, S, H, D);
+    for (bi = 0; bi < 3; bi++)
+      for (di = 0; di < 2; di++)
+        fails += fp8_ab_shape(cx, nb, lab, cu, stream, &t, dout, S, H, blk[bi][0], blk[bi][1], dens[di], si ? 3 : 5);
+    cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
+  }
+  for (si = 1; si <= nb; si++) tsr_context_destroy(cx[si]);
+  return fails;
+}
+
 int main(int argc, char **argv)
 {
   tsr_context_opts o;
@@ -1868,6 +2032,7 @@ int main(int argc, char **argv)
   char dirbuf[4096];
   unsigned long seed = 20261129;
   int quick = 0, do_bench = 0, i, fails = 0, ran = 0;
+  char *ab_list = NULL;
   size_t ci;
 
   for (i = 1; i < argc; i++) {
@@ -1877,10 +2042,11 @@ int main(int argc, char **argv)
     else if (strcmp(argv[i], "--fp8-bench") == 0) do_bench = 3;
     else if (strcmp(argv[i], "--fp8-parts") == 0) do_bench = 4;
     else if (strcmp(argv[i], "--fp8") == 0) fp8_only = 1;
+    else if (strcmp(argv[i], "--fp8-ab") == 0 && i + 1 < argc) do_bench = 5, ab_list = argv[++i];
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts] [--seed N] [--only PREFIX]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts | --fp8-ab DIR[,DIR...]] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
@@ -1924,6 +2090,7 @@ int main(int argc, char **argv)
     static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
     int di, ti, bi;
     if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128);
+    else if (do_bench == 5) fails = fp8_ab(ctx, cu, stream, ab_list);
     else if (do_bench >= 3) fails = fp8_bench(ctx, cu, stream, do_bench == 4);
     else
       for (di = 0; di < 2; di++)
