@@ -19,7 +19,8 @@
  * kernels: the inputs rounded to the problem's dtype (what the device
  * holds), quantized by fp8.c, the base-2 scores acc * c on the int8 dot
  * products acc = q8 . k8 (exact in float32, as the device's s32
- * accumulators) with the folded factor c = (sq * sk) * scale_log2, the
+ * accumulators) with the folded factor c = (sq * sk) * scale_log2 (at
+ * least FLT_MIN, NaN kept), the
  * kernel's one FFMA p' = exp2((BIAS + acc) * c + fma(-BIAS, c, 8 - m)) =
  * 256 p (templates/attn_sm90_fp8.cuh, tsr_f8_softmax), the P V product on
  * p8 = e4m3(p') and v8, l summing p' and divided by 256 at the end, O_acc
@@ -32,6 +33,7 @@
  * `tessera run --backend cpu`, not for speed.  Memory: float32 copies of
  * q, k, v and the partial slots (n_slots x BM x (D + 2) floats).
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +156,8 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           for (d = 0; d < D; d++)
             dot += qr[d] * kr[d];
           if (f8) { /* the row's Q chunk scale, the key's K chunk scale, folded */
-            const float cf = f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK] * x->scale_log2;
+            float cf = f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK] * x->scale_log2;
+            cf = cf < FLT_MIN ? FLT_MIN : cf; /* as the kernel: an underflow to 0 would make -inf * 0 */
             x->t[c] = TSR_FP8_BIAS + dot; /* exact: |dot| < 2^22 */
             x->cf[c] = cf;
             x->s[c] = dot * cf;

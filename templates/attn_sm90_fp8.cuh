@@ -25,7 +25,7 @@
  *     skipping NaN), v8 = e4m3(v * (448 / amax_c)), sv_c = amax_c / 448
  *     (0: both 1).
  *   The scales fold into one factor a (row, key chunk): c = (sq * sk) *
- *     scale_log2, and the s32 sum acc into t = 2^23 + 2^22 + acc (exact in
+ *     scale_log2 (raised to 2^-126 if it underflows below, NaN kept), and the s32 sum acc into t = 2^23 + 2^22 + acc (exact in
  *     float while |acc| < 2^22: one integer add on the accumulator's bits,
  *     TSR_F8_BIAS).  The base-2 score is s = acc * c; the online softmax's
  *     row max m is taken over s as the bf16 kernel's (max over t of a half
@@ -130,14 +130,18 @@ static __device__ __forceinline__ void tsr_f8_issue_pv(float *o, const tsr_u32 *
 /* The folded score factors c = (sq * sk) * scale_log2 of key tile
  * `k_tile` for rows whose Q scale is sqv: c0 for its first 64 keys, c1 for
  * the next 64 (BN 128); chunks past the last one (keys past seq_k, masked
- * anyway) reuse the last scale. */
+ * anyway) reuse the last scale.  A product that underflows is raised to
+ * the smallest normal float (NaN stays NaN): a masked score is t = -inf,
+ * and -inf * 0 in the exp2's FFMA would be NaN where it must give 0; the
+ * scores of such chunks are below 2^22 * 2^-126 either way. */
+static __device__ __forceinline__ float tsr_f8_factor(float c) { return c < 1.17549435e-38f ? 1.17549435e-38f : c; }
 static __device__ __forceinline__ void tsr_f8_key_factors(const tsr_kernel_params &p, int bh_kv, int k_tile,
                                                           float sqv, float &f0, float &f1) {
   const int nkc = (p.seq_k + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
   const float *sk = (const float *)p.k + (tsr_i64)bh_kv * nkc;
   const int c0 = k_tile * (TSR_BN / TSR_F8_CHUNK);
-  f0 = sqv * __ldg(sk + (c0 < nkc ? c0 : nkc - 1)) * p.scale_log2;
-  f1 = TSR_BN == 128 ? sqv * __ldg(sk + (c0 + 1 < nkc ? c0 + 1 : nkc - 1)) * p.scale_log2 : f0;
+  f0 = tsr_f8_factor(sqv * __ldg(sk + (c0 < nkc ? c0 : nkc - 1)) * p.scale_log2);
+  f1 = TSR_BN == 128 ? tsr_f8_factor(sqv * __ldg(sk + (c0 + 1 < nkc ? c0 + 1 : nkc - 1)) * p.scale_log2) : f0;
 }
 
 /* The Q scale of this warpgroup's 64 rows (local rows from row0 on). */
@@ -157,28 +161,6 @@ static __device__ __forceinline__ void tsr_f8_bias_scores(float *s, const tsr_u3
   static_assert(127 * 127 * TSR_HEAD_DIM < (1 << 22), "int8 Q K^T sums must stay below 2^22");
 #pragma unroll
   for (int i = 0; i < TSR_BN / 2; ++i) s[i] = __int_as_float((int)(si[i] + 0x4B400000u));
-}
-
-/* exp2 of one FP8 score (x <= 8) in column group j: MUFU.EX2, or with
- * TSR_F8_POLY = N for every N-th group on the FMA pipe (FA4's way): x
- * rounded to n by the 1.5 * 2^23 trick, 2^f of f = x - n in [-1/2, 1/2]
- * by a degree-3 polynomial (relative error 1.0e-4, exact 1 at f = 0), n
- * added into the exponent bits; x clamped at -126, so -inf gives 2^-126. */
-#ifndef TSR_F8_POLY
-#define TSR_F8_POLY 0
-#endif
-static __device__ __forceinline__ float tsr_f8_exp2(float x, int j) {
-#if TSR_F8_POLY
-  if (j % TSR_F8_POLY == TSR_F8_POLY - 1) {
-    const float xc = fmaxf(x, -126.f);
-    const float xr = __fadd_rn(xc, 12582912.f);
-    const float f = __fsub_rn(xc, __fsub_rn(xr, 12582912.f));
-    const float q = fmaf(fmaf(fmaf(0.05500901f, f, 0.24221104f), f, 0.6932829f), f, 1.0f);
-    return __int_as_float(__float_as_int(q) + (__float_as_int(xr) << 23));
-  }
-#endif
-  (void)j;
-  return tsr_ex2(x);
 }
 
 /* Max of the 16 scores s[4j + 2e + {0, 1}], j in [j0, j0 + 8) (one 64-key
@@ -225,10 +207,10 @@ static __device__ __forceinline__ void tsr_f8_softmax(float *s, float c0, float 
   for (int j = 0; j < TSR_BN / 8; ++j) {
     const bool h = 8 * j >= TSR_F8_CHUNK;
     const float c = h ? c1 : c0, k0 = h ? k01 : k00, k1 = h ? k11 : k10;
-    s[4 * j] = tsr_f8_exp2(fmaf(s[4 * j], c, k0), j);
-    s[4 * j + 1] = tsr_f8_exp2(fmaf(s[4 * j + 1], c, k0), j);
-    s[4 * j + 2] = tsr_f8_exp2(fmaf(s[4 * j + 2], c, k1), j);
-    s[4 * j + 3] = tsr_f8_exp2(fmaf(s[4 * j + 3], c, k1), j);
+    s[4 * j] = tsr_ex2(fmaf(s[4 * j], c, k0));
+    s[4 * j + 1] = tsr_ex2(fmaf(s[4 * j + 1], c, k0));
+    s[4 * j + 2] = tsr_ex2(fmaf(s[4 * j + 2], c, k1));
+    s[4 * j + 3] = tsr_ex2(fmaf(s[4 * j + 3], c, k1));
     r0 += s[4 * j] + s[4 * j + 1];
     r1 += s[4 * j + 2] + s[4 * j + 3];
   }

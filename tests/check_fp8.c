@@ -25,6 +25,7 @@
  *  - non-finite inputs: NaN wherever the reference has NaN.
  */
 #include <check.h>
+#include <float.h>
 
 #include "corpus_impl.h"
 #include "fp8.h"
@@ -653,6 +654,7 @@ START_TEST(test_emulation_independent)
           /* one folded factor c = (sq * sk) * scale_log2, the s32 sum biased
            * by 2^23 + 2^22 (docs/fp8.md) */
           cf[j] = sq[t / 64] * sk[j / 64] * sl2;
+          cf[j] = cf[j] < FLT_MIN ? FLT_MIN : cf[j];
           tb[j] = 12582912.0f + dot;
           s[j] = dot * cf[j];
           mx = s[j] > mx ? s[j] : mx;
