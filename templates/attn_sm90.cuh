@@ -91,8 +91,10 @@
 #endif
 /* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
  * overlap): measured slower on every bf16 variant with two stages
- * (notes/sm90-64x64-2026-12-02.md), so off unless a variant's measurement
- * says otherwise (issue 18). */
+ * (notes/sm90-64x64-2026-12-02.md) and on the FP8 ones with two; with
+ * three, FP8 128x128 gained 1-3% and 128x64 lost up to 5%, also beside
+ * consumer ping-pong (notes/fp8-kernel-2026-12-02.md).  So off: a knob
+ * for the next measurement. */
 #ifndef TSR_SM90_PVPIN
 #define TSR_SM90_PVPIN 0
 #endif
