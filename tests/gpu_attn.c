@@ -40,7 +40,7 @@
  *   the same plans, request time including the quantization; --fp8-parts:
  *   the same, and each kernel of each launch timed alone (time_parts);
  *   --fp8-ab: FP8 request time of several kernel bundles side by side in
- *   one process (fp8_ab).
+ *   one process (fp8_ab; TSR_AB_TOKENS=32760 or 75600 runs one size).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
