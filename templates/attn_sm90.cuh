@@ -23,6 +23,9 @@
  *                    and scales of attn_sm90_fp8.cuh, whose quantization
  *                    kernels join the module; o stays TSR_DTYPE_BF16's; 0:
  *                    q/k/v in that dtype
+ *   TSR_LAYOUT_DYN   1 for the task layout "dyn": a persistent grid whose
+ *                    producers take tasks from a per-launch counter (the
+ *                    launch contract below); 0 for "flat" and "pers"
  *   TSR_THREADS, TSR_SMEM_BYTES, TSR_TMA_BOX   what the host launches with
  *                    (checked against this template's layout)
  * Each must be defined: a missing one is an error, never a default.
@@ -57,6 +60,13 @@
  *                     columns >= seq_k to -inf and never writes rows >= seq_q)
  *   task count        p.n_tasks, or *p.n_tasks_dev when that is non-NULL
  *                     (device-planned launches; the grid is then persistent)
+ *   dyn layout        p.n_tasks_dev is never NULL: it points at the task
+ *                     count, and p.n_tasks_dev[TSR_SM90_DYN_CTR] and [+ 1]
+ *                     are two ints, zero before the launch, that the CTAs
+ *                     use as the next-task counter and the count of
+ *                     producers done; the last producer out sets both back
+ *                     to zero, so launches on one stream need no reset (two
+ *                     launches of one plan must not run at the same time)
  *   pointers          p.o, p.lse (may be NULL), p.tasks, tiles, members,
  *                     membership, qblk, part_o/m/l as plan_layout.h says;
  *                     p.o_stride in elements with o_stride[3] == 1.
@@ -68,7 +78,7 @@
 #if !defined(TSR_KERNEL_NAME) || !defined(TSR_BM) || !defined(TSR_BN) || !defined(TSR_HEAD_DIM) || \
     !defined(TSR_STAGES) || !defined(TSR_DTYPE_BF16) || !defined(TSR_MEMBERSHIP) ||                \
     !defined(TSR_WARPGROUPS) || !defined(TSR_THREADS) || !defined(TSR_SMEM_BYTES) ||              \
-    !defined(TSR_TMA_BOX) || !defined(TSR_FP8)
+    !defined(TSR_TMA_BOX) || !defined(TSR_FP8) || !defined(TSR_LAYOUT_DYN)
 #error "attn_sm90.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
 #endif
 
@@ -120,14 +130,34 @@
  * version ran without QPF and measured 3-7% slower than the QPF kernel
  * (notes/sm90-64x64-2026-12-02.md). */
 #ifndef TSR_SM90_S2F
-#define TSR_SM90_S2F (TSR_SM90_TPC == 2 && TSR_STAGES == 3 && TSR_BN == 64 && TSR_HEAD_DIM == 128 && !TSR_FP8)
+#define TSR_SM90_S2F (TSR_SM90_TPC == 2 && TSR_STAGES == 3 && TSR_BN == 64 && TSR_HEAD_DIM == 128 && !TSR_FP8 && \
+                      !TSR_LAYOUT_DYN)
 #endif
+/* Dynamic scheduling (layout "dyn", issue 20): each stream's producer takes
+ * its next task with an atomicAdd on a per-launch counter, one task ahead
+ * of the one it loads, and hands the task's record (and its first member's)
+ * to the stream's consumers through a two-slot ring in shared memory.  On a
+ * persistent grid the next task's Q and first K/V loads then run while the
+ * consumers finish the current task (last P V, epilogue), as on any
+ * persistent grid, but a CTA that finishes early takes more tasks: with the
+ * planner's longest-first order that balances the tasks greedily, where the
+ * static stride of "pers" lost 4-13% to the flat grid (notes/sm90.md).
+ * Written for the one-Q-buffer code: QPF's record prefetch walks the static
+ * stride, so dyn variants run without it. */
+#define TSR_SM90_DYN TSR_LAYOUT_DYN
+/* ints after the task count at p.n_tasks_dev: the next-task counter and the
+ * producers done (the device planner's counts[16], [17], which it neither
+ * writes nor reads: plan_layout.h's TSR_GP_COUNTS <= 16 < TSR_GP_DSTATS) */
+#define TSR_SM90_DYN_CTR 16
 /* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
  * next task's records in flight, so that on a persistent grid the next
  * task's Q load and record loads run while the current task computes
  * (notes/sm90.md, v7).  3 stages leave no shared memory for a second Q. */
 #ifndef TSR_SM90_QPF
-#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
+#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2 && !TSR_SM90_DYN)
+#endif
+#if TSR_SM90_DYN && (TSR_SM90_QPF || TSR_SM90_S2F)
+#error "attn_sm90.cuh: the dyn layout is written for the one-Q-buffer code (no QPF, no S2F)"
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
 #if TSR_SM90_S2F && (TSR_SM90_QPF || TSR_SM90_SKIP || TSR_SM90_PINGPONG || TSR_SM90_TPC != 2)
@@ -525,6 +555,16 @@ enum : tsr_u32 {
   /* Q buffer b's full / empty barriers (b = 1 only with TSR_SM90_QPF) */
 #define TSR_Q_FULL(b) ((b) ? bars + 16 + 32 * TSR_STAGES : bars)
 #define TSR_Q_EMPTY(b) (TSR_Q_FULL(b) + 8)
+/* Dyn layout: the task ring's two slots in the stream's last 128 bytes
+ * (the barriers above end at 16 + 32 * TSR_STAGES <= 112 without QPF):
+ * slot k's full and empty barriers, then its 48 bytes of records (the
+ * task's, then its first member's). */
+#define TSR_T_FULL(k) (bars + 128 + 8 * (k))
+#define TSR_T_EMPTY(k) (bars + 144 + 8 * (k))
+#define TSR_T_REC(k) (bars + 160 + 48 * (k))
+#if TSR_SM90_DYN
+static_assert(16 + 32 * TSR_STAGES <= 128, "attn_sm90.cuh: no room for the dyn task ring");
+#endif
 
 /* Thread 0 initialises every stream's barriers (bars0: stream 0's): a full
  * barrier waits for the producer thread's one arrival (and the TMA bytes),
@@ -545,9 +585,77 @@ static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
     tsr_mbar_init(bars + 16 + 32 * TSR_STAGES, 1);
     tsr_mbar_init(bars + 16 + 32 * TSR_STAGES + 8, 4 * NC);
 #endif
+#if TSR_SM90_DYN
+    for (int k = 0; k < 2; ++k) {
+      tsr_mbar_init(TSR_T_FULL(k), 1);
+      tsr_mbar_init(TSR_T_EMPTY(k), 4 * NC);
+    }
+#endif
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+
+/* ---- dyn layout: the task counter and the stream's task ring ---------------- */
+
+#if TSR_SM90_DYN
+static __device__ __forceinline__ tsr_i32 *dyn_counter(const tsr_kernel_params &p) {
+  return (tsr_i32 *)p.n_tasks_dev + TSR_SM90_DYN_CTR;
+}
+/* Producer: publishes task `task` (>= n_tasks: none left) in slot j % 2 of
+ * the ring once the consumers have read what the slot held two tasks ago;
+ * returns the task's record (n_members -1 for none left).  mbarrier.arrive
+ * releases the slot's stores to the consumers' wait (acquire). */
+static __device__ __forceinline__ tsr_task_rec dyn_put(const tsr_kernel_params &p, tsr_u32 bars, int j,
+                                                       int task, int n_tasks) {
+  tsr_task_rec tk = {0, 0, 0, 0, 0, 0, -1, -1};
+  tsr_member_rec mb = {0, 0, 0, 0};
+  if (task < n_tasks) {
+    tk = p.tasks[task];
+    if (tk.n_members > 0) mb = p.members[tk.member_begin];
+  }
+  const int k = j & 1;
+  tsr_mbar_wait(TSR_T_EMPTY(k), ((j >> 1) & 1) ^ 1);
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+               "st.shared.v4.b32 [%0+16], {%5, %6, %7, %8};\n"
+               "st.shared.v4.b32 [%0+32], {%9, %10, %11, %12};\n" ::"r"(TSR_T_REC(k)),
+               "r"(tk.batch), "r"(tk.head), "r"(tk.q_tile), "r"(tk.tile_begin), "r"(tk.tile_end),
+               "r"(tk.member_begin), "r"(tk.n_members), "r"(tk.partial), "r"(mb.batch), "r"(mb.head),
+               "r"(mb.q_tile), "r"(mb.pad)
+               : "memory");
+  tsr_mbar_arrive(TSR_T_FULL(k));
+  return tk;
+}
+/* Consumer: the task of slot j % 2 and its first member; the warp hands
+ * the slot back once every lane has read it. */
+static __device__ __forceinline__ tsr_task_rec dyn_get(tsr_u32 bars, int j, bool arriver,
+                                                       tsr_member_rec &mb) {
+  tsr_task_rec tk;
+  const int k = j & 1;
+  tsr_mbar_wait(TSR_T_FULL(k), (j >> 1) & 1);
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%12];\n"
+               "ld.shared.v4.b32 {%4, %5, %6, %7}, [%12+16];\n"
+               "ld.shared.v4.b32 {%8, %9, %10, %11}, [%12+32];\n"
+               : "=r"(tk.batch), "=r"(tk.head), "=r"(tk.q_tile), "=r"(tk.tile_begin), "=r"(tk.tile_end),
+                 "=r"(tk.member_begin), "=r"(tk.n_members), "=r"(tk.partial), "=r"(mb.batch),
+                 "=r"(mb.head), "=r"(mb.q_tile), "=r"(mb.pad)
+               : "r"(TSR_T_REC(k))
+               : "memory");
+  __syncwarp();
+  if (arriver) tsr_mbar_arrive(TSR_T_EMPTY(k));
+  return tk;
+}
+/* Producer, none left: the last of the grid's producers out (every one has
+ * made its last claim before it counts itself done) zeroes the counters
+ * for the next launch on the stream. */
+static __device__ __forceinline__ void dyn_done(tsr_i32 *ctr) {
+  __threadfence();
+  if (atomicAdd(ctr + 1, 1) == (int)gridDim.x * TPC - 1) {
+    atomicExch(ctr, 0);
+    atomicExch(ctr + 1, 0);
+    __threadfence();
+  }
+}
+#endif
 
 /* ---- producer ---------------------------------------------------------------- */
 
@@ -630,8 +738,18 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
 #else
   const tsr_u32 q_full = TSR_Q_FULL(0), q_empty = TSR_Q_EMPTY(0);
   int it = 0, q_uses = 0;
+#if TSR_SM90_DYN
+  /* the next task is claimed while this one's loads go out (dyn_put) */
+  tsr_i32 *const ctr = dyn_counter(p);
+  int nxt = 0;
+  for (int j = 0, task = atomicAdd(ctr, 1);; ++j, task = nxt) {
+    const tsr_task_rec tk = dyn_put(p, bars, j, task, n_tasks);
+    if (task >= n_tasks) break;
+    nxt = atomicAdd(ctr, 1);
+#else
   for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
     const tsr_task_rec tk = p.tasks[task];
+#endif
     if (tk.tile_end <= tk.tile_begin) continue;
     for (int i = 0; i < tk.n_members; ++i) {
       const tsr_member_rec mb = p.members[tk.member_begin + i];
@@ -679,6 +797,10 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
 #endif /* TSR_SM90_S2F */
     }
   }
+#if TSR_SM90_DYN
+  (void)stream;
+  dyn_done(ctr);
+#endif
 }
 
 /* ---- consumer ---------------------------------------------------------------- */
@@ -1245,6 +1367,17 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       const int qb = q_uses & 1;
       const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
       const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
+#elif TSR_SM90_DYN
+  /* the producer's tasks, in its order, through the stream's task ring */
+  (void)n_tasks;
+  for (int j = 0;; ++j) {
+    tsr_member_rec mb0;
+    const tsr_task_rec tk = dyn_get(bars, j, arriver, mb0);
+    if (tk.n_members < 0) break; /* none left */
+    const int nt = tk.tile_end - tk.tile_begin;
+    for (int i = 0; i < tk.n_members; ++i) {
+      const tsr_member_rec mb = i == 0 ? mb0 : p.members[tk.member_begin + i];
+      const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
 #else
   for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
     const tsr_task_rec tk = p.tasks[task];
@@ -1411,7 +1544,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
      * registers (two streams' addresses) and fewer consumer ones (64-row
      * tiles).  An increase the file cannot grant blocks forever, so the
      * sums keep slack: 32 + 2 x 240 hung on the H200. */
-#if TSR_SM90_TPC == 1
+#if TSR_SM90_TPC == 1 && TSR_SM90_DYN
+    /* the task ring and the counter spill at 24: 40 + 2 x 232, the same sum */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+#elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
 #elif TSR_SM90_QPF
     /* the prefetched records need more: 56 + 2 x 224, the same sum */
@@ -1422,7 +1558,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     if (tid % 32 == 0 && tid / 32 < TPC) producer(p, n_tasks, stream, hq_per_kv, sq, sk, sv, bars);
   } else {
     /* ---- consumers: the rest of the register file (above) ---- */
-#if TSR_SM90_TPC == 1
+#if TSR_SM90_TPC == 1 && TSR_SM90_DYN
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+#elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
 #elif TSR_SM90_QPF
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
