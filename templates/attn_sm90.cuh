@@ -1316,6 +1316,25 @@ static __device__ __forceinline__ void consumer_s2f(const tsr_kernel_params &p, 
 }
 #endif
 
+/* The consumer's walk over its stream's tasks (without QPF), opening the
+ * loop body with the task's record tk: the static stride, or with the dyn
+ * layout the producer's tasks in its order through the stream's task ring
+ * (dyn_get; the record of the first member comes with the task's, mb0). */
+#if TSR_SM90_DYN
+#define TSR_CONSUMER_TASKS_BEGIN                                                           \
+  (void)n_tasks;                                                                           \
+  tsr_member_rec mb0;                                                                      \
+  for (int j = 0;; ++j) {                                                                  \
+    const tsr_task_rec tk = dyn_get(bars, j, arriver, mb0);                                \
+    if (tk.n_members < 0) break; /* none left */
+#define TSR_CONSUMER_MEMBER(i) ((i) == 0 ? mb0 : p.members[tk.member_begin + (i)])
+#else
+#define TSR_CONSUMER_TASKS_BEGIN                                                           \
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {    \
+    const tsr_task_rec tk = p.tasks[task];
+#define TSR_CONSUMER_MEMBER(i) p.members[tk.member_begin + i]
+#endif
+
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
  * 64c + 64) of the stream's task (c counted within the stream), this thread
  * rows rl0 and rl0 + 8.  For each member of each of the stream's tasks:
@@ -1367,23 +1386,11 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       const int qb = q_uses & 1;
       const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
       const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
-#elif TSR_SM90_DYN
-  /* the producer's tasks, in its order, through the stream's task ring */
-  (void)n_tasks;
-  for (int j = 0;; ++j) {
-    tsr_member_rec mb0;
-    const tsr_task_rec tk = dyn_get(bars, j, arriver, mb0);
-    if (tk.n_members < 0) break; /* none left */
-    const int nt = tk.tile_end - tk.tile_begin;
-    for (int i = 0; i < tk.n_members; ++i) {
-      const tsr_member_rec mb = i == 0 ? mb0 : p.members[tk.member_begin + i];
-      const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
 #else
-  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
-    const tsr_task_rec tk = p.tasks[task];
+  TSR_CONSUMER_TASKS_BEGIN
     const int nt = tk.tile_end - tk.tile_begin;
     for (int i = 0; i < tk.n_members; ++i) {
-      const tsr_member_rec mb = p.members[tk.member_begin + i];
+      const tsr_member_rec mb = TSR_CONSUMER_MEMBER(i);
       const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
 #endif
       const int slot = tk.partial >= 0 ? tk.partial + i : -1;
@@ -1485,6 +1492,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 }
 #undef TSR_TURN_BEGIN
 #undef TSR_TURN_END
+#undef TSR_CONSUMER_TASKS_BEGIN
+#undef TSR_CONSUMER_MEMBER
 #undef TSR_TURNS
 #undef TSR_EDGE_BEGIN
 #undef TSR_EDGE_END
