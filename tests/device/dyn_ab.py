@@ -10,7 +10,9 @@ with: the variant the bundle picks (host-auto), main's flat variant where that
 differs (host-flat: the 64x64 d128 s2 g3 kernel when the s3 S2F one is
 picked), the dyn variant of the tile (host-dyn), and the GPU-planned request
 (tessera.attention with the CUDA mask, tasks="row") with the flat and the dyn
-variant (gpu-flat, gpu-dyn; planning included, as a pipeline sees it).  Every
+variant (gpu-flat, gpu-dyn; planning included, as a pipeline sees it), and
+with --peers KIT VSA's ThunderKittens kernel on the 64x64 cases (the
+baselines kit's adapters.vsa_blocks, as scripts/bench-peers runs it).  Every
 output is poisoned and checked against a float32 reference of the masked
 softmax on 256 random query rows of heads 0 and H-1 (max |err| < 3e-2) before
 timing, and the dyn ones again after timing (the counter must come back to
@@ -21,7 +23,7 @@ pairs * D / time.  Exit 1 if any check failed.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/dyn_ab.py [--rounds R] [--warmup-ms W] [--round-ms T]
-      [--cases SUBSTR,...] [--json PATH] [--tag NAME]
+      [--cases SUBSTR,...] [--json PATH] [--tag NAME] [--peers KIT]
 """
 import argparse
 import json
@@ -67,7 +69,7 @@ def variants(tessera, ctx, mb, H, S, D, b, dtype):
     return auto, flat, dyn
 
 
-def run_case(torch, tessera, ctx, c, args, gen, out_rows):
+def run_case(torch, tessera, ctx, c, args, gen, out_rows, adapters):
     name, S, H, D, b, mask, density = c
     n = -(-S // b)
     q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
@@ -92,16 +94,26 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
         if var:
             systems.append((sysname, var, lambda var=var: tessera.attention(
                 q, k, v, mb, block=(b, b), context=ctx, out=out, tasks="row", variant=var)))
+    if adapters is not None and b == 64 and S % 64 == 0:
+        systems.append(("vsa", "VSA 0.0.4 (TK)", None))  # prepared below
     ready = []
     for sysname, var, fn in systems:
+        if sysname == "vsa":  # prepared once (index build untimed), then its calls timed
+            try:
+                run, _ = adapters.vsa_blocks(q, k, v, mb)
+                fn = (lambda run=run: run.to_bhsd(run()))
+            except Exception as e:  # noqa: BLE001
+                out_rows.append(dict(tag=args.tag, case=name, system=sysname, variant=var, err=float("nan"),
+                                     status=f"failed: {e!r}"[:300]))
+                continue
         r = dict(tag=args.tag, case=name, system=sysname, variant=var, tokens=S, heads=H, head_dim=D,
                  block=b, density=pairs / (H * S * S))
         out_rows.append(r)
         try:
             out.fill_(float("nan"))
-            fn()
+            o = fn()
             torch.cuda.synchronize()
-            r["err"] = check(torch, out, q, k, v, mb, b, rows)
+            r["err"] = check(torch, o, q, k, v, mb, b, rows)
         except Exception as e:  # noqa: BLE001 -- reported, the others still timed
             r["status"], r["err"] = f"failed: {e!r}"[:300], float("nan")
             continue
@@ -115,13 +127,14 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
         r["tflops"] = 4 * pairs * D / (r["ms"] * 1e-3) / 1e12
         if "dyn" in r["system"]:  # after hundreds of launches: the counter still right
             out.fill_(float("nan"))
-            fn()
+            o = fn()
             torch.cuda.synchronize()
-            r["err_after"] = check(torch, out, q, k, v, mb, b, rows)
+            r["err_after"] = check(torch, o, q, k, v, mb, b, rows)
             if not r["err_after"] < 3e-2:
                 r["status"] = f"failed its check after timing: max |err| {r['err_after']:.3g}"
-    base = {r["system"]: r.get("ms") for r in out_rows[-len(systems):]}
-    for r in out_rows[-len(systems):]:
+    mine = [r for r in out_rows if r["case"] == name and r.get("tag") == args.tag]
+    base = {r["system"]: r.get("ms") for r in mine}
+    for r in mine:
         ref = base.get("gpu-flat" if r["system"].startswith("gpu") else "host-flat") or base.get("host-auto")
         rel = f" flat/this {ref / r['ms']:.3f}" if "ms" in r and ref else ""
         print(f"{args.tag:6s} {name:24s} {r['system']:9s} "
@@ -140,6 +153,7 @@ def main():
     ap.add_argument("--cases", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--tag", default="run")
+    ap.add_argument("--peers", default="", help="the baselines kit folder: VSA's kernel on the 64x64 cases")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: must be at least 1")
@@ -148,13 +162,20 @@ def main():
             ap.error(f"{flag} {x:g}: must be a finite number of ms, 0 or more")
     import torch
     import tessera
+    adapters = None
+    if args.peers:
+        sys.path.insert(0, args.peers)
+        try:
+            import adapters
+        except Exception as e:  # noqa: BLE001 -- reported; Tessera's systems still run
+            print(f"vsa: adapters not importable: {e!r}"[:200], flush=True)
     ctx = tessera.Context()
     gen = torch.Generator(device="cuda").manual_seed(20261202)
     rows = []
     for c in CASES:
         if args.cases and not any(x in c[0] for x in args.cases.split(",")):
             continue
-        run_case(torch, tessera, ctx, c, args, gen, rows)
+        run_case(torch, tessera, ctx, c, args, gen, rows, adapters)
         torch.cuda.empty_cache()
         if args.json:
             with open(args.json, "w") as fh:
