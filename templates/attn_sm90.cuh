@@ -117,22 +117,6 @@
  * (notes/sm90.md, v6). */
 #define TSR_SM90_NC (TSR_BM / 64)
 #define TSR_SM90_TPC ((TSR_WARPGROUPS - 1) / TSR_SM90_NC)
-/* Two S tiles in flight a consumer (issue 20): S_{u+1} = Q K_{u+1}^T is
- * issued before the softmax of S_u, beside the pending P_{u-1} V_{u-1}, so
- * that a 64x64 tile's fixed latency (the S product's issue-to-completion,
- * about 0.63 us a tile in notes/sm90.md v7) overlaps the previous softmax
- * instead of sitting between two softmaxes.  K then has to run a tile
- * further ahead of V: the producer issues K_{n+1} before V_n, and the
- * consumer hands K_{u+1}'s stage back as soon as S_{u+1} is in.  On for the
- * two-task 64x64 d128 16-bit variants with 3 stages (FP8 and d64 keep their
- * code), whose loads then keep two steps of slack: with 2 stages, one step,
- * and the registers of the second S tile are those of TSR_SM90_QPF, so that
- * version ran without QPF and measured 3-7% slower than the QPF kernel
- * (notes/sm90-64x64-2026-12-02.md). */
-#ifndef TSR_SM90_S2F
-#define TSR_SM90_S2F (TSR_SM90_TPC == 2 && TSR_STAGES == 3 && TSR_BN == 64 && TSR_HEAD_DIM == 128 && !TSR_FP8 && \
-                      !TSR_LAYOUT_DYN)
-#endif
 /* Dynamic scheduling (layout "dyn", issue 20): each stream's producer takes
  * its next task with an atomicAdd on a per-launch counter, one task ahead
  * of the one it loads, and hands the task's record (and its first member's)
@@ -156,13 +140,10 @@
 #ifndef TSR_SM90_QPF
 #define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2 && !TSR_SM90_DYN)
 #endif
-#if TSR_SM90_DYN && (TSR_SM90_QPF || TSR_SM90_S2F)
-#error "attn_sm90.cuh: the dyn layout is written for the one-Q-buffer code (no QPF, no S2F)"
+#if TSR_SM90_DYN && TSR_SM90_QPF
+#error "attn_sm90.cuh: the dyn layout is written for the one-Q-buffer code (no QPF)"
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
-#if TSR_SM90_S2F && (TSR_SM90_QPF || TSR_SM90_SKIP || TSR_SM90_PINGPONG || TSR_SM90_TPC != 2)
-#error "attn_sm90.cuh: TSR_SM90_S2F is written for two one-warpgroup tasks a CTA without QPF, skipping or ping-pong"
-#endif
 /* bytes an element of q/k/v in shared memory; P fragment registers */
 #if TSR_FP8
 #define TSR_SM90_EB 1
@@ -659,45 +640,6 @@ static __device__ __forceinline__ void dyn_done(tsr_i32 *ctr) {
 
 /* ---- producer ---------------------------------------------------------------- */
 
-#if TSR_SM90_S2F
-/* A member's K and V tiles with K one tile ahead (TSR_SM90_S2F): K_{n+1}
- * goes out before V_n, so that K_{u+2} waits only for the stages S_u and
- * P_{u-2} V_{u-2} free, a step or more before it is needed (issuing V_{u+1}
- * first would make it wait for P_{u-1} V_{u-1}, the step before the one
- * that needs it).  it: the ring position of the member's first tile,
- * advanced past its last. */
-static __device__ __forceinline__ void producer_s2f(const tsr_kernel_params &p, const tsr_task_rec &tk,
-                                                    int &it, int hk, int batch, tsr_u32 sk, tsr_u32 sv,
-                                                    tsr_u32 bars) {
-  int prow = 0; /* V's row of the previous tile */
-  for (int ti = tk.tile_begin; ti <= tk.tile_end; ++ti) {
-    const int pos = it + (ti - tk.tile_begin);
-    int row = 0;
-    if (ti < tk.tile_end) {
-      const int s = pos % TSR_STAGES;
-      const tsr_u32 ph = (pos / TSR_STAGES) & 1;
-      row = p.tiles[ti].k_tile * TSR_BN;
-      tsr_mbar_wait(TSR_K_EMPTY(s), ph ^ 1);
-      tsr_mbar_expect_tx(TSR_K_FULL(s), KV_TILE);
-#pragma unroll
-      for (int h = 0; h < HALVES; ++h)
-        tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL, &p.tma_k, TSR_K_FULL(s), 64 * h, row, hk, batch);
-    }
-    if (ti > tk.tile_begin) {
-      const int s = (pos - 1) % TSR_STAGES;
-      const tsr_u32 ph = ((pos - 1) / TSR_STAGES) & 1;
-      tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
-      tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
-#pragma unroll
-      for (int h = 0; h < HALVES; ++h)
-        tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, prow, hk, batch);
-    }
-    prow = row;
-  }
-  it += tk.tile_end - tk.tile_begin;
-}
-#endif
-
 /* The one thread of stream `stream` that issues its TMA copies: for each
  * member of each of the stream's tasks, Q once its buffer is free, then the
  * task's K and V tiles into the ring, each stage once the consumers handed
@@ -762,9 +704,6 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
                      mb.batch);
       ++q_uses;
 #endif
-#if TSR_SM90_S2F
-      producer_s2f(p, tk, it, hk, mb.batch, sk, sv, bars);
-#else
       for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
         const int s = it % TSR_STAGES;
         const tsr_u32 ph = (it / TSR_STAGES) & 1;
@@ -794,7 +733,6 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
         }
 #endif
       }
-#endif /* TSR_SM90_S2F */
     }
   }
 #if TSR_SM90_DYN
@@ -1146,176 +1084,6 @@ static __device__ __forceinline__ tsr_u64 v_desc(tsr_u32 sv) {
 #endif
 }
 
-#if TSR_SM90_S2F
-/* ---- two S tiles in flight (TSR_SM90_S2F) ---------------------------------
- * Tile u of the member sits at ring position it + u.  Step u starts with
- * S_u in and its record in tr; it issues S_{u+1} (into the other S buffer)
- * and the pending P_{u-1} V_{u-1}, masks S_u and runs its softmax while both
- * products run, then waits for them and packs P_u.  So the consumer never
- * waits for an S product it has just issued: its critical path a tile is
- * the softmax or the two products, whichever is longer. */
-
-/* S_v = Q K_v^T into s, v at ring position pos. */
-static __device__ __forceinline__ void s2f_issue_s(const tsr_u32 &bars, int pos, const tsr_u64 &dq,
-                                                   const tsr_u64 &dk, float *s) {
-  const int st = pos % TSR_STAGES;
-  tsr_mbar_wait(TSR_K_FULL(st), (pos / TSR_STAGES) & 1);
-  tsr_wg_fence();
-  issue_qk(s, dq, dk, st);
-  tsr_wg_commit();
-}
-
-/* Once S_v (ring position pos) is in: K_v's stage goes back, and Q's once v
- * is the member's last tile. */
-static __device__ __forceinline__ void s2f_s_done(const tsr_u32 &bars, int pos, int v, const int &nt,
-                                                  const bool &arriver, const tsr_u32 &q_e, bool &q_held) {
-  if (arriver) tsr_mbar_arrive(TSR_K_EMPTY(pos % TSR_STAGES));
-  if (v == nt - 1) {
-    if (arriver) tsr_mbar_arrive(q_e);
-    q_held = false;
-  }
-}
-
-/* S_0 issued and waited for (nothing to overlap at a member's start). */
-static __device__ __forceinline__ void s2f_first(const tsr_kernel_params &p, const tsr_task_rec &tk,
-                                                 const int &nt, const int &it, const tsr_u32 &bars,
-                                                 const tsr_u64 &dq, const tsr_u64 &dk, float *s,
-                                                 tsr_tile_rec &tr, const bool &arriver,
-                                                 const tsr_u32 &q_e, bool &q_held) {
-  tr = p.tiles[tk.tile_begin];
-  s2f_issue_s(bars, it, dq, dk, s);
-  tsr_wg_wait<0>();
-  tsr_fence_regs<TSR_BN / 2>(s);
-  s2f_s_done(bars, it, 0, nt, arriver, q_e, q_held);
-}
-
-/* Step u (see above): sx holds S_u, sy receives S_{u+1} (NX: u + 1 < nt);
- * tr is u's record on entry and u + 1's on return.  NX is a compile-time
- * constant because the last step is its own copy: an S issue under a
- * run-time condition made ptxas serialize every wgmma of the kernel
- * (C7515, "non wgmma instructions defining accumulator registers"). */
-template <bool NX>
-static __device__ __forceinline__ void s2f_step(
-    const tsr_kernel_params &p, const tsr_task_rec &tk, int u, const int &nt, const int &it,
-    const tsr_u32 &bars, const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *sx,
-    float *sy, float *o, tsr_u32 *pf, tsr_tile_rec &tr, const bool &arriver, const tsr_u32 &q_e,
-    bool &q_held, const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0,
-    float &m1, float &l0, float &l1, float &a0, float &a1) {
-  tsr_tile_rec trn = tr;
-  if (NX) {
-    trn = p.tiles[tk.tile_begin + u + 1]; /* read by the next step's mask */
-    s2f_issue_s(bars, it + u + 1, dq, dk, sy);
-  }
-  const int pp = it + u - 1; /* the pending tile's ring position */
-  if (u > 0) {
-    tsr_mbar_wait(TSR_V_FULL(pp % TSR_STAGES), (pp / TSR_STAGES) & 1);
-    tsr_rescale(o, a0, a1);
-    tsr_wg_fence();
-    issue_pv(o, pf, dv, pp % TSR_STAGES);
-    tsr_wg_commit();
-  }
-  tsr_mask_tile(sx, p, tr, seg0, seg1, t, sel0, sel1);
-  tsr_softmax(sx, p.scale_log2, m0, m1, l0, l1, a0, a1);
-  /* ptxas would otherwise move the wait below (and the arrivals after it)
-   * ahead of the softmax, which then overlapped nothing (SASS read).  dz is
-   * 0 at run time (seq_q > 0) but opaque to the compiler: a branch on it,
-   * never taken, and the barrier addresses taking it keep the wait and the
-   * arrivals after the softmax (the branch alone left a 12-byte spill). */
-  const tsr_u32 dz = ((tsr_u32)p.seq_q >> 31) & (__float_as_uint(l0) ^ __float_as_uint(l1));
-  if (dz) asm volatile("trap;");
-  tsr_wg_wait<0>();
-  tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
-  tsr_fence_regs_u<TSR_SM90_NPF>(pf);
-  if (NX) tsr_fence_regs<TSR_BN / 2>(sy);
-  {
-    const tsr_u32 bars_z = bars + dz, q_ez = q_e + dz;
-    const tsr_u32 &bars = bars_z; /* the barrier macros' name */
-    if (u > 0 && arriver) tsr_mbar_arrive(TSR_V_EMPTY(pp % TSR_STAGES));
-    if (NX) s2f_s_done(bars, it + u + 1, u + 1, nt, arriver, q_ez, q_held);
-  }
-  pack_p(pf, sx);
-  tr = trn;
-}
-#define TSR_S2F_STEP(NX, u, sx, sy)                                                              \
-  s2f_step<NX>(p, tk, u, nt, it, bars, dq, dk, dv, sx, sy, o, pf, tr, arriver, q_e, q_held, seg0, seg1, \
-           t, sel0, sel1, m0, m1, l0, l1, a0, a1)
-
-/* A member's tiles (nt > 0) with two S tiles in flight: S_0 alone, then
- * the steps, two an iteration so that each S buffer stays in registers
- * (the last step issues no S), then the last P V. */
-static __device__ __forceinline__ void s2f_member(
-    const tsr_kernel_params &p, const tsr_task_rec &tk, const int &nt, const int &it,
-    const tsr_u32 &bars, const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, float *s,
-    float *s2, float *o, tsr_u32 *pf, const bool &arriver, const tsr_u32 &q_e, bool &q_held,
-    const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
-    float &l0, float &l1, float &a0, float &a1) {
-  tsr_tile_rec tr;
-  s2f_first(p, tk, nt, it, bars, dq, dk, s, tr, arriver, q_e, q_held);
-  for (int u = 0;;) {
-    if (u + 1 >= nt) {
-      TSR_S2F_STEP(false, u, s, s2);
-      break;
-    }
-    TSR_S2F_STEP(true, u, s, s2);
-    if (++u + 1 >= nt) {
-      TSR_S2F_STEP(false, u, s2, s);
-      break;
-    }
-    TSR_S2F_STEP(true, u, s2, s);
-    ++u;
-  }
-  const int pl = it + nt - 1; /* the last tile's P V */
-  drain(bars, pl % TSR_STAGES, (tsr_u32)((pl / TSR_STAGES) & 1), dv, o, pf, a0, a1, arriver, 0, 0);
-}
-
-/* The consumer of TSR_SM90_S2F variants: consumer()'s walk over the
- * stream's tasks and members without its QPF, skipping, ping-pong and FP8
- * code (S2F runs with none of them), each member's tiles by s2f_member.  A
- * function of its own so that consumer(), whose generated code every other
- * variant shares, stays as it is. */
-static __device__ __forceinline__ void consumer_s2f(const tsr_kernel_params &p, int n_tasks, int stream,
-                                                    int wg, int tid, tsr_u32 sq, tsr_u32 sk, tsr_u32 sv,
-                                                    tsr_u32 bars, int hq_per_kv) {
-  const float NEG_INF = -__int_as_float(0x7f800000);
-  const int c = (wg - 1) % NC, lane = tid % 32, t = lane % 4;
-  const int rl0 = 64 * c + 16 * ((tid % 128) / 32) + lane / 4; /* local rows rl0, rl0 + 8 */
-  const bool arriver = lane == 0;
-  const tsr_u64 dq = q_desc(sq, c), dk = k_desc(sk), dv = v_desc(sv);
-  const tsr_u32 q_f = TSR_Q_FULL(0), q_e = TSR_Q_EMPTY(0);
-  int it = 0, q_uses = 0;
-  float s[TSR_BN / 2], s2[TSR_BN / 2], o[TSR_HEAD_DIM / 2];
-  tsr_u32 pf[TSR_SM90_NPF];
-  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
-    const tsr_task_rec tk = p.tasks[task];
-    const int nt = tk.tile_end - tk.tile_begin;
-    for (int i = 0; i < tk.n_members; ++i) {
-      const tsr_member_rec mb = p.members[tk.member_begin + i];
-      const int slot = tk.partial >= 0 ? tk.partial + i : -1;
-      if (nt <= 0) {
-        zero_o(o);
-        tsr_epilogue(p, mb, slot, o, NEG_INF, NEG_INF, 0.f, 0.f, rl0, t);
-        continue;
-      }
-      int seg0 = 0, seg1 = 0;
-#if TSR_MEMBERSHIP
-      row_segs(p, mb.q_tile, rl0, 8, seg0, seg1);
-#endif
-      float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f, a0 = 1.f, a1 = 1.f;
-      bool sel0 = false, sel1 = false; /* rows rl0, rl0 + 8 selected a key (membership code) */
-      zero_o(o);
-      tsr_mbar_wait(q_f, q_uses & 1);
-      ++q_uses;
-      bool q_held = true;
-      s2f_member(p, tk, nt, it, bars, dq, dk, dv, s, s2, o, pf, arriver, q_e, q_held, seg0, seg1, t, sel0,
-                 sel1, m0, m1, l0, l1, a0, a1);
-      if (q_held && arriver) tsr_mbar_arrive(q_e);
-      it += nt;
-      finish(p, mb, slot, o, m0, m1, l0, l1, sel0, sel1, rl0, t, hq_per_kv);
-    }
-  }
-}
-#endif
-
 /* The consumer's walk over its stream's tasks (without QPF), opening the
  * loop body with the task's record tk: the static stride, or with the dyn
  * layout the producer's tasks in its order through the stream's task ring
@@ -1510,7 +1278,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_SACC_PARAM
 #undef TSR_SACC_ARG
 #undef TSR_FENCE_SACC
-#undef TSR_S2F_STEP
 
 }  // namespace tsr90
 
@@ -1576,12 +1343,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
 #else
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #endif
-#if TSR_SM90_S2F
-    (void)q_full, (void)q_empty; /* consumer_s2f names them itself */
-    consumer_s2f(p, n_tasks, stream, wg, tid, sq, sk, sv, bars, hq_per_kv);
-#else
     consumer(p, n_tasks, stream, wg, tid, sq, sk, sv, bars, q_full, q_empty, hq_per_kv);
-#endif
   }
 }
 #undef TSR_K_FULL
