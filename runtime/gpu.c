@@ -26,6 +26,7 @@
 #include "plan_impl.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,22 +34,14 @@
 
 _Static_assert(sizeof(tsr_tmap) == sizeof(CUtensorMap), "tsr_tmap must match CUtensorMap");
 
-/* The dyn layout's two counters sit TSR_DYN_CTR ints after the task count
- * (templates/attn_sm90.cuh, TSR_SM90_DYN_CTR): in a bound plan, the device
- * planner's counts[16] and [17], which it never uses. */
-#define TSR_DYN_CTR 16
-#define TSR_DYN_INTS (TSR_DYN_CTR + 2)
-_Static_assert(TSR_GP_TASKS == 0 && TSR_GP_COUNTS <= TSR_DYN_CTR && TSR_DYN_INTS <= TSR_GP_DSTATS,
-               "the dyn counters must not overlap the device planner's counts");
 
 typedef struct {
   tsr_context *ctx;
   long variant;   /* bundle index */
   CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
   CUdeviceptr counts; /* device planner: [0] tasks, [1] merges; 0 = host counts */
-  /* dyn variants of host plans: [0] the task count, [TSR_DYN_CTR], [+ 1]
-   * the kernel's task counter and producers done (zero between launches;
-   * templates/attn_sm90.cuh); a bound plan uses the planner's counts.
+  /* dyn variants of host plans: [0] the task count, then the ints of
+   * plan_impl.h's TSR_DYN_*; a bound plan uses the planner's counts.
    * Always owned by the plan. */
   CUdeviceptr dyn;
   int borrowed;       /* buffers belong to the caller (tsri_gpu_bind) */
@@ -278,6 +271,7 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
   if (e->v.layout == TSR_TL_DYN) {
     int32_t dyn[TSR_DYN_INTS] = { 0 };
     dyn[0] = (int32_t)pl->n_tasks;
+    dyn[TSR_DYN_SENTINEL + offsetof(tsr_task_rec, n_members) / 4] = -1; /* "none left" */
     if ((st = upload_array(ctx, &g->dyn, dyn, sizeof dyn, "task counter", err))) {
       gpu_plan_free(g);
       return st;

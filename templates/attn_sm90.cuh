@@ -66,7 +66,10 @@
  *                     use as the next-task counter and the count of
  *                     producers done; the last producer out sets both back
  *                     to zero, so launches on one stream need no reset (two
- *                     launches of one plan must not run at the same time)
+ *                     launches of one plan must not run at the same time);
+ *                     p.n_tasks_dev[TSR_SM90_DYN_SENTINEL ..] is a task
+ *                     record (16-byte aligned) with n_members -1, never
+ *                     written: the "none left" record the producers copy
  *   pointers          p.o, p.lse (may be NULL), p.tasks, tiles, members,
  *                     membership, qblk, part_o/m/l as plan_layout.h says;
  *                     p.o_stride in elements with o_stride[3] == 1.
@@ -130,9 +133,11 @@
  * stride, so dyn variants run without it. */
 #define TSR_SM90_DYN TSR_LAYOUT_DYN
 /* ints after the task count at p.n_tasks_dev: the next-task counter and the
- * producers done (the device planner's counts[16], [17], which it neither
- * writes nor reads: plan_layout.h's TSR_GP_COUNTS <= 16 < TSR_GP_DSTATS) */
-#define TSR_SM90_DYN_CTR 16
+ * producers done, then the "none left" task record (the device planner's
+ * counts[10], [11] and [16..23], which it neither writes nor reads:
+ * plan_layout.h's TSR_GP_COUNTS <= 10, TSR_GP_DSTATS >= 24) */
+#define TSR_SM90_DYN_CTR 10
+#define TSR_SM90_DYN_SENTINEL 16
 /* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
  * next task's records in flight, so that on a persistent grid the next
  * task's Q load and record loads run while the current task computes
@@ -539,7 +544,8 @@ enum : tsr_u32 {
 /* Dyn layout: the task ring's two slots in the stream's last 128 bytes
  * (the barriers above end at 16 + 32 * TSR_STAGES <= 112 without QPF):
  * slot k's full and empty barriers, then its 48 bytes of records (the
- * task's, then its first member's). */
+ * task's, then its first member's), filled by bulk copies (async proxy),
+ * as the K/V ring is. */
 #define TSR_T_FULL(k) (bars + 128 + 8 * (k))
 #define TSR_T_EMPTY(k) (bars + 144 + 8 * (k))
 #define TSR_T_REC(k) (bars + 160 + 48 * (k))
@@ -582,28 +588,38 @@ static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
 static __device__ __forceinline__ tsr_i32 *dyn_counter(const tsr_kernel_params &p) {
   return (tsr_i32 *)p.n_tasks_dev + TSR_SM90_DYN_CTR;
 }
+/* A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
+ * aligned) from global to shared memory, completing on barrier bar. */
+static __device__ __forceinline__ void tsr_bulk_load(tsr_u32 dst, const void *src, tsr_u32 bytes,
+                                                     tsr_u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"((tsr_u64)src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 /* Producer: publishes task `task` (>= n_tasks: none left) in slot j % 2 of
  * the ring once the consumers have read what the slot held two tasks ago;
- * returns the task's record (n_members -1 for none left).  mbarrier.arrive
- * releases the slot's stores to the consumers' wait (acquire). */
+ * returns the task's record (n_members -1 for none left).  The slot is
+ * filled by bulk copies from the plan's records (or the sentinel record)
+ * completing on its full barrier, the same protocol as the K/V ring's TMA
+ * loads: no ordinary shared-memory store passes data between warps. */
 static __device__ __forceinline__ tsr_task_rec dyn_put(const tsr_kernel_params &p, tsr_u32 bars, int j,
                                                        int task, int n_tasks) {
   tsr_task_rec tk = {0, 0, 0, 0, 0, 0, -1, -1};
-  tsr_member_rec mb = {0, 0, 0, 0};
+  const tsr_task_rec *src = (const tsr_task_rec *)(p.n_tasks_dev + TSR_SM90_DYN_SENTINEL);
+  const void *msrc = src; /* none left: any 16 bytes; the consumers stop at the task's record */
   if (task < n_tasks) {
-    tk = p.tasks[task];
-    if (tk.n_members > 0) mb = p.members[tk.member_begin];
+    src = p.tasks + task;
+    tk = *src;
+    msrc = p.members + tk.member_begin; /* n_members >= 1 */
   }
   const int k = j & 1;
   tsr_mbar_wait(TSR_T_EMPTY(k), ((j >> 1) & 1) ^ 1);
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
-               "st.shared.v4.b32 [%0+16], {%5, %6, %7, %8};\n"
-               "st.shared.v4.b32 [%0+32], {%9, %10, %11, %12};\n" ::"r"(TSR_T_REC(k)),
-               "r"(tk.batch), "r"(tk.head), "r"(tk.q_tile), "r"(tk.tile_begin), "r"(tk.tile_end),
-               "r"(tk.member_begin), "r"(tk.n_members), "r"(tk.partial), "r"(mb.batch), "r"(mb.head),
-               "r"(mb.q_tile), "r"(mb.pad)
-               : "memory");
-  tsr_mbar_arrive(TSR_T_FULL(k));
+  /* the consumers' reads of the slot (generic proxy) before the copies
+   * (async proxy) that overwrite it */
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  tsr_mbar_expect_tx(TSR_T_FULL(k), 48);
+  tsr_bulk_load(TSR_T_REC(k), src, 32, TSR_T_FULL(k));
+  tsr_bulk_load(TSR_T_REC(k) + 32, msrc, 16, TSR_T_FULL(k));
   return tk;
 }
 /* Consumer: the task of slot j % 2 and its first member; the warp hands
