@@ -170,7 +170,8 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
   if (!j) base.layout = TSR_TL_PERS;
   else if (json_is_string(j) && strcmp(json_string_value(j), "pers") == 0) base.layout = TSR_TL_PERS;
   else if (json_is_string(j) && strcmp(json_string_value(j), "flat") == 0) base.layout = TSR_TL_FLAT;
-  else return bad(c, "key 'layout' must be \"pers\" or \"flat\"%s%.0lld", "", 0);
+  else if (json_is_string(j) && strcmp(json_string_value(j), "dyn") == 0) base.layout = TSR_TL_DYN;
+  else return bad(c, "key 'layout' must be \"pers\", \"flat\" or \"dyn\"%s%.0lld", "", 0);
 
   j = json_object_get(e, "precision");
   if (!j || (json_is_string(j) && strcmp(json_string_value(j), "native") == 0)) base.fp8 = 0;

@@ -26,6 +26,7 @@
 #include "plan_impl.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +34,16 @@
 
 _Static_assert(sizeof(tsr_tmap) == sizeof(CUtensorMap), "tsr_tmap must match CUtensorMap");
 
+
 typedef struct {
   tsr_context *ctx;
   long variant;   /* bundle index */
   CUdeviceptr tasks, tiles, members, membership, qblk, merges, part_o, part_m, part_l;
   CUdeviceptr counts; /* device planner: [0] tasks, [1] merges; 0 = host counts */
+  /* dyn variants of host plans: [0] the task count, then the ints of
+   * plan_impl.h's TSR_DYN_*; a bound plan uses the planner's counts.
+   * Always owned by the plan. */
+  CUdeviceptr dyn;
   int borrowed;       /* buffers belong to the caller (tsri_gpu_bind) */
   unsigned grid, merge_grid;
   /* FP8: one allocation (f8) holding q8, k8, vt8 and the scales at these
@@ -108,6 +114,7 @@ static void gpu_plan_free(void *p)
   if (!g) return;
   ctx = g->ctx;
   if (g->f8 && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) ctx->cu.cuMemFree(g->f8);
+  if (g->dyn && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) ctx->cu.cuMemFree(g->dyn);
   if (!g->borrowed && ctx->cu.cuCtxSetCurrent(ctx->pctx) == CUDA_SUCCESS) {
     CUdeviceptr *ptrs[] = { &g->tasks, &g->tiles, &g->members, &g->membership, &g->qblk,
                             &g->merges, &g->part_o, &g->part_m, &g->part_l };
@@ -261,11 +268,20 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
     gpu_plan_free(g);
     return st;
   }
+  if (e->v.layout == TSR_TL_DYN) {
+    int32_t dyn[TSR_DYN_INTS] = { 0 };
+    dyn[0] = (int32_t)pl->n_tasks;
+    dyn[TSR_DYN_SENTINEL + offsetof(tsr_task_rec, n_members) / 4] = -1; /* "none left" */
+    if ((st = upload_array(ctx, &g->dyn, dyn, sizeof dyn, "task counter", err))) {
+      gpu_plan_free(g);
+      return st;
+    }
+  }
   {
-    /* a CTA of a g3 BM-64 variant runs two tasks */
+    /* a CTA of a g3 BM-64 variant runs two tasks; pers and dyn: resident CTAs */
     int64_t tpc = tsri_variant_tasks_per_cta(&e->v), ctas = (pl->n_tasks + tpc - 1) / tpc;
     int64_t resident = (int64_t)ctx->num_sms * m->occupancy;
-    g->grid = (unsigned)(e->v.layout == TSR_TL_PERS && ctas > resident ? resident : ctas);
+    g->grid = (unsigned)(e->v.layout != TSR_TL_FLAT && ctas > resident ? resident : ctas);
   }
   g->merge_grid = (unsigned)(pl->n_merges < 8LL * ctx->num_sms ? pl->n_merges : 8LL * ctx->num_sms);
   pl->gpu = g;
@@ -425,6 +441,8 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   if (g->counts) {
     p.n_tasks_dev = (const tsr_i32 *)(uintptr_t)g->counts;
     p.n_merges_dev = (const tsr_i32 *)(uintptr_t)g->counts + 1;
+  } else if (g->dyn) {
+    p.n_tasks_dev = (const tsr_i32 *)(uintptr_t)g->dyn; /* the count, then the dyn counters */
   }
 
   if (e->v.fp8) {
@@ -510,7 +528,7 @@ tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *
    * not (STA on Wan2.1-1.3B: 4.33 ms device-planned vs 3.84 ms
    * host-planned, notes/varplan.md).  Extra CTAs exit at once. */
   g->grid = (unsigned)((int64_t)ctx->num_sms * m->occupancy);
-  if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout != TSR_TL_PERS) {
+  if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout == TSR_TL_FLAT) {
     int64_t tpc = tsri_variant_tasks_per_cta(&ctx->bundle.items[idx].v);
     g->grid = (unsigned)((b->max_tasks + tpc - 1) / tpc);
   }

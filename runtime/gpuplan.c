@@ -22,6 +22,7 @@
 #include "plan_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,11 +298,13 @@ static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, con
  * counters and the look-back state start at zero. */
 static tsr_status device_upload(tsr_gpuplan *g, const gp_layout *lay, tsr_error *err)
 {
-  static const unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4];
+  /* zeros, but for the dyn layout's "none left" task record (plan_impl.h) */
+  unsigned zeros[TSR_GP_DSTATS + sizeof(tsr_gp_stats) / 4] = { 0 };
   const tsr_cu *cu = tsri_context_cu(g->ctx);
   const tsr_plan *pl = g->pl;
   int64_t nq = lay->nq, nk = lay->nk;
   tsr_status st;
+  zeros[TSR_DYN_SENTINEL + offsetof(tsr_task_rec, n_members) / 4] = ~0u; /* -1 */
   if ((st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_qblk, pl->qblk, (size_t)pl->problem.seq_q * 4),
                          "cuMemcpyHtoD(qblk)", err)) ||
       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_counts, zeros, sizeof zeros), "cuMemcpyHtoD(counts)",

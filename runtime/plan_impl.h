@@ -155,4 +155,18 @@ static inline int tsri_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TIL
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 
+/* The sm90 dyn layout's ints after a launch's task count (p.n_tasks_dev;
+ * templates/attn_sm90.cuh, TSR_SM90_DYN_CTR and TSR_SM90_DYN_SENTINEL):
+ * the task counter and the producers done, then a task record with
+ * n_members -1 that the producers copy for "none left".  Host plans get a
+ * buffer of TSR_DYN_INTS (runtime/gpu.c); bound plans use the device
+ * planner's counts, whose ints 10..23 it never writes (runtime/gpuplan.c
+ * puts the -1 there). */
+#define TSR_DYN_CTR 10
+#define TSR_DYN_SENTINEL 16
+#define TSR_DYN_INTS (TSR_DYN_SENTINEL + 8)
+_Static_assert(TSR_GP_TASKS == 0 && TSR_GP_COUNTS <= TSR_DYN_CTR && TSR_DYN_INTS <= TSR_GP_DSTATS &&
+                   sizeof(tsr_task_rec) == 32 && TSR_DYN_SENTINEL % 4 == 0,
+               "the dyn counters and sentinel must sit in the device planner's unused counts");
+
 #endif

@@ -19,7 +19,7 @@ const char *const tsri_variant_archs[TSR_N_ARCHS] = {
 };
 
 static const char *const family_names[TSR_FAMILY_COUNT] = { "sm80", "sm90" };
-static const char *const layout_names[TSR_TL_COUNT] = { "pers", "flat" };
+static const char *const layout_names[TSR_TL_COUNT] = { "pers", "flat", "dyn" };
 
 const char *tsri_variant_family_name(tsr_family f)
 {
@@ -196,6 +196,8 @@ tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': unknown task layout", name);
   if (v->membership != 0 && v->membership != 1)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': membership must be 0 or 1", name);
+  if (v->layout == TSR_TL_DYN && v->family != TSR_FAMILY_SM90)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the dyn task layout needs the sm90 family", name);
   if (v->family == TSR_FAMILY_SM80) {
     if (v->warps != 2 && v->warps != 4 && v->warps != 8)
       return tsr_error_set(err, TSR_ERR_INVALID,
@@ -320,5 +322,8 @@ int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_
    * (notes/sm90.md, v6): worth more than a pipeline stage */
   r += 50 * (tsri_variant_tasks_per_cta(v) - 1);
   if (v->layout == TSR_TL_PERS) r += 1;
+  /* a dyn variant runs where a lookup-table row or the caller names it,
+   * never in place of the same tile's flat one unmeasured (issue 20) */
+  if (v->layout == TSR_TL_DYN) r -= 5;
   return r;
 }

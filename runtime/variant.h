@@ -19,7 +19,9 @@
  *  layout  how tasks map to CTAs: pers = a persistent grid of resident CTAs
  *          striding over the task list (task = blockIdx.x + i*gridDim.x),
  *          flat = one CTA per task.  Kernels run the same loop either way;
- *          the host picks gridDim.x from it.
+ *          the host picks gridDim.x from it.  dyn (sm90 family only) = a
+ *          persistent grid whose CTAs take tasks in order from a counter
+ *          in device memory (templates/attn_sm90.cuh says where)
  *  mb/nm   membership masking compiled in (mb) or not (nm: only plans
  *          without partial tiles may use it)
  *  tma<b>  the host fills tma_q/tma_k/tma_v (see plan_layout.h) with a box
@@ -42,7 +44,7 @@
 #define TSR_GEN_VERSION "1"
 
 typedef enum { TSR_FAMILY_SM80, TSR_FAMILY_SM90, TSR_FAMILY_COUNT } tsr_family;
-typedef enum { TSR_TL_PERS, TSR_TL_FLAT, TSR_TL_COUNT } tsr_task_layout;
+typedef enum { TSR_TL_PERS, TSR_TL_FLAT, TSR_TL_DYN, TSR_TL_COUNT } tsr_task_layout;
 
 /* The compile targets, in registry order. */
 #define TSR_N_ARCHS 5

@@ -23,6 +23,9 @@
  *                    and scales of attn_sm90_fp8.cuh, whose quantization
  *                    kernels join the module; o stays TSR_DTYPE_BF16's; 0:
  *                    q/k/v in that dtype
+ *   TSR_LAYOUT_DYN   1 for the task layout "dyn": a persistent grid whose
+ *                    producers take tasks from a per-launch counter (the
+ *                    launch contract below); 0 for "flat" and "pers"
  *   TSR_THREADS, TSR_SMEM_BYTES, TSR_TMA_BOX   what the host launches with
  *                    (checked against this template's layout)
  * Each must be defined: a missing one is an error, never a default.
@@ -57,6 +60,16 @@
  *                     columns >= seq_k to -inf and never writes rows >= seq_q)
  *   task count        p.n_tasks, or *p.n_tasks_dev when that is non-NULL
  *                     (device-planned launches; the grid is then persistent)
+ *   dyn layout        p.n_tasks_dev is never NULL: it points at the task
+ *                     count, and p.n_tasks_dev[TSR_SM90_DYN_CTR] and [+ 1]
+ *                     are two ints, zero before the launch, that the CTAs
+ *                     use as the next-task counter and the count of
+ *                     producers done; the last producer out sets both back
+ *                     to zero, so launches on one stream need no reset (two
+ *                     launches of one plan must not run at the same time);
+ *                     p.n_tasks_dev[TSR_SM90_DYN_SENTINEL ..] is a task
+ *                     record (16-byte aligned) with n_members -1, never
+ *                     written: the "none left" record the producers copy
  *   pointers          p.o, p.lse (may be NULL), p.tasks, tiles, members,
  *                     membership, qblk, part_o/m/l as plan_layout.h says;
  *                     p.o_stride in elements with o_stride[3] == 1.
@@ -68,7 +81,7 @@
 #if !defined(TSR_KERNEL_NAME) || !defined(TSR_BM) || !defined(TSR_BN) || !defined(TSR_HEAD_DIM) || \
     !defined(TSR_STAGES) || !defined(TSR_DTYPE_BF16) || !defined(TSR_MEMBERSHIP) ||                \
     !defined(TSR_WARPGROUPS) || !defined(TSR_THREADS) || !defined(TSR_SMEM_BYTES) ||              \
-    !defined(TSR_TMA_BOX) || !defined(TSR_FP8)
+    !defined(TSR_TMA_BOX) || !defined(TSR_FP8) || !defined(TSR_LAYOUT_DYN)
 #error "attn_sm90.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
 #endif
 
@@ -116,12 +129,33 @@
  * (notes/sm90.md, v6). */
 #define TSR_SM90_NC (TSR_BM / 64)
 #define TSR_SM90_TPC ((TSR_WARPGROUPS - 1) / TSR_SM90_NC)
+/* Dynamic scheduling (layout "dyn", issue 20): each stream's producer takes
+ * its next task with an atomicAdd on a per-launch counter, one task ahead
+ * of the one it loads, and hands the task's record (and its first member's)
+ * to the stream's consumers through a two-slot ring in shared memory.  On a
+ * persistent grid the next task's Q and first K/V loads then run while the
+ * consumers finish the current task (last P V, epilogue), as on any
+ * persistent grid, but a CTA that finishes early takes more tasks: with the
+ * planner's longest-first order that balances the tasks greedily, where the
+ * static stride of "pers" lost 4-13% to the flat grid (notes/sm90.md).
+ * Written for the one-Q-buffer code: QPF's record prefetch walks the static
+ * stride, so dyn variants run without it. */
+#define TSR_SM90_DYN TSR_LAYOUT_DYN
+/* ints after the task count at p.n_tasks_dev: the next-task counter and the
+ * producers done, then the "none left" task record (the device planner's
+ * counts[10], [11] and [16..23], which it neither writes nor reads:
+ * plan_layout.h's TSR_GP_COUNTS <= 10, TSR_GP_DSTATS >= 24) */
+#define TSR_SM90_DYN_CTR 10
+#define TSR_SM90_DYN_SENTINEL 16
 /* Two tasks a CTA with 2 stages: each stream double-buffers Q and keeps the
  * next task's records in flight, so that on a persistent grid the next
  * task's Q load and record loads run while the current task computes
  * (notes/sm90.md, v7).  3 stages leave no shared memory for a second Q. */
 #ifndef TSR_SM90_QPF
-#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2)
+#define TSR_SM90_QPF (TSR_SM90_TPC == 2 && TSR_STAGES == 2 && !TSR_SM90_DYN)
+#endif
+#if TSR_SM90_DYN && TSR_SM90_QPF
+#error "attn_sm90.cuh: the dyn layout is written for the one-Q-buffer code (no QPF)"
 #endif
 #define TSR_SM90_QBUF (1 + TSR_SM90_QPF)
 /* bytes an element of q/k/v in shared memory; P fragment registers */
@@ -516,6 +550,17 @@ enum : tsr_u32 {
   /* Q buffer b's full / empty barriers (b = 1 only with TSR_SM90_QPF) */
 #define TSR_Q_FULL(b) ((b) ? bars + 16 + 32 * TSR_STAGES : bars)
 #define TSR_Q_EMPTY(b) (TSR_Q_FULL(b) + 8)
+/* Dyn layout: the task ring's two slots in the stream's last 128 bytes
+ * (the barriers above end at 16 + 32 * TSR_STAGES <= 112 without QPF):
+ * slot k's full and empty barriers, then its 48 bytes of records (the
+ * task's, then its first member's), filled by bulk copies (async proxy),
+ * as the K/V ring is. */
+#define TSR_T_FULL(k) (bars + 128 + 8 * (k))
+#define TSR_T_EMPTY(k) (bars + 144 + 8 * (k))
+#define TSR_T_REC(k) (bars + 160 + 48 * (k))
+#if TSR_SM90_DYN
+static_assert(16 + 32 * TSR_STAGES <= 128, "attn_sm90.cuh: no room for the dyn task ring");
+#endif
 
 /* Thread 0 initialises every stream's barriers (bars0: stream 0's): a full
  * barrier waits for the producer thread's one arrival (and the TMA bytes),
@@ -536,9 +581,87 @@ static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
     tsr_mbar_init(bars + 16 + 32 * TSR_STAGES, 1);
     tsr_mbar_init(bars + 16 + 32 * TSR_STAGES + 8, 4 * NC);
 #endif
+#if TSR_SM90_DYN
+    for (int k = 0; k < 2; ++k) {
+      tsr_mbar_init(TSR_T_FULL(k), 1);
+      tsr_mbar_init(TSR_T_EMPTY(k), 4 * NC);
+    }
+#endif
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+
+/* ---- dyn layout: the task counter and the stream's task ring ---------------- */
+
+#if TSR_SM90_DYN
+static __device__ __forceinline__ tsr_i32 *dyn_counter(const tsr_kernel_params &p) {
+  return (tsr_i32 *)p.n_tasks_dev + TSR_SM90_DYN_CTR;
+}
+/* A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
+ * aligned) from global to shared memory, completing on barrier bar. */
+static __device__ __forceinline__ void tsr_bulk_load(tsr_u32 dst, const void *src, tsr_u32 bytes,
+                                                     tsr_u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"((tsr_u64)src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+/* Producer: publishes task `task` (>= n_tasks: none left) in slot j % 2 of
+ * the ring once the consumers have read what the slot held two tasks ago;
+ * returns the task's record (n_members -1 for none left).  The slot is
+ * filled by bulk copies from the plan's records (or the sentinel record)
+ * completing on its full barrier, the same protocol as the K/V ring's TMA
+ * loads: no ordinary shared-memory store passes data between warps. */
+static __device__ __forceinline__ tsr_task_rec dyn_put(const tsr_kernel_params &p, tsr_u32 bars, int j,
+                                                       int task, int n_tasks) {
+  tsr_task_rec tk = {0, 0, 0, 0, 0, 0, -1, -1};
+  const tsr_task_rec *src = (const tsr_task_rec *)(p.n_tasks_dev + TSR_SM90_DYN_SENTINEL);
+  const void *msrc = src; /* none left: any 16 bytes; the consumers stop at the task's record */
+  if (task < n_tasks) {
+    src = p.tasks + task;
+    tk = *src;
+    msrc = p.members + tk.member_begin; /* n_members >= 1 */
+  }
+  const int k = j & 1;
+  tsr_mbar_wait(TSR_T_EMPTY(k), ((j >> 1) & 1) ^ 1);
+  /* the consumers' reads of the slot (generic proxy) before the copies
+   * (async proxy) that overwrite it */
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  tsr_mbar_expect_tx(TSR_T_FULL(k), 48);
+  tsr_bulk_load(TSR_T_REC(k), src, 32, TSR_T_FULL(k));
+  tsr_bulk_load(TSR_T_REC(k) + 32, msrc, 16, TSR_T_FULL(k));
+  return tk;
+}
+/* Consumer: the task of slot j % 2 and its first member; the warp hands
+ * the slot back once every lane has read it. */
+static __device__ __forceinline__ tsr_task_rec dyn_get(tsr_u32 bars, int j, bool arriver,
+                                                       tsr_member_rec &mb) {
+  tsr_task_rec tk;
+  const int k = j & 1;
+  tsr_mbar_wait(TSR_T_FULL(k), (j >> 1) & 1);
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%12];\n"
+               "ld.shared.v4.b32 {%4, %5, %6, %7}, [%12+16];\n"
+               "ld.shared.v4.b32 {%8, %9, %10, %11}, [%12+32];\n"
+               : "=r"(tk.batch), "=r"(tk.head), "=r"(tk.q_tile), "=r"(tk.tile_begin), "=r"(tk.tile_end),
+                 "=r"(tk.member_begin), "=r"(tk.n_members), "=r"(tk.partial), "=r"(mb.batch),
+                 "=r"(mb.head), "=r"(mb.q_tile), "=r"(mb.pad)
+               : "r"(TSR_T_REC(k))
+               : "memory");
+  __syncwarp();
+  if (arriver) tsr_mbar_arrive(TSR_T_EMPTY(k));
+  return tk;
+}
+/* Producer, none left: the last of the grid's producers out (every one has
+ * made its last claim before it counts itself done) zeroes the counters
+ * for the next launch on the stream. */
+static __device__ __forceinline__ void dyn_done(tsr_i32 *ctr) {
+  __threadfence();
+  if (atomicAdd(ctr + 1, 1) == (int)gridDim.x * TPC - 1) {
+    atomicExch(ctr, 0);
+    atomicExch(ctr + 1, 0);
+    __threadfence();
+  }
+}
+#endif
 
 /* ---- producer ---------------------------------------------------------------- */
 
@@ -582,8 +705,18 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
 #else
   const tsr_u32 q_full = TSR_Q_FULL(0), q_empty = TSR_Q_EMPTY(0);
   int it = 0, q_uses = 0;
+#if TSR_SM90_DYN
+  /* the next task is claimed while this one's loads go out (dyn_put) */
+  tsr_i32 *const ctr = dyn_counter(p);
+  int nxt = 0;
+  for (int j = 0, task = atomicAdd(ctr, 1);; ++j, task = nxt) {
+    const tsr_task_rec tk = dyn_put(p, bars, j, task, n_tasks);
+    if (task >= n_tasks) break;
+    nxt = atomicAdd(ctr, 1);
+#else
   for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
     const tsr_task_rec tk = p.tasks[task];
+#endif
     if (tk.tile_end <= tk.tile_begin) continue;
     for (int i = 0; i < tk.n_members; ++i) {
       const tsr_member_rec mb = p.members[tk.member_begin + i];
@@ -627,6 +760,10 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
       }
     }
   }
+#if TSR_SM90_DYN
+  (void)stream;
+  dyn_done(ctr);
+#endif
 }
 
 /* ---- consumer ---------------------------------------------------------------- */
@@ -992,6 +1129,25 @@ static __device__ __forceinline__ tsr_u64 v_desc(tsr_u32 sv) {
 #endif
 }
 
+/* The consumer's walk over its stream's tasks (without QPF), opening the
+ * loop body with the task's record tk: the static stride, or with the dyn
+ * layout the producer's tasks in its order through the stream's task ring
+ * (dyn_get; the record of the first member comes with the task's, mb0). */
+#if TSR_SM90_DYN
+#define TSR_CONSUMER_TASKS_BEGIN                                                           \
+  (void)n_tasks;                                                                           \
+  tsr_member_rec mb0;                                                                      \
+  for (int j = 0;; ++j) {                                                                  \
+    const tsr_task_rec tk = dyn_get(bars, j, arriver, mb0);                                \
+    if (tk.n_members < 0) break; /* none left */
+#define TSR_CONSUMER_MEMBER(i) ((i) == 0 ? mb0 : p.members[tk.member_begin + (i)])
+#else
+#define TSR_CONSUMER_TASKS_BEGIN                                                           \
+  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {    \
+    const tsr_task_rec tk = p.tasks[task];
+#define TSR_CONSUMER_MEMBER(i) p.members[tk.member_begin + i]
+#endif
+
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
  * 64c + 64) of the stream's task (c counted within the stream), this thread
  * rows rl0 and rl0 + 8.  For each member of each of the stream's tasks:
@@ -1044,11 +1200,10 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       const tsr_u32 q_f = TSR_Q_FULL(qb), q_e = TSR_Q_EMPTY(qb), q_par = (q_uses >> 1) & 1;
       const tsr_u64 dq = dq0 + ((qb * Q_BYTES) >> 4);
 #else
-  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {
-    const tsr_task_rec tk = p.tasks[task];
+  TSR_CONSUMER_TASKS_BEGIN
     const int nt = tk.tile_end - tk.tile_begin;
     for (int i = 0; i < tk.n_members; ++i) {
-      const tsr_member_rec mb = p.members[tk.member_begin + i];
+      const tsr_member_rec mb = TSR_CONSUMER_MEMBER(i);
       const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
 #endif
       const int slot = tk.partial >= 0 ? tk.partial + i : -1;
@@ -1150,6 +1305,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 }
 #undef TSR_TURN_BEGIN
 #undef TSR_TURN_END
+#undef TSR_CONSUMER_TASKS_BEGIN
+#undef TSR_CONSUMER_MEMBER
 #undef TSR_TURNS
 #undef TSR_EDGE_BEGIN
 #undef TSR_EDGE_END
@@ -1208,7 +1365,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
      * registers (two streams' addresses) and fewer consumer ones (64-row
      * tiles).  An increase the file cannot grant blocks forever, so the
      * sums keep slack: 32 + 2 x 240 hung on the H200. */
-#if TSR_SM90_TPC == 1
+#if TSR_SM90_TPC == 1 && TSR_SM90_DYN
+    /* the task ring and the counter spill at 24: 40 + 2 x 232, the same sum */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+#elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
 #elif TSR_SM90_QPF
     /* the prefetched records need more: 56 + 2 x 224, the same sum */
@@ -1219,7 +1379,9 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     if (tid % 32 == 0 && tid / 32 < TPC) producer(p, n_tasks, stream, hq_per_kv, sq, sk, sv, bars);
   } else {
     /* ---- consumers: the rest of the register file (above) ---- */
-#if TSR_SM90_TPC == 1
+#if TSR_SM90_TPC == 1 && TSR_SM90_DYN
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+#elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
 #elif TSR_SM90_QPF
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");

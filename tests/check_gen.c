@@ -52,7 +52,7 @@ static tsr_variant random_variant(gen_rng *r)
   v.head_dim = 64 * (int)gen_range(r, 1, 4);
   v.bn = 32 * (int)gen_range(r, 1, 8);
   v.stages = (int)gen_range(r, 1, 4);
-  v.layout = gen_range(r, 0, 1) ? TSR_TL_FLAT : TSR_TL_PERS;
+  v.layout = (tsr_task_layout)gen_range(r, 0, TSR_TL_COUNT - 1); /* pers, flat, dyn */
   v.membership = (int)gen_range(r, 0, 1);
   v.fp8 = (int)gen_range(r, 0, 1); /* the name carries it whatever the family */
   if (v.family == TSR_FAMILY_SM90) {
@@ -129,6 +129,22 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
     ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((2 * 64 * 128 + 2 * 2 * 64 * 128) * 2 + 256));
     ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
+  }
+  {
+    /* the dyn task layout (issue 20): sm90 only, ranked below the same
+     * tile's flat variant so that nothing selects it unmeasured */
+    tsr_variant w, f;
+    tsr_variant_need need = { TSR_DT_BF16, 128, 64, 64, 1, 0 };
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(w.layout, TSR_TL_DYN);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_flat_mb_tma64", &f, &err), TSR_OK);
+    ck_assert(tsri_variant_serves(&w, "sm_90a", &need));
+    ck_assert_int_lt(tsri_variant_rank(&w, "sm_90a", &need), tsri_variant_rank(&f, "sm_90a", &need));
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_dyn_mb", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_ERR_INVALID);
+    ck_assert_msg(strstr(err.text, "the dyn task layout needs the sm90 family") != NULL, "%s", err.text);
   }
   tsri_variant_format(&v, buf);
   ck_assert_str_eq(buf, "tsr_sm90_fp16_d64_m128n128_s3_g3_flat_nm_tma64");

@@ -35,6 +35,12 @@ out=$("$gen" --catalog "$tmp/bad.json" --templates "$tmp/t" --layout "$S/runtime
 rc=$?
 [ $rc -eq 2 ] || die "bad catalog: exit $rc, want 2"
 echo "$out" | grep -q "bad catalog '$tmp/bad.json': variant entry 0: unknown key 'colour'" || die "bad catalog message: $out"
+# the dyn task layout is the sm90 template's only (issue 20)
+printf '{"version": 1, "variants": [{"family": "sm80", "dtype": "bf16", "head_dim": 64, "tile": [64, 64], "stages": 2, "warps": 4, "layout": "dyn"}]}' >"$tmp/bad.json"
+out=$("$gen" --catalog "$tmp/bad.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" --out "$tmp/o0" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || die "dyn on sm80: exit $rc, want 2"
+echo "$out" | grep -q "the dyn task layout needs the sm90 family" || die "dyn on sm80 message: $out"
 
 # 2. a template that does not compile
 cp "$tmp/t/attn_sm80.cuh" "$tmp/attn_sm80.good"

@@ -136,6 +136,14 @@ want, wlse = ref.reference(q, k, v, m, (64, 64))
 check(ref.rel_error(got, want) <= TOL[torch.float32] and ref.rel_error(lse, wlse) <= 1e-5,
       "split rows: error %.3g" % ref.rel_error(got, want))
 
+# ---- a variant named on a host plan: kept, and the table's choice off -------
+ctx = tessera.Context(device=tessera.NO_DEVICE)
+name = "tsr_sm90_bf16_d64_m64n64_s2_g2_flat_mb_tma64"
+p = tessera.Plan(ctx, m, 1, 2, 2, 64, 2048, 64, block=(64, 64), variant=name, upload=False)
+check(p.summary()["variant"] == name and p.selected_by == "options",
+      "Plan(variant=...): %r, %s" % (p.summary()["variant"], p.selected_by))
+p.close()
+
 # ---- non-finite inputs: as tsr_ref_attention (runtime/ref.c's rules) -------
 S, D, blk = 256, 64, (64, 64)
 q, k, v = (torch.randn(1, 2, S, D) for _ in range(3))

@@ -488,18 +488,23 @@ class Plan:
     "options" (tile/mapping/tasks given) or "off"; selection: the reason,
     one line.  run() on CPU tensors executes the plan on the host
     (tsr_cpu_execute); upload=False leaves the device copy of the plan to
-    the first run() on CUDA tensors (a host-only context has no device)."""
+    the first run() on CUDA tensors (a host-only context has no device).
+    variant: the kernel variant to run (a bundle name, as GpuPlan takes it);
+    like tile, mapping and tasks it turns the table's selection off."""
 
     def __init__(self, context, block_mask, batch, heads_q, heads_kv, seq_q, seq_k,
                  head_dim, block=(128, 128), dtype="torch.bfloat16", layout="bhsd",
                  scale=None, tile=None, mapping="auto", tasks="auto", select=True, upload=True,
-                 precision="native"):
+                 precision="native", variant=None):
         lib, torch = library(), _torch()
         self._lib, self.ctx = lib, context
         err = _Error()
         p, o = _problem_setup(self, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, block,
                               dtype, layout, scale, tile, mapping, tasks, precision=precision)
         self._problem, self._opts = p, o
+        if variant:
+            self._variant = variant.encode()
+            o.variant = self._variant
         m = block_mask
         if m.dim() == 3:
             m = m.unsqueeze(0)
@@ -512,7 +517,7 @@ class Plan:
                                        ctypes.byref(err)), err)
         self._mask = h
         self._h = _plan_selected(self, context, p, h, o, select,
-                                 tile is None and mapping == "auto" and tasks == "auto")
+                                 tile is None and mapping == "auto" and tasks == "auto" and not variant)
         self._uploaded = False
         self.layout = layout
         if upload:
@@ -571,7 +576,7 @@ def _plan_selected(owner, context, problem, mask, opts, select, open_choice):
         sel = None
         owner.selected_by = "off" if open_choice else "options"
         owner.selection = ("selection off: the automatic planner" if open_choice
-                           else "tile, mapping or tasks given: planned as asked")
+                           else "tile, mapping, tasks or variant given: planned as asked")
     pl = ctypes.c_void_p()
     _check(lib.tsr_plan_create(ctypes.byref(problem), mask, ctypes.byref(opts), ctypes.byref(pl),
                                ctypes.byref(err)), err)
