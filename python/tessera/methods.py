@@ -542,18 +542,49 @@ def _topk_scores(pq, pk, scale, k):
     return topk_rule(_probs(pq, pk, scale), k)
 
 
-def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
+def _pool_in_order(x, grid, tile, order, sizes, layout):
+    """pool_tiles(x in frame-major order).index_select(2, order.tiles), from
+    x already in the tile order (tile_order's): on CUDA, each run of equal
+    tile sizes (Wan 480p's cubes: 64, 32, 16 and 8 tokens) pooled as
+    consecutive blocks, one fused launch a run, no gather; a tile's tokens
+    are raster inside it in both orders and the kernel sums them in that
+    sequence, so the means are bitwise those of the frame-major pooling.
+    Elsewhere x is gathered back to frame-major order and pooled as there
+    (the same values, bit for bit, as the unhoisted path)."""
+    xb = _bhsd(x, layout)
+    if not _fused(x):
+        return pool_tiles(order.unpermute(xb), grid, tile).index_select(2, order.tiles)
+    parts, s0, i = [], 0, 0
+    while i < len(sizes):
+        j = i
+        while j < len(sizes) and sizes[j] == sizes[i]:
+            j += 1
+        n = (j - i) * sizes[i]
+        parts.append(_produce.pool_tiles(xb.narrow(2, s0, n), [1, 1, n], [1, 1, sizes[i]], "bhsd",
+                                         False)[0])
+        s0, i = s0 + n, j
+    return _cat(parts, 2)
+
+
+def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, in_order=False):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
     row, and the top ceil((1 - sparsity) * n_cubes) cubes of each row kept.
     Geometry: variable, one block per cube; order: cube order (tile_order).
+    in_order: q and k are already in the cube order (order.permute(x), e.g.
+    the hidden states permuted once at the model's entry: tessera.diffusers'
+    hoist); the mask is the same.
     Cost: one read of q and k (the pooling), then O(B H n_cubes^2 D)."""
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
-    # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
-    pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
-    pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
+    if in_order:
+        pq = _pool_in_order(q, grid, cube, order, sizes, layout)
+        pk = _pool_in_order(k, grid, cube, order, sizes, layout)
+    else:
+        # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
+        pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
+        pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
     keep = _topk_scores(pq, pk, _scale(scale, d), vsa_k(sparsity, len(sizes)))
     return MethodMask(keep, (sizes, sizes), order, {})
 
