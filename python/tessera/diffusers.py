@@ -368,6 +368,14 @@ def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
     qp, kp, vp = _take(q, perm), _take(k, perm), _take(v, perm)
     if backend == "flex":
         out = _flex(qp, kp, vp, mask, block, scale, timer)
+    elif permuted and all(x.transpose(1, 2).is_contiguous() for x in (q, k, v)):
+        # Hoisted: q, k, v as the processor made them ([B, S, H, D] memory
+        # seen as bhsd): run in that layout, no copies (into bhsd and the
+        # output back) to replace the gathers with.
+        import tessera
+        out = tessera.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                mask.contiguous(), block=block, layout="bshd", scale=scale,
+                                context=context).transpose(1, 2)
     else:
         import tessera
         out = tessera.attention(qp.contiguous(), kp.contiguous(), vp.contiguous(),
@@ -626,7 +634,7 @@ class SparseAttention:
     recorded: {(step, layer): MethodMask} when record=True."""
 
     def __init__(self, transformer, kind, produce, method_name, dense_steps, dense_layers,
-                 total_steps, backend, step_from, check, profile, record, context, hoist=None):
+                 total_steps, backend, step_from, check, profile, record, context, hoist=False):
         self.transformer, self.kind, self.produce = transformer, kind, produce
         self.method, self.backend, self.step_from = method_name, backend, step_from
         self.check, self.profile, self.record, self.context = check, profile, record, context
@@ -671,11 +679,17 @@ class SparseAttention:
     # RoPE tables, and back after the last; each attention call then runs
     # on q, k, v as they come (no gather of q, k, v and the output: 4 a
     # layer, 0.06 ms each at Wan 480p on the H200).  Bit for bit the
-    # unhoisted path's result: the same per-token arithmetic on the same
-    # rows, the same mask (VSA pools in the cube order, bitwise the same
-    # means: methods._pool_in_order).  Only on sparse steps, and only with
-    # no dense layers (a dense layer would attend in another key order).
+    # unhoisted path's result where the per-token arithmetic does not
+    # depend on a row's place (the CPU: tests/python_diffusers.py's
+    # hoist_case), the same mask (VSA pools in the cube order, bitwise the
+    # same means: methods._pool_in_order).  On the H200 the masks of a
+    # Wan 480p step differed at near-ties and the output by 5e-3 (relative,
+    # bf16), which cuBLAS's choice of reduction by tile position would
+    # explain (not checked).  Only on sparse steps, and only with no dense
+    # layers (a dense layer would attend in another key order).
     def _hoistable(self, hoist):
+        if not hoist:
+            return False
         why = None
         if self.kind.name != "wan":
             why = f"{self.kind.name} joins text tokens in its self-attention"
@@ -683,9 +697,9 @@ class SparseAttention:
             why = f"method {self.method} has no static token order (VSA and STA have)"
         elif self.dense_layers:
             why = "dense layers would attend in the hoisted order"
-        if hoist and why:
+        if why:
             raise ValueError(f"tessera.diffusers.apply: hoist=True, but {why}")
-        return hoist is not False and why is None
+        return True
 
     def hoisted(self):
         """Whether this forward runs in the hoisted order."""
@@ -826,7 +840,7 @@ class SparseAttention:
 
 def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_layers=None,
           total_steps=50, backend="tessera", step_from="timestep", check=None, profile=False,
-          record=False, context=None, hoist=None, **method_kw):
+          record=False, context=None, hoist=False, **method_kw):
     """Swaps the transformer's self-attention for Tessera with the method's
     masks; returns the SparseAttention handle (module docstring).
 
@@ -835,10 +849,15 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
     topk=, block=), xattention (tau= 0.9, stride= 8, block= 128, chunk=), each as tessera.methods takes it (method_kw); or a
     callable (q, k, v, grid, layer=, step=) -> MethodMask.  dense_steps / dense_layers:
     None for the method's published warm-up over total_steps steps.
-    hoist: the method's token order applied once at the model's entry
-    instead of around every attention call (SparseAttention._hoistable):
-    None (default) where it can be (Wan with VSA or STA and no dense
-    layers), True to require it, False never."""
+    hoist=True: the method's token order applied once at the model's entry
+    instead of around every attention call (SparseAttention._hoistable;
+    Wan with VSA or STA and no dense layers, else refused).  Off by default:
+    on the H200 it measured no faster as first built (q, k, v and the
+    output copied between the processor's [B, S, H, D] and bhsd, which cost
+    what the gathers did; the attention now runs in the processor's layout,
+    not yet measured: notes/pipeline-2026-12-02c.md), and its masks there
+    differed from the unhoisted ones at near-ties (bf16 rounding of the
+    projections, by the rows' places)."""
     if backend not in BACKENDS or (check is not None and check not in BACKENDS):
         raise ValueError(f"backend and check must be one of {', '.join(BACKENDS)}; got "
                          f"{backend!r}, {check!r}")

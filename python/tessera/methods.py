@@ -67,7 +67,9 @@ torch path, the reference and the CPU's).  Measured 2026-12-02, H200, one
 run of the merged kernels (notes/producers-2026-12-02.md): VSA 0.348 ms
 against the torch path's 0.573 ms (12.4% of its attention, 2.80 ms a layer
 after the whole-first cube order), SpargeAttn 0.224 ms (2.8%) against
-0.441 ms.
+0.441 ms.  With the select's scores N/8 keys a thread (same masks), VSA's
+select 0.139 ms at 16 rows a CTA (was 0.203), its producer about 0.26 ms
+(8.9%), SpargeAttn's 0.190 ms (notes/pipeline-2026-12-02c.md).
 XAttention is the exception: its antidiagonal scores are a matmul at
 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
 4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
@@ -83,7 +85,9 @@ A token permutation is one gather per tensor, on 8-byte words where the rows
 allow (reads and writes it once: 2 x 100 MB for each of q, k, v and the
 output).  A static order (VSA cubes, STA tiles) is the same for every layer:
 permute the hidden states (and the RoPE tables) once at the transformer's
-entry and back at its exit, and its per-layer cost is zero.
+entry and back at its exit, and its per-layer cost is zero
+(tessera.diffusers.apply(hoist=True) on Wan; vsa(in_order=True) pools q and
+k as they lie in the cube order).
 """
 import math
 from collections import namedtuple
