@@ -241,14 +241,14 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   f64 = a->dtype == TSR_DT_F64;
   esz = f64 ? 8 : 4;
   /* rows of a CTA: as many as its shared memory holds, up to a->rows or,
-   * automatic, 12 for top-k and 8 for the CDF rule: on the H200 at Wan 480p
-   * those beat 16 (VSA's 624-block rows: 0.203 ms against 0.228; SpargeAttn's
-   * 256 x 512: 0.063 against 0.085; notes/producers-2026-12-02.md), as more
-   * CTAs fill the 132 multiprocessors */
+   * automatic, 16 for top-k and 8 for the CDF rule: on the H200 at Wan 480p,
+   * with the scores N / 8 keys a thread, VSA's 624-block rows took 0.139 ms
+   * at 16 against 0.170 at 12 and 0.177 at 8; SpargeAttn's 256 x 512 0.051
+   * at 8 against 0.055 at 12 and 0.063 at 16 (notes/pipeline-2026-12-02c.md) */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   rows = smem / ((a->dim + a->nk) * esz);
-  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 12 : 8))
-    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 12 : 8;
+  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
+    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
   if (rows > a->nq) rows = a->nq;
   if (rows < 1)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,

@@ -817,7 +817,7 @@ typedef struct {
   double tau;                  /* CDF: threshold in [0, 1] */
   int64_t min_keep;            /* CDF: at least this many a row */
   uint64_t out;                /* bytes [batch, heads, nq, nk]: 1 kept, 0 not */
-  int64_t rows;                /* query rows a CTA, 1-16; 0 = automatic, 12 for TOPK and 8
+  int64_t rows;                /* query rows a CTA, 1-16; 0 = automatic, 16 for TOPK and 8
                                   for CDF (tuning: the grid is batch x heads x nq / rows CTAs) */
 } tsr_select_args;
 tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err);

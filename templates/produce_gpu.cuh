@@ -16,7 +16,8 @@
  *          the CDF rule (the fewest in decreasing order reaching tau of the
  *          row's sum, at least min_keep; tsr_corpus_cdf).  `rows` query
  *          rows a CTA (their pooled q in shared memory, their scores after
- *          them), one key a lane: each key row is read once a CTA.  The
+ *          them), nk / 256 keys a thread in float for rows of up to 1024
+ *          blocks (else one key a lane): each key row is read once a CTA.  The
  *          top k is exact, not a sort: a 32 (64) pass bitwise search for the
  *          k-th largest probability (non-negative floats order as their
  *          bits), then the ties at it kept in index order.  The CDF rule is
@@ -467,21 +468,62 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
   tsr_pr_write_topk(row, nk, kk, out);
 }
 
-/* Pooled scores of `rows` query rows against every key (one key a lane,
- * its row read in V-element pieces, the rows' q broadcast from shared
- * memory; up to 16 rows in registers), then one warp a row for the rule:
- * in registers when N > 0 (nk <= 32 N), else in shared memory. */
-template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+/* The pooled scores of the CTA's rows for the register-rule kernels (N > 0,
+ * nk <= 32 N): KT = N / 8 keys a thread (j = tid, tid + 256, ...: every
+ * thread busy, a warp's lanes on consecutive keys), each V-element piece of
+ * q broadcast from shared memory used for KT keys, so the CTA's shared-memory
+ * loads are a KT-th of one key a thread's (that loop was bound by those
+ * loads: VSA's 7,488 rows of 624 took 0.20 ms, 65x the bytes' floor).
+ * Same products in the same order (c ascending, e ascending) as
+ * tsr_pr_scores_1: bitwise the same scores, so the same masks.  RM: rows a
+ * CTA at most (the host caps rows to it). */
+template <typename A, int V, int KT, int RM>
+__device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k,
+                                                 int nr)
 {
-  extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
-  A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
-  const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
-  const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
-  const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
-  const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
-  for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
-  __syncthreads();
+  const int tid = threadIdx.x;
+  A acc[RM][KT];
+#pragma unroll
+  for (int i = 0; i < RM; i++)
+#pragma unroll
+    for (int t = 0; t < KT; t++) acc[i][t] = 0;
+#pragma unroll 2
+  for (int c = 0; c < p.d; c += V) {
+    A kv[KT][V];
+#pragma unroll
+    for (int t = 0; t < KT; t++) {
+      const int j = tid + t * TSR_PR_THREADS;
+      if (j < p.nk) tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
+      else
+#pragma unroll
+        for (int e = 0; e < V; e++) kv[t][e] = 0;
+    }
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+      if (i < nr) {
+        A qv[V];
+        tsr_pr_lds<A, V>(qs + i * p.d + c, qv); /* one 16-byte broadcast */
+#pragma unroll
+        for (int t = 0; t < KT; t++)
+#pragma unroll
+          for (int e = 0; e < V; e++) acc[i][t] += qv[e] * kv[t][e];
+      }
+  }
+#pragma unroll
+  for (int t = 0; t < KT; t++) {
+    const int j = tid + t * TSR_PR_THREADS;
+    if (j < p.nk)
+#pragma unroll
+      for (int i = 0; i < RM; i++)
+        if (i < nr) sc[i * p.nk + j] = acc[i][t] * (A)p.scale;
+  }
+}
+
+/* The scores of any nk: one key a lane, up to 16 rows in registers. */
+template <typename A, int V>
+__device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k, int nr)
+{
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = TSR_PR_THREADS / 32;
   for (int j0 = warp * 32; j0 < p.nk; j0 += nw * 32) {
     const int j = j0 + lane;
     A acc[16];
@@ -507,6 +549,31 @@ template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_s
         if (i < nr) sc[i * p.nk + j] = acc[i] * (A)p.scale;
     }
   }
+}
+
+/* Rows a register-rule float CTA holds at most (runtime/produce.c caps
+ * rows to it).  float64 (a test path) keeps tsr_pr_scores_1: with
+ * tsr_pr_scores_kt, ptxas spilled its n8 kernel on sm_90a and n24 on
+ * sm_120 (gen-sass), even at 4 rows. */
+#define TSR_PR_RM 16
+
+/* Pooled scores of `rows` query rows against every key (tsr_pr_scores_kt
+ * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
+ * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
+ * memory. */
+template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+{
+  extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
+  A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
+  const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
+  const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
+  const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
+  const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
+  const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
+  for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
+  __syncthreads();
+  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM>(p, qs, sc, k, nr);
+  else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;

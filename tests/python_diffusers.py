@@ -276,6 +276,63 @@ def compile_case():
     h.remove()
 
 
+def hoist_case():
+    """The hoisted token order (Wan with VSA or STA: the hidden states and
+    RoPE tables permuted once at the entry, back at the exit) against the
+    unhoisted path (q, k, v and the output gathered around every attention
+    call): the same masks and the same output, bit for bit, on a sparse
+    step; a warm-up step is the model's own; torch.compile(fullgraph) of the
+    hoisted model equals eager; hoist=True is refused where it cannot be
+    (off by default)."""
+    model, inputs, _ = wan()
+    model.eval()
+    plain = copy.deepcopy(model)
+    h = td.apply(model, method="vsa")
+    check(not h._hoist, "hoist: off by default")
+    h.remove()
+    for method, kw in (("vsa", {"sparsity": 0.75}), ("sta", {"window": (3, 1, 3), "tile": (2, 4, 4)}),
+                       ("vsa", {"sparsity": 0.6, "cube": (2, 4, 4)})):
+        outs, recs = [], []
+        for hoist in (False, True):
+            h = td.apply(model, method=method, backend=BACKEND, dense_steps=1, step_from="manual",
+                         record=True, hoist=hoist, **kw)
+            check(h._hoist == hoist, f"hoist {method}: hoist={hoist} taken")
+            h.set_step(0)
+            if hoist:
+                check(torch.equal(run(model, inputs, 0), run(plain, inputs, 0)),
+                      f"hoist {method}: a warm-up step is the model's own attention, bit for bit")
+            h.set_step(1)
+            outs.append(run(model, inputs, 1))
+            recs.append(h.recorded)
+            h.remove()
+        same = sorted(recs[0]) == sorted(recs[1]) and all(
+            torch.equal(recs[0][key].mask, recs[1][key].mask) for key in recs[0])
+        check(same and torch.equal(outs[0], outs[1]),
+              f"hoist {method} {kw}: masks and output equal the unhoisted path's, bit for bit "
+              f"(max |diff| {float((outs[0] - outs[1]).abs().max()):.1e}; sparse vs dense "
+              f"{rel(outs[1], run(plain, inputs, 1)):.1e})")
+    backend = os.environ.get("TSR_COMPILE_BACKEND", "aot_eager")
+    h = td.apply(model, method="vsa", backend="tessera", dense_steps=1, step_from="manual",
+                 sparsity=0.75, hoist=True)
+    torch._dynamo.reset()
+    c = torch.compile(model, fullgraph=True, backend=backend)
+    for step in (0, 1):
+        h.set_step(step)
+        x = dict(inputs, hidden_states=torch.randn_like(inputs["hidden_states"]))
+        e, o = run(model, x, step), run(c, x, step)
+        check(h._hoist and rel(o, e) < TOL,
+              f"hoist: compile ({backend}, fullgraph) of wan + vsa, step {step}: compiled vs eager {rel(o, e):.2e}")
+    h.remove()
+    for what, m, kw in (("dense layers", model, dict(dense_layers=[1])),
+                        ("svg", model, dict(method="svg")),
+                        ("cogvideox", cogvideox()[0], {})):
+        try:
+            td.apply(m, hoist=True, **kw)
+            check(False, f"hoist=True refused with {what}")
+        except ValueError as e:
+            check(True, f"hoist=True refused with {what}: {e}")
+
+
 def vllm_case():
     b, h, d, text = 2, 3, 32, 11
     grid = (rng.randint(4, 6), rng.randint(5, 9), rng.randint(5, 9))
@@ -346,5 +403,6 @@ model_case("hunyuan", hunyuan, "xattention", XATTN, [])
 model_case("cogvideox", cogvideox, "xattention", XATTN, [0])
 vllm_case()
 compile_case()
+hoist_case()
 print(f"python-diffusers: {len(fails)} failed" + (": " + "; ".join(fails) if fails else ""))
 sys.exit(1 if fails else 0)

@@ -135,11 +135,17 @@ def _producer(method, sparsity, kw):
         raise ValueError(f"sparsity must be in [0, 1), got {kw['sparsity']}")
     reads = METHODS[method]
 
-    def produce(q, k, v, grid, **_):
+    def produce(q, k, v, grid, in_order=False, **_):
         fn = getattr(_methods(), method)
         args = {"q": (q,), "qk": (q, k), "qkv": (q, k, v)}[reads]
-        return fn(*args, grid, **kw)
+        # in_order (hoisted order): VSA pools q and k as they lie; STA's
+        # mask does not read them.
+        return fn(*args, grid, **(dict(kw, in_order=True) if in_order and method == "vsa" else kw))
     produce.method = method
+    # The static token order (one for every layer and head) a hoist can
+    # apply once at the model's entry: VSA's cubes, STA's tiles.
+    produce.tile = tuple(kw.get("cube", (4, 4, 4))) if method == "vsa" else \
+        tuple(kw.get("tile", (6, 8, 8))) if method == "sta" else None
     return produce
 
 
@@ -325,14 +331,18 @@ def _flex(q, k, v, mask, block, scale, timer=None):
 
 
 def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
-                     backend="tessera", scale=None, context=None, timer=None):
+                     backend="tessera", scale=None, context=None, timer=None, permuted=False):
     """Attention of video (+ text) tokens under a method's mask.
 
     q, k, v: [B, H, S, D] in the model's token order (S = video + text
     tokens, text first or last as text_first says); mm: the MethodMask over
     the video tokens; text_valid: real text tokens, an int or one per batch
     element (a batch of different counts runs element by element).  Returns
-    [B, H, S, D] in the model's order."""
+    [B, H, S, D] in the model's order.  permuted: q, k, v are already in
+    mm.order (video only, a hoisted order), and so is the output: no
+    gathers."""
+    if permuted and text:
+        raise ValueError("masked_attention: permuted=True takes video tokens only (no text)")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}' (one of {', '.join(BACKENDS)})")
     b, h, s, d = q.shape
@@ -344,17 +354,28 @@ def masked_attention(q, k, v, mm, text=0, text_valid=None, text_first=False,
     if isinstance(tv, (list, tuple)):
         if len(set(tv)) > 1:
             outs = [masked_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], _batch_slice(mm, i),
-                                     text, tv[i], text_first, backend, scale, context, timer)
+                                     text, tv[i], text_first, backend, scale, context, timer,
+                                     permuted)
                     for i in range(b)]
             return torch.cat(outs, 0)
         tv = tv[0] if tv else None
     mask, block, perm, pos = joint_mask(mm, n_video, text, tv, text_first)
+    if permuted:
+        perm = pos = None
     if backend == "sdpa":
         tm = token_mask(mask, block, pos, s)
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tm, scale=scale)
     qp, kp, vp = _take(q, perm), _take(k, perm), _take(v, perm)
     if backend == "flex":
         out = _flex(qp, kp, vp, mask, block, scale, timer)
+    elif permuted and all(x.transpose(1, 2).is_contiguous() for x in (q, k, v)):
+        # Hoisted: q, k, v as the processor made them ([B, S, H, D] memory
+        # seen as bhsd): run in that layout, no copies (into bhsd and the
+        # output back) to replace the gathers with.
+        import tessera
+        out = tessera.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                mask.contiguous(), block=block, layout="bshd", scale=scale,
+                                context=context).transpose(1, 2)
     else:
         import tessera
         out = tessera.attention(qp.contiguous(), kp.contiguous(), vp.contiguous(),
@@ -546,6 +567,35 @@ class _Processor:
         return out
 
 
+def _hoist_hooks(model, h):
+    """Wan's hooks for the hoisted order (SparseAttention.hoisted): the
+    RoPE tables ([1, S, 1, D], model.rope's output) and the hidden states
+    ([B, S, C]) into the order before the first block, back after the last."""
+    def rope(mod, args, out):
+        if not h.hoisted():
+            return None
+        perm = h._order(out[0].device).perm
+        return tuple(t.index_select(1, perm) for t in out)
+
+    def enter(mod, args, kwargs):
+        if not h.hoisted():
+            return None
+        x = _arg(args, kwargs, "hidden_states", 0)
+        x = _methods()._take(x, h._order(x.device).perm, "bshd")
+        if "hidden_states" in kwargs:
+            return args, dict(kwargs, hidden_states=x)
+        return (x,) + tuple(args[1:]), kwargs
+
+    def leave(mod, args, out):
+        if not h.hoisted():
+            return None
+        return _methods()._take(out, h._order(out.device).pos, "bshd")
+    blocks = model.blocks
+    return [model.rope.register_forward_hook(rope),
+            blocks[0].register_forward_pre_hook(enter, with_kwargs=True),
+            blocks[-1].register_forward_hook(leave)]
+
+
 class _Timer:
     """Per-layer intervals: CUDA events on the GPU (no synchronisation until
     read), perf_counter on the CPU."""
@@ -584,7 +634,7 @@ class SparseAttention:
     recorded: {(step, layer): MethodMask} when record=True."""
 
     def __init__(self, transformer, kind, produce, method_name, dense_steps, dense_layers,
-                 total_steps, backend, step_from, check, profile, record, context):
+                 total_steps, backend, step_from, check, profile, record, context, hoist=False):
         self.transformer, self.kind, self.produce = transformer, kind, produce
         self.method, self.backend, self.step_from = method_name, backend, step_from
         self.check, self.profile, self.record, self.context = check, profile, record, context
@@ -617,6 +667,46 @@ class SparseAttention:
                 self._originals.append((attn, inner, None))
             attn.set_processor(_processor_class(type(inner))(inner, i, self))
         self._hook = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        self._hoist, self._hoist_hooks = self._hoistable(hoist), []
+        if self._hoist:
+            self._hoist_hooks = _hoist_hooks(transformer, self)
+
+    # -- the hoisted token order ----------------------------------------------------
+    # A static order (VSA's cubes, STA's tiles) is the same for every layer:
+    # on Wan, whose self-attention alone mixes tokens (norms, projections,
+    # QK norm, RoPE, cross-attention queries and the FFN are per token),
+    # the hidden states go into it once before the first block, with the
+    # RoPE tables, and back after the last; each attention call then runs
+    # on q, k, v as they come (no gather of q, k, v and the output: 4 a
+    # layer, 0.06 ms each at Wan 480p on the H200).  Bit for bit the
+    # unhoisted path's result where the per-token arithmetic does not
+    # depend on a row's place (the CPU: tests/python_diffusers.py's
+    # hoist_case), the same mask (VSA pools in the cube order, bitwise the
+    # same means: methods._pool_in_order).  On the H200 the masks of a
+    # Wan 480p step differed at near-ties and the output by 5e-3 (relative,
+    # bf16), which cuBLAS's choice of reduction by tile position would
+    # explain (not checked).  Only on sparse steps, and only with no dense
+    # layers (a dense layer would attend in another key order).
+    def _hoistable(self, hoist):
+        if not hoist:
+            return False
+        why = None
+        if self.kind.name != "wan":
+            why = f"{self.kind.name} joins text tokens in its self-attention"
+        elif getattr(self.produce, "tile", None) is None:
+            why = f"method {self.method} has no static token order (VSA and STA have)"
+        elif self.dense_layers:
+            why = "dense layers would attend in the hoisted order"
+        if why:
+            raise ValueError(f"tessera.diffusers.apply: hoist=True, but {why}")
+        return True
+
+    def hoisted(self):
+        """Whether this forward runs in the hoisted order."""
+        return self._hoist and not self._dense_now
+
+    def _order(self, device):
+        return _methods().tile_order(self.grid, self.produce.tile, device)[0]
 
     # -- schedule ---------------------------------------------------------------
     # step and dense_steps are properties that keep _dense_now (this step is
@@ -644,6 +734,11 @@ class SparseAttention:
     def _pre_forward(self, module, args, kwargs):
         self.grid = self.kind.grid_of(module, args, kwargs)
         self.text, self.text_valid = self.kind.text_of(module, args, kwargs)
+        if self._hoist:
+            t = _arg(args, kwargs, "timestep", self.kind.timestep_at)
+            if torch.is_tensor(t) and t.dim() > 1:
+                raise ValueError("tessera.diffusers: a per-token timestep (Wan 2.2 TI2V) modulates "
+                                 "each token; apply(..., hoist=False) for it")
         if self.step_from == "timestep":
             t = _arg(args, kwargs, "timestep", self.kind.timestep_at)
             t = float(t.flatten()[0]) if torch.is_tensor(t) else float(t)
@@ -690,6 +785,9 @@ class SparseAttention:
         # A named method's producer ignores the step; only a callable gets
         # it (under torch.compile, reading it recompiles the model per step).
         kw = {} if hasattr(self.produce, "method") else {"step": self.step}
+        hoisted = self.hoisted()
+        if hoisted:
+            kw["in_order"] = True
         mm = self.produce(q[:, :, sl], k[:, :, sl], v[:, :, sl], self.grid, layer=layer, **kw)
         if self.profile:
             t1 = self.timer.mark("produce", q.device)
@@ -697,12 +795,13 @@ class SparseAttention:
         if self.record:
             self.recorded[(self.step, layer)] = mm
         out = masked_attention(q, k, v, mm, text, self.text_valid, text_first, self.backend,
-                               a.get("scale"), self.context, self.timer if self.profile else None)
+                               a.get("scale"), self.context, self.timer if self.profile else None,
+                               hoisted)
         if self.profile:
             self.timer.add("attention", t1, self.timer.mark("attention", q.device))
         if self.check:
             ref = masked_attention(q, k, v, mm, text, self.text_valid, text_first, self.check,
-                                   a.get("scale"))
+                                   a.get("scale"), permuted=hoisted)
             self.checks.append((self.step, layer, float((out.float() - ref.float()).abs().max()),
                                 float(ref.float().abs().max())))
         return out
@@ -734,11 +833,14 @@ class SparseAttention:
             attn.set_processor(inner)
         self._originals = []
         self._hook.remove()
+        for hk in self._hoist_hooks:
+            hk.remove()
+        self._hoist_hooks = []
 
 
 def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_layers=None,
           total_steps=50, backend="tessera", step_from="timestep", check=None, profile=False,
-          record=False, context=None, **method_kw):
+          record=False, context=None, hoist=False, **method_kw):
     """Swaps the transformer's self-attention for Tessera with the method's
     masks; returns the SparseAttention handle (module docstring).
 
@@ -746,7 +848,16 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
     or sparsity = 1 - density; sink=), radial (decay=, block=), sparge (tau=,
     topk=, block=), xattention (tau= 0.9, stride= 8, block= 128, chunk=), each as tessera.methods takes it (method_kw); or a
     callable (q, k, v, grid, layer=, step=) -> MethodMask.  dense_steps / dense_layers:
-    None for the method's published warm-up over total_steps steps."""
+    None for the method's published warm-up over total_steps steps.
+    hoist=True: the method's token order applied once at the model's entry
+    instead of around every attention call (SparseAttention._hoistable;
+    Wan with VSA or STA and no dense layers, else refused).  Off by default:
+    on the H200 it measured no faster as first built (q, k, v and the
+    output copied between the processor's [B, S, H, D] and bhsd, which cost
+    what the gathers did; the attention now runs in the processor's layout,
+    not yet measured: notes/pipeline-2026-12-02c.md), and its masks there
+    differed from the unhoisted ones at near-ties (bf16 rounding of the
+    projections, by the rows' places)."""
     if backend not in BACKENDS or (check is not None and check not in BACKENDS):
         raise ValueError(f"backend and check must be one of {', '.join(BACKENDS)}; got "
                          f"{backend!r}, {check!r}")
@@ -758,7 +869,7 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
     produce = _producer(method, sparsity, method_kw)
     name = method if isinstance(method, str) else getattr(method, "method", "custom")
     h = SparseAttention(transformer, kind, produce, name, dense_steps, dense_layers, total_steps,
-                        backend, step_from, check, profile, record, context)
+                        backend, step_from, check, profile, record, context, hoist)
     transformer._tessera = h
     remove = h.remove
 

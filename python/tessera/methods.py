@@ -67,7 +67,9 @@ torch path, the reference and the CPU's).  Measured 2026-12-02, H200, one
 run of the merged kernels (notes/producers-2026-12-02.md): VSA 0.348 ms
 against the torch path's 0.573 ms (12.4% of its attention, 2.80 ms a layer
 after the whole-first cube order), SpargeAttn 0.224 ms (2.8%) against
-0.441 ms.
+0.441 ms.  With the select's scores N/8 keys a thread (same masks), VSA's
+select 0.139 ms at 16 rows a CTA (was 0.203), its producer about 0.26 ms
+(8.9%), SpargeAttn's 0.190 ms (notes/pipeline-2026-12-02c.md).
 XAttention is the exception: its antidiagonal scores are a matmul at
 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
 4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
@@ -83,7 +85,9 @@ A token permutation is one gather per tensor, on 8-byte words where the rows
 allow (reads and writes it once: 2 x 100 MB for each of q, k, v and the
 output).  A static order (VSA cubes, STA tiles) is the same for every layer:
 permute the hidden states (and the RoPE tables) once at the transformer's
-entry and back at its exit, and its per-layer cost is zero.
+entry and back at its exit, and its per-layer cost is zero
+(tessera.diffusers.apply(hoist=True) on Wan; vsa(in_order=True) pools q and
+k as they lie in the cube order).
 """
 import math
 from collections import namedtuple
@@ -542,18 +546,49 @@ def _topk_scores(pq, pk, scale, k):
     return topk_rule(_probs(pq, pk, scale), k)
 
 
-def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None):
+def _pool_in_order(x, grid, tile, order, sizes, layout):
+    """pool_tiles(x in frame-major order).index_select(2, order.tiles), from
+    x already in the tile order (tile_order's): on CUDA, each run of equal
+    tile sizes (Wan 480p's cubes: 64, 32, 16 and 8 tokens) pooled as
+    consecutive blocks, one fused launch a run, no gather; a tile's tokens
+    are raster inside it in both orders and the kernel sums them in that
+    sequence, so the means are bitwise those of the frame-major pooling.
+    Elsewhere x is gathered back to frame-major order and pooled as there
+    (the same values, bit for bit, as the unhoisted path)."""
+    xb = _bhsd(x, layout)
+    if not _fused(x):
+        return pool_tiles(order.unpermute(xb), grid, tile).index_select(2, order.tiles)
+    parts, s0, i = [], 0, 0
+    while i < len(sizes):
+        j = i
+        while j < len(sizes) and sizes[j] == sizes[i]:
+            j += 1
+        n = (j - i) * sizes[i]
+        parts.append(_produce.pool_tiles(xb.narrow(2, s0, n), [1, 1, n], [1, 1, sizes[i]], "bhsd",
+                                         False)[0])
+        s0, i = s0 + n, j
+    return _cat(parts, 2)
+
+
+def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, in_order=False):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
     row, and the top ceil((1 - sparsity) * n_cubes) cubes of each row kept.
     Geometry: variable, one block per cube; order: cube order (tile_order).
+    in_order: q and k are already in the cube order (order.permute(x), e.g.
+    the hidden states permuted once at the model's entry: tessera.diffusers'
+    hoist); the mask is the same.
     Cost: one read of q and k (the pooling), then O(B H n_cubes^2 D)."""
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
-    # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
-    pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
-    pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
+    if in_order:
+        pq = _pool_in_order(q, grid, cube, order, sizes, layout)
+        pk = _pool_in_order(k, grid, cube, order, sizes, layout)
+    else:
+        # Pooled in raster order, then taken in the cube order (624 rows at Wan 480p).
+        pq = pool_tiles(q, grid, cube, layout).index_select(2, order.tiles)
+        pk = pool_tiles(k, grid, cube, layout).index_select(2, order.tiles)
     keep = _topk_scores(pq, pk, _scale(scale, d), vsa_k(sparsity, len(sizes)))
     return MethodMask(keep, (sizes, sizes), order, {})
 

@@ -29,7 +29,7 @@ import torch
 import tessera
 
 TOPK, CDF = 0, 1
-# Query rows a select CTA takes (1-16; 0: libtessera's choice, 12 top-k, 8 CDF): a
+# Query rows a select CTA takes (1-16; 0: libtessera's choice, 16 top-k, 8 CDF): a
 # tuning knob for benchmarks, not part of the ops' results.
 ROWS = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,

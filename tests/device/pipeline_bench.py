@@ -5,6 +5,7 @@ pipeline MODEL (diffusers carried as wheels: see tests/device/README).
 
     python3 tests/device/pipeline_bench.py wan|cogvideox|hunyuan [--reps N] [--json FILE]
         [--methods vsa,sta,svg,xattention] [--no-flex] [--no-check] [--compile]
+        [--hoist off|on|both] [--select-rows N]
 
 The transformer is built from its published config (written below from the
 models' transformer/config.json; no download), random weights, bf16, on the
@@ -26,6 +27,13 @@ events: mask production, attention, FlexAttention's BlockMask build):
 torch.compile(model): Wan's eager step spends ~260 of its ~600 ms outside
 attention (the matmuls, and the norms, modulation and RoPE between them,
 which inductor fuses), the same in every case.
+--hoist: off (default) gathers q, k, v and the output around every
+attention call; on: apply(hoist=True), VSA's and STA's token order hoisted
+to Wan's entry (hidden states and RoPE tables permuted once a step); both
+times the two and compares them on one step (masks equal? outputs bit for
+bit? printed, not asserted: see apply()).  The producers: VSA and SpargeAttn run libtessera's fused
+kernels on CUDA tensors (tessera.produce; printed at the start).
+--select-rows N: the fused select kernel's query rows a CTA (0: automatic).
 Reported per case: step ms, attention ms and its share of the step, mask
 production ms (the producer alone; the token permutation is in attention),
 a 50-step projection = warm-up steps x dense step + the rest x the case's
@@ -164,6 +172,25 @@ def time_steps(model, inputs, reps, warm=2):
     return statistics.median(ms)
 
 
+def hoist_check(model, inputs, method, kw):
+    """One step with the order hoisted and one gathered per call: masks
+    equal, outputs bit for bit (the hoist's exactness on the device)."""
+    outs, recs = [], []
+    for hoist in (False, True):
+        h = td.apply(model, method=method, backend="tessera", dense_steps=0, step_from="manual",
+                     record=True, hoist=hoist, **kw)
+        try:
+            assert h._hoist == hoist
+            outs.append(forward(model, inputs).float())
+            recs.append(h.recorded)
+        finally:
+            h.remove()
+    masks = sorted(recs[0]) == sorted(recs[1]) and all(torch.equal(recs[0][k].mask, recs[1][k].mask)
+                                                       for k in recs[0])
+    d = float((outs[0] - outs[1]).abs().max() / outs[0].abs().max())
+    return masks, torch.equal(outs[0], outs[1]), d
+
+
 def case(model, inputs, method, backend, reps, kw, compiled=False):
     """(step ms, profile dict, handle facts) of one method and backend.  With
     compiled, the steps are timed through torch.compile(model) (compiled
@@ -176,6 +203,10 @@ def case(model, inputs, method, backend, reps, kw, compiled=False):
     try:
         cmp = None
         if compiled:
+            # One eager forward first: the producers' index caches filled
+            # before tracing, else the first trace misses them and compiles
+            # the model a second time (a guard on the cache's contents).
+            forward(model, inputs)
             torch._dynamo.reset()
             fast = torch.compile(model)
             step = time_steps(fast, inputs, reps, warm=3)
@@ -194,7 +225,8 @@ def case(model, inputs, method, backend, reps, kw, compiled=False):
         prof["profiled_step"] = wall
         if cmp is not None:
             prof["compiled_vs_eager"] = cmp
-        facts = {"dense_layers": sorted(h.dense_layers), "layers": len(h.layers)}
+        facts = {"dense_layers": sorted(h.dense_layers), "layers": len(h.layers),
+                 "hoisted": bool(method and h._hoist)}
         return step, prof, facts
     finally:
         h.remove()
@@ -241,6 +273,8 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="time every case's steps through torch.compile(model), dense too")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--hoist", choices=("off", "on", "both"), default="off")
+    ap.add_argument("--select-rows", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="cut-down configs on the CPU (no GPU)")
     a = ap.parse_args()
     global DEV, DT
@@ -249,8 +283,15 @@ def main():
     name = a.model
     c = CONFIGS[name]
     model, inputs = build(name, a.frames, a.smoke)
+    from tessera import methods as M
+    M._produce.ROWS = a.select_rows
+    probe = inputs["hidden_states"]
+    print(f"producers: {'fused kernels (tessera.produce)' if M._fused(probe) else 'torch path'} on "
+          f"{probe.device} {probe.dtype}; select rows a CTA {a.select_rows or 'automatic'}; "
+          f"hoist {a.hoist}", flush=True)
     rows, ok = [], True
-    out = {"model": name, "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "cases": []}
+    out = {"model": name, "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu", "cases": [],
+           "fused_producers": M._fused(probe), "hoist": a.hoist, "select_rows": a.select_rows}
     # XAttention with apply()'s defaults (tau 0.9, stride 8, 128-token blocks).
     kws = {"vsa": dict(sparsity=0.875), "sta": c["sta"], "svg": c["svg"], "xattention": {}}
     methods = [m for m in a.methods.split(",") if m]
@@ -276,21 +317,31 @@ def main():
             ok = False
             continue
         warm = int(td.DENSE_WARMUP[method][0] * STEPS + 0.5)
-        for backend in ["tessera"] + ([] if a.no_flex else ["flex"]):
+        static = method in ("vsa", "sta")  # the methods with a hoistable order
+        hoists = {"off": [False], "on": [True], "both": [False, True]}[a.hoist] if static else [False]
+        if a.hoist == "both" and static:
+            masks, bitwise, d = hoist_check(model, inputs, method, kw)
+            out.setdefault("hoist_check", {})[method] = dict(masks_equal=masks, bitwise=bitwise, rel=d)
+            print(f"hoist check {method}: masks {'equal' if masks else 'DIFFER'}, outputs "
+                  f"{'bit for bit' if bitwise else f'differ (max rel {d:.1e})'}", flush=True)
+        for backend, hoist in [(b_, h_) for b_ in ["tessera"] + ([] if a.no_flex else ["flex"])
+                               for h_ in hoists]:
             t1 = time.time()
+            label = f"{backend} {method}" + (" (hoisted)" if hoist else "")
             try:
-                ms, prof, facts = case(model, inputs, method, backend, a.reps, kw, a.compile)
+                ms, prof, facts = case(model, inputs, method, backend, a.reps, dict(kw, hoist=hoist),
+                                       a.compile)
             except Exception as e:
-                print(f"{backend} {method}: FAILED {type(e).__name__}: {e}", flush=True)
+                print(f"{label}: FAILED {type(e).__name__}: {e}", flush=True)
                 ok = False
                 continue
             proj = warm * dense_ms + (STEPS - warm) * ms
-            rows.append((f"{backend} {method}", dens, ms, prof.get("attention", 0.0),
+            rows.append((label, dens, ms, prof.get("attention", 0.0),
                          prof.get("produce", 0.0), prof.get("flex_blockmask", 0.0), warm, proj))
             out["cases"].append(dict(backend=backend, method=method, params=kw, density=dens,
                                      step_ms=ms, profile=prof, dense_layers=facts["dense_layers"],
-                                     warmup_steps=warm, projection_ms=proj))
-            print(f"{backend} {method}: {ms:.1f} ms/step, density {dens:.3f}, {prof} "
+                                     warmup_steps=warm, projection_ms=proj, hoisted=facts["hoisted"]))
+            print(f"{label}: {ms:.1f} ms/step, density {dens:.3f}, hoisted {facts['hoisted']}, {prof} "
                   f"({time.time() - t1:.0f} s)", flush=True)
         if not a.no_check and not a.no_flex:
             errs = layer_check(model, inputs, method, kw)

@@ -100,8 +100,15 @@ def vsa_stages(q, k, grid, reps, bw, t1):
     stage("vsa", "scores+softmax+top-k (fused)", lambda: M._topk_scores(fq, fk, sc, kk), reps,
           2 * pooled + scores // 4, 1, bw, t1)
     stage("vsa", "total, fused", lambda: M.vsa(q, k, grid, 0.875), reps, 2 * qb, 3, bw, t1)
+    # q and k already in the cube order (the order hoisted to the model's
+    # entry): pooled a run of equal cube sizes at a time, no gather; the
+    # same mask as from frame-major q and k.
+    oq, ok_ = order.permute(q), order.permute(k)
+    same = torch.equal(M.vsa(oq, ok_, grid, 0.875, in_order=True).mask, M.vsa(q, k, grid, 0.875).mask)
+    stage("vsa", "total, fused, q k in cube order", lambda: M.vsa(oq, ok_, grid, 0.875, in_order=True), reps,
+          2 * qb, 6, bw, t1, "same mask" if same else "MASK DIFFERS")
     want = M._topk_scores(fq, fk, sc, kk)
-    for rows in (4, 8, 16):  # the select kernel's rows a CTA (automatic: 12 for top-k)
+    for rows in (4, 8, 12, 16):  # the select kernel's rows a CTA (automatic: 16 for top-k)
         M._produce.ROWS = rows
         stage("vsa", f"  select with {rows} rows a CTA", lambda: M._topk_scores(fq, fk, sc, kk), reps,
               2 * pooled + scores // 4, 1, bw, t1,
@@ -139,7 +146,7 @@ def sparge_stages(q, k, grid, reps, bw, t1):
           b * h * fq.shape[2] * fk.shape[2], 1, bw, t1)
     stage("sparge", "total, fused", lambda: M.sparge(q, k, grid, 0.95), reps, 2 * qb, 3, bw, t1)
     want = M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1)
-    for rows in (2, 4, 16):  # automatic: 8 for the CDF rule
+    for rows in (2, 4, 8, 12, 16):  # automatic: 8 for the CDF rule
         M._produce.ROWS = rows
         stage("sparge", f"  select with {rows} rows a CTA",
               lambda: M._produce.select_blocks(fq, fk, sc, M._produce.CDF, 0, 0.95, 1), reps,
@@ -207,11 +214,11 @@ def f64_checks(seed, quick=False):
     loads)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     bad, n = [], 0
-    small = ("vsa", "vsa-0.5", "sparge", "sparge-topk", "sparge-tau0.5")
+    small = ("vsa", "vsa-0.5", "vsa-in-order", "sparge", "sparge-topk", "sparge-tau0.5")
     for grid, h, d, hk, layout, names in [
             ((5, 7, 9), 4, 32, 2, "bhsd", small), ((3, 30, 52), 6, 64, 3, "bshd", small),
             ((21, 6, 10), 2, 128, 1, "bhsd", small), ((4, 9, 11), 4, 40, 4, "bshd", small),
-            ((21, 30, 52), 2, 32, 1, "bhsd", ("vsa", "sparge")),        # 624 and 512 blocks a row
+            ((21, 30, 52), 2, 32, 1, "bhsd", ("vsa", "vsa-in-order", "sparge")),  # 624 and 512 blocks a row
             ((4, 16, 16), 2, 32, 2, "bshd", ("sparge-1024",)),           # 1024
             ((4, 30, 52), 2, 32, 1, "bhsd", ("sparge-1560",)),           # 1560
             ((3, 5, 7), 2, 33, 1, "bshd", ("vsa", "sparge", "sparge-topk"))]:  # odd dim: scalar loads
@@ -226,8 +233,17 @@ def f64_checks(seed, quick=False):
         if layout == "bshd":
             q, k = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
         s = math.prod(grid)
+        def in_order(q, k, cube=(4, 4, 4)):
+            # fused: q and k in the cube order, pooled a run of sizes at a
+            # time; against the CPU's frame-major vsa (want) below
+            if not q.is_cuda:
+                return M.vsa(q, k, grid, 0.8, layout=layout, cube=cube)
+            o = M.tile_order(grid, cube, q.device)[0]
+            return M.vsa(o.permute(q, layout), o.permute(k, layout), grid, 0.8, layout=layout, cube=cube,
+                         in_order=True)
         cases = {
             "vsa": lambda q, k: M.vsa(q, k, grid, 0.8, layout=layout),
+            "vsa-in-order": in_order,
             "vsa-0.5": lambda q, k: M.vsa(q, k, grid, 0.5, layout=layout, cube=(2, 3, 4)),
             "sparge": lambda q, k: M.sparge(q, k, grid, 0.9, block=(32, 16) if s < 30000 else (128, 64),
                                             layout=layout),
