@@ -26,14 +26,13 @@
 #include "plan_impl.h"
 
 #include <limits.h>
-#include <stddef.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(tsr_tmap) == sizeof(CUtensorMap), "tsr_tmap must match CUtensorMap");
-
 
 typedef struct {
   tsr_context *ctx;
