@@ -1,5 +1,6 @@
 """bench_timing: interleaved timing of several systems on the same inputs, for
-scripts/bench-peers and tests/device/split_ab.py (issue 20).
+scripts/bench-peers, tests/device/split_ab.py and tests/device/dyn_ab.py
+(issue 20), with their common command-line options (add_args, check_args).
 
 Why: one median of a few calls a system, taken one system after the other
 after 3 warm-up calls, moved up to 9% between two runs of the same build in
@@ -18,6 +19,7 @@ Cost a system and case: about warmup_ms + rounds * max(round_ms, one call).
 The timer is passed in: CudaTimer (CUDA events; one synchronize at the end)
 on the GPU, WallTimer for CPU callables, or a fake one in tests.
 """
+import math
 import time
 
 
@@ -135,3 +137,24 @@ def describe(rounds, warmup_ms, round_ms):
     return (f"CUDA events; each system warmed up >= {warmup_ms:g} ms, then {rounds} rounds interleaved "
             f"across systems, a round = N back-to-back calls (N: about {round_ms:g} ms a round); "
             f"median over rounds of the time a call, spread = (max - min) / median")
+
+
+def add_args(ap):
+    """The timing options every interleaved benchmark takes (argparse)."""
+    ap.add_argument("--rounds", type=int, default=11,
+                    help="timing rounds, interleaved across a case's systems (median over rounds); default 11")
+    ap.add_argument("--warmup-ms", type=float, default=100.0,
+                    help="warm-up of each system before its case's rounds, in ms of calls; default 100")
+    ap.add_argument("--round-ms", type=float, default=30.0,
+                    help="about how long one round of a system lasts (N back-to-back calls); default 30")
+
+
+def check_args(ap, args):
+    """ap.error (exit 2, naming the option and value) for timing options
+    that cannot time anything: fewer than one round, a negative or
+    non-finite duration."""
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: must be at least 1")
+    for name, x in (("--warmup-ms", args.warmup_ms), ("--round-ms", args.round_ms)):
+        if not (x >= 0 and math.isfinite(x)):
+            ap.error(f"{name} {x:g}: must be a finite number of ms, 0 or more")

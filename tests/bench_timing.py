@@ -1,8 +1,9 @@
 """bench_timing.py: scripts/bench_timing.py (the interleaved timing of
-scripts/bench-peers and tests/device/split_ab.py) under a fake clock, and
+scripts/bench-peers, tests/device/split_ab.py and dyn_ab.py) under a fake clock, and
 bench-peers' gpu/host ratio and tables on made-up rows; no GPU, no real
 timings (every figure below is the fake clock's, so the checks are exact).
 SEED= repeats a run."""
+import argparse
 import importlib.machinery
 import importlib.util
 import os
@@ -158,6 +159,17 @@ for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "-
     p = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "bench-peers"), "--peers", "."] + argv,
                        capture_output=True, text=True)
     expect(p.returncode == 2 and word in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr.strip()[-120:]}")
+
+# the shared options (add_args): their defaults, and NaN refused as inf is
+ap = argparse.ArgumentParser()
+bt.add_args(ap)
+a = ap.parse_args([])
+expect((a.rounds, a.warmup_ms, a.round_ms) == (11, 100.0, 30.0), f"timing defaults: {a}")
+try:
+    bt.check_args(ap, ap.parse_args(["--round-ms", "nan"]))
+    expect(False, "--round-ms nan accepted")
+except SystemExit as e:
+    expect(e.code == 2, f"--round-ms nan: exit {e.code}")
 
 print(f"bench_timing: {'FAIL' if fails else 'ok'} (SEED={seed})")
 sys.exit(1 if fails else 0)

@@ -27,7 +27,6 @@ pairs * D / time.  Exit 1 if any check failed.
 """
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -154,19 +153,13 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows, adapters):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=11, help="interleaved timing rounds (median over rounds)")
-    ap.add_argument("--warmup-ms", type=float, default=100.0, help="warm-up of each system, ms of calls")
-    ap.add_argument("--round-ms", type=float, default=30.0, help="about how long a round of a system lasts")
+    bench_timing.add_args(ap)
     ap.add_argument("--cases", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--tag", default="run")
     ap.add_argument("--peers", default="", help="the baselines kit folder: VSA's kernel on the 64x64 cases")
     args = ap.parse_args()
-    if args.rounds < 1:
-        ap.error(f"--rounds {args.rounds}: must be at least 1")
-    for flag, x in (("--warmup-ms", args.warmup_ms), ("--round-ms", args.round_ms)):
-        if not (x >= 0 and math.isfinite(x)):
-            ap.error(f"{flag} {x:g}: must be a finite number of ms, 0 or more")
+    bench_timing.check_args(ap, args)
     import torch
     import tessera
     adapters = None
