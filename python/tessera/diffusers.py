@@ -856,8 +856,8 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
     output copied between the processor's [B, S, H, D] and bhsd, which cost
     what the gathers did; the attention now runs in the processor's layout,
     not yet measured: notes/pipeline-2026-12-02c.md), and its masks there
-    differed from the unhoisted ones at near-ties (bf16 rounding of the
-    projections, by the rows' places)."""
+    differed from the unhoisted ones at near-ties (perhaps the bf16
+    projections' rounding by the rows' places; not checked)."""
     if backend not in BACKENDS or (check is not None and check not in BACKENDS):
         raise ValueError(f"backend and check must be one of {', '.join(BACKENDS)}; got "
                          f"{backend!r}, {check!r}")
