@@ -29,6 +29,25 @@ static tsr_status bad(ctx_t *c, const char *fmt, const char *a, long long b)
                        c->label, c->index, what);
 }
 
+/* Integers a variant name can spell (runtime/variant.c reads at most 5
+ * digits); anything larger is refused here rather than wrapped into an int
+ * (head_dim 4294967360 is not 64) or overflowing (4 * warpgroups). */
+#define MAX_INT_VALUE 99999
+
+/* Stores integer node j of key `k` in *out if in [0, MAX_INT_VALUE]. */
+static tsr_status int_value(ctx_t *c, json_t *j, const char *k, int *out)
+{
+  json_int_t x = json_integer_value(j);
+  char what[96];
+  if (x < 0 || x > MAX_INT_VALUE) {
+    snprintf(what, sizeof what, "key '%s' holds %lld, out of range [0, %d]", k, (long long)x,
+             MAX_INT_VALUE);
+    return bad(c, "%s%.0lld", what, 0);
+  }
+  *out = (int)x;
+  return TSR_OK;
+}
+
 /* Reads key `k` as one integer or a list of integers into out[]. */
 static tsr_status int_list(ctx_t *c, json_t *e, const char *k, int *out, size_t *n)
 {
@@ -36,16 +55,16 @@ static tsr_status int_list(ctx_t *c, json_t *e, const char *k, int *out, size_t 
   size_t i;
   if (!j) return bad(c, "missing key '%s'%.0lld", k, 0);
   if (json_is_integer(j)) {
-    out[0] = (int)json_integer_value(j);
     *n = 1;
-    return TSR_OK;
+    return int_value(c, j, k, &out[0]);
   }
   if (!json_is_array(j) || json_array_size(j) == 0 || json_array_size(j) > MAX_LIST)
     return bad(c, "key '%s' must be an integer or a list of 1 to 8 integers%.0lld", k, 0);
   for (i = 0; i < json_array_size(j); i++) {
     json_t *x = json_array_get(j, i);
+    tsr_status st;
     if (!json_is_integer(x)) return bad(c, "key '%s' holds a non-integer at position %lld", k, (long long)i);
-    out[i] = (int)json_integer_value(x);
+    if ((st = int_value(c, x, k, &out[i]))) return st;
   }
   *n = json_array_size(j);
   return TSR_OK;
@@ -60,8 +79,7 @@ static tsr_status one_int(ctx_t *c, json_t *e, const char *k, int *out, int dflt
     return TSR_OK;
   }
   if (!json_is_integer(j)) return bad(c, "key '%s' must be an integer%.0lld", k, 0);
-  *out = (int)json_integer_value(j);
-  return TSR_OK;
+  return int_value(c, j, k, out);
 }
 
 static tsr_status add(tsr_catalog *cat, size_t *cap, const tsr_variant *v, ctx_t *c)
@@ -136,9 +154,10 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
 
   j = json_object_get(e, "tile");
   if (json_is_array(j) && json_array_size(j) == 2 && json_is_integer(json_array_get(j, 0))) {
-    tiles[0][0] = (int)json_integer_value(json_array_get(j, 0));
-    tiles[0][1] = (int)json_integer_value(json_array_get(j, 1));
     if (!json_is_integer(json_array_get(j, 1))) return bad(c, "key 'tile' must be [BM, BN]%s%.0lld", "", 0);
+    if ((st = int_value(c, json_array_get(j, 0), "tile", &tiles[0][0])) ||
+        (st = int_value(c, json_array_get(j, 1), "tile", &tiles[0][1])))
+      return st;
     nt = 1;
   } else if (json_is_array(j) && json_array_size(j) > 0 && json_array_size(j) <= MAX_LIST) {
     for (i = 0; i < json_array_size(j); i++) {
@@ -146,8 +165,9 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
       if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(json_array_get(p, 0)) ||
           !json_is_integer(json_array_get(p, 1)))
         return bad(c, "key 'tile' position %s%lld must be [BM, BN]", "", (long long)i);
-      tiles[nt][0] = (int)json_integer_value(json_array_get(p, 0));
-      tiles[nt][1] = (int)json_integer_value(json_array_get(p, 1));
+      if ((st = int_value(c, json_array_get(p, 0), "tile", &tiles[nt][0])) ||
+          (st = int_value(c, json_array_get(p, 1), "tile", &tiles[nt][1])))
+        return st;
       nt++;
     }
   } else {

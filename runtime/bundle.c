@@ -50,6 +50,13 @@ static tsr_status read_entry(const char *path, size_t i, json_t *o, tsr_bundle_e
     return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': variant %zu has no name", path, i);
   st = tsri_variant_parse(json_string_value(name), &e->v, err);
   if (st) return st;
+  {
+    /* A name may spell parameters no kernel has (d99999); the sizes below
+     * are only defined, and only computed, for variants that pass the check. */
+    tsr_error ce = {0};
+    if (tsri_variant_check(&e->v, &ce) != TSR_OK)
+      return tsr_error_set(err, TSR_ERR_FORMAT, "bad kernel registry '%s': %s", path, ce.text);
+  }
   strcpy(e->name, json_string_value(name));
   /* The fields must say what the name says: a registry edited by hand (or
    * written by another generator) is refused rather than half trusted. */

@@ -310,6 +310,15 @@ static const struct {
   { "[1, 2]", "must be an object" },
   { "{\"family\": \"sm90\", \"precision\": \"fp9\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [128, 64], \"stages\": 2, \"warpgroups\": 3, \"tma_box\": 64}", "key 'precision' must be" },
   { "{\"family\": \"sm80\", \"precision\": \"fp8\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "FP8 precision needs the sm90 family" },
+  /* integers no name can spell are refused, never wrapped into an int
+   * (4294967360 would be head dim 64) nor overflowed (4 * warpgroups):
+   * fuzz_catalog */
+  { "{\"family\": \"sm90\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [128, 64], \"stages\": 2, \"warpgroups\": 2147483647, \"tma_box\": 64}", "key 'warpgroups' holds 2147483647, out of range [0, 99999]" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 4294967360, \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "key 'head_dim' holds 4294967360, out of range" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": [64, -64], \"tile\": [64, 64], \"stages\": 2, \"warps\": 4}", "key 'head_dim' holds -64, out of range" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [4294967360, 64], \"stages\": 2, \"warps\": 4}", "key 'tile' holds 4294967360, out of range" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [[64, 64], [64, -1]], \"stages\": 2, \"warps\": 4}", "key 'tile' holds -1, out of range" },
+  { "{\"family\": \"sm80\", \"dtype\": \"bf16\", \"head_dim\": 64, \"tile\": [64, 64], \"stages\": -2, \"warps\": 4}", "key 'stages' holds -2, out of range" },
 };
 
 START_TEST(test_catalog_rejects)
@@ -502,6 +511,13 @@ START_TEST(test_registry_rejects)
       "\"head_dim\": 64, \"bm\": 64, \"bn\": 64, \"stages\": 2, \"warps\": 4, \"warpgroups\": 0, \"tma_box\": 0, "
       "\"threads\": 128, \"smem\": 40960, \"membership\": true, \"targets\": {\"sm_75\": {\"hash\": \"0123456789abcdef\"}}}]}",
       "unknown target 'sm_75'" },
+    /* parses, but no kernel has it: refused before its sizes are computed
+     * (fuzz_catalog: its shared memory overflowed int64) */
+    { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [{\"name\": "
+      "\"tsr_sm90_bf16_d99999_m64n99999_s99999_g99999_pers_mb_tma99999\", \"head_dim\": 99999, \"bm\": 64, "
+      "\"bn\": 99999, \"stages\": 99999, \"warps\": 399996, \"warpgroups\": 99999, \"tma_box\": 99999, "
+      "\"threads\": 12799872, \"smem\": 0, \"membership\": true, \"targets\": {}}]}",
+      "variant 'tsr_sm90_bf16_d99999_m64n99999_s99999_g99999_pers_mb_tma99999': head dim must be" },
     { "{\"format\": 1, \"layout_version\": 99, \"variants\": []}", "plan layout 99" },
     { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [{\"name\": \"tsr_bogus\"}]}", "bad variant name 'tsr_bogus'" },
     { "{\"format\": 1, \"layout_version\": " LAYOUT_STR ", \"variants\": [", "bad kernel registry" },

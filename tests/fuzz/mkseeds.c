@@ -20,6 +20,11 @@
  *                             cubins (a host-only context reads none), so
  *                             the database harnesses select against the real
  *                             variant list without building the bundle
+ *   mkseeds catalog CATALOG OUT
+ *                             fuzz_catalog inputs: the catalog whole, one
+ *                             catalog per entry of it, and every variant
+ *                             name it expands to (the harness reads each
+ *                             input both as a catalog and as a name)
  *
  * CORPUS is a folder made by `tessera corpus generate`.  Exit 0 on success,
  * 1 with a message naming the problem otherwise.
@@ -341,10 +346,47 @@ static int seed_registry(const char *catalog, const char *out)
   return 0;
 }
 
+/* ---- catalog ------------------------------------------------------------------ */
+
+static int seed_catalog(const char *catalog, const char *out)
+{
+  tsr_catalog cat;
+  tsr_error err = {0};
+  json_error_t je;
+  json_t *root, *vars;
+  char path[1024], name[64], *text;
+  size_t i, n = 0;
+  if (tsr_catalog_load(catalog, &cat, &err) != TSR_OK)
+    return fail("cannot read the catalog", err.text);
+  for (i = 0; i < cat.n; i++)
+    fz_write(fz_path(path, sizeof path, out, cat.items[i].name), cat.items[i].name,
+             strlen(cat.items[i].name));
+  tsr_catalog_free(&cat);
+  if (!(root = json_load_file(catalog, 0, &je)) || !json_is_array(vars = json_object_get(root, "variants")))
+    return fail("cannot read the catalog", root ? "no variants" : je.text);
+  text = json_dumps(root, JSON_PRESERVE_ORDER);
+  if (!text)
+    return fail("cannot write a catalog seed", "out of memory");
+  fz_write(fz_path(path, sizeof path, out, "catalog.json"), text, strlen(text));
+  free(text);
+  for (i = 0; i < json_array_size(vars); i++) {
+    json_t *one = json_pack("{s:i, s:[O]}", "version", 1, "variants", json_array_get(vars, i));
+    text = one ? json_dumps(one, JSON_PRESERVE_ORDER) : NULL;
+    json_decref(one);
+    if (!text)
+      return fail("cannot write a catalog seed", "out of memory");
+    snprintf(name, sizeof name, "entry-%zu.json", n++);
+    fz_write(fz_path(path, sizeof path, out, name), text, strlen(text));
+    free(text);
+  }
+  json_decref(root);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *usage = "usage: mkseeds npy OUT | mask CORPUS OUT | corpus CORPUS OUT | db OUT | "
-                      "registry CATALOG OUT";
+                      "registry CATALOG OUT | catalog CATALOG OUT";
   if (argc == 3 && !strcmp(argv[1], "npy"))
     return seed_npy(argv[2]);
   if (argc == 4 && !strcmp(argv[1], "mask"))
@@ -355,6 +397,8 @@ int main(int argc, char **argv)
     return seed_db(argv[2]);
   if (argc == 4 && !strcmp(argv[1], "registry"))
     return seed_registry(argv[2], argv[3]);
+  if (argc == 4 && !strcmp(argv[1], "catalog"))
+    return seed_catalog(argv[2], argv[3]);
   fprintf(stderr, "%s\n", usage);
   return 1;
 }
