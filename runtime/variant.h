@@ -76,7 +76,9 @@ void tsri_variant_format(const tsr_variant *v, char *buf);
  * print (so names round-trip exactly), naming the offending part. */
 tsr_status tsri_variant_parse(const char *name, tsr_variant *v, tsr_error *err);
 
-/* Threads per CTA and dynamic shared memory in bytes. */
+/* Threads per CTA and dynamic shared memory in bytes.  Like fits below,
+ * defined only for variants that pass tsri_variant_check: a name may spell
+ * parameters (d99999, g99999) whose sizes overflow int64. */
 int tsri_variant_threads(const tsr_variant *v);
 /* Tasks a CTA runs side by side: 2 for sm90 variants with 3 warpgroups at
  * BM 64 (two consumer warpgroups, each its own 64-row task), else 1.  A
