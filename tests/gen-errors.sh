@@ -2,7 +2,8 @@
 # gen-errors.sh: tessera-gen's behaviour around the compile itself, with a
 # one-variant catalog for one target (the variant and the GPU planner
 # module compiled once, the variant once more):
-#  - a bad catalog is refused (exit 2) naming the file and the problem;
+#  - a bad catalog is refused (exit 2) naming the file and the problem
+#    (and the value, for an out-of-range integer);
 #  - a template that does not compile fails the build (exit 1) with the
 #    NVRTC log under the variant's name, and no registry is written;
 #  - a second run reuses the cubin (hash match), also after a comment-only
@@ -41,6 +42,13 @@ out=$("$gen" --catalog "$tmp/bad.json" --templates "$tmp/t" --layout "$S/runtime
 rc=$?
 [ $rc -eq 2 ] || die "dyn on sm80: exit $rc, want 2"
 echo "$out" | grep -q "the dyn task layout needs the sm90 family" || die "dyn on sm80 message: $out"
+# an integer no variant name can spell is refused, not wrapped into an int
+# (4294967360 was built as head dim 64; fuzz_catalog, notes/fuzz.md)
+printf '{"version": 1, "variants": [{"family": "sm80", "dtype": "bf16", "head_dim": 4294967360, "tile": [64, 64], "stages": 2, "warps": 4}]}' >"$tmp/bad.json"
+out=$("$gen" --catalog "$tmp/bad.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" --out "$tmp/o0" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || die "head_dim 4294967360: exit $rc, want 2"
+echo "$out" | grep -q "bad catalog '$tmp/bad.json': variant entry 0: key 'head_dim' holds 4294967360, out of range \[0, 99999\]" || die "head_dim 4294967360 message: $out"
 
 # 2. a template that does not compile
 cp "$tmp/t/attn_sm80.cuh" "$tmp/attn_sm80.good"
