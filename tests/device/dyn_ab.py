@@ -25,8 +25,6 @@ pairs * D / time.  Exit 1 if any check failed.
     python3 tests/device/dyn_ab.py [--rounds R] [--warmup-ms W] [--round-ms T]
       [--cases SUBSTR,...] [--json PATH] [--tag NAME] [--peers KIT]
 """
-import argparse
-import json
 import os
 import sys
 
@@ -34,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_timing  # noqa: E402 -- the timing scripts/bench-peers uses
-from split_ab import check, make_mask  # noqa: E402 -- the same masks and reference
+from split_ab import check, drive, make_mask, options  # noqa: E402 -- the same masks, reference and driver
 
 CASES = [  # name, S, H, D, block, mask, density
     ("64x64 random 10%", 32768, 12, 128, 64, "random", .10),
@@ -152,16 +150,10 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows, adapters):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    bench_timing.add_args(ap)
-    ap.add_argument("--cases", default="")
-    ap.add_argument("--json", default="")
-    ap.add_argument("--tag", default="run")
+    ap = options(__doc__)
     ap.add_argument("--peers", default="", help="the baselines kit folder: VSA's kernel on the 64x64 cases")
     args = ap.parse_args()
     bench_timing.check_args(ap, args)
-    import torch
-    import tessera
     adapters = None
     if args.peers:
         sys.path.insert(0, args.peers)
@@ -169,23 +161,7 @@ def main():
             import adapters
         except Exception as e:  # noqa: BLE001 -- reported; Tessera's systems still run
             print(f"vsa: adapters not importable: {e!r}"[:200], flush=True)
-    ctx = tessera.Context()
-    gen = torch.Generator(device="cuda").manual_seed(20261202)
-    rows = []
-    for c in CASES:
-        if args.cases and not any(x in c[0] for x in args.cases.split(",")):
-            continue
-        run_case(torch, tessera, ctx, c, args, gen, rows, adapters)
-        torch.cuda.empty_cache()
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(dict(format=2, card=torch.cuda.get_device_name(), rows=rows,
-                               timing=bench_timing.describe(args.rounds, args.warmup_ms, args.round_ms)),
-                          fh, indent=1)
-    bad = [r for r in rows if r["status"] != "ok"]
-    for r in bad:
-        print(f"FAILED: {r['case']} {r['system']} {r['variant']}: {r['status']}")
-    sys.exit(1 if bad else 0)
+    sys.exit(drive(args, CASES, run_case, adapters))
 
 
 if __name__ == "__main__":

@@ -121,30 +121,47 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
         p.close()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def options(doc):
+    """The command line split_ab.py and dyn_ab.py share: bench_timing's
+    options, --cases, --json and --tag."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     bench_timing.add_args(ap)
     ap.add_argument("--cases", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--tag", default="run")
-    args = ap.parse_args()
-    bench_timing.check_args(ap, args)
+    return ap
+
+
+def drive(args, cases, run_case, *extra):
+    """Runs run_case(torch, tessera, ctx, case, args, gen, rows, *extra) for
+    each case --cases names, writing --json after each; prints the rows that
+    failed their checks and returns the exit status (1 if any did)."""
     import torch
     import tessera
     ctx = tessera.Context()
     gen = torch.Generator(device="cuda").manual_seed(20261202)
     rows = []
-    for c in CASES:
+    for c in cases:
         if args.cases and not any(x in c[0] for x in args.cases.split(",")):
             continue
-        run_case(torch, tessera, ctx, c, args, gen, rows)
+        run_case(torch, tessera, ctx, c, args, gen, rows, *extra)
+        torch.cuda.empty_cache()
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(dict(format=2, card=torch.cuda.get_device_name(), rows=rows,
                                timing=bench_timing.describe(args.rounds, args.warmup_ms, args.round_ms)),
                           fh, indent=1)
     bad = [r for r in rows if r["status"] != "ok"]
-    sys.exit(1 if bad else 0)
+    for r in bad:
+        print(f"FAILED: {r['case']} {r['system']} {r.get('variant', '')}: {r['status']}")
+    return 1 if bad else 0
+
+
+def main():
+    ap = options(__doc__)
+    args = ap.parse_args()
+    bench_timing.check_args(ap, args)
+    sys.exit(drive(args, CASES, run_case))
 
 
 if __name__ == "__main__":
