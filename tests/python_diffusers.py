@@ -282,14 +282,28 @@ def hoist_case():
     unhoisted path (q, k, v and the output gathered around every attention
     call): the same masks and the same output, bit for bit, on a sparse
     step; a warm-up step is the model's own; torch.compile(fullgraph) of the
-    hoisted model equals eager; hoist=True is refused where it cannot be
-    (off by default)."""
+    hoisted model equals eager; hoist=True is refused where it cannot be;
+    "auto" (the default) takes it where it can and the gathered order
+    elsewhere, also for a forward with a per-token timestep."""
     model, inputs, _ = wan()
     model.eval()
     plain = copy.deepcopy(model)
     h = td.apply(model, method="vsa")
-    check(not h._hoist, "hoist: off by default")
+    check(h._hoist, "hoist: 'auto' by default, taken for wan + vsa with no dense layers")
     h.remove()
+    for what, m, kw in (("dense layers", model, dict(dense_layers=[1])),
+                        ("svg", model, dict(method="svg")),
+                        ("cogvideox", cogvideox()[0], {})):
+        h = td.apply(m, **kw)
+        check(not h._hoist, f"hoist 'auto': not taken with {what}")
+        h.remove()
+    for bad in ("yes", 2):
+        try:
+            td.apply(model, hoist=bad)
+            check(False, f"hoist={bad!r} refused")
+        except ValueError as e:
+            check(repr(bad) in str(e), f"hoist={bad!r} refused: {e}")
+    token_timestep_case(model, inputs)
     for method, kw in (("vsa", {"sparsity": 0.75}), ("sta", {"window": (3, 1, 3), "tile": (2, 4, 4)}),
                        ("vsa", {"sparsity": 0.6, "cube": (2, 4, 4)})):
         outs, recs = [], []
@@ -331,6 +345,39 @@ def hoist_case():
             check(False, f"hoist=True refused with {what}")
         except ValueError as e:
             check(True, f"hoist=True refused with {what}: {e}")
+    check(torch.equal(run(model, inputs, 1), run(plain, inputs, 1)),
+          "hoist: refused applies leave the model as it was (its own output, bit for bit)")
+
+
+def token_timestep_case(model, inputs):
+    """A per-token timestep (Wan 2.2 TI2V: [B, S]) modulates each token by
+    its place: under hoist="auto" such a forward runs in the gathered order
+    (bit for bit hoist=False's result), hoist=True refuses it."""
+    x = inputs["hidden_states"]
+    p = model.config.patch_size
+    s = (x.shape[2] // p[0]) * (x.shape[3] // p[1]) * (x.shape[4] // p[2])
+    per_token = dict(inputs, timestep=torch.randint(0, 1000, (x.shape[0], s)).float())
+
+    def run_tt():
+        with torch.no_grad():
+            return model(**per_token, return_dict=False)[0]
+    outs = []
+    for hoist in ("auto", False):
+        h = td.apply(model, method="vsa", sparsity=0.75, dense_steps=0, step_from="manual",
+                     hoist=hoist)
+        outs.append(run_tt())
+        check(not h.hoisted(), f"hoist={hoist!r}: a per-token timestep runs gathered")
+        h.remove()
+    check(torch.equal(outs[0], outs[1]),
+          "hoist 'auto' with a per-token timestep: bit for bit hoist=False's output")
+    h = td.apply(model, method="vsa", sparsity=0.75, dense_steps=0, step_from="manual", hoist=True)
+    try:
+        run_tt()
+        check(False, "hoist=True refuses a per-token timestep")
+    except ValueError as e:
+        check("per-token timestep" in str(e), f"hoist=True refuses a per-token timestep: {e}")
+    finally:
+        h.remove()
 
 
 def vllm_case():

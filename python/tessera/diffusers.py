@@ -634,7 +634,7 @@ class SparseAttention:
     recorded: {(step, layer): MethodMask} when record=True."""
 
     def __init__(self, transformer, kind, produce, method_name, dense_steps, dense_layers,
-                 total_steps, backend, step_from, check, profile, record, context, hoist=False):
+                 total_steps, backend, step_from, check, profile, record, context, hoist="auto"):
         self.transformer, self.kind, self.produce = transformer, kind, produce
         self.method, self.backend, self.step_from = method_name, backend, step_from
         self.check, self.profile, self.record, self.context = check, profile, record, context
@@ -652,6 +652,9 @@ class SparseAttention:
         if bad or self.dense_steps < 0:
             raise ValueError(f"dense_layers must be in [0, {n}) and dense_steps >= 0, got "
                              f"{sorted(bad) or self.dense_steps}")
+        # Decided before the model is touched: a refused hoist leaves it as it was.
+        self._hoist_asked, self._token_timestep = hoist, False
+        self._hoist = self._hoistable(hoist)
         self.step, self._last_t = 0, None
         self.grid = self.text = self.text_valid = None
         self.checks, self.recorded = [], {}
@@ -667,7 +670,7 @@ class SparseAttention:
                 self._originals.append((attn, inner, None))
             attn.set_processor(_processor_class(type(inner))(inner, i, self))
         self._hook = transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
-        self._hoist, self._hoist_hooks = self._hoistable(hoist), []
+        self._hoist_hooks = []
         if self._hoist:
             self._hoist_hooks = _hoist_hooks(transformer, self)
 
@@ -687,7 +690,15 @@ class SparseAttention:
     # bf16), which cuBLAS's choice of reduction by tile position would
     # explain (not checked).  Only on sparse steps, and only with no dense
     # layers (a dense layer would attend in another key order).
+    # hoist="auto" (the default) takes the hoisted order where it can be
+    # taken and the gathered one elsewhere, silently: on the H200 it made the
+    # compiled Wan 480p step with VSA 87.5% 251.2 ms against 260.1
+    # (notes/pipeline-2026-12-02d.md).  hoist=True says the caller wants it,
+    # so where it cannot be taken that is an error.
     def _hoistable(self, hoist):
+        if hoist not in (True, False, "auto"):
+            raise ValueError(f"tessera.diffusers.apply: hoist must be True, False or 'auto', "
+                             f"got {hoist!r}")
         if not hoist:
             return False
         why = None
@@ -697,13 +708,15 @@ class SparseAttention:
             why = f"method {self.method} has no static token order (VSA and STA have)"
         elif self.dense_layers:
             why = "dense layers would attend in the hoisted order"
+        if why and hoist == "auto":
+            return False
         if why:
             raise ValueError(f"tessera.diffusers.apply: hoist=True, but {why}")
         return True
 
     def hoisted(self):
         """Whether this forward runs in the hoisted order."""
-        return self._hoist and not self._dense_now
+        return self._hoist and not self._dense_now and not self._token_timestep
 
     def _order(self, device):
         return _methods().tile_order(self.grid, self.produce.tile, device)[0]
@@ -734,11 +747,15 @@ class SparseAttention:
     def _pre_forward(self, module, args, kwargs):
         self.grid = self.kind.grid_of(module, args, kwargs)
         self.text, self.text_valid = self.kind.text_of(module, args, kwargs)
+        self._token_timestep = False
         if self._hoist:
             t = _arg(args, kwargs, "timestep", self.kind.timestep_at)
-            if torch.is_tensor(t) and t.dim() > 1:
+            # A per-token timestep (Wan 2.2 TI2V) modulates each token by its
+            # place: such a forward keeps the gathered order under "auto".
+            self._token_timestep = torch.is_tensor(t) and t.dim() > 1
+            if self._token_timestep and self._hoist_asked is True:
                 raise ValueError("tessera.diffusers: a per-token timestep (Wan 2.2 TI2V) modulates "
-                                 "each token; apply(..., hoist=False) for it")
+                                 "each token; apply(..., hoist=False or 'auto') for it")
         if self.step_from == "timestep":
             t = _arg(args, kwargs, "timestep", self.kind.timestep_at)
             t = float(t.flatten()[0]) if torch.is_tensor(t) else float(t)
@@ -840,7 +857,7 @@ class SparseAttention:
 
 def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_layers=None,
           total_steps=50, backend="tessera", step_from="timestep", check=None, profile=False,
-          record=False, context=None, hoist=False, **method_kw):
+          record=False, context=None, hoist="auto", **method_kw):
     """Swaps the transformer's self-attention for Tessera with the method's
     masks; returns the SparseAttention handle (module docstring).
 
@@ -849,15 +866,16 @@ def apply(transformer, method="vsa", sparsity=None, dense_steps=None, dense_laye
     topk=, block=), xattention (tau= 0.9, stride= 8, block= 128, chunk=), each as tessera.methods takes it (method_kw); or a
     callable (q, k, v, grid, layer=, step=) -> MethodMask.  dense_steps / dense_layers:
     None for the method's published warm-up over total_steps steps.
-    hoist=True: the method's token order applied once at the model's entry
-    instead of around every attention call (SparseAttention._hoistable;
-    Wan with VSA or STA and no dense layers, else refused).  Off by default:
-    on the H200 it measured no faster as first built (q, k, v and the
-    output copied between the processor's [B, S, H, D] and bhsd, which cost
-    what the gathers did; the attention now runs in the processor's layout,
-    not yet measured: notes/pipeline-2026-12-02c.md), and its masks there
-    differed from the unhoisted ones at near-ties (perhaps the bf16
-    projections' rounding by the rows' places; not checked)."""
+    hoist: the method's token order applied once at the model's entry
+    instead of around every attention call (SparseAttention._hoistable):
+    "auto" (default) where it can be (Wan with VSA or STA and no dense
+    layers; a forward with a per-token timestep keeps the gathered order),
+    True to insist (an error where it cannot be), False never.  On the
+    H200 the compiled Wan 480p step with VSA 87.5% took 251.2 ms hoisted
+    against 260.1 gathered (notes/pipeline-2026-12-02d.md); the hoisted
+    masks there differed from the gathered ones at near-ties (the hoisted q
+    and k are not bitwise the gathered ones permuted; on the CPU they are,
+    and masks and outputs are equal bit for bit)."""
     if backend not in BACKENDS or (check is not None and check not in BACKENDS):
         raise ValueError(f"backend and check must be one of {', '.join(BACKENDS)}; got "
                          f"{backend!r}, {check!r}")

@@ -27,7 +27,8 @@ events: mask production, attention, FlexAttention's BlockMask build):
 torch.compile(model): Wan's eager step spends ~260 of its ~600 ms outside
 attention (the matmuls, and the norms, modulation and RoPE between them,
 which inductor fuses), the same in every case.
---hoist: off (default) gathers q, k, v and the output around every
+--hoist: off (default here; apply()'s own default is "auto", which hoists
+where it can) gathers q, k, v and the output around every
 attention call; on: apply(hoist=True), VSA's and STA's token order hoisted
 to Wan's entry (hidden states and RoPE tables permuted once a step); both
 times the two and compares them on one step (masks equal? outputs bit for
@@ -199,7 +200,7 @@ def case(model, inputs, method, backend, reps, kw, compiled=False):
     kernels."""
     h = td.apply(model, method=method, backend=backend, dense_steps=0, step_from="manual",
                  profile=False, **kw) if method else \
-        td.apply(model, method="vsa", dense_steps=1 << 30, step_from="manual")
+        td.apply(model, method="vsa", dense_steps=1 << 30, step_from="manual", hoist=False)
     try:
         cmp = None
         if compiled:
@@ -235,7 +236,7 @@ def case(model, inputs, method, backend, reps, kw, compiled=False):
 def density_of(model, inputs, method, kw):
     """Mean block-pair and token density of the method's masks on one step."""
     h = td.apply(model, method=method, backend="tessera", dense_steps=0, step_from="manual",
-                 record=True, **kw)
+                 record=True, hoist=False, **kw)
     try:
         forward(model, inputs)
         dens = []
@@ -254,7 +255,7 @@ def density_of(model, inputs, method, kw):
 
 def layer_check(model, inputs, method, kw):
     h = td.apply(model, method=method, backend="tessera", check="flex", dense_steps=0,
-                 step_from="manual", **kw)
+                 step_from="manual", hoist=False, **kw)
     try:
         forward(model, inputs)
         return [(layer, d / r if r else float("inf")) for _, layer, d, r in h.checks]
