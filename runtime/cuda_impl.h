@@ -94,6 +94,9 @@ int tsri_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out);
  * FP8, as tsri_cpu_execute_heads with no head native; for measuring the
  * scheme alone).  Returns 0 for a plan without FP8 device copies. */
 int tsri_gpu_fp8_fallback(tsr_plan *pl, int on);
+/* The plan a device planner binds and launches (its device copies: for
+ * tsri_gpu_fp8_buffers and tsri_gpu_fp8_fallback in tests). */
+tsr_plan *tsri_gpuplan_device_plan(tsr_gpuplan *gp);
 /* Loads the bundle's GPU planner module for the context's target (the
  * caller unloads it with cuModuleUnload while the context lives). */
 tsr_status tsri_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);

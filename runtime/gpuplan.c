@@ -70,6 +70,11 @@ static void free_buffers(tsr_gpuplan *g)
   g->mod = NULL;
 }
 
+tsr_plan *tsri_gpuplan_device_plan(tsr_gpuplan *g)
+{
+  return g ? g->pl : NULL;
+}
+
 void tsr_gpuplan_destroy(tsr_gpuplan *g)
 {
   if (!g) return;
