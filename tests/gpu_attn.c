@@ -40,7 +40,8 @@
  *   the same plans, request time including the quantization; --fp8-parts:
  *   the same, and each kernel of each launch timed alone (time_parts);
  *   --fp8-ab: FP8 request time of several kernel bundles side by side in
- *   one process (fp8_ab; TSR_AB_TOKENS=32760 or 75600 runs one size).
+ *   one process (fp8_ab; TSR_AB_TOKENS=32760 or 75600 runs one size, also
+ *   for --fp8-bench and --fp8-parts).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -1239,6 +1240,8 @@ static const fp8_case fp8_cases[] = {
   { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1 }, 0 },
   { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 }, 1 },
+  /* the fallback with split rows (both kernels' partial slots in one merge), BHSD, fp16, d64 */
+  { { "fp8-fp16-d64-128x64-k-outliers-split", 2, 4, 2, 900, 1000, 64, TSR_DT_F16, 0, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 }, 1 },
   /* masked scores (64-token blocks on 128-token tiles, a ragged last key
    * tile) beside a folded factor that underflows: -inf, never NaN */
   { { "fp8-bf16-d128-128x128-tiny-qk", 1, 2, 2, 600, 650, 128, TSR_DT_BF16, 1, 64, 64, 128, 128, MK_RANDOM, 0.5, TL_ROW, 0, 1 }, 2 },
@@ -1977,7 +1980,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   tsr_geom *g = NULL;
   tsr_mask *m = NULL;
   tsr_problem pr;
-  double pairs = 0, ms_of[2] = { 0, 0 }, gg = 0, rr = 0, gr = 0;
+  double pairs = 0, ms_of[2] = { 0, 0 }, ms_f8_off = 0, gg = 0, rr = 0, gr = 0;
   char vname[2][96] = { "", "" };
   int prec, fails = 0;
   tsr_error_clear(&err);
@@ -2001,7 +2004,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   for (prec = 0; prec < 2; prec++) {
     tsr_plan_opts o;
     tsr_plan *pl = NULL;
-    float ms[32];
+    float ms[32], ms_off[32];
     int r;
     tsr_plan_opts_init(&o);
     o.tile_m = bq;
@@ -2018,6 +2021,17 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
     snprintf(vname[prec], sizeof vname[prec], "%s", pl->variant);
     for (r = 0; r < 2; r++) tsr_gpu_launch(ctx, pl, &t, stream, &err);
     for (r = 0; r < reps && !err.status; r++) {
+      /* FP8: the fallback off in between (interleaved), what the device
+       * fallback costs where no head falls back (the split CTA, the native
+       * launch finding no task) */
+      if (prec && tsri_gpu_fp8_fallback(pl, 0)) {
+        CK(cu->cuEventRecord(e0, stream));
+        tsr_gpu_launch(ctx, pl, &t, stream, &err);
+        CK(cu->cuEventRecord(e1, stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(&ms_off[r], e0, e1));
+        tsri_gpu_fp8_fallback(pl, 1);
+      }
       CK(cu->cuEventRecord(e0, stream));
       tsr_gpu_launch(ctx, pl, &t, stream, &err);
       CK(cu->cuEventRecord(e1, stream));
@@ -2030,6 +2044,10 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
     } else {
       qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
       ms_of[prec] = ms[reps / 2];
+      if (prec) {
+        qsort(ms_off, (size_t)reps, sizeof *ms_off, cmp_float);
+        ms_f8_off = ms_off[reps / 2];
+      }
       CK(cu->cuMemcpyDtoH(prec ? o_f8 : o_nat, dout, n * 2));
       if (parts) {
         char label[64];
@@ -2049,6 +2067,11 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
            S, H, bq, bk, dens, ms_of[0], 4.0 * pairs * D / (ms_of[0] * 1e-3) / 1e12, vname[0], ms_of[1],
            4.0 * pairs * D / (ms_of[1] * 1e-3) / 1e12, vname[1], ms_of[0] / ms_of[1],
            gg > 0 && rr > 0 ? gr / sqrt(gg * rr) : 0.0);
+  if (ms_of[1] > 0 && ms_f8_off > 0)
+    printf("fp8-bench: S=%-6d H=%-2d blocks %3dx%-3d density %.2f  fp8 fallback on %8.3f ms, off %8.3f ms: "
+           "on costs %+.1f us (%+.2f%%), no head flagged\n",
+           S, H, bq, bk, dens, ms_of[1], ms_f8_off, (ms_of[1] - ms_f8_off) * 1e3,
+           100.0 * (ms_of[1] - ms_f8_off) / ms_f8_off);
   cu->cuEventDestroy(e0);
   cu->cuEventDestroy(e1);
   cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
@@ -2065,11 +2088,13 @@ static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int pa
 {
   static const int blk[3][2] = { { 128, 128 }, { 128, 64 }, { 64, 64 } };
   static const double dens[3] = { 0.10, 0.25, 1.0 };
+  const char *only = getenv("TSR_AB_TOKENS"); /* e.g. 32760: that size only, as --fp8-ab */
   int fails = 0, bi, di, si;
   for (si = 0; si < 2; si++)
     for (bi = 0; bi < 3; bi++)
       for (di = 0; di < 3; di++) {
         if (si == 1 && di == 2 && bi > 0) continue; /* dense 75K: 128x128 only (planning time) */
+        if (only && *only && atoi(only) != (si ? 75600 : 32760)) continue;
         fails += fp8_bench_one(ctx, cu, stream, si ? 75600 : 32760, si ? 40 : 12, blk[bi][0], blk[bi][1], dens[di],
                                si ? 5 : 10, parts);
       }
