@@ -68,6 +68,8 @@ typedef struct {
   int64_t max_tasks;    /* the device task count's bound when known at bind (row
                            tasks: one a row), else 0: flat variants then get one
                            CTA a task, as host-planned launches do */
+  int64_t cap_tasks;    /* the task buffers' capacity (FP8's fallback splits
+                           the tasks into two lists of this size) */
 } tsr_gpu_binding;
 /* Chooses and loads pl's variant and attaches the binding, so that
  * tsr_gpu_launch reads its loop bounds from b->counts over a persistent
@@ -77,14 +79,24 @@ tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *
 /* The FP8 copies and scales of a plan uploaded (or bound) with an FP8
  * variant, as templates/attn_sm90_fp8.cuh lays them out ("Buffers"): q8,
  * k8 [B][H][S][D] bytes, vt8 [B][Hkv][D][skp] bytes (keys permuted within
- * each 16), sq, sk, sv fp32.  Valid after a launch; returns 0 (and zeros)
- * for a plan without FP8 device copies.  For tests that compare the
- * device's quantization with the CPU's (tests/gpu_attn). */
+ * each 16), sq, sk, sv fp32, and the per-head fallback's kchan [B][Hkv]
+ * fp32 and native [B][Hq] bytes (1: the head ran in the native dtype).
+ * Valid after a launch; returns 0 (and zeros) for a plan without FP8
+ * device copies.  For tests that compare the device's quantization with
+ * the CPU's (tests/gpu_attn). */
 typedef struct {
-  CUdeviceptr q8, k8, vt8, sq, sk, sv;
+  CUdeviceptr q8, k8, vt8, sq, sk, sv, kchan, native;
   int skp;
 } tsr_gpu_fp8_view;
 int tsri_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out);
+/* The device's per-head fallback of an FP8 plan's later launches: on (1,
+ * the default at upload, as tsr_cpu_execute) or off (0: every head in
+ * FP8, as tsri_cpu_execute_heads with no head native; for measuring the
+ * scheme alone).  Returns 0 for a plan without FP8 device copies. */
+int tsri_gpu_fp8_fallback(tsr_plan *pl, int on);
+/* The plan a device planner binds and launches (its device copies: for
+ * tsri_gpu_fp8_buffers and tsri_gpu_fp8_fallback in tests). */
+tsr_plan *tsri_gpuplan_device_plan(tsr_gpuplan *gp);
 /* Loads the bundle's GPU planner module for the context's target (the
  * caller unloads it with cuModuleUnload while the context lives). */
 tsr_status tsri_gpu_load_planner(tsr_context *ctx, CUmodule *out, tsr_error *err);

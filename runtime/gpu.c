@@ -20,7 +20,14 @@
  * and scales (one allocation at upload, reused by every launch), and a
  * launch enqueues the module's two quantization kernels before the
  * attention kernel (templates/attn_sm90_fp8.cuh), so a request's time
- * includes the quantization.
+ * includes the quantization.  The per-head fallback (docs/fp8.md) runs on
+ * the device too: the stats kernel flags the heads the rule sends to the
+ * native dtype, the quantization kernel's first CTA splits the tasks by
+ * those flags, and the launch runs the FP8 kernel over one list and the
+ * plan's native variant (same tile, dtype and head dim, loaded at upload)
+ * over the other, on the resident grid, both reading their counts on the
+ * device; then the merge.  With no head flagged the native launch is a
+ * resident grid of CTAs that find no task.
  */
 #include "context_impl.h"
 #include "plan_impl.h"
@@ -50,6 +57,17 @@ typedef struct {
   CUdeviceptr f8;
   size_t f8_q8, f8_k8, f8_vt8, f8_sq, f8_sk, f8_sv, f8_kmean, f8_vinv, f8_part, f8_count;
   int f8_parts, f8_part_tokens, f8_skp;
+  /* FP8's per-head fallback: the flags and k_chan of _kvstats, the two task
+   * lists of the split and their count blocks (TSR_DYN_INTS ints each: the
+   * count, the dyn counters, the sentinel record), of f8_cap tasks each;
+   * the native variant that runs the flagged heads' tasks and its grid.
+   * f8_fallback 0 (tsri_gpu_fp8_fallback): every head in FP8, the plan's
+   * own task list, no native launch. */
+  size_t f8_kchan, f8_native, f8_tasks_f8, f8_tasks_nat, f8_cnt_f8, f8_cnt_nat;
+  int64_t f8_cap;
+  long nat_variant;
+  unsigned nat_grid;
+  int f8_fallback;
 } gpu_plan;
 
 /* Loads variant idx's module and functions on first use. */
@@ -187,8 +205,9 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
 /* FP8 plans: the quantized copies and scales of attn_sm90_fp8.cuh, laid out
  * in one allocation (256-byte aligned pieces), and the split of _kvstats'
  * token reduction into parts (about four CTAs a multiprocessor in all).
- * The parts' counters start at zero here; the kernel re-arms them. */
-static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, tsr_error *err)
+ * The parts' counters start at zero here; the kernel re-arms them.  cap:
+ * the most tasks a launch runs (the fallback's task lists). */
+static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, int64_t cap, tsr_error *err)
 {
   const tsr_problem *p = &pl->problem;
   const int64_t B = p->batch, Hq = p->heads_q, Hkv = p->heads_kv, Sq = p->seq_q, Sk = p->seq_k,
@@ -199,7 +218,7 @@ static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, t
   if (parts < 1) parts = 1;
   ptok = (Sk + parts - 1) / parts;
   parts = (Sk + ptok - 1) / ptok; /* no empty part */
-  if (B * Hq * nqc + B * Hkv * nkc > INT_MAX || skp > INT_MAX || ptok > INT_MAX)
+  if (B * Hq * nqc + B * Hkv * nkc >= INT_MAX || skp > INT_MAX || ptok > INT_MAX || cap > INT_MAX)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "FP8 run: the problem is too large to quantize (%lld chunks)",
                          (long long)(B * Hq * nqc + B * Hkv * nkc));
 #define TSR_F8_PIECE(field, bytes) (g->field = (size_t)off, off += ((int64_t)(bytes) + 255) / 256 * 256)
@@ -211,15 +230,58 @@ static tsr_status fp8_alloc(tsr_context *ctx, const tsr_plan *pl, gpu_plan *g, t
   TSR_F8_PIECE(f8_sv, B * Hkv * D * 4);
   TSR_F8_PIECE(f8_kmean, B * Hkv * D * 4);
   TSR_F8_PIECE(f8_vinv, B * Hkv * D * 4);
-  TSR_F8_PIECE(f8_part, B * Hkv * parts * 2 * D * 4);
+  TSR_F8_PIECE(f8_part, B * Hkv * parts * 4 * D * 4);
   TSR_F8_PIECE(f8_count, B * Hkv * 4);
+  TSR_F8_PIECE(f8_kchan, B * Hkv * 4);
+  TSR_F8_PIECE(f8_native, B * Hq);
+  TSR_F8_PIECE(f8_tasks_f8, cap * (int64_t)sizeof(tsr_task_rec));
+  TSR_F8_PIECE(f8_tasks_nat, cap * (int64_t)sizeof(tsr_task_rec));
+  TSR_F8_PIECE(f8_cnt_f8, TSR_DYN_INTS * 4);
+  TSR_F8_PIECE(f8_cnt_nat, TSR_DYN_INTS * 4);
 #undef TSR_F8_PIECE
   g->f8_parts = (int)parts;
   g->f8_part_tokens = (int)ptok;
   g->f8_skp = (int)skp;
+  g->f8_cap = cap;
+  g->f8_fallback = 1;
   if ((st = upload_array(ctx, &g->f8, NULL, (size_t)off, "FP8 tensors and scales", err))) return st;
+  {
+    /* the count blocks as a dyn launch wants them: counters zero, the
+     * sentinel record's n_members -1 (attn_sm90.cuh) */
+    int32_t cnt[TSR_DYN_INTS] = { 0 };
+    cnt[TSR_DYN_SENTINEL + offsetof(tsr_task_rec, n_members) / 4] = -1;
+    if ((st = tsri_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(g->f8 + g->f8_cnt_f8, cnt, sizeof cnt),
+                           "cuMemcpyHtoD(FP8 task counts)", err)) ||
+        (st = tsri_cu_check(&ctx->cu, ctx->cu.cuMemcpyHtoD(g->f8 + g->f8_cnt_nat, cnt, sizeof cnt),
+                           "cuMemcpyHtoD(FP8 task counts)", err)))
+      return st;
+  }
   return tsri_cu_check(&ctx->cu, ctx->cu.cuMemsetD8(g->f8 + g->f8_count, 0, (size_t)(B * Hkv * 4)),
                       "cuMemsetD8(FP8 counters)", err);
+}
+
+/* FP8 plans: the native variant that runs the fallen-back heads' tasks
+ * (the plan's tile, dtype and head dim; masking as the FP8 one), loaded
+ * now, and its resident grid. */
+static tsr_status fp8_native_variant(tsr_context *ctx, const tsr_plan *pl, int membership, gpu_plan *g,
+                                     tsr_error *err)
+{
+  tsr_variant_need need = {0}; /* native precision */
+  tsr_status st;
+  need.dtype = pl->problem.dtype;
+  need.head_dim = (int)pl->problem.head_dim;
+  need.bm = pl->tile_m;
+  need.bn = pl->tile_n;
+  need.membership = membership;
+  g->nat_variant = tsri_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
+  if (g->nat_variant < 0)
+    return tsr_error_set(err, TSR_ERR_NO_VARIANT,
+                         "no native kernel variant for the FP8 fallback heads: head dim %d, %s, tile %dx%d%s on %s",
+                         need.head_dim, tsri_variant_dtype_name(need.dtype), need.bm, need.bn,
+                         membership ? " with membership masks" : "", ctx->arch);
+  if ((st = load_variant(ctx, g->nat_variant, err))) return st;
+  g->nat_grid = (unsigned)(ctx->num_sms * ctx->mods[g->nat_variant].occupancy);
+  return TSR_OK;
 }
 
 tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
@@ -263,7 +325,8 @@ tsr_status tsr_gpu_upload(tsr_context *ctx, tsr_plan *pl, tsr_error *err)
                          "partial outputs", err)) ||
       (st = upload_array(ctx, &g->part_m, NULL, slots * (size_t)e->v.bm * 4, "partial maxima", err)) ||
       (st = upload_array(ctx, &g->part_l, NULL, slots * (size_t)e->v.bm * 4, "partial sums", err)) ||
-      (e->v.fp8 && (st = fp8_alloc(ctx, pl, g, err)))) {
+      (e->v.fp8 && ((st = fp8_alloc(ctx, pl, g, pl->n_tasks, err)) ||
+                    (st = fp8_native_variant(ctx, pl, pl->n_membership > 0, g, err))))) {
     gpu_plan_free(g);
     return st;
   }
@@ -336,7 +399,10 @@ static tsr_status check_tensor(const char *name, uint64_t ptr, const int64_t *st
 
 /* FP8: the two quantization kernels on the stream, then the attention
  * kernel's tensor maps over the int8 / e4m3 copies and its scale pointers in
- * p->q, p->k, p->v (attn_sm90_fp8.cuh, "Buffers"). */
+ * p->q, p->k, p->v (attn_sm90_fp8.cuh, "Buffers").  With the fallback on,
+ * the quantization kernel also splits the tasks, and p's tasks and count
+ * become the FP8 list's (p keeps the plan's on entry, bound plans' device
+ * count included). */
 static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_plan *g, const tsr_loaded_variant *m,
                              const tsr_gpu_tensors *t, tsr_kernel_params *p, CUstream s, tsr_error *err)
 {
@@ -349,18 +415,25 @@ static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_pla
   int skp = g->f8_skp, ptok = g->f8_part_tokens;
   int64_t nqc = (pr->seq_q + 63) / 64, nkc = (pr->seq_k + 63) / 64, D = pr->head_dim;
   int q_ctas = (int)(pr->batch * hq * nqc);
-  unsigned kv_grid = (unsigned)(pr->batch * hkv), quant_grid = (unsigned)(q_ctas + pr->batch * hkv * nkc);
+  /* _quant's CTA 0 splits the tasks for the fallback */
+  unsigned kv_grid = (unsigned)(pr->batch * hkv), quant_grid = (unsigned)(1 + q_ctas + pr->batch * hkv * nkc);
   int64_t qs[3] = { t->q_stride[0], t->q_stride[1], t->q_stride[2] };
   int64_t ks[3] = { t->k_stride[0], t->k_stride[1], t->k_stride[2] };
   int64_t vs[3] = { t->v_stride[0], t->v_stride[1], t->v_stride[2] };
   /* the one-byte copies' element strides (b, h, s, d): q8/k8 row-major, vt8 [D][skp] a head */
   int64_t q8s[4] = { hq * pr->seq_q * D, pr->seq_q * D, D, 1 }, k8s[4] = { hkv * pr->seq_k * D, pr->seq_k * D, D, 1 };
   int64_t v8s[4] = { hkv * D * skp, D * skp, skp, 1 };
+  CUdeviceptr kchan = g->f8 + g->f8_kchan, native = g->f8 + g->f8_native, tf8 = g->f8 + g->f8_tasks_f8,
+              tnat = g->f8 + g->f8_tasks_nat, cf8 = g->f8 + g->f8_cnt_f8, cnat = g->f8 + g->f8_cnt_nat;
+  /* fallback off: no split (a NULL task list), the plan's tasks */
+  CUdeviceptr tasks = g->f8_fallback ? (CUdeviceptr)(uintptr_t)p->tasks : 0;
+  CUdeviceptr ntd = (CUdeviceptr)(uintptr_t)p->n_tasks_dev;
+  int fallback = g->f8_fallback, n_tasks = p->n_tasks, cap = (int)g->f8_cap;
   void *a1[] = { (void *)&t->k, (void *)&t->v, &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &hkv, &skl, &ptok,
-                 &part, &count, &kmean, &sv, &vinv };
+                 &part, &count, &kmean, &sv, &vinv, &hq, &fallback, &kchan, &native };
   void *a2[] = { (void *)&t->q, (void *)&t->k, (void *)&t->v, &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2],
                  &vs[0], &vs[1], &vs[2], &hq, &hkv, &sql, &skl, &skp, &q_ctas, &kmean, &vinv, &q8, &k8, &vt8,
-                 &sq, &sk };
+                 &sq, &sk, &tasks, &n_tasks, &ntd, &cap, &native, &tf8, &tnat, &cf8, &cnat };
   tsr_status st;
   if ((st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuLaunchKernel(m->kvstats, (unsigned)g->f8_parts, kv_grid, 1, 256, 1, 1, 0, s, a1,
@@ -378,6 +451,35 @@ static tsr_status fp8_launch(tsr_context *ctx, const tsr_plan *pl, const gpu_pla
   p->q = (const void *)(uintptr_t)sq;
   p->k = (const void *)(uintptr_t)sk;
   p->v = (const void *)(uintptr_t)sv;
+  if (g->f8_fallback) {
+    p->tasks = (const tsr_task_rec *)(uintptr_t)tf8;
+    p->n_tasks_dev = (const tsr_i32 *)(uintptr_t)cf8;
+  }
+  return TSR_OK;
+}
+
+/* The native variant's parameters over the fallen-back heads' tasks: p as
+ * the plan fills it (native tensors), its tensor maps, the native list and
+ * its count. */
+static tsr_status fp8_native_params(tsr_context *ctx, const tsr_plan *pl, const gpu_plan *g, const tsr_gpu_tensors *t,
+                                    tsr_kernel_params *p, tsr_error *err)
+{
+  const tsr_bundle_entry *e = &ctx->bundle.items[g->nat_variant];
+  const tsr_problem *pr = &pl->problem;
+  tsr_status st;
+  p->tasks = (const tsr_task_rec *)(uintptr_t)(g->f8 + g->f8_tasks_nat);
+  p->n_tasks_dev = (const tsr_i32 *)(uintptr_t)(g->f8 + g->f8_cnt_nat);
+  if (e->v.tma_box > 0) {
+    CUtensorMapDataType dt =
+        e->v.dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    if ((st = encode_tmap(ctx, &p->tma_q, t->q, t->q_stride, pr->batch, pr->heads_q, pr->seq_q, pr->head_dim,
+                          e->v.tma_box, e->v.bm, dt, "q", err)) ||
+        (st = encode_tmap(ctx, &p->tma_k, t->k, t->k_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                          e->v.tma_box, e->v.bn, dt, "k", err)) ||
+        (st = encode_tmap(ctx, &p->tma_v, t->v, t->v_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                          e->v.tma_box, e->v.bn, dt, "v", err)))
+      return st;
+  }
   return TSR_OK;
 }
 
@@ -387,11 +489,12 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   const gpu_plan *g;
   const tsr_bundle_entry *e;
   const tsr_loaded_variant *m;
-  tsr_kernel_params p;
+  tsr_kernel_params p, pn;
   tsr_status st;
   double scale;
-  void *args[1];
+  void *args[1], *nargs[1];
   CUstream s = (CUstream)stream;
+  int fallback;
 
   if (!ctx || !pl || !t) return tsr_error_set(err, TSR_ERR_INVALID, "tsr_gpu_launch: null argument");
   g = pl->gpu;
@@ -444,6 +547,11 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
     p.n_tasks_dev = (const tsr_i32 *)(uintptr_t)g->dyn; /* the count, then the dyn counters */
   }
 
+  fallback = e->v.fp8 && g->f8_fallback;
+  if (fallback) {
+    pn = p;
+    if ((st = fp8_native_params(ctx, pl, g, t, &pn, err))) return st;
+  }
   if (e->v.fp8) {
     if ((st = fp8_launch(ctx, pl, g, m, t, &p, s, err))) return st;
   } else if (e->v.tma_box > 0) {
@@ -466,6 +574,15 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
                                                 (unsigned)e->smem, s, args, NULL),
                          "cuLaunchKernel(attention)", err)))
     return st;
+  if (fallback) { /* the flagged heads' tasks in the native dtype, before the merge */
+    const tsr_bundle_entry *en = &ctx->bundle.items[g->nat_variant];
+    nargs[0] = &pn;
+    if ((st = tsri_cu_check(&ctx->cu,
+                           ctx->cu.cuLaunchKernel(ctx->mods[g->nat_variant].attn, g->nat_grid, 1, 1,
+                                                  (unsigned)en->threads, 1, 1, (unsigned)en->smem, s, nargs, NULL),
+                           "cuLaunchKernel(FP8 fallback, native attention)", err)))
+      return st;
+  }
   if (g->merge_grid > 0 &&
       (st = tsri_cu_check(&ctx->cu,
                          ctx->cu.cuLaunchKernel(m->merge, g->merge_grid, 1, 1, 256, 1, 1, 0, s, args, NULL),
@@ -485,7 +602,17 @@ int tsri_gpu_fp8_buffers(const tsr_plan *pl, tsr_gpu_fp8_view *out)
   out->sq = g->f8 + g->f8_sq;
   out->sk = g->f8 + g->f8_sk;
   out->sv = g->f8 + g->f8_sv;
+  out->kchan = g->f8 + g->f8_kchan;
+  out->native = g->f8 + g->f8_native;
   out->skp = g->f8_skp;
+  return 1;
+}
+
+int tsri_gpu_fp8_fallback(tsr_plan *pl, int on)
+{
+  gpu_plan *g = pl ? pl->gpu : NULL;
+  if (!g || pl->gpu_free != gpu_plan_free || !g->f8) return 0;
+  g->f8_fallback = on != 0;
   return 1;
 }
 
@@ -532,7 +659,8 @@ tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *
     g->grid = (unsigned)((b->max_tasks + tpc - 1) / tpc);
   }
   g->merge_grid = b->may_merge ? (unsigned)(8 * ctx->num_sms) : 0;
-  if (ctx->bundle.items[idx].v.fp8 && (st = fp8_alloc(ctx, pl, g, err))) {
+  if (ctx->bundle.items[idx].v.fp8 &&
+      ((st = fp8_alloc(ctx, pl, g, b->cap_tasks, err)) || (st = fp8_native_variant(ctx, pl, b->masking, g, err)))) {
     gpu_plan_free(g);
     return st;
   }

@@ -70,6 +70,11 @@ static void free_buffers(tsr_gpuplan *g)
   g->mod = NULL;
 }
 
+tsr_plan *tsri_gpuplan_device_plan(tsr_gpuplan *g)
+{
+  return g ? g->pl : NULL;
+}
+
 void tsr_gpuplan_destroy(tsr_gpuplan *g)
 {
   if (!g) return;
@@ -350,6 +355,7 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
    * slots, as the bound) measured 0-5% slower on the H200, never faster
    * (notes/sm90.md, 2026-12-02; issue 20). */
   b.max_tasks = lay->chunk ? 0 : lay->rows;
+  b.cap_tasks = lay->cap_tasks;
   if ((st = tsri_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsri_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||

@@ -51,12 +51,35 @@
  *   sq  [B][Hq][ceil(Sq/64)], sk [B][Hkv][ceil(Sk/64)], sv [B][Hkv][D] fp32;
  *       the attention kernel reads them through p.q, p.k and p.v (its q/k/v
  *       tensors come through the TMA maps only).
- *   kmean, vinv [B][Hkv][D] fp32, part [B][Hkv][parts][2][D] fp32 and
+ *   kmean, vinv [B][Hkv][D] fp32, part [B][Hkv][parts][4][D] fp32 and
  *       counter [B][Hkv] (zero at allocation; the kernel re-arms it):
  *       _kvstats' intermediates.
+ *   kchan [B][Hkv] fp32 and native [B][Hq] bytes: the fallback rule's
+ *       statistic and its per-head flag (1: the head runs in the native
+ *       dtype), written by _kvstats.
+ *   tasks_f8, tasks_nat: the plan's tasks split by the flags (_quant's
+ *       first CTA, tsr_f8_split), with their counts in two dyn-style int
+ *       blocks (the count, then the dyn counters and sentinel record of
+ *       attn_sm90.cuh), which the FP8 and the native attention kernels
+ *       read as p.n_tasks_dev.
+ *
+ * ---- Per-head fallback (docs/fp8.md, "Fallback")
+ *   _kvstats also keeps each channel's max and min of k; its last CTA of a
+ *   (batch, kv head) turns them into the smoothed K's channel amaxes and
+ *   k_chan (attn_sm90_fp8_rule.cuh, the float logic of runtime/fp8.c's
+ *   rule) and flags the group's q heads.  _quant's first CTA splits the
+ *   tasks: a task with key tiles whose (batch, head) is flagged goes to
+ *   the native list, every other one (empty tasks too: zeros either way)
+ *   to the FP8 list, each in plan order.  The host then launches the FP8
+ *   kernel over the first list and the plan's native variant over the
+ *   second (runtime/gpu.c), then the merge: no host synchronisation.
+ *   GQA heads of one kv head share k_chan, and members of one task share
+ *   their kv head (plan_layout.h), so a task never mixes flags.
  */
 #ifndef TSR_ATTN_SM90_FP8_CUH
 #define TSR_ATTN_SM90_FP8_CUH
+
+#include "attn_sm90_fp8_rule.cuh" /* the fallback rule's float logic, shared with the host test */
 
 #define TSR_F8_MAX 448.0f
 #define TSR_I8_MAX 127.0f /* int8 Q and K: symmetric */
@@ -303,26 +326,34 @@ static __device__ __forceinline__ tsr_u32 tsr_s8x4(float a, float b, float c, fl
 #define TSR_F8_TPR (TSR_HEAD_DIM / 8) /* threads a token row, 8 channels each */
 #define TSR_F8_RPP (256 / TSR_F8_TPR) /* token rows a pass of 256 threads */
 
-/* Pass 1: per (batch, kv head) the sum of k and the amax of |v| of each
- * channel.  Grid (parts, B * Hkv), 256 threads; CTA x reduces tokens
- * [x * part_tokens, +part_tokens) into part[bh][x]; the last CTA of a (b, h)
- * to finish (a counter) adds the parts in order (deterministic), writes
- * kmean, sv and vinv, and re-arms the counter. */
+/* Pass 1: per (batch, kv head) the sum, max and min of k and the amax of
+ * |v| of each channel.  Grid (parts, B * Hkv), 256 threads; CTA x reduces
+ * tokens [x * part_tokens, +part_tokens) into part[bh][x]; the last CTA of
+ * a (b, h) to finish (a counter) adds the parts in order (deterministic),
+ * writes kmean, sv and vinv, then the fallback rule's k_chan and the flags
+ * of the group's q heads (fallback 0: flags 0), and re-arms the counter.
+ * The max and min cost two FMNMX an element in a pass bound by memory. */
 extern "C" __global__ void __launch_bounds__(256)
     TSR_CAT(TSR_KERNEL_NAME, _kvstats)(const tsr_u16 *k, const tsr_u16 *v, tsr_i64 ksb, tsr_i64 ksh, tsr_i64 kss,
                                        tsr_i64 vsb, tsr_i64 vsh, tsr_i64 vss, int heads_kv, int seq_k,
                                        int part_tokens, float *part, tsr_u32 *counter, float *kmean, float *sv,
-                                       float *vinv) {
+                                       float *vinv, int heads_q, int fallback, float *kchan,
+                                       unsigned char *native) {
   constexpr int D = TSR_HEAD_DIM;
-  __shared__ float red[2][TSR_F8_RPP][D];
+  const float INF = __int_as_float(0x7f800000);
+  __shared__ float red[4][TSR_F8_RPP][D];
   __shared__ int last;
   const int bh = blockIdx.y, b = bh / heads_kv, h = bh % heads_kv, np = gridDim.x;
   const int tid = threadIdx.x, r = tid / TSR_F8_TPR, c0 = (tid % TSR_F8_TPR) * 8;
   const int t0 = blockIdx.x * part_tokens, t1 = min(seq_k, t0 + part_tokens);
   const tsr_u16 *kb = k + b * ksb + h * ksh + c0, *vb = v + b * vsb + h * vsh + c0;
-  float s[8], a[8];
+  float s[8], a[8], hi[8], lo[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) s[i] = a[i] = 0.f;
+  for (int i = 0; i < 8; ++i) {
+    s[i] = a[i] = 0.f;
+    hi[i] = -INF;
+    lo[i] = INF;
+  }
 #pragma unroll 4 /* several rows' loads in flight: the pass is bound by memory */
   for (int t = t0 + r; t < t1; t += TSR_F8_RPP) {
     float kf[8], vf[8];
@@ -331,6 +362,8 @@ extern "C" __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       s[i] += kf[i];
+      hi[i] = fmaxf(hi[i], kf[i]);
+      lo[i] = fminf(lo[i], kf[i]);
       a[i] = fmaxf(a[i], fabsf(vf[i]));
     }
   }
@@ -338,17 +371,23 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int i = 0; i < 8; ++i) {
     red[0][r][c0 + i] = s[i];
     red[1][r][c0 + i] = a[i];
+    red[2][r][c0 + i] = hi[i];
+    red[3][r][c0 + i] = lo[i];
   }
   __syncthreads();
   if (tid < D) {
-    float x = 0.f, m = 0.f;
+    float x = 0.f, m = 0.f, mx = -INF, mn = INF;
     for (int i = 0; i < TSR_F8_RPP; ++i) {
       x += red[0][i][tid];
       m = fmaxf(m, red[1][i][tid]);
+      mx = fmaxf(mx, red[2][i][tid]);
+      mn = fminf(mn, red[3][i][tid]);
     }
-    float *pp = part + ((tsr_i64)bh * np + blockIdx.x) * 2 * D;
+    float *pp = part + ((tsr_i64)bh * np + blockIdx.x) * 4 * D;
     pp[tid] = x;
     pp[D + tid] = m;
+    pp[2 * D + tid] = mx;
+    pp[3 * D + tid] = mn;
   }
   __threadfence(); /* the parts are visible before the count says so */
   __syncthreads();
@@ -356,18 +395,35 @@ extern "C" __global__ void __launch_bounds__(256)
   __syncthreads();
   if (!last) return;
   __threadfence();
+  /* red[0][0] and red[1][0] now hold the channel amaxes of k_s and their
+   * sorted copy (every thread is past its reads of red above) */
+  float *amax = red[0][0], *sorted = red[1][0];
   if (tid < D) {
-    float x = 0.f, m = 0.f;
+    float x = 0.f, m = 0.f, mx = -INF, mn = INF;
     for (int i = 0; i < np; ++i) {
-      const float *pp = part + ((tsr_i64)bh * np + i) * 2 * D;
+      const float *pp = part + ((tsr_i64)bh * np + i) * 4 * D;
       x += __ldcg(pp + tid);
       m = fmaxf(m, __ldcg(pp + D + tid));
+      mx = fmaxf(mx, __ldcg(pp + 2 * D + tid));
+      mn = fminf(mn, __ldcg(pp + 3 * D + tid));
     }
-    kmean[(tsr_i64)bh * D + tid] = __fdiv_rn(x, (float)seq_k);
+    const float mean = __fdiv_rn(x, (float)seq_k);
+    kmean[(tsr_i64)bh * D + tid] = mean;
     sv[(tsr_i64)bh * D + tid] = tsr_f8_scale(m);
     vinv[(tsr_i64)bh * D + tid] = tsr_f8_inv(m);
+    amax[tid] = tsr_f8_chan_amax(mx, mn, mean);
   }
-  if (tid == 0) counter[bh] = 0u;
+  __syncthreads();
+  if (tid < D) sorted[tsr_f8_rank(amax, D, tid)] = amax[tid];
+  __syncthreads();
+  if (tid == 0) {
+    const float kc = tsr_f8_kchan(sorted, D);
+    const int g = heads_q / heads_kv;
+    const unsigned char f = fallback && tsr_f8_falls_back(kc);
+    kchan[bh] = kc;
+    for (int j = 0; j < g; ++j) native[(tsr_i64)b * heads_q + h * g + j] = f;
+    counter[bh] = 0u;
+  }
 }
 
 /* Positions of a V chunk per thread in the transposed write of pass 2:
@@ -420,9 +476,68 @@ static __device__ __forceinline__ void tsr_f8_store_vt(const tsr_u32 *vr, const 
 #endif
 }
 
-/* Pass 2: one CTA a (batch, head, 64-token chunk), 256 threads: CTAs
- * [0, q_ctas) quantize Q chunks to int8 (B * Hq * ceil(Sq/64)), the rest K
- * chunks to int8 and V chunks to e4m3 (B * Hkv * ceil(Sk/64)).  Each keeps
+/* The fallback's task split (_quant's CTA 0, 256 threads; _kvstats has
+ * written the flags): tasks[0, n) in chunks of 1024, four consecutive
+ * tasks a thread, a block-wide scan of the native ones; each list keeps
+ * the plan's order (longest first), and the counts go to cnt_f8[0] and
+ * cnt_nat[0].  Cost: a 32-byte record read and written a task, about a
+ * microsecond a chunk, beside the quantization's CTAs. */
+#define TSR_F8_SPLIT_TPT 4
+static __device__ __forceinline__ void tsr_f8_split(const tsr_task_rec *tasks, int n,
+                                                    const unsigned char *native, int heads_q,
+                                                    tsr_task_rec *tf, tsr_task_rec *tn, int *cnt_f8,
+                                                    int *cnt_nat) {
+  __shared__ int wsum[8];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  int base = 0; /* native tasks before this chunk */
+  for (int c0 = 0; c0 < n; c0 += 256 * TSR_F8_SPLIT_TPT) {
+    const int i0 = c0 + TSR_F8_SPLIT_TPT * tid;
+    tsr_task_rec r[TSR_F8_SPLIT_TPT];
+    int nat[TSR_F8_SPLIT_TPT], cnt = 0;
+#pragma unroll
+    for (int k = 0; k < TSR_F8_SPLIT_TPT; ++k) {
+      nat[k] = 0;
+      if (i0 + k < n) {
+        r[k] = tasks[i0 + k];
+        /* an empty task (zeros, lse -inf) may pack rows of any head: FP8's */
+        nat[k] = r[k].tile_end > r[k].tile_begin && native[(tsr_i64)r[k].batch * heads_q + r[k].head] != 0;
+      }
+      cnt += nat[k];
+    }
+    int inc = cnt; /* inclusive scan over the warp, then over the warps */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (lane == 31) wsum[warp] = inc;
+    __syncthreads();
+    int before = base + inc - cnt, total = 0;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      before += w < warp ? wsum[w] : 0;
+      total += wsum[w];
+    }
+    __syncthreads(); /* wsum is rewritten by the next chunk */
+#pragma unroll
+    for (int k = 0; k < TSR_F8_SPLIT_TPT; ++k) {
+      if (i0 + k >= n) break;
+      if (nat[k]) tn[before++] = r[k];
+      else tf[i0 + k - before] = r[k];
+    }
+    base += total;
+  }
+  if (tid == 0) {
+    *cnt_nat = base;
+    *cnt_f8 = n - base;
+  }
+}
+
+/* Pass 2: one CTA a (batch, head, 64-token chunk), 256 threads, after CTA
+ * 0 (the fallback's task split, tsr_f8_split; it returns at once when
+ * tasks is NULL): CTAs 1 .. q_ctas quantize Q chunks to int8
+ * (B * Hq * ceil(Sq/64)), the rest K chunks to int8 and V chunks to e4m3
+ * (B * Hkv * ceil(Sk/64)).  Each keeps
  * its chunk in registers: the amax, then the bytes.  V is written
  * transposed straight from registers (tsr_f8_store_vt): each thread reads
  * the channel pair it writes, so no byte goes through shared memory (the
@@ -434,12 +549,24 @@ extern "C" __global__ void __launch_bounds__(256)
                                      tsr_i64 qss, tsr_i64 ksb, tsr_i64 ksh, tsr_i64 kss, tsr_i64 vsb, tsr_i64 vsh,
                                      tsr_i64 vss, int heads_q, int heads_kv, int seq_q, int seq_k, int skp,
                                      int q_ctas, const float *kmean, const float *vinv, unsigned char *q8,
-                                     unsigned char *k8, unsigned char *vt8, float *sq, float *sk) {
+                                     unsigned char *k8, unsigned char *vt8, float *sq, float *sk,
+                                     const tsr_task_rec *tasks, int n_tasks, const int *n_tasks_dev, int cap_tasks,
+                                     const unsigned char *native, tsr_task_rec *tasks_f8, tsr_task_rec *tasks_nat,
+                                     int *cnt_f8, int *cnt_nat) {
   constexpr int D = TSR_HEAD_DIM, PASSES = TSR_F8_CHUNK / TSR_F8_RPP, NP = TSR_F8_NP;
   __shared__ float wmax[8];
+  if (blockIdx.x == 0) {
+    if (tasks) {
+      /* device-planned: the planner's count, at most the buffers' capacity */
+      const int n = min(n_tasks_dev ? *n_tasks_dev : n_tasks, cap_tasks);
+      tsr_f8_split(tasks, n, native, heads_q, tasks_f8, tasks_nat, cnt_f8, cnt_nat);
+    }
+    return;
+  }
+  const int bx = (int)blockIdx.x - 1;
   const int tid = threadIdx.x, r = tid / TSR_F8_TPR, c0 = (tid % TSR_F8_TPR) * 8;
-  const bool is_q = (int)blockIdx.x < q_ctas;
-  const int blk = is_q ? (int)blockIdx.x : (int)blockIdx.x - q_ctas;
+  const bool is_q = bx < q_ctas;
+  const int blk = is_q ? bx : bx - q_ctas;
   const int heads = is_q ? heads_q : heads_kv, seq = is_q ? seq_q : seq_k;
   const int nch = (seq + TSR_F8_CHUNK - 1) / TSR_F8_CHUNK;
   const int ch = blk % nch, bh = blk / nch, b = bh / heads, h = bh % heads;

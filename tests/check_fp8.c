@@ -23,6 +23,11 @@
  *    fallback rule triggers on the outlier heads and only there, and the
  *    fallen-back heads then meet the bound.
  *  - non-finite inputs: NaN wherever the reference has NaN.
+ *  - the device's fallback rule (templates/attn_sm90_fp8_rule.cuh, the
+ *    same text compiled here) against runtime/fp8.c's: k_chan bit for bit
+ *    and the same flags, from the channels' max and min as the device's
+ *    stats pass keeps them, on random, outlier, tied, zero, non-finite and
+ *    exactly-at-the-threshold inputs.
  */
 #include <check.h>
 #include <float.h>
@@ -31,6 +36,8 @@
 #include "fp8.h"
 #include "plan_impl.h"
 #include "util.h"
+
+#include "../templates/attn_sm90_fp8_rule.cuh"
 
 /* ---- an independent e4m3 ------------------------------------------------ */
 
@@ -780,6 +787,117 @@ START_TEST(test_nonfinite)
 }
 END_TEST
 
+/* ---- the device's fallback rule ------------------------------------------ */
+
+/* k of one (batch, kv head) for case `kind` of test_device_rule:
+ * 0 normal; 1 three channels x20; 2 values from {-1, 0, 1} (ties among
+ * the amaxes); 3 half the channels zero (median 0 or near it); 4 a NaN;
+ * 5 an infinity; 6, 7 k_chan exactly 8 and just above (each channel c
+ * alternates +a_c, -a_c: the mean is 0 exactly and amax_c = a_c, the
+ * median of the a_c 1 and their max 8 or the float after 8). */
+static void rule_head(float *k, tu_rng *r, int64_t S, int64_t D, int kind) /* S even */
+{
+  int64_t t, c;
+  for (t = 0; t < S; t++)
+    for (c = 0; c < D; c++) {
+      float *x = &k[t * D + c], a;
+      *x = (float)tu_normal(r);
+      if (kind == 1 && (c == 3 || c == D / 2 || c == D - 7))
+        *x *= 20.0f;
+      if (kind == 2)
+        *x = (float)tu_range(r, -1, 1);
+      if (kind == 3 && c % 2)
+        *x = c % 4 == 1 ? 0.0f : *x * 0.01f;
+      if (kind >= 6) {
+        /* half the channels below 1, half above, the last at the max */
+        a = c < D / 2 ? 0.5f + (float)c / (float)D : 1.0f + (float)(c - D / 2) / (float)D;
+        if (c == D / 2 - 1 || c == D / 2)
+          a = 1.0f;
+        if (c == D - 1)
+          a = kind == 6 ? 8.0f : nextafterf(8.0f, 9.0f);
+        *x = t % 2 ? -a : a;
+      }
+    }
+  if (kind == 4)
+    k[tu_range(r, 0, S * D - 1)] = NAN;
+  if (kind == 5)
+    k[tu_range(r, 0, S * D - 1)] = tu_range(r, 0, 1) ? INFINITY : -INFINITY;
+}
+
+/* What _kvstats' last CTA computes for one (batch, kv head), given the
+ * mean: the channels' max and min over the tokens (fmaxf / fminf from
+ * -inf / inf, as the device's partial reductions), the amaxes, the
+ * sorted copy by rank (checked to be a permutation), k_chan. */
+static float device_kchan(const float *k, const float *mean, int64_t S, int64_t D)
+{
+  float amax[128], sorted[128], kc;
+  int seen[128] = {0};
+  int64_t t, c;
+  for (c = 0; c < D; c++) {
+    float hi = -INFINITY, lo = INFINITY;
+    for (t = 0; t < S; t++) {
+      hi = fmaxf(hi, k[t * D + c]);
+      lo = fminf(lo, k[t * D + c]);
+    }
+    amax[c] = tsr_f8_chan_amax(hi, lo, mean[c]);
+  }
+  for (c = 0; c < D; c++) {
+    int rk = tsr_f8_rank(amax, (int)D, (int)c);
+    ck_assert(rk >= 0 && rk < D && !seen[rk]);
+    seen[rk] = 1;
+    sorted[rk] = amax[c];
+  }
+  for (c = 1; c < D; c++)
+    ck_assert(sorted[c - 1] <= sorted[c]);
+  kc = tsr_f8_kchan(sorted, (int)D);
+  return kc;
+}
+
+START_TEST(test_device_rule)
+{
+  tu_rng r = {tu_seed("fp8_device_rule", 21 + (uint64_t)_i)};
+  int kind = _i % 8;
+  int64_t D = _i < 8 ? 128 : 64, S = tu_range(&r, 20, 350) * 2, B = 2, Hkv = 2, Hq = 4, b, h, j;
+  int64_t g = Hq / Hkv, n_kv = S * D;
+  prob pb;
+  tsr_problem p;
+  tsr_fp8_tensors t;
+  tsr_error err = {0};
+  int flagged = 0;
+  ck_assert(TSR_F8_K_CHAN_MAX == TSR_FP8_K_CHAN_MAX);
+  prob_random(&pb, &r, B, Hq, Hkv, S, D);
+  /* the case's kind on kv head 0 of each batch; kv head 1 stays normal */
+  for (b = 0; b < B; b++)
+    rule_head(pb.k + (b * Hkv) * n_kv, &r, S, D, kind);
+  memset(&p, 0, sizeof p);
+  p.batch = B, p.heads_q = Hq, p.heads_kv = Hkv, p.seq_q = p.seq_k = S, p.head_dim = D;
+  p.dtype = TSR_DT_BF16;
+  ck_assert_int_eq(tsri_fp8_quantize(&p, pb.q, pb.k, pb.v, &t, &err), TSR_OK);
+  for (b = 0; b < B; b++)
+    for (h = 0; h < Hkv; h++) {
+      int64_t bh = b * Hkv + h;
+      float kc = device_kchan(pb.k + bh * n_kv, t.kmean + bh * D, S, D);
+      for (j = 0; j < g; j++) {
+        int64_t qh = b * Hq + h * g + j;
+        float want = t.stats[qh].k_chan;
+        ck_assert_msg(memcmp(&kc, &want, sizeof kc) == 0 || (isnan(kc) && isnan(want)),
+                      "kind %d D %lld (b %lld, kv %lld): device k_chan %.9g, host %.9g", kind, (long long)D,
+                      (long long)b, (long long)h, kc, want);
+        ck_assert_int_eq(tsr_f8_falls_back(kc), t.native[qh]);
+        flagged += t.native[qh];
+      }
+    }
+  /* the cases that must (not) fall back, so that the parity is not on
+   * never-flagged heads alone */
+  if (kind == 1 || kind == 7)
+    ck_assert_int_eq(flagged, B * g); /* kv head 0 of each batch */
+  if (kind == 0 || kind == 2 || kind == 6)
+    ck_assert_int_eq(flagged, 0);
+  tsri_fp8_free(&t);
+  prob_free(&pb);
+}
+END_TEST
+
 START_TEST(test_names_and_rejects)
 {
   tsr_precision pr;
@@ -818,6 +936,7 @@ int main(void)
   tcase_add_test(tc, test_names_and_rejects);
   tcase_add_loop_test(tc, test_emulation_independent, 0, 2);
   tcase_add_test(tc, test_native_heads);
+  tcase_add_loop_test(tc, test_device_rule, 0, 16);
   tcase_add_loop_test(tc, test_nonfinite, 0, 6);
   tcase_add_loop_test(tc, test_accuracy_corpus, 0, 2);
   tcase_add_loop_test(tc, test_accuracy_k_outliers, 0, 2);

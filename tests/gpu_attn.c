@@ -40,7 +40,8 @@
  *   the same plans, request time including the quantization; --fp8-parts:
  *   the same, and each kernel of each launch timed alone (time_parts);
  *   --fp8-ab: FP8 request time of several kernel bundles side by side in
- *   one process (fp8_ab; TSR_AB_TOKENS=32760 or 75600 runs one size).
+ *   one process (fp8_ab; TSR_AB_TOKENS=32760 or 75600 runs one size, also
+ *   for --fp8-bench and --fp8-parts).
  */
 #include "bundle.h"
 #include "cuda_impl.h"
@@ -1189,10 +1190,15 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
 /* ---- FP8 (issue 18): the FP8 variants (int8 Q K^T, e4m3 P V) against the CPU emulation */
 
 /* Each case runs the test's own plan and the planner's (precision fp8) with
- * every FP8 variant serving it, and compares
- *  - with the CPU emulation of the same plan (tsri_cpu_execute_heads, every
- *    head in FP8: the device has no per-head fallback), which quantizes the
- *    same inputs to the same bytes and scales.  Bound: o within 8e-3 (bf16
+ * every FP8 variant serving it, and the device planner's plans of its
+ * mask (uniform blocks), and compares
+ *  - with the CPU emulation of the same plan (tsr_cpu_execute: the heads
+ *    the fallback rule marks in the native dtype, the others in FP8),
+ *    which quantizes the same inputs to the same bytes and scales; the
+ *    device's per-head flags must be the emulation's (fp8_check_quant).
+ *    Where a head falls back, the launch is repeated with the device's
+ *    fallback off (tsri_gpu_fp8_fallback) against the emulation with every
+ *    head in FP8 (tsri_cpu_execute_heads).  Bound: o within 8e-3 (bf16
  *    output; 4e-3 fp16) of max |o| and lse within 2e-3.  Why not closer:
  *    the output is rounded to bf16 (2^-9 relative, 2^-8 across two
  *    roundings), the tensor cores sum the exact e4m3 products of P V in
@@ -1209,17 +1215,19 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
  *    largest relative L2 error (printed, not judged: on these uniform
  *    random inputs o is an average of ~1000 random v and its relative error
  *    is the quantization's own, a few percent; issue 18's 3% bar is for the
- *    corpus's structured inputs).  The K-outlier case is printed only: its
- *    cosine (0.9988 in the emulation) is what the per-head fallback to the
- *    native dtype exists for (runtime/fp8.c), which the device lacks.
+ *    corpus's structured inputs).  The K-outlier case is judged with the
+ *    fallback (without it, its outlier heads' cosine was 0.9988 in the
+ *    emulation: what the fallback exists for); the fallback-off run is
+ *    printed only.
  * Non-finite values (empty rows: zeros, lse -inf) must sit where the
  * reference has them. */
 typedef struct {
   tcase c;
-  int k_outliers; /* 1: K channels 5 and 77 x20, channel 40 + 3 (smoothing's case);
+  int k_outliers; /* 1: K channels 5 and 77 x20, channel 40 + 3 (smoothing's case),
+                   * in kv head 0 of each batch: the rule must flag exactly its q heads;
                    * 2: q and k x 2^-70, so that sq * sk * scale underflows
-                   * below the smallest normal float (tsr_f8_key_factors);
-                   * both judged against the emulation only */
+                   * below the smallest normal float (tsr_f8_key_factors),
+                   * judged against the emulation only */
 } fp8_case;
 
 static const fp8_case fp8_cases[] = {
@@ -1232,6 +1240,8 @@ static const fp8_case fp8_cases[] = {
   { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1 }, 0 },
   { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 }, 1 },
+  /* the fallback with split rows (both kernels' partial slots in one merge), BHSD, fp16, d64 */
+  { { "fp8-fp16-d64-128x64-k-outliers-split", 2, 4, 2, 900, 1000, 64, TSR_DT_F16, 0, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 }, 1 },
   /* masked scores (64-token blocks on 128-token tiles, a ragged last key
    * tile) beside a folded factor that underflows: -inf, never NaN */
   { { "fp8-bf16-d128-128x128-tiny-qk", 1, 2, 2, 600, 650, 128, TSR_DT_BF16, 1, 64, 64, 128, 128, MK_RANDOM, 0.5, TL_ROW, 0, 1 }, 2 },
@@ -1239,13 +1249,15 @@ static const fp8_case fp8_cases[] = {
 
 static int fp8_only; /* --fp8: the FP8 cases only */
 
-/* Outlier channels of K (then the reference again). */
+/* Outlier channels of K in kv head 0 of each batch (then the reference
+ * again). */
 static void fp8_outliers(prob *P)
 {
   const tcase *c = P->c;
   size_t i, n = (size_t)c->B * c->Hkv * c->Sk;
   for (i = 0; i < n; i++) {
     float *kr = P->k + i * c->D;
+    if ((i / (size_t)c->Sk) % (size_t)c->Hkv != 0) continue;
     kr[5] = to_f(c->dt, from_f(c->dt, kr[5] * 20.0f));
     kr[c->D - 51] = to_f(c->dt, from_f(c->dt, kr[c->D - 51] * 20.0f));
     kr[40] = to_f(c->dt, from_f(c->dt, kr[40] + 3.0f));
@@ -1314,13 +1326,14 @@ static int fp8_ref_ok(const prob *P, const float *o, int judged, char *line, siz
   return ok;
 }
 
-/* The CPU emulation of plan pl (every head in FP8); 0 on success. */
-static int fp8_emulate(const prob *P, const tsr_plan *pl, tsr_array *o, tsr_array *l)
+/* The CPU emulation of plan pl: the fallback rule's heads native (all_fp8
+ * 0) or every head in FP8 (1); 0 on success. */
+static int fp8_emulate(const prob *P, const tsr_plan *pl, int all_fp8, tsr_array *o, tsr_array *l)
 {
   const tcase *c = P->c;
   tsr_array q, k, v;
   tsr_error err;
-  unsigned char *native = calloc((size_t)c->B * c->Hq, 1);
+  unsigned char *native = all_fp8 ? calloc((size_t)c->B * c->Hq, 1) : NULL;
   tsr_status st;
   tsr_error_clear(&err);
   memset(&q, 0, sizeof q);
@@ -1328,7 +1341,7 @@ static int fp8_emulate(const prob *P, const tsr_plan *pl, tsr_array *o, tsr_arra
   q.data = P->q;
   k = q; k.shape[1] = c->Hkv; k.shape[2] = c->Sk; k.data = P->k;
   v = k; v.data = P->v;
-  st = tsri_cpu_execute_heads(pl, &q, &k, &v, native, o, l, &err);
+  st = native ? tsri_cpu_execute_heads(pl, &q, &k, &v, native, o, l, &err) : tsr_cpu_execute(pl, &q, &k, &v, o, l, &err);
   free(native);
   if (st != TSR_OK) printf("  CPU emulation: %s  FAIL\n", err.text);
   return st != TSR_OK;
@@ -1399,13 +1412,15 @@ static void *fp8_fetch(const tsr_cu *cu, CUdeviceptr p, size_t bytes)
 
 /* The device's int8 (q8, k8) and e4m3 (vt8) copies and scales after a launch against
  * tsri_fp8_quantize of the same inputs (so that a wrong output says whether
- * the quantization or the attention kernel is at fault).  The Q and V
+ * the quantization or the attention kernel is at fault), and its per-head
+ * fallback flags against the host rule's (all 0 with the fallback off);
+ * k_chan is printed (the device's K mean differs in the last bits).  The Q and V
  * scales and every q8 and v8 byte must agree exactly (the same amax, the
  * same IEEE division and multiply, the same rounding); vt8's padding keys
  * must be zero and its keys sit at tsr_f8_slot's positions.  K's mean is
  * summed in fp32 on the device and in double on the CPU, so sk may differ
  * by 1e-5 relative and at most 0.1% of the k8 bytes by one (an int8 tie). */
-static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
+static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl, int fallback)
 {
   const tcase *c = P->c;
   const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, Sq = c->Sq, Sk = c->Sk, D = c->D;
@@ -1413,10 +1428,10 @@ static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
   tsr_gpu_fp8_view v;
   tsr_fp8_tensors t;
   tsr_error err;
-  uint8_t *q8, *k8, *vt8;
-  float *sq, *sk, *sv;
-  size_t bq = 0, bk = 0, bk2 = 0, bv = 0, pad = 0;
-  double eq = 0, ek = 0, ev = 0;
+  uint8_t *q8, *k8, *vt8, *nat;
+  float *sq, *sk, *sv, *kch;
+  size_t bq = 0, bk = 0, bk2 = 0, bv = 0, pad = 0, flags_off = 0, flagged = 0;
+  double eq = 0, ek = 0, ev = 0, ekc = 0;
   int64_t i, bh, d, tok;
   int ok;
   tsr_error_clear(&err);
@@ -1434,6 +1449,14 @@ static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
   sq = fp8_fetch(cu, v.sq, (size_t)(B * Hq * qc) * 4);
   sk = fp8_fetch(cu, v.sk, (size_t)(B * Hkv * kc) * 4);
   sv = fp8_fetch(cu, v.sv, (size_t)(B * Hkv * D) * 4);
+  nat = fp8_fetch(cu, v.native, (size_t)(B * Hq));
+  kch = fp8_fetch(cu, v.kchan, (size_t)(B * Hkv) * 4);
+  for (i = 0; i < B * Hq; i++) {
+    flags_off += nat[i] != (fallback ? t.native[i] : 0);
+    flagged += nat[i] != 0;
+    /* stats are per q head, the same for a kv head's group */
+    ekc = fmax(ekc, fabs(kch[i / (Hq / Hkv)] - t.stats[i].k_chan) / t.stats[i].k_chan);
+  }
   for (i = 0; i < B * Hq * Sq * D; i++) bq += i8_value(q8[i]) != t.q8[i];
   for (i = 0; i < B * Hkv * Sk * D; i++) {
     bk += i8_value(k8[i]) != t.k8[i];
@@ -1451,18 +1474,84 @@ static int fp8_check_quant(const tsr_cu *cu, const prob *P, const tsr_plan *pl)
   for (i = 0; i < B * Hkv * kc; i++) ek = fmax(ek, fabs(sk[i] - t.sk[i]) / t.sk[i]);
   for (i = 0; i < B * Hkv * D; i++) ev = fmax(ev, fabs(sv[i] - t.sv[i]) / t.sv[i]);
   ok = bq == 0 && bv == 0 && pad == 0 && eq == 0 && ev == 0 && ek <= 1e-5 && bk2 == 0 &&
-       bk <= (size_t)(B * Hkv * Sk * D) / 1000;
-  printf("  %-52s bytes off: q8 %zu, k8 %zu of %lld, v8 %zu, padding %zu; scales off: sq %.1e sk %.1e sv %.1e  %s\n",
+       bk <= (size_t)(B * Hkv * Sk * D) / 1000 && flags_off == 0;
+  printf("  %-52s bytes off: q8 %zu, k8 %zu of %lld, v8 %zu, padding %zu; scales off: sq %.1e sk %.1e sv %.1e; "
+         "fallback %s: %zu of %lld heads native, %zu flags off the host rule's, k_chan off %.1e  %s\n",
          "(quantization vs tsri_fp8_quantize)", bq, bk, (long long)(B * Hkv * Sk * D), bv, pad, eq, ek, ev,
-         ok ? "ok" : "FAIL");
-  free(q8); free(k8); free(vt8); free(sq); free(sk); free(sv);
+         fallback ? "on" : "off", flagged, (long long)(B * Hq), flags_off, ekc, ok ? "ok" : "FAIL");
+  free(q8); free(k8); free(vt8); free(sq); free(sk); free(sv); free(nat); free(kch);
   tsri_fp8_free(&t);
   return ok ? 0 : 1;
 }
 
-/* Plan pl (precision fp8) with variant `name` (NULL: the one chosen). */
+/* The heads the host's fallback rule sends to the native dtype (into
+ * out[B * Hq] unless NULL); returns their number, -1 on failure. */
+static int fp8_rule_heads(const prob *P, const tsr_problem *pr, unsigned char *out)
+{
+  const tcase *c = P->c;
+  tsr_fp8_tensors t;
+  tsr_error err;
+  int n = 0, i;
+  tsr_error_clear(&err);
+  if (tsri_fp8_quantize(pr, P->q, P->k, P->v, &t, &err) != TSR_OK) {
+    printf("  tsri_fp8_quantize: %s  FAIL\n", err.text);
+    return -1;
+  }
+  for (i = 0; i < c->B * c->Hq; i++) {
+    n += t.native[i] != 0;
+    if (out) out[i] = t.native[i];
+  }
+  tsri_fp8_free(&t);
+  return n;
+}
+
+/* Fallback off: the launch of pl (uploaded or bound) again with every head
+ * in FP8 against the emulation ao, al of that (printed against f64, not
+ * judged); the fallback is back on after it.  `run` launches. */
+static int fp8_off_run(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_plan *pl, devbufs *db,
+                       CUstream stream, tsr_status (*run)(void *, CUstream, tsr_error *), void *arg,
+                       const float *ao, const float *al)
+{
+  tsr_error err;
+  char what[160];
+  int fails;
+  (void)ctx;
+  tsr_error_clear(&err);
+  if (!tsri_gpu_fp8_fallback(pl, 0)) {
+    printf("  fallback off: the plan has no FP8 device copies  FAIL\n");
+    return 1;
+  }
+  poison(cu, db);
+  if (run(arg, stream, &err) != TSR_OK) {
+    printf("  fallback off: launch failed: %s  FAIL\n", err.text);
+    tsri_gpu_fp8_fallback(pl, 1);
+    return 1;
+  }
+  CK(cu->cuStreamSynchronize(stream));
+  snprintf(what, sizeof what, "%s, fallback off", pl->variant);
+  fails = fp8_compare(cu, P, db, ao, al, 0, what) + fp8_check_quant(cu, P, pl, 0);
+  tsri_gpu_fp8_fallback(pl, 1);
+  return fails;
+}
+
+typedef struct {
+  tsr_context *ctx;
+  const tsr_plan *pl;
+  const tsr_gpu_tensors *t;
+} host_launch;
+
+static tsr_status host_launch_run(void *arg, CUstream stream, tsr_error *err)
+{
+  const host_launch *h = arg;
+  return tsr_gpu_launch(h->ctx, h->pl, h->t, stream, err);
+}
+
+/* Plan pl (precision fp8) with variant `name` (NULL: the one chosen); ao,
+ * al: the every-head-FP8 emulation when some head falls back (then the
+ * fallback-off run too), else NULL. */
 static int fp8_run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_plan *pl, devbufs *db,
-                           CUstream stream, const char *name, const float *eo, const float *el, int judged)
+                           CUstream stream, const char *name, const float *eo, const float *el, int judged,
+                           const float *ao, const float *al)
 {
   tsr_error err;
   tsr_error_clear(&err);
@@ -1489,8 +1578,98 @@ static int fp8_run_variant(tsr_context *ctx, const tsr_cu *cu, const prob *P, ts
   CK(cu->cuStreamSynchronize(stream));
   {
     int fails = fp8_compare(cu, P, db, eo, el, judged, pl->variant);
-    return fails + fp8_check_quant(cu, P, pl);
+    fails += fp8_check_quant(cu, P, pl, 1);
+    if (ao) {
+      host_launch h = { ctx, pl, &db->t };
+      fails += fp8_off_run(ctx, cu, P, pl, db, stream, host_launch_run, &h, ao, al);
+    }
+    return fails;
   }
+}
+
+typedef struct {
+  tsr_gpuplan *gp;
+  const tsr_gpu_tensors *t;
+} dev_launch;
+
+static tsr_status dev_launch_run(void *arg, CUstream stream, tsr_error *err)
+{
+  const dev_launch *d = arg;
+  return tsr_gpuplan_run(d->gp, d->t, stream, err);
+}
+
+/* The device planner's plans of P's mask (uniform blocks; bytes format),
+ * precision fp8, row and split tasks (split only with `quick`): planned
+ * and run on the device, the plan downloaded for the emulation. */
+static int fp8_gpuplan_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbufs *db, CUstream stream,
+                            int judged, int quick, int *ran)
+{
+  const tcase *c = P->c;
+  int fails = 0, t;
+  size_t mbytes = (size_t)c->B * c->Hq * P->nq * P->nk;
+  CUdeviceptr dmask;
+  if (c->bq <= 0) return 0; /* variable blocks: the device planner takes them with a geometry, not here */
+  CK(cu->cuMemAlloc(&dmask, mbytes));
+  CK(cu->cuMemcpyHtoD(dmask, P->mask, mbytes));
+  for (t = TSR_TASKS_ROW; t <= TSR_TASKS_SPLIT; t++) {
+    tsr_geom *g = NULL;
+    tsr_mask *m = NULL;
+    tsr_problem pr;
+    tsr_plan_opts o;
+    tsr_gpuplan_caps caps;
+    tsr_gpuplan *gp = NULL;
+    tsr_plan *hp = NULL;
+    tsr_error err;
+    tsr_array eo, el, ao, al;
+    char what[200];
+    if (quick && t != TSR_TASKS_SPLIT) continue;
+    tsr_error_clear(&err);
+    if (make_geom_mask(P, &g, &m, &err)) {
+      printf("  device planner: %s  FAIL\n", err.text);
+      fails++;
+      break;
+    }
+    memset(&pr, 0, sizeof pr);
+    pr.batch = c->B; pr.heads_q = c->Hq; pr.heads_kv = c->Hkv; pr.seq_q = c->Sq; pr.seq_k = c->Sk;
+    pr.head_dim = c->D; pr.scale = P->scale; pr.dtype = c->dt;
+    pr.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
+    pr.geom = g;
+    tsr_plan_opts_init(&o);
+    o.tasks = (tsr_tasks)t;
+    o.tile_m = c->tm;
+    o.tile_n = c->tn;
+    o.precision = TSR_PREC_FP8;
+    tsr_gpuplan_caps_init(&caps);
+    if (tsr_problem_check(&pr, &err) || tsr_gpuplan_create(ctx, &pr, &o, &caps, &gp, &err)) {
+      printf("  device planner fp8 tasks %d: %s  %s\n", t, err.text, err.status == TSR_ERR_UNSUPPORTED ? "n/a" : "FAIL");
+      fails += err.status != TSR_ERR_UNSUPPORTED;
+    } else {
+      dev_launch d = { gp, &db->t };
+      poison(cu, db);
+      if (tsr_gpuplan_launch(gp, dmask, TSR_MASK_BYTES, &db->t, stream, &err) ||
+          tsr_gpuplan_download(gp, &hp, &err)) {
+        printf("  device planner fp8 tasks %d: %s  FAIL\n", t, err.text);
+        fails++;
+      } else if (fp8_emulate(P, hp, 0, &eo, &el) || fp8_emulate(P, hp, 1, &ao, &al)) {
+        fails++;
+      } else {
+        tsr_plan *dp = tsri_gpuplan_device_plan(gp);
+        snprintf(what, sizeof what, "device planner tasks %d: %lld tasks %lld merges, %s", t,
+                 (long long)hp->n_tasks, (long long)hp->n_merges, dp->variant);
+        fails += fp8_compare(cu, P, db, eo.data, el.data, judged, what);
+        fails += fp8_check_quant(cu, P, dp, 1);
+        if (fp8_rule_heads(P, &pr, NULL) > 0) fails += fp8_off_run(ctx, cu, P, dp, db, stream, dev_launch_run, &d, ao.data, al.data);
+        (*ran)++;
+        tsr_npy_free(&eo); tsr_npy_free(&el); tsr_npy_free(&ao); tsr_npy_free(&al);
+      }
+      tsr_plan_destroy(hp);
+      tsr_gpuplan_destroy(gp);
+    }
+    tsr_mask_destroy(m);
+    tsr_geom_destroy(g);
+  }
+  cu->cuMemFree(dmask);
+  return fails;
 }
 
 /* One FP8 case: the emulation against the reference (host side, also
@@ -1502,9 +1681,9 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   prob P;
   devbufs db;
   tsr_plan *pl;
-  tsr_array eo, el;
+  tsr_array eo, el, ao = {0}, al = {0};
   char line[200];
-  int fails = 0, n = 0, t;
+  int fails = 0, n = 0, t, n_native, judged = fc->k_outliers != 2;
   size_t i;
   make_problem(&P, c);
   if (fc->k_outliers == 1) fp8_outliers(&P);
@@ -1514,19 +1693,38 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   printf("fp8 case %s: B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d %s %s tile %dx%d: %lld tasks, %lld merges\n", c->label,
          c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, tsri_variant_dtype_name(c->dt), c->bshd ? "BSHD" : "BHSD", c->tm,
          c->tn, (long long)pl->n_tasks, (long long)pl->n_merges);
-  if (fp8_emulate(&P, pl, &eo, &el)) {
+  {
+    /* the host rule: exactly the q heads of the outlier kv heads (kv head 0
+     * of each batch) fall back, and no head elsewhere */
+    unsigned char *nat = malloc((size_t)c->B * c->Hq);
+    int bad = 0, g = c->Hq / c->Hkv;
+    n_native = fp8_rule_heads(&P, &pl->problem, nat);
+    for (i = 0; n_native >= 0 && i < (size_t)(c->B * c->Hq); i++)
+      bad += nat[i] != (fc->k_outliers == 1 && (i % (size_t)c->Hq) / (size_t)g == 0);
+    printf("  %-52s %d of %d heads fall back, %d off the outlier heads  %s\n", "(host fallback rule)", n_native,
+           c->B * c->Hq, bad, n_native >= 0 && bad == 0 ? "ok" : "FAIL");
+    fails += n_native < 0 || bad != 0;
+    free(nat);
+  }
+  if (fp8_emulate(&P, pl, 0, &eo, &el) || (n_native > 0 && fp8_emulate(&P, pl, 1, &ao, &al))) {
     free_own_plan(pl);
     free_problem(&P);
     return 1;
   }
   {
-    int ok = fp8_ref_ok(&P, eo.data, !fc->k_outliers, line, sizeof line);
+    int ok = fp8_ref_ok(&P, eo.data, judged, line, sizeof line);
     printf("  %-52s %s  %s\n", "(CPU emulation)", line, ok ? "ok" : "FAIL");
     fails += !ok;
+  }
+  if (n_native > 0) { /* printed: the scheme alone on the outlier heads */
+    fp8_ref_ok(&P, ao.data, 0, line, sizeof line);
+    printf("  %-52s %s\n", "(CPU emulation, every head FP8)", line);
   }
   if (!ctx) {
     tsr_npy_free(&eo);
     tsr_npy_free(&el);
+    tsr_npy_free(&ao);
+    tsr_npy_free(&al);
     free_own_plan(pl);
     free_problem(&P);
     return fails;
@@ -1546,7 +1744,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
       const tsr_bundle_entry *e = &bundle->items[i];
       if (!(e->targets & (1u << a)) || !tsri_variant_serves(&e->v, arch, &need)) continue;
       if (strncmp(e->name, only_prefix, strlen(only_prefix)) != 0) continue;
-      fails += fp8_run_variant(ctx, cu, &P, pl, &db, stream, e->name, eo.data, el.data, !fc->k_outliers);
+      fails += fp8_run_variant(ctx, cu, &P, pl, &db, stream, e->name, eo.data, el.data, judged, ao.data, al.data);
       n++;
     }
     if (n == 0 && !only_prefix[0]) {
@@ -1557,6 +1755,8 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   }
   tsr_npy_free(&eo);
   tsr_npy_free(&el);
+  tsr_npy_free(&ao);
+  tsr_npy_free(&al);
   free_own_plan(pl);
   /* the planner's plans of the case's tile, every task layout */
   for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK && n > 0; t++) {
@@ -1589,14 +1789,16 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     if (tsr_problem_check(&pr, &err) || tsr_plan_create(&pr, m, &o, &pp, &err)) {
       printf("  planner fp8 tasks %d: %s  %s\n", t, err.text, err.status == TSR_ERR_UNSUPPORTED ? "n/a" : "FAIL");
       fails += err.status != TSR_ERR_UNSUPPORTED;
-    } else if (!fp8_emulate(&P, pp, &eo, &el)) {
+    } else if (!fp8_emulate(&P, pp, 0, &eo, &el) && (n_native == 0 || !fp8_emulate(&P, pp, 1, &ao, &al))) {
       snprintf(what, sizeof what, "planner tasks %d: %lld tasks %lld merges", t, (long long)pp->n_tasks,
                (long long)pp->n_merges);
       printf("  %s\n", what);
-      fails += fp8_run_variant(ctx, cu, &P, pp, &db, stream, NULL, eo.data, el.data, !fc->k_outliers);
+      fails += fp8_run_variant(ctx, cu, &P, pp, &db, stream, NULL, eo.data, el.data, judged, ao.data, al.data);
       n++;
       tsr_npy_free(&eo);
       tsr_npy_free(&el);
+      tsr_npy_free(&ao);
+      tsr_npy_free(&al);
     } else {
       fails++;
     }
@@ -1604,6 +1806,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     tsr_mask_destroy(m);
     tsr_geom_destroy(g);
   }
+  if (n > 0) fails += fp8_gpuplan_runs(ctx, cu, &P, &db, stream, judged, quick, &n);
   *ran += n;
   free_devbufs(cu, &db);
   free_problem(&P);
@@ -1777,7 +1980,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   tsr_geom *g = NULL;
   tsr_mask *m = NULL;
   tsr_problem pr;
-  double pairs = 0, ms_of[2] = { 0, 0 }, gg = 0, rr = 0, gr = 0;
+  double pairs = 0, ms_of[2] = { 0, 0 }, ms_f8_off = 0, gg = 0, rr = 0, gr = 0;
   char vname[2][96] = { "", "" };
   int prec, fails = 0;
   tsr_error_clear(&err);
@@ -1801,7 +2004,7 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
   for (prec = 0; prec < 2; prec++) {
     tsr_plan_opts o;
     tsr_plan *pl = NULL;
-    float ms[32];
+    float ms[32], ms_off[32];
     int r;
     tsr_plan_opts_init(&o);
     o.tile_m = bq;
@@ -1818,6 +2021,17 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
     snprintf(vname[prec], sizeof vname[prec], "%s", pl->variant);
     for (r = 0; r < 2; r++) tsr_gpu_launch(ctx, pl, &t, stream, &err);
     for (r = 0; r < reps && !err.status; r++) {
+      /* FP8: the fallback off in between (interleaved), what the device
+       * fallback costs where no head falls back (the split CTA, the native
+       * launch finding no task) */
+      if (prec && tsri_gpu_fp8_fallback(pl, 0)) {
+        CK(cu->cuEventRecord(e0, stream));
+        tsr_gpu_launch(ctx, pl, &t, stream, &err);
+        CK(cu->cuEventRecord(e1, stream));
+        CK(cu->cuEventSynchronize(e1));
+        CK(cu->cuEventElapsedTime(&ms_off[r], e0, e1));
+        tsri_gpu_fp8_fallback(pl, 1);
+      }
       CK(cu->cuEventRecord(e0, stream));
       tsr_gpu_launch(ctx, pl, &t, stream, &err);
       CK(cu->cuEventRecord(e1, stream));
@@ -1830,6 +2044,10 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
     } else {
       qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
       ms_of[prec] = ms[reps / 2];
+      if (prec) {
+        qsort(ms_off, (size_t)reps, sizeof *ms_off, cmp_float);
+        ms_f8_off = ms_off[reps / 2];
+      }
       CK(cu->cuMemcpyDtoH(prec ? o_f8 : o_nat, dout, n * 2));
       if (parts) {
         char label[64];
@@ -1849,6 +2067,11 @@ static int fp8_bench_one(tsr_context *ctx, const tsr_cu *cu, CUstream stream, in
            S, H, bq, bk, dens, ms_of[0], 4.0 * pairs * D / (ms_of[0] * 1e-3) / 1e12, vname[0], ms_of[1],
            4.0 * pairs * D / (ms_of[1] * 1e-3) / 1e12, vname[1], ms_of[0] / ms_of[1],
            gg > 0 && rr > 0 ? gr / sqrt(gg * rr) : 0.0);
+  if (ms_of[1] > 0 && ms_f8_off > 0)
+    printf("fp8-bench: S=%-6d H=%-2d blocks %3dx%-3d density %.2f  fp8 fallback on %8.3f ms, off %8.3f ms: "
+           "on costs %+.1f us (%+.2f%%), no head flagged\n",
+           S, H, bq, bk, dens, ms_of[1], ms_f8_off, (ms_of[1] - ms_f8_off) * 1e3,
+           100.0 * (ms_of[1] - ms_f8_off) / ms_f8_off);
   cu->cuEventDestroy(e0);
   cu->cuEventDestroy(e1);
   cu->cuMemFree(dq); cu->cuMemFree(dk); cu->cuMemFree(dv); cu->cuMemFree(dout);
@@ -1865,11 +2088,13 @@ static int fp8_bench(tsr_context *ctx, const tsr_cu *cu, CUstream stream, int pa
 {
   static const int blk[3][2] = { { 128, 128 }, { 128, 64 }, { 64, 64 } };
   static const double dens[3] = { 0.10, 0.25, 1.0 };
+  const char *only = getenv("TSR_AB_TOKENS"); /* e.g. 32760: that size only, as --fp8-ab */
   int fails = 0, bi, di, si;
   for (si = 0; si < 2; si++)
     for (bi = 0; bi < 3; bi++)
       for (di = 0; di < 3; di++) {
         if (si == 1 && di == 2 && bi > 0) continue; /* dense 75K: 128x128 only (planning time) */
+        if (only && *only && atoi(only) != (si ? 75600 : 32760)) continue;
         fails += fp8_bench_one(ctx, cu, stream, si ? 75600 : 32760, si ? 40 : 12, blk[bi][0], blk[bi][1], dens[di],
                                si ? 5 : 10, parts);
       }

@@ -870,7 +870,8 @@ def attention(q, k, v, block_mask, block=(128, 128), context=None, layout="bhsd"
 
     precision="fp8" (default "native"): the FP8 scheme of docs/fp8.md; a
     GPU or bundle without an FP8 variant raises TesseraError naming it,
-    never a silent native run."""
+    never a silent native run.  Heads whose K has outlier channels run in
+    the native dtype (the per-head fallback, decided on the device)."""
     op = _OP if _OP is not None else _load_op(q)
     if op is not None and context is None and out is None and lse is None and not plan_kw:
         o, lse = op(q, k, v, block_mask, *_block_args(block), layout, scale, select, return_lse)
