@@ -1,7 +1,8 @@
 #!/bin/sh
 # h200-table.sh: the shipped H200 lookup table is what the shipped
 # derivation makes of the recorded timings, and the selection figures
-# published in BENCHMARKS.md (run D) are what the shipped evaluation gives.
+# of the shipped sweep (run E, notes/sm90-dyn-2026-12-02b.md) are what the
+# shipped evaluation gives.
 # Loads db/h200-timings.sql.gz into a new database (tessera-profile init
 # --sql), derives the table (build), and compares its rows with
 # db/h200.sql's byte for byte; then checks the report's figures.  A change
@@ -20,7 +21,7 @@ bad() { echo "h200-table: FAIL: $*"; fail=1; }
 gzip -dc "$src/db/h200-timings.sql.gz" >"$tmp/t.sql" || { echo "h200-table: cannot read $src/db/h200-timings.sql.gz"; exit 99; }
 "$prof" init --db "$tmp/t.db" --sql "$tmp/t.sql" || { echo "h200-table: init failed"; exit 99; }
 "$prof" build --db "$tmp/t.db" >"$tmp/build.out" 2>&1 || bad "build failed: $(cat "$tmp/build.out")"
-grep -q "derived 26 lookup rows for 1 GPU(s) from 72 masks, 1566 timings" "$tmp/build.out" ||
+grep -q "derived 51 lookup rows for 1 GPU(s) from 162 masks, 4161 timings" "$tmp/build.out" ||
   bad "build: $(cat "$tmp/build.out")"
 "$prof" export --db "$tmp/t.db" --gpu "NVIDIA H200" --out "$tmp/t.out.sql" 2>/dev/null || bad "export failed"
 grep "^INSERT OR IGNORE INTO lookup " "$tmp/t.out.sql" >"$tmp/derived"
@@ -29,13 +30,13 @@ grep "^INSERT OR IGNORE INTO lookup " "$src/db/h200.sql" >"$tmp/shipped"
 cmp -s "$tmp/derived" "$tmp/shipped" ||
   bad "db/h200.sql differs from the derivation of db/h200-timings.sql.gz: $(diff "$tmp/shipped" "$tmp/derived" | head -4)"
 
-# The evaluation split's figures as BENCHMARKS.md publishes them (run D).
+# The evaluation split's figures as the notes publish them (run E).
 "$prof" report --db "$tmp/t.db" --out "$tmp/report" >"$tmp/report.out" 2>&1 || bad "report failed"
-for want in "48 masks (0 not timed for the selected plan), 48 from the table" \
-            "selected within 5% of best: 89.6%" "geometric-mean regret: 1.26%" \
-            "speed-up over the direct plan: 1.025x (best possible 1.038x)" \
-            "28 of 48: within 5% 82.1%, regret 1.76%, speed-up over direct 1.044x (best possible 1.062x)"; do
+for want in "96 masks (0 not timed for the selected plan), 96 from the table" \
+            "selected within 5% of best: 94.8%" "geometric-mean regret: 1.49%" \
+            "speed-up over the direct plan: 1.020x (best possible 1.035x)" \
+            "52 of 96: within 5% 92.3%, regret 1.51%, speed-up over direct 1.030x (best possible 1.045x)"; do
   grep -qF "$want" "$tmp/report.out" || bad "report lacks '$want': $(cat "$tmp/report.out")"
 done
-[ $fail -eq 0 ] && echo "h200-table: db/h200.sql and the run D figures reproduce from the recorded timings"
+[ $fail -eq 0 ] && echo "h200-table: db/h200.sql and the run E figures reproduce from the recorded timings"
 exit $fail
