@@ -320,8 +320,8 @@ static const char *dtype_text(int dt)
  * tsri_variant_rank puts it below the same tile's flat variant, so the
  * automatic plan never runs it, and a row that names it leaves the base
  * plan like any other and needs the margin (issue 20: without this, rows
- * took dyn variants for 0.0-0.3% on their profiled masks, and on the
- * evaluation split of the 2026-12-02 sweep one ran 5% slower than flat). */
+ * of the 2026-12-02 sweep took dyn variants for gains under the margin,
+ * and on its evaluation split they ran up to 6% slower than flat). */
 static int is_base(const tsrp_plan_row *pr, const tsr_plan_opts *o)
 {
   tsr_variant v;
