@@ -76,26 +76,57 @@ constexpr int MW = BN / 32;        /* membership words a segment */
  * fragments (when kept in registers) MT x D / 4. */
 __host__ __device__ constexpr int data_regs(int sb, bool q) { return MT * (D / 2 + sb / 2 + (q ? D / 4 : 0)); }
 /* What fits next to the fragments, addresses and softmax state without
- * spilling: 160 spilled on sm_100a (MT 1, D 128, 128 keys a step), 128 did
- * not anywhere; tests/gen-sass.sh is the judge. */
-constexpr int DATA_REGS = 144;
+ * spilling, tests/gen-sass.sh being the judge.  The probabilities are packed
+ * into the 16-bit P as they are made (step_softmax), so the fp32 scores
+ * die before P V, and the widest steps load their membership words after
+ * the product (LAZY_WORDS); with both, on all five targets:
+ *  - Q in registers: 160 (MT 1 D 128 with 128-key steps, MT 2 D 64 with
+ *    64-key steps) fits; before the packing 160 spilled on sm_100a;
+ *  - Q re-read from shared memory: 192 fits with 64-key steps (MT 2 D 128:
+ *    FA2's d128 step) and spills 6-7 LDL/STL with 128-key ones (MT 2 D 64),
+ *    hence the 64-key cap. */
+constexpr int DATA_REGS_Q = 160;
+constexpr int DATA_REGS_SMEMQ = 192;
+/* Data above this leaves no registers for the membership words across the
+ * product: they are loaded after it (LAZY_WORDS). */
+constexpr int DATA_REGS_EAGER = 144;
 /* Keys a softmax step (SB) and whether Q stays in registers (QREG): a tile
- * is taken SB columns at a time (scores, mask, online softmax, P V), the
- * widest step that fits with Q in registers, else without (Q fragments then
- * re-read from shared memory each k16 step), else 32 keys without.  One
- * more step a tile costs one more row max, sum and (if a max moved) O
- * rescale. */
+ * is taken SB columns at a time (scores, mask, online softmax, P V).  The
+ * widest step that fits with Q in registers, else the widest of at most 64
+ * keys without (Q fragments then re-read from shared memory each k16 step),
+ * else 32 keys without.  One more step a tile costs one more row max, sum
+ * and (if a max moved) O rescale, and, without Q in registers, one more
+ * read of Q. */
 __host__ __device__ constexpr int pick_sb(bool q)
 {
-  return data_regs(BN, q) <= DATA_REGS ? BN
-         : BN > 64 && data_regs(64, q) <= DATA_REGS ? 64
-         : data_regs(32, q) <= DATA_REGS ? 32 : 0;
+  return q ? (data_regs(BN, true) <= DATA_REGS_Q ? BN
+              : BN > 64 && data_regs(64, true) <= DATA_REGS_Q ? 64
+              : data_regs(32, true) <= DATA_REGS_Q ? 32 : 0)
+           : (BN >= 64 && data_regs(64, false) <= DATA_REGS_SMEMQ ? 64
+              : data_regs(32, false) <= DATA_REGS_SMEMQ ? 32 : 0);
 }
+#if defined(TSR80_ALT)
+/* Measurement only (never in a generated bundle of the build): 32-row
+ * warps prefer Q from shared memory, 16-row ones the old 144 budget. */
+__host__ __device__ constexpr int pick_alt(bool q)
+{
+  return q ? (data_regs(BN, true) <= 144 ? BN : BN > 64 && data_regs(64, true) <= 144 ? 64 : 0) : pick_sb(false);
+}
+constexpr bool QREG = MT == 1 && pick_alt(true) > 0;
+constexpr int SB = QREG ? pick_alt(true) : (pick_alt(false) > 0 ? pick_alt(false) : 32);
+#elif defined(TSR80_FORCE_SB)
+constexpr bool QREG = TSR80_FORCE_QREG;
+constexpr int SB = TSR80_FORCE_SB;
+#else
 constexpr bool QREG = pick_sb(true) > 0;
 constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
+#endif
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
+/* Wide steps (data over DATA_REGS_EAGER) load the membership words after the
+ * product rather than before it: MT x 2 x MWS registers fewer across it. */
+constexpr bool LAZY_WORDS = data_regs(SB, QREG) > DATA_REGS_EAGER;
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
 static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
@@ -205,6 +236,26 @@ static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? M
   }
 }
 
+/* The membership words of the step's columns for each row of the warp
+ * (all ones on a full tile), and the rows' `selected` bits they set.
+ * Issued before the product so that its latency hides behind it, except
+ * where the step's data leaves no registers for them (LAZY_WORDS): then
+ * after it, a stall on partial tiles only. */
+static __device__ __forceinline__ void step_words(const tsr_kernel_params &p, int mem, const int (&seg)[MT][2],
+                                                  int c0, bool partial, unsigned &sel,
+                                                  unsigned (&words)[MT][2][MWS])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int w = 0; w < MWS; ++w) {
+        words[i][hh][w] = partial ? p.membership[mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
+        sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
+      }
+}
+
 /* Sets to -inf the scores of the step's columns at or past kr (keys past
  * seq_k) and, with membership, of those the rows' words leave out. */
 static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigned (&words)[MT][2][MWS],
@@ -236,11 +287,14 @@ static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigne
 }
 
 /* Scales the step's scores into the base-2 domain and updates the online
- * softmax: s becomes the probabilities; O is rescaled unless no row of the
- * warp changed its max (alpha is then exactly 1, ex2(0)): after the first
- * tiles the usual case, and MT x D / 2 multiplications a step saved. */
+ * softmax; the probabilities go straight into P, the 16-bit A operand of
+ * P V (FA2: the fp32 scores are dead before the product, MT x SB / 4
+ * registers instead of MT x SB / 2 across it).  O is rescaled unless no row
+ * of the warp changed its max (alpha is then exactly 1, ex2(0)): after the
+ * first tiles the usual case, and MT x D / 2 multiplications a step saved. */
 static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
-                                                    float (&acc)[MT][ND][4], float (&s)[MT][NS][4])
+                                                    float (&acc)[MT][ND][4], const float (&s)[MT][NS][4],
+                                                    unsigned (&pa)[MT][NS / 2][4])
 {
   float alphas[MT][2];
 #pragma unroll
@@ -265,12 +319,13 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < NS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], scale_log2, -msafe));
-          s[i][n][2 * hh + e] = pv;
-          sum += pv;
-        }
+        const float p0 = tsr_ex2(fmaf(s[i][n][2 * hh], scale_log2, -msafe));
+        const float p1 = tsr_ex2(fmaf(s[i][n][2 * hh + 1], scale_log2, -msafe));
+        sum += p0;
+        sum += p1;
+        /* A fragment of m16n8k16: row hh's pair of n8 tile n is register
+         * hh (+2 for the odd tile) of k16 step n / 2. */
+        pa[i][n >> 1][hh + 2 * (n & 1)] = tsr_pack2(p0, p1);
       }
       l[i][hh] = l[i][hh] * alpha + sum;
       m[i][hh] = mnew;
@@ -295,28 +350,20 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
   }
 }
 
-/* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
-static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0, const float (&s)[MT][NS][4],
-                                               float (&acc)[MT][ND][4])
+/* O += P V: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
+static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0,
+                                               const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
 {
 #pragma unroll
   for (int kk = 0; kk < NS / 2; ++kk) {
-    unsigned a[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
-      a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
-      a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-      a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-    }
 #pragma unroll
     for (int dd = 0; dd < ND / 2; ++dd) {
       unsigned b0, b1, b2, b3;
       tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
-        tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+        tsr_mma16816(acc[i][2 * dd], pa[i][kk], b0, b1);
+        tsr_mma16816(acc[i][2 * dd + 1], pa[i][kk], b2, b3);
       }
     }
   }
@@ -487,25 +534,19 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           const int c0 = sb * SB; /* first column of the step in the tile */
           unsigned words[MT][2][MWS]; /* membership words of the rows (TSR_MEMBERSHIP) */
 #if TSR_MEMBERSHIP
-          /* Issued before the product so that its latency hides behind it. */
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int w = 0; w < MWS; ++w) {
-                words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
-                sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
-              }
+          if constexpr (!LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
 #endif
-
           float s[MT][NS][4];
           step_scores(qf, sQ, qv_off, row_base, cK, k_off, c0, s);
+#if TSR_MEMBERSHIP
+          if constexpr (LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
+#endif
           /* Mask keys past seq_k and unselected columns of partial tiles; a
            * full in-bounds step (the common case) skips this pass. */
           if (partial || k0 + c0 + SB > p.seq_k) step_mask(lane, p.seq_k - k0 - c0, words, s);
-          step_softmax(p.scale_log2, m, l, acc, s);
-          step_pv(cV, qv_off, c0, s, acc);
+          unsigned pa[MT][NS / 2][4]; /* P, 16-bit pairs */
+          step_softmax(p.scale_log2, m, l, acc, s, pa);
+          step_pv(cV, qv_off, c0, pa, acc);
         }
       }
       tsr_cp_async_wait<0>();
