@@ -114,12 +114,20 @@ __host__ __device__ constexpr int pick_alt(bool q)
 }
 constexpr bool QREG = MT == 1 && pick_alt(true) > 0;
 constexpr int SB = QREG ? pick_alt(true) : (pick_alt(false) > 0 ? pick_alt(false) : 32);
+constexpr int QUNROLL = 4;
 #elif defined(TSR80_FORCE_SB)
 constexpr bool QREG = TSR80_FORCE_QREG;
 constexpr int SB = TSR80_FORCE_SB;
+constexpr int QUNROLL = 2;
 #else
 constexpr bool QREG = pick_sb(true) > 0;
 constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
+/* k16 steps of Q K^T unrolled when Q comes from shared memory: what fits
+ * (tests/gen-sass.sh).  Two stages: full unrolling spilled on sm_89 at
+ * 32-key steps, and 8 on sm_90a at 64-key ones (4 fits, measured in the
+ * TSR80_ALT bundle); one stage: 2 spilled on sm_90a (the barrier after the
+ * product changes the schedule), 4 fits on all five targets. */
+constexpr int QUNROLL = ST == 1 ? 4 : 2;
 #endif
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
@@ -128,7 +136,10 @@ static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
  * product rather than before it: MT x 2 x MWS registers fewer across it. */
 constexpr bool LAZY_WORDS = data_regs(SB, QREG) > DATA_REGS_EAGER;
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
-static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
+static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 1, "bad variant constants");
+/* One stage: K and V single-buffered in separate cp.async groups (the
+ * kernel's split pipeline), which needs the tile taken in one step. */
+static_assert(ST > 1 || SB == BN, "one stage needs one softmax step a tile");
 static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
               "tile copies must divide evenly among the threads");
 static_assert((BM * D + 2 * ST * BN * D) * 2 <= TSR_SMEM_BYTES, "shared memory layout exceeds TSR_SMEM_BYTES");
@@ -167,6 +178,18 @@ static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *sr
   }
 }
 
+/* Copies the K rows (KK) and the V rows (VV) of key tile k_tile into the
+ * stage at byte offset st; rows past seq_k are zero-filled. */
+template <bool KK, bool VV>
+static __device__ __forceinline__ void load_kv(const tsr_kernel_params &p, unsigned sK, unsigned sV, unsigned st,
+                                               const tsr_u16 *gk, const tsr_u16 *gv, int k_tile)
+{
+  const int k0 = k_tile * BN;
+  const int kr = min(BN, p.seq_k - k0);
+  if (KK) load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+  if (VV) load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+}
+
 /* Shared address of an ldmatrix x4 fragment: 16-row block `blk`, chunk pair
  * `k` (chunks 2k, 2k + 1).  `lane_off` is the lane's byte offset in block 0
  * at chunk pair 0, sw(rl, cb) for its row rl (rl & 7 == lane & 7) and chunk
@@ -201,8 +224,8 @@ static __device__ __forceinline__ void load_qfrags(unsigned sQ, unsigned qv_off,
 
 /* S = Q K^T over D in k16 steps, for the SB keys of the step from column c0
  * of the key tile at cK.  Q from registers (QREG) or from shared memory:
- * then unrolled by two only, or the compiler hoists the next steps' Q
- * fragments and spills (sm_89). */
+ * then unrolled by QUNROLL only, or the compiler hoists the next steps' Q
+ * fragments and spills. */
 static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4],
                                                    unsigned sQ, unsigned qv_off, int row_base, unsigned cK,
                                                    unsigned k_off, int c0, float (&s)[MT][NS][4])
@@ -211,7 +234,7 @@ static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? M
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
-#pragma unroll QREG ? KD : 2
+#pragma unroll QREG ? KD : QUNROLL
   for (int kk = 0; kk < KD; ++kk) {
     unsigned qa[MT][4];
 #pragma unroll
@@ -463,12 +486,11 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       if (ntiles > 0) load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
 #pragma unroll
       for (int s = 0; s < ST - 1; ++s) {
-        if (s < ntiles) {
-          const int k0 = trec[s].k_tile * BN;
-          const int kr = min(BN, p.seq_k - k0);
-          load_rows<BN>(sK + s * BN * RB, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-          load_rows<BN>(sV + s * BN * RB, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
-        }
+        if (s < ntiles) load_kv<true, true>(p, sK, sV, (unsigned)(s * BN * RB), gk, gv, trec[s].k_tile);
+        tsr_cp_async_commit();
+      }
+      if constexpr (ST == 1) { /* split pipeline: Q and K of tile 0; V at iteration 0 */
+        if (ntiles > 0) load_kv<true, false>(p, sK, sV, 0u, gk, gv, trec[0].k_tile);
         tsr_cp_async_commit();
       }
       /* Records read an iteration ahead: the current tile's, and the key
@@ -502,20 +524,18 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       for (int j = 0; j < ntiles; ++j) {
         const tsr_tile_rec tr = tr_next;
         if (j + 1 < ntiles) tr_next = trec[j + 1];
-        tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
-        __syncthreads();             /* everyone's; and tile j - 1's stage is free */
-        {
+        tsr_cp_async_wait<ST == 1 ? 0 : ST - 2>(); /* this thread's copies of tile j (ST 1: its K) and Q */
+        __syncthreads(); /* everyone's; and tile j - 1's stage (ST 1: V's buffer) is free */
+        if constexpr (ST == 1) { /* V of tile j lands during the product */
+          load_kv<false, true>(p, sK, sV, 0u, gk, gv, tr.k_tile);
+        } else {
           const int jn = j + ST - 1;
           if (jn < ntiles) {
-            const int k0 = kt_ahead * BN;
-            const int kr = min(BN, p.seq_k - k0);
-            const unsigned st = (unsigned)(jn % ST) * (BN * RB);
-            load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-            load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            load_kv<true, true>(p, sK, sV, (unsigned)(jn % ST) * (BN * RB), gk, gv, kt_ahead);
             if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
           }
-          tsr_cp_async_commit();
         }
+        tsr_cp_async_commit();
         if (j == 0) load_qfrags(sQ, qv_off, row_base, qf); /* QREG: Q stays in registers for the member */
 
         const int k0 = tr.k_tile * BN;
@@ -538,6 +558,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #endif
           float s[MT][NS][4];
           step_scores(qf, sQ, qv_off, row_base, cK, k_off, c0, s);
+          if constexpr (ST == 1) { /* V landed, K is free: tile j + 1's K lands during softmax and P V */
+            tsr_cp_async_wait<0>();
+            __syncthreads();
+            if (j + 1 < ntiles) load_kv<true, false>(p, sK, sV, 0u, gk, gv, tr_next.k_tile);
+            tsr_cp_async_commit();
+          }
 #if TSR_MEMBERSHIP
           if constexpr (LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
 #endif
