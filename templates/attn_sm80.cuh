@@ -106,8 +106,10 @@ __host__ __device__ constexpr int pick_sb(bool q)
               : data_regs(32, false) <= DATA_REGS_SMEMQ ? 32 : 0);
 }
 #if defined(TSR80_ALT)
-/* Measurement only (never in a generated bundle of the build): 32-row
- * warps prefer Q from shared memory, 16-row ones the old 144 budget. */
+/* Measurement only, the A/B of .dev-s4-i17/device.sh (notes/sm80.md): no
+ * build defines it.  32-row warps re-read Q from shared memory with 64-key
+ * steps, 16-row ones keep the old budget of 144 (64-key steps at D 128),
+ * and the Q k-loop is unrolled by 4.  Delete once the H200 has judged. */
 __host__ __device__ constexpr int pick_alt(bool q)
 {
   return q ? (data_regs(BN, true) <= 144 ? BN : BN > 64 && data_regs(64, true) <= 144 ? 64 : 0) : pick_sb(false);
@@ -115,10 +117,6 @@ __host__ __device__ constexpr int pick_alt(bool q)
 constexpr bool QREG = MT == 1 && pick_alt(true) > 0;
 constexpr int SB = QREG ? pick_alt(true) : (pick_alt(false) > 0 ? pick_alt(false) : 32);
 constexpr int QUNROLL = 4;
-#elif defined(TSR80_FORCE_SB)
-constexpr bool QREG = TSR80_FORCE_QREG;
-constexpr int SB = TSR80_FORCE_SB;
-constexpr int QUNROLL = 2;
 #else
 constexpr bool QREG = pick_sb(true) > 0;
 constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
