@@ -76,28 +76,68 @@ constexpr int MW = BN / 32;        /* membership words a segment */
  * fragments (when kept in registers) MT x D / 4. */
 __host__ __device__ constexpr int data_regs(int sb, bool q) { return MT * (D / 2 + sb / 2 + (q ? D / 4 : 0)); }
 /* What fits next to the fragments, addresses and softmax state without
- * spilling: 160 spilled on sm_100a (MT 1, D 128, 128 keys a step), 128 did
- * not anywhere; tests/gen-sass.sh is the judge. */
-constexpr int DATA_REGS = 144;
+ * spilling, tests/gen-sass.sh being the judge.  The probabilities are packed
+ * into the 16-bit P as they are made (step_softmax), so the fp32 scores
+ * die before P V, and the widest steps load their membership words after
+ * the product (LAZY_WORDS); with both, on all five targets:
+ *  - Q in registers: 160 (MT 1 D 128 with 128-key steps, MT 2 D 64 with
+ *    64-key steps) fits; before the packing 160 spilled on sm_100a;
+ *  - Q re-read from shared memory: 192 fits with 64-key steps (MT 2 D 128:
+ *    FA2's d128 step) and spills 6-7 LDL/STL with 128-key ones (MT 2 D 64),
+ *    hence the 64-key cap. */
+constexpr int DATA_REGS_Q = 160;
+constexpr int DATA_REGS_SMEMQ = 192;
+/* Data above this leaves no registers for the membership words across the
+ * product: they are loaded after it (LAZY_WORDS). */
+constexpr int DATA_REGS_EAGER = 144;
 /* Keys a softmax step (SB) and whether Q stays in registers (QREG): a tile
- * is taken SB columns at a time (scores, mask, online softmax, P V), the
- * widest step that fits with Q in registers, else without (Q fragments then
- * re-read from shared memory each k16 step), else 32 keys without.  One
- * more step a tile costs one more row max, sum and (if a max moved) O
- * rescale. */
+ * is taken SB columns at a time (scores, mask, online softmax, P V).  The
+ * widest step that fits with Q in registers, else the widest of at most 64
+ * keys without (Q fragments then re-read from shared memory each k16 step),
+ * else 32 keys without.  One more step a tile costs one more row max, sum
+ * and (if a max moved) O rescale, and, without Q in registers, one more
+ * read of Q. */
 __host__ __device__ constexpr int pick_sb(bool q)
 {
-  return data_regs(BN, q) <= DATA_REGS ? BN
-         : BN > 64 && data_regs(64, q) <= DATA_REGS ? 64
-         : data_regs(32, q) <= DATA_REGS ? 32 : 0;
+  return q ? (data_regs(BN, true) <= DATA_REGS_Q ? BN
+              : BN > 64 && data_regs(64, true) <= DATA_REGS_Q ? 64
+              : data_regs(32, true) <= DATA_REGS_Q ? 32 : 0)
+           : (BN >= 64 && data_regs(64, false) <= DATA_REGS_SMEMQ ? 64
+              : data_regs(32, false) <= DATA_REGS_SMEMQ ? 32 : 0);
 }
+#if defined(TSR80_ALT)
+/* Measurement only, the A/B of .dev-s4-i17/device.sh (notes/sm80.md): no
+ * build defines it.  32-row warps re-read Q from shared memory with 64-key
+ * steps, 16-row ones keep the old budget of 144 (64-key steps at D 128),
+ * and the Q k-loop is unrolled by 4.  Delete once the H200 has judged. */
+__host__ __device__ constexpr int pick_alt(bool q)
+{
+  return q ? (data_regs(BN, true) <= 144 ? BN : BN > 64 && data_regs(64, true) <= 144 ? 64 : 0) : pick_sb(false);
+}
+constexpr bool QREG = MT == 1 && pick_alt(true) > 0;
+constexpr int SB = QREG ? pick_alt(true) : (pick_alt(false) > 0 ? pick_alt(false) : 32);
+constexpr int QUNROLL = 4;
+#else
 constexpr bool QREG = pick_sb(true) > 0;
 constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
+/* k16 steps of Q K^T unrolled when Q comes from shared memory: what fits
+ * (tests/gen-sass.sh).  Two stages: full unrolling spilled on sm_89 at
+ * 32-key steps, and 8 on sm_90a at 64-key ones (4 fits, measured in the
+ * TSR80_ALT bundle); one stage: 2 spilled on sm_90a (the barrier after the
+ * product changes the schedule), 4 fits on all five targets. */
+constexpr int QUNROLL = ST == 1 ? 4 : 2;
+#endif
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
+/* Wide steps (data over DATA_REGS_EAGER) load the membership words after the
+ * product rather than before it: MT x 2 x MWS registers fewer across it. */
+constexpr bool LAZY_WORDS = data_regs(SB, QREG) > DATA_REGS_EAGER;
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
-static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 2, "bad variant constants");
+static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 1, "bad variant constants");
+/* One stage: K and V single-buffered in separate cp.async groups (the
+ * kernel's split pipeline), which needs the tile taken in one step. */
+static_assert(ST > 1 || SB == BN, "one stage needs one softmax step a tile");
 static_assert(NT % DC == 0 && (BM * DC) % NT == 0 && (BN * DC) % NT == 0,
               "tile copies must divide evenly among the threads");
 static_assert((BM * D + 2 * ST * BN * D) * 2 <= TSR_SMEM_BYTES, "shared memory layout exceeds TSR_SMEM_BYTES");
@@ -136,6 +176,18 @@ static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *sr
   }
 }
 
+/* Copies the K rows (KK) and the V rows (VV) of key tile k_tile into the
+ * stage at byte offset st; rows past seq_k are zero-filled. */
+template <bool KK, bool VV>
+static __device__ __forceinline__ void load_kv(const tsr_kernel_params &p, unsigned sK, unsigned sV, unsigned st,
+                                               const tsr_u16 *gk, const tsr_u16 *gv, int k_tile)
+{
+  const int k0 = k_tile * BN;
+  const int kr = min(BN, p.seq_k - k0);
+  if (KK) load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
+  if (VV) load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+}
+
 /* Shared address of an ldmatrix x4 fragment: 16-row block `blk`, chunk pair
  * `k` (chunks 2k, 2k + 1).  `lane_off` is the lane's byte offset in block 0
  * at chunk pair 0, sw(rl, cb) for its row rl (rl & 7 == lane & 7) and chunk
@@ -170,8 +222,8 @@ static __device__ __forceinline__ void load_qfrags(unsigned sQ, unsigned qv_off,
 
 /* S = Q K^T over D in k16 steps, for the SB keys of the step from column c0
  * of the key tile at cK.  Q from registers (QREG) or from shared memory:
- * then unrolled by two only, or the compiler hoists the next steps' Q
- * fragments and spills (sm_89). */
+ * then unrolled by QUNROLL only, or the compiler hoists the next steps' Q
+ * fragments and spills. */
 static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? MT : 1][QREG ? KD : 1][4],
                                                    unsigned sQ, unsigned qv_off, int row_base, unsigned cK,
                                                    unsigned k_off, int c0, float (&s)[MT][NS][4])
@@ -180,7 +232,7 @@ static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? M
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int n = 0; n < NS; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
-#pragma unroll QREG ? KD : 2
+#pragma unroll QREG ? KD : QUNROLL
   for (int kk = 0; kk < KD; ++kk) {
     unsigned qa[MT][4];
 #pragma unroll
@@ -203,6 +255,26 @@ static __device__ __forceinline__ void step_scores(const unsigned (&qf)[QREG ? M
       }
     }
   }
+}
+
+/* The membership words of the step's columns for each row of the warp
+ * (all ones on a full tile), and the rows' `selected` bits they set.
+ * Issued before the product so that its latency hides behind it, except
+ * where the step's data leaves no registers for them (LAZY_WORDS): then
+ * after it, a stall on partial tiles only. */
+static __device__ __forceinline__ void step_words(const tsr_kernel_params &p, int mem, const int (&seg)[MT][2],
+                                                  int c0, bool partial, unsigned &sel,
+                                                  unsigned (&words)[MT][2][MWS])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int w = 0; w < MWS; ++w) {
+        words[i][hh][w] = partial ? p.membership[mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
+        sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
+      }
 }
 
 /* Sets to -inf the scores of the step's columns at or past kr (keys past
@@ -236,11 +308,14 @@ static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigne
 }
 
 /* Scales the step's scores into the base-2 domain and updates the online
- * softmax: s becomes the probabilities; O is rescaled unless no row of the
- * warp changed its max (alpha is then exactly 1, ex2(0)): after the first
- * tiles the usual case, and MT x D / 2 multiplications a step saved. */
+ * softmax; the probabilities go straight into P, the 16-bit A operand of
+ * P V (FA2: the fp32 scores are dead before the product, MT x SB / 4
+ * registers instead of MT x SB / 2 across it).  O is rescaled unless no row
+ * of the warp changed its max (alpha is then exactly 1, ex2(0)): after the
+ * first tiles the usual case, and MT x D / 2 multiplications a step saved. */
 static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
-                                                    float (&acc)[MT][ND][4], float (&s)[MT][NS][4])
+                                                    float (&acc)[MT][ND][4], const float (&s)[MT][NS][4],
+                                                    unsigned (&pa)[MT][NS / 2][4])
 {
   float alphas[MT][2];
 #pragma unroll
@@ -265,12 +340,13 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < NS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = tsr_ex2(fmaf(s[i][n][2 * hh + e], scale_log2, -msafe));
-          s[i][n][2 * hh + e] = pv;
-          sum += pv;
-        }
+        const float p0 = tsr_ex2(fmaf(s[i][n][2 * hh], scale_log2, -msafe));
+        const float p1 = tsr_ex2(fmaf(s[i][n][2 * hh + 1], scale_log2, -msafe));
+        sum += p0;
+        sum += p1;
+        /* A fragment of m16n8k16: row hh's pair of n8 tile n is register
+         * hh (+2 for the odd tile) of k16 step n / 2. */
+        pa[i][n >> 1][hh + 2 * (n & 1)] = tsr_pack2(p0, p1);
       }
       l[i][hh] = l[i][hh] * alpha + sum;
       m[i][hh] = mnew;
@@ -295,28 +371,20 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
   }
 }
 
-/* O += P V: P from the score registers, V^T fragments by ldmatrix.trans. */
-static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0, const float (&s)[MT][NS][4],
-                                               float (&acc)[MT][ND][4])
+/* O += P V: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
+static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0,
+                                               const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
 {
 #pragma unroll
   for (int kk = 0; kk < NS / 2; ++kk) {
-    unsigned a[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      a[i][0] = tsr_pack2(s[i][2 * kk][0], s[i][2 * kk][1]);
-      a[i][1] = tsr_pack2(s[i][2 * kk][2], s[i][2 * kk][3]);
-      a[i][2] = tsr_pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-      a[i][3] = tsr_pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-    }
 #pragma unroll
     for (int dd = 0; dd < ND / 2; ++dd) {
       unsigned b0, b1, b2, b3;
       tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        tsr_mma16816(acc[i][2 * dd], a[i], b0, b1);
-        tsr_mma16816(acc[i][2 * dd + 1], a[i], b2, b3);
+        tsr_mma16816(acc[i][2 * dd], pa[i][kk], b0, b1);
+        tsr_mma16816(acc[i][2 * dd + 1], pa[i][kk], b2, b3);
       }
     }
   }
@@ -416,12 +484,11 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       if (ntiles > 0) load_rows<BM>(sQ, gq, p.q_stride[2], qrows);
 #pragma unroll
       for (int s = 0; s < ST - 1; ++s) {
-        if (s < ntiles) {
-          const int k0 = trec[s].k_tile * BN;
-          const int kr = min(BN, p.seq_k - k0);
-          load_rows<BN>(sK + s * BN * RB, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-          load_rows<BN>(sV + s * BN * RB, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
-        }
+        if (s < ntiles) load_kv<true, true>(p, sK, sV, (unsigned)(s * BN * RB), gk, gv, trec[s].k_tile);
+        tsr_cp_async_commit();
+      }
+      if constexpr (ST == 1) { /* split pipeline: Q and K of tile 0; V at iteration 0 */
+        if (ntiles > 0) load_kv<true, false>(p, sK, sV, 0u, gk, gv, trec[0].k_tile);
         tsr_cp_async_commit();
       }
       /* Records read an iteration ahead: the current tile's, and the key
@@ -455,20 +522,18 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       for (int j = 0; j < ntiles; ++j) {
         const tsr_tile_rec tr = tr_next;
         if (j + 1 < ntiles) tr_next = trec[j + 1];
-        tsr_cp_async_wait<ST - 2>(); /* this thread's copies of tile j (and Q) */
-        __syncthreads();             /* everyone's; and tile j - 1's stage is free */
-        {
+        tsr_cp_async_wait<ST == 1 ? 0 : ST - 2>(); /* this thread's copies of tile j (ST 1: its K) and Q */
+        __syncthreads(); /* everyone's; and tile j - 1's stage (ST 1: V's buffer) is free */
+        if constexpr (ST == 1) { /* V of tile j lands during the product */
+          load_kv<false, true>(p, sK, sV, 0u, gk, gv, tr.k_tile);
+        } else {
           const int jn = j + ST - 1;
           if (jn < ntiles) {
-            const int k0 = kt_ahead * BN;
-            const int kr = min(BN, p.seq_k - k0);
-            const unsigned st = (unsigned)(jn % ST) * (BN * RB);
-            load_rows<BN>(sK + st, gk + k0 * p.k_stride[2], p.k_stride[2], kr);
-            load_rows<BN>(sV + st, gv + k0 * p.v_stride[2], p.v_stride[2], kr);
+            load_kv<true, true>(p, sK, sV, (unsigned)(jn % ST) * (BN * RB), gk, gv, kt_ahead);
             if (jn + 1 < ntiles) kt_ahead = trec[jn + 1].k_tile;
           }
-          tsr_cp_async_commit();
         }
+        tsr_cp_async_commit();
         if (j == 0) load_qfrags(sQ, qv_off, row_base, qf); /* QREG: Q stays in registers for the member */
 
         const int k0 = tr.k_tile * BN;
@@ -487,25 +552,25 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           const int c0 = sb * SB; /* first column of the step in the tile */
           unsigned words[MT][2][MWS]; /* membership words of the rows (TSR_MEMBERSHIP) */
 #if TSR_MEMBERSHIP
-          /* Issued before the product so that its latency hides behind it. */
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-              for (int w = 0; w < MWS; ++w) {
-                words[i][hh][w] = partial ? p.membership[tr.mem + seg[i][hh] * MW + c0 / 32 + w] : 0xffffffffu;
-                sel |= (words[i][hh][w] != 0u ? 1u : 0u) << (2 * i + hh); /* per step, not per element */
-              }
+          if constexpr (!LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
 #endif
-
           float s[MT][NS][4];
           step_scores(qf, sQ, qv_off, row_base, cK, k_off, c0, s);
+          if constexpr (ST == 1) { /* V landed, K is free: tile j + 1's K lands during softmax and P V */
+            tsr_cp_async_wait<0>();
+            __syncthreads();
+            if (j + 1 < ntiles) load_kv<true, false>(p, sK, sV, 0u, gk, gv, tr_next.k_tile);
+            tsr_cp_async_commit();
+          }
+#if TSR_MEMBERSHIP
+          if constexpr (LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
+#endif
           /* Mask keys past seq_k and unselected columns of partial tiles; a
            * full in-bounds step (the common case) skips this pass. */
           if (partial || k0 + c0 + SB > p.seq_k) step_mask(lane, p.seq_k - k0 - c0, words, s);
-          step_softmax(p.scale_log2, m, l, acc, s);
-          step_pv(cV, qv_off, c0, s, acc);
+          unsigned pa[MT][NS / 2][4]; /* P, 16-bit pairs */
+          step_softmax(p.scale_log2, m, l, acc, s, pa);
+          step_pv(cV, qv_off, c0, pa, acc);
         }
       }
       tsr_cp_async_wait<0>();
