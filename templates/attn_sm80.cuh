@@ -105,28 +105,15 @@ __host__ __device__ constexpr int pick_sb(bool q)
            : (BN >= 64 && data_regs(64, false) <= DATA_REGS_SMEMQ ? 64
               : data_regs(32, false) <= DATA_REGS_SMEMQ ? 32 : 0);
 }
-#if defined(TSR80_ALT)
-/* Measurement only, the A/B of .dev-s4-i17/device.sh (notes/sm80.md): no
- * build defines it.  32-row warps re-read Q from shared memory with 64-key
- * steps, 16-row ones keep the old budget of 144 (64-key steps at D 128),
- * and the Q k-loop is unrolled by 4.  Delete once the H200 has judged. */
-__host__ __device__ constexpr int pick_alt(bool q)
-{
-  return q ? (data_regs(BN, true) <= 144 ? BN : BN > 64 && data_regs(64, true) <= 144 ? 64 : 0) : pick_sb(false);
-}
-constexpr bool QREG = MT == 1 && pick_alt(true) > 0;
-constexpr int SB = QREG ? pick_alt(true) : (pick_alt(false) > 0 ? pick_alt(false) : 32);
-constexpr int QUNROLL = 4;
-#else
 constexpr bool QREG = pick_sb(true) > 0;
 constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) : 32);
 /* k16 steps of Q K^T unrolled when Q comes from shared memory: what fits
  * (tests/gen-sass.sh).  Two stages: full unrolling spilled on sm_89 at
- * 32-key steps, and 8 on sm_90a at 64-key ones (4 fits, measured in the
- * TSR80_ALT bundle); one stage: 2 spilled on sm_90a (the barrier after the
- * product changes the schedule), 4 fits on all five targets. */
+ * 32-key steps, and 8 on sm_90a at 64-key ones (4 fits, and measured on
+ * the H200 within 1.5% of 2 either way: notes/sm80.md); one stage: 2
+ * spilled on sm_90a (the barrier after the product changes the schedule),
+ * 4 fits on all five targets. */
 constexpr int QUNROLL = ST == 1 ? 4 : 2;
-#endif
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
