@@ -292,28 +292,7 @@ static __device__ __forceinline__ tsr_u64 tsr_desc(tsr_u32 saddr, tsr_u32 lbo, t
 #endif
 
 /* ---- mbarrier and TMA ---------------------------------------------------- */
-static __device__ __forceinline__ void tsr_mbar_init(tsr_u32 bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void tsr_mbar_expect_tx(tsr_u32 bar, tsr_u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-static __device__ __forceinline__ void tsr_mbar_arrive(tsr_u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-static __device__ __forceinline__ void tsr_mbar_wait(tsr_u32 bar, tsr_u32 parity) {
-  tsr_u32 done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
+#include "sm90_sync.cuh" /* tsr_mbar_*, tsr_bulk_load */
 static __device__ __forceinline__ void tsr_tma_load(tsr_u32 dst, const tsr_tmap *map, tsr_u32 bar,
                                                     int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -596,14 +575,6 @@ static __device__ __forceinline__ void init_barriers(tsr_u32 bars0) {
 #if TSR_SM90_DYN
 static __device__ __forceinline__ tsr_i32 *dyn_counter(const tsr_kernel_params &p) {
   return (tsr_i32 *)p.n_tasks_dev + TSR_SM90_DYN_CTR;
-}
-/* A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte
- * aligned) from global to shared memory, completing on barrier bar. */
-static __device__ __forceinline__ void tsr_bulk_load(tsr_u32 dst, const void *src, tsr_u32 bytes,
-                                                     tsr_u32 bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(dst), "l"((tsr_u64)src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 /* Producer: publishes task `task` (>= n_tasks: none left) in slot j % 2 of
  * the ring once the consumers have read what the slot held two tasks ago;

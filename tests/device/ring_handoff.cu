@@ -18,7 +18,7 @@
  * read followed by an async-proxy write of the same bytes: the write cannot
  * overtake the reads.
  *
- *   nvcc -O2 -arch=sm_90a -o ring_handoff tests/device/ring_handoff.cu
+ *   nvcc -O2 -arch=sm_90a -I templates -o ring_handoff tests/device/ring_handoff.cu
  *   ring_handoff MODE [--ctas N] [--tasks N] [--nc 1|2] [--poison] [--delay NS] [--seed S]
  *
  * MODE:
@@ -57,6 +57,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The kernel's own mbarrier and bulk-copy primitives (nvcc -I templates). */
+#include "sm90_sync.cuh"
 
 enum { MODE_OK, MODE_EARLY, MODE_TOKEN, MODE_STS };
 
@@ -99,27 +102,6 @@ struct Params {
 __device__ static inline uint32_t smem_u32(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
 }
-__device__ static inline void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ static inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ static inline void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ static inline void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
 /* token mode: arrive, then wait for the phase that arrival belongs to */
 __device__ static inline void mbar_arrive_wait(uint32_t bar) {
   uint64_t state;
@@ -133,12 +115,6 @@ __device__ static inline void mbar_arrive_wait(uint32_t bar) {
                  : "r"(bar), "l"(state)
                  : "memory");
   } while (!done);
-}
-__device__ static inline void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
-                                        uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 __device__ static inline uint32_t lcg(uint32_t x) { return x * 1664525u + 1013904223u; }
 
@@ -161,7 +137,7 @@ __device__ static void producer(const Params &p, Ring &r) {
     if (p.mode == MODE_TOKEN) {
       if (j >= 2) mbar_arrive_wait(smem_u32(&r.empty[k]));
     } else {
-      mbar_wait(smem_u32(&r.empty[k]), ((j >> 1) & 1) ^ 1);
+      tsr_mbar_wait(smem_u32(&r.empty[k]), ((j >> 1) & 1) ^ 1);
     }
     if (p.poison) {
       const int4 z = make_int4(POISON, POISON, POISON, POISON);
@@ -173,13 +149,13 @@ __device__ static void producer(const Params &p, Ring &r) {
       r.slot[k][0] = src[0];
       r.slot[k][1] = src[1];
       r.slot[k][2] = msrc[0];
-      mbar_arrive(smem_u32(&r.full[k]));
+      tsr_mbar_arrive(smem_u32(&r.full[k]));
     } else {
       /* the consumers' reads (generic proxy) before the copies (async) */
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      mbar_expect_tx(smem_u32(&r.full[k]), 48);
-      bulk_load(smem_u32(&r.slot[k][0]), src, 32, smem_u32(&r.full[k]));
-      bulk_load(smem_u32(&r.slot[k][2]), msrc, 16, smem_u32(&r.full[k]));
+      tsr_mbar_expect_tx(smem_u32(&r.full[k]), 48);
+      tsr_bulk_load(smem_u32(&r.slot[k][0]), src, 32, smem_u32(&r.full[k]));
+      tsr_bulk_load(smem_u32(&r.slot[k][2]), msrc, 16, smem_u32(&r.full[k]));
     }
     if (task >= p.n_tasks) break;
     nxt = atomicAdd(p.ctr, 1);
@@ -193,10 +169,10 @@ __device__ static void consumer(const Params &p, Ring &r, int warp) {
   for (int j = 0;; ++j) {
     const int k = j & 1;
     int4 a, b, c;
-    mbar_wait(smem_u32(&r.full[k]), (j >> 1) & 1);
+    tsr_mbar_wait(smem_u32(&r.full[k]), (j >> 1) & 1);
     if (p.mode == MODE_EARLY) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&r.empty[k]));
+      if (lane == 0) tsr_mbar_arrive(smem_u32(&r.empty[k]));
     }
     if (p.delay) {
       rs = lcg(rs);
@@ -213,7 +189,7 @@ __device__ static void consumer(const Params &p, Ring &r, int warp) {
                  : "memory");
     if (p.mode != MODE_EARLY) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&r.empty[k]));
+      if (lane == 0) tsr_mbar_arrive(smem_u32(&r.empty[k]));
     }
     const int w[12] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
     if (w[6] < 0) { /* none left: the whole record must be the sentinel's */
@@ -245,8 +221,8 @@ __global__ void __launch_bounds__(384) ring_kernel(Params p) {
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int k = 0; k < 2; ++k) {
-      mbar_init(smem_u32(&r.full[k]), 1);
-      mbar_init(smem_u32(&r.empty[k]), 4 * p.nc + (p.mode == MODE_TOKEN));
+      tsr_mbar_init(smem_u32(&r.full[k]), 1);
+      tsr_mbar_init(smem_u32(&r.empty[k]), 4 * p.nc + (p.mode == MODE_TOKEN));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }

@@ -21,7 +21,7 @@ date -u | tee -a "$O/log.txt"
 nvcc --version | tail -2 | tee -a "$O/log.txt"
 compute-sanitizer --version 2>&1 | tail -2 | tee -a "$O/log.txt"
 compute-sanitizer --help 2>&1 | grep -i -A3 racecheck >"$L/cs-help.txt"
-timeout 120 nvcc -O2 -arch=sm_90a -lineinfo -o /tmp/ring_handoff "$D/ring_handoff.cu" >"$L/nvcc.txt" 2>&1
+timeout 120 nvcc -O2 -arch=sm_90a -lineinfo -I templates -o /tmp/ring_handoff "$D/ring_handoff.cu" >"$L/nvcc.txt" 2>&1
 log "nvcc exit $?"
 R=/tmp/ring_handoff
 rh() { # NAME ARGS...: one functional run
