@@ -1,0 +1,122 @@
+"""tests/device/sm80_user.py: the plan a user gets from the sm80 family (issue 17), timed and
+checked on the device beside dense FA2 (SDPA's flash backend) in the same process.
+
+Usage: TESSERA_BUNDLE=DIR python3 sm80_user.py [--db FILE] [--check-only]
+
+DIR is a bundle whose registry holds only the sm80 family (scripts or the lead filter
+registry.json), so on an H200 (sm_90a) the runtime has nothing else to pick: the request
+path (tessera.Context + tessera.Plan with select=True, what the Python op and `tessera run`
+use) then selects the tile and the variant as it does on an sm_80/sm_89/sm_100a/sm_120 bundle,
+by the rank and tile rules of runtime/variant.c and runtime/context.c.  --db: a lookup
+database (an empty one gives the fallback, as on a GPU the shipped table does not know, such
+as an A100); default: the embedded table.
+
+Speed (S = 32760, 12 heads, BSHD, random 128x128 block masks at 10/25/50%, head dims 128 and
+64, bf16 and fp16): median of 10 event-timed plan.run after 3 warm-ups, effective TFLOP/s =
+4 * selected pairs * D / time; the dense SDPA flash figure of the same shape follows each
+group.  Correctness (S = 3000: ragged last block, 2 heads, some empty rows): the same
+selection path's output, NaN-poisoned, against a float32 torch reference of the same mask;
+bound 1e-2 of max |ref| (bf16/fp16 inputs, as gpu_attn).  Exit 1 on any failure."""
+import os, sys, time, torch
+import tessera
+
+args = sys.argv[1:]
+db = args[args.index("--db") + 1] if "--db" in args else None
+check_only = "--check-only" in args
+ctx = tessera.Context(db=db)
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
+fails = 0
+print(f"sm80_user: bundle {os.environ.get('TESSERA_BUNDLE')}, db {db or 'embedded'}, "
+      f"table rows {ctx.table_rows} for '{ctx.table_gpu}', {torch.cuda.get_device_name()}")
+
+
+def block_mask(H, nb, dens, gen):
+    return torch.rand(H, nb, nb, generator=gen) < dens
+
+
+def plan_for(mask, S, H, D, dt):
+    p = tessera.Plan(ctx, mask, 1, H, H, S, S, D, block=(128, 128), dtype=DT[dt], layout="bshd")
+    s = p.summary()
+    return p, s
+
+
+def check(S, H, D, dt, dens, seed):
+    """The routed plan's output against a float32 reference of the same mask."""
+    global fails
+    gen = torch.Generator().manual_seed(seed)
+    nb = (S + 127) // 128
+    m = block_mask(H, nb, dens, gen)
+    m[0, 1, :] = False  # an empty query block: zeros
+    q, k, v = (torch.rand(1, S, H, D, generator=gen).mul(2).sub(1).to("cuda", DT[dt]) for _ in range(3))
+    p, s = plan_for(m, S, H, D, dt)
+    out = torch.full_like(q, float("nan"))
+    p.run(q, k, v, out=out)
+    torch.cuda.synchronize()
+    tok = m.repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :S, :S].cuda()
+    qf, kf, vf = (x.float().permute(0, 2, 1, 3)[0] for x in (q, k, v))  # [H, S, D]
+    sc = (qf @ kf.transpose(1, 2)) * D ** -0.5
+    sc = sc.masked_fill(~tok, float("-inf"))
+    w = torch.softmax(sc, -1).nan_to_num(0.0)
+    ref = (w @ vf).permute(1, 0, 2)[None]
+    err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+    bad = not (err <= 1e-2)
+    fails += bad
+    print(f"check: S={S} H={H} D={D} {dt} density {dens:.2f}: tile {s['tile_m']}x{s['tile_n']} "
+          f"{s['variant']}: rel err {err:.2e}  {'FAIL' if bad else 'ok'}")
+    p.close()
+
+
+def bench(S, H, D, dt):
+    gen = torch.Generator().manual_seed(1000 + D + len(dt))
+    nb = (S + 127) // 128
+    q, k, v = (torch.randn(1, S, H, D, device="cuda", dtype=DT[dt]) for _ in range(3))
+    out = torch.empty_like(q)
+    for dens in (0.10, 0.25, 0.50):
+        m = block_mask(H, nb, dens, gen)
+        rows = torch.minimum(torch.full((nb,), 128), S - torch.arange(nb) * 128)
+        pairs = (m.float() * rows[None, :, None] * rows[None, None, :]).sum().item()
+        t0 = time.perf_counter()
+        p, s = plan_for(m, S, H, D, dt)
+        plan_ms = (time.perf_counter() - t0) * 1e3
+        for _ in range(3):
+            p.run(q, k, v, out=out)
+        ts = []
+        for _ in range(10):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            p.run(q, k, v, out=out)
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1))
+        ms = sorted(ts)[4:6]
+        ms = (ms[0] + ms[1]) / 2
+        print(f"user: D={D} {dt} density {dens:.2f}: {ms:8.3f} ms {4 * pairs * D / ms / 1e9:6.1f} TFLOP/s  "
+              f"tile {s['tile_m']}x{s['tile_n']} {s['variant']} ({p.selected_by}; plan+upload {plan_ms:.0f} ms)")
+        print(f"user:   why: {p.selection}")
+        p.close()
+    qd, kd, vd = (x.permute(0, 2, 1, 3).contiguous() for x in (q, k, v))
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        for _ in range(3):
+            torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)
+        ts = []
+        for _ in range(10):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1))
+    ms = sorted(ts)[5]
+    print(f"fa2: D={D} {dt} dense flash: {ms:8.3f} ms {4 * S * S * H * D / ms / 1e9:6.1f} TFLOP/s")
+
+
+for D in (128, 64):
+    for dt in ("bf16", "fp16"):
+        check(3000, 2, D, dt, 0.4, 7 * D + len(dt))
+if not check_only:
+    for D in (128, 64):
+        for dt in ("bf16", "fp16"):
+            bench(32760, 12, D, dt)
+print(f"sm80_user: {fails} failures")
+sys.exit(1 if fails else 0)
