@@ -64,6 +64,23 @@ def check(S, H, D, dt, dens, seed):
     print(f"check: S={S} H={H} D={D} {dt} density {dens:.2f}: tile {s['tile_m']}x{s['tile_n']} "
           f"{s['variant']}: rel err {err:.2e}  {'FAIL' if bad else 'ok'}")
     p.close()
+    # The GPU-planned path (tessera.attention with a CUDA mask: plan templates,
+    # re-selected from the previous step's features), three steps.
+    try:
+        mc = m.to("cuda").contiguous()
+        for _ in range(3):
+            out2 = torch.full_like(q, float("nan"))
+            tessera.attention(q, k, v, mc, block=(128, 128), context=ctx, layout="bshd", out=out2)
+        torch.cuda.synchronize()
+        err2 = ((out2.float() - ref).abs().max() / ref.abs().max()).item()
+        s2 = list(ctx._gpuplans.values())[-1].cur.summary()
+        sel = tessera.last_selection()
+        desc = f"tile {s2['tile_m']}x{s2['tile_n']} {s2['variant']} ({sel['selected_by']}: {sel['selection']})"
+    except Exception as e:  # reported, not fatal: the host-planned checks above still count
+        err2, desc = float("nan"), f"error {e}"
+    bad = not (err2 <= 1e-2)
+    fails += bad
+    print(f"check gpu-planned: S={S} H={H} D={D} {dt}: {desc}: rel err {err2:.2e}  {'FAIL' if bad else 'ok'}")
 
 
 def bench(S, H, D, dt):
