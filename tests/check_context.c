@@ -1089,6 +1089,21 @@ START_TEST(test_sm80_route)
   tsr_error err = {0};
   size_t a, i, n_all;
   int pass, d, t;
+  /* The residency behind the one-stage choice (notes/sm80.md): d128 128x64
+   * w4 holds 2 CTAs of 4 warps in 164 KiB at one stage (64 KiB) but 1 at
+   * two (96 KiB); 1 either way in 100 KiB; 2 either way (registers) in 228. */
+  {
+    static const char *const rw[] = {"sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"};
+    static const int s1[] = {8, 4, 8, 8, 4}, s2[] = {4, 4, 8, 8, 4};
+    tsr_variant v1, v2;
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s1_w4_flat_mb", &v1, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_flat_mb", &v2, &err), TSR_OK);
+    for (a = 0; a < 5; a++) {
+      ck_assert_int_eq(tsri_variant_resident_warps(&v1, rw[a]), s1[a]);
+      ck_assert_int_eq(tsri_variant_resident_warps(&v2, rw[a]), s2[a]);
+    }
+    ck_assert_int_eq(tsri_variant_resident_warps(&v1, "sm_70"), 0);
+  }
   snprintf(path, sizeof path, "%s/empty.db", tmpdir);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
   tsr_db_close(db);

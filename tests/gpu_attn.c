@@ -102,7 +102,7 @@ static const tcase cases[] = {
    * 64x64 tiles, which no case above had (the 64x64 w2 candidates). */
   { "bf16-d128-128x128-on-128x64-split-bshd", 1, 4, 2, 1300, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
   { "fp16-d128-128x128-on-128x64-empty", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 0, 128, 128, 128, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
-  { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0 },
+  { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 1 },
 };
 
 /* ---- small helpers ------------------------------------------------------ */
