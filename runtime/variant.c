@@ -350,15 +350,22 @@ int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_
   int r = 0;
   if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") == 0) r += 1000;
   /* The sm80 family (issue 17, notes/sm80.md): warps of 32 query rows feed
-   * each K/V fragment to 4 HMMA instead of 2, measured 1.25-1.4x the 16-row
-   * variants of the same tile at the same residency on the H200 (d128
-   * 128x64 w4 against w8, d64 128x128 w4 against w8), so they come first;
-   * then the warps the target keeps resident (d128 128x64: the one-stage w4
-   * holds 2 CTAs on an A100's 164 KiB where the two-stage one holds 1);
-   * then, below, deeper pipelines.  Under the sm90 family's 1000. */
+   * each K/V fragment to 4 HMMA instead of 2.  On the H200 they ran
+   * 1.25-1.4x the 16-row variants of the same tile (d128 128x64 w4 against
+   * w8, d64 128x128 w4 against w8, 8 warps a multiprocessor each) and, on
+   * 64x64 tiles at two warps, 1.01-1.04x (d64: 8 warps against the w4's
+   * 12) and 0.99-1.02x (d128 one stage: 8 against 8) where they hold 8
+   * warps, 0.74x where they hold 4 (d128 two stages).  So they come first
+   * at w4, and at w2 where the target holds 8 warps of them; then the warps
+   * the target keeps resident (d128 128x64: the one-stage w4 holds 2 CTAs
+   * on an A100's 164 KiB where the two-stage one holds 1), 50 a 4 warps,
+   * more than stages weigh; then, below, deeper pipelines.  At most 400 +
+   * 100 (registers at 255 hold 8 warps) + 100 + 40: under the sm90
+   * family's 1000. */
   if (v->family == TSR_FAMILY_SM80) {
-    if (v->bm == 32 * v->warps && v->warps == 4) r += 400;
-    r += 50 * (tsri_variant_resident_warps(v, arch) / 4);
+    int warps = tsri_variant_resident_warps(v, arch);
+    if (v->bm == 32 * v->warps && (v->warps == 4 || warps >= 8)) r += 400;
+    r += 50 * (warps / 4);
   }
   if (!need->membership && !v->membership) r += 100;
   r += 10 * v->stages;

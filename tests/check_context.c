@@ -1040,7 +1040,8 @@ END_TEST
 /* ---- The sm80 family's tile and variant, per target (issue 17) ------------ */
 
 /* What a user's selection runs on each target: the plan's tile and the
- * variant the bundle picks for it (tsr_gpu_upload's choice).  Host-only,
+ * variant the bundle picks for it (tsr_gpu_upload's choice), for 128x128
+ * and 64x64 blocks.  Host-only,
  * the target set on the context as open_device sets it; an empty table,
  * so every request is the fallback, as on a GPU the shipped table does not
  * know.  The claim (notes/sm80.md, 2026-12-02 evening): 128 x 128 blocks at
@@ -1153,14 +1154,20 @@ START_TEST(test_sm80_route)
             ck_assert_int_eq(s.opts.tile_n, 0);
           }
           rules_free(&r);
-          /* 64 x 64 blocks keep the 16-row w4 variant: the 32-row w2
-           * candidate ranks below it until the device says otherwise. */
+          /* 64 x 64 blocks: the 32-row w2 variant where the target holds
+           * 8 warps of it (d64 40 KiB: not in 100 KiB; d128 one stage 48
+           * KiB: only in 228 KiB, 6 warps in an A100's 164), else the
+           * 16-row w4 one. */
           rules_request(&rng, tu_range(&rng, 1000, 5000), 64, 64, hd, dt, &r);
           tsr_plan_opts_init(&base);
           if (sm90)
             snprintf(want, sizeof want, "tsr_sm90_%s_d%d_m64n64_", tsr_dtype_name(dt), (int)hd);
-          else
+          else if (!strcmp(archs[a], "sm_89") || !strcmp(archs[a], "sm_120") ||
+                   (hd == 128 && !strcmp(archs[a], "sm_80")))
             snprintf(want, sizeof want, "tsr_sm80_%s_d%d_m64n64_s2_w4_", tsr_dtype_name(dt), (int)hd);
+          else
+            snprintf(want, sizeof want, "tsr_sm80_%s_d%d_m64n64_s%d_w2_", tsr_dtype_name(dt), (int)hd,
+                     hd == 128 ? 1 : 2);
           route_expect(ctx, archs[a], &r, &base, 64, 64, want);
           rules_free(&r);
         }

@@ -1,7 +1,7 @@
 """tests/device/sm80_user.py: the plan a user gets from the sm80 family (issue 17), timed and
 checked on the device beside dense FA2 (SDPA's flash backend) in the same process.
 
-Usage: TESSERA_BUNDLE=DIR python3 sm80_user.py [--db FILE] [--check-only]
+Usage: TESSERA_BUNDLE=DIR python3 sm80_user.py [--db FILE] [--blocks 128,64] [--check-only]
 
 DIR is a bundle whose registry holds only the sm80 family (scripts or the lead filter
 registry.json), so on an H200 (sm_90a) the runtime has nothing else to pick: the request
@@ -11,7 +11,7 @@ by the rank and tile rules of runtime/variant.c and runtime/context.c.  --db: a 
 database (an empty one gives the fallback, as on a GPU the shipped table does not know, such
 as an A100); default: the embedded table.
 
-Speed (S = 32760, 12 heads, BSHD, random 128x128 block masks at 10/25/50%, head dims 128 and
+Speed (S = 32760, 12 heads, BSHD, random block masks (128x128; --blocks: those sizes) at 10/25/50%, head dims 128 and
 64, bf16 and fp16): median of 10 event-timed plan.run after 3 warm-ups, effective TFLOP/s =
 4 * selected pairs * D / time; the dense SDPA flash figure of the same shape follows each
 group.  Correctness (S = 3000: ragged last block, 2 heads, some empty rows): the same
@@ -34,25 +34,25 @@ def block_mask(H, nb, dens, gen):
     return torch.rand(H, nb, nb, generator=gen) < dens
 
 
-def plan_for(mask, S, H, D, dt):
-    p = tessera.Plan(ctx, mask, 1, H, H, S, S, D, block=(128, 128), dtype=DT[dt], layout="bshd")
+def plan_for(mask, S, H, D, dt, blk):
+    p = tessera.Plan(ctx, mask, 1, H, H, S, S, D, block=(blk, blk), dtype=DT[dt], layout="bshd")
     s = p.summary()
     return p, s
 
 
-def check(S, H, D, dt, dens, seed):
+def check(S, H, D, dt, dens, seed, blk):
     """The routed plan's output against a float32 reference of the same mask."""
     global fails
     gen = torch.Generator().manual_seed(seed)
-    nb = (S + 127) // 128
+    nb = (S + blk - 1) // blk
     m = block_mask(H, nb, dens, gen)
     m[0, 1, :] = False  # an empty query block: zeros
     q, k, v = (torch.rand(1, S, H, D, generator=gen).mul(2).sub(1).to("cuda", DT[dt]) for _ in range(3))
-    p, s = plan_for(m, S, H, D, dt)
+    p, s = plan_for(m, S, H, D, dt, blk)
     out = torch.full_like(q, float("nan"))
     p.run(q, k, v, out=out)
     torch.cuda.synchronize()
-    tok = m.repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :S, :S].cuda()
+    tok = m.repeat_interleave(blk, 1).repeat_interleave(blk, 2)[:, :S, :S].cuda()
     qf, kf, vf = (x.float().permute(0, 2, 1, 3)[0] for x in (q, k, v))  # [H, S, D]
     sc = (qf @ kf.transpose(1, 2)) * D ** -0.5
     sc = sc.masked_fill(~tok, float("-inf"))
@@ -61,7 +61,7 @@ def check(S, H, D, dt, dens, seed):
     err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
     bad = not (err <= 1e-2)
     fails += bad
-    print(f"check: S={S} H={H} D={D} {dt} density {dens:.2f}: tile {s['tile_m']}x{s['tile_n']} "
+    print(f"check: S={S} H={H} D={D} {dt} blocks {blk} density {dens:.2f}: tile {s['tile_m']}x{s['tile_n']} "
           f"{s['variant']}: rel err {err:.2e}  {'FAIL' if bad else 'ok'}")
     p.close()
     # The GPU-planned path (tessera.attention with a CUDA mask: plan templates,
@@ -70,7 +70,7 @@ def check(S, H, D, dt, dens, seed):
         mc = m.to("cuda").contiguous()
         for _ in range(3):
             out2 = torch.full_like(q, float("nan"))
-            tessera.attention(q, k, v, mc, block=(128, 128), context=ctx, layout="bshd", out=out2)
+            tessera.attention(q, k, v, mc, block=(blk, blk), context=ctx, layout="bshd", out=out2)
         torch.cuda.synchronize()
         err2 = ((out2.float() - ref).abs().max() / ref.abs().max()).item()
         s2 = list(ctx._gpuplans.values())[-1].cur.summary()
@@ -80,20 +80,20 @@ def check(S, H, D, dt, dens, seed):
         err2, desc = float("nan"), f"error {e}"
     bad = not (err2 <= 1e-2)
     fails += bad
-    print(f"check gpu-planned: S={S} H={H} D={D} {dt}: {desc}: rel err {err2:.2e}  {'FAIL' if bad else 'ok'}")
+    print(f"check gpu-planned: S={S} H={H} D={D} {dt} blocks {blk}: {desc}: rel err {err2:.2e}  {'FAIL' if bad else 'ok'}")
 
 
-def bench(S, H, D, dt):
+def bench(S, H, D, dt, blks):
     gen = torch.Generator().manual_seed(1000 + D + len(dt))
-    nb = (S + 127) // 128
     q, k, v = (torch.randn(1, S, H, D, device="cuda", dtype=DT[dt]) for _ in range(3))
     out = torch.empty_like(q)
-    for dens in (0.10, 0.25, 0.50):
+    for blk, dens in ((b, d) for b in blks for d in (0.10, 0.25, 0.50)):
+        nb = (S + blk - 1) // blk
         m = block_mask(H, nb, dens, gen)
-        rows = torch.minimum(torch.full((nb,), 128), S - torch.arange(nb) * 128)
+        rows = torch.minimum(torch.full((nb,), blk), S - torch.arange(nb) * blk)
         pairs = (m.float() * rows[None, :, None] * rows[None, None, :]).sum().item()
         t0 = time.perf_counter()
-        p, s = plan_for(m, S, H, D, dt)
+        p, s = plan_for(m, S, H, D, dt, blk)
         plan_ms = (time.perf_counter() - t0) * 1e3
         for _ in range(3):
             p.run(q, k, v, out=out)
@@ -107,7 +107,7 @@ def bench(S, H, D, dt):
             ts.append(e0.elapsed_time(e1))
         ms = sorted(ts)[4:6]
         ms = (ms[0] + ms[1]) / 2
-        print(f"user: D={D} {dt} density {dens:.2f}: {ms:8.3f} ms {4 * pairs * D / ms / 1e9:6.1f} TFLOP/s  "
+        print(f"user: D={D} {dt} blocks {blk} density {dens:.2f}: {ms:8.3f} ms {4 * pairs * D / ms / 1e9:6.1f} TFLOP/s  "
               f"tile {s['tile_m']}x{s['tile_n']} {s['variant']} ({p.selected_by}; plan+upload {plan_ms:.0f} ms)")
         print(f"user:   why: {p.selection}")
         p.close()
@@ -128,12 +128,14 @@ def bench(S, H, D, dt):
     print(f"fa2: D={D} {dt} dense flash: {ms:8.3f} ms {4 * S * S * H * D / ms / 1e9:6.1f} TFLOP/s")
 
 
-for D in (128, 64):
-    for dt in ("bf16", "fp16"):
-        check(3000, 2, D, dt, 0.4, 7 * D + len(dt))
+blks = [int(b) for b in args[args.index("--blocks") + 1].split(",")] if "--blocks" in args else [128]
+for blk in blks:
+    for D in (128, 64):
+        for dt in ("bf16", "fp16"):
+            check(3000, 2, D, dt, 0.4, 7 * D + len(dt) + blk, blk)
 if not check_only:
     for D in (128, 64):
         for dt in ("bf16", "fp16"):
-            bench(32760, 12, D, dt)
+            bench(32760, 12, D, dt, blks)
 print(f"sm80_user: {fails} failures")
 sys.exit(1 if fails else 0)
