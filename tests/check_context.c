@@ -1041,15 +1041,16 @@ END_TEST
 
 /* What a user's selection runs on each target: the plan's tile and the
  * variant the bundle picks for it (tsr_gpu_upload's choice), for 128x128
- * and 64x64 blocks.  Host-only,
- * the target set on the context as open_device sets it; an empty table,
- * so every request is the fallback, as on a GPU the shipped table does not
- * know.  The claim (notes/sm80.md, 2026-12-02 evening): 128 x 128 blocks at
- * head dim 128 run 128 x 64 tiles on the 32-row w4 variant wherever the
- * sm80 family serves them, one stage on sm_80 (two CTAs in 164 KiB) and
- * two elsewhere; head dim 64 keeps 128 x 128 tiles on its 32-row w4
- * variant; sm_90a keeps the sm90 family.  The old rule (128 x 128 tiles,
- * the first-listed 16-row w8 variants) fails every sm80 target here. */
+ * and 64x64 blocks.  Host-only, the target set on the context as
+ * open_device sets it; an empty table, so every request is the fallback,
+ * as on a GPU the shipped table does not know.  The claim (notes/sm80.md,
+ * 2026-12-02 evening): 128 x 128 blocks at head dim 128 run 128 x 64 tiles
+ * on the 32-row w4 variant wherever the sm80 family serves them, one stage
+ * on sm_80 (two CTAs in 164 KiB) and two elsewhere; head dim 64 keeps
+ * 128 x 128 tiles on its 32-row w4 variant; 64 x 64 blocks run the 32-row
+ * w2 variant where the target holds 8 warps of it; sm_90a keeps the sm90
+ * family.  The old rule (128 x 128 tiles, the first-listed 16-row w8
+ * variants) fails every sm80 target here. */
 static void route_expect(tsr_context *ctx, const char *arch, rules_req *r, const tsr_plan_opts *base,
                          int want_tm, int want_tn, const char *want_variant)
 {
