@@ -207,12 +207,71 @@ fail:
 
 /* ---- Selection ------------------------------------------------------------ */
 
+/* The variant the bundle runs for a plan of dtype, head dim and tile on
+ * arch (membership code allowed), or NULL. */
+static const tsr_variant *route_pick(const tsr_bundle *b, const char *arch, int64_t smem, tsr_dtype dt,
+                                     int head_dim, int tm, int tn)
+{
+  tsr_variant_need need = {0};
+  long i;
+  need.dtype = dt;
+  need.head_dim = head_dim;
+  need.bm = tm;
+  need.bn = tn;
+  need.membership = 1;
+  i = tsri_bundle_pick(b, arch, &need, smem);
+  return i < 0 ? NULL : &b->items[i].v;
+}
+
+void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, const tsr_features *f,
+                        tsr_selection *out)
+{
+  tsr_plan_opts *o = &out->opts;
+  const tsr_variant *v128, *v64;
+  int tm = o->tile_m, tn = o->tile_n;
+  size_t n;
+  /* A variant named by the table (timed so) or the caller, an FP8 plan
+   * (sm90 only), or a fallback to a tile or mapping the caller fixed keeps
+   * its plan. */
+  if (o->variant || o->precision != TSR_PREC_NATIVE || f->head_dim != 128)
+    return;
+  if (!out->from_table && (o->mapping != TSR_MAP_AUTO || tm || tn))
+    return;
+  if (!tm && !tn) {
+    /* the automatic planner's tile (tsri_map_resolve): the blocks when
+     * they are a built tile shape, else 128 x 128 */
+    int kept = (f->bq == 64 || f->bq == 128) && (f->bk == 64 || f->bk == 128);
+    tm = kept ? (int)f->bq : 128;
+    tn = kept ? (int)f->bk : 128;
+  }
+  if (tm != 128 || tn != 128)
+    return;
+  /* The sm80 family holds 128 x 128 at head dim 128 only with 16-row warps
+   * (O, scores and Q of 32 rows do not fit 255 registers): 0.79-0.83x FA2
+   * dense on the H200, where 128 x 64 tiles on 32-row warps ran
+   * 0.99-1.06x on the same masks (notes/sm80.md).  So where the sm80
+   * family serves both (every target but sm_90a; sm_90a too when its
+   * bundle holds only the sm80 family), the plan takes 128 x 64 tiles and
+   * the planner's mapping for them (128 x 128 blocks: subdivided). */
+  v128 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, 128, 128, 128);
+  v64 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, 128, 128, 64);
+  if ((v128 && v128->family != TSR_FAMILY_SM80) || !v64 || v64->family != TSR_FAMILY_SM80 ||
+      v64->bm != 32 * v64->warps)
+    return;
+  o->tile_m = 128;
+  o->tile_n = 64;
+  o->mapping = TSR_MAP_AUTO;
+  n = strlen(out->reason);
+  snprintf(out->reason + n, sizeof out->reason - n, "; %s: 128x64 tiles (sm80 family, 32-row warps)", arch);
+}
+
 const tsr_selector *tsr_context_selector(const tsr_context *ctx) { return ctx ? ctx->selector : NULL; }
 
 tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
                                        const tsr_plan_opts *base, tsr_selection *out, tsr_error *err)
 {
   tsr_plan_opts b;
+  tsr_status st;
   if (!ctx || !f || !out)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot select a plan: %s is NULL",
                          !ctx ? "context" : !f ? "features" : "output");
@@ -223,7 +282,10 @@ tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
   if (!b.num_sms)
     b.num_sms = ctx->num_sms;
   /* The rows were settled against the bundle at create. */
-  return tsr_select_request(ctx->selector, f, &b, out, err);
+  if ((st = tsr_select_request(ctx->selector, f, &b, out, err)))
+    return st;
+  tsri_context_route(&ctx->bundle, ctx->arch, ctx->smem_optin, f, out);
+  return TSR_OK;
 }
 
 tsr_status tsr_context_select(tsr_context *ctx, const tsr_problem *p, const tsr_mask *m,

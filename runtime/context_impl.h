@@ -45,6 +45,15 @@ void tsri_context_release(tsr_context *ctx);
 int tsri_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
                        const tsr_variant_need *need);
 
+/* The sm80 family's tile (issue 17): a selection that would run 128 x 128
+ * tiles at head dim 128 through the sm80 family on `arch` (what bundle b
+ * picks there within smem bytes a block) takes 128 x 64 tiles on 32-row
+ * warps instead, unless a variant, an FP8 precision or the caller's
+ * mapping fixes the plan; the reason says so.  Everything else, and every
+ * plan the sm90 family serves, is left as it is. */
+void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, const tsr_features *f,
+                        tsr_selection *out);
+
 /* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
  * without a device): f are the features of the template's latest completed
  * step s, planned for problem p at tile cur_tm x cur_tn in precision prec

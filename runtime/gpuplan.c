@@ -145,6 +145,7 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
 {
   tsr_plan *pl = g->pl;
   tsr_status st;
+  tsr_selection route;
   pl->problem = *p;
   if ((st = tsr_problem_check(&pl->problem, err))) return st;
   if (pl->problem.dtype != TSR_DT_BF16 && pl->problem.dtype != TSR_DT_F16)
@@ -164,6 +165,19 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
                          "and %lld query heads",
                          (long long)g->mask_b, (long long)g->mask_h, (long long)pl->problem.batch,
                          (long long)pl->problem.heads_q);
+  {
+    /* The automatic tile as the request path would route it for the sm80
+     * family (tsri_context_route): the template a fallback runs. */
+    tsr_features f;
+    memset(&f, 0, sizeof f);
+    memset(&route, 0, sizeof route);
+    f.head_dim = pl->problem.head_dim;
+    f.dtype = pl->problem.dtype;
+    if (!tsr_geom_is_uniform(p->geom, &f.bq, &f.bk)) f.bq = f.bk = 0;
+    route.opts = *o;
+    tsri_context_route(&ctx->bundle, ctx->arch, ctx->smem_optin, &f, &route);
+    o = &route.opts;
+  }
   pl->opts = *o;
   pl->opts.arch = NULL;
   pl->opts.variant = NULL;

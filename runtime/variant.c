@@ -321,10 +321,52 @@ int tsri_variant_serves(const tsr_variant *v, const char *arch, const tsr_varian
   return 1;
 }
 
+/* Shared memory a multiprocessor and resident warps a multiprocessor of
+ * each target (CUDA programming guide, compute capabilities 8.0, 8.9, 9.0,
+ * 10.0, 12.0); sm_86 parts run sm_80 cubins with less, which ranks the same
+ * where it matters (notes/sm80.md). */
+static const int64_t sm_smem[TSR_N_ARCHS] = { 167936, 102400, 233472, 233472, 102400 };
+static const int sm_warps[TSR_N_ARCHS] = { 64, 48, 64, 64, 48 };
+
+int tsri_variant_resident_warps(const tsr_variant *v, const char *arch)
+{
+  int a = tsri_arch_index(arch);
+  int64_t by_smem, by_regs, by_threads, ctas;
+  if (a < 0 || v->warps <= 0) return 0;
+  /* 1 KiB of shared memory is reserved a CTA; registers are taken at 255
+   * (256 allocated a thread), what the sm80 cubins compile to within a few
+   * except d64 64x64 w4 (156): an estimate that never ranks a variant above
+   * what its cubin can hold. */
+  by_smem = sm_smem[a] / (tsri_variant_smem_bytes(v) + 1024);
+  by_regs = 65536 / (32LL * 256 * v->warps);
+  by_threads = sm_warps[a] / v->warps;
+  ctas = by_smem < by_regs ? by_smem : by_regs;
+  if (by_threads < ctas) ctas = by_threads;
+  return (int)(ctas * v->warps);
+}
+
 int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need)
 {
   int r = 0;
   if (v->family == TSR_FAMILY_SM90 && strcmp(arch, "sm_90a") == 0) r += 1000;
+  /* The sm80 family (issue 17, notes/sm80.md): warps of 32 query rows feed
+   * each K/V fragment to 4 HMMA instead of 2.  On the H200 they ran
+   * 1.25-1.4x the 16-row variants of the same tile (d128 128x64 w4 against
+   * w8, d64 128x128 w4 against w8, 8 warps a multiprocessor each) and, on
+   * 64x64 tiles at two warps, 1.01-1.04x (d64: 8 warps against the w4's
+   * 12) and 0.99-1.02x (d128 one stage: 8 against 8) where they hold 8
+   * warps, 0.74x where they hold 4 (d128 two stages).  So they come first
+   * at w4, and at w2 where the target holds 8 warps of them; then the warps
+   * the target keeps resident (d128 128x64: the one-stage w4 holds 2 CTAs
+   * on an A100's 164 KiB where the two-stage one holds 1), 50 a 4 warps,
+   * more than stages weigh; then, below, deeper pipelines.  At most 400 +
+   * 100 (registers at 255 hold 8 warps) + 100 + 40: under the sm90
+   * family's 1000. */
+  if (v->family == TSR_FAMILY_SM80) {
+    int warps = tsri_variant_resident_warps(v, arch);
+    if (v->bm == 32 * v->warps && (v->warps == 4 || warps >= 8)) r += 400;
+    r += 50 * (warps / 4);
+  }
   if (!need->membership && !v->membership) r += 100;
   r += 10 * v->stages;
   /* two 64-row tasks a CTA keep the tensor cores busier than one

@@ -112,8 +112,12 @@ typedef struct {
 
 /* Whether v serves `need` on `arch`. */
 int tsri_variant_serves(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
+/* Warps of v resident a multiprocessor of `arch` (by shared memory,
+ * registers taken at 255 a thread, and threads); 0 for an unknown arch. */
+int tsri_variant_resident_warps(const tsr_variant *v, const char *arch);
 /* Preference among serving variants (higher is better): the sm90 family on
- * sm_90a, then no membership code when not needed, then deeper pipelines. */
+ * sm_90a; for the sm80 family 32-row warps, then resident warps on arch;
+ * then no membership code when not needed, then deeper pipelines. */
 int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_need *need);
 
 #endif

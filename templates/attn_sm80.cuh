@@ -114,6 +114,8 @@ constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) :
  * spilled on sm_90a (the barrier after the product changes the schedule),
  * 4 fits on all five targets. */
 constexpr int QUNROLL = ST == 1 ? 4 : 2;
+/* Rows a thread copies between loop branches in load_rows at two warps. */
+constexpr int COPY_UNROLL = 2;
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
@@ -154,12 +156,25 @@ static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *sr
   const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
   const long long step = opaque(stride * STEP);
   const tsr_u16 *g = src + r0 * stride + c * 8;
+  if constexpr (W == 2) {
+    /* Two warps copy twice the rows a thread of four do: unrolled whole,
+     * the row addresses and predicates held across the copy spilled at d128
+     * (2-76 LDL/STL); in steps of COPY_UNROLL they fit. */
+#pragma unroll (COPY_UNROLL)
+    for (int k = 0; k < CAP / STEP; ++k) {
+      const int r = r0 + k * STEP;
+      const bool ok = r < rows;
+      tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
+      g += step;
+    }
+  } else {
 #pragma unroll
-  for (int k = 0; k < CAP / STEP; ++k) {
-    const int r = r0 + k * STEP;
-    const bool ok = r < rows;
-    tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
-    g += step;
+    for (int k = 0; k < CAP / STEP; ++k) {
+      const int r = r0 + k * STEP;
+      const bool ok = r < rows;
+      tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
+      g += step;
+    }
   }
 }
 

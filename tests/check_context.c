@@ -1037,6 +1037,147 @@ START_TEST(test_bundle_dir)
 }
 END_TEST
 
+/* ---- The sm80 family's tile and variant, per target (issue 17) ------------ */
+
+/* What a user's selection runs on each target: the plan's tile and the
+ * variant the bundle picks for it (tsr_gpu_upload's choice), for 128x128
+ * and 64x64 blocks.  Host-only, the target set on the context as
+ * open_device sets it; an empty table, so every request is the fallback,
+ * as on a GPU the shipped table does not know.  The claim (notes/sm80.md,
+ * 2026-12-02 evening): 128 x 128 blocks at head dim 128 run 128 x 64 tiles
+ * on the 32-row w4 variant wherever the sm80 family serves them, one stage
+ * on sm_80 (two CTAs in 164 KiB) and two elsewhere; head dim 64 keeps
+ * 128 x 128 tiles on its 32-row w4 variant; 64 x 64 blocks run the 32-row
+ * w2 variant where the target holds 8 warps of it; sm_90a keeps the sm90
+ * family.  The old rule (128 x 128 tiles, the first-listed 16-row w8
+ * variants) fails every sm80 target here. */
+static void route_expect(tsr_context *ctx, const char *arch, rules_req *r, const tsr_plan_opts *base,
+                         int want_tm, int want_tn, const char *want_variant)
+{
+  tsr_selection s;
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_plan_summary sum;
+  tsr_variant_need need = {0};
+  long k;
+  ck_assert_int_eq(tsr_context_select(ctx, &r->p, r->m, base, &s, &err), TSR_OK);
+  ck_assert_msg(tsr_plan_create(&r->p, r->m, &s.opts, &pl, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsr_plan_verify(pl, r->m, &err) == TSR_OK, "%s", err.text);
+  tsr_plan_summarize(pl, &sum);
+  ck_assert_msg(sum.tile_m == want_tm && sum.tile_n == want_tn, "%s d%lld %s: tile %dx%d, want %dx%d (%s)",
+                arch, (long long)r->p.head_dim, tsr_dtype_name(r->p.dtype), sum.tile_m, sum.tile_n, want_tm,
+                want_tn, s.reason);
+  need.dtype = r->p.dtype;
+  need.head_dim = (int)r->p.head_dim;
+  need.bm = sum.tile_m;
+  need.bn = sum.tile_n;
+  need.membership = sum.membership_words > 0;
+  k = tsri_bundle_pick(&ctx->bundle, arch, &need, ctx->smem_optin);
+  ck_assert_msg(k >= 0 && strstr(ctx->bundle.items[k].name, want_variant),
+                "%s d%lld %s tile %dx%d: variant %s, want *%s*", arch, (long long)r->p.head_dim,
+                tsr_dtype_name(r->p.dtype), sum.tile_m, sum.tile_n, k >= 0 ? ctx->bundle.items[k].name : "(none)",
+                want_variant);
+  ck_assert_int_eq(!!strstr(s.reason, "128x64 tiles (sm80 family"), want_tm == 128 && want_tn == 64);
+  tsr_plan_destroy(pl);
+}
+
+START_TEST(test_sm80_route)
+{
+  static const char *const archs[] = {"sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"};
+  tu_rng rng = {tu_seed("sm80_route", 23)};
+  char path[300];
+  tsr_db *db = NULL;
+  tsr_context *ctx;
+  tsr_error err = {0};
+  size_t a, i, n_all;
+  int pass, d, t;
+  /* The residency behind the one-stage choice (notes/sm80.md): d128 128x64
+   * w4 holds 2 CTAs of 4 warps in 164 KiB at one stage (64 KiB) but 1 at
+   * two (96 KiB); 1 either way in 100 KiB; 2 either way (registers) in 228. */
+  {
+    static const char *const rw[] = {"sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120"};
+    static const int s1[] = {8, 4, 8, 8, 4}, s2[] = {4, 4, 8, 8, 4};
+    tsr_variant v1, v2;
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s1_w4_flat_mb", &v1, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_flat_mb", &v2, &err), TSR_OK);
+    for (a = 0; a < 5; a++) {
+      ck_assert_int_eq(tsri_variant_resident_warps(&v1, rw[a]), s1[a]);
+      ck_assert_int_eq(tsri_variant_resident_warps(&v2, rw[a]), s2[a]);
+    }
+    ck_assert_int_eq(tsri_variant_resident_warps(&v1, "sm_70"), 0);
+  }
+  snprintf(path, sizeof path, "%s/empty.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+  tsr_db_close(db);
+  ctx = rules_context(path);
+  ck_assert_int_eq(tsr_select_rows(tsr_context_selector(ctx)), 0);
+  n_all = ctx->bundle.n;
+  /* pass 0: the build's bundle; pass 1: its sm80 family only, as a bundle
+   * that forces the family on an H200 (tests/device/sm80_user.py) */
+  for (pass = 0; pass < 2; pass++) {
+    if (pass) {
+      size_t kept = 0;
+      for (i = 0; i < n_all; i++)
+        if (ctx->bundle.items[i].v.family == TSR_FAMILY_SM80)
+          ctx->bundle.items[kept++] = ctx->bundle.items[i];
+      ctx->bundle.n = kept;
+    }
+    for (a = 0; a < sizeof archs / sizeof *archs; a++) {
+      int sm90 = !pass && !strcmp(archs[a], "sm_90a");
+      snprintf(ctx->arch, sizeof ctx->arch, "%s", archs[a]);
+      ctx->smem_optin = tsri_arch_smem_limit(archs[a]);
+      for (d = 0; d < 2; d++)
+        for (t = 0; t < 2; t++) {
+          tsr_dtype dt = t ? TSR_DT_F16 : TSR_DT_BF16;
+          int64_t hd = d ? 64 : 128;
+          rules_req r;
+          tsr_plan_opts base;
+          char want[64];
+          tsr_plan_opts_init(&base);
+          rules_request(&rng, tu_range(&rng, 1000, 5000), 128, 128, hd, dt, &r);
+          if (sm90)
+            snprintf(want, sizeof want, "tsr_sm90_%s_d%d_m128n128_", tsr_dtype_name(dt), (int)hd);
+          else if (hd == 64)
+            snprintf(want, sizeof want, "tsr_sm80_%s_d64_m128n128_s2_w4_", tsr_dtype_name(dt));
+          else
+            snprintf(want, sizeof want, "tsr_sm80_%s_d128_m128n64_s%d_w4_", tsr_dtype_name(dt),
+                     !strcmp(archs[a], "sm_80") ? 1 : 2);
+          route_expect(ctx, archs[a], &r, &base, 128, !sm90 && hd == 128 ? 64 : 128, want);
+          /* A tile the caller fixed, and an FP8 request, are planned as asked. */
+          base.tile_m = base.tile_n = 128;
+          if (!sm90 && hd == 128) {
+            tsr_selection s;
+            ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, &base, &s, &err), TSR_OK);
+            ck_assert_int_eq(s.opts.tile_n, 128);
+            tsr_plan_opts_init(&base);
+            base.precision = TSR_PREC_FP8;
+            ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, &base, &s, &err), TSR_OK);
+            ck_assert_int_eq(s.opts.tile_n, 0);
+          }
+          rules_free(&r);
+          /* 64 x 64 blocks: the 32-row w2 variant where the target holds
+           * 8 warps of it (d64 40 KiB: not in 100 KiB; d128 one stage 48
+           * KiB: only in 228 KiB, 6 warps in an A100's 164), else the
+           * 16-row w4 one. */
+          rules_request(&rng, tu_range(&rng, 1000, 5000), 64, 64, hd, dt, &r);
+          tsr_plan_opts_init(&base);
+          if (sm90)
+            snprintf(want, sizeof want, "tsr_sm90_%s_d%d_m64n64_", tsr_dtype_name(dt), (int)hd);
+          else if (!strcmp(archs[a], "sm_89") || !strcmp(archs[a], "sm_120") ||
+                   (hd == 128 && !strcmp(archs[a], "sm_80")))
+            snprintf(want, sizeof want, "tsr_sm80_%s_d%d_m64n64_s2_w4_", tsr_dtype_name(dt), (int)hd);
+          else
+            snprintf(want, sizeof want, "tsr_sm80_%s_d%d_m64n64_s%d_w2_", tsr_dtype_name(dt), (int)hd,
+                     hd == 128 ? 1 : 2);
+          route_expect(ctx, archs[a], &r, &base, 64, 64, want);
+          rules_free(&r);
+        }
+    }
+  }
+  tsr_context_destroy(ctx); /* frees the (reordered) items array whole */
+}
+END_TEST
+
 static Suite *context_suite(void)
 {
   Suite *s = suite_create("context");
@@ -1055,6 +1196,7 @@ static Suite *context_suite(void)
   tcase_add_test(tc, test_regime_as_python_chose);
   tcase_add_test(tc, test_reselect_rejects);
   tcase_add_test(tc, test_bundle_dir);
+  tcase_add_test(tc, test_sm80_route);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -97,6 +97,14 @@ static const tcase cases[] = {
   { "fp16-d64-64x128-empty-bshd", 2, 2, 2, 500, 520, 64, TSR_DT_F16, 1, 64, 64, 64, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
   { "bf16-d64-128x64-split", 1, 3, 3, 900, 1000, 64, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
   { "fp16-d64-128x128-gqa-bshd", 1, 4, 2, 1000, 900, 64, TSR_DT_F16, 1, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0 },
+  /* The plans the sm80 family's users get (issue 17, runtime/context.c):
+   * 128x128 blocks subdivided onto 128x64 tiles at d128; and bf16 d64 and
+   * fp16 d128 on 64x64 tiles, which no case above had (the 64x64 w2
+   * variants). */
+  { "bf16-d128-128x128-on-128x64-split-bshd", 1, 4, 2, 1300, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
+  { "fp16-d128-128x128-on-128x64-empty", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 0, 128, 128, 128, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
+  { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 1 },
+  { "fp16-d128-64x64-split-bshd", 1, 3, 3, 800, 850, 128, TSR_DT_F16, 1, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
 };
 
 /* ---- small helpers ------------------------------------------------------ */
