@@ -73,9 +73,21 @@
   } while (0)
 #define TSR_GP_MARK(k) TSR_GP_STAMP(8LL * blockIdx.x + (k))
 #define TSR_GP_EMARK(k) TSR_GP_STAMP(8LL * TSR_GP_NCTA + 4LL * blockIdx.x + (k))
+/* Per row (lane 0 of its warp): 3 r + k after the emit CTAs' marks (count:
+ * k = 0 row counted; emit: 1 tiles written, 2 row done). */
+#define TSR_GP_RMARK(r, k)                                                       \
+  do {                                                                           \
+    if ((threadIdx.x & 31) == 0) {                                               \
+      unsigned long long t_;                                                     \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                     \
+      p.scan[(long long)TSR_GP_NCTA * TSR_GP_SCAN_STRIDE + 8LL * TSR_GP_NCTA +   \
+             4LL * ((p.n_rows + 7) / 8) + 3LL * (r) + (k)] = t_;                   \
+    }                                                                            \
+  } while (0)
 #else
 #define TSR_GP_MARK(k) ((void)0)
 #define TSR_GP_EMARK(k) ((void)0)
+#define TSR_GP_RMARK(r, k) ((void)0)
 #endif
 #define TSR_GP_EMIT_THREADS 256
 
@@ -220,14 +232,89 @@ static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsig
     }
 }
 
+/* Union and intersection of a staged row's segments (nseg >= 2, so that
+ * nw <= TSR_GP_VSEG * TSR_GP_VWORDS / 2 = 4 x 32): ui[q] = OR, ui[nw + q] =
+ * AND over the segments of word q, so that a tile's state is two range
+ * tests instead of one a segment.  ui may be sw itself (after the last
+ * use of the segments): each lane reads and writes only its own columns,
+ * all reads first.  Warp-wide. */
+static __device__ __forceinline__ void stage_ui(const rowgeo &g, int nw, int lane, const unsigned *sw, unsigned *ui)
+{
+  unsigned u[4], a[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int q = lane + 32 * k;
+    u[k] = 0u;
+    a[k] = ~0u;
+    if (q < nw)
+      for (int s = 0; s < g.nseg; ++s) {
+        const unsigned x = sw[s * nw + q];
+        u[k] |= x;
+        a[k] &= x;
+      }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int q = lane + 32 * k;
+    if (q < nw) {
+      ui[q] = u[k];
+      ui[nw + q] = a[k];
+    }
+  }
+  __syncwarp();
+}
+
+/* Key blocks [a, b] from the union / intersection rows: any, all selected. */
+static __device__ __forceinline__ void ui_state(const unsigned *ui, int nw, int a, int b, bool &any, bool &full)
+{
+  any = false;
+  full = true;
+  for (int q = a >> 5; q <= (b >> 5); ++q) {
+    const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
+    const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
+    any |= (ui[q] & m) != 0u;
+    full &= (ui[nw + q] & m) == m;
+  }
+}
+
+/* Membership word of staged segment s over key columns 32 q .. 32 q + 31
+ * (clear past seq_k), from the word's blocks (p.kcw: the first, and the
+ * columns where the others start): the segment's mask bits of those blocks
+ * as one funnel-shifted word, each selected block's columns set.  Shared
+ * memory and ALU work only: no walk over the block starts in global memory. */
+static __device__ __forceinline__ unsigned staged_word(const tsr_gpuplan_params &p, const unsigned *sw, int nw,
+                                                       int s, int q)
+{
+  if (32 * q >= p.seq_k) return 0u; /* a ragged last tile's words past the keys */
+  const int2 e = __ldg((const int2 *)p.kcw + q);
+  const unsigned *row = sw + s * nw;
+  const int qw = e.x >> 5;
+  const unsigned lo = row[qw], hi = qw + 1 < nw ? row[qw + 1] : 0u;
+  unsigned x = __funnelshift_r(lo, hi, e.x & 31); /* bit k: block e.x + k selected */
+  unsigned starts = (unsigned)e.y & ~1u, word = 0;
+  int a = 0;
+  while (x) {
+    const int b = starts ? __ffs(starts) - 1 : 32;
+    if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
+    x >>= 1;
+    if (!starts) break;
+    starts &= starts - 1u;
+    a = b;
+  }
+  const int rem = p.seq_k - 32 * q;
+  return rem >= 32 ? word : word & ((1u << rem) - 1u);
+}
+
 /* Tiles u0 + 32 k + lane (k < 4): the loads first, so that each lane has
  * four mask reads in flight.  simple: one segment and every key tile inside
  * one key block, so a tile is one mask bit.  sw: the staged row, or NULL. */
 static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p, const rowgeo &g,
-                                                    bool simple, const unsigned *sw, int u0, int lane,
-                                                    bool (&any)[4], bool (&full)[4])
+                                                    bool simple, const unsigned *sw, const unsigned *ui, int u0,
+                                                    int lane, bool (&any)[4], bool (&full)[4])
 {
   if (sw) {
+    const int nw = (p.nk + 31) >> 5;
     int2 kb[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -235,7 +322,10 @@ static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p,
       kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) staged_state(g, sw, (p.nk + 31) >> 5, kb[k].x, kb[k].y, any[k], full[k]);
+    for (int k = 0; k < 4; ++k) {
+      if (ui) ui_state(ui, nw, kb[k].x, kb[k].y, any[k], full[k]);
+      else staged_state(g, sw, nw, kb[k].x, kb[k].y, any[k], full[k]);
+    }
     return;
   }
 #pragma unroll
@@ -330,32 +420,17 @@ static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, 
 
 /* General rows: tiles, partial tiles and the features' sums (selected key
  * tokens x of each segment, weighted by its query tokens w in this tile). */
-static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
+static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, unsigned *sw, int lane,
                                      int &len_out, int &part_out, unsigned long long &sel,
                                      unsigned long long &sel2)
 {
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   int len = 0, part = 0;
   long long xs = 0; /* simple rows: selected key tokens, from the tiles */
-  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
-    bool any[4], full[4];
-    tile_states4(p, g, simple, sw, u0, lane, any, full);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      len += __popc(__ballot_sync(0xffffffffu, any[k]));
-      part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
-      if (simple && any[k]) {
-        const int c0 = (u0 + 32 * k + lane) * p.bn;
-        xs += min(c0 + p.bn, p.seq_k) - c0;
-      }
-    }
-  }
+  /* The features of non-simple rows first: they need the segments, which
+   * the union / intersection rows then replace. */
   sel = sel2 = 0;
-  if (simple) {
-    const long long x = warp_sum(xs), w = g.r1 - g.r0;
-    sel = (unsigned long long)(w * x);
-    sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
-  } else {
+  if (!simple) {
     for (int s = 0; s < g.nseg; ++s) {
       long long x = 0;
       if (sw) {
@@ -375,6 +450,31 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
       sel += (unsigned long long)(w * x);
       sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
     }
+  }
+  const unsigned *ui = nullptr;
+#ifndef TSR_GP_NO_UI
+  if (sw && g.nseg > 1) {
+    stage_ui(g, (p.nk + 31) >> 5, lane, sw, sw);
+    ui = sw;
+  }
+#endif
+  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
+    bool any[4], full[4];
+    tile_states4(p, g, simple, sw, ui, u0, lane, any, full);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      len += __popc(__ballot_sync(0xffffffffu, any[k]));
+      part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
+      if (simple && any[k]) {
+        const int c0 = (u0 + 32 * k + lane) * p.bn;
+        xs += min(c0 + p.bn, p.seq_k) - c0;
+      }
+    }
+  }
+  if (simple) {
+    const long long x = warp_sum(xs), w = g.r1 - g.r0;
+    sel = (unsigned long long)(w * x);
+    sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
   }
   len_out = len;
   part_out = part;
@@ -623,6 +723,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
       p.row_len[r] = len;
       p.row_part[r] = part;
     }
+    TSR_GP_RMARK(r, 0);
   }
   __syncthreads();
   TSR_GP_MARK(1);
@@ -863,16 +964,28 @@ namespace tsrgp {
 
 /* A general row's tile records and membership words: ballots of the
  * OR / AND per tile give the positions. */
-static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
-                                     int tile0, int word0)
+static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw,
+                                     const unsigned *ui, int lane, int tile0, int word0, int *s_pl)
 {
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
+  /* Staged rows with the word table: a group's partial tiles go to s_pl,
+   * then the warp writes their words, one word a lane, in memory order
+   * (i = tile * seg_words + s * wn + w; divisions by multiply-high, exact
+   * for i < 2^16 with these divisors). */
+#ifndef TSR_GP_NO_WIDE
+  const bool wide = sw && p.kcw && s_pl;
+#else
+  const bool wide = false;
+#endif
+  const unsigned m_sw = 0xffffffffu / (unsigned)seg_words + 1u, m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: d = 1 */
+  const int nw = (p.nk + 31) >> 5;
   int n = 0, np = 0;
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool anyk[4], fullk[4];
-    tile_states4(p, g, simple, sw, u0, lane, anyk, fullk);
+    tile_states4(p, g, simple, sw, ui, u0, lane, anyk, fullk);
+    const int np0 = np;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int u = u0 + 32 * k + lane;
@@ -886,7 +999,9 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
         if (!full) {
           tr.mem = word0 + (np + __popc(bp & below)) * seg_words;
           const int base = u * p.bn;
-          if (sw) {
+          if (wide) {
+            s_pl[np - np0 + __popc(bp & below)] = u;
+          } else if (sw) {
             /* Staged: the tile's blocks kb.x..kb.y in order, a cursor
              * over them per segment (their starts hit L1). */
             const int2 kb = __ldg((const int2 *)p.tkb + u);
@@ -930,6 +1045,17 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
       }
       n += __popc(ba);
       np += __popc(bp);
+    }
+    if (wide && np > np0) {
+      __syncwarp();
+      const int total = (np - np0) * seg_words;
+      tsr_u32 *dst = p.membership + word0 + (long long)np0 * seg_words;
+      for (int i = lane; i < total; i += 32) {
+        const int t = m_sw ? (int)__umulhi((unsigned)i, m_sw) : i, r = i - t * seg_words;
+        const int s = m_wn ? (int)__umulhi((unsigned)r, m_wn) : r, w = r - s * wn;
+        dst[i] = staged_word(p, sw, nw, s, ((s_pl[t] * p.bn) >> 5) + w);
+      }
+      __syncwarp();
     }
   }
 }
@@ -1017,6 +1143,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
 {
   using namespace tsrgp;
   __shared__ unsigned s_sw[TSR_GP_EMIT_THREADS / 32][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows */
+  __shared__ int s_pl[TSR_GP_EMIT_THREADS / 32][128]; /* a group's partial tiles (staged rows) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
   TSR_GP_EMARK(0);
@@ -1031,7 +1158,18 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
     const int mode = unit_mode(p);
     direct_load4(p, g.plane + g.i0, mode, ((p.nk - 1) >> unit_shift(mode)) + 1, 0, lane, b);
   }
-  if (st) stage_row(p, g, lane, s_sw[warp]);
+  const unsigned *ui = nullptr;
+  if (st) {
+    stage_row(p, g, lane, s_sw[warp]);
+#ifndef TSR_GP_NO_UI
+    /* the union / intersection rows after the segments, where they fit */
+    const int nw = (p.nk + 31) >> 5;
+    if (g.nseg > 1 && (g.nseg + 2) * nw <= TSR_GP_VSEG * TSR_GP_VWORDS) {
+      stage_ui(g, nw, lane, s_sw[warp], s_sw[warp] + g.nseg * nw);
+      ui = s_sw[warp] + g.nseg * nw;
+    }
+#endif
+  }
   grid_dep_wait();
   TSR_GP_EMARK(1);
   if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
@@ -1039,8 +1177,10 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   if (p.counts[TSR_GP_OVERFLOW]) return;
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
   if (direct) direct_tiles(p, g, lane, tile0, b);
-  else general_tiles(p, g, st ? s_sw[warp] : nullptr, lane, tile0, word0);
+  else general_tiles(p, g, st ? s_sw[warp] : nullptr, ui, lane, tile0, word0, s_pl[warp]);
+  TSR_GP_RMARK(r, 1);
   emit_tasks(p, g, lane, len, tile0, slot, ro);
+  TSR_GP_RMARK(r, 2);
   TSR_GP_EMARK(2);
 }
 
