@@ -164,13 +164,15 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
 /* Staged rows (variable geometries whose segments' mask rows fit
  * TSR_GP_VSEG * TSR_GP_VWORDS words: segments x ceil(nk / 32)): the warp
  * first copies its segments' mask rows as bits into shared memory
- * (sw[s * ceil(nk / 32) + q]; VSA's boundary cubes give rows of up to 12
- * segments over 624 cubes, 20 words a segment), and a tile's
+ * (sw[s * ceil(nk / 32) + q]; VSA's boundary cubes of Wan2.1 give rows of
+ * up to 14 segments over 624 cubes at 128-row tiles, 20 words a segment:
+ * 280 words, hence 320, the most the count kernel's 32 rows fit in 48 KB
+ * of static shared memory beside its scan), and a tile's
  * state is then a bit-range test over the key blocks the tile covers
  * (p.tkb, per key tile, computed once a template) instead of a global load
  * per (segment, block): with few heads the planner runs on few SMs and is
  * bound by those instructions and loads. */
-#define TSR_GP_VSEG 4
+#define TSR_GP_VSEG 5
 #define TSR_GP_VWORDS 64
 
 static __device__ __forceinline__ bool is_staged(const tsr_gpuplan_params &p, const rowgeo &g)
@@ -232,35 +234,23 @@ static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsig
     }
 }
 
-/* Union and intersection of a staged row's segments (nseg >= 2, so that
- * nw <= TSR_GP_VSEG * TSR_GP_VWORDS / 2 = 4 x 32): ui[q] = OR, ui[nw + q] =
- * AND over the segments of word q, so that a tile's state is two range
- * tests instead of one a segment.  ui may be sw itself (after the last
- * use of the segments): each lane reads and writes only its own columns,
- * all reads first.  Warp-wide. */
+/* Union and intersection of a staged row's segments: ui[q] = OR,
+ * ui[nw + q] = AND over the segments of word q, so that a tile's state is
+ * two range tests instead of one a segment.  ui may be sw itself (after the
+ * last use of the segments): a lane reads and writes only its own columns
+ * q, and its writes (words q and nw + q) are none of the words its later
+ * columns read.  Warp-wide. */
 static __device__ __forceinline__ void stage_ui(const rowgeo &g, int nw, int lane, const unsigned *sw, unsigned *ui)
 {
-  unsigned u[4], a[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int q = lane + 32 * k;
-    u[k] = 0u;
-    a[k] = ~0u;
-    if (q < nw)
-      for (int s = 0; s < g.nseg; ++s) {
-        const unsigned x = sw[s * nw + q];
-        u[k] |= x;
-        a[k] &= x;
-      }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int q = lane + 32 * k;
-    if (q < nw) {
-      ui[q] = u[k];
-      ui[nw + q] = a[k];
+  for (int q = lane; q < nw; q += 32) {
+    unsigned u = 0u, a = ~0u;
+    for (int s = 0; s < g.nseg; ++s) {
+      const unsigned x = sw[s * nw + q];
+      u |= x;
+      a &= x;
     }
+    ui[q] = u;
+    ui[nw + q] = a;
   }
   __syncwarp();
 }
@@ -671,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   __shared__ long long s_v[TSR_GP_COUNT_ROWS][TSR_GP_SCAN_VALS];
   __shared__ long long s_tot[TSR_GP_SCAN_VALS], s_pre[TSR_GP_SCAN_VALS];
   __shared__ int s_step, s_ctl[1];
-  __shared__ unsigned s_sw[TSR_GP_COUNT_ROWS][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows (32 KB) */
+  __shared__ unsigned s_sw[TSR_GP_COUNT_ROWS][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows (40 KB) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   /* The emit kernel (launched with programmatic stream serialisation
    * where the device has it) may start once every CTA here has: it reads

@@ -11,7 +11,14 @@
  *
  *   nvcc -O2 -arch=sm_90a -o plan_probe tests/device/plan_probe.cu -lcuda   (tests/device/run BUILD probe)
  *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
+ *              [--block B] [--vsa [--tile N] [--topk K]]
  *
+ * --block B: B-token blocks and tiles (default 128).  --vsa: VSA's ragged
+ * 4x4x4 cubes of Wan2.1-1.3B (624 blocks of 64/32/16/8 tokens, whole cubes
+ * first), NxN tiles (default 64, combine), top-K (78) blocks a row at
+ * random; the hash then covers the membership words and merges too.
+ * --timeline also prints per-row times by the row's query segments and the
+ * slowest rows (count: from its CTA's entry; emit: from its CTA's release).
  * CUBIN: the bundle's <arch>/tsr_plan.cubin, or one built with nvcc -cubin
  * from a file including plan_layout.h and plan_gpu.cuh.  --pdl launches
  * emit as runtime/gpuplan.c does on sm_90 (programmatic dependent launch);
@@ -72,12 +79,13 @@ struct launch {
 int main(int argc, char **argv)
 {
   if (argc < 2) {
-    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n");
+    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n"
+                    "                  [--block B] [--vsa [--tile N] [--topk K]]\n");
     return 2;
   }
   const char *cubin = argv[1];
   int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0, timeline = 0, vsa = 0, bs = 128,
-      topk = 78;
+      topk = 78, vtile = 64;
   if (argc > 3 && argv[2][0] != '-') {
     H = atoi(argv[2]);
     S = atoi(argv[3]);
@@ -92,10 +100,11 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[ai], "--vsa")) vsa = 1;
     else if (!strcmp(argv[ai], "--block") && ai + 1 < argc) bs = atoi(argv[++ai]);
     else if (!strcmp(argv[ai], "--topk") && ai + 1 < argc) topk = atoi(argv[++ai]);
+    else if (!strcmp(argv[ai], "--tile") && ai + 1 < argc) vtile = atoi(argv[++ai]);
   }
   /* --vsa: VSA's 4x4x4 cubes of Wan2.1-1.3B's 21x30x52 latent grid (624
    * cubes of 64/32/16/8 tokens, whole cubes first: tessera.methods.tile_order),
-   * S = 32760, tile 64x64 over the variable blocks (combine), each row the
+   * S = 32760, tile 64x64 (--tile N: NxN) over the variable blocks (combine), each row the
    * top-k (default 78) of 624 cubes at random. */
   std::vector<int> boff;
   if (vsa) {
@@ -108,7 +117,7 @@ int main(int argc, char **argv)
     std::stable_sort(sz.begin(), sz.end(), [](int x, int y) { return x > y; });
     boff.push_back(0);
     for (int x : sz) boff.push_back(boff.back() + x);
-    bs = 64; /* the tile */
+    bs = vtile; /* the tile (--tile, default 64) */
   }
   const int nq = vsa ? (int)boff.size() - 1 : (S + bs - 1) / bs, nk = nq;
   const int nqt = (S + bs - 1) / bs, nkt = nqt;
