@@ -180,6 +180,14 @@ static __device__ __forceinline__ bool is_staged(const tsr_gpuplan_params &p, co
   return p.tkb && g.nseg * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
 }
 
+/* The emit kernel keeps the segments for the membership words, and the
+ * union / intersection rows (stage_ui) beside them: rows of several
+ * segments need room for two more. */
+static __device__ __forceinline__ bool is_staged_emit(const tsr_gpuplan_params &p, const rowgeo &g)
+{
+  return p.tkb && (g.nseg + (g.nseg > 1 ? 2 : 0)) * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
+}
+
 /* Copies the row's segments as bits (bits past nk clear).  Warp-wide. */
 static __device__ void stage_row(const tsr_gpuplan_params &p, const rowgeo &g, int lane, unsigned *sw)
 {
@@ -218,22 +226,6 @@ static __device__ __forceinline__ bool staged_bit(const unsigned *sw, int nw, in
   return (sw[s * nw + (j >> 5)] >> (j & 31)) & 1u;
 }
 
-/* Key blocks [a, b] of every staged segment: any selected, all selected. */
-static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsigned *sw, int nw, int a, int b,
-                                                    bool &any, bool &full)
-{
-  any = false;
-  full = true;
-  for (int s = 0; s < g.nseg; ++s)
-    for (int q = a >> 5; q <= (b >> 5); ++q) {
-      const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
-      const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
-      const unsigned x = sw[s * nw + q] & m;
-      any |= x != 0u;
-      full &= x == m;
-    }
-}
-
 /* Union and intersection of a staged row's segments: ui[q] = OR,
  * ui[nw + q] = AND over the segments of word q, so that a tile's state is
  * two range tests instead of one a segment.  ui may be sw itself (after the
@@ -255,16 +247,27 @@ static __device__ __forceinline__ void stage_ui(const rowgeo &g, int nw, int lan
   __syncwarp();
 }
 
-/* Key blocks [a, b] from the union / intersection rows: any, all selected. */
-static __device__ __forceinline__ void ui_state(const unsigned *ui, int nw, int a, int b, bool &any, bool &full)
+/* Key blocks [a, b] from the union row un and the intersection row in:
+ * any, all selected.  Most tiles' blocks lie in one word (VSA's cubes:
+ * every tile): one mask, two shared loads; else a loop over the words.
+ * a > b (a tile past nkt): none selected, all "full". */
+static __device__ __forceinline__ void ui_state(const unsigned *un, const unsigned *in, int a, int b, bool &any,
+                                                bool &full)
 {
+  const int qa = a >> 5, qb = b >> 5;
+  if (qa == qb && a <= b) {
+    const unsigned m = ((2u << (b - a)) - 1u) << (a & 31); /* b - a = 31: 2u << 31 = 0, all ones */
+    any = (un[qa] & m) != 0u;
+    full = (in[qa] & m) == m;
+    return;
+  }
   any = false;
   full = true;
-  for (int q = a >> 5; q <= (b >> 5); ++q) {
-    const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
-    const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
-    any |= (ui[q] & m) != 0u;
-    full &= (ui[nw + q] & m) == m;
+  for (int q = qa; q <= qb; ++q) {
+    const int lo = q == qa ? (a & 31) : 0, hi = q == qb ? (b & 31) : 31;
+    const unsigned m = ((2u << (hi - lo)) - 1u) << lo;
+    any |= (un[q] & m) != 0u;
+    full &= (in[q] & m) == m;
   }
 }
 
@@ -283,14 +286,18 @@ static __device__ __forceinline__ unsigned staged_word(const tsr_gpuplan_params 
   const unsigned lo = row[qw], hi = qw + 1 < nw ? row[qw + 1] : 0u;
   unsigned x = __funnelshift_r(lo, hi, e.x & 31); /* bit k: block e.x + k selected */
   unsigned starts = (unsigned)e.y & ~1u, word = 0;
-  int a = 0;
-  while (x) {
-    const int b = starts ? __ffs(starts) - 1 : 32;
-    if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
-    x >>= 1;
-    if (!starts) break;
-    starts &= starts - 1u;
-    a = b;
+  if (!starts) {
+    word = 0u - (x & 1u); /* one block covers the word (the usual case) */
+  } else {
+    int a = 0;
+    while (x) {
+      const int b = starts ? __ffs(starts) - 1 : 32;
+      if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
+      x >>= 1;
+      if (!starts) break;
+      starts &= starts - 1u;
+      a = b;
+    }
   }
   const int rem = p.seq_k - 32 * q;
   return rem >= 32 ? word : word & ((1u << rem) - 1u);
@@ -311,11 +318,10 @@ static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p,
       const int u = u0 + 32 * k + lane;
       kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
     }
+    /* one segment: the row is its own union and intersection */
+    const unsigned *un = ui ? ui : sw, *in = ui ? ui + nw : sw;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (ui) ui_state(ui, nw, kb[k].x, kb[k].y, any[k], full[k]);
-      else staged_state(g, sw, nw, kb[k].x, kb[k].y, any[k], full[k]);
-    }
+    for (int k = 0; k < 4; ++k) ui_state(un, in, kb[k].x, kb[k].y, any[k], full[k]);
     return;
   }
 #pragma unroll
@@ -442,12 +448,10 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
     }
   }
   const unsigned *ui = nullptr;
-#ifndef TSR_GP_NO_UI
   if (sw && g.nseg > 1) {
     stage_ui(g, (p.nk + 31) >> 5, lane, sw, sw);
     ui = sw;
   }
-#endif
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool any[4], full[4];
     tile_states4(p, g, simple, sw, ui, u0, lane, any, full);
@@ -964,11 +968,7 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
    * then the warp writes their words, one word a lane, in memory order
    * (i = tile * seg_words + s * wn + w; divisions by multiply-high, exact
    * for i < 2^16 with these divisors). */
-#ifndef TSR_GP_NO_WIDE
   const bool wide = sw && p.kcw && s_pl;
-#else
-  const bool wide = false;
-#endif
   const unsigned m_sw = 0xffffffffu / (unsigned)seg_words + 1u, m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: d = 1 */
   const int nw = (p.nk + 31) >> 5;
   int n = 0, np = 0;
@@ -1142,7 +1142,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   /* Nothing up to grid_dep_wait depends on the count kernel: the geometry
    * and the first mask loads overlap its tail. */
   const rowgeo g = row_geo(p, r);
-  const bool direct = is_direct(p, g), st = !direct && is_staged(p, g);
+  const bool direct = is_direct(p, g), st = !direct && is_staged_emit(p, g);
   unsigned b[4] = {0u, 0u, 0u, 0u};
   if (direct) {
     const int mode = unit_mode(p);
@@ -1151,14 +1151,12 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   const unsigned *ui = nullptr;
   if (st) {
     stage_row(p, g, lane, s_sw[warp]);
-#ifndef TSR_GP_NO_UI
-    /* the union / intersection rows after the segments, where they fit */
+    /* the union / intersection rows after the segments */
     const int nw = (p.nk + 31) >> 5;
-    if (g.nseg > 1 && (g.nseg + 2) * nw <= TSR_GP_VSEG * TSR_GP_VWORDS) {
+    if (g.nseg > 1) {
       stage_ui(g, nw, lane, s_sw[warp], s_sw[warp] + g.nseg * nw);
       ui = s_sw[warp] + g.nseg * nw;
     }
-#endif
   }
   grid_dep_wait();
   TSR_GP_EMARK(1);
