@@ -318,7 +318,8 @@ static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p,
       const int u = u0 + 32 * k + lane;
       kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
     }
-    /* one segment: the row is its own union and intersection */
+    /* one segment: the row is its own union and intersection; rows of
+     * several always come with ui (count: in place; emit: beside them) */
     const unsigned *un = ui ? ui : sw, *in = ui ? ui + nw : sw;
 #pragma unroll
     for (int k = 0; k < 4; ++k) ui_state(un, in, kb[k].x, kb[k].y, any[k], full[k]);
@@ -966,8 +967,9 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   /* Staged rows with the word table: a group's partial tiles go to s_pl,
    * then the warp writes their words, one word a lane, in memory order
-   * (i = tile * seg_words + s * wn + w; divisions by multiply-high, exact
-   * for i < 2^16 with these divisors). */
+   * (i = tile * seg_words + s * wn + w; divisions by multiply-high with
+   * m = ceil(2^32 / d), exact while i * d < 2^32: here i < 128 seg_words
+   * and seg_words <= 320 x 8). */
   const bool wide = sw && p.kcw && s_pl;
   const unsigned m_sw = 0xffffffffu / (unsigned)seg_words + 1u, m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: d = 1 */
   const int nw = (p.nk + 31) >> 5;
