@@ -39,7 +39,7 @@ struct tsr_gpuplan {
   CUfunction count_fn, order_fn, emit_fn;
   int pdl;                   /* order and emit launched as programmatic dependents (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
-  CUdeviceptr d_kblk, d_qoff, d_koff, d_tkb; /* variable geometry only */
+  CUdeviceptr d_kblk, d_qoff, d_koff, d_tkb, d_kcw; /* variable geometry only */
   CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
   tsr_gp_stats *stats;       /* pinned, written by the device */
 };
@@ -56,7 +56,7 @@ static void free_buffers(tsr_gpuplan *g)
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
                          &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
                          &g->d_counts,  &g->d_scan,     &g->d_kblk,     &g->d_qoff,
-                         &g->d_koff,    &g->d_tkb};
+                         &g->d_koff,    &g->d_tkb,      &g->d_kcw};
   size_t i;
   if (tsri_context_make_current(g->ctx, NULL) != TSR_OK) return;
   for (i = 0; i < sizeof ptrs / sizeof *ptrs; i++)
@@ -108,7 +108,7 @@ typedef struct {
   int uniform, multi; /* multi: some tile meets several blocks (membership words) */
   int64_t bq, bk, nq, nk, nqt, nkt, rows, chunk, nseg_max;
   int64_t cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
-  tsr_i32 *kblk, *qoff, *koff, *tkb; /* variable geometry only; freed by create */
+  tsr_i32 *kblk, *qoff, *koff, *tkb, *kcw; /* variable geometry only; freed by create */
 } gp_layout;
 
 /* The arguments, checked before anything is allocated. */
@@ -209,19 +209,22 @@ static tsr_status block_maps(tsr_gpuplan *g, gp_layout *lay, tsr_error *err)
   tsr_plan *pl = g->pl;
   const tsr_geom *geom = pl->problem.geom;
   int64_t nq = lay->nq, nk = lay->nk, nkt = lay->nkt, t, u;
-  tsr_i32 *kblk, *qoff, *koff, *tkb;
+  int64_t ncw = (pl->problem.seq_k + 31) / 32;
+  tsr_i32 *kblk, *qoff, *koff, *tkb, *kcw;
   pl->qblk = tsri_plan_buf(pl, TSR_BUF_QBLK, (size_t)pl->problem.seq_q * sizeof *pl->qblk);
   if (!lay->uniform) {
     lay->kblk = malloc((size_t)pl->problem.seq_k * sizeof *lay->kblk);
     lay->qoff = malloc((size_t)(nq + 1) * sizeof *lay->qoff);
     lay->koff = malloc((size_t)(nk + 1) * sizeof *lay->koff);
     lay->tkb = malloc((size_t)nkt * 2 * sizeof *lay->tkb);
+    lay->kcw = malloc((size_t)ncw * 2 * sizeof *lay->kcw);
   }
   kblk = lay->kblk;
   qoff = lay->qoff;
   koff = lay->koff;
   tkb = lay->tkb;
-  if (!pl->qblk || (!lay->uniform && (!kblk || !qoff || !koff || !tkb)))
+  kcw = lay->kcw;
+  if (!pl->qblk || (!lay->uniform && (!kblk || !qoff || !koff || !tkb || !kcw)))
     return tsr_error_set(err, TSR_ERR_NOMEM, "cannot create GPU plan: out of memory for the block maps");
   pl->n_qblk = pl->problem.seq_q;
   pl->qblk_nq = 0; /* written here, not by map.c: its cache no longer holds */
@@ -238,6 +241,14 @@ static tsr_status block_maps(tsr_gpuplan *g, gp_layout *lay, tsr_error *err)
     for (u = 0; u < nkt; u++) {
       tkb[2 * u] = kblk[u * pl->tile_n];
       tkb[2 * u + 1] = kblk[min64((u + 1) * pl->tile_n, pl->problem.seq_k) - 1];
+    }
+    /* Each membership word's blocks: the first, and where the others start. */
+    for (u = 0; u < ncw; u++) {
+      uint32_t starts = 0;
+      for (t = 32 * u + 1; t < min64(32 * u + 32, pl->problem.seq_k); t++)
+        if (kblk[t] != kblk[t - 1]) starts |= 1u << (t - 32 * u);
+      kcw[2 * u] = kblk[32 * u];
+      kcw[2 * u + 1] = (tsr_i32)starts;
     }
   }
   /* Partial tiles occur only where a tile meets several blocks. */
@@ -301,7 +312,8 @@ static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, con
       (!lay->uniform && ((st = dalloc(g, &g->d_kblk, pl->problem.seq_k * 4, "key block map", err)) ||
                          (st = dalloc(g, &g->d_qoff, (nq + 1) * 4, "query block starts", err)) ||
                          (st = dalloc(g, &g->d_koff, (nk + 1) * 4, "key block starts", err)) ||
-                         (st = dalloc(g, &g->d_tkb, lay->nkt * 8, "key tile blocks", err)))))
+                         (st = dalloc(g, &g->d_tkb, lay->nkt * 8, "key tile blocks", err)) ||
+                         (st = dalloc(g, &g->d_kcw, (pl->problem.seq_k + 31) / 32 * 8, "key word blocks", err)))))
     return st;
   if (!caps->no_host_stats) {
     if (cu->cuMemAllocHost((void **)&g->stats, sizeof *g->stats) != CUDA_SUCCESS) {
@@ -337,7 +349,9 @@ static tsr_status device_upload(tsr_gpuplan *g, const gp_layout *lay, tsr_error 
                           err)) ||
        (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_koff, lay->koff, (size_t)(nk + 1) * 4), "cuMemcpyHtoD(koff)",
                           err)) ||
-       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, lay->tkb, (size_t)lay->nkt * 8), "cuMemcpyHtoD(tkb)", err))))
+       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_tkb, lay->tkb, (size_t)lay->nkt * 8), "cuMemcpyHtoD(tkb)", err)) ||
+       (st = tsri_cu_check(cu, cu->cuMemcpyHtoD(g->d_kcw, lay->kcw, (size_t)(pl->problem.seq_k + 31) / 32 * 8),
+                          "cuMemcpyHtoD(kcw)", err))))
     return st;
   return TSR_OK;
 }
@@ -430,6 +444,7 @@ static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
     g->gp.qoff = (const tsr_i32 *)(uintptr_t)g->d_qoff;
     g->gp.koff = (const tsr_i32 *)(uintptr_t)g->d_koff;
     g->gp.tkb = (const tsr_i32 *)(uintptr_t)g->d_tkb;
+    g->gp.kcw = (const tsr_i32 *)(uintptr_t)g->d_kcw;
   }
 }
 
@@ -481,6 +496,7 @@ tsr_status tsr_gpuplan_create(tsr_context *ctx, const tsr_problem *p, const tsr_
   free(lay.qoff);
   free(lay.koff);
   free(lay.tkb);
+  free(lay.kcw);
 
   pl->summary.tile_m = pl->tile_m;
   pl->summary.tile_n = pl->tile_n;
@@ -494,6 +510,7 @@ fail:
   free(lay.qoff);
   free(lay.koff);
   free(lay.tkb);
+  free(lay.kcw);
   tsr_gpuplan_destroy(g);
   return st;
 }

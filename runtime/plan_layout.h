@@ -217,8 +217,11 @@ typedef struct {
    * NULL for uniform blocks, where bq and bk apply; else bq = bk = 0 and
    * qoff[nq + 1], koff[nk + 1] are the block starts (qoff[nq] = seq_q,
    * koff[nk] = seq_k), qblk[seq_q], kblk[seq_k] each token's block,
-   * tkb[2 u], tkb[2 u + 1] the first and last key block of key tile u. */
-  const tsr_i32 *qoff, *koff, *qblk, *kblk, *tkb;
+   * tkb[2 u], tkb[2 u + 1] the first and last key block of key tile u;
+   * kcw[2 q], kcw[2 q + 1] per 32 key columns 32 q.. (q < ceil(seq_k / 32)):
+   * the block of column 32 q, and bit i (i >= 1) set where a block starts
+   * at column 32 q + i < seq_k (a membership word's blocks, for emit). */
+  const tsr_i32 *qoff, *koff, *qblk, *kblk, *tkb, *kcw;
 } tsr_gpuplan_params;
 
 #endif /* TSR_PLAN_LAYOUT_H */

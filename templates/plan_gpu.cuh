@@ -73,9 +73,21 @@
   } while (0)
 #define TSR_GP_MARK(k) TSR_GP_STAMP(8LL * blockIdx.x + (k))
 #define TSR_GP_EMARK(k) TSR_GP_STAMP(8LL * TSR_GP_NCTA + 4LL * blockIdx.x + (k))
+/* Per row (lane 0 of its warp): 3 r + k after the emit CTAs' marks (count:
+ * k = 0 row counted; emit: 1 tiles written, 2 row done). */
+#define TSR_GP_RMARK(r, k)                                                       \
+  do {                                                                           \
+    if ((threadIdx.x & 31) == 0) {                                               \
+      unsigned long long t_;                                                     \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                     \
+      p.scan[(long long)TSR_GP_NCTA * TSR_GP_SCAN_STRIDE + 8LL * TSR_GP_NCTA +   \
+             4LL * ((p.n_rows + 7) / 8) + 3LL * (r) + (k)] = t_;                   \
+    }                                                                            \
+  } while (0)
 #else
 #define TSR_GP_MARK(k) ((void)0)
 #define TSR_GP_EMARK(k) ((void)0)
+#define TSR_GP_RMARK(r, k) ((void)0)
 #endif
 #define TSR_GP_EMIT_THREADS 256
 
@@ -152,18 +164,28 @@ static __device__ __forceinline__ void tile_state(const tsr_gpuplan_params &p, c
 /* Staged rows (variable geometries whose segments' mask rows fit
  * TSR_GP_VSEG * TSR_GP_VWORDS words: segments x ceil(nk / 32)): the warp
  * first copies its segments' mask rows as bits into shared memory
- * (sw[s * ceil(nk / 32) + q]; VSA's boundary cubes give rows of up to 12
- * segments over 624 cubes, 20 words a segment), and a tile's
+ * (sw[s * ceil(nk / 32) + q]; VSA's boundary cubes of Wan2.1 give rows of
+ * up to 14 segments over 624 cubes at 128-row tiles, 20 words a segment:
+ * 280 words, hence 320, the most the count kernel's 32 rows fit in 48 KB
+ * of static shared memory beside its scan), and a tile's
  * state is then a bit-range test over the key blocks the tile covers
  * (p.tkb, per key tile, computed once a template) instead of a global load
  * per (segment, block): with few heads the planner runs on few SMs and is
  * bound by those instructions and loads. */
-#define TSR_GP_VSEG 4
+#define TSR_GP_VSEG 5
 #define TSR_GP_VWORDS 64
 
 static __device__ __forceinline__ bool is_staged(const tsr_gpuplan_params &p, const rowgeo &g)
 {
   return p.tkb && g.nseg * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
+}
+
+/* The emit kernel keeps the segments for the membership words, and the
+ * union / intersection rows (stage_ui) beside them: rows of several
+ * segments need room for two more. */
+static __device__ __forceinline__ bool is_staged_emit(const tsr_gpuplan_params &p, const rowgeo &g)
+{
+  return p.tkb && (g.nseg + (g.nseg > 1 ? 2 : 0)) * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
 }
 
 /* Copies the row's segments as bits (bits past nk clear).  Warp-wide. */
@@ -204,38 +226,103 @@ static __device__ __forceinline__ bool staged_bit(const unsigned *sw, int nw, in
   return (sw[s * nw + (j >> 5)] >> (j & 31)) & 1u;
 }
 
-/* Key blocks [a, b] of every staged segment: any selected, all selected. */
-static __device__ __forceinline__ void staged_state(const rowgeo &g, const unsigned *sw, int nw, int a, int b,
-                                                    bool &any, bool &full)
+/* Union and intersection of a staged row's segments: ui[q] = OR,
+ * ui[nw + q] = AND over the segments of word q, so that a tile's state is
+ * two range tests instead of one a segment.  ui may be sw itself (after the
+ * last use of the segments): a lane reads and writes only its own columns
+ * q, and its writes (words q and nw + q) are none of the words its later
+ * columns read.  Warp-wide. */
+static __device__ __forceinline__ void stage_ui(const rowgeo &g, int nw, int lane, const unsigned *sw, unsigned *ui)
 {
+  for (int q = lane; q < nw; q += 32) {
+    unsigned u = 0u, a = ~0u;
+    for (int s = 0; s < g.nseg; ++s) {
+      const unsigned x = sw[s * nw + q];
+      u |= x;
+      a &= x;
+    }
+    ui[q] = u;
+    ui[nw + q] = a;
+  }
+  __syncwarp();
+}
+
+/* Key blocks [a, b] from the union row un and the intersection row in:
+ * any, all selected.  Most tiles' blocks lie in one word (VSA's cubes:
+ * every tile): one mask, two shared loads; else a loop over the words.
+ * a > b (a tile past nkt): none selected, all "full". */
+static __device__ __forceinline__ void ui_state(const unsigned *un, const unsigned *in, int a, int b, bool &any,
+                                                bool &full)
+{
+  const int qa = a >> 5, qb = b >> 5;
+  if (qa == qb && a <= b) {
+    const unsigned m = ((2u << (b - a)) - 1u) << (a & 31); /* b - a = 31: 2u << 31 = 0, all ones */
+    any = (un[qa] & m) != 0u;
+    full = (in[qa] & m) == m;
+    return;
+  }
   any = false;
   full = true;
-  for (int s = 0; s < g.nseg; ++s)
-    for (int q = a >> 5; q <= (b >> 5); ++q) {
-      const int lo = q == (a >> 5) ? (a & 31) : 0, hi = q == (b >> 5) ? (b & 31) : 31;
-      const unsigned m = (hi - lo == 31 ? 0xffffffffu : ((1u << (hi - lo + 1)) - 1u)) << lo;
-      const unsigned x = sw[s * nw + q] & m;
-      any |= x != 0u;
-      full &= x == m;
+  for (int q = qa; q <= qb; ++q) {
+    const int lo = q == qa ? (a & 31) : 0, hi = q == qb ? (b & 31) : 31;
+    const unsigned m = ((2u << (hi - lo)) - 1u) << lo;
+    any |= (un[q] & m) != 0u;
+    full &= (in[q] & m) == m;
+  }
+}
+
+/* Membership word of staged segment s over key columns 32 q .. 32 q + 31
+ * (clear past seq_k), from the word's blocks (p.kcw: the first, and the
+ * columns where the others start): the segment's mask bits of those blocks
+ * as one funnel-shifted word, each selected block's columns set.  Shared
+ * memory and ALU work only: no walk over the block starts in global memory. */
+static __device__ __forceinline__ unsigned staged_word(const tsr_gpuplan_params &p, const unsigned *sw, int nw,
+                                                       int s, int q)
+{
+  if (32 * q >= p.seq_k) return 0u; /* a ragged last tile's words past the keys */
+  const int2 e = __ldg((const int2 *)p.kcw + q);
+  const unsigned *row = sw + s * nw;
+  const int qw = e.x >> 5;
+  const unsigned lo = row[qw], hi = qw + 1 < nw ? row[qw + 1] : 0u;
+  unsigned x = __funnelshift_r(lo, hi, e.x & 31); /* bit k: block e.x + k selected */
+  unsigned starts = (unsigned)e.y & ~1u, word = 0;
+  if (!starts) {
+    word = 0u - (x & 1u); /* one block covers the word (the usual case) */
+  } else {
+    int a = 0;
+    while (x) {
+      const int b = starts ? __ffs(starts) - 1 : 32;
+      if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
+      x >>= 1;
+      if (!starts) break;
+      starts &= starts - 1u;
+      a = b;
     }
+  }
+  const int rem = p.seq_k - 32 * q;
+  return rem >= 32 ? word : word & ((1u << rem) - 1u);
 }
 
 /* Tiles u0 + 32 k + lane (k < 4): the loads first, so that each lane has
  * four mask reads in flight.  simple: one segment and every key tile inside
  * one key block, so a tile is one mask bit.  sw: the staged row, or NULL. */
 static __device__ __forceinline__ void tile_states4(const tsr_gpuplan_params &p, const rowgeo &g,
-                                                    bool simple, const unsigned *sw, int u0, int lane,
-                                                    bool (&any)[4], bool (&full)[4])
+                                                    bool simple, const unsigned *sw, const unsigned *ui, int u0,
+                                                    int lane, bool (&any)[4], bool (&full)[4])
 {
   if (sw) {
+    const int nw = (p.nk + 31) >> 5;
     int2 kb[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int u = u0 + 32 * k + lane;
       kb[k] = u < p.nkt ? __ldg((const int2 *)p.tkb + u) : make_int2(0, -1);
     }
+    /* one segment: the row is its own union and intersection; rows of
+     * several always come with ui (count: in place; emit: beside them) */
+    const unsigned *un = ui ? ui : sw, *in = ui ? ui + nw : sw;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) staged_state(g, sw, (p.nk + 31) >> 5, kb[k].x, kb[k].y, any[k], full[k]);
+    for (int k = 0; k < 4; ++k) ui_state(un, in, kb[k].x, kb[k].y, any[k], full[k]);
     return;
   }
 #pragma unroll
@@ -330,32 +417,17 @@ static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, 
 
 /* General rows: tiles, partial tiles and the features' sums (selected key
  * tokens x of each segment, weighted by its query tokens w in this tile). */
-static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
+static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &g, unsigned *sw, int lane,
                                      int &len_out, int &part_out, unsigned long long &sel,
                                      unsigned long long &sel2)
 {
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   int len = 0, part = 0;
   long long xs = 0; /* simple rows: selected key tokens, from the tiles */
-  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
-    bool any[4], full[4];
-    tile_states4(p, g, simple, sw, u0, lane, any, full);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      len += __popc(__ballot_sync(0xffffffffu, any[k]));
-      part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
-      if (simple && any[k]) {
-        const int c0 = (u0 + 32 * k + lane) * p.bn;
-        xs += min(c0 + p.bn, p.seq_k) - c0;
-      }
-    }
-  }
+  /* The features of non-simple rows first: they need the segments, which
+   * the union / intersection rows then replace. */
   sel = sel2 = 0;
-  if (simple) {
-    const long long x = warp_sum(xs), w = g.r1 - g.r0;
-    sel = (unsigned long long)(w * x);
-    sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
-  } else {
+  if (!simple) {
     for (int s = 0; s < g.nseg; ++s) {
       long long x = 0;
       if (sw) {
@@ -375,6 +447,29 @@ static __device__ void general_count(const tsr_gpuplan_params &p, const rowgeo &
       sel += (unsigned long long)(w * x);
       sel2 += (unsigned long long)(w * x) * (unsigned long long)x;
     }
+  }
+  const unsigned *ui = nullptr;
+  if (sw && g.nseg > 1) {
+    stage_ui(g, (p.nk + 31) >> 5, lane, sw, sw);
+    ui = sw;
+  }
+  for (int u0 = 0; u0 < p.nkt; u0 += 128) {
+    bool any[4], full[4];
+    tile_states4(p, g, simple, sw, ui, u0, lane, any, full);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      len += __popc(__ballot_sync(0xffffffffu, any[k]));
+      part += __popc(__ballot_sync(0xffffffffu, any[k] && !full[k]));
+      if (simple && any[k]) {
+        const int c0 = (u0 + 32 * k + lane) * p.bn;
+        xs += min(c0 + p.bn, p.seq_k) - c0;
+      }
+    }
+  }
+  if (simple) {
+    const long long x = warp_sum(xs), w = g.r1 - g.r0;
+    sel = (unsigned long long)(w * x);
+    sel2 = (unsigned long long)(w * x) * (unsigned long long)x;
   }
   len_out = len;
   part_out = part;
@@ -571,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   __shared__ long long s_v[TSR_GP_COUNT_ROWS][TSR_GP_SCAN_VALS];
   __shared__ long long s_tot[TSR_GP_SCAN_VALS], s_pre[TSR_GP_SCAN_VALS];
   __shared__ int s_step, s_ctl[1];
-  __shared__ unsigned s_sw[TSR_GP_COUNT_ROWS][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows (32 KB) */
+  __shared__ unsigned s_sw[TSR_GP_COUNT_ROWS][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows (40 KB) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   /* The emit kernel (launched with programmatic stream serialisation
    * where the device has it) may start once every CTA here has: it reads
@@ -623,6 +718,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
       p.row_len[r] = len;
       p.row_part[r] = part;
     }
+    TSR_GP_RMARK(r, 0);
   }
   __syncthreads();
   TSR_GP_MARK(1);
@@ -863,16 +959,25 @@ namespace tsrgp {
 
 /* A general row's tile records and membership words: ballots of the
  * OR / AND per tile give the positions. */
-static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw, int lane,
-                                     int tile0, int word0)
+static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &g, const unsigned *sw,
+                                     const unsigned *ui, int lane, int tile0, int word0, int *s_pl)
 {
   const int wn = p.bn / 32, seg_words = g.nseg * wn;
   const unsigned below = (1u << lane) - 1u;
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
+  /* Staged rows with the word table: a group's partial tiles go to s_pl,
+   * then the warp writes their words, one word a lane, in memory order
+   * (i = tile * seg_words + s * wn + w; divisions by multiply-high with
+   * m = ceil(2^32 / d), exact while i * d < 2^32: here i < 128 seg_words
+   * and seg_words <= 320 x 8). */
+  const bool wide = sw && p.kcw && s_pl;
+  const unsigned m_sw = 0xffffffffu / (unsigned)seg_words + 1u, m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: d = 1 */
+  const int nw = (p.nk + 31) >> 5;
   int n = 0, np = 0;
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
     bool anyk[4], fullk[4];
-    tile_states4(p, g, simple, sw, u0, lane, anyk, fullk);
+    tile_states4(p, g, simple, sw, ui, u0, lane, anyk, fullk);
+    const int np0 = np;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int u = u0 + 32 * k + lane;
@@ -886,7 +991,9 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
         if (!full) {
           tr.mem = word0 + (np + __popc(bp & below)) * seg_words;
           const int base = u * p.bn;
-          if (sw) {
+          if (wide) {
+            s_pl[np - np0 + __popc(bp & below)] = u;
+          } else if (sw) {
             /* Staged: the tile's blocks kb.x..kb.y in order, a cursor
              * over them per segment (their starts hit L1). */
             const int2 kb = __ldg((const int2 *)p.tkb + u);
@@ -930,6 +1037,17 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
       }
       n += __popc(ba);
       np += __popc(bp);
+    }
+    if (wide && np > np0) {
+      __syncwarp();
+      const int total = (np - np0) * seg_words;
+      tsr_u32 *dst = p.membership + word0 + (long long)np0 * seg_words;
+      for (int i = lane; i < total; i += 32) {
+        const int t = m_sw ? (int)__umulhi((unsigned)i, m_sw) : i, r = i - t * seg_words;
+        const int s = m_wn ? (int)__umulhi((unsigned)r, m_wn) : r, w = r - s * wn;
+        dst[i] = staged_word(p, sw, nw, s, ((s_pl[t] * p.bn) >> 5) + w);
+      }
+      __syncwarp();
     }
   }
 }
@@ -1017,6 +1135,7 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
 {
   using namespace tsrgp;
   __shared__ unsigned s_sw[TSR_GP_EMIT_THREADS / 32][TSR_GP_VSEG * TSR_GP_VWORDS]; /* staged rows */
+  __shared__ int s_pl[TSR_GP_EMIT_THREADS / 32][128]; /* a group's partial tiles (staged rows) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r = blockIdx.x * (TSR_GP_EMIT_THREADS / 32) + warp;
   TSR_GP_EMARK(0);
@@ -1025,13 +1144,22 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   /* Nothing up to grid_dep_wait depends on the count kernel: the geometry
    * and the first mask loads overlap its tail. */
   const rowgeo g = row_geo(p, r);
-  const bool direct = is_direct(p, g), st = !direct && is_staged(p, g);
+  const bool direct = is_direct(p, g), st = !direct && is_staged_emit(p, g);
   unsigned b[4] = {0u, 0u, 0u, 0u};
   if (direct) {
     const int mode = unit_mode(p);
     direct_load4(p, g.plane + g.i0, mode, ((p.nk - 1) >> unit_shift(mode)) + 1, 0, lane, b);
   }
-  if (st) stage_row(p, g, lane, s_sw[warp]);
+  const unsigned *ui = nullptr;
+  if (st) {
+    stage_row(p, g, lane, s_sw[warp]);
+    /* the union / intersection rows after the segments */
+    const int nw = (p.nk + 31) >> 5;
+    if (g.nseg > 1) {
+      stage_ui(g, nw, lane, s_sw[warp], s_sw[warp] + g.nseg * nw);
+      ui = s_sw[warp] + g.nseg * nw;
+    }
+  }
   grid_dep_wait();
   TSR_GP_EMARK(1);
   if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
@@ -1039,8 +1167,10 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   if (p.counts[TSR_GP_OVERFLOW]) return;
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
   if (direct) direct_tiles(p, g, lane, tile0, b);
-  else general_tiles(p, g, st ? s_sw[warp] : nullptr, lane, tile0, word0);
+  else general_tiles(p, g, st ? s_sw[warp] : nullptr, ui, lane, tile0, word0, s_pl[warp]);
+  TSR_GP_RMARK(r, 1);
   emit_tasks(p, g, lane, len, tile0, slot, ro);
+  TSR_GP_RMARK(r, 2);
   TSR_GP_EMARK(2);
 }
 

@@ -11,7 +11,14 @@
  *
  *   nvcc -O2 -arch=sm_90a -o plan_probe tests/device/plan_probe.cu -lcuda   (tests/device/run BUILD probe)
  *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
+ *              [--block B] [--vsa [--tile N] [--topk K]]
  *
+ * --block B: B-token blocks and tiles (default 128).  --vsa: VSA's ragged
+ * 4x4x4 cubes of Wan2.1-1.3B (624 blocks of 64/32/16/8 tokens, whole cubes
+ * first), NxN tiles (default 64, combine), top-K (78) blocks a row at
+ * random; the hash then covers the membership words and merges too.
+ * --timeline also prints per-row times by the row's query segments and the
+ * slowest rows (count: from its CTA's entry; emit: from its CTA's release).
  * CUBIN: the bundle's <arch>/tsr_plan.cubin, or one built with nvcc -cubin
  * from a file including plan_layout.h and plan_gpu.cuh.  --pdl launches
  * emit as runtime/gpuplan.c does on sm_90 (programmatic dependent launch);
@@ -72,11 +79,13 @@ struct launch {
 int main(int argc, char **argv)
 {
   if (argc < 2) {
-    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n");
+    fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n"
+                    "                  [--block B] [--vsa [--tile N] [--topk K]]\n");
     return 2;
   }
   const char *cubin = argv[1];
-  int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0, timeline = 0;
+  int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0, timeline = 0, vsa = 0, bs = 128,
+      topk = 78, vtile = 64;
   if (argc > 3 && argv[2][0] != '-') {
     H = atoi(argv[2]);
     S = atoi(argv[3]);
@@ -88,8 +97,30 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[ai], "--split") && ai + 1 < argc) chunk = atoi(argv[++ai]);
     else if (!strcmp(argv[ai], "--pdl")) pdl = 1;
     else if (!strcmp(argv[ai], "--timeline")) timeline = 1;
+    else if (!strcmp(argv[ai], "--vsa")) vsa = 1;
+    else if (!strcmp(argv[ai], "--block") && ai + 1 < argc) bs = atoi(argv[++ai]);
+    else if (!strcmp(argv[ai], "--topk") && ai + 1 < argc) topk = atoi(argv[++ai]);
+    else if (!strcmp(argv[ai], "--tile") && ai + 1 < argc) vtile = atoi(argv[++ai]);
   }
-  const int bs = 128, nq = (S + bs - 1) / bs, nk = nq, nqt = nq, nkt = nk;
+  /* --vsa: VSA's 4x4x4 cubes of Wan2.1-1.3B's 21x30x52 latent grid (624
+   * cubes of 64/32/16/8 tokens, whole cubes first: tessera.methods.tile_order),
+   * S = 32760, tile 64x64 (--tile N: NxN) over the variable blocks (combine), each row the
+   * top-k (default 78) of 624 cubes at random. */
+  std::vector<int> boff;
+  if (vsa) {
+    S = 32760;
+    const int tl[6] = {4, 4, 4, 4, 4, 1}, hl[8] = {4, 4, 4, 4, 4, 4, 4, 2};
+    std::vector<int> sz;
+    for (int a = 0; a < 6; a++)
+      for (int b2 = 0; b2 < 8; b2++)
+        for (int c = 0; c < 13; c++) sz.push_back(tl[a] * hl[b2] * 4);
+    std::stable_sort(sz.begin(), sz.end(), [](int x, int y) { return x > y; });
+    boff.push_back(0);
+    for (int x : sz) boff.push_back(boff.back() + x);
+    bs = vtile; /* the tile (--tile, default 64) */
+  }
+  const int nq = vsa ? (int)boff.size() - 1 : (S + bs - 1) / bs, nk = nq;
+  const int nqt = (S + bs - 1) / bs, nkt = nqt;
   const int rows = H * nqt;
 
   CK(cuInit(0));
@@ -102,7 +133,18 @@ int main(int argc, char **argv)
 
   /* Mask: as tests/gpu_plan's timing. */
   std::vector<uint8_t> m((size_t)H * nq * nk);
-  for (int h = 0; h < H; h++)
+  for (int h = 0; h < H && vsa; h++)
+    for (int i = 0; i < nq; i++) {
+      /* top-k of nk at random: a partial Fisher-Yates shuffle */
+      std::vector<int> idx(nk);
+      for (int j = 0; j < nk; j++) idx[j] = j;
+      for (int j = 0; j < topk && j < nk; j++) {
+        int x = j + (int)(rnd() % (unsigned)(nk - j));
+        std::swap(idx[j], idx[x]);
+        m[((size_t)h * nq + i) * nk + idx[j]] = 1;
+      }
+    }
+  for (int h = 0; h < H && !vsa; h++)
     for (int i = 0; i < nq; i++) {
       int er = rnd() % 7 == 0;
       for (int j = 0; j < nk; j++) {
@@ -125,9 +167,9 @@ int main(int argc, char **argv)
   p.heads_q = H;
   p.nq = nq;
   p.nk = nk;
-  p.bq = p.bk = bs;
+  p.bq = p.bk = vsa ? 0 : bs;
   p.seq_q = p.seq_k = S;
-  p.bm = p.bn = 128;
+  p.bm = p.bn = bs;
   p.nqt = nqt;
   p.nkt = nkt;
   p.n_rows = rows;
@@ -136,10 +178,23 @@ int main(int argc, char **argv)
   p.num_sms = 132;  /* the H200's, as the library's default */
   long long cap_tiles = (long long)rows * nkt;
   long long cap_slots = chunk ? std::min<long long>((long long)rows * ((nkt + chunk - 1) / chunk),
-                                                     (256LL << 20) / (128 * 130 * 4))
+                                                     (256LL << 20) / (bs * 130 * 4))
                               : 0;
+  /* variable blocks (runtime/gpuplan.c block_maps): block starts, each
+   * token's block, each key tile's first and last block; worst-case words */
+  int nseg_max = 1;
+  std::vector<int> tb(S), tkb(2 * nkt);
+  if (vsa) {
+    for (int j = 0; j < nk; j++)
+      for (int t = boff[j]; t < boff[j + 1]; t++) tb[t] = j;
+    for (int u = 0; u < nkt; u++) {
+      tkb[2 * u] = tb[u * bs];
+      tkb[2 * u + 1] = tb[std::min((u + 1) * bs, S) - 1];
+      nseg_max = std::max(nseg_max, tkb[2 * u + 1] - tkb[2 * u] + 1);
+    }
+  }
   p.cap_tiles = (int)cap_tiles;
-  p.cap_words = 0;
+  p.cap_words = vsa ? (int)std::min<long long>(cap_tiles * nseg_max * (bs / 32), 0x7fffffffLL) : 0;
   p.cap_slots = (int)cap_slots;
   p.cap_tasks = (int)(rows + cap_slots);
   CUdeviceptr d;
@@ -155,8 +210,28 @@ int main(int argc, char **argv)
   p.tiles = (tsr_tile_rec *)(uintptr_t)d;
   d = alloc((size_t)p.cap_tasks * sizeof(tsr_member_rec));
   p.members = (tsr_member_rec *)(uintptr_t)d;
-  d = alloc(16);
+  d = alloc(vsa ? (size_t)p.cap_words * 4 : 16);
   p.membership = (tsr_u32 *)(uintptr_t)d;
+  if (vsa) {
+    auto up = [&](const int *x, size_t n) {
+      CUdeviceptr y = alloc(n * 4);
+      CK(cuMemcpyHtoD(y, x, n * 4));
+      return (const tsr_i32 *)(uintptr_t)y;
+    };
+    p.qoff = p.koff = up(boff.data(), boff.size());
+    p.qblk = p.kblk = up(tb.data(), tb.size());
+    p.tkb = up(tkb.data(), tkb.size());
+    /* per 32 key columns: the first block, where the others start (gpuplan.c) */
+    std::vector<int> kcw(2 * ((S + 31) / 32));
+    for (int q = 0; q < (S + 31) / 32; q++) {
+      unsigned starts = 0;
+      for (int c = 32 * q + 1; c < std::min(32 * q + 32, S); c++)
+        if (tb[c] != tb[c - 1]) starts |= 1u << (c - 32 * q);
+      kcw[2 * q] = tb[32 * q];
+      kcw[2 * q + 1] = (int)starts;
+    }
+    p.kcw = up(kcw.data(), kcw.size());
+  }
   d = alloc(chunk ? (size_t)rows * sizeof(tsr_merge_rec) : 16);
   p.merges = (tsr_merge_rec *)(uintptr_t)d;
   d = alloc((size_t)rows * 4);
@@ -169,7 +244,7 @@ int main(int argc, char **argv)
   p.counts = (tsr_i32 *)(uintptr_t)dcounts;
   const int ncta = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS;
   /* Look-back state, then room for a TSR_GP_TIMELINE build's marks. */
-  d = alloc((size_t)ncta * TSR_GP_SCAN_STRIDE * 8 + ((size_t)ncta * 8 + (size_t)rows * 4) * 8);
+  d = alloc((size_t)ncta * TSR_GP_SCAN_STRIDE * 8 + ((size_t)ncta * 8 + (size_t)rows * 4 + (size_t)rows * 3) * 8);
   p.scan = (unsigned long long *)(uintptr_t)d;
   tsr_gp_stats *hst = NULL;
   if (stats) {
@@ -269,6 +344,18 @@ int main(int argc, char **argv)
     h = fnv(h, tk.data(), tk.size() * sizeof(tsr_task_rec));
     h = fnv(h, ti.data(), ti.size() * sizeof(tsr_tile_rec));
     h = fnv(h, me.data(), me.size() * sizeof(tsr_member_rec));
+    const int nw = cnt[TSR_GP_WORDS], nmg = cnt[TSR_GP_MERGES];
+    if (nw > 0 && nw <= p.cap_words) {
+      std::vector<uint32_t> w(nw);
+      CK(cuMemcpyDtoH(w.data(), (CUdeviceptr)(uintptr_t)p.membership, (size_t)nw * 4));
+      h = fnv(h, w.data(), w.size() * 4);
+    }
+    if (chunk && nmg > 0) {
+      std::vector<tsr_merge_rec> mg(nmg);
+      CK(cuMemcpyDtoH(mg.data(), (CUdeviceptr)(uintptr_t)p.merges, (size_t)nmg * sizeof(tsr_merge_rec)));
+      h = fnv(h, mg.data(), mg.size() * sizeof(tsr_merge_rec));
+    }
+    printf("plan: words=%d partial=%d slots=%d\n", nw, cnt[TSR_GP_PARTIAL], cnt[TSR_GP_SLOTS]);
     long long host_tiles = 0;
     for (size_t i = 0; i < m.size(); i++) host_tiles += m[i] != 0;
     printf("plan: H=%d S=%d rows=%d tasks=%d tiles=%d (mask %lld) merges=%d empty=%d step=%d hash %016llx\n", H, S,
@@ -308,6 +395,53 @@ int main(int argc, char **argv)
       }
       printf("TIMELINE %-20s min %7.2f mean %7.2f max %7.2f us\n", en[k], mn, sum / egrid, mx);
     }
+    /* Per row (a TSR_GP_RMARK build): count = row counted - its CTA's
+     * entry; emit tiles / end = its marks - its emit CTA's release; by the
+     * row's query segments, then the slowest rows. */
+    std::vector<unsigned long long> rt((size_t)rows * 3);
+    std::vector<int> rl(rows);
+    CK(cuMemcpyDtoH(rt.data(),
+                    (CUdeviceptr)(uintptr_t)(p.scan + (size_t)ncta * TSR_GP_SCAN_STRIDE + (size_t)ncta * 8 +
+                                             (size_t)egrid * 4),
+                    rt.size() * 8));
+    CK(cuMemcpyDtoH(rl.data(), (CUdeviceptr)(uintptr_t)p.row_len, (size_t)rows * 4));
+    const int epr = (int)(rows / egrid); /* rows an emit CTA */
+    std::vector<double> rc(rows), ret(rows), ree(rows);
+    std::vector<int> ns(rows);
+    for (int r = 0; r < rows; r++) {
+      const int qt = r % nqt, r0 = qt * bs, r1 = std::min(r0 + bs, S);
+      ns[r] = vsa ? tb[r1 - 1] - tb[r0] + 1 : 1;
+      const unsigned long long ce = t[(size_t)(r / TSR_GP_COUNT_ROWS) * 8];
+      const unsigned long long er = t[(size_t)ncta * 8 + (size_t)(r / epr) * 4 + 1];
+      rc[r] = (double)(long long)(rt[3 * (size_t)r] - ce) * 1e-3;
+      ret[r] = (double)(long long)(rt[3 * (size_t)r + 1] - er) * 1e-3;
+      ree[r] = (double)(long long)(rt[3 * (size_t)r + 2] - er) * 1e-3;
+    }
+    for (int n = 1; n <= 16; n++) {
+      int c = 0;
+      double a[6] = {0, 0, 0, 0, 0, 0};
+      long long ln = 0;
+      for (int r = 0; r < rows; r++)
+        if (ns[r] == n) {
+          c++, ln += rl[r];
+          a[0] += rc[r], a[1] = std::max(a[1], rc[r]), a[2] += ret[r], a[3] = std::max(a[3], ret[r]);
+          a[4] += ree[r], a[5] = std::max(a[5], ree[r]);
+        }
+      if (c)
+        printf("ROWS nseg %2d: %5d rows, mean len %6.1f; count mean %7.2f max %7.2f; emit tiles mean %7.2f max %7.2f; "
+               "emit end mean %7.2f max %7.2f us\n",
+               n, c, (double)ln / c, a[0] / c, a[1], a[2] / c, a[3], a[4] / c, a[5]);
+    }
+    std::vector<int> ord(rows);
+    for (int r = 0; r < rows; r++) ord[r] = r;
+    std::sort(ord.begin(), ord.end(), [&](int a, int b) { return rc[a] > rc[b]; });
+    for (int i = 0; i < 5; i++)
+      printf("SLOW count row %5d (q tile %4d) nseg %d len %4d: %7.2f us\n", ord[i], ord[i] % nqt, ns[ord[i]],
+             rl[ord[i]], rc[ord[i]]);
+    std::sort(ord.begin(), ord.end(), [&](int a, int b) { return ree[a] > ree[b]; });
+    for (int i = 0; i < 5; i++)
+      printf("SLOW emit row %5d (q tile %4d) nseg %d len %4d: tiles %7.2f end %7.2f us\n", ord[i], ord[i] % nqt,
+             ns[ord[i]], rl[ord[i]], ret[ord[i]], ree[ord[i]]);
   }
 
   CUevent e0, e1;

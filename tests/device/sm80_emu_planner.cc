@@ -35,6 +35,12 @@ static inline void __threadfence_system() {}
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 static inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+/* CUDA's: (hi:lo) >> (sh & 31), the low word; the high 32 bits of a * b */
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh)
+{
+  return (unsigned)((((unsigned long long)hi << 32) | lo) >> (sh & 31));
+}
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 static inline unsigned __vcmpne4(unsigned a, unsigned b)
 {
   unsigned r = 0;
