@@ -87,12 +87,81 @@ typedef struct {
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
   float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
+  double *prod;   /* fp8: one wgmma's products (pv_add) */
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
   const tsr_fp8_tensors *f8;  /* precision fp8: the quantized tensors, else NULL */
   const unsigned char *native; /* fp8: [B][Hq] heads run in the native dtype */
 } exec_ctx;
+
+/* P V's accumulation (tsri_fp8_pv_model, fp8.h): how the tensor cores add
+ * the exact e4m3 products of one wgmma into the fp32 accumulator. */
+static int pv_kind = TSRI_PV_FP32, pv_group = 32, pv_frac = 13;
+
+void tsri_fp8_pv_model(int kind, int group, int frac)
+{
+  pv_kind = kind;
+  pv_group = group > 0 ? group : 32;
+  pv_frac = frac;
+}
+
+double *tsri_fp8_diag_rows; /* fp8.h: per q row, the near-tie facts */
+float tsri_fp8_diag_ulps = 2.0f;
+
+/* x (finite) truncated toward zero to `frac` bits after its leading one. */
+static double rz_bits(double x, int frac)
+{
+  int e;
+  double unit;
+  if (x == 0.0 || !isfinite(x))
+    return x;
+  (void)frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  unit = ldexp(1.0, e - 1 - frac);
+  return trunc(x / unit) * unit;
+}
+
+/* One wgmma's accumulation: acc + sum of n exact products (prod, in
+ * double), by the model.  TSRI_PV_FP32: float additions in order (the CPU's
+ * own, the emulation before 2026-12-02e); TSRI_PV_RZ_SUM: the exact sum,
+ * truncated to pv_frac bits after its leading one; TSRI_PV_RZ_ALIGN: every
+ * term (acc too) truncated to the unit 2^(emax - pv_frac) of the largest
+ * one's exponent emax, the exact sum of those, then truncated as RZ_SUM. */
+static float pv_add(float acc, const double *prod, int64_t n)
+{
+  int64_t i;
+  double sum = acc;
+  if (pv_kind == TSRI_PV_FP32) {
+    float a = acc;
+    for (i = 0; i < n; i++)
+      a += (float)prod[i];
+    return a;
+  }
+  for (i = 0; i < n; i++)
+    sum += prod[i];
+  if (!isfinite(sum))
+    return (float)sum; /* NaN / inf: as the fp32 sums */
+  if (pv_kind == TSRI_PV_RZ_ALIGN) {
+    int e, emax = INT32_MIN;
+    double unit;
+    if (acc != 0.0f) {
+      (void)frexp(acc, &e);
+      emax = e;
+    }
+    for (i = 0; i < n; i++)
+      if (prod[i] != 0.0) {
+        (void)frexp(prod[i], &e);
+        emax = e > emax ? e : emax;
+      }
+    if (emax == INT32_MIN)
+      return 0.0f;
+    unit = ldexp(1.0, emax - 1 - pv_frac);
+    sum = trunc((double)acc / unit) * unit;
+    for (i = 0; i < n; i++)
+      sum += trunc(prod[i] / unit) * unit;
+  }
+  return (float)rz_bits(sum, pv_frac);
+}
 
 /* The FP8 operands of one member's head, or NULL when it runs natively. */
 typedef struct {
@@ -188,12 +257,41 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
                         : exp2f(x->s[c] - msafe);
           const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
           x->l[rr] += pr; /* l sums the unquantized p (fp8: p') */
-          if (f8)
-            pr = tsri_fp8_e4m3(pr);
+          if (f8) {
+            float q8 = tsri_fp8_e4m3(pr);
+            if (tsri_fp8_diag_rows) { /* a p' within the exp2 error of an e4m3 boundary */
+              float du = tsri_fp8_diag_ulps * 0x1p-23f;
+              if (tsri_fp8_diag_ulps > 0 && tsri_fp8_e4m3(pr * (1 + du)) != tsri_fp8_e4m3(pr * (1 - du))) {
+                double *dr = tsri_fp8_diag_rows + 3 * (((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr);
+                double vmax = 0, step = fabsf(tsri_fp8_e4m3(pr * (1 + du)) - tsri_fp8_e4m3(pr * (1 - du)));
+                for (d = 0; d < D; d++)
+                  vmax = fmax(vmax, fabs((double)vr[d] * f.sv[d]));
+                dr[0] += 1;
+                dr[1] = pr > dr[1] ? pr : dr[1];
+                /* what the flip adds to sum_c 2^s_c v_c (divided by 2^lse2 it is o's change) */
+                dr[2] += step / 256.0 * exp2((double)msafe) * vmax;
+              }
+            }
+            x->s[c] = q8; /* the score is spent: s holds p8 for the grouped sums below */
+            if (pv_kind != TSRI_PV_FP32)
+              continue;
+            pr = q8;
+          }
           for (d = 0; d < D; d++)
             ar[d] += pr * vr[d];
+        } else if (f8) {
+          x->s[c] = 0.0f;
         }
       }
+      if (f8 && pv_kind != TSRI_PV_FP32) /* the wgmmas of this tile: pv_group keys each */
+        for (c = 0; c < nc; c += pv_group) {
+          int64_t n = nc - c < pv_group ? nc - c : pv_group, j;
+          for (d = 0; d < D; d++) {
+            for (j = 0; j < n; j++)
+              x->prod[j] = (double)x->s[c + j] * f.v8[(c0 + c + j) * D + d];
+            ar[d] = pv_add(ar[d], x->prod, n);
+          }
+        }
       x->m[rr] = mnew;
     }
   }
@@ -345,10 +443,11 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.s = malloc((size_t)pl->tile_n * 3 * sizeof(float));
   x.t = x.s ? x.s + pl->tile_n : NULL;
   x.cf = x.s ? x.s + 2 * pl->tile_n : NULL;
+  x.prod = malloc((size_t)pl->tile_n * sizeof(double));
   x.on = malloc((size_t)pl->tile_n);
   x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
-      !x.m || !x.l || !x.s || !x.on || !x.sel) {
+      !x.m || !x.l || !x.s || !x.prod || !x.on || !x.sel) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
                        (long long)n_o);
     goto done;
@@ -408,6 +507,7 @@ done:
   free(x.m);
   free(x.l);
   free(x.s);
+  free(x.prod);
   free(x.on);
   free(x.sel);
   return st;

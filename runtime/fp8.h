@@ -76,4 +76,22 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
                                  const tsr_array *v, const unsigned char *native, tsr_array *out,
                                  tsr_array *lse, tsr_error *err);
 
+/* The CPU emulation's model of the tensor cores' P V accumulation (the
+ * products p8 * v8 are exact either way): TSRI_PV_FP32 adds each product
+ * to the fp32 accumulator in key order; TSRI_PV_RZ_SUM adds `group` keys
+ * (one wgmma) exactly and truncates the sum to `frac` bits after its
+ * leading one; TSRI_PV_RZ_ALIGN first truncates each term to 2^-frac of the
+ * largest term's leading bit.  Process-wide; for tests. */
+enum { TSRI_PV_FP32 = 0, TSRI_PV_RZ_SUM = 1, TSRI_PV_RZ_ALIGN = 2 };
+void tsri_fp8_pv_model(int kind, int group, int frac);
+
+/* Diagnostics (tests): when tsri_fp8_diag_rows is set ([B][Hq][Sq][3]
+ * doubles, zeroed by the caller), the emulation adds per q row the number
+ * of p' within tsri_fp8_diag_ulps float ulps of an e4m3 rounding boundary,
+ * keeps the largest such p', and sums what their flips could move
+ * sum_c 2^s_c |v_c| (e4m3 step / 256 * 2^m * max_d |v_c,d sv_d|): over
+ * 2^(lse / ln 2) that bounds o's change from such flips. */
+extern double *tsri_fp8_diag_rows;
+extern float tsri_fp8_diag_ulps;
+
 #endif /* TSR_FP8_H */

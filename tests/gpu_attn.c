@@ -1347,6 +1347,137 @@ static int fp8_emulate(const prob *P, const tsr_plan *pl, int all_fp8, tsr_array
   return st != TSR_OK;
 }
 
+/* ---- --fp8-diag: where the device and the emulation part (issue 18) ----
+ * The emulation of the compared plan (dg_pl, dg_all: every head FP8) under
+ * each model of the tensor cores' P V accumulation (tsri_fp8_pv_model),
+ * each against the device's output: the model that matches the device
+ * names the arithmetic to emulate.  Per model: o's largest error over
+ * max |o| and where; the emulation counts per row the p' within
+ * tsri_fp8_diag_ulps of an e4m3 rounding boundary (an ex2.approx ulp can
+ * flip those). */
+static int fp8_diag;
+static const tsr_plan *dg_pl;
+static int dg_all;
+typedef struct { int kind, group, frac; const char *name; } pv_model;
+static const pv_model pv_models[] = {
+  { TSRI_PV_FP32, 32, 0, "fp32-seq" },
+  { TSRI_PV_RZ_SUM, 32, 13, "sum-g32-f13" },
+  { TSRI_PV_RZ_SUM, 16, 13, "sum-g16-f13" },
+  { TSRI_PV_RZ_ALIGN, 32, 13, "align-g32-f13" },
+  { TSRI_PV_RZ_ALIGN, 16, 13, "align-g16-f13" },
+};
+#define N_PV_MODELS (sizeof pv_models / sizeof *pv_models)
+static struct dg_entry {
+  const tsr_plan *pl;
+  long long n_tasks;
+  float *o[N_PV_MODELS];
+  double *ties; /* [rows][3] of the first model's run (tsri_fp8_diag_rows) */
+  float *lse;   /* the first model's lse */
+} dg_caches[2], dg_cache; /* [all]; dg_cache: the one last asked for */
+
+static void fp8_diag_reset(void)
+{
+  size_t m, a;
+  for (a = 0; a < 2; a++) {
+    for (m = 0; m < N_PV_MODELS; m++) free(dg_caches[a].o[m]);
+    free(dg_caches[a].ties);
+    free(dg_caches[a].lse);
+  }
+  memset(dg_caches, 0, sizeof dg_caches);
+  memset(&dg_cache, 0, sizeof dg_cache);
+}
+
+
+/* The models' emulations of (pl, all), cached. */
+static int fp8_diag_models(const prob *P, const tsr_plan *pl, int all)
+{
+  const tcase *c = P->c;
+  size_t m, rows = (size_t)c->B * c->Hq * c->Sq;
+  struct dg_entry *ce = &dg_caches[all != 0];
+  if (ce->pl == pl && ce->n_tasks == (long long)pl->n_tasks && ce->o[0]) {
+    dg_cache = *ce;
+    return 0;
+  }
+  for (m = 0; m < N_PV_MODELS; m++) free(ce->o[m]);
+  free(ce->ties);
+  free(ce->lse);
+  memset(ce, 0, sizeof *ce);
+  memset(&dg_cache, 0, sizeof dg_cache);
+  dg_cache.ties = calloc(rows * 3, sizeof(double));
+  if (getenv("TSR_DIAG_ULPS")) tsri_fp8_diag_ulps = (float)atof(getenv("TSR_DIAG_ULPS"));
+  for (m = 0; m < N_PV_MODELS; m++) {
+    tsr_array o, l;
+    tsri_fp8_pv_model(pv_models[m].kind, pv_models[m].group, pv_models[m].frac);
+    tsri_fp8_diag_rows = m == 0 ? dg_cache.ties : NULL;
+    if (fp8_emulate(P, pl, all, &o, &l)) {
+      tsri_fp8_pv_model(TSRI_PV_FP32, 32, 0);
+      tsri_fp8_diag_rows = NULL;
+      return 1;
+    }
+    dg_cache.o[m] = o.data;
+    o.data = NULL;
+    if (m == 0) dg_cache.lse = l.data, l.data = NULL;
+    tsr_npy_free(&l);
+  }
+  tsri_fp8_pv_model(TSRI_PV_FP32, 32, 0); /* what fp8_emulate runs otherwise */
+  tsri_fp8_diag_rows = NULL;
+  dg_cache.pl = pl;
+  dg_cache.n_tasks = (long long)pl->n_tasks;
+  *ce = dg_cache;
+  return 0;
+}
+
+/* o (the device's, or a model's) against every model: the largest error
+ * over max |o| of each, where, and the row's near-tie facts: flip = what
+ * the row's near-tie p' could move o by (over max |o|).  "rows beyond
+ * flip": rows whose largest error exceeds flip + 1e-3 (what the
+ * accumulation models move o by, at most 7e-4 on the host). */
+static void fp8_diag_print(const prob *P, const float *o, const char *what, double tol)
+{
+  const tcase *c = P->c;
+  size_t m, rows = (size_t)c->B * c->Hq * c->Sq, r, d;
+  for (m = 0; m < N_PV_MODELS; m++) {
+    const float *e = dg_cache.o[m];
+    double maxref = 0, maxerr = 0, sum = 0, flipmax = 0, rowerr_at = 0;
+    size_t at = 0, n = 0, over = 0, over_tied = 0, tied_rows = 0, beyond = 0;
+    for (r = 0; r < rows; r++)
+      for (d = 0; d < (size_t)c->D; d++)
+        if (isfinite(e[r * c->D + d]) && fabs(e[r * c->D + d]) > maxref) maxref = fabs(e[r * c->D + d]);
+    if (maxref == 0) maxref = 1;
+    for (r = 0; r < rows; r++) {
+      double rmax = 0, flip = 0;
+      const double *t = dg_cache.ties + 3 * r;
+      if (t[0] > 0 && isfinite(dg_cache.lse[r])) flip = t[2] / exp((double)dg_cache.lse[r]) / maxref;
+      tied_rows += t[0] > 0;
+      if (flip > flipmax) flipmax = flip;
+      for (d = 0; d < (size_t)c->D; d++) {
+        double g = o[r * c->D + d], x = e[r * c->D + d];
+        if (!isfinite(g) || !isfinite(x)) continue;
+        if (fabs(g - x) > maxerr) maxerr = fabs(g - x), at = r * c->D + d;
+        if (fabs(g - x) > rmax) rmax = fabs(g - x);
+        sum += fabs(g - x);
+        n++;
+      }
+      rmax /= maxref;
+      if (rmax > tol / 2) {
+        over++;
+        over_tied += t[0] > 0;
+      }
+      beyond += rmax > flip + 1e-3;
+    }
+    r = at / (size_t)c->D;
+    d = at % (size_t)c->D;
+    rowerr_at = dg_cache.ties[3 * r] > 0 && isfinite(dg_cache.lse[r])
+                    ? dg_cache.ties[3 * r + 2] / exp((double)dg_cache.lse[r]) / maxref : 0;
+    printf("  diag %-40s %-13s o %.3e mean %.2e at b%zu h%zu row %zu d%zu: %.6g vs %.6g, row: ties %.0f max p' %.4g "
+           "flip %.2e; rows > bound/2 %zu (%zu tied), tied rows %zu, flip max %.2e, rows beyond flip+1e-3 %zu\n",
+           what, pv_models[m].name, maxerr / maxref, n ? sum / n / maxref : 0,
+           r / ((size_t)c->Hq * c->Sq), r / (size_t)c->Sq % (size_t)c->Hq, r % (size_t)c->Sq, d, o[at],
+           dg_cache.o[m][at], dg_cache.ties[3 * r], dg_cache.ties[3 * r + 1], rowerr_at, over, over_tied, tied_rows,
+           flipmax, beyond);
+  }
+}
+
 /* The device result of the last launch against the emulation (eo, el) and
  * the reference; returns 0 when it passes. */
 static int fp8_compare(const tsr_cu *cu, const prob *P, devbufs *db, const float *eo, const float *el,
@@ -1386,6 +1517,7 @@ static int fp8_compare(const tsr_cu *cu, const prob *P, devbufs *db, const float
   ok = ok && bad == 0 && maxerr <= tol && lse_err <= 2e-3;
   printf("  %-52s vs emulation: o %.2e (bound %.0e) lse %.2e (2e-03) non-finite mismatch %zu; %s  %s\n", what,
          maxerr, tol, lse_err, bad, line, ok ? "ok" : "FAIL");
+  if (fp8_diag && dg_pl && !fp8_diag_models(P, dg_pl, dg_all)) fp8_diag_print(P, o, what, tol);
   free(o);
   return ok ? 0 : 1;
 }
@@ -1529,7 +1661,9 @@ static int fp8_off_run(tsr_context *ctx, const tsr_cu *cu, const prob *P, tsr_pl
   }
   CK(cu->cuStreamSynchronize(stream));
   snprintf(what, sizeof what, "%s, fallback off", pl->variant);
+  dg_all = 1;
   fails = fp8_compare(cu, P, db, ao, al, 0, what) + fp8_check_quant(cu, P, pl, 0);
+  dg_all = 0;
   tsri_gpu_fp8_fallback(pl, 1);
   return fails;
 }
@@ -1721,7 +1855,23 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     fp8_ref_ok(&P, ao.data, 0, line, sizeof line);
     printf("  %-52s %s\n", "(CPU emulation, every head FP8)", line);
   }
+  fp8_diag_reset();
+  dg_pl = fp8_diag ? pl : NULL; /* the test's own plan only */
+  dg_all = 0;
   if (!ctx) {
+    if (fp8_diag) { /* the models against the fp32 one: how far the accumulation alone moves o */
+      int all;
+      for (all = 0; all <= (n_native > 0); all++)
+        if (!fp8_diag_models(&P, pl, all)) {
+          float *o0 = malloc((size_t)c->B * c->Hq * c->Sq * c->D * sizeof *o0);
+          memcpy(o0, dg_cache.o[0], (size_t)c->B * c->Hq * c->Sq * c->D * sizeof *o0);
+          fp8_diag_print(&P, o0, all ? "(host) fp32-seq model, every head FP8" : "(host) fp32-seq model",
+                         c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3);
+          free(o0);
+        }
+      fp8_diag_reset();
+      dg_pl = NULL;
+    }
     tsr_npy_free(&eo);
     tsr_npy_free(&el);
     tsr_npy_free(&ao);
@@ -1758,9 +1908,12 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
   tsr_npy_free(&el);
   tsr_npy_free(&ao);
   tsr_npy_free(&al);
+  fp8_diag_reset();
+  dg_pl = NULL;
   free_own_plan(pl);
-  /* the planner's plans of the case's tile, every task layout */
-  for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK && n > 0; t++) {
+  /* the planner's plans of the case's tile, every task layout (not under
+   * --fp8-diag, which looks at the test's own plan) */
+  for (t = TSR_TASKS_ROW; t <= TSR_TASKS_PACK && n > 0 && !fp8_diag; t++) {
     tsr_geom *g = NULL;
     tsr_mask *m = NULL;
     tsr_problem pr;
@@ -1807,7 +1960,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
     tsr_mask_destroy(m);
     tsr_geom_destroy(g);
   }
-  if (n > 0) fails += fp8_gpuplan_runs(ctx, cu, &P, &db, stream, judged, quick, &n);
+  if (n > 0 && !fp8_diag) fails += fp8_gpuplan_runs(ctx, cu, &P, &db, stream, judged, quick, &n);
   *ran += n;
   free_devbufs(cu, &db);
   free_problem(&P);
@@ -2294,11 +2447,12 @@ int main(int argc, char **argv)
     else if (strcmp(argv[i], "--fp8-bench") == 0) do_bench = 3;
     else if (strcmp(argv[i], "--fp8-parts") == 0) do_bench = 4;
     else if (strcmp(argv[i], "--fp8") == 0) fp8_only = 1;
+    else if (strcmp(argv[i], "--fp8-diag") == 0) fp8_only = fp8_diag = 1;
     else if (strcmp(argv[i], "--fp8-ab") == 0 && i + 1 < argc) do_bench = 5, ab_list = argv[++i];
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_prefix = argv[++i];
     else {
-      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-bench | --fp8-parts | --fp8-ab DIR[,DIR...]] [--seed N] [--only PREFIX]\n");
+      fprintf(stderr, "usage: gpu_attn [--quick | --bench | --bench-all | --fp8 | --fp8-diag | --fp8-bench | --fp8-parts | --fp8-ab DIR[,DIR...]] [--seed N] [--only PREFIX]\n");
       return 2;
     }
   }
