@@ -88,6 +88,8 @@ typedef struct {
   float *acc, *m, *l, *s;
   float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
   double *prod;   /* fp8: one wgmma's products (pv_add) */
+  double *flip;   /* fp8, optional: per q row, o's change if its near-tie p' flipped */
+  float flip_du;  /* their relative radius: ex2.approx's error */
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
@@ -106,8 +108,6 @@ void tsri_fp8_pv_model(int kind, int group, int frac)
   pv_frac = frac;
 }
 
-double *tsri_fp8_diag_rows; /* fp8.h: per q row, the near-tie facts */
-float tsri_fp8_diag_ulps = 2.0f;
 
 /* x (finite) truncated toward zero to `frac` bits after its leading one. */
 static double rz_bits(double x, int frac)
@@ -259,17 +259,16 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           x->l[rr] += pr; /* l sums the unquantized p (fp8: p') */
           if (f8) {
             float q8 = tsri_fp8_e4m3(pr);
-            if (tsri_fp8_diag_rows) { /* a p' within the exp2 error of an e4m3 boundary */
-              float du = tsri_fp8_diag_ulps * 0x1p-23f;
-              if (tsri_fp8_diag_ulps > 0 && tsri_fp8_e4m3(pr * (1 + du)) != tsri_fp8_e4m3(pr * (1 - du))) {
-                double *dr = tsri_fp8_diag_rows + 3 * (((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr);
-                double vmax = 0, step = fabsf(tsri_fp8_e4m3(pr * (1 + du)) - tsri_fp8_e4m3(pr * (1 - du)));
+            if (x->flip) { /* p' within ex2.approx's error of an e4m3 boundary: it may round the other way */
+              float hi = tsri_fp8_e4m3(pr * (1 + x->flip_du)), lo = tsri_fp8_e4m3(pr * (1 - x->flip_du));
+              if (hi != lo) {
+                double vmax = 0;
                 for (d = 0; d < D; d++)
                   vmax = fmax(vmax, fabs((double)vr[d] * f.sv[d]));
-                dr[0] += 1;
-                dr[1] = pr > dr[1] ? pr : dr[1];
-                /* what the flip adds to sum_c 2^s_c v_c (divided by 2^lse2 it is o's change) */
-                dr[2] += step / 256.0 * exp2((double)msafe) * vmax;
+                /* the flip's change of sum_c 2^s_c v_c (base-2 scores s): p8 moves by hi - lo,
+                 * which is (hi - lo) / 256 * 2^m of 2^s; over 2^(lse / ln 2) it is o's */
+                x->flip[((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr] +=
+                    (double)(hi - lo) / TSR_FP8_P_SCALE * exp2((double)msafe) * vmax;
               }
             }
             x->s[c] = q8; /* the score is spent: s holds p8 for the grouped sums below */
@@ -393,8 +392,8 @@ static tsr_status fp8_setup(exec_ctx *x, tsr_fp8_tensors *f8, const unsigned cha
 }
 
 static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
-                          const tsr_array *v, const unsigned char *native, tsr_array *out,
-                          tsr_array *lse, tsr_error *err)
+                          const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                          double *flip, tsr_array *out, tsr_array *lse, tsr_error *err)
 {
   exec_ctx x;
   tsr_fp8_tensors f8;
@@ -465,6 +464,10 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.lse = fl;
   if (pl->opts.precision == TSR_PREC_FP8 && (st = fp8_setup(&x, &f8, native, err)))
     goto done;
+  if (x.f8 && flip) {
+    x.flip = flip;
+    x.flip_du = ex2_ulps * 0x1p-23f;
+  }
 
   for (ti = 0; ti < pl->n_tasks; ti++) {
     const tsr_task_rec *t = &pl->tasks[ti];
@@ -473,6 +476,9 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   }
   for (i = 0; i < pl->n_merges; i++)
     run_merge(&x, &pl->merges[i]);
+  if (x.flip) /* sum_c 2^s_c over the row is e^lse */
+    for (i = 0; i < n_l; i++)
+      x.flip[i] = x.flip[i] > 0 && isfinite(fl[i]) ? x.flip[i] / exp((double)fl[i]) : 0.0;
 
   {
     /* out and lse mirror q's dimensions, as tsr_ref_attention's do. */
@@ -516,7 +522,7 @@ done:
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
 {
-  return execute(pl, q, k, v, NULL, out, lse, err);
+  return execute(pl, q, k, v, NULL, 0.0f, NULL, out, lse, err);
 }
 
 tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
@@ -526,5 +532,16 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
   if (!pl || pl->opts.precision != TSR_PREC_FP8 || !native)
     return tsr_error_set(err, TSR_ERR_INVALID,
                          "tsri_cpu_execute_heads: needs an fp8 plan and the heads' choices");
-  return execute(pl, q, k, v, native, out, lse, err);
+  return execute(pl, q, k, v, native, 0.0f, NULL, out, lse, err);
+}
+
+tsr_status tsri_cpu_execute_fp8(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                                double *flip, tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  if (!pl || pl->opts.precision != TSR_PREC_FP8)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsri_cpu_execute_fp8: needs an fp8 plan");
+  if (flip)
+    memset(flip, 0, (size_t)(pl->problem.batch * pl->problem.heads_q * pl->problem.seq_q) * sizeof *flip);
+  return execute(pl, q, k, v, native, ex2_ulps, flip, out, lse, err);
 }

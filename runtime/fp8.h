@@ -85,13 +85,15 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
 enum { TSRI_PV_FP32 = 0, TSRI_PV_RZ_SUM = 1, TSRI_PV_RZ_ALIGN = 2 };
 void tsri_fp8_pv_model(int kind, int group, int frac);
 
-/* Diagnostics (tests): when tsri_fp8_diag_rows is set ([B][Hq][Sq][3]
- * doubles, zeroed by the caller), the emulation adds per q row the number
- * of p' within tsri_fp8_diag_ulps float ulps of an e4m3 rounding boundary,
- * keeps the largest such p', and sums what their flips could move
- * sum_c 2^s_c |v_c| (e4m3 step / 256 * 2^m * max_d |v_c,d sv_d|): over
- * 2^(lse / ln 2) that bounds o's change from such flips. */
-extern double *tsri_fp8_diag_rows;
-extern float tsri_fp8_diag_ulps;
+/* tsri_cpu_execute_heads (native NULL: the rule's heads) that also bounds,
+ * per q row, what the device's exp2 can change: ex2.approx lies within
+ * ex2_ulps float ulps of 2^x, so a p' within that of an e4m3 rounding
+ * boundary may round to the neighbouring value there.  flip ([B][Hq][Sq]
+ * doubles, or NULL) gets per row the sum over such p' of how far its flip
+ * moves o: (e4m3 step / 256) * 2^m * max_d |v8 sv_d| / e^lse, m the row's
+ * running max when p' was made (docs/fp8.md, "Emulation"). */
+tsr_status tsri_cpu_execute_fp8(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                                double *flip, tsr_array *out, tsr_array *lse, tsr_error *err);
 
 #endif /* TSR_FP8_H */
