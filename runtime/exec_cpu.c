@@ -23,7 +23,9 @@
  * least FLT_MIN, NaN kept), the
  * kernel's one FFMA p' = exp2((BIAS + acc) * c + fma(-BIAS, c, 8 - m)) =
  * 256 p (templates/attn_sm90_fp8.cuh, tsr_f8_softmax), the P V product on
- * p8 = e4m3(p') and v8, l summing p' and divided by 256 at the end, O_acc
+ * p8 = e4m3(p') and v8 added as the tensor cores add them (pv_add: 13
+ * bits below each k = 32 step's largest term, truncated), l summing p' and
+ * divided by 256 at the end, O_acc
  * scaled by sv_c / 256 before the division by l (so partial slots and
  * merges are the native ones).  A
  * head the fallback rule marks runs the native arithmetic on the rounded
@@ -98,8 +100,15 @@ typedef struct {
 } exec_ctx;
 
 /* P V's accumulation (tsri_fp8_pv_model, fp8.h): how the tensor cores add
- * the exact e4m3 products of one wgmma into the fp32 accumulator. */
-static int pv_kind = TSRI_PV_FP32, pv_group = 32, pv_frac = 13;
+ * the exact e4m3 products of one wgmma into the fp32 accumulator.  The
+ * default, measured on the H200 (gpu_attn --fp8-diag, 2026-12-02,
+ * notes/fp8-2026-12-02e.md): per k = 32 wgmma (32 keys of the tile), the
+ * accumulator and every product truncated to 13 bits below the largest
+ * one's leading bit, summed exactly (RZ_ALIGN).  Against fp16 output on
+ * the full-mask case (32 wgmmas a row) it left 3.8-4.1e-4 of max |o| where
+ * float sums in key order left 1.4-1.6e-3; the exact group sum truncated
+ * once (RZ_SUM) did worse than either. */
+static int pv_kind = TSRI_PV_RZ_ALIGN, pv_group = 32, pv_frac = 13;
 
 void tsri_fp8_pv_model(int kind, int group, int frac)
 {

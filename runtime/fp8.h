@@ -80,8 +80,10 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
  * products p8 * v8 are exact either way): TSRI_PV_FP32 adds each product
  * to the fp32 accumulator in key order; TSRI_PV_RZ_SUM adds `group` keys
  * (one wgmma) exactly and truncates the sum to `frac` bits after its
- * leading one; TSRI_PV_RZ_ALIGN first truncates each term to 2^-frac of the
- * largest term's leading bit.  Process-wide; for tests. */
+ * leading one; TSRI_PV_RZ_ALIGN first truncates each term (the accumulator
+ * too) to 2^-frac of the largest term's leading bit.  The default is
+ * RZ_ALIGN, 32, 13: what the H200's e4m3 wgmma matched (exec_cpu.c).
+ * Process-wide; tests set it to compare the models. */
 enum { TSRI_PV_FP32 = 0, TSRI_PV_RZ_SUM = 1, TSRI_PV_RZ_ALIGN = 2 };
 void tsri_fp8_pv_model(int kind, int group, int frac);
 

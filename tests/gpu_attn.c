@@ -1198,18 +1198,22 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
  *    device's per-head flags must be the emulation's (fp8_check_quant).
  *    Where a head falls back, the launch is repeated with the device's
  *    fallback off (tsri_gpu_fp8_fallback) against the emulation with every
- *    head in FP8 (tsri_cpu_execute_heads).  Bound: o within 8e-3 (bf16
- *    output; 4e-3 fp16) of max |o| and lse within 2e-3.  Why not closer:
- *    the output is rounded to bf16 (2^-9 relative, 2^-8 across two
- *    roundings), the tensor cores sum the exact e4m3 products of P V in
- *    another order (and with fewer bits) than the CPU, ex2.approx differs
- *    from exp2f by ulps, and the K mean is summed in another order, so a
- *    k_s near an int8 rounding tie can round to the neighbouring integer
- *    and a p near an e4m3 boundary to the neighbouring value (1/8 to 1/16
- *    of that p): one such flip in a row of ~1000 keys moves o by ~1e-4.
- *    The scores themselves are exact integer sums (s32) on both sides.  A
- *    wrong scale, permutation or fragment shows as errors of 1e-1 and
- *    more.
+ *    head in FP8.  The emulation does the device's arithmetic (the scores
+ *    are exact s32 sums on both sides, the P V sums follow the tensor
+ *    cores' 13-bit truncation, exec_cpu.c) except for exp2: ex2.approx
+ *    lies within 2 ulps of 2^x (tests/device/ex2_probe.cu), exp2f within
+ *    one, so a p' that close to an e4m3 rounding boundary may round the
+ *    other way on the device, moving its row by a step of 1/16 to 1/8 of
+ *    that p'.  Bound, per row: the row's largest o error within fp8_tol
+ *    of max |o| (8e-3 for bf16 output, 2e-3 for fp16) plus the row's flip
+ *    bound (tsri_cpu_execute_fp8: the sum of every such flip's effect),
+ *    and lse within 2e-3.  What fp8_tol covers: the output's rounding
+ *    (2^-9 relative in bf16, 2^-12 in fp16), the native heads' bf16/fp16 P
+ *    (the native CPU executor keeps P in float), sums in other orders.
+ *    Until 2026-12-02 the bound was one number, 4e-3 for fp16, and a single
+ *    flip on a K-outlier head in FP8 (peaky rows: l of a few p) broke it
+ *    at 4.1-4.3e-3 (notes/fp8-2026-12-02e.md).  fp8_mutants shows the
+ *    bound still catching a dropped tile and a V scale 1/32 off.
  *  - with the float64 reference, per (batch, head) with selected rows:
  *    cosine >= 0.999, the minimum and median over heads printed, and the
  *    largest relative L2 error (printed, not judged: on these uniform
@@ -1221,6 +1225,9 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
  *    printed only.
  * Non-finite values (empty rows: zeros, lse -inf) must sit where the
  * reference has them. */
+/* The fixed part of the per-row bound (above), over max |o|. */
+static double fp8_tol(tsr_dtype dt) { return dt == TSR_DT_BF16 ? 8e-3 : 2e-3; }
+
 typedef struct {
   tcase c;
   int k_outliers; /* 1: K channels 5 and 77 x20, channel 40 + 3 (smoothing's case),
@@ -1464,7 +1471,7 @@ static int fp8_diag_models(const prob *P, const tsr_plan *pl, int all)
     emu e;
     tsri_fp8_pv_model(pv_models[m].kind, pv_models[m].group, pv_models[m].frac);
     if (fp8_emulate(P, pl, all, &e)) {
-      tsri_fp8_pv_model(TSRI_PV_FP32, 32, 0);
+      tsri_fp8_pv_model(TSRI_PV_RZ_ALIGN, 32, 13);
       return 1;
     }
     dg_cache.o[m] = e.o.data;
@@ -1472,7 +1479,7 @@ static int fp8_diag_models(const prob *P, const tsr_plan *pl, int all)
     if (m == 0) dg_cache.flip = e.flip, e.flip = NULL;
     emu_free(&e);
   }
-  tsri_fp8_pv_model(TSRI_PV_FP32, 32, 0); /* what fp8_emulate runs otherwise */
+  tsri_fp8_pv_model(TSRI_PV_RZ_ALIGN, 32, 13); /* the default, what fp8_emulate runs otherwise */
   dg_cache.pl = pl;
   dg_cache.n_tasks = (long long)pl->n_tasks;
   *ce = dg_cache;
@@ -1551,7 +1558,7 @@ static int fp8_compare(const tsr_cu *cu, const prob *P, devbufs *db, const emu *
   const float *eo = e->o.data, *el = e->l.data;
   size_t nrows = (size_t)c->B * c->Hq * c->Sq, row, d, bad = 0, over, flipped;
   float *o = fp8_device_o(cu, P, db);
-  double maxerr = 0, net, allow, lse_err = 0, tol = c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3;
+  double maxerr = 0, net, allow, lse_err = 0, tol = fp8_tol(c->dt);
   char line[200];
   int ok;
   for (row = 0; row < nrows; row++) {
@@ -1875,7 +1882,7 @@ static int fp8_mutants(const prob *P, tsr_plan *pl, const float *o, const char *
 {
   const tcase *c = P->c;
   int fails = 0, m;
-  double tol = c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3;
+  double tol = fp8_tol(c->dt);
   for (m = 0; m < 2; m++) {
     emu e;
     int64_t ti = -1, i;
@@ -1917,7 +1924,7 @@ static int fp8_device_mutant(tsr_context *ctx, const tsr_cu *cu, const prob *P, 
   int64_t ti = -1, i;
   tsr_error err;
   size_t over, flipped;
-  double raw, net, allow, tol = c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3;
+  double raw, net, allow, tol = fp8_tol(c->dt);
   float *o;
   for (i = 0; i < pl->n_tasks && ti < 0; i++)
     if (pl->tasks[i].tile_end - pl->tasks[i].tile_begin >= 2 && pl->tasks[i].n_members > 0) ti = i;
@@ -2015,7 +2022,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
           float *o0 = malloc((size_t)c->B * c->Hq * c->Sq * c->D * sizeof *o0);
           memcpy(o0, dg_cache.o[0], (size_t)c->B * c->Hq * c->Sq * c->D * sizeof *o0);
           fp8_diag_print(&P, o0, all ? "(host) fp32-seq model, every head FP8" : "(host) fp32-seq model",
-                         c->dt == TSR_DT_BF16 ? 8e-3 : 4e-3);
+                         fp8_tol(c->dt));
           free(o0);
         }
       fp8_diag_reset();
