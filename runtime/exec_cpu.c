@@ -89,7 +89,9 @@ typedef struct {
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
   float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
-  double *prod;   /* fp8: one wgmma's products (pv_add) */
+  float *prod;    /* fp8: one wgmma's products (pv_add; exact in float) */
+  int *em;        /* fp8: D ints, pv_group_align's exponents */
+  int32_t *isum;  /* fp8: D ints, its sums */
   double *flip;   /* fp8, optional: per q row, o's change if its near-tie p' flipped */
   float flip_du;  /* their relative radius: ex2.approx's error */
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
@@ -117,7 +119,6 @@ void tsri_fp8_pv_model(int kind, int group, int frac)
   pv_frac = frac;
 }
 
-
 /* x (finite) truncated toward zero to `frac` bits after its leading one. */
 static double rz_bits(double x, int frac)
 {
@@ -130,26 +131,109 @@ static double rz_bits(double x, int frac)
   return trunc(x / unit) * unit;
 }
 
-/* One wgmma's accumulation: acc + sum of n exact products (prod, in
- * double), by the model.  TSRI_PV_FP32: float additions in order (the CPU's
- * own, the emulation before 2026-12-02e); TSRI_PV_RZ_SUM: the exact sum,
- * truncated to pv_frac bits after its leading one; TSRI_PV_RZ_ALIGN: every
- * term (acc too) truncated to the unit 2^(emax - pv_frac) of the largest
- * one's exponent emax, the exact sum of those, then truncated as RZ_SUM. */
-static float pv_add(float acc, const double *prod, int64_t n)
+/* The biased exponent field of a float (0 for zero and subnormals). */
+static int f32_bexp(float x)
+{
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  return (int)(b >> 23 & 0xffu);
+}
+
+/* 2^e as a float for a biased exponent e in [1, 254]. */
+static float f32_pow2(int e)
+{
+  uint32_t b = (uint32_t)e << 23;
+  float x;
+  memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+/* Index of the leading one of a > 0. */
+static int lead_bit(uint32_t a)
+{
+#if defined(__GNUC__)
+  return 31 - __builtin_clz(a);
+#else
+  int t = 31;
+  while (!(a >> t & 1u))
+    t--;
+  return t;
+#endif
+}
+
+/* RZ_ALIGN with 13 bits for all D channels of one wgmma at once (the
+ * default: it runs for every product of the emulation, so it is written to
+ * vectorize): ar[d] += sum_j p8[j] v8[j][d] as the tensor cores add.  The
+ * terms are exact floats (e4m3 x e4m3 has 8 significant bits; the
+ * accumulator is a float), so scaling by 2^(13 - E) is exact and the
+ * conversion to int truncates toward zero; |each| < 2^14, the sum of 33
+ * below 2^20.  A NaN product (NaN v or a NaN scale's p) makes the channel
+ * NaN, as the float sums would; em, sum: D ints of scratch. */
+static void pv_group_align(float *ar, const float *p8, const float *v8, int64_t n, int64_t D, int *em,
+                           int32_t *sum)
+{
+  int64_t j, d;
+  for (j = 0; j < n; j++)
+    if (isnan(p8[j])) {
+      for (d = 0; d < D; d++)
+        ar[d] = NAN;
+      return;
+    }
+  for (d = 0; d < D; d++)
+    em[d] = f32_bexp(ar[d]);
+  for (j = 0; j < n; j++)
+    if (p8[j] != 0.0f)
+      for (d = 0; d < D; d++) {
+        int e = f32_bexp(p8[j] * v8[j * D + d]);
+        em[d] = e > em[d] ? e : em[d];
+      }
+  for (d = 0; d < D; d++) /* 255: a NaN v; 0: nothing but zeros */
+    sum[d] = em[d] == 255 || em[d] == 0 ? 0 : (int32_t)(ar[d] * f32_pow2(267 - em[d]));
+  for (j = 0; j < n; j++)
+    if (p8[j] != 0.0f)
+      for (d = 0; d < D; d++) {
+        float up = em[d] == 255 || em[d] == 0 ? 0.0f : f32_pow2(267 - em[d]);
+        sum[d] += (int32_t)((p8[j] * v8[j * D + d]) * up);
+      }
+  for (d = 0; d < D; d++) {
+    uint32_t a = (uint32_t)(sum[d] < 0 ? -sum[d] : sum[d]);
+    int top;
+    if (em[d] == 255) {
+      ar[d] = NAN;
+      continue;
+    }
+    if (a == 0) {
+      ar[d] = 0.0f;
+      continue;
+    }
+    top = lead_bit(a);
+    if (top > 13)
+      a = a >> (top - 13) << (top - 13);
+    ar[d] = (float)(sum[d] < 0 ? -(int32_t)a : (int32_t)a) * f32_pow2(em[d] - 13);
+  }
+}
+
+/* One wgmma's accumulation: acc + sum of n exact products, by the model.
+ * TSRI_PV_FP32: float additions in order (the CPU's own, the emulation
+ * before 2026-12-02e); TSRI_PV_RZ_SUM: the exact sum, truncated to pv_frac
+ * bits after its leading one; TSRI_PV_RZ_ALIGN: every term (acc too)
+ * truncated to the unit 2^(E - pv_frac) of the largest one's exponent E,
+ * the exact sum of those, then truncated as RZ_SUM (pv_group_align does
+ * that for all channels at once when pv_frac is 13). */
+static float pv_add(float acc, const float *prod, int64_t n)
 {
   int64_t i;
   double sum = acc;
   if (pv_kind == TSRI_PV_FP32) {
     float a = acc;
     for (i = 0; i < n; i++)
-      a += (float)prod[i];
+      a += prod[i];
     return a;
   }
   for (i = 0; i < n; i++)
     sum += prod[i];
   if (!isfinite(sum))
-    return (float)sum; /* NaN / inf: as the fp32 sums */
+    return (float)sum; /* NaN: as the fp32 sums */
   if (pv_kind == TSRI_PV_RZ_ALIGN) {
     int e, emax = INT32_MIN;
     double unit;
@@ -158,7 +242,7 @@ static float pv_add(float acc, const double *prod, int64_t n)
       emax = e;
     }
     for (i = 0; i < n; i++)
-      if (prod[i] != 0.0) {
+      if (prod[i] != 0.0f) {
         (void)frexp(prod[i], &e);
         emax = e > emax ? e : emax;
       }
@@ -294,9 +378,13 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
       if (f8 && pv_kind != TSRI_PV_FP32) /* the wgmmas of this tile: pv_group keys each */
         for (c = 0; c < nc; c += pv_group) {
           int64_t n = nc - c < pv_group ? nc - c : pv_group, j;
+          if (pv_kind == TSRI_PV_RZ_ALIGN && pv_frac == 13) {
+            pv_group_align(ar, x->s + c, f.v8 + (c0 + c) * D, n, D, x->em, x->isum);
+            continue;
+          }
           for (d = 0; d < D; d++) {
             for (j = 0; j < n; j++)
-              x->prod[j] = (double)x->s[c + j] * f.v8[(c0 + c + j) * D + d];
+              x->prod[j] = x->s[c + j] * f.v8[(c0 + c + j) * D + d];
             ar[d] = pv_add(ar[d], x->prod, n);
           }
         }
@@ -451,11 +539,13 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.s = malloc((size_t)pl->tile_n * 3 * sizeof(float));
   x.t = x.s ? x.s + pl->tile_n : NULL;
   x.cf = x.s ? x.s + 2 * pl->tile_n : NULL;
-  x.prod = malloc((size_t)pl->tile_n * sizeof(double));
+  x.prod = malloc((size_t)pl->tile_n * sizeof(float));
+  x.em = malloc((size_t)D * sizeof(int) + 1);
+  x.isum = malloc((size_t)D * sizeof(int32_t) + 1);
   x.on = malloc((size_t)pl->tile_n);
   x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
-      !x.m || !x.l || !x.s || !x.prod || !x.on || !x.sel) {
+      !x.m || !x.l || !x.s || !x.prod || !x.em || !x.isum || !x.on || !x.sel) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
                        (long long)n_o);
     goto done;
@@ -523,6 +613,8 @@ done:
   free(x.l);
   free(x.s);
   free(x.prod);
+  free(x.em);
+  free(x.isum);
   free(x.on);
   free(x.sel);
   return st;
