@@ -1119,6 +1119,49 @@ static __device__ __forceinline__ void s2f_step(
   st = sn;
   ph = phn;
 }
+
+/* consumer()'s tiles of a member with TSR_SM90_S2F (every tile active: no
+ * skipping): S_0 and its softmax, S_1 issued, then the steps two tiles at
+ * a time with the S buffers alternating, then the last P V.  A macro, not
+ * a function: it expands where the default loop stands, as the variant
+ * measured on the H200 was compiled (as a function ptxas made other code),
+ * and consumer() stays within the function-length rule. */
+#define TSR_S2F_STEP(MORE, U, X, Y, FX0, FX1, FY0, FY1)                                                     \
+  s2f_step<MORE>(p, tk, bars, it, U, st, ph, dq, dk, dv, X, Y, o, pf, arriver, nt, q_e, q_held, seg0, seg1, t, sel0, \
+                 sel1, m0, m1, l0, l1, a0, a1, sqv, bh_kv, FX0, FX1, FY0, FY1)
+#define TSR_S2F_MEMBER()                                                                                  \
+  {                                                                                                       \
+    tsr_f8_sbuf sa, sb;                                                                                   \
+    float fa0, fa1, fb0, fb1;                                                                             \
+    s2f_issue_s(p, tk, bars, it, 0, dq, dk, sa, sqv, bh_kv, fa0, fa1);                                    \
+    st = it % TSR_STAGES;                                                                                 \
+    ph = (it / TSR_STAGES) & 1;                                                                           \
+    tsr_wg_wait<0>();                                                                                     \
+    tsr_fence_regs_u<TSR_BN / 2>(sa.u);                                                                   \
+    scores_in(p, 0, st, p.tiles[tk.tile_begin], bars, sa.f, sa.u, arriver, nt, q_e, q_held, seg0, seg1, t, \
+              sel0, sel1, m0, m1, l0, l1, a0, a1, fa0, fa1);                                              \
+    pack_p(pf, sa.f);                                                                                     \
+    if (nt > 1) {                                                                                         \
+      s2f_issue_s(p, tk, bars, it, 1, dq, dk, sb, sqv, bh_kv, fb0, fb1);                                  \
+      tsr_wg_wait<0>();                                                                                   \
+      tsr_fence_regs_u<TSR_BN / 2>(sb.u);                                                                 \
+    }                                                                                                     \
+    for (int u = 1; u < nt; u += 2) { /* S_u in sb, then S_{u+1} in sa; nothing in flight here */         \
+      if (u + 1 >= nt) {                                                                                  \
+        TSR_S2F_STEP(false, u, sb, sa, fb0, fb1, fa0, fa1);                                               \
+        break;                                                                                            \
+      }                                                                                                   \
+      TSR_S2F_STEP(true, u, sb, sa, fb0, fb1, fa0, fa1);                                                  \
+      if (u + 2 >= nt) {                                                                                  \
+        TSR_S2F_STEP(false, u + 1, sa, sb, fa0, fa1, fb0, fb1);                                           \
+        break;                                                                                            \
+      }                                                                                                   \
+      TSR_S2F_STEP(true, u + 1, sa, sb, fa0, fa1, fb0, fb1);                                              \
+    }                                                                                                     \
+    drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);                                           \
+  }                                                                                                       \
+  (void)s;                                                                                                \
+  (void)si
 #endif
 
 /* A member's rows once its last tile is in: the row sums completed
@@ -1227,9 +1270,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
   float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2]; TSR_SACC_DECL
   tsr_u32 pf[TSR_SM90_NPF];
 #if TSR_SM90_QPF
-  /* The next task's record, first member and (membership) its rows'
-   * segments load while this task runs, so that no dependent global load
-   * sits between two tasks. */
+  /* The next task's record, first member and (membership) its rows' segments load while this
+   * task runs, so that no dependent global load sits between two tasks. */
   const int stride = gridDim.x * TPC;
   tsr_task_rec tkn;
   if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
@@ -1272,8 +1314,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       row_segs(p, mb.q_tile, rl0, 8, seg0, seg1);
 #endif
 #if TSR_SM90_SKIP
-      /* This warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a
-       * tile none of them selects is skipped (tsr_active_chunk). */
+      /* The warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a tile none selects is skipped. */
       int sa, sb;
       const bool rows_valid = mb.q_tile * TSR_BM + 64 * c < p.seq_q;
       row_segs(p, mb.q_tile, 64 * c, 63, sa, sb);
@@ -1293,9 +1334,11 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       /* ring position of tile u is it + u; st/ph: the pending tile's */
       int st = 0;
       tsr_u32 ph = 0;
+#if TSR_SM90_S2F
+      TSR_S2F_MEMBER();
+#else
       /* Tile u = pending + 1: S_u = Q K_u^T beside the pending tile's O += P V,
        * S_u's softmax beside the P V (the step as one function changed the SASS). */
-#if !TSR_SM90_S2F
       auto next_tile = [&](int u) {
         const int sn = (it + u) % TSR_STAGES;
         const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
@@ -1308,53 +1351,9 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
         next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
                       seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
       };
-#endif
-#if TSR_SM90_S2F
-      /* every tile active (no skipping): S_0 and its softmax, S_1 issued,
-       * then the steps two tiles at a time, the buffers alternating */
-      {
-        tsr_f8_sbuf sa, sb;
-        float fa0, fa1, fb0, fb1;
-        s2f_issue_s(p, tk, bars, it, 0, dq, dk, sa, sqv, bh_kv, fa0, fa1);
-        st = it % TSR_STAGES;
-        ph = (it / TSR_STAGES) & 1;
-        tsr_wg_wait<0>();
-        tsr_fence_regs_u<TSR_BN / 2>(sa.u);
-        scores_in(p, 0, st, p.tiles[tk.tile_begin], bars, sa.f, sa.u, arriver, nt, q_e, q_held, seg0, seg1, t,
-                  sel0, sel1, m0, m1, l0, l1, a0, a1, fa0, fa1);
-        pack_p(pf, sa.f);
-        if (nt > 1) {
-          s2f_issue_s(p, tk, bars, it, 1, dq, dk, sb, sqv, bh_kv, fb0, fb1);
-          tsr_wg_wait<0>();
-          tsr_fence_regs_u<TSR_BN / 2>(sb.u);
-        }
-#define TSR_S2F_STEP(MORE, U, X, Y, FX0, FX1, FY0, FY1)                                                     \
-  s2f_step<MORE>(p, tk, bars, it, U, st, ph, dq, dk, dv, X, Y, o, pf, arriver, nt, q_e, q_held, seg0, seg1, t, sel0, \
-                 sel1, m0, m1, l0, l1, a0, a1, sqv, bh_kv, FX0, FX1, FY0, FY1)
-        for (int u = 1; u < nt; u += 2) { /* S_u in sb, then S_{u+1} in sa; nothing in flight here */
-          if (u + 1 >= nt) {
-            TSR_S2F_STEP(false, u, sb, sa, fb0, fb1, fa0, fa1);
-            break;
-          }
-          TSR_S2F_STEP(true, u, sb, sa, fb0, fb1, fa0, fa1);
-          if (u + 2 >= nt) {
-            TSR_S2F_STEP(false, u + 1, sa, sb, fa0, fa1, fb0, fb1);
-            break;
-          }
-          TSR_S2F_STEP(true, u + 1, sa, sb, fa0, fa1, fb0, fb1);
-        }
-#undef TSR_S2F_STEP
-        drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);
-      }
-      (void)s;
-#if TSR_FP8
-      (void)si;
-#endif
-#else
-      /* Runs of active tiles are software-pipelined; a skipped tile ends
-       * the run first (drain), so this warpgroup never holds a V stage
-       * while waiting on loads further ahead than the next tile: holding
-       * it across a gap could starve the producer of that stage. */
+      /* Runs of active tiles are software-pipelined; a skipped tile ends the run first (drain), so
+       * this warpgroup never holds a V stage while waiting on loads further ahead than the next
+       * tile: holding it across a gap could starve the producer of that stage. */
       int u = 0;
       while (u < nt && !TSR_ACTIVE(u)) skip_tile(bars, it, u++, arriver);
       if (u < nt) {
@@ -1417,6 +1416,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_SACC_PARAM
 #undef TSR_SACC_ARG
 #undef TSR_FENCE_SACC
+#undef TSR_S2F_STEP
+#undef TSR_S2F_MEMBER
 
 }  // namespace tsr90
 
