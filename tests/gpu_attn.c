@@ -1423,10 +1423,9 @@ static size_t fp8_judge(const prob *P, const float *o, const emu *e, double tol,
  * The emulation of the compared plan (dg_pl, dg_all: every head FP8) under
  * each model of the tensor cores' P V accumulation (tsri_fp8_pv_model),
  * each against the device's output: the model that matches the device
- * names the arithmetic to emulate.  Per model: o's largest error over
- * max |o| and where; the emulation counts per row the p' within
- * tsri_fp8_diag_ulps of an e4m3 rounding boundary (an ex2.approx ulp can
- * flip those). */
+ * names the arithmetic to emulate.  Per model: o's largest and mean error
+ * over max |o|, where, and that row's flip bound (tsri_cpu_execute_fp8:
+ * what its p' near an e4m3 boundary can move it by). */
 static int fp8_diag;
 static const tsr_plan *dg_pl;
 static int dg_all;
@@ -1457,12 +1456,10 @@ static void fp8_diag_reset(void)
   memset(&dg_cache, 0, sizeof dg_cache);
 }
 
-
 /* The models' emulations of (pl, all), cached. */
 static int fp8_diag_models(const prob *P, const tsr_plan *pl, int all)
 {
-  const tcase *c = P->c;
-  size_t m, rows = (size_t)c->B * c->Hq * c->Sq;
+  size_t m;
   struct dg_entry *ce = &dg_caches[all != 0];
   if (ce->pl == pl && ce->n_tasks == (long long)pl->n_tasks && ce->o[0]) {
     dg_cache = *ce;
@@ -1472,7 +1469,6 @@ static int fp8_diag_models(const prob *P, const tsr_plan *pl, int all)
   free(ce->flip);
   memset(ce, 0, sizeof *ce);
   memset(&dg_cache, 0, sizeof dg_cache);
-  (void)rows;
   for (m = 0; m < N_PV_MODELS; m++) {
     emu e;
     tsri_fp8_pv_model(pv_models[m].kind, pv_models[m].group, pv_models[m].frac);
