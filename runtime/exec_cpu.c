@@ -23,7 +23,9 @@
  * least FLT_MIN, NaN kept), the
  * kernel's one FFMA p' = exp2((BIAS + acc) * c + fma(-BIAS, c, 8 - m)) =
  * 256 p (templates/attn_sm90_fp8.cuh, tsr_f8_softmax), the P V product on
- * p8 = e4m3(p') and v8, l summing p' and divided by 256 at the end, O_acc
+ * p8 = e4m3(p') and v8 added as the tensor cores add them (pv_add: 13
+ * bits below each k = 32 step's largest term, truncated), l summing p' and
+ * divided by 256 at the end, O_acc
  * scaled by sv_c / 256 before the division by l (so partial slots and
  * merges are the native ones).  A
  * head the fallback rule marks runs the native arithmetic on the rounded
@@ -87,12 +89,172 @@ typedef struct {
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
   float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
+  float *prod;    /* fp8: one wgmma's products (pv_add; exact in float) */
+  int *em;        /* fp8: D ints, pv_group_align's exponents */
+  int32_t *isum;  /* fp8: D ints, its sums */
+  double *flip;   /* fp8, optional: per q row, o's change if its near-tie p' flipped */
+  float flip_du;  /* their relative radius: ex2.approx's error */
   unsigned char *on, *sel; /* column selected in this tile; row selected any */
   float scale_log2;
   int64_t D;
   const tsr_fp8_tensors *f8;  /* precision fp8: the quantized tensors, else NULL */
   const unsigned char *native; /* fp8: [B][Hq] heads run in the native dtype */
 } exec_ctx;
+
+/* P V's accumulation (tsri_fp8_pv_model, fp8.h): how the tensor cores add
+ * the exact e4m3 products of one wgmma into the fp32 accumulator.  The
+ * default, measured on the H200 (gpu_attn --fp8-diag, 2026-12-02,
+ * notes/fp8-2026-12-02e.md): per k = 32 wgmma (32 keys of the tile), the
+ * accumulator and every product truncated to 13 bits below the largest
+ * one's leading bit, summed exactly (RZ_ALIGN).  Against fp16 output on
+ * the full-mask case (32 wgmmas a row) it left 3.8-4.1e-4 of max |o| where
+ * float sums in key order left 1.4-1.6e-3; the exact group sum truncated
+ * once (RZ_SUM) did worse than either. */
+static int pv_kind = TSRI_PV_RZ_ALIGN, pv_group = 32, pv_frac = 13;
+
+void tsri_fp8_pv_model(int kind, int group, int frac)
+{
+  pv_kind = kind;
+  pv_group = group > 0 ? group : 32;
+  pv_frac = frac;
+}
+
+/* x (finite) truncated toward zero to `frac` bits after its leading one. */
+static double rz_bits(double x, int frac)
+{
+  int e;
+  double unit;
+  if (x == 0.0 || !isfinite(x))
+    return x;
+  (void)frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  unit = ldexp(1.0, e - 1 - frac);
+  return trunc(x / unit) * unit;
+}
+
+/* The biased exponent field of a float (0 for zero and subnormals). */
+static int f32_bexp(float x)
+{
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  return (int)(b >> 23 & 0xffu);
+}
+
+/* 2^e as a float for a biased exponent e in [1, 254]. */
+static float f32_pow2(int e)
+{
+  uint32_t b = (uint32_t)e << 23;
+  float x;
+  memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+/* Index of the leading one of a > 0. */
+static int lead_bit(uint32_t a)
+{
+#if defined(__GNUC__)
+  return 31 - __builtin_clz(a);
+#else
+  int t = 31;
+  while (!(a >> t & 1u))
+    t--;
+  return t;
+#endif
+}
+
+/* RZ_ALIGN with 13 bits for all D channels of one wgmma at once (the
+ * default: it runs for every product of the emulation, so it is written to
+ * vectorize): ar[d] += sum_j p8[j] v8[j][d] as the tensor cores add.  The
+ * terms are exact floats (e4m3 x e4m3 has 8 significant bits; the
+ * accumulator is a float), so scaling by 2^(13 - E) is exact and the
+ * conversion to int truncates toward zero; |each| < 2^14, the sum of 33
+ * below 2^20.  A NaN product (NaN v or a NaN scale's p) makes the channel
+ * NaN, as the float sums would; em, sum: D ints of scratch. */
+static void pv_group_align(float *ar, const float *p8, const float *v8, int64_t n, int64_t D, int *em,
+                           int32_t *sum)
+{
+  int64_t j, d;
+  for (j = 0; j < n; j++)
+    if (isnan(p8[j])) {
+      for (d = 0; d < D; d++)
+        ar[d] = NAN;
+      return;
+    }
+  for (d = 0; d < D; d++)
+    em[d] = f32_bexp(ar[d]);
+  for (j = 0; j < n; j++)
+    if (p8[j] != 0.0f)
+      for (d = 0; d < D; d++) {
+        int e = f32_bexp(p8[j] * v8[j * D + d]);
+        em[d] = e > em[d] ? e : em[d];
+      }
+  for (d = 0; d < D; d++) /* 255: a NaN v; 0: nothing but zeros */
+    sum[d] = em[d] == 255 || em[d] == 0 ? 0 : (int32_t)(ar[d] * f32_pow2(267 - em[d]));
+  for (j = 0; j < n; j++)
+    if (p8[j] != 0.0f)
+      for (d = 0; d < D; d++) {
+        float up = em[d] == 255 || em[d] == 0 ? 0.0f : f32_pow2(267 - em[d]);
+        sum[d] += (int32_t)((p8[j] * v8[j * D + d]) * up);
+      }
+  for (d = 0; d < D; d++) {
+    uint32_t a = (uint32_t)(sum[d] < 0 ? -sum[d] : sum[d]);
+    int top;
+    if (em[d] == 255) {
+      ar[d] = NAN;
+      continue;
+    }
+    if (a == 0) {
+      ar[d] = 0.0f;
+      continue;
+    }
+    top = lead_bit(a);
+    if (top > 13)
+      a = a >> (top - 13) << (top - 13);
+    ar[d] = (float)(sum[d] < 0 ? -(int32_t)a : (int32_t)a) * f32_pow2(em[d] - 13);
+  }
+}
+
+/* One wgmma's accumulation: acc + sum of n exact products, by the model.
+ * TSRI_PV_FP32: float additions in order (the CPU's own, the emulation
+ * before 2026-12-02e); TSRI_PV_RZ_SUM: the exact sum, truncated to pv_frac
+ * bits after its leading one; TSRI_PV_RZ_ALIGN: every term (acc too)
+ * truncated to the unit 2^(E - pv_frac) of the largest one's exponent E,
+ * the exact sum of those, then truncated as RZ_SUM (pv_group_align does
+ * that for all channels at once when pv_frac is 13). */
+static float pv_add(float acc, const float *prod, int64_t n)
+{
+  int64_t i;
+  double sum = acc;
+  if (pv_kind == TSRI_PV_FP32) {
+    float a = acc;
+    for (i = 0; i < n; i++)
+      a += prod[i];
+    return a;
+  }
+  for (i = 0; i < n; i++)
+    sum += prod[i];
+  if (!isfinite(sum))
+    return (float)sum; /* NaN: as the fp32 sums */
+  if (pv_kind == TSRI_PV_RZ_ALIGN) {
+    int e, emax = INT32_MIN;
+    double unit;
+    if (acc != 0.0f) {
+      (void)frexp(acc, &e);
+      emax = e;
+    }
+    for (i = 0; i < n; i++)
+      if (prod[i] != 0.0f) {
+        (void)frexp(prod[i], &e);
+        emax = e > emax ? e : emax;
+      }
+    if (emax == INT32_MIN)
+      return 0.0f;
+    unit = ldexp(1.0, emax - 1 - pv_frac);
+    sum = trunc((double)acc / unit) * unit;
+    for (i = 0; i < n; i++)
+      sum += trunc(prod[i] / unit) * unit;
+  }
+  return (float)rz_bits(sum, pv_frac);
+}
 
 /* The FP8 operands of one member's head, or NULL when it runs natively. */
 typedef struct {
@@ -188,12 +350,44 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
                         : exp2f(x->s[c] - msafe);
           const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
           x->l[rr] += pr; /* l sums the unquantized p (fp8: p') */
-          if (f8)
-            pr = tsri_fp8_e4m3(pr);
+          if (f8) {
+            float q8 = tsri_fp8_e4m3(pr);
+            if (x->flip) { /* p' within ex2.approx's error of an e4m3 boundary: it may round the other way */
+              float hi = tsri_fp8_e4m3(pr * (1 + x->flip_du)), lo = tsri_fp8_e4m3(pr * (1 - x->flip_du));
+              if (hi != lo) {
+                double vmax = 0;
+                for (d = 0; d < D; d++)
+                  vmax = fmax(vmax, fabs((double)vr[d] * f.sv[d]));
+                /* the flip's change of sum_c 2^s_c v_c (base-2 scores s): p8 moves by hi - lo,
+                 * which is (hi - lo) / 256 * 2^m of 2^s; over 2^(lse / ln 2) it is o's */
+                x->flip[((int64_t)mr->batch * p->heads_q + mr->head) * p->seq_q + r0 + rr] +=
+                    (double)(hi - lo) / TSR_FP8_P_SCALE * exp2((double)msafe) * vmax;
+              }
+            }
+            x->s[c] = q8; /* the score is spent: s holds p8 for the grouped sums below */
+            if (pv_kind != TSRI_PV_FP32)
+              continue;
+            pr = q8;
+          }
           for (d = 0; d < D; d++)
             ar[d] += pr * vr[d];
+        } else if (f8) {
+          x->s[c] = 0.0f;
         }
       }
+      if (f8 && pv_kind != TSRI_PV_FP32) /* the wgmmas of this tile: pv_group keys each */
+        for (c = 0; c < nc; c += pv_group) {
+          int64_t n = nc - c < pv_group ? nc - c : pv_group, j;
+          if (pv_kind == TSRI_PV_RZ_ALIGN && pv_frac == 13) {
+            pv_group_align(ar, x->s + c, f.v8 + (c0 + c) * D, n, D, x->em, x->isum);
+            continue;
+          }
+          for (d = 0; d < D; d++) {
+            for (j = 0; j < n; j++)
+              x->prod[j] = x->s[c + j] * f.v8[(c0 + c + j) * D + d];
+            ar[d] = pv_add(ar[d], x->prod, n);
+          }
+        }
       x->m[rr] = mnew;
     }
   }
@@ -295,8 +489,8 @@ static tsr_status fp8_setup(exec_ctx *x, tsr_fp8_tensors *f8, const unsigned cha
 }
 
 static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
-                          const tsr_array *v, const unsigned char *native, tsr_array *out,
-                          tsr_array *lse, tsr_error *err)
+                          const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                          double *flip, tsr_array *out, tsr_array *lse, tsr_error *err)
 {
   exec_ctx x;
   tsr_fp8_tensors f8;
@@ -345,10 +539,13 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.s = malloc((size_t)pl->tile_n * 3 * sizeof(float));
   x.t = x.s ? x.s + pl->tile_n : NULL;
   x.cf = x.s ? x.s + 2 * pl->tile_n : NULL;
+  x.prod = malloc((size_t)pl->tile_n * sizeof(float));
+  x.em = malloc((size_t)D * sizeof(int) + 1);
+  x.isum = malloc((size_t)D * sizeof(int32_t) + 1);
   x.on = malloc((size_t)pl->tile_n);
   x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
-      !x.m || !x.l || !x.s || !x.on || !x.sel) {
+      !x.m || !x.l || !x.s || !x.prod || !x.em || !x.isum || !x.on || !x.sel) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
                        (long long)n_o);
     goto done;
@@ -366,6 +563,10 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.lse = fl;
   if (pl->opts.precision == TSR_PREC_FP8 && (st = fp8_setup(&x, &f8, native, err)))
     goto done;
+  if (x.f8 && flip) {
+    x.flip = flip;
+    x.flip_du = ex2_ulps * 0x1p-23f;
+  }
 
   for (ti = 0; ti < pl->n_tasks; ti++) {
     const tsr_task_rec *t = &pl->tasks[ti];
@@ -374,6 +575,9 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   }
   for (i = 0; i < pl->n_merges; i++)
     run_merge(&x, &pl->merges[i]);
+  if (x.flip) /* sum_c 2^s_c over the row is e^lse */
+    for (i = 0; i < n_l; i++)
+      x.flip[i] = x.flip[i] > 0 && isfinite(fl[i]) ? x.flip[i] / exp((double)fl[i]) : 0.0;
 
   {
     /* out and lse mirror q's dimensions, as tsr_ref_attention's do. */
@@ -408,6 +612,9 @@ done:
   free(x.m);
   free(x.l);
   free(x.s);
+  free(x.prod);
+  free(x.em);
+  free(x.isum);
   free(x.on);
   free(x.sel);
   return st;
@@ -416,7 +623,7 @@ done:
 tsr_status tsr_cpu_execute(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
                            const tsr_array *v, tsr_array *out, tsr_array *lse, tsr_error *err)
 {
-  return execute(pl, q, k, v, NULL, out, lse, err);
+  return execute(pl, q, k, v, NULL, 0.0f, NULL, out, lse, err);
 }
 
 tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
@@ -426,5 +633,16 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
   if (!pl || pl->opts.precision != TSR_PREC_FP8 || !native)
     return tsr_error_set(err, TSR_ERR_INVALID,
                          "tsri_cpu_execute_heads: needs an fp8 plan and the heads' choices");
-  return execute(pl, q, k, v, native, out, lse, err);
+  return execute(pl, q, k, v, native, 0.0f, NULL, out, lse, err);
+}
+
+tsr_status tsri_cpu_execute_fp8(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                                double *flip, tsr_array *out, tsr_array *lse, tsr_error *err)
+{
+  if (!pl || pl->opts.precision != TSR_PREC_FP8)
+    return tsr_error_set(err, TSR_ERR_INVALID, "tsri_cpu_execute_fp8: needs an fp8 plan");
+  if (flip)
+    memset(flip, 0, (size_t)(pl->problem.batch * pl->problem.heads_q * pl->problem.seq_q) * sizeof *flip);
+  return execute(pl, q, k, v, native, ex2_ulps, flip, out, lse, err);
 }

@@ -76,4 +76,26 @@ tsr_status tsri_cpu_execute_heads(const tsr_plan *pl, const tsr_array *q, const 
                                  const tsr_array *v, const unsigned char *native, tsr_array *out,
                                  tsr_array *lse, tsr_error *err);
 
+/* The CPU emulation's model of the tensor cores' P V accumulation (the
+ * products p8 * v8 are exact either way): TSRI_PV_FP32 adds each product
+ * to the fp32 accumulator in key order; TSRI_PV_RZ_SUM adds `group` keys
+ * (one wgmma) exactly and truncates the sum to `frac` bits after its
+ * leading one; TSRI_PV_RZ_ALIGN first truncates each term (the accumulator
+ * too) to 2^-frac of the largest term's leading bit.  The default is
+ * RZ_ALIGN, 32, 13: what the H200's e4m3 wgmma matched (exec_cpu.c).
+ * Process-wide; tests set it to compare the models. */
+enum { TSRI_PV_FP32 = 0, TSRI_PV_RZ_SUM = 1, TSRI_PV_RZ_ALIGN = 2 };
+void tsri_fp8_pv_model(int kind, int group, int frac);
+
+/* tsri_cpu_execute_heads (native NULL: the rule's heads) that also bounds,
+ * per q row, what the device's exp2 can change: ex2.approx lies within
+ * ex2_ulps float ulps of 2^x, so a p' within that of an e4m3 rounding
+ * boundary may round to the neighbouring value there.  flip ([B][Hq][Sq]
+ * doubles, or NULL) gets per row the sum over such p' of how far its flip
+ * moves o: (e4m3 step / 256) * 2^m * max_d |v8 sv_d| / e^lse, m the row's
+ * running max when p' was made (docs/fp8.md, "Emulation"). */
+tsr_status tsri_cpu_execute_fp8(const tsr_plan *pl, const tsr_array *q, const tsr_array *k,
+                                const tsr_array *v, const unsigned char *native, float ex2_ulps,
+                                double *flip, tsr_array *out, tsr_array *lse, tsr_error *err);
+
 #endif /* TSR_FP8_H */

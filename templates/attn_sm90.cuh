@@ -114,6 +114,20 @@
 #if TSR_SM90_SKIP && TSR_SM90_PINGPONG
 #error "attn_sm90.cuh: the consumer ping-pong needs both warpgroups on every tile (no skipping)"
 #endif
+/* Two S tiles in flight (FP8 without skipping, issue 18): S_{u+1} = Q
+ * K_{u+1}^T is issued before S_u's softmax, so the softmax runs beside
+ * both the next tile's Q K^T and the pending P V (FA3's intra-warpgroup
+ * overlap), where the default order waits for S_u right after issuing it.
+ * The int8 accumulators of the two tiles alternate between two buffers,
+ * each read in place as the float scores (t = BIAS + acc), so the second
+ * S costs no registers over the default's s and si.  Off: a knob for the
+ * A/B (notes/fp8-2026-12-02e.md). */
+#ifndef TSR_SM90_S2F
+#define TSR_SM90_S2F 0
+#endif
+#if TSR_SM90_S2F && (!TSR_FP8 || TSR_SM90_SKIP || TSR_SM90_PINGPONG)
+#error "attn_sm90.cuh: two S tiles in flight are written for FP8 without skipping or ping-pong"
+#endif
 
 #if TSR_DTYPE_BF16
 #define TSR_WG_T "bf16"
@@ -1043,6 +1057,113 @@ static __device__ __forceinline__ void drain(const tsr_u32 &bars, const int &st,
   if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
 }
 
+#if TSR_SM90_S2F
+/* One S buffer of TSR_SM90_S2F: the s32 sums, then in place the biased
+ * scores and p' (tsr_f8_bias_scores reads each word before writing it). */
+union tsr_f8_sbuf {
+  tsr_u32 u[TSR_BN / 2];
+  float f[TSR_BN / 2];
+};
+
+/* Issue S_v = Q K_v^T into x (tile v at ring stage sv, phase pv) once K_v
+ * is in; its score factors load meanwhile. */
+static __device__ __forceinline__ void s2f_issue_s(const tsr_kernel_params &p, const tsr_task_rec &tk,
+                                                   const tsr_u32 &bars, int it, int v, const tsr_u64 &dq,
+                                                   const tsr_u64 &dk, tsr_f8_sbuf &x, const float &sqv,
+                                                   const int &bh_kv, float &f0, float &f1) {
+  const int sv = (it + v) % TSR_STAGES;
+  const tsr_u32 pv = ((it + v) / TSR_STAGES) & 1;
+  tsr_f8_key_factors(p, bh_kv, p.tiles[tk.tile_begin + v].k_tile, sqv, f0, f1);
+  tsr_mbar_wait(TSR_K_FULL(sv), pv);
+  tsr_wg_fence();
+  issue_qk(x.u, dq, dk, sv);
+  tsr_wg_commit();
+}
+
+/* Tile u of a member with P_{u-1} packed in pf (its stage st, phase ph)
+ * and S_u in x: O += P_{u-1} V_{u-1} and (MORE: u + 1 < nt) S_{u+1} into
+ * y are issued, S_u's softmax runs beside both, P_u is packed once the
+ * P V is in, and the step ends when S_{u+1} is in.  fx0/fx1: S_u's
+ * factors; fy0/fy1 get S_{u+1}'s.  Why this shape (ptxas, sm_90a): no
+ * wgmma may be in flight across the loop's back edge, or reading S_u's
+ * accumulators beside a later wgmma serializes every wgmma (C7514); and a
+ * wgmma issued under a run-time branch between another's issue and wait
+ * did too (C7513), hence MORE as a template parameter. */
+template <bool MORE>
+static __device__ __forceinline__ void s2f_step(
+    const tsr_kernel_params &p, const tsr_task_rec &tk, const tsr_u32 &bars, int it, int u, int &st,
+    tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, const tsr_u64 &dv, tsr_f8_sbuf &x, tsr_f8_sbuf &y,
+    float *o, tsr_u32 *pf, const bool &arriver, const int &nt, const tsr_u32 &q_e, bool &q_held,
+    const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
+    float &l0, float &l1, float &a0, float &a1, const float &sqv, const int &bh_kv, const float &fx0,
+    const float &fx1, float &fy0, float &fy1) {
+  const int sn = (it + u) % TSR_STAGES;
+  const tsr_u32 phn = ((it + u) / TSR_STAGES) & 1;
+  tsr_mbar_wait(TSR_V_FULL(st), ph);
+  tsr_rescale(o, a0, a1);
+  tsr_wg_fence();
+  issue_pv(o, pf, dv, st);
+  tsr_wg_commit();
+  if (MORE) s2f_issue_s(p, tk, bars, it, u + 1, dq, dk, y, sqv, bh_kv, fy0, fy1);
+  scores_in(p, u, sn, p.tiles[tk.tile_begin + u], bars, x.f, x.u, arriver, nt, q_e, q_held, seg0, seg1, t,
+            sel0, sel1, m0, m1, l0, l1, a0, a1, fx0, fx1);
+  tsr_wg_wait<MORE ? 1 : 0>();
+  tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
+  tsr_fence_regs_u<TSR_SM90_NPF>(pf);
+  if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st));
+  pack_p(pf, x.f);
+  if (MORE) {
+    tsr_wg_wait<0>();
+    tsr_fence_regs_u<TSR_BN / 2>(y.u);
+  }
+  st = sn;
+  ph = phn;
+}
+
+/* consumer()'s tiles of a member with TSR_SM90_S2F (every tile active: no
+ * skipping): S_0 and its softmax, S_1 issued, then the steps two tiles at
+ * a time with the S buffers alternating, then the last P V.  A macro, not
+ * a function: it expands where the default loop stands, as the variant
+ * measured on the H200 was compiled (as a function ptxas made other code),
+ * and consumer() stays within the function-length rule. */
+#define TSR_S2F_STEP(MORE, U, X, Y, FX0, FX1, FY0, FY1)                                                     \
+  s2f_step<MORE>(p, tk, bars, it, U, st, ph, dq, dk, dv, X, Y, o, pf, arriver, nt, q_e, q_held, seg0, seg1, t, sel0, \
+                 sel1, m0, m1, l0, l1, a0, a1, sqv, bh_kv, FX0, FX1, FY0, FY1)
+#define TSR_S2F_MEMBER()                                                                                  \
+  {                                                                                                       \
+    tsr_f8_sbuf sa, sb;                                                                                   \
+    float fa0, fa1, fb0, fb1;                                                                             \
+    s2f_issue_s(p, tk, bars, it, 0, dq, dk, sa, sqv, bh_kv, fa0, fa1);                                    \
+    st = it % TSR_STAGES;                                                                                 \
+    ph = (it / TSR_STAGES) & 1;                                                                           \
+    tsr_wg_wait<0>();                                                                                     \
+    tsr_fence_regs_u<TSR_BN / 2>(sa.u);                                                                   \
+    scores_in(p, 0, st, p.tiles[tk.tile_begin], bars, sa.f, sa.u, arriver, nt, q_e, q_held, seg0, seg1, t, \
+              sel0, sel1, m0, m1, l0, l1, a0, a1, fa0, fa1);                                              \
+    pack_p(pf, sa.f);                                                                                     \
+    if (nt > 1) {                                                                                         \
+      s2f_issue_s(p, tk, bars, it, 1, dq, dk, sb, sqv, bh_kv, fb0, fb1);                                  \
+      tsr_wg_wait<0>();                                                                                   \
+      tsr_fence_regs_u<TSR_BN / 2>(sb.u);                                                                 \
+    }                                                                                                     \
+    for (int u = 1; u < nt; u += 2) { /* S_u in sb, then S_{u+1} in sa; nothing in flight here */         \
+      if (u + 1 >= nt) {                                                                                  \
+        TSR_S2F_STEP(false, u, sb, sa, fb0, fb1, fa0, fa1);                                               \
+        break;                                                                                            \
+      }                                                                                                   \
+      TSR_S2F_STEP(true, u, sb, sa, fb0, fb1, fa0, fa1);                                                  \
+      if (u + 2 >= nt) {                                                                                  \
+        TSR_S2F_STEP(false, u + 1, sa, sb, fa0, fa1, fb0, fb1);                                           \
+        break;                                                                                            \
+      }                                                                                                   \
+      TSR_S2F_STEP(true, u + 1, sa, sb, fa0, fa1, fb0, fb1);                                              \
+    }                                                                                                     \
+    drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);                                           \
+  }                                                                                                       \
+  (void)s;                                                                                                \
+  (void)si
+#endif
+
 /* A member's rows once its last tile is in: the row sums completed
  * across the quad, NaN for a row that selected keys whose scores were all
  * -inf, then the epilogue. */
@@ -1149,9 +1270,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
   float s[TSR_BN / 2], o[TSR_HEAD_DIM / 2]; TSR_SACC_DECL
   tsr_u32 pf[TSR_SM90_NPF];
 #if TSR_SM90_QPF
-  /* The next task's record, first member and (membership) its rows'
-   * segments load while this task runs, so that no dependent global load
-   * sits between two tasks. */
+  /* The next task's record, first member and (membership) its rows' segments load while this
+   * task runs, so that no dependent global load sits between two tasks. */
   const int stride = gridDim.x * TPC;
   tsr_task_rec tkn;
   if (blockIdx.x * TPC + stream < n_tasks) tkn = p.tasks[blockIdx.x * TPC + stream];
@@ -1194,8 +1314,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       row_segs(p, mb.q_tile, rl0, 8, seg0, seg1);
 #endif
 #if TSR_SM90_SKIP
-      /* This warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a
-       * tile none of them selects is skipped (tsr_active_chunk). */
+      /* The warpgroup's rows [64c, 64c + 64) cover segments sa..sb; a tile none selects is skipped. */
       int sa, sb;
       const bool rows_valid = mb.q_tile * TSR_BM + 64 * c < p.seq_q;
       row_segs(p, mb.q_tile, 64 * c, 63, sa, sb);
@@ -1215,6 +1334,9 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       /* ring position of tile u is it + u; st/ph: the pending tile's */
       int st = 0;
       tsr_u32 ph = 0;
+#if TSR_SM90_S2F
+      TSR_S2F_MEMBER();
+#else
       /* Tile u = pending + 1: S_u = Q K_u^T beside the pending tile's O += P V,
        * S_u's softmax beside the P V (the step as one function changed the SASS). */
       auto next_tile = [&](int u) {
@@ -1229,10 +1351,9 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
         next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
                       seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
       };
-      /* Runs of active tiles are software-pipelined; a skipped tile ends
-       * the run first (drain), so this warpgroup never holds a V stage
-       * while waiting on loads further ahead than the next tile: holding
-       * it across a gap could starve the producer of that stage. */
+      /* Runs of active tiles are software-pipelined; a skipped tile ends the run first (drain), so
+       * this warpgroup never holds a V stage while waiting on loads further ahead than the next
+       * tile: holding it across a gap could starve the producer of that stage. */
       int u = 0;
       while (u < nt && !TSR_ACTIVE(u)) skip_tile(bars, it, u++, arriver);
       if (u < nt) {
@@ -1259,6 +1380,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
           u = nx;
         }
       }
+#endif
       if (q_held && arriver) tsr_mbar_arrive(q_e);
       it += nt;
 #if TSR_SM90_QPF && TSR_MEMBERSHIP
@@ -1294,6 +1416,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_SACC_PARAM
 #undef TSR_SACC_ARG
 #undef TSR_FENCE_SACC
+#undef TSR_S2F_STEP
+#undef TSR_S2F_MEMBER
 
 }  // namespace tsr90
 

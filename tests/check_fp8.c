@@ -31,6 +31,7 @@
  */
 #include <check.h>
 #include <float.h>
+#include <limits.h>
 
 #include "corpus_impl.h"
 #include "fp8.h"
@@ -583,6 +584,39 @@ static void ref_quantize(const float *x, const float *sub, int64_t S, int64_t D,
 
 static float bf16r(float x) { return tsr_bf16_to_float(tsr_float_to_bf16(x)); }
 
+/* The tensor cores' O += P V step as measured on the H200 (docs/fp8.md):
+ * the accumulator and the products of one k = 32 wgmma, each cut toward
+ * zero to a multiple of 2^(E - 13), E the exponent of the largest of them
+ * (|x| in [2^E, 2^(E+1))), summed as integers, the sum cut toward zero to
+ * 13 bits below its own leading bit.  Written apart from exec_cpu.c's
+ * pv_add (ilogb and integers there frexp and doubles). */
+static float ref_tc_add(float acc, const double *prod, int n)
+{
+  int i, E = INT_MIN, top, sign;
+  long long sum, a;
+  double unit;
+  if (acc != 0.0f)
+    E = ilogb(acc);
+  for (i = 0; i < n; i++)
+    if (prod[i] != 0.0 && ilogb(prod[i]) > E)
+      E = ilogb(prod[i]);
+  if (E == INT_MIN)
+    return 0.0f;
+  unit = ldexp(1.0, E - 13);
+  sum = (long long)((double)acc / unit); /* the conversion truncates toward zero */
+  for (i = 0; i < n; i++)
+    sum += (long long)(prod[i] / unit);
+  if (sum == 0)
+    return 0.0f;
+  sign = sum < 0 ? -1 : 1;
+  a = sum < 0 ? -sum : sum;
+  for (top = 62; !(a >> top & 1); top--)
+    ;
+  if (top > 13)
+    a = a >> (top - 13) << (top - 13);
+  return (float)(sign * (double)a * unit);
+}
+
 /* Plans with one key tile a row (seq_k <= tile_n), so the running max is
  * the row max and the scheme reads as a two-pass softmax; GQA, batch 2,
  * ragged chunks, random masks with empty rows. */
@@ -650,7 +684,7 @@ START_TEST(test_emulation_independent)
       for (t = 0; t < Sq; t++) {
         const uint8_t *row = bits + ((b * Hq + h) * nq + t / 64) * nk;
         const float *got = (const float *)eo.data + qo + t * D;
-        float s[128], tb[128], cf[128], mx = -INFINITY, l = 0, acc[128];
+        float s[128], tb[128], cf[128], mx = -INFINITY, l = 0, acc[128], p8s[128];
         int any = 0;
         for (j = 0; j < Sk; j++) {
           float dot = 0;
@@ -669,17 +703,24 @@ START_TEST(test_emulation_independent)
         }
         for (d = 0; d < D; d++)
           acc[d] = 0;
-        for (j = 0; any && j < Sk; j++) {
-          float pj, p8;
-          if (!row[j / 64])
+        for (j = 0; j < Sk; j++) {
+          float pj;
+          p8s[j] = 0;
+          if (!any || !row[j / 64])
             continue;
           /* p' = 256 p in one FMA: exp2(t c - (2^23 + 2^22) c + 8 - m) */
           pj = exp2f(fmaf(tb[j], cf[j], fmaf(-12582912.0f, cf[j], 8.0f - mx)));
           l += pj / 256.0f;
-          p8 = ref_e4m3(pj);
-          for (d = 0; d < D; d++)
-            acc[d] += p8 * v8[j * D + d];
+          p8s[j] = ref_e4m3(pj);
         }
+        for (j = 0; any && j < Sk; j += 32) /* one k = 32 wgmma a group of keys */
+          for (d = 0; d < D; d++) {
+            double prod[32];
+            int k;
+            for (k = 0; k < 32; k++)
+              prod[k] = (double)p8s[j + k] * v8[(j + k) * D + d];
+            acc[d] = ref_tc_add(acc[d], prod, 32);
+          }
         for (d = 0; d < D; d++) {
           float want = any ? acc[d] * (sv[d] * (1.0f / 256.0f)) * (1.0f / l) : 0.0f;
           double e = fabs((double)got[d] - want) / (fabs((double)want) + 1e-3);
