@@ -42,6 +42,12 @@ struct tsr_pr_pool_p {
   long long sb, sh, ss;
   int heads, d;
   int gt, gh, gw, ct, ch, cw, nh, nw;
+  /* the second tensor (x2 != 0: CTAs z >= batch) and the runs of tiles
+   * already in tile order (nrun > 0), as tsr_pool_args */
+  const void *x2;
+  void *out2, *sq2;
+  long long sb2, sh2, ss2;
+  int heads2, batch, nrun, run_tiles[8], run_size[8];
 };
 
 struct tsr_pr_select_p {
@@ -128,14 +134,33 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
   __shared__ A part[TSR_PR_THREADS * V];
   __shared__ A sqw[TSR_PR_THREADS / 32];
   __shared__ int tok[TSR_PR_THREADS];
-  const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
-  const int nt_hw = p.nh * p.nw;
-  const int t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
-  const int lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y;
+  /* CTAs z >= batch pool the second tensor (its heads may be fewer: GQA) */
+  const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
+  const int heads = two ? p.heads2 : p.heads;
+  if (head >= heads) return; /* the whole CTA, before any barrier */
+  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
+  long long start = 0; /* runs: the tile's first token */
+  if (p.nrun > 0) {
+    int t = tile, r = 0;
+    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
+      start += (long long)p.run_tiles[r] * p.run_size[r];
+      t -= p.run_tiles[r];
+    }
+    start += (long long)t * p.run_size[r];
+    lw = p.run_size[r];
+  } else {
+    const int nt_hw = p.nh * p.nw;
+    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  }
   const int n = lt * lh * lw, nvec = p.d / V;
-  const char *base = (const char *)p.x + (b * p.sb + head * p.sh) * (long long)tsr_pr_t<DT>::SIZE;
+  const long long ss = two ? p.ss2 : p.ss;
+  const char *base = (const char *)(two ? p.x2 : p.x) +
+                     (b * (two ? p.sb2 : p.sb) + head * (two ? p.sh2 : p.sh)) * (long long)tsr_pr_t<DT>::SIZE;
   const long long ntiles = (long long)gridDim.x;
-  A *out = (A *)p.out + (((long long)b * p.heads + head) * ntiles + tile) * p.d;
+  A *out = (A *)(two ? p.out2 : p.out) + (((long long)b * heads + head) * ntiles + tile) * p.d;
+  A *sqo = (A *)(two ? p.sq2 : p.sq);
   const int P = nvec >= TSR_PR_THREADS ? 1 : TSR_PR_THREADS / nvec;
   A sq = 0;
   for (int c0 = 0; c0 < nvec; c0 += TSR_PR_THREADS) {
@@ -148,17 +173,20 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
      * loads' loop does no division */
     for (int r0 = 0; r0 < n; r0 += TSR_PR_THREADS) {
       const int m = min(TSR_PR_THREADS, n - r0);
-      __syncthreads();
-      if (tid < m) {
-        const int r = r0 + tid, rr = r / lw;
-        tok[tid] = ((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+      if (p.nrun <= 0) { /* (uniform across the CTA) runs: the tokens are consecutive */
+        __syncthreads();
+        if (tid < m) {
+          const int r = r0 + tid, rr = r / lw;
+          tok[tid] = ((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+        }
+        __syncthreads();
       }
-      __syncthreads();
       if (cv < nvec && rp < P) {
 #pragma unroll 4
         for (int r = rp; r < m; r += P) {
           A a[V];
-          tsr_pr_load<DT, V>(base + ((long long)tok[r] * p.ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
+          const long long ti = p.nrun > 0 ? start + r0 + r : (long long)tok[r];
+          tsr_pr_load<DT, V>(base + (ti * ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
 #pragma unroll
           for (int e = 0; e < V; e++) {
             acc[e] += a[e];
@@ -183,14 +211,14 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
       }
     }
   }
-  if (!p.sq) return;
+  if (!sqo) return;
   sq = tsr_pr_warp_sum(sq);
   if ((tid & 31) == 0) sqw[tid >> 5] = sq;
   __syncthreads();
   if (tid == 0) {
     A s = 0;
     for (int i = 0; i < TSR_PR_THREADS / 32; i++) s += sqw[i];
-    ((A *)p.sq)[((long long)b * p.heads + head) * ntiles + tile] = s / (A)n;
+    sqo[((long long)b * heads + head) * ntiles + tile] = s / (A)n;
   }
 }
 
@@ -380,11 +408,71 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
   return t;
 }
 
+/* The k-th largest key (1 <= k <= nk) by an 8-bit radix select: a pass a
+ * digit from the top (float: bits 29-22, 21-14, 13-6, 5-0; double: 8
+ * passes), each counting the keys that match the digits found so far into
+ * the warp's 256-bin histogram in shared memory, then one suffix scan of
+ * the bins picks the digit where the count from the top reaches the rank
+ * still wanted.  Exact, integer counts: the same key as tsr_pr_kth_reg,
+ * which makes a pass a bit (30 for float, each a warp reduction after N
+ * compares).  Only valid elements (j < nk) count. */
+template <typename A, int N>
+__device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typename tsr_pr_kt<A>::K *key, int nk,
+                                                                    long long k, unsigned *hist)
+{
+  typedef typename tsr_pr_kt<A>::K K;
+  const int lane = threadIdx.x & 31;
+  K prefix = 0;
+  unsigned need = (unsigned)k;
+  for (int hi = tsr_pr_kt<A>::TOP; hi >= 0; hi -= 8) {
+    const int lo = hi >= 7 ? hi - 7 : 0;
+    /* the bits above hi: fixed by earlier passes (zero above TOP) */
+    const K above = hi + 1 >= (int)(8 * sizeof(K)) ? (K)0 : ~(K)0 << (hi + 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) hist[lane * 8 + i] = 0;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk && (key[i] & above) == prefix) atomicAdd(&hist[(unsigned)(key[i] >> lo) & 255u], 1u);
+    __syncwarp();
+    /* lane l holds bins 8l..8l+7; counts from the top: the lanes above l,
+     * then its bins downwards */
+    unsigned c[8], own = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) own += c[i] = hist[lane * 8 + i];
+    unsigned suf = own; /* inclusive suffix sum over lanes >= l */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned v = __shfl_down_sync(0xffffffffu, suf, o);
+      if (lane + o < 32) suf += v;
+    }
+    const unsigned higher = suf - own; /* keys in lanes above */
+    const int here = higher < need && suf >= need;
+    const unsigned who = __ballot_sync(0xffffffffu, here);
+    int digit = 0;
+    unsigned left = 0;
+    if (here) {
+      unsigned acc = higher;
+      int i = 7;
+      for (; i > 0 && acc + c[i] < need; i--) acc += c[i];
+      digit = lane * 8 + i;
+      left = need - acc;
+    }
+    const int src = __ffs(who) - 1;
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    need = __shfl_sync(0xffffffffu, left, src);
+    prefix |= (K)digit << lo;
+    __syncwarp(); /* the histogram is cleared for the next pass */
+  }
+  return prefix;
+}
+
 /* The row's rule: top k, or CDF (K from the largest key T whose at-or-above
  * sum reaches tau * sum; the ties at T fit while the running sum before
  * them is below it; at least min_keep). */
 template <typename A, int N>
-__device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out)
+__device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out,
+                                unsigned *hist)
 {
   typedef typename tsr_pr_kt<A>::K K;
   const int lane = threadIdx.x & 31;
@@ -443,7 +531,7 @@ __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, 
       if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
     return;
   }
-  const K t = tsr_pr_kth_reg<A, N>(key, k);
+  const K t = hist ? tsr_pr_kth_hist<A, N>(key, nk, k, hist) : tsr_pr_kth_reg<A, N>(key, k);
   int gt = 0;
 #pragma unroll
   for (int i = 0; i < N; i++) gt += key[i] > t;
@@ -561,9 +649,12 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
  * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
  * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
  * memory. */
-template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+template <typename A, int V, int N, int H> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
+  /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
+   * static: the host leaves it out of the rows' dynamic budget) */
+  __shared__ unsigned tsr_pr_hist[H ? TSR_PR_THREADS / 32 * 256 : 1];
   A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
@@ -577,7 +668,7 @@ template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_s
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
-    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out);
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out, H ? tsr_pr_hist + warp * 256 : 0);
     else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
   }
 }
@@ -591,11 +682,12 @@ template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_s
 #else
 #define TSR_PR_SELECT_BOUNDS __launch_bounds__(TSR_PR_THREADS)
 #endif
-#define TSR_PR_SELECT(name, A, V, N)                                                    \
+#define TSR_PR_SELECT_H(name, A, V, N, H)                                               \
   extern "C" __global__ void TSR_PR_SELECT_BOUNDS name(tsr_pr_select_p p)               \
   {                                                                                     \
-    tsr_pr_select<A, V, N>(p);                                                          \
+    tsr_pr_select<A, V, N, H>(p);                                                       \
   }
+#define TSR_PR_SELECT(name, A, V, N) TSR_PR_SELECT_H(name, A, V, N, 0)
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
@@ -609,5 +701,15 @@ TSR_PR_SELECT(tsr_pr_select_f64_v2_n8, double, 2, 8)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n16, double, 2, 16)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n24, double, 2, 24)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n32, double, 2, 32)
+/* _h: the top k by radix select (tsr_pr_kth_hist); the CDF rule's search
+ * sums floats, in a fixed order, so it stays in the kernels above */
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n8_h, float, 4, 8, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n16_h, float, 4, 16, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n24_h, float, 4, 24, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n32_h, float, 4, 32, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1)
 
 #endif

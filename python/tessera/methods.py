@@ -112,6 +112,11 @@ _cache = {}
 # fused kernels (tessera.produce) when the library has them; False keeps
 # the torch path (the reference, and the CPU's) everywhere.
 FUSED = True
+# With the fused kernels, VSA pools q and k in one launch (tessera::pool_pair;
+# in the cube order, every run of cube sizes in it too).  False: the
+# previous launches (q and k apart, one a run of sizes in the cube order),
+# kept to compare; the same means, bit for bit.
+PAIR = True
 
 
 def _fused(x):
@@ -570,6 +575,19 @@ def _pool_in_order(x, grid, tile, order, sizes, layout):
     return _cat(parts, 2)
 
 
+def _runs(sizes):
+    """[tiles, size, ...] of the runs of equal sizes in a tile order's sizes
+    (tile_order sorts them by size: at most 8 runs, one a combination of
+    whole and ragged axes)."""
+    out = []
+    for n in sizes:
+        if out and out[-1] == n:
+            out[-2] += 1
+        else:
+            out += [1, n]
+    return out
+
+
 def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, in_order=False):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
@@ -582,7 +600,13 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, i
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
-    if in_order:
+    if PAIR and _fused(q) and k.dtype == q.dtype and _bhsd(k, layout).shape[2:] == (s, d):
+        if in_order:
+            pq, pk = _produce.pool_pair(q, k, [], [], _runs(sizes), layout, False)[:2]
+        else:
+            pq, pk = _produce.pool_pair(q, k, list(grid), [int(c) for c in cube], [], layout, False)[:2]
+            pq, pk = pq.index_select(2, order.tiles), pk.index_select(2, order.tiles)
+    elif in_order:
         pq = _pool_in_order(q, grid, cube, order, sizes, layout)
         pk = _pool_in_order(k, grid, cube, order, sizes, layout)
     else:
