@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""producer_ab.py: VSA's producer, the previous kernels against the current
+ones in one process, beside the attention it prepares (issue 16: a producer
+may cost at most 5% of it), and the checks of the current kernels' new
+paths on the GPU.
+
+Previous ("old"): q and k pooled apart, in the cube order one launch a run
+of cube sizes (8 at Wan 480p), and the select's top k by a 30-pass bitwise
+search (tessera.methods.PAIR = False, tessera.produce.KERNEL = 1).
+Current ("new"): q and k in one launch (tessera::pool_pair, the runs of
+cube sizes in one launch too) and the top k by an 8-bit radix select (PAIR
+= True, KERNEL = 0, the defaults).
+
+Timing (Wan2.1-1.3B 480p by default: grid 21x30x52, 12 heads, d128, bf16,
+q and k as methods_bench makes them): CUDA events, median of --reps calls,
+the host ahead of the GPU (methods_bench.timed), old and new alternated
+in the same process, for the two orders a pipeline uses:
+  gathered  q, k, v frame-major bhsd, pooled as they lie then taken in the
+            cube order (and the attention on the permuted tensors);
+  hoisted   q, k, v already in the cube order, in the processor's layout
+            bshd (tessera.diffusers.apply(hoist=True)).
+Attention: tessera.attention with the produced mask and geometry.
+
+Checks (exit 1 on a failure):
+  * bf16 at the bench shape: new masks equal old masks, new pooled means
+    equal old ones bit for bit, both orders;
+  * the new producer synchronises nothing and a CUDA graph of it replayed
+    on new q, k gives the eager mask;
+  * the radix select against the bitwise search and (float64) the CPU's
+    torch rule: ties (keys with 3 distinct rows, all-equal rows), scores
+    that underflow to 0, k from 1 to nk, nk from 1 to 1024 (every
+    register kernel and ragged warps), GQA, rows a CTA 3 and automatic;
+  * pool_pair against two pool_tiles, bit for bit: float32, fp16, bf16,
+    float64, both layouts, GQA, ragged grids, with and without the squared
+    norms; in the cube order (runs) against the frame-major pooling taken in
+    that order, bit for bit; float64 against a CPU float64 mean.
+--ncu: only one call of each select kernel and pooling (for ncu)."""
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from methods_bench import checks as sync_graph_checks  # noqa: E402
+from methods_bench import rope_qk, timed  # noqa: E402
+
+import tessera  # noqa: E402
+from tessera import methods as M  # noqa: E402
+
+P = M._produce
+FAILS = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
+    sys.stdout.flush()
+    if not ok:
+        FAILS.append(name)
+
+
+def mode(new):
+    M.PAIR = new
+    P.KERNEL = 0 if new else 1
+
+
+def old_pool(x, y, grid, layout, in_order):
+    o, sizes = M.tile_order(grid, (4, 4, 4), x.device)
+    if in_order:
+        return (M._pool_in_order(x, grid, (4, 4, 4), o, sizes, layout),
+                M._pool_in_order(y, grid, (4, 4, 4), o, sizes, layout))
+    return (M.pool_tiles(x, grid, (4, 4, 4), layout).index_select(2, o.tiles),
+            M.pool_tiles(y, grid, (4, 4, 4), layout).index_select(2, o.tiles))
+
+
+def new_pool(x, y, grid, layout, in_order):
+    o, sizes = M.tile_order(grid, (4, 4, 4), x.device)
+    if in_order:
+        return P.pool_pair(x, y, [], [], M._runs(sizes), layout, False)[:2]
+    a, b = P.pool_pair(x, y, list(grid), [4, 4, 4], [], layout, False)[:2]
+    return a.index_select(2, o.tiles), b.index_select(2, o.tiles)
+
+
+def bench(q, k, v, grid, reps, sparsity):
+    """q, k, v frame-major bhsd (bf16)."""
+    d = q.shape[-1]
+    o, sizes = M.tile_order(grid, (4, 4, 4), q.device)
+    kk = M.vsa_k(sparsity, len(sizes))
+    sc = 1 / math.sqrt(d)
+    summary = []
+    for label, layout, in_order in (("gathered", "bhsd", False), ("hoisted", "bshd", True)):
+        if in_order:
+            x = [o.permute(t).transpose(1, 2).contiguous() for t in (q, k, v)]  # [B, S, H, D] in cube order
+        else:
+            x = [q, k, v]
+        qx, kx, vx = x
+        lay = layout
+        prod = lambda: M.vsa(qx, kx, grid, sparsity, layout=lay, in_order=in_order)  # noqa: E731
+        mode(False)
+        m_old = prod()
+        pq_old, pk_old = old_pool(qx, kx, grid, lay, in_order)
+        mode(True)
+        m_new = prod()
+        pq_new, pk_new = new_pool(qx, kx, grid, lay, in_order)
+        check(f"{label}: pooled q and k, new equal old bit for bit",
+              torch.equal(pq_old, pq_new) and torch.equal(pk_old, pk_new))
+        diff = int((m_old.mask != m_new.mask).sum())
+        check(f"{label}: VSA masks, new equal old", diff == 0, f"{diff} of {m_new.mask.numel()} blocks differ")
+        # attention on the permuted tensors (gathered) or as they lie (hoisted)
+        if in_order:
+            aq, ak, av = qx, kx, vx
+        else:
+            aq, ak, av = o.permute(q), o.permute(k), o.permute(v)
+        attn = lambda: tessera.attention(aq, ak, av, m_new.mask, block=m_new.block, layout=lay)  # noqa: E731
+        attn()
+        t = {}
+        for rnd in range(2):  # old and new alternated, twice
+            for name, new in (("old", False), ("new", True)):
+                mode(new)
+                t.setdefault(("total", name), []).append(timed(prod, reps))
+                t.setdefault(("pool", name), []).append(
+                    timed(lambda: (new_pool if new else old_pool)(qx, kx, grid, lay, in_order), reps))
+                t.setdefault(("select", name), []).append(
+                    timed(lambda: P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), reps))
+            t.setdefault(("attn", ""), []).append(timed(attn, reps))
+        mode(True)
+        med = {key: sorted(val)[len(val) // 2] for key, val in t.items()}
+        ta = med[("attn", "")]
+        print(f"{label} ({layout}{', cube order' if in_order else ', frame-major'}): attention {ta:.4f} ms "
+              f"(tessera.attention, density {m_new.mask.float().mean().item():.3f})")
+        for st in ("pool", "select", "total"):
+            a, b = med[(st, "old")], med[(st, "new")]
+            print(f"  {st:7} old {a:.4f} ms ({100 * a / ta:5.2f}%)  new {b:.4f} ms ({100 * b / ta:5.2f}%)  "
+                  f"{a / b:.2f}x")
+        summary.append((label, med[("total", "old")], med[("total", "new")], ta))
+        # rows a CTA for the radix select (automatic 16)
+        want = P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0)
+        for kern in (0, 1):
+            P.KERNEL = kern
+            line = []
+            for rows in (8, 12, 16):
+                P.ROWS = rows
+                ms = timed(lambda: P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), reps)
+                same = torch.equal(P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), want)
+                check(f"{label}: select kernel {kern} rows {rows} gives the automatic mask", same)
+                line.append(f"{rows} rows {ms:.4f}")
+            print(f"  select kernel {kern} ({'radix' if kern == 0 else 'bitwise'}): " + ", ".join(line) + " ms")
+        P.ROWS, P.KERNEL = 0, 0
+        # k = 0 skips the search (every block off): the scores, the softmax's
+        # max and exp and the writes; the rule's search is the rest
+        ms0 = timed(lambda: P.select_blocks(pq_new, pk_new, sc, P.TOPK, 0, 0.0, 0), reps)
+        print(f"  select with k = 0 (no search: scores, softmax, writes): {ms0:.4f} ms")
+        # no sync, graph replay
+        gen = torch.Generator(device="cuda").manual_seed(99)
+        q2, k2 = rope_qk(q.shape[0], q.shape[1], grid, d, q.dtype, gen)
+        if in_order:
+            q2, k2 = (o.permute(t).transpose(1, 2).contiguous() for t in (q2, k2))
+        nosync, graph, gms = sync_graph_checks(
+            lambda a, b, c: M.vsa(a, b, grid, sparsity, layout=lay, in_order=in_order), qx, kx, vx, q2, k2)
+        check(f"{label}: new producer synchronises nothing", nosync == "no-sync", nosync)
+        check(f"{label}: new producer in a CUDA graph, replayed on new q, k, gives the eager mask",
+              graph == "graph-replay-ok", f"{graph}, replay {gms:.4f} ms")
+    return summary
+
+
+def select_cases(seed, quick=False):
+    """Radix select (kernel 0) against the bitwise search (kernel 1) and, in
+    float64, the CPU torch rule."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    n = bad = 0
+    for nk in (33, 624) if quick else (1, 5, 31, 33, 200, 256, 257, 300, 511, 624, 700, 1000, 1024):
+        for kind in ("random", "ties") if quick else ("random", "ties", "equal", "underflow"):
+            b, h, hk, nq, d = 2, 4, 2, 7, 16
+            pq = torch.randn(b, h, nq, d, dtype=torch.float64, generator=gen)
+            if kind == "random":
+                pk = torch.randn(b, hk, nk, d, dtype=torch.float64, generator=gen)
+            elif kind == "ties":  # 3 distinct key rows: 3 distinct scores a row
+                base = torch.randint(-2, 3, (b, hk, 3, d), generator=gen).double()
+                pk = base[:, :, torch.randint(0, 3, (nk,), generator=gen)]
+                pq = torch.randint(-2, 3, pq.shape, generator=gen).double()
+            elif kind == "equal":  # every key alike: every probability 1
+                pk = torch.randn(b, hk, 1, d, dtype=torch.float64, generator=gen).expand(b, hk, nk, d)
+            else:  # most probabilities underflow to 0: ties at key 0
+                pk = torch.randn(b, hk, nk, d, dtype=torch.float64, generator=gen)
+            pk = pk.contiguous()
+            scale = 1e4 if kind == "underflow" else 0.25
+            for k in sorted({1, max(1, nk // 8), max(1, nk // 2), max(1, nk - 1), nk}):
+                for rows in (0, 3):
+                    P.ROWS = rows
+                    want = M.topk_rule(M._probs(pq, pk, scale), k)  # the CPU's rule, float64
+                    for dt in (torch.float64, torch.float32):
+                        cq, ck = pq.to(dt).cuda(), pk.to(dt).cuda()
+                        P.KERNEL = 0
+                        g0 = P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu()
+                        P.KERNEL = 1
+                        g1 = P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu()
+                        n += 1
+                        ok = torch.equal(g0, g1) and (dt == torch.float32 or torch.equal(g0, want))
+                        ok = ok and bool((g0.sum(-1) == min(k, nk)).all())
+                        if not ok:
+                            bad += 1
+                            if bad <= 10:
+                                print(f"  select {kind} nk {nk} k {k} rows {rows} {dt}: radix vs bitwise "
+                                      f"{int((g0 != g1).sum())} differ, vs CPU {int((g0 != want).sum())}")
+    P.ROWS, P.KERNEL = 0, 0
+    check(f"radix select against the bitwise search (and float64 against the CPU rule): {n} cases",
+          bad == 0, f"{bad} differ")
+
+
+def pool_cases(seed, quick=False):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    n = bad = 0
+    for grid, tile in (((5, 7, 9), (4, 4, 4)),) if quick else (
+            ((5, 7, 9), (4, 4, 4)), ((3, 6, 10), (2, 3, 4)), ((21, 30, 52), (4, 4, 4)), ((4, 9, 11), (1, 2, 4))):
+        s = math.prod(grid)
+        o, sizes = M.tile_order(grid, tile, "cuda")
+        runs = M._runs(sizes)
+        for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            for layout in ("bhsd", "bshd"):
+                for h, hk, d in ((4, 2, 32), (2, 2, 40), (3, 1, 33)):
+                    if s > 5000 and (dt != torch.bfloat16 or d != 32):
+                        continue
+                    q = torch.randn(2, h, s, d, generator=gen).to(dt).cuda()
+                    k = torch.randn(2, hk, s, d, generator=gen).to(dt).cuda()
+                    qx, kx = (q, k) if layout == "bhsd" else (q.transpose(1, 2).contiguous(),
+                                                              k.transpose(1, 2).contiguous())
+                    for sq in (False, True):
+                        n += 1
+                        a = P.pool_pair(qx, kx, list(grid), list(tile), [], layout, sq)
+                        wq = P.pool_tiles(qx, list(grid), list(tile), layout, sq)
+                        wk = P.pool_tiles(kx, list(grid), list(tile), layout, sq)
+                        ok = all(torch.equal(x, y) for x, y in zip(a, (wq[0], wk[0], wq[1], wk[1])))
+                        # in the cube order, as runs of tiles
+                        oq, ok_ = (o.permute(t) for t in (q, k))
+                        if layout == "bshd":
+                            oq, ok_ = oq.transpose(1, 2).contiguous(), ok_.transpose(1, 2).contiguous()
+                        r = P.pool_pair(oq, ok_, [], [], runs, layout, sq)
+                        ok = ok and all(torch.equal(x, y.index_select(2, o.tiles) if y.shape[2] else y)
+                                        for x, y in zip(r, (wq[0], wk[0], wq[1], wk[1])))
+                        if dt == torch.float64:
+                            ref = M.pool_tiles(q.cpu(), grid, tile)  # the torch path on the CPU
+                            ok = ok and (a[0].cpu() - ref).abs().max().item() < 1e-12
+                        if not ok:
+                            bad += 1
+                            print(f"  pool_pair {grid}/{tile} {dt} {layout} h{h}/{hk} d{d} sq {sq}: DIFFERS")
+    check(f"pool_pair against two pool_tiles and in the cube order (runs), bit for bit: {n} cases",
+          bad == 0, f"{bad} differ")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--grid", type=int, nargs=3, default=[21, 30, 52])
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sparsity", type=float, default=0.875)
+    ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="a few small checks, no timing (for compute-sanitizer)")
+    a = ap.parse_args()
+    grid = tuple(a.grid)
+    gen = torch.Generator(device="cuda").manual_seed(a.seed)
+    if a.quick:
+        grid, a.heads = (5, 7, 9), 2
+    q, k = rope_qk(1, a.heads, grid, a.dim, torch.bfloat16, gen)
+    v = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+    if a.ncu:
+        o, sizes = M.tile_order(grid, (4, 4, 4), q.device)
+        pq, pk = new_pool(q, k, grid, "bhsd", False)
+        for kern in (1, 0):
+            P.KERNEL = kern
+            P.select_blocks(pq, pk, 1 / math.sqrt(a.dim), P.TOPK, M.vsa_k(a.sparsity, len(sizes)), 0.0, 0)
+        oq, ok_ = (o.permute(t).transpose(1, 2).contiguous() for t in (q, k))
+        new_pool(oq, ok_, grid, "bshd", True)
+        torch.cuda.synchronize()
+        return 0
+    print(f"producer_ab: {torch.cuda.get_device_name()}, grid {grid} ({math.prod(grid)} tokens), {a.heads} heads, "
+          f"d{a.dim}, bf16, VSA sparsity {a.sparsity}, median of {a.reps} (x2 rounds)")
+    summary = [] if a.quick else bench(q, k, v, grid, a.reps, a.sparsity)
+    select_cases(a.seed, a.quick)
+    pool_cases(a.seed, a.quick)
+    for label, old, new, ta in summary:
+        print(f"SUMMARY VSA {label}: producer old {old:.4f} ms ({100 * old / ta:.2f}%), new {new:.4f} ms "
+              f"({100 * new / ta:.2f}%) of attention {ta:.4f} ms; {'within' if new <= 0.05 * ta else 'OVER'} "
+              f"the 5% budget")
+    print(f"producer_ab: {'ok' if not FAILS else 'FAILED: ' + '; '.join(FAILS)}")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
