@@ -45,6 +45,7 @@ struct tsr_producer {
   tsr_context *ctx;
   CUmodule mod;
   CUfunction pool[PR_NDT][2];  /* [dtype][vector loads] */
+  CUfunction select_t[4]; /* float32 radix select with k transposed, nk <= 256 .. 1024 */
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
                                             registers for nk <= 256, 512, 768, 1024, the same
                                             with the top k by radix select] */
@@ -85,6 +86,14 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
                                                       (int)p->ctx->smem_optin - (v >= 6 ? PR_HIST_SMEM : 0)),
                            "cuFuncSetAttribute(producer select)", err);
     }
+  for (v = 0; v < 4 && !st; v++) {
+    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_ht", 8 * (v + 1));
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select_t[v], p->mod, name), name, err);
+    if (!st && p->ctx->smem_optin > 0)
+      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select_t[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    (int)p->ctx->smem_optin - PR_HIST_SMEM),
+                         "cuFuncSetAttribute(producer select)", err);
+  }
   return st;
 }
 
@@ -279,9 +288,13 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->rows < 0 || a->rows > PR_MAX_ROWS)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: rows a CTA must be 0 (automatic) to %d, got %lld",
                          PR_MAX_ROWS, (long long)a->rows);
-  if (a->kernel < 0 || a->kernel > 1)
-    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic) or 1 (bitwise "
-                         "search), got %lld", (long long)a->kernel);
+  if (a->kernel < 0 || a->kernel > 2)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic), 1 (bitwise "
+                         "search) or 2 (radix select, k transposed), got %lld", (long long)a->kernel);
+  if (a->kernel == 2 && (a->dtype != TSR_DT_F32 || a->rule != TSR_SELECT_TOPK || a->dim % 4 || a->nk > 1024))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 (k transposed) takes float32 top-k "
+                         "with dim a multiple of 4 (got %lld) and nk up to 1024 (got %lld)", (long long)a->dim,
+                         (long long)a->nk);
   if (!(a->scale == a->scale) || a->scale <= 0.0)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: scale must be positive, got %g", a->scale);
   return TSR_OK;
@@ -306,7 +319,8 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
   /* the top k by radix select (kernel 0) where the row is held in registers */
-  hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel == 0;
+  if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
+  hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
   if (hist) smem -= PR_HIST_SMEM;
   rows = smem / ((a->dim + a->nk) * esz);
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
@@ -338,7 +352,8 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
                        tsri_context_cu(p->ctx)->cuLaunchKernel(
-                           p->select[f64][vec], (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
+                           a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
+                           (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
                            (unsigned)a->batch, PR_THREADS, 1, 1, (unsigned)(rows * (a->dim + a->nk) * esz),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);

@@ -565,10 +565,13 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
  * Same products in the same order (c ascending, e ascending) as
  * tsr_pr_scores_1: bitwise the same scores, so the same masks.  RM: rows a
  * CTA at most (the host caps rows to it). */
-template <typename A, int V, int KT, int RM>
+template <typename A, int V, int KT, int RM, int TK>
 __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k,
                                                  int nr)
 {
+  /* TK: k transposed, [dim, nk] a head: a warp's lanes read consecutive
+   * keys of one channel (coalesced 4-byte loads) instead of 16 bytes of 32
+   * keys 4*dim bytes apart; the same products in the same order */
   const int tid = threadIdx.x;
   A acc[RM][KT];
 #pragma unroll
@@ -581,7 +584,10 @@ __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const
 #pragma unroll
     for (int t = 0; t < KT; t++) {
       const int j = tid + t * TSR_PR_THREADS;
-      if (j < p.nk) tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
+      if (TK && j < p.nk)
+#pragma unroll
+        for (int e = 0; e < V; e++) kv[t][e] = __ldg(k + (long long)(c + e) * p.nk + j);
+      else if (j < p.nk) tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
       else
 #pragma unroll
         for (int e = 0; e < V; e++) kv[t][e] = 0;
@@ -649,7 +655,7 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
  * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
  * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
  * memory. */
-template <typename A, int V, int N, int H> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
   /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
@@ -663,7 +669,7 @@ template <typename A, int V, int N, int H> __device__ void tsr_pr_select(const t
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
   for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
   __syncthreads();
-  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM>(p, qs, sc, k, nr);
+  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK>(p, qs, sc, k, nr);
   else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
@@ -688,6 +694,11 @@ template <typename A, int V, int N, int H> __device__ void tsr_pr_select(const t
     tsr_pr_select<A, V, N, H>(p);                                                       \
   }
 #define TSR_PR_SELECT(name, A, V, N) TSR_PR_SELECT_H(name, A, V, N, 0)
+#define TSR_PR_SELECT_T(name, A, V, N)                                                  \
+  extern "C" __global__ void TSR_PR_SELECT_BOUNDS name(tsr_pr_select_p p)               \
+  {                                                                                     \
+    tsr_pr_select<A, V, N, 1, 1>(p);                                                    \
+  }
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
@@ -711,5 +722,10 @@ TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1)
 TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1)
 TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1)
 TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1)
+/* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32)
 
 #endif

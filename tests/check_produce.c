@@ -127,8 +127,12 @@ START_TEST(test_select_args)
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "0 (automatic) to 16, got 17");
   a = good_select(), a.rows = -1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
-  a = good_select(), a.kernel = 2;
-  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic) or 1");
+  a = good_select(), a.kernel = 3;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic), 1");
+  a = good_select(), a.kernel = 2, a.dtype = TSR_DT_F64;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "kernel 2 (k transposed) takes");
+  a = good_select(), a.kernel = 2, a.nk = 1025;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "nk up to 1024 (got 1025)");
   a = good_select();
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
   a = good_select(), a.kernel = 1;

@@ -40,7 +40,9 @@ TOPK, CDF = 0, 1
 # tuning knob for benchmarks, not part of the ops' results.
 ROWS = 0
 # The select's top-k search (tsr_select_args.kernel): 0 libtessera's choice
-# (radix select), 1 the bitwise search: for benchmarks, the same masks.
+# (radix select), 1 the bitwise search, 2 the radix select reading pooled k
+# transposed (transposed here, float32 top-k only): for benchmarks, the
+# same masks.
 KERNEL = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
        torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
@@ -153,11 +155,14 @@ def _pair_fake(x, y, grid, tile, runs, layout, sq):
 
 def _select_kernel(pq, pk, scale, rule, k, tau, min_keep):
     pq, pk = pq.contiguous(), pk.contiguous()
+    if KERNEL == 2:
+        pk = pk.transpose(-1, -2).contiguous()  # [B, HK, D, NK]
     b, h, nq, d = pq.shape
-    out = torch.empty(b, h, nq, pk.shape[2], dtype=torch.bool, device=pq.device)
     a = tessera._SelectArgs()
     a.pq, a.pk, a.dtype = pq.data_ptr(), pk.data_ptr(), _DT[pq.dtype]
-    a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, pk.shape[2], d
+    nk = pk.shape[3] if KERNEL == 2 else pk.shape[2]
+    out = torch.empty(b, h, nq, nk, dtype=torch.bool, device=pq.device)
+    a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, nk, d
     a.scale, a.rule, a.k, a.tau, a.min_keep = float(scale), int(rule), int(k), float(tau), int(min_keep)
     a.out, a.rows, a.kernel = out.data_ptr(), ROWS, KERNEL
     lib, err = tessera.library(), tessera._Error()

@@ -136,7 +136,7 @@ def bench(q, k, v, grid, reps, sparsity):
         summary.append((label, med[("total", "old")], med[("total", "new")], ta))
         # rows a CTA for the radix select (automatic 16)
         want = P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0)
-        for kern in (0, 1):
+        for kern in (0, 1, 2):
             P.KERNEL = kern
             line = []
             for rows in (8, 12, 16):
@@ -145,7 +145,8 @@ def bench(q, k, v, grid, reps, sparsity):
                 same = torch.equal(P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), want)
                 check(f"{label}: select kernel {kern} rows {rows} gives the automatic mask", same)
                 line.append(f"{rows} rows {ms:.4f}")
-            print(f"  select kernel {kern} ({'radix' if kern == 0 else 'bitwise'}): " + ", ".join(line) + " ms")
+            print(f"  select kernel {kern} ({['radix', 'bitwise', 'radix, k transposed (in the time)'][kern]}): "
+                  + ", ".join(line) + " ms")
         P.ROWS, P.KERNEL = 0, 0
         # k = 0 skips the search (every block off): the scores, the softmax's
         # max and exp and the writes; the rule's search is the rest
@@ -165,8 +166,9 @@ def bench(q, k, v, grid, reps, sparsity):
 
 
 def select_cases(seed, quick=False):
-    """Radix select (kernel 0) against the bitwise search (kernel 1) and, in
-    float64, the CPU torch rule."""
+    """Radix select (kernel 0) against the bitwise search (kernel 1), float32
+    also against the radix select on k transposed (kernel 2), and float64
+    against the CPU torch rule."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     n = bad = 0
     for nk in (33, 624) if quick else (1, 5, 31, 33, 200, 256, 257, 300, 511, 624, 700, 1000, 1024):
@@ -197,6 +199,9 @@ def select_cases(seed, quick=False):
                         g1 = P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu()
                         n += 1
                         ok = torch.equal(g0, g1) and (dt == torch.float32 or torch.equal(g0, want))
+                        if dt == torch.float32:  # k transposed: the same scores, the same mask
+                            P.KERNEL = 2
+                            ok = ok and torch.equal(P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu(), g0)
                         ok = ok and bool((g0.sum(-1) == min(k, nk)).all())
                         if not ok:
                             bad += 1
