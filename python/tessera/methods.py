@@ -725,6 +725,22 @@ def _svg_rows(grid, block, density, sink, samples, pos):
     return rows, allowed(rows, j, f if sink else 0), allowed(pos[rows], pos, 0)
 
 
+# On CUDA, SVG's softmax, its three weightings and their normalisers run as
+# one function compiled by torch.compile (inductor: a row reduction and one
+# pass writing the weightings, instead of a softmax, a copy, two products and
+# a sum, each a pass over samples x S).  False: the eager passes (the
+# reference, and the CPU's).
+SVG_FUSED = True
+_svg_compiled = []
+
+
+def _svg_weigh(s, planes, acc):
+    """(weightings [B, H, 3, samples, S], normalisers [B, H, 3, samples, 1]):
+    softmax(s) times each plane, and their sums in acc."""
+    w = torch.softmax(s, dim=-1).unsqueeze(2) * planes
+    return w, w.sum(-1, keepdim=True, dtype=acc)
+
+
 def _svg_errors(qb, kb, vb, rows, planes, scale):
     """Mean squared error [B, H] of the sampled rows' attention output under
     the spatial and the temporal pattern against dense.  planes [3, samples,
@@ -736,7 +752,15 @@ def _svg_errors(qb, kb, vb, rows, planes, scale):
     stacked), nothing of them in float32."""
     acc = _acc(qb)
     qs = (qb.index_select(2, rows).to(acc) * scale).to(qb.dtype)
-    p = torch.softmax(torch.matmul(qs, kb.transpose(-1, -2)), dim=-1)
+    s = torch.matmul(qs, kb.transpose(-1, -2))
+    if SVG_FUSED and s.is_cuda and not torch.compiler.is_compiling():
+        if not _svg_compiled:
+            _svg_compiled.append(torch.compile(_svg_weigh, fullgraph=True, dynamic=False))
+        wts, z = _svg_compiled[0](s, planes, acc)
+        o = torch.matmul(wts.flatten(2, 3), vb).unflatten(2, (3, rows.numel())).to(acc) / z
+        return (o[:, :, 1] - o[:, :, 0]).square().mean((-1, -2)), \
+            (o[:, :, 2] - o[:, :, 0]).square().mean((-1, -2))
+    p = torch.softmax(s, dim=-1)
     # [B, H, 3, samples, S]: p itself, then p times each pattern's plane,
     # written in place (the broadcast product of p and all three planes
     # measured 0.19 ms at Wan 480p, 4x its traffic's time); traced by
