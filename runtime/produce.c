@@ -28,6 +28,7 @@ typedef struct {
   uint64_t x2, out2, sq2;
   long long sb2, sh2, ss2;
   int heads2, batch, nrun, run_tiles[8], run_size[8];
+  int ntiles;
 } pr_pool_p;
 
 typedef struct {
@@ -44,7 +45,8 @@ static const int pr_dt_size[PR_NDT] = {4, 2, 2, 8};
 struct tsr_producer {
   tsr_context *ctx;
   CUmodule mod;
-  CUfunction pool[PR_NDT][2];  /* [dtype][vector loads] */
+  CUfunction pool[PR_NDT][2];  /* [dtype][vector loads]: a CTA a tile */
+  CUfunction pool_w[PR_NDT][2][2]; /* [dtype][vector loads][squares]: a warp a tile */
   CUfunction select_t[4]; /* float32 radix select with k transposed, nk <= 256 .. 1024 */
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
                                             registers for nk <= 256, 512, 768, 1024, the same
@@ -67,12 +69,16 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
   const tsr_cu *cu = tsri_context_cu(p->ctx);
   static const int vec[PR_NDT] = {4, 8, 8, 2};
   char name[64];
-  int i, v;
+  int i, v, sq;
   tsr_status st = TSR_OK;
   for (i = 0; i < PR_NDT && !st; i++)
     for (v = 0; v < 2 && !st; v++) {
       snprintf(name, sizeof name, "tsr_pr_pool_%s_v%d", pr_dt_names[i], v ? vec[i] : 1);
       st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool[i][v], p->mod, name), name, err);
+      for (sq = 0; sq < 2 && !st; sq++) {
+        snprintf(name, sizeof name, "tsr_pr_pool_%s_v%d_w%d", pr_dt_names[i], v ? vec[i] : 1, sq);
+        st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool_w[i][v][sq], p->mod, name), name, err);
+      }
     }
   for (i = 0; i < 2 && !st; i++)
     for (v = 0; v < PR_SELECT_KINDS && !st; v++) {
@@ -149,6 +155,9 @@ static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
   if (a->batch > 65535 || a->heads > 65535)
     return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: batch %lld or heads %lld over 65535",
                          (long long)a->batch, (long long)a->heads);
+  if (a->kernel < 0 || a->kernel > 1)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: kernel must be 0 (automatic) or 1 (a CTA a tile), "
+                         "got %lld", (long long)a->kernel);
   if (a->runs < 0 || a->runs > 8)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: runs must be 0 (grid tiles) to 8, got %lld",
                          (long long)a->runs);
@@ -248,9 +257,12 @@ tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *strea
   k.batch = (int)a->batch;
   k.nrun = (int)a->runs;
   for (i = 0; i < a->runs; i++) k.run_tiles[i] = (int)a->run_tiles[i], k.run_size[i] = (int)a->run_size[i];
+  k.ntiles = (int)ntiles;
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
-                       tsri_context_cu(p->ctx)->cuLaunchKernel(p->pool[dt][vec], ntiles, nheads,
+                       tsri_context_cu(p->ctx)->cuLaunchKernel(a->kernel ? p->pool[dt][vec] : p->pool_w[dt][vec][a->sq != 0],
+                                                               a->kernel ? ntiles : (ntiles + PR_THREADS / 32 - 1) / (PR_THREADS / 32),
+                                                               nheads,
                                                                (unsigned)(a->batch * (a->x2 ? 2 : 1)),
                                                                PR_THREADS, 1, 1, 0, (CUstream)stream, args,
                                                                NULL),
@@ -304,7 +316,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz, hist;
+  int f64, vec, esz, hist, fast;
   int64_t rows, smem;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
@@ -322,7 +334,15 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
   hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
   if (hist) smem -= PR_HIST_SMEM;
-  rows = smem / ((a->dim + a->nk) * esz);
+  /* the float radix-select kernels hold PR_MAX_ROWS rows of pooled q
+   * whatever the rows (their scores loop has no branch: produce_gpu.cuh) */
+  fast = hist && !f64 && a->nk <= 1024;
+  if (fast && smem - PR_MAX_ROWS * a->dim * esz < a->nk * esz) hist = fast = 0, smem += PR_HIST_SMEM;
+  if (a->kernel == 2 && !fast)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
+                         "for pooled q and one row, the device has %lld",
+                         (long long)((PR_MAX_ROWS * a->dim + a->nk) * esz), (long long)smem);
+  rows = fast ? (smem - PR_MAX_ROWS * a->dim * esz) / (a->nk * esz) : smem / ((a->dim + a->nk) * esz);
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
     rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
   if (rows > a->nq) rows = a->nq;
@@ -354,7 +374,8 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                        tsri_context_cu(p->ctx)->cuLaunchKernel(
                            a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
                            (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
-                           (unsigned)a->batch, PR_THREADS, 1, 1, (unsigned)(rows * (a->dim + a->nk) * esz),
+                           (unsigned)a->batch, PR_THREADS, 1, 1,
+                           (unsigned)(fast ? (PR_MAX_ROWS * a->dim + rows * a->nk) * esz : rows * (a->dim + a->nk) * esz),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);
 }

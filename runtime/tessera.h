@@ -815,6 +815,9 @@ typedef struct {
    * out is in that order. */
   int64_t runs;
   int64_t run_tiles[8], run_size[8];
+  int64_t kernel;              /* 0 = automatic: a warp a tile; 1 = a CTA a tile (the previous
+                                  kernel, kept to compare); the same means within float32
+                                  rounding (sums in another order) */
 } tsr_pool_args;
 tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err);
 

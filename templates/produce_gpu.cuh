@@ -48,6 +48,7 @@ struct tsr_pr_pool_p {
   void *out2, *sq2;
   long long sb2, sh2, ss2;
   int heads2, batch, nrun, run_tiles[8], run_size[8];
+  int ntiles; /* the warp kernels: tiles (gridDim.x covers them 8 a CTA) */
 };
 
 struct tsr_pr_select_p {
@@ -235,6 +236,113 @@ TSR_PR_POOL(tsr_pr_pool_bf16_v1, 2, 1)
 TSR_PR_POOL(tsr_pr_pool_bf16_v8, 2, 8)
 TSR_PR_POOL(tsr_pr_pool_f64_v1, 3, 1)
 TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
+
+/* One warp a tile (8 a CTA), no shared memory, no barrier.  The CTA kernel
+ * above, on the H200 at Wan 480p (VSA's 64-token cubes, q and k in one
+ * launch): 41% of DRAM bandwidth and 54% of the SM's issue slots, for a CTA
+ * of 256 threads doing 4 loads each, then a shared-memory join; and the
+ * squares summed whether asked for or not.  Here each lane owns one 16-byte
+ * piece of a row (G = 32 / pieces row groups a warp when that divides 32,
+ * else one group looping over the pieces), each chunk of 32 rows' token
+ * offsets is computed once (a lane a row, one division chain) and
+ * broadcast by shuffle, the groups' sums joined by shuffles, and SQ picks
+ * whether the squares are summed.  Sums in another order than the CTA
+ * kernel's: the same means within float32 rounding, not bit for bit. */
+template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool_p &p)
+{
+  typedef typename tsr_pr_t<DT>::acc A;
+  const int lane = threadIdx.x & 31, tile = blockIdx.x * (TSR_PR_THREADS / 32) + (threadIdx.x >> 5);
+  const int head = blockIdx.y;
+  const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
+  const int heads = two ? p.heads2 : p.heads;
+  if (head >= heads || tile >= p.ntiles) return; /* the whole warp */
+  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
+  long long start = 0;
+  if (p.nrun > 0) {
+    int t = tile, r = 0;
+    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
+      start += (long long)p.run_tiles[r] * p.run_size[r];
+      t -= p.run_tiles[r];
+    }
+    start += (long long)t * p.run_size[r];
+    lw = p.run_size[r];
+  } else {
+    const int nt_hw = p.nh * p.nw;
+    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  }
+  const int n = lt * lh * lw, nvec = p.d / V;
+  const int G = nvec < 32 && 32 % nvec == 0 ? 32 / nvec : 1, rg = G > 1 ? lane / nvec : 0;
+  const long long ss = two ? p.ss2 : p.ss;
+  const char *base = (const char *)(two ? p.x2 : p.x) +
+                     (b * (two ? p.sb2 : p.sb) + head * (two ? p.sh2 : p.sh)) * (long long)tsr_pr_t<DT>::SIZE;
+  A *out = (A *)(two ? p.out2 : p.out) + (((long long)b * heads + head) * p.ntiles + tile) * p.d;
+  A *sqo = (A *)(two ? p.sq2 : p.sq);
+  A sq = 0;
+  for (int c0 = 0; c0 < nvec; c0 += G > 1 ? nvec : 32) {
+    const int cv = G > 1 ? lane % nvec : c0 + lane, ok = cv < nvec;
+    A acc[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) acc[e] = 0;
+    for (int r0 = 0; r0 < n; r0 += 32) {
+      const int m = min(32, n - r0);
+      long long tok = 0; /* token of row r0 + lane */
+      if (lane < m) {
+        const int r = r0 + lane, rr = r / lw;
+        tok = p.nrun > 0 ? start + r : (long long)((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+      }
+      const char *pc = base + (long long)cv * V * tsr_pr_t<DT>::SIZE;
+#pragma unroll 8
+      for (int r = 0; r < m; r += G) { /* a uniform trip count: the shuffles need every lane */
+        const int src = r + rg;
+        const long long t = __shfl_sync(0xffffffffu, tok, src & 31);
+        if (ok && src < m) {
+          A a[V];
+          tsr_pr_load<DT, V>(pc + t * ss * tsr_pr_t<DT>::SIZE, a);
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            acc[e] += a[e];
+            if (SQ) sq += a[e] * a[e];
+          }
+        }
+      }
+    }
+    /* join the row groups: lanes cv, cv + nvec, ... (G a power of two) */
+    for (int o = nvec; G > 1 && o < 32; o <<= 1)
+#pragma unroll
+      for (int e = 0; e < V; e++) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+    if (ok && rg == 0)
+#pragma unroll
+      for (int e = 0; e < V; e++) out[cv * V + e] = acc[e] / (A)n;
+  }
+  if (SQ) {
+    sq = tsr_pr_warp_sum(sq);
+    if (lane == 0) sqo[((long long)b * heads + head) * p.ntiles + tile] = sq / (A)n;
+  }
+}
+
+#define TSR_PR_POOL_W(name, DT, V, SQ)                                                  \
+  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS, 4) name(tsr_pr_pool_p p) \
+  {                                                                                     \
+    tsr_pr_pool_w<DT, V, SQ>(p);                                                        \
+  }
+/* _w<SQ>: the warp kernels, without (0) and with (1) the squared norms */
+TSR_PR_POOL_W(tsr_pr_pool_f32_v1_w0, 0, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v4_w0, 0, 4, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v1_w0, 1, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v8_w0, 1, 8, 0)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v1_w0, 2, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v8_w0, 2, 8, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v1_w0, 3, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v2_w0, 3, 2, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v1_w1, 0, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v4_w1, 0, 4, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v1_w1, 1, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v8_w1, 1, 8, 1)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v1_w1, 2, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v8_w1, 2, 8, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v1_w1, 3, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v2_w1, 3, 2, 1)
 
 /* ---- scores and the rule ------------------------------------------------- */
 
@@ -565,10 +673,17 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
  * Same products in the same order (c ascending, e ascending) as
  * tsr_pr_scores_1: bitwise the same scores, so the same masks.  RM: rows a
  * CTA at most (the host caps rows to it). */
-template <typename A, int V, int KT, int RM, int TK>
+template <typename A, int V, int KT, int RM, int TK, int U>
 __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k,
                                                  int nr)
 {
+  /* U: no branch in the loop.  With `if (i < nr)` around each row and
+   * `if (j < nk)` around each key load, ptxas kept every row's broadcast and
+   * products in a block of its own, so nothing was scheduled across rows
+   * (H200, VSA at Wan 480p: 0.103 ms for the scores alone, issue slots 55%
+   * busy at 4 warps a scheduler).  With U, qs holds RM rows (the missing
+   * ones zero: the host sizes shared memory for RM) and a key past nk reads
+   * key nk - 1; neither result is stored. */
   /* TK: k transposed, [dim, nk] a head: a warp's lanes read consecutive
    * keys of one channel (coalesced 4-byte loads) instead of 16 bytes of 32
    * keys 4*dim bytes apart; the same products in the same order */
@@ -578,23 +693,24 @@ __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const
   for (int i = 0; i < RM; i++)
 #pragma unroll
     for (int t = 0; t < KT; t++) acc[i][t] = 0;
-#pragma unroll 2
+#pragma unroll(U ? 1 : 2) /* U: unrolled twice, ptxas spilled n24 (20 bytes) */
   for (int c = 0; c < p.d; c += V) {
     A kv[KT][V];
 #pragma unroll
     for (int t = 0; t < KT; t++) {
-      const int j = tid + t * TSR_PR_THREADS;
-      if (TK && j < p.nk)
+      const int j = U ? min(tid + t * TSR_PR_THREADS, p.nk - 1) : tid + t * TSR_PR_THREADS;
+      if (TK && (U || j < p.nk))
 #pragma unroll
         for (int e = 0; e < V; e++) kv[t][e] = __ldg(k + (long long)(c + e) * p.nk + j);
-      else if (j < p.nk) tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
+      else if (U || j < p.nk)
+        tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
       else
 #pragma unroll
         for (int e = 0; e < V; e++) kv[t][e] = 0;
     }
 #pragma unroll
     for (int i = 0; i < RM; i++)
-      if (i < nr) {
+      if (U || i < nr) {
         A qv[V];
         tsr_pr_lds<A, V>(qs + i * p.d + c, qv); /* one 16-byte broadcast */
 #pragma unroll
@@ -661,15 +777,18 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
    * static: the host leaves it out of the rows' dynamic budget) */
   __shared__ unsigned tsr_pr_hist[H ? TSR_PR_THREADS / 32 * 256 : 1];
-  A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
+  /* U: the float radix-select kernels' branch-free scores, qs sized for
+   * TSR_PR_RM rows (runtime/produce.c sizes shared memory to match) */
+  enum { U = H && N > 0 && sizeof(A) == 4 };
+  A *qs = (A *)tsr_pr_smem, *sc = qs + (U ? TSR_PR_RM : p.rows) * p.d;
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
   const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
   const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
-  for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
+  for (int i = tid; i < (U ? TSR_PR_RM : nr) * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
   __syncthreads();
-  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK>(p, qs, sc, k, nr);
+  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK, U>(p, qs, sc, k, nr);
   else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {

@@ -72,6 +72,8 @@ START_TEST(test_pool_args)
   a = good_pool(), a.stride_h = -1;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "head -1");
   /* a second tensor and runs of tiles in tile order */
+  a = good_pool(), a.kernel = 2;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic) or 1");
   a = good_pool(), a.runs = 9;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "runs must be 0 (grid tiles) to 8, got 9");
   a = good_pool(), a.runs = 2, a.run_tiles[0] = 3, a.run_size[0] = 8, a.run_tiles[1] = 2, a.run_size[1] = 4;
@@ -93,7 +95,7 @@ START_TEST(test_pool_args)
   a = good_pool(), a.grid[0] = a.grid[1] = a.grid[2] = 0, a.runs = 2;
   a.run_tiles[0] = 3, a.run_size[0] = 8, a.run_tiles[1] = 1, a.run_size[1] = 6;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
-  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 1, a.stride2_s = 8;
+  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 1, a.stride2_s = 8, a.kernel = 1;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
 }
 END_TEST

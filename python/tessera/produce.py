@@ -44,6 +44,10 @@ ROWS = 0
 # transposed (transposed here, float32 top-k only): for benchmarks, the
 # same masks.
 KERNEL = 0
+# The pooling kernel (tsr_pool_args.kernel): 0 libtessera's choice (a warp a
+# tile), 1 a CTA a tile (the previous kernel): for benchmarks, the same
+# means within float32 rounding.
+POOL_KERNEL = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
        torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
 
@@ -113,6 +117,7 @@ def _pool_launch(xb, yb, grid, tile, runs, sq):
     else:
         a.grid[:], a.tile[:] = [int(g) for g in grid], [int(t) for t in tile]
     a.out, a.sq = out.data_ptr(), sqo.data_ptr() if sq else 0
+    a.kernel = POOL_KERNEL
     res = [out, sqo]
     if yb is not None:
         if yb.dtype != xb.dtype or yb.shape[0] != b or yb.shape[2:] != xb.shape[2:]:
