@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """producer_ab.py: VSA's producer, the previous kernels against the current
 ones in one process, beside the attention it prepares (issue 16: a producer
-may cost at most 5% of it), and the checks of the current kernels' new
-paths on the GPU.
+may cost at most 5% of it), SVG's eager passes against its compiled one,
+XAttention's floor, and the checks of the current kernels' new paths on the
+GPU (notes/producers-2026-12-02e.md).
 
-Previous ("old"): q and k pooled apart, in the cube order one launch a run
-of cube sizes (8 at Wan 480p), and the select's top k by a 30-pass bitwise
-search (tessera.methods.PAIR = False, tessera.produce.KERNEL = 1).
-Current ("new"): q and k in one launch (tessera::pool_pair, the runs of
-cube sizes in one launch too) and the top k by an 8-bit radix select (PAIR
-= True, KERNEL = 0, the defaults).
+Previous ("old"): q and k pooled apart by a CTA a tile, in the cube order
+one launch a run of cube sizes (8 at Wan 480p), and the select's top k by a
+30-pass bitwise search (tessera.methods.PAIR = False,
+tessera.produce.KERNEL = 1, POOL_KERNEL = 1).  Current ("new"): q and k in
+one launch by a warp a tile (tessera::pool_pair, the runs of cube sizes in
+one launch too) and the top k by an 8-bit radix select after a branch-free
+scores loop (PAIR = True, KERNEL = 0, POOL_KERNEL = 0, the defaults).
 
 Timing (Wan2.1-1.3B 480p by default: grid 21x30x52, 12 heads, d128, bf16,
 q and k as methods_bench makes them): CUDA events, median of --reps calls,
 the host ahead of the GPU (methods_bench.timed), old and new alternated
-in the same process, for the two orders a pipeline uses:
+twice in the same process, for the two orders a pipeline uses:
   gathered  q, k, v frame-major bhsd, pooled as they lie then taken in the
             cube order (and the attention on the permuted tensors);
   hoisted   q, k, v already in the cube order, in the processor's layout
@@ -22,19 +24,25 @@ in the same process, for the two orders a pipeline uses:
 Attention: tessera.attention with the produced mask and geometry.
 
 Checks (exit 1 on a failure):
-  * bf16 at the bench shape: new masks equal old masks, new pooled means
-    equal old ones bit for bit, both orders;
+  * bf16 at the bench shape, both orders: new pooled means within 1e-6
+    (relative) of the old ones (sums in another order); new masks differ
+    from old ones only at float32 ties (float64 probability gap <= 1e-5 of
+    the row's max); the new select on the old pooled means gives the old
+    select's mask; every rows setting and select kernel the same mask;
   * the new producer synchronises nothing and a CUDA graph of it replayed
-    on new q, k gives the eager mask;
+    on new q, k gives the eager mask (VSA and SVG);
   * the radix select against the bitwise search and (float64) the CPU's
     torch rule: ties (keys with 3 distinct rows, all-equal rows), scores
     that underflow to 0, k from 1 to nk, nk from 1 to 1024 (every
-    register kernel and ragged warps), GQA, rows a CTA 3 and automatic;
-  * pool_pair against two pool_tiles, bit for bit: float32, fp16, bf16,
-    float64, both layouts, GQA, ragged grids, with and without the squared
-    norms; in the cube order (runs) against the frame-major pooling taken in
-    that order, bit for bit; float64 against a CPU float64 mean.
---ncu: only one call of each select kernel and pooling (for ncu)."""
+    register kernel and ragged warps), GQA, rows a CTA 3, 16 and automatic;
+  * pool_pair against two pool_tiles and, in the cube order (runs), against
+    the frame-major pooling taken in that order, bit for bit; against the
+    previous kernel within rounding; float32, fp16, bf16, float64, both
+    layouts, GQA, ragged grids, with and without the squared norms;
+    float64 against a CPU float64 mean;
+  * SVG's compiled pass gives the eager head types and masks.
+--quick: the select and pool checks on small shapes (compute-sanitizer);
+--only select|pool with it; --ncu: one call of each kernel (for ncu)."""
 import argparse
 import math
 import os
