@@ -223,8 +223,16 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
   }
 }
 
+/* Four CTAs an SM (64 registers) on sm_8x and sm_90a; on sm_100a and sm_120
+ * ptxas spilled the float32 and float64 kernels at 64 (gen-sass), so two
+ * there (up to 128). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define TSR_PR_POOL_BOUNDS __launch_bounds__(TSR_PR_THREADS, 2)
+#else
+#define TSR_PR_POOL_BOUNDS __launch_bounds__(TSR_PR_THREADS, 4)
+#endif
 #define TSR_PR_POOL(name, DT, V)                                                        \
-  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS, 4) name(tsr_pr_pool_p p) \
+  extern "C" __global__ void TSR_PR_POOL_BOUNDS name(tsr_pr_pool_p p)                   \
   {                                                                                     \
     tsr_pr_pool<DT, V>(p);                                                              \
   }
@@ -322,7 +330,7 @@ template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool
 }
 
 #define TSR_PR_POOL_W(name, DT, V, SQ)                                                  \
-  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS, 4) name(tsr_pr_pool_p p) \
+  extern "C" __global__ void TSR_PR_POOL_BOUNDS name(tsr_pr_pool_p p)                   \
   {                                                                                     \
     tsr_pr_pool_w<DT, V, SQ>(p);                                                        \
   }
@@ -807,14 +815,25 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
 #else
 #define TSR_PR_SELECT_BOUNDS __launch_bounds__(TSR_PR_THREADS)
 #endif
+/* The radix-select kernels with the most registers (float64 ones; float32
+ * n32 on sm_100a and sm_120) spilled 2-13 words at the bounds above
+ * (gen-sass): one CTA an SM lets ptxas take up to 255 (float32 n32 on every
+ * target: nvcc's sm_90a build of it spilled too). */
+#define TSR_PR_BOUNDS_1 __launch_bounds__(TSR_PR_THREADS, 1)
+#define TSR_PR_BOUNDS_N32 TSR_PR_BOUNDS_1
+#define TSR_PR_SELECT_HB(name, A, V, N, H, B)                                           \
+  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
+  {                                                                                     \
+    tsr_pr_select<A, V, N, H>(p);                                                       \
+  }
 #define TSR_PR_SELECT_H(name, A, V, N, H)                                               \
   extern "C" __global__ void TSR_PR_SELECT_BOUNDS name(tsr_pr_select_p p)               \
   {                                                                                     \
     tsr_pr_select<A, V, N, H>(p);                                                       \
   }
 #define TSR_PR_SELECT(name, A, V, N) TSR_PR_SELECT_H(name, A, V, N, 0)
-#define TSR_PR_SELECT_T(name, A, V, N)                                                  \
-  extern "C" __global__ void TSR_PR_SELECT_BOUNDS name(tsr_pr_select_p p)               \
+#define TSR_PR_SELECT_T(name, A, V, N, B)                                               \
+  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
   {                                                                                     \
     tsr_pr_select<A, V, N, 1, 1>(p);                                                    \
   }
@@ -836,15 +855,15 @@ TSR_PR_SELECT(tsr_pr_select_f64_v2_n32, double, 2, 32)
 TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n8_h, float, 4, 8, 1)
 TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n16_h, float, 4, 16, 1)
 TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n24_h, float, 4, 24, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n32_h, float, 4, 32, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n32_h, float, 4, 32, 1, TSR_PR_BOUNDS_N32)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1, TSR_PR_BOUNDS_1)
 /* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
 
 #endif
