@@ -10,6 +10,10 @@
  *          self-similarity).  One read of x, the float32 (float64 for f64)
  *          means written: what the torch path did in ~10 reductions and
  *          joins.  v<n>: n elements a 16-byte load, v1 the scalar path.
+ *          Optionally a second tensor (k beside q) in the same launch, and
+ *          tokens already in tile order (runs of equal tile sizes).
+ *   tsr_pr_pool_<dt>_v<n>_w<sq>  the same, one warp a tile (the automatic
+ *          kernel since branch s5-i16; the CTA one is kept to compare).
  *   tsr_pr_select_<acc>_v<n>  pooled scores softmax(pq pk^T * scale) per
  *          row and the corpus's rule on them, written as a byte mask: the
  *          top k of each row (ties to the lower index, tsr_corpus_topk), or
@@ -18,9 +22,10 @@
  *          rows a CTA (their pooled q in shared memory, their scores after
  *          them), nk / 256 keys a thread in float for rows of up to 1024
  *          blocks (else one key a lane): each key row is read once a CTA.  The
- *          top k is exact, not a sort: a 32 (64) pass bitwise search for the
- *          k-th largest probability (non-negative floats order as their
- *          bits), then the ties at it kept in index order.  The CDF rule is
+ *          top k is exact, not a sort: the k-th largest probability
+ *          (non-negative floats order as their bits) by an 8-bit radix
+ *          select (_h kernels, the automatic ones) or a 32 (64) pass bitwise
+ *          search, then the ties at it kept in index order.  The CDF rule is
  *          the top K for the K it implies (its kept set is a prefix of the
  *          same order): a bitwise search for the probability where the sum
  *          of those at or above it first reaches tau * sum.
