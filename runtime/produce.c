@@ -15,7 +15,8 @@
 
 #define PR_THREADS 256 /* TSR_PR_THREADS of the template */
 #define PR_MAX_ROWS 16 /* rows of pooled q a select CTA holds in registers */
-#define PR_SELECT_KINDS 6
+#define PR_SELECT_KINDS 10
+#define PR_HIST_SMEM (PR_THREADS / 32 * 256 * 4) /* the radix select's static histograms */
 
 /* The kernels' parameter records: the layout of templates/produce_gpu.cuh's
  * tsr_pr_pool_p and tsr_pr_select_p. */
@@ -24,6 +25,10 @@ typedef struct {
   long long sb, sh, ss;
   int heads, d;
   int gt, gh, gw, ct, ch, cw, nh, nw;
+  uint64_t x2, out2, sq2;
+  long long sb2, sh2, ss2;
+  int heads2, batch, nrun, run_tiles[8], run_size[8];
+  int ntiles;
 } pr_pool_p;
 
 typedef struct {
@@ -40,9 +45,12 @@ static const int pr_dt_size[PR_NDT] = {4, 2, 2, 8};
 struct tsr_producer {
   tsr_context *ctx;
   CUmodule mod;
-  CUfunction pool[PR_NDT][2];  /* [dtype][vector loads] */
+  CUfunction pool[PR_NDT][2];  /* [dtype][vector loads]: a CTA a tile */
+  CUfunction pool_w[PR_NDT][2][2]; /* [dtype][vector loads][squares]: a warp a tile */
+  CUfunction select_t[4]; /* float32 radix select with k transposed, nk <= 256 .. 1024 */
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
-                                            registers for nk <= 256, 512, 768, 1024] */
+                                            registers for nk <= 256, 512, 768, 1024, the same
+                                            with the top k by radix select] */
 };
 
 static int pr_dt(tsr_dtype d)
@@ -61,25 +69,37 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
   const tsr_cu *cu = tsri_context_cu(p->ctx);
   static const int vec[PR_NDT] = {4, 8, 8, 2};
   char name[64];
-  int i, v;
+  int i, v, sq;
   tsr_status st = TSR_OK;
   for (i = 0; i < PR_NDT && !st; i++)
     for (v = 0; v < 2 && !st; v++) {
       snprintf(name, sizeof name, "tsr_pr_pool_%s_v%d", pr_dt_names[i], v ? vec[i] : 1);
       st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool[i][v], p->mod, name), name, err);
+      for (sq = 0; sq < 2 && !st; sq++) {
+        snprintf(name, sizeof name, "tsr_pr_pool_%s_v%d_w%d", pr_dt_names[i], v ? vec[i] : 1, sq);
+        st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->pool_w[i][v][sq], p->mod, name), name, err);
+      }
     }
   for (i = 0; i < 2 && !st; i++)
     for (v = 0; v < PR_SELECT_KINDS && !st; v++) {
-      snprintf(name, sizeof name, "tsr_pr_select_%s_v%d_n%d", i ? "f64" : "f32", v ? (i ? 2 : 4) : 1,
-               v < 2 ? 0 : 8 * (v - 1));
+      snprintf(name, sizeof name, "tsr_pr_select_%s_v%d_n%d%s", i ? "f64" : "f32", v ? (i ? 2 : 4) : 1,
+               v < 2 ? 0 : 8 * ((v - 2) % 4 + 1), v >= 6 ? "_h" : "");
       st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select[i][v], p->mod, name), name, err);
       /* the scores of a CTA's rows may need more than the default 48 KiB */
       if (!st && p->ctx->smem_optin > 0)
         st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select[i][v],
                                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                      (int)p->ctx->smem_optin),
+                                                      (int)p->ctx->smem_optin - (v >= 6 ? PR_HIST_SMEM : 0)),
                            "cuFuncSetAttribute(producer select)", err);
     }
+  for (v = 0; v < 4 && !st; v++) {
+    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_ht", 8 * (v + 1));
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select_t[v], p->mod, name), name, err);
+    if (!st && p->ctx->smem_optin > 0)
+      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select_t[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    (int)p->ctx->smem_optin - PR_HIST_SMEM),
+                         "cuFuncSetAttribute(producer select)", err);
+  }
   return st;
 }
 
@@ -135,18 +155,57 @@ static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
   if (a->batch > 65535 || a->heads > 65535)
     return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: batch %lld or heads %lld over 65535",
                          (long long)a->batch, (long long)a->heads);
-  for (i = 0; i < 3; i++) {
+  if (a->kernel < 0 || a->kernel > 1)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: kernel must be 0 (automatic) or 1 (a CTA a tile), "
+                         "got %lld", (long long)a->kernel);
+  if (a->runs < 0 || a->runs > 8)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: runs must be 0 (grid tiles) to 8, got %lld",
+                         (long long)a->runs);
+  if (a->x2) {
+    if (!a->out2 || (a->sq && !a->sq2))
+      return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: x2 is set but out2%s is a null pointer",
+                           a->sq ? " or sq2" : "");
+    if (!fits_int(a->heads2) || a->heads2 > 65535)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: heads2 must be 1 to 65535, got %lld",
+                           (long long)a->heads2);
+    if (a->stride2_b < 0 || a->stride2_h < 0 || a->stride2_s < a->dim)
+      return tsr_error_set(err, TSR_ERR_SHAPE,
+                           "producer pool: x2's strides (batch %lld, head %lld, token %lld) must be non-negative "
+                           "and the token stride at least dim %lld (channels contiguous)",
+                           (long long)a->stride2_b, (long long)a->stride2_h, (long long)a->stride2_s,
+                           (long long)a->dim);
+    if (a->batch * 2 > 65535)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: batch %lld over 32767 with a second tensor",
+                           (long long)a->batch);
+  }
+  if (a->runs > 0) {
+    int64_t tok = 0;
+    tiles = 0;
+    for (i = 0; i < a->runs; i++) {
+      if (!fits_int(a->run_tiles[i]) || !fits_int(a->run_size[i]))
+        return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: run %d must have positive tiles and size, got "
+                             "%lld tiles of %lld tokens", i, (long long)a->run_tiles[i], (long long)a->run_size[i]);
+      tiles += a->run_tiles[i];
+      tok += a->run_tiles[i] * a->run_size[i];
+    }
+    if (tok != a->tokens)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: the runs hold %lld tokens, x has %lld",
+                           (long long)tok, (long long)a->tokens);
+    if (tiles > 0x7fffffff)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: %lld tiles, over 2^31 - 1", (long long)tiles);
+  }
+  for (i = 0; i < 3 && !a->runs; i++) {
     if (!fits_int(a->grid[i]) || !fits_int(a->tile[i]))
       return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: grid and tile sizes must be positive, got "
                            "grid[%d] = %lld, tile[%d] = %lld", i, (long long)a->grid[i], i,
                            (long long)a->tile[i]);
     tiles *= (a->grid[i] + a->tile[i] - 1) / a->tile[i];
   }
-  if (a->grid[0] * a->grid[1] * a->grid[2] != a->tokens)
+  if (!a->runs && a->grid[0] * a->grid[1] * a->grid[2] != a->tokens)
     return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: grid %lldx%lldx%lld has %lld tokens, x has %lld",
                          (long long)a->grid[0], (long long)a->grid[1], (long long)a->grid[2],
                          (long long)(a->grid[0] * a->grid[1] * a->grid[2]), (long long)a->tokens);
-  if (tiles > 0x7fffffff)
+  if (!a->runs && tiles > 0x7fffffff)
     return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: %lld tiles, over 2^31 - 1", (long long)tiles);
   if (a->stride_b < 0 || a->stride_h < 0 || a->stride_s < a->dim)
     return tsr_error_set(err, TSR_ERR_SHAPE,
@@ -162,16 +221,22 @@ tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *strea
   pr_pool_p k;
   tsr_status st;
   int dt, vec, n, i;
-  unsigned nt[3];
+  unsigned nt[3], ntiles, nheads;
   void *args[1] = {&k};
   if ((st = check_pool(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: producer is NULL");
   dt = pr_dt(a->dtype);
   n = 16 / pr_dt_size[dt];
-  for (i = 0; i < 3; i++) nt[i] = (unsigned)((a->grid[i] + a->tile[i] - 1) / a->tile[i]);
-  /* 16-byte loads where every row starts 16-byte aligned */
+  for (i = 0; i < 3; i++) nt[i] = a->runs ? 1 : (unsigned)((a->grid[i] + a->tile[i] - 1) / a->tile[i]);
+  ntiles = nt[0] * nt[1] * nt[2];
+  if (a->runs)
+    for (ntiles = 0, i = 0; i < a->runs; i++) ntiles += (unsigned)a->run_tiles[i];
+  /* 16-byte loads where every row (of both tensors) starts 16-byte aligned */
   vec = a->dim % n == 0 && a->x % 16 == 0 && a->stride_b % n == 0 && a->stride_h % n == 0 &&
         a->stride_s % n == 0;
+  if (a->x2)
+    vec = vec && a->x2 % 16 == 0 && a->stride2_b % n == 0 && a->stride2_h % n == 0 && a->stride2_s % n == 0;
+  nheads = (unsigned)(a->x2 && a->heads2 > a->heads ? a->heads2 : a->heads);
   memset(&k, 0, sizeof k);
   k.x = a->x;
   k.out = a->out;
@@ -184,10 +249,21 @@ tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *strea
   k.gt = (int)a->grid[0], k.gh = (int)a->grid[1], k.gw = (int)a->grid[2];
   k.ct = (int)a->tile[0], k.ch = (int)a->tile[1], k.cw = (int)a->tile[2];
   k.nh = (int)nt[1], k.nw = (int)nt[2];
+  k.x2 = a->x2;
+  k.out2 = a->out2;
+  k.sq2 = a->sq ? a->sq2 : 0; /* sq2 follows sq */
+  k.sb2 = a->stride2_b, k.sh2 = a->stride2_h, k.ss2 = a->stride2_s;
+  k.heads2 = (int)a->heads2;
+  k.batch = (int)a->batch;
+  k.nrun = (int)a->runs;
+  for (i = 0; i < a->runs; i++) k.run_tiles[i] = (int)a->run_tiles[i], k.run_size[i] = (int)a->run_size[i];
+  k.ntiles = (int)ntiles;
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
-                       tsri_context_cu(p->ctx)->cuLaunchKernel(p->pool[dt][vec], nt[0] * nt[1] * nt[2],
-                                                               (unsigned)a->heads, (unsigned)a->batch,
+                       tsri_context_cu(p->ctx)->cuLaunchKernel(a->kernel ? p->pool[dt][vec] : p->pool_w[dt][vec][a->sq != 0],
+                                                               a->kernel ? ntiles : (ntiles + PR_THREADS / 32 - 1) / (PR_THREADS / 32),
+                                                               nheads,
+                                                               (unsigned)(a->batch * (a->x2 ? 2 : 1)),
                                                                PR_THREADS, 1, 1, 0, (CUstream)stream, args,
                                                                NULL),
                        "cuLaunchKernel(producer pool)", err);
@@ -224,6 +300,13 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->rows < 0 || a->rows > PR_MAX_ROWS)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: rows a CTA must be 0 (automatic) to %d, got %lld",
                          PR_MAX_ROWS, (long long)a->rows);
+  if (a->kernel < 0 || a->kernel > 2)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic), 1 (bitwise "
+                         "search) or 2 (radix select, k transposed), got %lld", (long long)a->kernel);
+  if (a->kernel == 2 && (a->dtype != TSR_DT_F32 || a->rule != TSR_SELECT_TOPK || a->dim % 4 || a->nk > 1024))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 (k transposed) takes float32 top-k "
+                         "with dim a multiple of 4 (got %lld) and nk up to 1024 (got %lld)", (long long)a->dim,
+                         (long long)a->nk);
   if (!(a->scale == a->scale) || a->scale <= 0.0)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: scale must be positive, got %g", a->scale);
   return TSR_OK;
@@ -233,7 +316,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz;
+  int f64, vec, esz, hist, fast;
   int64_t rows, smem;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
@@ -246,7 +329,20 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
    * at 16 against 0.170 at 12 and 0.177 at 8; SpargeAttn's 256 x 512 0.051
    * at 8 against 0.055 at 12 and 0.063 at 16 (notes/pipeline-2026-12-02c.md) */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
-  rows = smem / ((a->dim + a->nk) * esz);
+  vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
+  /* the top k by radix select (kernel 0) where the row is held in registers */
+  if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
+  hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
+  if (hist) smem -= PR_HIST_SMEM;
+  /* the float radix-select kernels hold PR_MAX_ROWS rows of pooled q
+   * whatever the rows (their scores loop has no branch: produce_gpu.cuh) */
+  fast = hist && !f64 && a->nk <= 1024;
+  if (fast && smem - PR_MAX_ROWS * a->dim * esz < a->nk * esz) hist = fast = 0, smem += PR_HIST_SMEM;
+  if (a->kernel == 2 && !fast)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
+                         "for pooled q and one row, the device has %lld",
+                         (long long)((PR_MAX_ROWS * a->dim + a->nk) * esz), (long long)smem);
+  rows = fast ? (smem - PR_MAX_ROWS * a->dim * esz) / (a->nk * esz) : smem / ((a->dim + a->nk) * esz);
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
     rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
   if (rows > a->nq) rows = a->nq;
@@ -255,10 +351,9 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                          "producer select: %lld key blocks of dim %lld need %lld bytes of shared memory a row, "
                          "the device has %lld", (long long)a->nk, (long long)a->dim,
                          (long long)((a->dim + a->nk) * esz), (long long)smem);
-  vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
   /* with vector loads, rows of up to 1024 blocks are held in registers
    * (8, 16, 24 or 32 a lane) for the rule's passes */
-  if (vec && a->nk <= 1024) vec = 2 + (int)((a->nk - 1) / 256);
+  if (vec && a->nk <= 1024) vec = 2 + (int)((a->nk - 1) / 256) + (hist ? 4 : 0);
   memset(&k, 0, sizeof k);
   k.pq = a->pq;
   k.pk = a->pk;
@@ -277,8 +372,10 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
                        tsri_context_cu(p->ctx)->cuLaunchKernel(
-                           p->select[f64][vec], (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
-                           (unsigned)a->batch, PR_THREADS, 1, 1, (unsigned)(rows * (a->dim + a->nk) * esz),
+                           a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
+                           (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
+                           (unsigned)a->batch, PR_THREADS, 1, 1,
+                           (unsigned)(fast ? (PR_MAX_ROWS * a->dim + rows * a->nk) * esz : rows * (a->dim + a->nk) * esz),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);
 }

@@ -799,6 +799,25 @@ typedef struct {
   uint64_t out;                /* [batch, heads, tiles, dim] means, raster tile order, float32
                                   (float64 for F64), contiguous */
   uint64_t sq;                 /* 0, or [batch, heads, tiles]: mean of |x|^2 over each tile's tokens */
+  /* A second tensor pooled in the same launch (k beside q: one launch and
+   * one tail instead of two), or x2 = 0.  Same dtype, batch, tokens, dim
+   * and tiling as x; heads2 its heads (GQA: fewer), its strides, and its
+   * outputs as out and sq (sq2 written when sq is). */
+  uint64_t x2;
+  int64_t heads2;
+  int64_t stride2_b, stride2_h, stride2_s;
+  uint64_t out2, sq2;
+  /* runs = 0: tiles of the frame-major grid above.  runs = 1-8: x is
+   * already in tile order (tessera.methods.tile_order's, e.g. hoisted to
+   * the model's entry), each tile's tokens consecutive: run r is
+   * run_tiles[r] tiles of run_size[r] tokens, runs one after the other,
+   * sum run_tiles[r] * run_size[r] = tokens; grid and tile are ignored and
+   * out is in that order. */
+  int64_t runs;
+  int64_t run_tiles[8], run_size[8];
+  int64_t kernel;              /* 0 = automatic: a warp a tile; 1 = a CTA a tile (the previous
+                                  kernel, kept to compare); the same means within float32
+                                  rounding (sums in another order) */
 } tsr_pool_args;
 tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err);
 
@@ -819,6 +838,12 @@ typedef struct {
   uint64_t out;                /* bytes [batch, heads, nq, nk]: 1 kept, 0 not */
   int64_t rows;                /* query rows a CTA, 1-16; 0 = automatic, 16 for TOPK and 8
                                   for CDF (tuning: the grid is batch x heads x nq / rows CTAs) */
+  int64_t kernel;              /* 0 = automatic: TOPK's k-th largest by an 8-bit radix select
+                                  (a warp's histogram in shared memory, 4 passes for float32);
+                                  1 = the bitwise search (30 passes), kept to compare;
+                                  2 = as 0, pk transposed ([batch, kv_heads, dim, nk]),
+                                  float32 top-k, dim % 4 == 0, nk <= 1024 (an experiment
+                                  in coalesced loads of k); the same mask every way */
 } tsr_select_args;
 tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err);
 

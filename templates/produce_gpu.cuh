@@ -10,6 +10,10 @@
  *          self-similarity).  One read of x, the float32 (float64 for f64)
  *          means written: what the torch path did in ~10 reductions and
  *          joins.  v<n>: n elements a 16-byte load, v1 the scalar path.
+ *          Optionally a second tensor (k beside q) in the same launch, and
+ *          tokens already in tile order (runs of equal tile sizes).
+ *   tsr_pr_pool_<dt>_v<n>_w<sq>  the same, one warp a tile (the automatic
+ *          kernel since branch s5-i16; the CTA one is kept to compare).
  *   tsr_pr_select_<acc>_v<n>  pooled scores softmax(pq pk^T * scale) per
  *          row and the corpus's rule on them, written as a byte mask: the
  *          top k of each row (ties to the lower index, tsr_corpus_topk), or
@@ -18,9 +22,10 @@
  *          rows a CTA (their pooled q in shared memory, their scores after
  *          them), nk / 256 keys a thread in float for rows of up to 1024
  *          blocks (else one key a lane): each key row is read once a CTA.  The
- *          top k is exact, not a sort: a 32 (64) pass bitwise search for the
- *          k-th largest probability (non-negative floats order as their
- *          bits), then the ties at it kept in index order.  The CDF rule is
+ *          top k is exact, not a sort: the k-th largest probability
+ *          (non-negative floats order as their bits) by an 8-bit radix
+ *          select (_h kernels, the automatic ones) or a 32 (64) pass bitwise
+ *          search, then the ties at it kept in index order.  The CDF rule is
  *          the top K for the K it implies (its kept set is a prefix of the
  *          same order): a bitwise search for the probability where the sum
  *          of those at or above it first reaches tau * sum.
@@ -42,6 +47,13 @@ struct tsr_pr_pool_p {
   long long sb, sh, ss;
   int heads, d;
   int gt, gh, gw, ct, ch, cw, nh, nw;
+  /* the second tensor (x2 != 0: CTAs z >= batch) and the runs of tiles
+   * already in tile order (nrun > 0), as tsr_pool_args */
+  const void *x2;
+  void *out2, *sq2;
+  long long sb2, sh2, ss2;
+  int heads2, batch, nrun, run_tiles[8], run_size[8];
+  int ntiles; /* the warp kernels: tiles (gridDim.x covers them 8 a CTA) */
 };
 
 struct tsr_pr_select_p {
@@ -128,14 +140,33 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
   __shared__ A part[TSR_PR_THREADS * V];
   __shared__ A sqw[TSR_PR_THREADS / 32];
   __shared__ int tok[TSR_PR_THREADS];
-  const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
-  const int nt_hw = p.nh * p.nw;
-  const int t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
-  const int lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  const int tid = threadIdx.x, tile = blockIdx.x, head = blockIdx.y;
+  /* CTAs z >= batch pool the second tensor (its heads may be fewer: GQA) */
+  const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
+  const int heads = two ? p.heads2 : p.heads;
+  if (head >= heads) return; /* the whole CTA, before any barrier */
+  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
+  long long start = 0; /* runs: the tile's first token */
+  if (p.nrun > 0) {
+    int t = tile, r = 0;
+    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
+      start += (long long)p.run_tiles[r] * p.run_size[r];
+      t -= p.run_tiles[r];
+    }
+    start += (long long)t * p.run_size[r];
+    lw = p.run_size[r];
+  } else {
+    const int nt_hw = p.nh * p.nw;
+    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  }
   const int n = lt * lh * lw, nvec = p.d / V;
-  const char *base = (const char *)p.x + (b * p.sb + head * p.sh) * (long long)tsr_pr_t<DT>::SIZE;
+  const long long ss = two ? p.ss2 : p.ss;
+  const char *base = (const char *)(two ? p.x2 : p.x) +
+                     (b * (two ? p.sb2 : p.sb) + head * (two ? p.sh2 : p.sh)) * (long long)tsr_pr_t<DT>::SIZE;
   const long long ntiles = (long long)gridDim.x;
-  A *out = (A *)p.out + (((long long)b * p.heads + head) * ntiles + tile) * p.d;
+  A *out = (A *)(two ? p.out2 : p.out) + (((long long)b * heads + head) * ntiles + tile) * p.d;
+  A *sqo = (A *)(two ? p.sq2 : p.sq);
   const int P = nvec >= TSR_PR_THREADS ? 1 : TSR_PR_THREADS / nvec;
   A sq = 0;
   for (int c0 = 0; c0 < nvec; c0 += TSR_PR_THREADS) {
@@ -148,17 +179,20 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
      * loads' loop does no division */
     for (int r0 = 0; r0 < n; r0 += TSR_PR_THREADS) {
       const int m = min(TSR_PR_THREADS, n - r0);
-      __syncthreads();
-      if (tid < m) {
-        const int r = r0 + tid, rr = r / lw;
-        tok[tid] = ((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+      if (p.nrun <= 0) { /* (uniform across the CTA) runs: the tokens are consecutive */
+        __syncthreads();
+        if (tid < m) {
+          const int r = r0 + tid, rr = r / lw;
+          tok[tid] = ((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+        }
+        __syncthreads();
       }
-      __syncthreads();
       if (cv < nvec && rp < P) {
 #pragma unroll 4
         for (int r = rp; r < m; r += P) {
           A a[V];
-          tsr_pr_load<DT, V>(base + ((long long)tok[r] * p.ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
+          const long long ti = p.nrun > 0 ? start + r0 + r : (long long)tok[r];
+          tsr_pr_load<DT, V>(base + (ti * ss + (long long)cv * V) * tsr_pr_t<DT>::SIZE, a);
 #pragma unroll
           for (int e = 0; e < V; e++) {
             acc[e] += a[e];
@@ -183,19 +217,27 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
       }
     }
   }
-  if (!p.sq) return;
+  if (!sqo) return;
   sq = tsr_pr_warp_sum(sq);
   if ((tid & 31) == 0) sqw[tid >> 5] = sq;
   __syncthreads();
   if (tid == 0) {
     A s = 0;
     for (int i = 0; i < TSR_PR_THREADS / 32; i++) s += sqw[i];
-    ((A *)p.sq)[((long long)b * p.heads + head) * ntiles + tile] = s / (A)n;
+    sqo[((long long)b * heads + head) * ntiles + tile] = s / (A)n;
   }
 }
 
+/* Four CTAs an SM (64 registers) on sm_8x and sm_90a; on sm_100a and sm_120
+ * ptxas spilled the float32 and float64 kernels at 64 (gen-sass), so two
+ * there (up to 128). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define TSR_PR_POOL_BOUNDS __launch_bounds__(TSR_PR_THREADS, 2)
+#else
+#define TSR_PR_POOL_BOUNDS __launch_bounds__(TSR_PR_THREADS, 4)
+#endif
 #define TSR_PR_POOL(name, DT, V)                                                        \
-  extern "C" __global__ void __launch_bounds__(TSR_PR_THREADS, 4) name(tsr_pr_pool_p p) \
+  extern "C" __global__ void TSR_PR_POOL_BOUNDS name(tsr_pr_pool_p p)                   \
   {                                                                                     \
     tsr_pr_pool<DT, V>(p);                                                              \
   }
@@ -207,6 +249,113 @@ TSR_PR_POOL(tsr_pr_pool_bf16_v1, 2, 1)
 TSR_PR_POOL(tsr_pr_pool_bf16_v8, 2, 8)
 TSR_PR_POOL(tsr_pr_pool_f64_v1, 3, 1)
 TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
+
+/* One warp a tile (8 a CTA), no shared memory, no barrier.  The CTA kernel
+ * above, on the H200 at Wan 480p (VSA's 64-token cubes, q and k in one
+ * launch): 41% of DRAM bandwidth and 54% of the SM's issue slots, for a CTA
+ * of 256 threads doing 4 loads each, then a shared-memory join; and the
+ * squares summed whether asked for or not.  Here each lane owns one 16-byte
+ * piece of a row (G = 32 / pieces row groups a warp when that divides 32,
+ * else one group looping over the pieces), each chunk of 32 rows' token
+ * offsets is computed once (a lane a row, one division chain) and
+ * broadcast by shuffle, the groups' sums joined by shuffles, and SQ picks
+ * whether the squares are summed.  Sums in another order than the CTA
+ * kernel's: the same means within float32 rounding, not bit for bit. */
+template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool_p &p)
+{
+  typedef typename tsr_pr_t<DT>::acc A;
+  const int lane = threadIdx.x & 31, tile = blockIdx.x * (TSR_PR_THREADS / 32) + (threadIdx.x >> 5);
+  const int head = blockIdx.y;
+  const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
+  const int heads = two ? p.heads2 : p.heads;
+  if (head >= heads || tile >= p.ntiles) return; /* the whole warp */
+  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
+  long long start = 0;
+  if (p.nrun > 0) {
+    int t = tile, r = 0;
+    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
+      start += (long long)p.run_tiles[r] * p.run_size[r];
+      t -= p.run_tiles[r];
+    }
+    start += (long long)t * p.run_size[r];
+    lw = p.run_size[r];
+  } else {
+    const int nt_hw = p.nh * p.nw;
+    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  }
+  const int n = lt * lh * lw, nvec = p.d / V;
+  const int G = nvec < 32 && 32 % nvec == 0 ? 32 / nvec : 1, rg = G > 1 ? lane / nvec : 0;
+  const long long ss = two ? p.ss2 : p.ss;
+  const char *base = (const char *)(two ? p.x2 : p.x) +
+                     (b * (two ? p.sb2 : p.sb) + head * (two ? p.sh2 : p.sh)) * (long long)tsr_pr_t<DT>::SIZE;
+  A *out = (A *)(two ? p.out2 : p.out) + (((long long)b * heads + head) * p.ntiles + tile) * p.d;
+  A *sqo = (A *)(two ? p.sq2 : p.sq);
+  A sq = 0;
+  for (int c0 = 0; c0 < nvec; c0 += G > 1 ? nvec : 32) {
+    const int cv = G > 1 ? lane % nvec : c0 + lane, ok = cv < nvec;
+    A acc[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) acc[e] = 0;
+    for (int r0 = 0; r0 < n; r0 += 32) {
+      const int m = min(32, n - r0);
+      long long tok = 0; /* token of row r0 + lane */
+      if (lane < m) {
+        const int r = r0 + lane, rr = r / lw;
+        tok = p.nrun > 0 ? start + r : (long long)((t0 + rr / lh) * p.gh + h0 + rr % lh) * p.gw + w0 + r % lw;
+      }
+      const char *pc = base + (long long)cv * V * tsr_pr_t<DT>::SIZE;
+#pragma unroll 8
+      for (int r = 0; r < m; r += G) { /* a uniform trip count: the shuffles need every lane */
+        const int src = r + rg;
+        const long long t = __shfl_sync(0xffffffffu, tok, src & 31);
+        if (ok && src < m) {
+          A a[V];
+          tsr_pr_load<DT, V>(pc + t * ss * tsr_pr_t<DT>::SIZE, a);
+#pragma unroll
+          for (int e = 0; e < V; e++) {
+            acc[e] += a[e];
+            if (SQ) sq += a[e] * a[e];
+          }
+        }
+      }
+    }
+    /* join the row groups: lanes cv, cv + nvec, ... (G a power of two) */
+    for (int o = nvec; G > 1 && o < 32; o <<= 1)
+#pragma unroll
+      for (int e = 0; e < V; e++) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], o);
+    if (ok && rg == 0)
+#pragma unroll
+      for (int e = 0; e < V; e++) out[cv * V + e] = acc[e] / (A)n;
+  }
+  if (SQ) {
+    sq = tsr_pr_warp_sum(sq);
+    if (lane == 0) sqo[((long long)b * heads + head) * p.ntiles + tile] = sq / (A)n;
+  }
+}
+
+#define TSR_PR_POOL_W(name, DT, V, SQ)                                                  \
+  extern "C" __global__ void TSR_PR_POOL_BOUNDS name(tsr_pr_pool_p p)                   \
+  {                                                                                     \
+    tsr_pr_pool_w<DT, V, SQ>(p);                                                        \
+  }
+/* _w<SQ>: the warp kernels, without (0) and with (1) the squared norms */
+TSR_PR_POOL_W(tsr_pr_pool_f32_v1_w0, 0, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v4_w0, 0, 4, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v1_w0, 1, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v8_w0, 1, 8, 0)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v1_w0, 2, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v8_w0, 2, 8, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v1_w0, 3, 1, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v2_w0, 3, 2, 0)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v1_w1, 0, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f32_v4_w1, 0, 4, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v1_w1, 1, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f16_v8_w1, 1, 8, 1)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v1_w1, 2, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_bf16_v8_w1, 2, 8, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v1_w1, 3, 1, 1)
+TSR_PR_POOL_W(tsr_pr_pool_f64_v2_w1, 3, 2, 1)
 
 /* ---- scores and the rule ------------------------------------------------- */
 
@@ -380,11 +529,71 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
   return t;
 }
 
+/* The k-th largest key (1 <= k <= nk) by an 8-bit radix select: a pass a
+ * digit from the top (float: bits 29-22, 21-14, 13-6, 5-0; double: 8
+ * passes), each counting the keys that match the digits found so far into
+ * the warp's 256-bin histogram in shared memory, then one suffix scan of
+ * the bins picks the digit where the count from the top reaches the rank
+ * still wanted.  Exact, integer counts: the same key as tsr_pr_kth_reg,
+ * which makes a pass a bit (30 for float, each a warp reduction after N
+ * compares).  Only valid elements (j < nk) count. */
+template <typename A, int N>
+__device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typename tsr_pr_kt<A>::K *key, int nk,
+                                                                    long long k, unsigned *hist)
+{
+  typedef typename tsr_pr_kt<A>::K K;
+  const int lane = threadIdx.x & 31;
+  K prefix = 0;
+  unsigned need = (unsigned)k;
+  for (int hi = tsr_pr_kt<A>::TOP; hi >= 0; hi -= 8) {
+    const int lo = hi >= 7 ? hi - 7 : 0;
+    /* the bits above hi: fixed by earlier passes (zero above TOP) */
+    const K above = hi + 1 >= (int)(8 * sizeof(K)) ? (K)0 : ~(K)0 << (hi + 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) hist[lane * 8 + i] = 0;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk && (key[i] & above) == prefix) atomicAdd(&hist[(unsigned)(key[i] >> lo) & 255u], 1u);
+    __syncwarp();
+    /* lane l holds bins 8l..8l+7; counts from the top: the lanes above l,
+     * then its bins downwards */
+    unsigned c[8], own = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) own += c[i] = hist[lane * 8 + i];
+    unsigned suf = own; /* inclusive suffix sum over lanes >= l */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned v = __shfl_down_sync(0xffffffffu, suf, o);
+      if (lane + o < 32) suf += v;
+    }
+    const unsigned higher = suf - own; /* keys in lanes above */
+    const int here = higher < need && suf >= need;
+    const unsigned who = __ballot_sync(0xffffffffu, here);
+    int digit = 0;
+    unsigned left = 0;
+    if (here) {
+      unsigned acc = higher;
+      int i = 7;
+      for (; i > 0 && acc + c[i] < need; i--) acc += c[i];
+      digit = lane * 8 + i;
+      left = need - acc;
+    }
+    const int src = __ffs(who) - 1;
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    need = __shfl_sync(0xffffffffu, left, src);
+    prefix |= (K)digit << lo;
+    __syncwarp(); /* the histogram is cleared for the next pass */
+  }
+  return prefix;
+}
+
 /* The row's rule: top k, or CDF (K from the largest key T whose at-or-above
  * sum reaches tau * sum; the ties at T fit while the running sum before
  * them is below it; at least min_keep). */
 template <typename A, int N>
-__device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out)
+__device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out,
+                                unsigned *hist)
 {
   typedef typename tsr_pr_kt<A>::K K;
   const int lane = threadIdx.x & 31;
@@ -443,7 +652,7 @@ __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, 
       if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
     return;
   }
-  const K t = tsr_pr_kth_reg<A, N>(key, k);
+  const K t = hist ? tsr_pr_kth_hist<A, N>(key, nk, k, hist) : tsr_pr_kth_reg<A, N>(key, k);
   int gt = 0;
 #pragma unroll
   for (int i = 0; i < N; i++) gt += key[i] > t;
@@ -477,30 +686,44 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
  * Same products in the same order (c ascending, e ascending) as
  * tsr_pr_scores_1: bitwise the same scores, so the same masks.  RM: rows a
  * CTA at most (the host caps rows to it). */
-template <typename A, int V, int KT, int RM>
+template <typename A, int V, int KT, int RM, int TK, int U>
 __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k,
                                                  int nr)
 {
+  /* U: no branch in the loop.  With `if (i < nr)` around each row and
+   * `if (j < nk)` around each key load, ptxas kept every row's broadcast and
+   * products in a block of its own, so nothing was scheduled across rows
+   * (H200, VSA at Wan 480p: 0.103 ms for the scores alone, issue slots 55%
+   * busy at 4 warps a scheduler).  With U, qs holds RM rows (the missing
+   * ones zero: the host sizes shared memory for RM) and a key past nk reads
+   * key nk - 1; neither result is stored. */
+  /* TK: k transposed, [dim, nk] a head: a warp's lanes read consecutive
+   * keys of one channel (coalesced 4-byte loads) instead of 16 bytes of 32
+   * keys 4*dim bytes apart; the same products in the same order */
   const int tid = threadIdx.x;
   A acc[RM][KT];
 #pragma unroll
   for (int i = 0; i < RM; i++)
 #pragma unroll
     for (int t = 0; t < KT; t++) acc[i][t] = 0;
-#pragma unroll 2
+#pragma unroll(U ? 1 : 2) /* U: unrolled twice, ptxas spilled n24 (20 bytes) */
   for (int c = 0; c < p.d; c += V) {
     A kv[KT][V];
 #pragma unroll
     for (int t = 0; t < KT; t++) {
-      const int j = tid + t * TSR_PR_THREADS;
-      if (j < p.nk) tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
+      const int j = U ? min(tid + t * TSR_PR_THREADS, p.nk - 1) : tid + t * TSR_PR_THREADS;
+      if (TK && (U || j < p.nk))
+#pragma unroll
+        for (int e = 0; e < V; e++) kv[t][e] = __ldg(k + (long long)(c + e) * p.nk + j);
+      else if (U || j < p.nk)
+        tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
       else
 #pragma unroll
         for (int e = 0; e < V; e++) kv[t][e] = 0;
     }
 #pragma unroll
     for (int i = 0; i < RM; i++)
-      if (i < nr) {
+      if (U || i < nr) {
         A qv[V];
         tsr_pr_lds<A, V>(qs + i * p.d + c, qv); /* one 16-byte broadcast */
 #pragma unroll
@@ -561,23 +784,29 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
  * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
  * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
  * memory. */
-template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
-  A *qs = (A *)tsr_pr_smem, *sc = qs + p.rows * p.d;
+  /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
+   * static: the host leaves it out of the rows' dynamic budget) */
+  __shared__ unsigned tsr_pr_hist[H ? TSR_PR_THREADS / 32 * 256 : 1];
+  /* U: the float radix-select kernels' branch-free scores, qs sized for
+   * TSR_PR_RM rows (runtime/produce.c sizes shared memory to match) */
+  enum { U = H && N > 0 && sizeof(A) == 4 };
+  A *qs = (A *)tsr_pr_smem, *sc = qs + (U ? TSR_PR_RM : p.rows) * p.d;
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
   const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
   const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
-  for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
+  for (int i = tid; i < (U ? TSR_PR_RM : nr) * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
   __syncthreads();
-  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM>(p, qs, sc, k, nr);
+  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK, U>(p, qs, sc, k, nr);
   else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
-    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out);
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out, H ? tsr_pr_hist + warp * 256 : 0);
     else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
   }
 }
@@ -591,10 +820,27 @@ template <typename A, int V, int N> __device__ void tsr_pr_select(const tsr_pr_s
 #else
 #define TSR_PR_SELECT_BOUNDS __launch_bounds__(TSR_PR_THREADS)
 #endif
-#define TSR_PR_SELECT(name, A, V, N)                                                    \
+/* The radix-select kernels with the most registers (float64 ones; float32
+ * n32 on sm_100a and sm_120) spilled 2-13 words at the bounds above
+ * (gen-sass): one CTA an SM lets ptxas take up to 255 (float32 n32 on every
+ * target: nvcc's sm_90a build of it spilled too). */
+#define TSR_PR_BOUNDS_1 __launch_bounds__(TSR_PR_THREADS, 1)
+#define TSR_PR_BOUNDS_N32 TSR_PR_BOUNDS_1
+#define TSR_PR_SELECT_HB(name, A, V, N, H, B)                                           \
+  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
+  {                                                                                     \
+    tsr_pr_select<A, V, N, H>(p);                                                       \
+  }
+#define TSR_PR_SELECT_H(name, A, V, N, H)                                               \
   extern "C" __global__ void TSR_PR_SELECT_BOUNDS name(tsr_pr_select_p p)               \
   {                                                                                     \
-    tsr_pr_select<A, V, N>(p);                                                          \
+    tsr_pr_select<A, V, N, H>(p);                                                       \
+  }
+#define TSR_PR_SELECT(name, A, V, N) TSR_PR_SELECT_H(name, A, V, N, 0)
+#define TSR_PR_SELECT_T(name, A, V, N, B)                                               \
+  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
+  {                                                                                     \
+    tsr_pr_select<A, V, N, 1, 1>(p);                                                    \
   }
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
@@ -609,5 +855,20 @@ TSR_PR_SELECT(tsr_pr_select_f64_v2_n8, double, 2, 8)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n16, double, 2, 16)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n24, double, 2, 24)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n32, double, 2, 32)
+/* _h: the top k by radix select (tsr_pr_kth_hist); the CDF rule's search
+ * sums floats, in a fixed order, so it stays in the kernels above */
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n8_h, float, 4, 8, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n16_h, float, 4, 16, 1)
+TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n24_h, float, 4, 24, 1)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n32_h, float, 4, 32, 1, TSR_PR_BOUNDS_N32)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1, TSR_PR_BOUNDS_1)
+/* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_SELECT_BOUNDS)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
 
 #endif

@@ -71,8 +71,31 @@ START_TEST(test_pool_args)
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "token 4) must be");
   a = good_pool(), a.stride_h = -1;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "head -1");
-  /* arguments pass: only the missing producer is left */
+  /* a second tensor and runs of tiles in tile order */
+  a = good_pool(), a.kernel = 2;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic) or 1");
+  a = good_pool(), a.runs = 9;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "runs must be 0 (grid tiles) to 8, got 9");
+  a = good_pool(), a.runs = 2, a.run_tiles[0] = 3, a.run_size[0] = 8, a.run_tiles[1] = 2, a.run_size[1] = 4;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "the runs hold 32 tokens, x has 30");
+  a = good_pool(), a.runs = 1, a.run_tiles[0] = 0, a.run_size[0] = 30;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "got 0 tiles of 30 tokens");
+  a = good_pool(), a.x2 = 0x4000;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "out2 is a null pointer");
+  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.sq = 0x6000;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "out2 or sq2 is a null pointer");
+  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 0;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "heads2 must be 1 to 65535, got 0");
+  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 1, a.stride2_s = 3;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "x2's strides (batch 0, head 0, token 3)");
+  /* arguments pass: only the missing producer is left (grid tiles; runs with
+   * the grid unset; a second tensor) */
   a = good_pool();
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+  a = good_pool(), a.grid[0] = a.grid[1] = a.grid[2] = 0, a.runs = 2;
+  a.run_tiles[0] = 3, a.run_size[0] = 8, a.run_tiles[1] = 1, a.run_size[1] = 6;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+  a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 1, a.stride2_s = 8, a.kernel = 1;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
 }
 END_TEST
@@ -106,7 +129,15 @@ START_TEST(test_select_args)
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "0 (automatic) to 16, got 17");
   a = good_select(), a.rows = -1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
+  a = good_select(), a.kernel = 3;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic), 1");
+  a = good_select(), a.kernel = 2, a.dtype = TSR_DT_F64;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "kernel 2 (k transposed) takes");
+  a = good_select(), a.kernel = 2, a.nk = 1025;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "nk up to 1024 (got 1025)");
   a = good_select();
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+  a = good_select(), a.kernel = 1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
   a = good_select(), a.rows = 5, a.rule = TSR_SELECT_CDF, a.tau = 1.0, a.min_keep = 1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");

@@ -479,19 +479,24 @@ elif hasattr(tessera.library(), "tsr_produce_pool"):
     saved = dict(M._cache)
     want = {"vsa": M.vsa(q, k, grid), "sparge": M.sparge(q, k, grid, block=(32, 16)),
             "sparge-topk": M.sparge(q, k, grid, topk=0.3, block=(24, 40), layout="bhsd")}
+    want["vsa-in-order"] = want["vsa"]
     calls = []
-    real_pool, real_sel = M._produce.pool_tiles, M._produce.select_blocks
+    real_pool, real_pair, real_sel = M._produce.pool_tiles, M._produce.pool_pair, M._produce.select_blocks
     M._produce.pool_tiles = lambda *a: calls.append("pool") or real_pool(*a)
+    M._produce.pool_pair = lambda *a: calls.append("pair") or real_pair(*a)
     M._produce.select_blocks = lambda *a: calls.append("select") or real_sel(*a)
     try:
         with FakeTensorMode():
             qf = torch.empty(q.shape, device="cuda", dtype=torch.bfloat16)
             kf = torch.empty(k.shape, device="cuda", dtype=torch.bfloat16)
             same("fake CUDA tensors take the fused path", M._fused(qf), True)
+            # VSA pools q and k in one launch (tessera::pool_pair), in the cube
+            # order too (the runs of cube sizes)
             got = {"vsa": M.vsa(qf, kf, grid), "sparge": M.sparge(qf, kf, grid, block=(32, 16)),
-                   "sparge-topk": M.sparge(qf, kf, grid, topk=0.3, block=(24, 40))}
+                   "sparge-topk": M.sparge(qf, kf, grid, topk=0.3, block=(24, 40)),
+                   "vsa-in-order": M.vsa(qf, kf, grid, in_order=True)}
     finally:
-        M._produce.pool_tiles, M._produce.select_blocks = real_pool, real_sel
+        M._produce.pool_tiles, M._produce.pool_pair, M._produce.select_blocks = real_pool, real_pair, real_sel
         M._cache.clear()  # the geometry built on fake tensors must not serve real ones
         M._cache.update(saved)
     for name in want:
@@ -499,8 +504,13 @@ elif hasattr(tessera.library(), "tsr_produce_pool"):
              (tuple(got[name].mask.shape), got[name].mask.dtype, got[name].mask.device.type) ==
              (tuple(want[name].mask.shape), torch.bool, "cuda"), True)
         same(f"{name} geometry", got[name].block == want[name].block, True)
-    same(f"the fused ops were called, pool, pool, select per producer: {calls}",
-         calls == ["pool", "pool", "select"] * 3, True)
+    same(f"the fused ops were called, pair, select for VSA, pool, pool, select for SpargeAttn: {calls}",
+         calls == ["pair", "select"] + ["pool", "pool", "select"] * 2 + ["pair", "select"], True)
+    # the runs pool_pair takes in the cube order: each size once, sorted
+    order, sizes = M.tile_order(grid, (4, 4, 4))
+    runs = M._runs(sizes)
+    same(f"runs {runs} cover the cube order's sizes", [n for t, z in zip(runs[0::2], runs[1::2])
+                                                        for n in [z] * t] == sizes, True)
 
 # ---- bad input: one clear error ----------------------------------------------
 

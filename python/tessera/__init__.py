@@ -165,7 +165,10 @@ class _PoolArgs(ctypes.Structure):
                 ("heads", ctypes.c_int64), ("tokens", ctypes.c_int64), ("dim", ctypes.c_int64),
                 ("stride_b", ctypes.c_int64), ("stride_h", ctypes.c_int64), ("stride_s", ctypes.c_int64),
                 ("grid", ctypes.c_int64 * 3), ("tile", ctypes.c_int64 * 3), ("out", ctypes.c_uint64),
-                ("sq", ctypes.c_uint64)]
+                ("sq", ctypes.c_uint64), ("x2", ctypes.c_uint64), ("heads2", ctypes.c_int64),
+                ("stride2_b", ctypes.c_int64), ("stride2_h", ctypes.c_int64), ("stride2_s", ctypes.c_int64),
+                ("out2", ctypes.c_uint64), ("sq2", ctypes.c_uint64), ("runs", ctypes.c_int64),
+                ("run_tiles", ctypes.c_int64 * 8), ("run_size", ctypes.c_int64 * 8), ("kernel", ctypes.c_int64)]
 
 
 class _SelectArgs(ctypes.Structure):
@@ -174,7 +177,7 @@ class _SelectArgs(ctypes.Structure):
                 ("nq", ctypes.c_int64), ("nk", ctypes.c_int64), ("dim", ctypes.c_int64),
                 ("scale", ctypes.c_double), ("rule", ctypes.c_int), ("k", ctypes.c_int64),
                 ("tau", ctypes.c_double), ("min_keep", ctypes.c_int64), ("out", ctypes.c_uint64),
-                ("rows", ctypes.c_int64)]
+                ("rows", ctypes.c_int64), ("kernel", ctypes.c_int64)]
 
 
 MASK_BYTES, MASK_BITS = 0, 1

@@ -112,6 +112,11 @@ _cache = {}
 # fused kernels (tessera.produce) when the library has them; False keeps
 # the torch path (the reference, and the CPU's) everywhere.
 FUSED = True
+# With the fused kernels, VSA pools q and k in one launch (tessera::pool_pair;
+# in the cube order, every run of cube sizes in it too).  False: the
+# previous launches (q and k apart, one a run of sizes in the cube order),
+# kept to compare; the same means, bit for bit.
+PAIR = True
 
 
 def _fused(x):
@@ -570,6 +575,19 @@ def _pool_in_order(x, grid, tile, order, sizes, layout):
     return _cat(parts, 2)
 
 
+def _runs(sizes):
+    """[tiles, size, ...] of the runs of equal sizes in a tile order's sizes
+    (tile_order sorts them by size: at most 8 runs, one a combination of
+    whole and ragged axes)."""
+    out = []
+    for n in sizes:
+        if out and out[-1] == n:
+            out[-2] += 1
+        else:
+            out += [1, n]
+    return out
+
+
 def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, in_order=False):
     """Video Sparse Attention: q and k mean-pooled per 4x4x4 cube of the
     latent grid (boundary cubes smaller), softmax(q_c k_c^T * scale) per
@@ -582,7 +600,13 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, i
     b, h, s, d = _bhsd(q, layout).shape
     grid = _grid(grid, s)
     order, sizes = tile_order(grid, cube, q.device)
-    if in_order:
+    if PAIR and _fused(q) and k.dtype == q.dtype and _bhsd(k, layout).shape[2:] == (s, d):
+        if in_order:
+            pq, pk = _produce.pool_pair(q, k, [], [], _runs(sizes), layout, False)[:2]
+        else:
+            pq, pk = _produce.pool_pair(q, k, list(grid), [int(c) for c in cube], [], layout, False)[:2]
+            pq, pk = pq.index_select(2, order.tiles), pk.index_select(2, order.tiles)
+    elif in_order:
         pq = _pool_in_order(q, grid, cube, order, sizes, layout)
         pk = _pool_in_order(k, grid, cube, order, sizes, layout)
     else:
@@ -701,6 +725,22 @@ def _svg_rows(grid, block, density, sink, samples, pos):
     return rows, allowed(rows, j, f if sink else 0), allowed(pos[rows], pos, 0)
 
 
+# On CUDA, SVG's softmax, its three weightings and their normalisers run as
+# one function compiled by torch.compile (inductor: a row reduction and one
+# pass writing the weightings, instead of a softmax, a copy, two products and
+# a sum, each a pass over samples x S).  False: the eager passes (the
+# reference, and the CPU's).
+SVG_FUSED = True
+_svg_compiled = []
+
+
+def _svg_weigh(s, planes, acc):
+    """(weightings [B, H, 3, samples, S], normalisers [B, H, 3, samples, 1]):
+    softmax(s) times each plane, and their sums in acc."""
+    w = torch.softmax(s, dim=-1).unsqueeze(2) * planes
+    return w, w.sum(-1, keepdim=True, dtype=acc)
+
+
 def _svg_errors(qb, kb, vb, rows, planes, scale):
     """Mean squared error [B, H] of the sampled rows' attention output under
     the spatial and the temporal pattern against dense.  planes [3, samples,
@@ -712,7 +752,15 @@ def _svg_errors(qb, kb, vb, rows, planes, scale):
     stacked), nothing of them in float32."""
     acc = _acc(qb)
     qs = (qb.index_select(2, rows).to(acc) * scale).to(qb.dtype)
-    p = torch.softmax(torch.matmul(qs, kb.transpose(-1, -2)), dim=-1)
+    s = torch.matmul(qs, kb.transpose(-1, -2))
+    if SVG_FUSED and s.is_cuda and not torch.compiler.is_compiling():
+        if not _svg_compiled:
+            _svg_compiled.append(torch.compile(_svg_weigh, fullgraph=True, dynamic=False))
+        wts, z = _svg_compiled[0](s, planes, acc)
+        o = torch.matmul(wts.flatten(2, 3), vb).unflatten(2, (3, rows.numel())).to(acc) / z
+        return (o[:, :, 1] - o[:, :, 0]).square().mean((-1, -2)), \
+            (o[:, :, 2] - o[:, :, 0]).square().mean((-1, -2))
+    p = torch.softmax(s, dim=-1)
     # [B, H, 3, samples, S]: p itself, then p times each pattern's plane,
     # written in place (the broadcast product of p and all three planes
     # measured 0.19 ms at Wan 480p, 4x its traffic's time); traced by

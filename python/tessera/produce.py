@@ -8,6 +8,13 @@ tsr_produce_select; templates/produce_gpu.cuh):
         (boundary tiles ragged) in raster tile order, float32 (float64 for
         float64 x), and with sq the tiles' mean squared norm ([B, H, 0]
         without).  One read of x, one launch.
+    tessera::pool_pair(x, y, grid, tile, runs, layout, sq)
+            -> (means of x, of y, mean |x|^2, mean |y|^2)
+        pool_tiles of two tensors (q and k: y's heads may be fewer) in one
+        launch.  runs, [tiles, size, tiles, size, ...] (at most 8 pairs):
+        x and y are already in tile order (tessera.methods.tile_order's),
+        each run that many consecutive tiles of that many tokens, outputs
+        in that order, grid and tile unused; [] for the grid's tiles.
     tessera::select_blocks(pq, pk, scale, rule, k, tau, min_keep) -> mask
         pooled q [B, H, NQ, D] and k [B, HK, NK, D] (float32 or float64):
         the corpus's rule on softmax(pq pk^T * scale) per row, bool
@@ -32,6 +39,15 @@ TOPK, CDF = 0, 1
 # Query rows a select CTA takes (1-16; 0: libtessera's choice, 16 top-k, 8 CDF): a
 # tuning knob for benchmarks, not part of the ops' results.
 ROWS = 0
+# The select's top-k search (tsr_select_args.kernel): 0 libtessera's choice
+# (radix select), 1 the bitwise search, 2 the radix select reading pooled k
+# transposed (transposed here, float32 top-k only): for benchmarks, the
+# same masks.
+KERNEL = 0
+# The pooling kernel (tsr_pool_args.kernel): 0 libtessera's choice (a warp a
+# tile), 1 a CTA a tile (the previous kernel): for benchmarks, the same
+# means within float32 rounding.
+POOL_KERNEL = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
        torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
 
@@ -66,27 +82,61 @@ def _stream(dev):
     return ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
 
 
-def _pool_kernel(x, grid, tile, layout, sq):
-    xb = x if layout == "bhsd" else x.transpose(1, 2)
+def _as_bhsd(x, layout):
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"unknown layout '{layout}' (bhsd or bshd)")
-    if xb.stride(3) != 1:
-        xb = xb.contiguous()
+    xb = x if layout == "bhsd" else x.transpose(1, 2)
+    return xb if xb.stride(3) == 1 else xb.contiguous()
+
+
+def _ntiles(grid, tile, runs):
+    return sum(int(t) for t in runs[0::2]) if runs else _tiles(grid, tile)
+
+
+def _outputs(xb, n, sq):
+    b, h, _, d = xb.shape
+    return (torch.empty(b, h, n, d, dtype=_acc(xb.dtype), device=xb.device),
+            torch.empty(b, h, n if sq else 0, dtype=_acc(xb.dtype), device=xb.device))
+
+
+def _pool_launch(xb, yb, grid, tile, runs, sq):
+    """One tsr_produce_pool of xb (and yb, or None), both [B, H, S, D] views."""
+    if len(runs) % 2 or len(runs) > 16:
+        raise ValueError(f"runs must be (tiles, size) pairs, at most 8, got {list(runs)}")
+    n = _ntiles(grid, tile, runs)
+    out, sqo = _outputs(xb, n, sq)
     b, h, s, d = xb.shape
-    n = _tiles(grid, tile)
-    out = torch.empty(b, h, n, d, dtype=_acc(x.dtype), device=x.device)
-    sqo = torch.empty(b, h, n if sq else 0, dtype=_acc(x.dtype), device=x.device)
     a = tessera._PoolArgs()
-    a.x, a.dtype = xb.data_ptr(), _DT[x.dtype]
+    a.x, a.dtype = xb.data_ptr(), _DT[xb.dtype]
     a.batch, a.heads, a.tokens, a.dim = b, h, s, d
     a.stride_b, a.stride_h, a.stride_s = xb.stride(0), xb.stride(1), xb.stride(2)
-    a.grid[:], a.tile[:] = [int(g) for g in grid], [int(t) for t in tile]
+    if runs:
+        a.runs = len(runs) // 2
+        for i in range(a.runs):
+            a.run_tiles[i], a.run_size[i] = int(runs[2 * i]), int(runs[2 * i + 1])
+    else:
+        a.grid[:], a.tile[:] = [int(g) for g in grid], [int(t) for t in tile]
     a.out, a.sq = out.data_ptr(), sqo.data_ptr() if sq else 0
+    a.kernel = POOL_KERNEL
+    res = [out, sqo]
+    if yb is not None:
+        if yb.dtype != xb.dtype or yb.shape[0] != b or yb.shape[2:] != xb.shape[2:]:
+            raise ValueError(f"pool_pair: y {tuple(yb.shape)} {yb.dtype} must match x {tuple(xb.shape)} "
+                             f"{xb.dtype} but for its heads")
+        out2, sq2 = _outputs(yb, n, sq)
+        a.x2, a.heads2 = yb.data_ptr(), yb.shape[1]
+        a.stride2_b, a.stride2_h, a.stride2_s = yb.stride(0), yb.stride(1), yb.stride(2)
+        a.out2, a.sq2 = out2.data_ptr(), sq2.data_ptr() if sq else 0
+        res = [out, out2, sqo, sq2]
     lib, err = tessera.library(), tessera._Error()
-    ctx = tessera.default_context(x.device.index)
-    tessera._check(lib.tsr_produce_pool(ctx.producer(), ctypes.byref(a), _stream(x.device),
+    ctx = tessera.default_context(xb.device.index)
+    tessera._check(lib.tsr_produce_pool(ctx.producer(), ctypes.byref(a), _stream(xb.device),
                                         ctypes.byref(err)), err)
-    return out, sqo
+    return tuple(res)
+
+
+def _pool_kernel(x, grid, tile, layout, sq):
+    return _pool_launch(_as_bhsd(x, layout), None, grid, tile, [], sq)
 
 
 def _pool_fake(x, grid, tile, layout, sq):
@@ -96,15 +146,30 @@ def _pool_fake(x, grid, tile, layout, sq):
             x.new_empty((b, h, n if sq else 0), dtype=_acc(x.dtype)))
 
 
+def _pair_kernel(x, y, grid, tile, runs, layout, sq):
+    return _pool_launch(_as_bhsd(x, layout), _as_bhsd(y, layout), grid, tile, runs, sq)
+
+
+def _pair_fake(x, y, grid, tile, runs, layout, sq):
+    hx, hy = (x.shape[1], y.shape[1]) if layout == "bhsd" else (x.shape[2], y.shape[2])
+    b, d, n = x.shape[0], x.shape[3], _ntiles(grid, tile, runs)
+    acc = _acc(x.dtype)
+    return (x.new_empty((b, hx, n, d), dtype=acc), x.new_empty((b, hy, n, d), dtype=acc),
+            x.new_empty((b, hx, n if sq else 0), dtype=acc), x.new_empty((b, hy, n if sq else 0), dtype=acc))
+
+
 def _select_kernel(pq, pk, scale, rule, k, tau, min_keep):
     pq, pk = pq.contiguous(), pk.contiguous()
+    if KERNEL == 2:
+        pk = pk.transpose(-1, -2).contiguous()  # [B, HK, D, NK]
     b, h, nq, d = pq.shape
-    out = torch.empty(b, h, nq, pk.shape[2], dtype=torch.bool, device=pq.device)
     a = tessera._SelectArgs()
     a.pq, a.pk, a.dtype = pq.data_ptr(), pk.data_ptr(), _DT[pq.dtype]
-    a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, pk.shape[2], d
+    nk = pk.shape[3] if KERNEL == 2 else pk.shape[2]
+    out = torch.empty(b, h, nq, nk, dtype=torch.bool, device=pq.device)
+    a.batch, a.heads, a.kv_heads, a.nq, a.nk, a.dim = b, h, pk.shape[1], nq, nk, d
     a.scale, a.rule, a.k, a.tau, a.min_keep = float(scale), int(rule), int(k), float(tau), int(min_keep)
-    a.out, a.rows = out.data_ptr(), ROWS
+    a.out, a.rows, a.kernel = out.data_ptr(), ROWS, KERNEL
     lib, err = tessera.library(), tessera._Error()
     ctx = tessera.default_context(pq.device.index)
     tessera._check(lib.tsr_produce_select(ctx.producer(), ctypes.byref(a), _stream(pq.device),
@@ -120,18 +185,23 @@ def _define():
     """Registers the two ops once per process (a second import of the
     binding finds them defined)."""
     try:
-        return torch.ops.tessera.pool_tiles, torch.ops.tessera.select_blocks
+        return torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks
     except (AttributeError, RuntimeError):
         pass
     pool = torch.library.custom_op(
         "tessera::pool_tiles", _pool_kernel, mutates_args=(), device_types=("cuda",),
         schema="(Tensor x, int[] grid, int[] tile, str layout, bool sq) -> (Tensor, Tensor)")
     pool.register_fake(_pool_fake)
+    pair = torch.library.custom_op(
+        "tessera::pool_pair", _pair_kernel, mutates_args=(), device_types=("cuda",),
+        schema="(Tensor x, Tensor y, int[] grid, int[] tile, int[] runs, str layout, bool sq) "
+               "-> (Tensor, Tensor, Tensor, Tensor)")
+    pair.register_fake(_pair_fake)
     sel = torch.library.custom_op(
         "tessera::select_blocks", _select_kernel, mutates_args=(), device_types=("cuda",),
         schema="(Tensor pq, Tensor pk, float scale, int rule, int k, float tau, int min_keep) -> Tensor")
     sel.register_fake(_select_fake)
-    return torch.ops.tessera.pool_tiles, torch.ops.tessera.select_blocks
+    return torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks
 
 
-pool_tiles, select_blocks = _define()
+pool_tiles, pool_pair, select_blocks = _define()
