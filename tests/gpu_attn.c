@@ -1216,15 +1216,19 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
  *    0.502, so a p' that close to an e4m3 rounding boundary may round the
  *    other way on the device, moving its row by a step of 1/16 to 1/8 of
  *    that p'.  Bound, per row: the row's largest o error within fp8_tol
- *    of max |o| (8e-3 for bf16 output, 2e-3 for fp16) plus the row's flip
+ *    of max |o| (8e-3 for bf16 output, 4e-3 for fp16) plus the row's flip
  *    bound (tsri_cpu_execute_fp8: the sum of every such flip's effect),
  *    and lse within 2e-3.  What fp8_tol covers: the output's rounding
  *    (2^-9 relative in bf16, 2^-12 in fp16), the native heads' bf16/fp16 P
  *    (the native CPU executor keeps P in float), sums in other orders.
- *    Until 2026-12-02 the bound was one number, 4e-3 for fp16, and a single
- *    flip on a K-outlier head in FP8 (peaky rows: l of a few p) broke it
- *    at 4.1-4.3e-3 (notes/fp8-2026-12-02e.md).  fp8_mutants shows the
- *    bound still catching a dropped tile and a V scale 1/32 off.
+ *    Until 2026-12-02 the bound was that number alone, and a single flip
+ *    on a K-outlier head in FP8 (peaky rows: l of a few p) broke it at
+ *    4.1-4.3e-3 (notes/fp8-2026-12-02e.md).  A tightening of the fp16
+ *    part to 2e-3 was tried and failed on the H200 (16:18 UTC): one row of
+ *    fp8-fp16-d128-128x64-ragged-bshd differs from the emulation by
+ *    3.88e-3 on every plan, no flip near it; unexplained, so the fp16
+ *    part stays at the 4e-3 it was.  fp8_mutants shows the bound still
+ *    catching a dropped tile and a V scale 1/32 off.
  *  - with the float64 reference, per (batch, head) with selected rows:
  *    cosine >= 0.999, the minimum and median over heads printed, and the
  *    largest relative L2 error (printed, not judged: on these uniform
@@ -1237,7 +1241,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
  * Non-finite values (empty rows: zeros, lse -inf) must sit where the
  * reference has them. */
 /* The fixed part of the per-row bound (above), over max |o|. */
-static double fp8_tol(tsr_dtype dt) { return dt == TSR_DT_BF16 ? 8e-3 : 2e-3; }
+static double fp8_tol(tsr_dtype dt) { return dt == TSR_DT_BF16 ? 8e-3 : 4e-3; }
 
 typedef struct {
   tcase c;
