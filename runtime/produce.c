@@ -137,9 +137,21 @@ void tsr_producer_destroy(tsr_producer *p)
 
 static int fits_int(int64_t v) { return v > 0 && v <= 0x7fffffff; }
 
+/* A tensor's strides, in elements: none negative, channels contiguous. */
+static tsr_status check_strides(const char *what, int64_t b, int64_t h, int64_t t, int64_t dim, tsr_error *err)
+{
+  if (b < 0 || h < 0 || t < dim)
+    return tsr_error_set(err, TSR_ERR_SHAPE,
+                         "producer pool: %s (batch %lld, head %lld, token %lld) must be non-negative "
+                         "and the token stride at least dim %lld (channels contiguous)",
+                         what, (long long)b, (long long)h, (long long)t, (long long)dim);
+  return TSR_OK;
+}
+
 /* The pooling's arguments, checked as the message names them. */
 static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
 {
+  tsr_status st;
   int i;
   int64_t tiles = 1;
   if (!a) return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: arguments are NULL");
@@ -168,12 +180,8 @@ static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
     if (!fits_int(a->heads2) || a->heads2 > 65535)
       return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: heads2 must be 1 to 65535, got %lld",
                            (long long)a->heads2);
-    if (a->stride2_b < 0 || a->stride2_h < 0 || a->stride2_s < a->dim)
-      return tsr_error_set(err, TSR_ERR_SHAPE,
-                           "producer pool: x2's strides (batch %lld, head %lld, token %lld) must be non-negative "
-                           "and the token stride at least dim %lld (channels contiguous)",
-                           (long long)a->stride2_b, (long long)a->stride2_h, (long long)a->stride2_s,
-                           (long long)a->dim);
+    if ((st = check_strides("x2's strides", a->stride2_b, a->stride2_h, a->stride2_s, a->dim, err)))
+      return st;
     if (a->batch * 2 > 65535)
       return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: batch %lld over 32767 with a second tensor",
                            (long long)a->batch);
@@ -207,13 +215,7 @@ static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
                          (long long)(a->grid[0] * a->grid[1] * a->grid[2]), (long long)a->tokens);
   if (!a->runs && tiles > 0x7fffffff)
     return tsr_error_set(err, TSR_ERR_SHAPE, "producer pool: %lld tiles, over 2^31 - 1", (long long)tiles);
-  if (a->stride_b < 0 || a->stride_h < 0 || a->stride_s < a->dim)
-    return tsr_error_set(err, TSR_ERR_SHAPE,
-                         "producer pool: strides (batch %lld, head %lld, token %lld) must be non-negative "
-                         "and the token stride at least dim %lld (channels contiguous)",
-                         (long long)a->stride_b, (long long)a->stride_h, (long long)a->stride_s,
-                         (long long)a->dim);
-  return TSR_OK;
+  return check_strides("strides", a->stride_b, a->stride_h, a->stride_s, a->dim, err);
 }
 
 tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err)

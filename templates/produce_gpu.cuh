@@ -131,6 +131,31 @@ template <typename A> __device__ __forceinline__ A tsr_pr_warp_sum(A v)
 
 /* ---- pooling --------------------------------------------------------------- */
 
+/* Where tile `tile` lies: with runs (p.nrun > 0: the cube order, tiles of one
+ * size contiguous), its first token `start` and its tokens in lw (lt = lh =
+ * 1); else its corner (t0, h0, w0) in the grid and its extents, ragged at the
+ * grid's far faces. */
+__device__ __forceinline__ void tsr_pr_tile_at(const tsr_pr_pool_p &p, int tile, int &t0, int &h0, int &w0,
+                                               int &lt, int &lh, int &lw, long long &start)
+{
+  t0 = h0 = w0 = 0;
+  lt = lh = lw = 1;
+  start = 0;
+  if (p.nrun > 0) {
+    int t = tile, r = 0;
+    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
+      start += (long long)p.run_tiles[r] * p.run_size[r];
+      t -= p.run_tiles[r];
+    }
+    start += (long long)t * p.run_size[r];
+    lw = p.run_size[r];
+  } else {
+    const int nt_hw = p.nh * p.nw;
+    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
+    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
+  }
+}
+
 /* One CTA: the tile blockIdx.x of head blockIdx.y, batch blockIdx.z.  When a
  * row has fewer than TSR_PR_THREADS vectors, P = threads / vectors rows are
  * read at once and their partial sums joined in shared memory. */
@@ -145,21 +170,9 @@ template <int DT, int V> __device__ void tsr_pr_pool(const tsr_pr_pool_p &p)
   const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
   const int heads = two ? p.heads2 : p.heads;
   if (head >= heads) return; /* the whole CTA, before any barrier */
-  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
-  long long start = 0; /* runs: the tile's first token */
-  if (p.nrun > 0) {
-    int t = tile, r = 0;
-    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
-      start += (long long)p.run_tiles[r] * p.run_size[r];
-      t -= p.run_tiles[r];
-    }
-    start += (long long)t * p.run_size[r];
-    lw = p.run_size[r];
-  } else {
-    const int nt_hw = p.nh * p.nw;
-    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
-    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
-  }
+  int t0, h0, w0, lt, lh, lw;
+  long long start;
+  tsr_pr_tile_at(p, tile, t0, h0, w0, lt, lh, lw, start);
   const int n = lt * lh * lw, nvec = p.d / V;
   const long long ss = two ? p.ss2 : p.ss;
   const char *base = (const char *)(two ? p.x2 : p.x) +
@@ -269,21 +282,9 @@ template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool
   const int two = p.x2 && (int)blockIdx.z >= p.batch, b = two ? blockIdx.z - p.batch : blockIdx.z;
   const int heads = two ? p.heads2 : p.heads;
   if (head >= heads || tile >= p.ntiles) return; /* the whole warp */
-  int t0 = 0, h0 = 0, w0 = 0, lt = 1, lh = 1, lw = 1;
-  long long start = 0;
-  if (p.nrun > 0) {
-    int t = tile, r = 0;
-    for (; r < p.nrun - 1 && t >= p.run_tiles[r]; r++) {
-      start += (long long)p.run_tiles[r] * p.run_size[r];
-      t -= p.run_tiles[r];
-    }
-    start += (long long)t * p.run_size[r];
-    lw = p.run_size[r];
-  } else {
-    const int nt_hw = p.nh * p.nw;
-    t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
-    lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
-  }
+  int t0, h0, w0, lt, lh, lw;
+  long long start;
+  tsr_pr_tile_at(p, tile, t0, h0, w0, lt, lh, lw, start);
   const int n = lt * lh * lw, nvec = p.d / V;
   const int G = nvec < 32 && 32 % nvec == 0 ? 32 / nvec : 1, rg = G > 1 ? lane / nvec : 0;
   const long long ss = two ? p.ss2 : p.ss;
