@@ -187,16 +187,19 @@ static void pv_group_align(float *ar, const float *p8, const float *v8, int64_t 
         int e = f32_bexp(p8[j] * v8[j * D + d]);
         em[d] = e > em[d] ? e : em[d];
       }
-  for (d = 0; d < D; d++) /* 255: a NaN v; 0: nothing but zeros */
+  /* em 255: a NaN or infinite term (the channel's result is NaN); 0:
+   * nothing but zeros.  Neither is converted to an integer: a NaN or an
+   * infinity has no int32 value (undefined behaviour in C). */
+  for (d = 0; d < D; d++)
     sum[d] = em[d] == 255 || em[d] == 0 ? 0 : (int32_t)(ar[d] * f32_pow2(267 - em[d]));
   for (j = 0; j < n; j++)
     if (p8[j] != 0.0f)
-      for (d = 0; d < D; d++) {
-        float up = em[d] == 255 || em[d] == 0 ? 0.0f : f32_pow2(267 - em[d]);
-        sum[d] += (int32_t)((p8[j] * v8[j * D + d]) * up);
-      }
+      for (d = 0; d < D; d++)
+        if (em[d] != 255 && em[d] != 0)
+          sum[d] += (int32_t)((p8[j] * v8[j * D + d]) * f32_pow2(267 - em[d]));
   for (d = 0; d < D; d++) {
-    uint32_t a = (uint32_t)(sum[d] < 0 ? -sum[d] : sum[d]);
+    /* |sum| in unsigned arithmetic: -INT32_MIN overflows an int */
+    uint32_t a = sum[d] < 0 ? 0u - (uint32_t)sum[d] : (uint32_t)sum[d];
     int top;
     if (em[d] == 255) {
       ar[d] = NAN;
@@ -209,7 +212,7 @@ static void pv_group_align(float *ar, const float *p8, const float *v8, int64_t 
     top = lead_bit(a);
     if (top > 13)
       a = a >> (top - 13) << (top - 13);
-    ar[d] = (float)(sum[d] < 0 ? -(int32_t)a : (int32_t)a) * f32_pow2(em[d] - 13);
+    ar[d] = (sum[d] < 0 ? -(float)a : (float)a) * f32_pow2(em[d] - 13);
   }
 }
 
