@@ -18,6 +18,18 @@
  * Columns past seq_k are never selected.  A full tile (mem == -1) has every
  * in-bounds pair selected; kernels still mask columns >= seq_k.
  *
+ * Gather plans (mapping "gather", TSR_MAP_GATHER; kernel variants named
+ * _kg, TSR_KGATHER): uniform blocks bq x bk with bq == BM and 2 * bk == BN.
+ * A key tile is two halves of bk columns taken from anywhere in the row:
+ * tile.k_tile is the first half's logical key block j (columns c < bk are
+ * keys j*bk + c), tile.mem the second half's block (> k_tile; columns
+ * c >= bk are keys mem*bk + c - bk), or -1: no second half, its columns
+ * are masked (kernels load the first half's keys there again, so the
+ * masked half holds finite data whenever the selected one does).  A row's
+ * selected blocks are paired in ascending order, (j0, j1), (j2, j3), ...,
+ * each exactly once; keys >= seq_k are masked in either half.  Gather
+ * plans have no membership words: every half is a whole selected block.
+ *
  * Tasks: a task walks tiles[tile_begin, tile_end) for each of its members
  * (n_members >= 1; members[member_begin + i]); members of one task share the
  * key tiles and their membership words exactly (GQA heads of one KV head with
@@ -40,12 +52,13 @@
  * are only known on the device, so n_tasks_dev / n_merges_dev point at the
  * ints the planning kernels write; when non-NULL, kernels read their loop
  * bound there instead of n_tasks / n_merges (grids are then persistent and
- * stride over the tasks as usual).  Version 2 added them.
+ * stride over the tasks as usual).  Version 2 added them; version 3 the
+ * gather tiles above.
  */
 #ifndef TSR_PLAN_LAYOUT_H
 #define TSR_PLAN_LAYOUT_H
 
-#define TSR_PLAN_LAYOUT_VERSION 2
+#define TSR_PLAN_LAYOUT_VERSION 3
 
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 typedef int tsr_i32;

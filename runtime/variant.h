@@ -23,7 +23,9 @@
  *          persistent grid whose CTAs take tasks in order from a counter
  *          in device memory (templates/attn_sm90.cuh says where)
  *  mb/nm   membership masking compiled in (mb) or not (nm: only plans
- *          without partial tiles may use it)
+ *          without partial tiles may use it); kg: key gather, for gather
+ *          plans only (plan_layout.h: each key tile two half tiles of BN/2
+ *          keys from anywhere in the row; no membership code)
  *  tma<b>  the host fills tma_q/tma_k/tma_v (see plan_layout.h) with a box
  *          b elements wide in the head dimension
  *  fp8     FP8 precision (issue 18, sm90 family only): q/k are int8 and
@@ -62,6 +64,8 @@ typedef struct {
   int membership;        /* 1 = mb, 0 = nm */
   int tma_box;           /* 0 = no TMA; else box width in elements of D */
   int fp8;               /* 1 = FP8 (int8 Q K^T, e4m3 P V) tensor-core products; 0 = dtype's */
+  int gather;            /* 1 = kg: runs gather plans only (plan_layout.h), no
+                            membership code (membership 0); sm90 family only */
 } tsr_variant;
 
 const char *tsri_variant_family_name(tsr_family f);
@@ -108,6 +112,7 @@ typedef struct {
   int bm, bn;
   int membership;       /* plan has partial tiles */
   int fp8;              /* plan's precision is TSR_PREC_FP8 (0: native) */
+  int gather;           /* plan's mapping is TSR_MAP_GATHER: only kg variants serve it */
 } tsr_variant_need;
 
 /* Whether v serves `need` on `arch`. */
