@@ -199,9 +199,13 @@ static tsr_status parse_entry(tsr_catalog *cat, size_t *cap, json_t *e, ctx_t *c
   else return bad(c, "key 'precision' must be \"native\" or \"fp8\"%s%.0lld", "", 0);
 
   j = json_object_get(e, "membership");
+  /* "gather": the kg variants of gather plans (variant.h), whose key tiles
+   * are two half tiles and need no membership code; the name spells it in
+   * the membership's place */
   if (!j) base.membership = 1;
   else if (json_is_boolean(j)) base.membership = json_is_true(j);
-  else return bad(c, "key 'membership' must be true or false%s%.0lld", "", 0);
+  else if (json_is_string(j) && strcmp(json_string_value(j), "gather") == 0) base.gather = 1;
+  else return bad(c, "key 'membership' must be true, false or \"gather\"%s%.0lld", "", 0);
 
   for (a = 0; a < ndt; a++)
     for (b = 0; b < nd; b++)

@@ -297,12 +297,13 @@ static int find_header(const gen_t *g, const char *name)
 static char *render(const tsr_catalog_entry *e, const char *tmpl)
 {
   const tsr_variant *v = &e->v;
-  char *s = malloc(4096), family[96];
+  char *s = malloc(4096), family[192];
   if (!s) return NULL;
   if (v->family == TSR_FAMILY_SM90)
     snprintf(family, sizeof family,
-             "#define TSR_WARPGROUPS %d\n#define TSR_TMA_BOX %d\n#define TSR_FP8 %d\n#define TSR_LAYOUT_DYN %d\n",
-             v->warpgroups, v->tma_box, v->fp8, v->layout == TSR_TL_DYN);
+             "#define TSR_WARPGROUPS %d\n#define TSR_TMA_BOX %d\n#define TSR_FP8 %d\n#define TSR_LAYOUT_DYN %d\n"
+             "#define TSR_KGATHER %d\n",
+             v->warpgroups, v->tma_box, v->fp8, v->layout == TSR_TL_DYN, v->gather);
   else
     snprintf(family, sizeof family, "#define TSR_WARPS %d\n", v->warps);
   snprintf(s, 4096,

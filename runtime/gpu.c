@@ -380,6 +380,25 @@ static tsr_status encode_tmap(tsr_context *ctx, tsr_tmap *map, uint64_t ptr, con
                       what2, err);
 }
 
+/* The native-precision variant v's maps of q, k and v: boxes BM rows tall
+ * for q and BN for k and v, or BN / 2 for a key-gather variant, whose key
+ * tiles are two half tiles loaded apart (plan_layout.h). */
+static tsr_status encode_qkv_maps(tsr_context *ctx, const tsr_variant *v, const tsr_problem *pr,
+                                  const tsr_gpu_tensors *t, tsr_kernel_params *p, tsr_error *err)
+{
+  const CUtensorMapDataType dt =
+      v->dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int krows = v->gather ? v->bn / 2 : v->bn;
+  tsr_status st;
+  if ((st = encode_tmap(ctx, &p->tma_q, t->q, t->q_stride, pr->batch, pr->heads_q, pr->seq_q, pr->head_dim,
+                        v->tma_box, v->bm, dt, "q", err)) ||
+      (st = encode_tmap(ctx, &p->tma_k, t->k, t->k_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                        v->tma_box, krows, dt, "k", err)))
+    return st;
+  return encode_tmap(ctx, &p->tma_v, t->v, t->v_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
+                     v->tma_box, krows, dt, "v", err);
+}
+
 static tsr_status check_tensor(const char *name, uint64_t ptr, const int64_t *stride, tsr_error *err)
 {
   int i;
@@ -469,17 +488,7 @@ static tsr_status fp8_native_params(tsr_context *ctx, const tsr_plan *pl, const 
   tsr_status st;
   p->tasks = (const tsr_task_rec *)(uintptr_t)(g->f8 + g->f8_tasks_nat);
   p->n_tasks_dev = (const tsr_i32 *)(uintptr_t)(g->f8 + g->f8_cnt_nat);
-  if (e->v.tma_box > 0) {
-    CUtensorMapDataType dt =
-        e->v.dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    if ((st = encode_tmap(ctx, &p->tma_q, t->q, t->q_stride, pr->batch, pr->heads_q, pr->seq_q, pr->head_dim,
-                          e->v.tma_box, e->v.bm, dt, "q", err)) ||
-        (st = encode_tmap(ctx, &p->tma_k, t->k, t->k_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
-                          e->v.tma_box, e->v.bn, dt, "k", err)) ||
-        (st = encode_tmap(ctx, &p->tma_v, t->v, t->v_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
-                          e->v.tma_box, e->v.bn, dt, "v", err)))
-      return st;
-  }
+  if (e->v.tma_box > 0 && (st = encode_qkv_maps(ctx, &e->v, pr, t, p, err))) return st;
   return TSR_OK;
 }
 
@@ -555,16 +564,7 @@ tsr_status tsr_gpu_launch(tsr_context *ctx, const tsr_plan *pl, const tsr_gpu_te
   if (e->v.fp8) {
     if ((st = fp8_launch(ctx, pl, g, m, t, &p, s, err))) return st;
   } else if (e->v.tma_box > 0) {
-    CUtensorMapDataType dt =
-        e->v.dtype == TSR_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    const tsr_problem *pr = &pl->problem;
-    if ((st = encode_tmap(ctx, &p.tma_q, t->q, t->q_stride, pr->batch, pr->heads_q, pr->seq_q, pr->head_dim,
-                          e->v.tma_box, e->v.bm, dt, "q", err)) ||
-        (st = encode_tmap(ctx, &p.tma_k, t->k, t->k_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
-                          e->v.tma_box, e->v.bn, dt, "k", err)) ||
-        (st = encode_tmap(ctx, &p.tma_v, t->v, t->v_stride, pr->batch, pr->heads_kv, pr->seq_k, pr->head_dim,
-                          e->v.tma_box, e->v.bn, dt, "v", err)))
-      return st;
+    if ((st = encode_qkv_maps(ctx, &e->v, &pl->problem, t, &p, err))) return st;
   }
 
   args[0] = &p;

@@ -43,7 +43,8 @@ void tsri_variant_format(const tsr_variant *v, char *buf)
                    tsri_variant_family_name(v->family), dt ? dt : "?", v->fp8 ? "_fp8" : "", v->head_dim,
                    v->bm, v->bn, v->stages, v->family == TSR_FAMILY_SM90 ? 'g' : 'w',
                    v->family == TSR_FAMILY_SM90 ? v->warpgroups : v->warps,
-                   tsri_variant_layout_name(v->layout), v->membership ? "mb" : "nm");
+                   tsri_variant_layout_name(v->layout),
+                   v->gather ? "kg" : v->membership ? "mb" : "nm");
   if (v->tma_box > 0 && n > 0 && n < TSR_VARIANT_NAME_MAX)
     snprintf(buf + n, (size_t)(TSR_VARIANT_NAME_MAX - n), "_tma%d", v->tma_box);
 }
@@ -113,9 +114,10 @@ tsr_status tsri_variant_parse(const char *name, tsr_variant *v, tsr_error *err)
   for (found = 0, i = 0; i < TSR_TL_COUNT && !found; i++)
     if (eat(&p, layout_names[i])) { x.layout = (tsr_task_layout)i; found = 1; }
   if (!found || !eat(&p, "_")) goto bad;
-  what = "membership 'mb' or 'nm'";
+  what = "membership 'mb', 'nm' or 'kg'";
   if (eat(&p, "mb")) x.membership = 1;
   else if (eat(&p, "nm")) x.membership = 0;
+  else if (eat(&p, "kg")) x.gather = 1;
   else goto bad;
   if (*p) {
     what = "suffix '_tma<box>'";
@@ -196,6 +198,16 @@ tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': unknown task layout", name);
   if (v->membership != 0 && v->membership != 1)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': membership must be 0 or 1", name);
+  if (v->gather != 0 && v->gather != 1)
+    return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': gather must be 0 or 1", name);
+  /* What templates/attn_sm90.cuh's TSR_KGATHER implements: two TMA half
+   * tiles of BN/2 keys, full tiles only, the native precision (FP8 loads V
+   * transposed, keys innermost, in one box), one task a CTA. */
+  if (v->gather && (v->family != TSR_FAMILY_SM90 || v->membership || v->fp8 || v->bn != 128 ||
+                    v->bm != 128 || v->layout == TSR_TL_DYN))
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "variant '%s': key gather (kg) needs the sm90 family, native precision, "
+                         "tile 128x128 and the flat or pers layout", name);
   if (v->layout == TSR_TL_DYN && v->family != TSR_FAMILY_SM90)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the dyn task layout needs the sm90 family", name);
   if (v->family == TSR_FAMILY_SM80) {
@@ -317,6 +329,7 @@ int tsri_variant_serves(const tsr_variant *v, const char *arch, const tsr_varian
   if (v->dtype != need->dtype || v->head_dim != need->head_dim) return 0;
   if (!v->fp8 != !need->fp8) return 0; /* a precision is never swapped for another */
   if (v->bm != need->bm || v->bn != need->bn) return 0;
+  if (!v->gather != !need->gather) return 0; /* gather tiles mean another record */
   if (need->membership && !v->membership) return 0;
   return 1;
 }

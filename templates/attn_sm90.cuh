@@ -81,7 +81,7 @@
 #if !defined(TSR_KERNEL_NAME) || !defined(TSR_BM) || !defined(TSR_BN) || !defined(TSR_HEAD_DIM) || \
     !defined(TSR_STAGES) || !defined(TSR_DTYPE_BF16) || !defined(TSR_MEMBERSHIP) ||                \
     !defined(TSR_WARPGROUPS) || !defined(TSR_THREADS) || !defined(TSR_SMEM_BYTES) ||              \
-    !defined(TSR_TMA_BOX) || !defined(TSR_FP8) || !defined(TSR_LAYOUT_DYN)
+    !defined(TSR_TMA_BOX) || !defined(TSR_FP8) || !defined(TSR_LAYOUT_DYN) || !defined(TSR_KGATHER)
 #error "attn_sm90.cuh: a constant of the variant is not defined (tessera-gen defines them all)"
 #endif
 
@@ -192,6 +192,16 @@ static_assert(TSR_THREADS == 128 * TSR_WARPGROUPS, "TSR_THREADS disagrees with a
 static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small for attn_sm90.cuh");
 #if TSR_FP8 ? TSR_TMA_BOX != TSR_HEAD_DIM : TSR_TMA_BOX != 64
 #error "attn_sm90.cuh loads TMA boxes 64 elements wide (FP8: whole rows of TSR_HEAD_DIM bytes)"
+#endif
+
+/* Key gather (plan_layout.h, "Gather plans"): each key tile is two half
+ * tiles of TSR_BN / 2 keys, each its own TMA box (k and v maps with boxes
+ * TSR_BN / 2 rows tall), so a 128x64-block mask runs on 128x128 tiles
+ * without waste: per selected pair, 128x64 tiles pay twice the per-tile
+ * fixed costs (barriers, row max and sum, O rescale).  Full tiles only (no
+ * membership words), native precision, one task a CTA. */
+#if TSR_KGATHER && (TSR_MEMBERSHIP || TSR_FP8 || TSR_BN != 128 || TSR_BM != 128 || TSR_LAYOUT_DYN)
+#error "attn_sm90.cuh: key gather is written for full 128x128 tiles in native precision, flat or pers"
 #endif
 
 #if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \
@@ -366,6 +376,21 @@ static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_
 #else
   (void)sel0, (void)sel1; /* every tile full: the epilogue knows from nt */
 #endif
+#if TSR_KGATHER
+  /* each half against its own block's end; no second half: all masked */
+  constexpr int HB = TSR_BN / 2;
+  const int lim0 = p.seq_k - tr.k_tile * HB, lim1 = tr.mem >= 0 ? p.seq_k - tr.mem * HB : 0;
+  if (lim0 < HB || lim1 < HB) {
+#pragma unroll
+    for (int j = 0; j < TSR_BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * (j % (HB / 8)) + 2 * t + e >= (j < HB / 8 ? lim0 : lim1)) {
+          s[4 * j + e] = -__int_as_float(0x7f800000);
+          s[4 * j + 2 + e] = -__int_as_float(0x7f800000);
+        }
+  }
+#else
   const int lim = p.seq_k - tr.k_tile * TSR_BN; /* columns >= lim are past seq_k */
   if (lim < TSR_BN) {
 #pragma unroll
@@ -377,6 +402,7 @@ static __device__ __forceinline__ void tsr_mask_tile(float *s, const tsr_kernel_
           s[4 * j + 2 + e] = -__int_as_float(0x7f800000);
         }
   }
+#endif
 }
 
 /* Bit i: whether this consumer warpgroup's rows, which cover the query
@@ -717,13 +743,25 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
       for (int ti = tk.tile_begin; ti < tk.tile_end; ++ti, ++it) {
         const int s = it % TSR_STAGES;
         const tsr_u32 ph = (it / TSR_STAGES) & 1;
+#if TSR_KGATHER
+        /* two half tiles; a missing second half loads the first's keys
+         * again (masked: finite wherever the selected half is) */
+        const tsr_tile_rec tr = p.tiles[ti];
+        const int row = tr.k_tile * (TSR_BN / 2), row1 = (tr.mem >= 0 ? tr.mem : tr.k_tile) * (TSR_BN / 2);
+#else
         const int row = p.tiles[ti].k_tile * TSR_BN;
+#endif
         tsr_mbar_wait(TSR_K_EMPTY(s), ph ^ 1);
         tsr_mbar_expect_tx(TSR_K_FULL(s), KV_TILE);
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
+        for (int h = 0; h < HALVES; ++h) {
           tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL, &p.tma_k, TSR_K_FULL(s), 64 * h, row,
                        hk, mb.batch);
+#if TSR_KGATHER
+          tsr_tma_load(sk + s * KV_TILE + h * KV_PANEL + KV_PANEL / 2, &p.tma_k, TSR_K_FULL(s), 64 * h,
+                       row1, hk, mb.batch);
+#endif
+        }
         tsr_mbar_wait(TSR_V_EMPTY(s), ph ^ 1);
         tsr_mbar_expect_tx(TSR_V_FULL(s), KV_TILE);
 #if TSR_FP8
@@ -731,9 +769,14 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
         tsr_tma_load(sv + s * KV_TILE, &p.tma_v, TSR_V_FULL(s), row, 0, hk, mb.batch);
 #else
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h)
+        for (int h = 0; h < HALVES; ++h) {
           tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL, &p.tma_v, TSR_V_FULL(s), 64 * h, row,
                        hk, mb.batch);
+#if TSR_KGATHER
+          tsr_tma_load(sv + s * KV_TILE + h * KV_PANEL + KV_PANEL / 2, &p.tma_v, TSR_V_FULL(s), 64 * h,
+                       row1, hk, mb.batch);
+#endif
+        }
 #endif
 #if TSR_SM90_QPF
         if (i == 0 && ti == tk.tile_begin && has_next && tkn.n_members > 0 &&

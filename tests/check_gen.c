@@ -54,6 +54,7 @@ static tsr_variant random_variant(gen_rng *r)
   v.stages = (int)gen_range(r, 1, 4);
   v.layout = (tsr_task_layout)gen_range(r, 0, TSR_TL_COUNT - 1); /* pers, flat, dyn */
   v.membership = (int)gen_range(r, 0, 1);
+  v.gather = v.membership ? 0 : (int)gen_range(r, 0, 1); /* kg takes mb/nm's place */
   v.fp8 = (int)gen_range(r, 0, 1); /* the name carries it whatever the family */
   if (v.family == TSR_FAMILY_SM90) {
     v.bm = 64 * (int)gen_range(r, 1, 2);
@@ -167,6 +168,37 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_fp16_fp8_d64_m64n64_s3_g3_flat_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((64 * 64 + 2 * 3 * 64 * 64) + 256));
+  }
+  {
+    /* key gather (gather plans): kg in the membership's place; serves
+     * gather plans only, and only a kg variant serves them */
+    tsr_variant w, n;
+    tsr_variant_need need = { TSR_DT_BF16, 128, 128, 128, 0, 0, 1 };
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m128n128_s2_g3_flat_kg_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(w.gather, 1);
+    ck_assert_int_eq(w.membership, 0);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m128n128_s2_g3_flat_nm_tma64", &n, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), tsri_variant_smem_bytes(&n));
+    ck_assert(tsri_variant_serves(&w, "sm_90a", &need));
+    ck_assert(!tsri_variant_serves(&n, "sm_90a", &need));
+    need.gather = 0;
+    ck_assert(!tsri_variant_serves(&w, "sm_90a", &need));
+    ck_assert(tsri_variant_serves(&n, "sm_90a", &need));
+    /* what the template implements, named */
+    {
+      static const char *const bad[] = { "tsr_sm80_bf16_d128_m128n128_s2_w8_flat_kg",
+                                         "tsr_sm90_bf16_d128_m128n64_s2_g3_flat_kg_tma64",
+                                         "tsr_sm90_bf16_d128_m64n128_s2_g2_flat_kg_tma64",
+                                         "tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_kg_tma128",
+                                         "tsr_sm90_bf16_d128_m128n128_s2_g3_dyn_kg_tma64" };
+      size_t i;
+      for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(tsri_variant_parse(bad[i], &w, &err) == TSR_OK, "%s: %s", bad[i], err.text);
+        ck_assert_msg(tsri_variant_check(&w, &err) == TSR_ERR_INVALID, "%s passed the check", bad[i]);
+        ck_assert_msg(strstr(err.text, "key gather (kg) needs") != NULL, "%s: %s", bad[i], err.text);
+      }
+    }
   }
 }
 END_TEST
@@ -487,7 +519,14 @@ START_TEST(test_bundle_pick)
     if (tsri_variant_serves(&b.items[k].v, "sm_90a", &need)) ck_assert(!b.items[k].v.fp8);
   need.bm = need.bn = 128;
   k = tsri_bundle_pick(&b, "sm_90a", &need, 232448);
-  ck_assert(k >= 0 && !b.items[k].v.fp8);
+  ck_assert(k >= 0 && !b.items[k].v.fp8 && !b.items[k].v.gather);
+  /* a gather plan gets a kg variant (the catalog has them for sm_90a) and
+   * none on the targets without the sm90 family */
+  need.gather = 1;
+  need.membership = 0;
+  k = tsri_bundle_pick(&b, "sm_90a", &need, 232448);
+  ck_assert_msg(k >= 0 && b.items[k].v.gather && strstr(b.items[k].name, "_kg_"), "%ld", k);
+  ck_assert_int_eq(tsri_bundle_pick(&b, "sm_80", &need, 166912), -1);
   tsri_bundle_free(&b);
 }
 END_TEST

@@ -77,6 +77,7 @@ typedef struct {
   int layout;        /* own builder's task layout */
   int head_bcast;    /* one mask plane for all heads */
   int quick;         /* part of the --quick subset */
+  int gather;        /* own builder: a gather plan (plan_layout.h; bq == tm, 2 bk == tn) */
 } tcase;
 
 static const tcase cases[] = {
@@ -108,6 +109,15 @@ static const tcase cases[] = {
   { "fp16-d128-128x128-on-128x64-empty", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 0, 128, 128, 128, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
   { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 1 },
   { "fp16-d128-64x64-split-bshd", 1, 3, 3, 800, 850, 128, TSR_DT_F16, 1, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
+  /* Gather plans (the kg variants): 128x64 blocks on 128x128 tiles whose
+   * halves are any two selected key blocks of the row; ragged key ends
+   * (1000 = 15 x 64 + 40: the last block is partial in either half), odd
+   * and even counts a row, empty rows and heads, GQA packs, split rows. */
+  { "bf16-d128-gather-gqa-split-ragged", 1, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 1, 1 },
+  { "fp16-d128-gather-empty-bshd", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 1, 128, 64, 128, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0, 1 },
+  { "bf16-d64-gather-band-pack", 1, 4, 1, 1100, 1060, 64, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_BAND, 0, TL_PACK, 1, 0, 1 },
+  { "fp16-d64-gather-random-bshd", 1, 3, 3, 1300, 1250, 64, TSR_DT_F16, 1, 128, 64, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0, 1 },
+  { "bf16-d128-gather-full-split", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_FULL, 1, TL_SPLIT, 0, 0, 1 },
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -366,6 +376,10 @@ static int rows_equal(const tsr_plan *pl, const tsr_tile_rec *rt, const row_t *a
   for (i = 0; i < a->tend - a->tbeg; i++) {
     const tsr_tile_rec *x = &rt[a->tbeg + i], *y = &rt[b2->tbeg + i];
     if (x->k_tile != y->k_tile || (x->mem < 0) != (y->mem < 0)) return 0;
+    if (pl->mapping == TSR_MAP_GATHER) { /* mem: the second half's block */
+      if (x->mem != y->mem) return 0;
+      continue;
+    }
     if (x->mem >= 0)
       for (w = 0; w < nseg * mw; w++)
         if (pl->membership[x->mem + w] != pl->membership[y->mem + w]) return 0;
@@ -396,6 +410,7 @@ static tsr_plan *build_plan(const prob *P)
   pl->problem.layout = c->bshd ? TSR_LAYOUT_BSHD : TSR_LAYOUT_BHSD;
   pl->tile_m = BM;
   pl->tile_n = BN;
+  pl->mapping = c->gather ? TSR_MAP_GATHER : TSR_MAP_AUTO; /* AUTO: the builder's own */
   pl->n_q_tiles = (c->Sq + BM - 1) / BM;
   pl->n_k_tiles = (c->Sk + BN - 1) / BN;
   pl->qblk = malloc((size_t)c->Sq * sizeof(tsr_i32));
@@ -411,6 +426,23 @@ static tsr_plan *build_plan(const prob *P)
         int s0 = P->qblk[q0], nseg = P->qblk[q1 - 1] - s0 + 1;
         row_t *r = &rows[nrows++];
         r->b = b; r->h = h; r->qt = qt; r->tbeg = (int)nrt;
+        if (c->gather) {
+          /* the row's selected key blocks, paired in ascending order */
+          int half = 0;
+          for (kt = 0; kt < P->nk; kt++) {
+            if (!m[(size_t)s0 * P->nk + kt]) continue;
+            if (!half) {
+              rt = grow(rt, nrt, &cap_rt, sizeof *rt);
+              rt[nrt].k_tile = kt;
+              rt[nrt++].mem = -1;
+            } else {
+              rt[nrt - 1].mem = kt;
+            }
+            half ^= 1;
+          }
+          r->tend = (int)nrt;
+          continue;
+        }
         for (kt = 0; kt < pl->n_k_tiles; kt++) {
           uint32_t words[64 * 8];
           int any = 0, all = 1, s, cc;
@@ -732,6 +764,7 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
   need.bm = pl->tile_m;
   need.bn = pl->tile_n;
   need.membership = pl->n_membership > 0;
+  need.gather = pl->mapping == TSR_MAP_GATHER;
   for (i = 0; i < bundle->n; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
     if (!(e->targets & (1u << a)) || !tsri_variant_serves(&e->v, arch, &need)) continue;
@@ -747,6 +780,8 @@ static int run_all_variants(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle
     printf("  %d variant(s) serve %s d%d tile %dx%d%s, none named '%s*': skipped (--only)\n", filtered,
            tsri_variant_dtype_name(need.dtype), need.head_dim, need.bm, need.bn, need.membership ? " mb" : "",
            only_prefix);
+  } else if (n == 0 && need.gather && strcmp(arch, "sm_90a") != 0) {
+    printf("  gather plans run on the sm90 family's kg variants, not on %s: skipped\n", arch);
   } else if (n == 0) {
     printf("  no variant serves %s d%d tile %dx%d%s on %s  FAIL\n", tsri_variant_dtype_name(need.dtype),
            need.head_dim, need.bm, need.bn, need.membership ? " mb" : "", arch);
@@ -817,8 +852,8 @@ static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbu
     tsr_mapping map;
     int use_tile;
   } maps[] = { { TSR_MAP_AUTO, 0 }, { TSR_MAP_AUTO, 1 }, { TSR_MAP_RETAIN, 0 }, { TSR_MAP_COMBINE, 1 },
-               { TSR_MAP_SUBDIVIDE, 0 } };
-  static const char *const map_names[] = { "auto", "retain", "combine", "subdivide" };
+               { TSR_MAP_SUBDIVIDE, 0 }, { TSR_MAP_GATHER, 1 } };
+  static const char *const map_names[] = { "auto", "retain", "combine", "subdivide", "gather" };
   static const char *const task_names[] = { "auto", "row", "split", "pack" };
   const tcase *c = P->c;
   tsr_geom *g = NULL;
