@@ -608,7 +608,7 @@ static void expect_same(const tsr_selection *got, const tsr_selection *want, con
 static const char *row_variant(tu_rng *rng, const tsr_bundle *bu, tsr_dtype dt, int hd, int tm, int tn,
                                int membership, char *buf)
 {
-  tsr_variant_need need = {dt, hd, tm, tn, membership, 0};
+  tsr_variant_need need = {dt, hd, tm, tn, membership, 0, 0};
   int64_t kind = tu_range(rng, 0, 3);
   long k = tsri_bundle_pick(bu, "sm_90a", &need, tsri_arch_smem_limit("sm_90a"));
   if (kind == 0 && k >= 0)

@@ -135,7 +135,7 @@ START_TEST(test_name_examples)
     /* the dyn task layout (issue 20): sm90 only, ranked below the same
      * tile's flat variant so that nothing selects it unmeasured */
     tsr_variant w, f;
-    tsr_variant_need need = { TSR_DT_BF16, 128, 64, 64, 1, 0 };
+    tsr_variant_need need = { TSR_DT_BF16, 128, 64, 64, 1, 0, 0 };
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(w.layout, TSR_TL_DYN);
     ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);

@@ -1187,7 +1187,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0 };
+      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0, 0 };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsri_variant_serves(&e->v, tsri_context_arch(ctx), &need)) continue;
