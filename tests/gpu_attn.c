@@ -81,34 +81,34 @@ typedef struct {
 } tcase;
 
 static const tcase cases[] = {
-  { "gqa-random-row", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1 },
-  { "gqa-random-split-bshd", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 1, 64, 64, 128, 64, MK_RANDOM, 0.5, TL_SPLIT, 0, 1 },
-  { "gqa-pack-bcast", 1, 8, 2, 700, 700, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0 },
-  { "fp16-d64-blocks32-rect", 1, 3, 3, 777, 900, 64, TSR_DT_F16, 0, 32, 32, 64, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1 },
-  { "bf16-d64-blocks96-split", 1, 2, 1, 1100, 1100, 64, TSR_DT_BF16, 1, 96, 96, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
-  { "fp16-d128-blocks384-band-pack", 1, 4, 4, 2000, 2000, 128, TSR_DT_F16, 0, 384, 384, 128, 128, MK_BAND, 0, TL_PACK, 1, 0 },
-  { "bf16-d128-rect-blocks-empty", 2, 3, 3, 640, 512, 128, TSR_DT_BF16, 1, 128, 64, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 1 },
-  { "bf16-d128-variable-split", 1, 2, 2, 1500, 1300, 128, TSR_DT_BF16, 0, 0, 0, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
-  { "fp16-d64-variable-bshd", 2, 2, 1, 900, 1000, 64, TSR_DT_F16, 1, 0, 0, 128, 64, MK_RANDOM, 0.5, TL_ROW, 0, 0 },
-  { "bf16-d128-full-aligned", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0 },
-  { "bf16-d64-128x128-band-split", 1, 2, 2, 1500, 1500, 64, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_BAND, 0, TL_SPLIT, 0, 0 },
-  { "bf16-d128-128x128-random", 1, 4, 2, 1300, 1300, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 },
+  { "gqa-random-row", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1, 0 },
+  { "gqa-random-split-bshd", 2, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 1, 64, 64, 128, 64, MK_RANDOM, 0.5, TL_SPLIT, 0, 1, 0 },
+  { "gqa-pack-bcast", 1, 8, 2, 700, 700, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0, 0 },
+  { "fp16-d64-blocks32-rect", 1, 3, 3, 777, 900, 64, TSR_DT_F16, 0, 32, 32, 64, 64, MK_RANDOM, 0.3, TL_ROW, 0, 1, 0 },
+  { "bf16-d64-blocks96-split", 1, 2, 1, 1100, 1100, 64, TSR_DT_BF16, 1, 96, 96, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 0 },
+  { "fp16-d128-blocks384-band-pack", 1, 4, 4, 2000, 2000, 128, TSR_DT_F16, 0, 384, 384, 128, 128, MK_BAND, 0, TL_PACK, 1, 0, 0 },
+  { "bf16-d128-rect-blocks-empty", 2, 3, 3, 640, 512, 128, TSR_DT_BF16, 1, 128, 64, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 1, 0 },
+  { "bf16-d128-variable-split", 1, 2, 2, 1500, 1300, 128, TSR_DT_BF16, 0, 0, 0, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0, 0 },
+  { "fp16-d64-variable-bshd", 2, 2, 1, 900, 1000, 64, TSR_DT_F16, 1, 0, 0, 128, 64, MK_RANDOM, 0.5, TL_ROW, 0, 0, 0 },
+  { "bf16-d128-full-aligned", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0, 0 },
+  { "bf16-d64-128x128-band-split", 1, 2, 2, 1500, 1500, 64, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_BAND, 0, TL_SPLIT, 0, 0, 0 },
+  { "bf16-d128-128x128-random", 1, 4, 2, 1300, 1300, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0, 0 },
   /* Tiles no case above has, so that every sm80 variant runs (64x128; d64
    * 128x64 bf16; d64 128x128 fp16): issue 17. */
-  { "bf16-d128-64x128-gqa-split", 1, 4, 2, 700, 900, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
-  { "fp16-d128-64x128-blocks32-bshd", 1, 2, 2, 600, 650, 128, TSR_DT_F16, 1, 32, 32, 64, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0 },
-  { "bf16-d64-64x128-band-pack", 1, 4, 1, 800, 700, 64, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_BAND, 0, TL_PACK, 1, 0 },
-  { "fp16-d64-64x128-empty-bshd", 2, 2, 2, 500, 520, 64, TSR_DT_F16, 1, 64, 64, 64, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
-  { "bf16-d64-128x64-split", 1, 3, 3, 900, 1000, 64, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
-  { "fp16-d64-128x128-gqa-bshd", 1, 4, 2, 1000, 900, 64, TSR_DT_F16, 1, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0 },
+  { "bf16-d128-64x128-gqa-split", 1, 4, 2, 700, 900, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 0 },
+  { "fp16-d128-64x128-blocks32-bshd", 1, 2, 2, 600, 650, 128, TSR_DT_F16, 1, 32, 32, 64, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 },
+  { "bf16-d64-64x128-band-pack", 1, 4, 1, 800, 700, 64, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_BAND, 0, TL_PACK, 1, 0, 0 },
+  { "fp16-d64-64x128-empty-bshd", 2, 2, 2, 500, 520, 64, TSR_DT_F16, 1, 64, 64, 64, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0, 0 },
+  { "bf16-d64-128x64-split", 1, 3, 3, 900, 1000, 64, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0, 0 },
+  { "fp16-d64-128x128-gqa-bshd", 1, 4, 2, 1000, 900, 64, TSR_DT_F16, 1, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 },
   /* The plans the sm80 family's users get (issue 17, runtime/context.c):
    * 128x128 blocks subdivided onto 128x64 tiles at d128; and bf16 d64 and
    * fp16 d128 on 64x64 tiles, which no case above had (the 64x64 w2
    * variants). */
-  { "bf16-d128-128x128-on-128x64-split-bshd", 1, 4, 2, 1300, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
-  { "fp16-d128-128x128-on-128x64-empty", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 0, 128, 128, 128, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
-  { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 1 },
-  { "fp16-d128-64x64-split-bshd", 1, 3, 3, 800, 850, 128, TSR_DT_F16, 1, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 0 },
+  { "bf16-d128-128x128-on-128x64-split-bshd", 1, 4, 2, 1300, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 64, MK_RANDOM, 0.35, TL_SPLIT, 0, 0, 0 },
+  { "fp16-d128-128x128-on-128x64-empty", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 0, 128, 128, 128, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0, 0 },
+  { "bf16-d64-64x64-gqa-pack", 1, 4, 2, 900, 950, 64, TSR_DT_BF16, 0, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_PACK, 1, 1, 0 },
+  { "fp16-d128-64x64-split-bshd", 1, 3, 3, 800, 850, 128, TSR_DT_F16, 1, 64, 64, 64, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 0 },
   /* Gather plans (the kg variants): 128x64 blocks on 128x128 tiles whose
    * halves are any two selected key blocks of the row; ragged key ends
    * (1000 = 15 x 64 + 40: the last block is partial in either half), odd
@@ -941,11 +941,14 @@ static int planner_runs(tsr_context *ctx, const tsr_cu *cu, const prob *P, devbu
 #define FP8_SEED 0x6670382d72756e73ULL /* the FP8 runs' stream */
 
 static const tcase nf_cases[] = {
-  { "nf-bf16-d128-random-split", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 },
-  { "nf-fp16-d64-empty-rows-bshd", 2, 2, 1, 400, 450, 64, TSR_DT_F16, 1, 32, 32, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0 },
-  { "nf-fp16-d128-pack-bcast", 1, 4, 2, 500, 500, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0 },
-  { "nf-bf16-d64-variable-128x128-split", 1, 2, 2, 700, 650, 64, TSR_DT_BF16, 0, 0, 0, 128, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 0 },
-  { "nf-bf16-d128-full-aligned", 1, 2, 2, 512, 512, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0 },
+  { "nf-bf16-d128-random-split", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1, 0 },
+  { "nf-fp16-d64-empty-rows-bshd", 2, 2, 1, 400, 450, 64, TSR_DT_F16, 1, 32, 32, 64, 64, MK_EMPTY, 0.5, TL_ROW, 0, 0, 0 },
+  { "nf-fp16-d128-pack-bcast", 1, 4, 2, 500, 500, 128, TSR_DT_F16, 0, 64, 64, 128, 64, MK_RANDOM, 0.4, TL_PACK, 1, 0, 0 },
+  { "nf-bf16-d64-variable-128x128-split", 1, 2, 2, 700, 650, 64, TSR_DT_BF16, 0, 0, 0, 128, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 0, 0 },
+  { "nf-bf16-d128-full-aligned", 1, 2, 2, 512, 512, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_FULL, 1, TL_ROW, 0, 0, 0 },
+  /* gather: a non-finite value in a row's odd last block also sits in the
+   * masked second half, which loads the first half's keys again */
+  { "nf-bf16-d128-gather-split-ragged", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 1 },
 };
 
 /* Poisons P's inputs with `kind` (tests/util.h: up to 2 places, each where
@@ -1138,7 +1141,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
    * and plans (--bench-all --only one variant family then times just it). */
   for (i = 0; i < bundle->n && !any; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
-    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0 }, { dt, D, blk, tn, 0, 0 } };
+    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0, 0 }, { dt, D, blk, tn, 0, 0, 0 } };
     any = strncmp(e->name, only_prefix, strlen(only_prefix)) == 0 &&
           (e->targets & (1u << tsri_arch_index(tsri_context_arch(ctx)))) &&
           (tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[0]) ||
@@ -1288,20 +1291,20 @@ typedef struct {
 } fp8_case;
 
 static const fp8_case fp8_cases[] = {
-  { { "fp8-bf16-d128-128x128-gqa-ragged", 2, 4, 2, 1000, 1100, 128, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 1 }, 0 },
-  { { "fp8-bf16-d128-128x128-bshd-split-empty", 1, 3, 3, 900, 777, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_EMPTY, 0.5, TL_SPLIT, 0, 1 }, 0 },
-  { { "fp8-fp16-d64-128x128-pack", 1, 8, 2, 700, 700, 64, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_PACK, 1, 0 }, 0 },
-  { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0 }, 0 },
-  { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0 }, 0 },
-  { { "fp8-fp16-d128-128x64-ragged-bshd", 1, 3, 1, 830, 1010, 128, TSR_DT_F16, 1, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0 }, 0 },
-  { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1 }, 0 },
-  { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0 }, 0 },
-  { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0 }, 1 },
+  { { "fp8-bf16-d128-128x128-gqa-ragged", 2, 4, 2, 1000, 1100, 128, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 1, 0 }, 0 },
+  { { "fp8-bf16-d128-128x128-bshd-split-empty", 1, 3, 3, 900, 777, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_EMPTY, 0.5, TL_SPLIT, 0, 1, 0 }, 0 },
+  { { "fp8-fp16-d64-128x128-pack", 1, 8, 2, 700, 700, 64, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_PACK, 1, 0, 0 }, 0 },
+  { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0, 0 }, 0 },
+  { { "fp8-fp16-d128-128x64-ragged-bshd", 1, 3, 1, 830, 1010, 128, TSR_DT_F16, 1, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1, 0 }, 0 },
+  { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0, 0 }, 0 },
+  { { "fp8-bf16-d128-128x128-k-outliers", 1, 4, 2, 1200, 1200, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0, 0 }, 1 },
   /* the fallback with split rows (both kernels' partial slots in one merge), BHSD, fp16, d64 */
-  { { "fp8-fp16-d64-128x64-k-outliers-split", 2, 4, 2, 900, 1000, 64, TSR_DT_F16, 0, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1 }, 1 },
+  { { "fp8-fp16-d64-128x64-k-outliers-split", 2, 4, 2, 900, 1000, 64, TSR_DT_F16, 0, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_SPLIT, 0, 1, 0 }, 1 },
   /* masked scores (64-token blocks on 128-token tiles, a ragged last key
    * tile) beside a folded factor that underflows: -inf, never NaN */
-  { { "fp8-bf16-d128-128x128-tiny-qk", 1, 2, 2, 600, 650, 128, TSR_DT_BF16, 1, 64, 64, 128, 128, MK_RANDOM, 0.5, TL_ROW, 0, 1 }, 2 },
+  { { "fp8-bf16-d128-128x128-tiny-qk", 1, 2, 2, 600, 650, 128, TSR_DT_BF16, 1, 64, 64, 128, 128, MK_RANDOM, 0.5, TL_ROW, 0, 1, 0 }, 2 },
 };
 
 static int fp8_only; /* --fp8: the FP8 cases only */
@@ -2188,7 +2191,7 @@ static int fp8_case_run(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bu
  * TSR_ERR_NO_VARIANT naming the precision: never a silent native run. */
 static int fp8_refusal(tsr_context *ctx)
 {
-  static const tcase c = { "fp8-no-variant", 1, 2, 2, 300, 300, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.5, TL_ROW, 0, 0 };
+  static const tcase c = { "fp8-no-variant", 1, 2, 2, 300, 300, 128, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.5, TL_ROW, 0, 0, 0 };
   prob P;
   tsr_plan *pl;
   tsr_error err;
