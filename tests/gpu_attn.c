@@ -1115,20 +1115,21 @@ static double bench_mask(int S, int H, int D, tsr_dtype dt, int bq, int bk, doub
   return pairs;
 }
 
-/* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random blk x blk block
- * masks per head, planned on blk x tn tiles (--bench: D = 128, bf16,
- * 128 x 128; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and 64 on
- * tiles of the block, and blocks 128 on 128 x 64 tiles, the shape of FA2's
- * d128 kernel, whose 32-row warps no 128 x 128 tile can hold); every
- * serving variant (named --only PREFIX*, e.g. tsr_sm80 to force that family
- * on sm_90a) is timed.  Median of 10 event-timed launches after 3 warm-ups;
+/* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random bq x bk block
+ * masks per head, planned on bq x tn tiles with `map` (--bench: D = 128,
+ * bf16, 128 x 128, and 128 x 64 blocks on their own tiles and gathered onto
+ * 128 x 128 ones; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and
+ * 64 on tiles of the block, blocks 128 on 128 x 64 tiles, the shape of
+ * FA2's d128 kernel, whose 32-row warps no 128 x 128 tile can hold, and
+ * 128 x 64 blocks gathered); every serving variant (named --only PREFIX*,
+ * e.g. tsr_sm80 to force that family on sm_90a) is timed.  Median of 10 event-timed launches after 3 warm-ups;
  * eff. TFLOP/s = 4 * selected pairs * D / time. */
 static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int D,
-                 tsr_dtype dt, int blk, int tn)
+                 tsr_dtype dt, int blk, int bk, int tn, tsr_mapping map)
 {
   const int S = 32760, H = 12;
   const double dens[] = { 0.10, 0.25, 0.50 };
-  const int nb = (S + blk - 1) / blk;
+  const int nb = (S + blk - 1) / blk, nbk = (S + bk - 1) / bk, gather = map == TSR_MAP_GATHER;
   size_t n = (size_t)S * H * D, i, di;
   uint16_t *host = malloc(n * 2);
   CUdeviceptr dq, dk, dv, dout;
@@ -1141,7 +1142,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
    * and plans (--bench-all --only one variant family then times just it). */
   for (i = 0; i < bundle->n && !any; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
-    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0, 0 }, { dt, D, blk, tn, 0, 0, 0 } };
+    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0, gather }, { dt, D, blk, tn, 0, 0, gather } };
     any = strncmp(e->name, only_prefix, strlen(only_prefix)) == 0 &&
           (e->targets & (1u << tsri_arch_index(tsri_context_arch(ctx)))) &&
           (tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[0]) ||
@@ -1163,10 +1164,10 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
   bench_tensors(&t, dq, dk, dv, dout, S, H, D);
   CK(cu->cuEventCreate(&e0, 0));
   CK(cu->cuEventCreate(&e1, 0));
-  printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d\n", S, H, D,
-         tsri_variant_dtype_name(dt), blk, blk, blk, tn);
+  printf("bench: S=%d H=%d D=%d %s BSHD, random %dx%d block masks, tile %dx%d%s\n", S, H, D,
+         tsri_variant_dtype_name(dt), blk, bk, blk, tn, gather ? " (gather)" : "");
   for (di = 0; di < sizeof dens / sizeof *dens; di++) {
-    uint8_t *bits = malloc((size_t)H * nb * nb);
+    uint8_t *bits = malloc((size_t)H * nb * nbk);
     tsr_geom *g = NULL;
     tsr_mask *m = NULL;
     tsr_problem pr;
@@ -1175,13 +1176,14 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     double pairs = 0;
     int a_arch = tsri_arch_index(tsri_context_arch(ctx));
     size_t vi;
-    if ((pairs = bench_mask(S, H, D, dt, blk, blk, dens[di], bits, &pr, &g, &m, &err)) < 0) {
+    if ((pairs = bench_mask(S, H, D, dt, blk, bk, dens[di], bits, &pr, &g, &m, &err)) < 0) {
       printf("bench: %s  FAIL\n", err.text);
       return 1;
     }
     tsr_plan_opts_init(&o);
     o.tile_m = blk;
     o.tile_n = tn;
+    o.mapping = map;
     o.arch = tsri_context_arch(ctx);
     o.num_sms = tsri_context_num_sms(ctx);
     if (tsr_plan_create(&pr, m, &o, &pl, &err) != TSR_OK) {
@@ -1190,7 +1192,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0, 0 };
+      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0, gather };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsri_variant_serves(&e->v, tsri_context_arch(ctx), &need)) continue;
@@ -2725,14 +2727,21 @@ int main(int argc, char **argv)
     static const int dims[] = { 128, 64 }, blks[] = { 128, 64 };
     static const tsr_dtype dts[] = { TSR_DT_BF16, TSR_DT_F16 };
     int di, ti, bi;
-    if (do_bench == 1) fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128);
+    if (do_bench == 1) {
+      fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128, 128, TSR_MAP_AUTO);
+      fails += bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 64, 64, TSR_MAP_AUTO);
+      fails += bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 64, 128, TSR_MAP_GATHER);
+    }
     else if (do_bench == 5) fails = fp8_ab(ctx, cu, stream, ab_list);
     else if (do_bench >= 3) fails = fp8_bench(ctx, cu, stream, do_bench == 4);
     else
       for (di = 0; di < 2; di++)
         for (ti = 0; ti < 2; ti++) {
-          for (bi = 0; bi < 2; bi++) fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi], blks[bi]);
-          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64);
+          for (bi = 0; bi < 2; bi++)
+            fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], blks[bi], blks[bi], blks[bi], TSR_MAP_AUTO);
+          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 128, 64, TSR_MAP_AUTO);
+          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64, 64, TSR_MAP_AUTO);
+          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64, 128, TSR_MAP_GATHER);
         }
     cu->cuStreamDestroy(stream);
     tsri_bundle_free(&bundle);
