@@ -332,7 +332,13 @@ typedef enum {
   TSR_MAP_AUTO,
   TSR_MAP_RETAIN,    /* tile = logical block (needs uniform blocks equal to the tile) */
   TSR_MAP_COMBINE,   /* a tile spans several blocks or parts of them */
-  TSR_MAP_SUBDIVIDE  /* a block spans several tiles */
+  TSR_MAP_SUBDIVIDE, /* a block spans several tiles */
+  TSR_MAP_GATHER     /* uniform blocks bq x bk with tile_m == bq and tile_n == 2 * bk:
+                        a key tile is two selected key blocks of the row, any two (the
+                        row's blocks paired in ascending order; an odd count leaves the
+                        last tile's second half masked), so 128x64 blocks run on
+                        128x128 tiles (plan_layout.h, "Gather plans"); never AUTO's
+                        choice, only asked for or upgraded to (tsr_select_gather) */
 } tsr_mapping;
 
 typedef enum {
@@ -419,7 +425,7 @@ typedef struct {
   int64_t membership_words;
 } tsr_plan_summary;
 
-/* "retain", "combine", "subdivide", "auto"; "row", "split", "pack", "auto". */
+/* "retain", "combine", "subdivide", "gather", "auto"; "row", "split", "pack", "auto". */
 const char *tsr_plan_mapping_name(tsr_mapping m);
 const char *tsr_plan_tasks_name(tsr_tasks t);
 /* Parses those names; returns 0 on success, -1 for an unknown name. */

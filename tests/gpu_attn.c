@@ -1103,7 +1103,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
    * and plans (--bench-all --only one variant family then times just it). */
   for (i = 0; i < bundle->n && !any; i++) {
     const tsr_bundle_entry *e = &bundle->items[i];
-    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0 }, { dt, D, blk, tn, 0, 0 } };
+    tsr_variant_need nd[2] = { { dt, D, blk, tn, 1, 0, 0 }, { dt, D, blk, tn, 0, 0, 0 } };
     any = strncmp(e->name, only_prefix, strlen(only_prefix)) == 0 &&
           (e->targets & (1u << tsri_arch_index(tsri_context_arch(ctx)))) &&
           (tsri_variant_serves(&e->v, tsri_context_arch(ctx), &nd[0]) ||
@@ -1152,7 +1152,7 @@ static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, C
     }
     for (vi = 0; vi < bundle->n; vi++) {
       const tsr_bundle_entry *e = &bundle->items[vi];
-      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0, 0 };
+      tsr_variant_need need = { dt, D, blk, tn, pl->n_membership > 0, 0, pl->mapping == TSR_MAP_GATHER };
       float ms[10];
       int r;
       if (!(e->targets & (1u << a_arch)) || !tsri_variant_serves(&e->v, tsri_context_arch(ctx), &need)) continue;
