@@ -267,15 +267,14 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
 }
 
 /* Why gather: retained 128 x 64 blocks (SpargeAttn's geometry) run on
- * 128 x 64 tiles, whose fixed costs a tile (the softmax rescale, the
- * pipeline's prologue and epilogue, per 64 keys instead of 128) make them
- * about 17% slower per selected pair than 128 x 128 tiles on the H200
- * (FA4 loses only 6%; BENCHMARKS.md has the device figures).  A gather
- * plan runs the same blocks on 128 x 128 tiles of two selected blocks
- * each (plan_layout.h), wasting only half of a row's last tile when its
- * count is odd.  The upgrade comes after the table's pick (so it never
- * turns away from the automatic plan's tile: it only widens the tile over
- * the same pairs) and keeps the task layout. */
+ * 128 x 64 tiles, whose fixed costs per tile make them about 17% slower
+ * per selected pair than 128 x 128 tiles on the H200 (FA4 loses only 6%;
+ * BENCHMARKS.md has the device figures).  A gather plan runs the same
+ * blocks on 128 x 128 tiles of two selected blocks each (plan_layout.h),
+ * wasting only half of a row's last tile when its count is odd.  The
+ * upgrade applies after the table's pick, to what the pick (or the
+ * fallback) chose: the same pairs on wider tiles, same task layout, so
+ * the selection still never runs a plan slower than the automatic one. */
 int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
                         const tsr_features *f, tsr_selection *out)
 {

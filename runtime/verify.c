@@ -150,8 +150,8 @@ static tsr_status check_qblk(const verifier *v, tsr_error *err)
   return TSR_OK;
 }
 
-/* Task t's tile records, for its member mr: key tiles in range, and
- * membership words for every segment of the member's query tile. */
+/* A gather task's tile records: both halves' key blocks in range and
+ * ascending, the records ascending, a missing second half only last. */
 static tsr_status check_gather_tiles(const verifier *v, const tsr_task_rec *t, tsr_error *err)
 {
   const tsr_plan *pl = v->pl;
@@ -177,6 +177,8 @@ static tsr_status check_gather_tiles(const verifier *v, const tsr_task_rec *t, t
   return TSR_OK;
 }
 
+/* Task t's tile records, for its member mr: key tiles in range, and
+ * membership words for every segment of the member's query tile. */
 static tsr_status check_task_tiles(const verifier *v, const tsr_task_rec *t,
                                    const tsr_member_rec *mr, tsr_error *err)
 {
@@ -415,7 +417,8 @@ static tsr_status check_gather_row(const verifier *v, int64_t b, int64_t h, int6
                     (long long)prev, E[e].task);
       prev = blk;
     }
-  /* Ascending: one walk over the key blocks compares them with the mask. */
+  /* The blocks ascending, one walk over the key blocks compares them with
+   * the mask. */
   for (e = 0, half = 0, j = 0; j < v->nk; j++) {
     while (e < n && gather_block(E, e, half) < j) { /* -1, or a block already passed */
       half ^= 1;
