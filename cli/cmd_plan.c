@@ -40,7 +40,7 @@ static const cli_opt plan_opts[] = {
     [O_HEADSKV] = {"--heads-kv", "N", "key/value heads, dividing the query heads (default: equal)"},
     [O_ARCH] = {"--arch", "ARCH", "target GPU architecture (default sm_90a)"},
     [O_TILE] = {"--tile", "BMxBN", "physical tile (default: retain 64/128 blocks, else 128x128)"},
-    [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "physical mapping (default auto)"},
+    [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide|gather", "physical mapping (default auto)"},
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "task organisation (default auto)"},
     [O_SPLIT] = {"--split", "N", "most key tiles per split chunk (default: the planner's choice)"},
     [O_SMS] = {"--sms", "N", "multiprocessors of the persistent grid (default " SMS_TEXT(TSR_DEFAULT_NUM_SMS) ", an H200)"},
@@ -59,7 +59,7 @@ static const char synopsis[] =
     "--mask M.npy [--mask-bits] (--block BQ[xBK] --seq S [--seq-k SK] |\n"
     "       --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --head-dim D [--heads N] [--heads-kv N] [--arch sm_90a] [--tile BMxBN]\n"
-    "       [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack] [--split N]\n"
+    "       [--mapping auto|retain|combine|subdivide|gather] [--tasks auto|row|split|pack] [--split N]\n"
     "       [--sms N] [--verify] [--json [--detail]] [--bench]\n"
     "       [--select|--explain [--db FILE] [--gpu NAME]]";
 
@@ -122,7 +122,7 @@ static int make_opts(const char **val, tsr_plan_opts *o)
     o->tile_n = (int)y;
   }
   if (val[O_MAPPING] && tsr_plan_parse_mapping(val[O_MAPPING], &o->mapping)) {
-    cli_errorf("plan", "invalid --mapping '%s': expected auto, retain, combine or subdivide",
+    cli_errorf("plan", "invalid --mapping '%s': expected auto, retain, combine, subdivide or gather",
                val[O_MAPPING]);
     return -1;
   }
@@ -258,6 +258,7 @@ static void print_summary(const tsr_problem *p, const tsr_plan *pl, const tsr_pl
   const tsr_geom *g = p->geom;
   const char *how = s->combined && s->subdivided ? "combine+subdivide"
                     : s->mapping == TSR_MAP_RETAIN ? "retain (tiles are the blocks)"
+                    : s->mapping == TSR_MAP_GATHER ? "gather (a tile pairs two selected key blocks)"
                     : s->combined ? "combine (tiles span several blocks or parts of them)"
                                   : "subdivide (blocks span several tiles)";
   printf("problem: mask '%s', batch %lld, heads %lld/%lld, %lld x %lld tokens, head dim %lld, "

@@ -44,7 +44,7 @@ static const cli_opt run_opts[] = {
     [O_LSE] = {"--lse", "L.npy", "also write the log-sum-exp, float32 [Hq,Sq] or [B,Hq,Sq]"},
     [O_SCALE] = {"--scale", "S", "score scale, a finite number (default and 0: 1/sqrt(D))"},
     [O_TILE] = {"--tile", "BMxBN", "cpu/gpu: physical tile (default: the planner chooses)"},
-    [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide", "cpu/gpu: physical mapping"},
+    [O_MAPPING] = {"--mapping", "auto|retain|combine|subdivide|gather", "cpu/gpu: physical mapping"},
     [O_TASKS] = {"--tasks", "auto|row|split|pack", "cpu/gpu: task organisation"},
     [O_CHECK] = {"--check", "TOL", "compare with the CPU reference; exit 1 above TOL"},
     [O_DTYPE] = {"--dtype", "bf16|fp16", "gpu: device element type (default fp16 for fp16 inputs, else bf16)"},
@@ -59,7 +59,7 @@ static const cli_opt run_opts[] = {
 static const char synopsis[] =
     "[--backend ref|cpu|gpu] --mask M.npy (--block BQ[xBK] | --q-blocks QS.npy --k-blocks KS.npy)\n"
     "       --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--scale S] [--check TOL]\n"
-    "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide] [--tasks auto|row|split|pack]\n"
+    "       [--tile BMxBN] [--mapping auto|retain|combine|subdivide|gather] [--tasks auto|row|split|pack]\n"
     "       [--dtype bf16|fp16] [--precision native|fp8] [--no-select | [--db FILE] [--explain]]";
 
 static int pick(const char *val, const char *const *names, int n)
@@ -98,7 +98,6 @@ static int make_geom(const char **val, const tsr_problem *p, tsr_geom **g)
 /* Plan options from --tile, --mapping and --tasks. */
 static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
 {
-  static const char *const mappings[] = {"auto", "retain", "combine", "subdivide"};
   static const char *const tasks[] = {"auto", "row", "split", "pack"};
   tsr_plan_opts o;
   tsr_plan_opts_init(&o);
@@ -112,12 +111,10 @@ static tsr_status plan_opts(const char **val, tsr_plan_opts *po, tsr_error *err)
     o.tile_n = (int)bn;
   }
   if (val[O_MAPPING]) {
-    int i = pick(val[O_MAPPING], mappings, 4);
-    if (i < 0)
+    if (tsr_plan_parse_mapping(val[O_MAPPING], &o.mapping))
       return tsr_error_set(err, TSR_ERR_INVALID,
-                           "invalid --mapping '%s': expected auto, retain, combine or subdivide",
+                           "invalid --mapping '%s': expected auto, retain, combine, subdivide or gather",
                            val[O_MAPPING]);
-    o.mapping = (tsr_mapping)i;
   }
   if (val[O_TASKS]) {
     int i = pick(val[O_TASKS], tasks, 4);

@@ -142,7 +142,8 @@ static void settle_rows(tsr_context *ctx)
     need.head_dim = r.head_dim;
     need.bm = r.tile_m;
     need.bn = r.tile_n;
-    need.membership = r.mapping != TSR_MAP_RETAIN;
+    need.membership = r.mapping != TSR_MAP_RETAIN && r.mapping != TSR_MAP_GATHER;
+    need.gather = r.mapping == TSR_MAP_GATHER;
     k = r.variant[0] ? tsri_bundle_find(&ctx->bundle, r.variant) : -1;
     if (k >= 0 && tsri_context_serves(ctx, &ctx->bundle.items[k], &need))
       continue; /* TSR_ROW_RUNS */
@@ -265,6 +266,51 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
   snprintf(out->reason + n, sizeof out->reason - n, "; %s: 128x64 tiles (sm80 family, 32-row warps)", arch);
 }
 
+/* Why gather: retained 128 x 64 blocks (SpargeAttn's geometry) run on
+ * 128 x 64 tiles, whose fixed costs per tile make them about 17% slower
+ * per selected pair than 128 x 128 tiles on the H200 (FA4 loses only 6%;
+ * BENCHMARKS.md has the device figures).  A gather plan runs the same
+ * blocks on 128 x 128 tiles of two selected blocks each (plan_layout.h),
+ * wasting only half of a row's last tile when its count is odd.  The
+ * upgrade applies after the table's pick, to what the pick (or the
+ * fallback) chose: the same pairs on wider tiles, same task layout, so
+ * the selection still never runs a plan slower than the automatic one. */
+int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
+                        const tsr_features *f, tsr_selection *out)
+{
+  tsr_plan_opts *o = &out->opts;
+  tsr_variant_need need = {0};
+  const char *knob = getenv("TESSERA_GATHER");
+  int auto_tile = o->mapping == TSR_MAP_AUTO && ((!o->tile_m && !o->tile_n) ||
+                                                 (o->tile_m == 128 && o->tile_n == 64));
+  long i;
+  size_t n;
+  if (!device || (knob && !strcmp(knob, "0")) || o->precision != TSR_PREC_NATIVE ||
+      f->bq != 128 || f->bk != 64)
+    return 0;
+  /* A fallback to the caller's own variant, tile or mapping keeps them. */
+  if (!out->from_table && (o->variant || o->mapping != TSR_MAP_AUTO || o->tile_m || o->tile_n))
+    return 0;
+  /* Retain at 128 x 64: the row's, or the automatic planner's for 128 x 64 blocks. */
+  if (!auto_tile && (o->mapping != TSR_MAP_RETAIN || o->tile_m != 128 || o->tile_n != 64))
+    return 0;
+  need.dtype = (tsr_dtype)f->dtype;
+  need.head_dim = (int)f->head_dim;
+  need.bm = need.bn = 128;
+  need.gather = 1;
+  i = tsri_bundle_pick(b, arch, &need, smem);
+  if (i < 0 || !b->items[i].v.gather) /* kg variants only, whatever the pick's rule */
+    return 0;
+  o->mapping = TSR_MAP_GATHER;
+  o->tile_m = o->tile_n = 128;
+  o->variant = NULL; /* the table's was a 128 x 64 build: the upload picks the kg one */
+  out->variant[0] = '\0';
+  n = strlen(out->reason);
+  snprintf(out->reason + n, sizeof out->reason - n, "; gather: 128x64 blocks on 128x128 tiles (%s)",
+           b->items[i].name);
+  return 1;
+}
+
 const tsr_selector *tsr_context_selector(const tsr_context *ctx) { return ctx ? ctx->selector : NULL; }
 
 tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
@@ -285,6 +331,9 @@ tsr_status tsr_context_select_features(tsr_context *ctx, const tsr_features *f,
   if ((st = tsr_select_request(ctx->selector, f, &b, out, err)))
     return st;
   tsri_context_route(&ctx->bundle, ctx->arch, ctx->smem_optin, f, out);
+  /* On the device only: a host-only context's selection is the CPU path's,
+   * which keeps its plans (gather when asked for). */
+  tsri_context_gather(&ctx->bundle, ctx->arch, ctx->smem_optin, ctx->pctx != NULL, f, out);
   return TSR_OK;
 }
 

@@ -54,6 +54,19 @@ int tsri_context_serves(const tsr_context *ctx, const tsr_bundle_entry *e,
 void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, const tsr_features *f,
                         tsr_selection *out);
 
+/* The gather upgrade (the why is in context.c): on a device (device != 0),
+ * unless TESSERA_GATHER=0, a native-precision selection for uniform
+ * 128 x 64 blocks that would retain them on 128 x 64 tiles (a table row's
+ * retain 128x64, or a fallback to the automatic planner with the tile
+ * open) becomes TSR_MAP_GATHER on 128 x 128 tiles, same task layout, when
+ * bundle b has a kg variant serving it on `arch` (within smem bytes); the
+ * table's variant name is dropped (the upload picks the kg one) and the
+ * reason says so.  A caller's fixed variant, tile or mapping on a
+ * fallback is kept.  Returns 1 when it upgraded.  The one place of the
+ * rule: tsr_context_select_features applies it after tsri_context_route. */
+int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
+                        const tsr_features *f, tsr_selection *out);
+
 /* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
  * without a device): f are the features of the template's latest completed
  * step s, planned for problem p at tile cur_tm x cur_tn in precision prec

@@ -6,7 +6,9 @@
  * membership bits per query-block segment, partial slots for split rows and
  * the log-sum-exp merge.  Any plan bug (a tile dropped, duplicated or
  * mis-masked, a slot mixed up) changes the output, so plans are tested on
- * any machine against tsr_ref_attention.
+ * any machine against tsr_ref_attention.  A tile's columns are keys
+ * through tile_keys: k_tile * BN + c, or for a gather plan the two halves'
+ * blocks (plan_layout.h), a missing half masked as the kernels mask it.
  *
  * Non-finite inputs give what tsr_ref_attention gives (its header has the
  * rules): NaN flows through exp2 and the sums as in the kernels, only
@@ -88,6 +90,7 @@ typedef struct {
   float *o, *lse;
   float *part_o, *part_m, *part_l;
   float *acc, *m, *l, *s;
+  int64_t *key;   /* the key token of each column of the current tile, -1 masked */
   float *t, *cf; /* fp8: BIAS + acc and the folded factor of each column */
   float *prod;    /* fp8: one wgmma's products (pv_add; exact in float) */
   int *em;        /* fp8: D ints, pv_group_align's exponents */
@@ -284,6 +287,25 @@ static int fp8_head_of(const exec_ctx *x, const tsr_member_rec *mr, int64_t r0, 
   return 1;
 }
 
+/* The key token of each of the BN columns of tile tr into key[] (-1: the
+ * column is masked: past seq_k, or a gather tile's missing half); returns
+ * how many columns to walk (the columns after them are all masked). */
+static int64_t tile_keys(const tsr_plan *pl, const tsr_tile_rec *tr, int64_t *key)
+{
+  int64_t BN = pl->tile_n, sk = pl->problem.seq_k, c;
+  if (pl->mapping == TSR_MAP_GATHER) {
+    int64_t bk = BN / 2, a = (int64_t)tr->k_tile * bk, b = (int64_t)tr->mem * bk;
+    for (c = 0; c < bk; c++) {
+      key[c] = a + c < sk ? a + c : -1;
+      key[bk + c] = tr->mem >= 0 && b + c < sk ? b + c : -1;
+    }
+    return BN;
+  }
+  for (c = 0; c < BN && (int64_t)tr->k_tile * BN + c < sk; c++)
+    key[c] = (int64_t)tr->k_tile * BN + c;
+  return c;
+}
+
 /* One member of one task: the kernel's loop over key tiles. */
 static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec *mr, int64_t slot)
 {
@@ -296,7 +318,7 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
   const float *kb = x->k + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
   const float *vb = x->v + ((int64_t)mr->batch * p->heads_kv + kvh) * p->seq_k * D;
   fp8_head f;
-  int f8 = fp8_head_of(x, mr, r0, &f);
+  int f8 = fp8_head_of(x, mr, r0, &f), gather = pl->mapping == TSR_MAP_GATHER;
 
   for (rr = 0; rr < nr; rr++) {
     x->m[rr] = -INFINITY;
@@ -306,22 +328,22 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
   memset(x->acc, 0, (size_t)(nr * D) * sizeof *x->acc);
   for (ti = t->tile_begin; ti < t->tile_end; ti++) {
     const tsr_tile_rec *tr = &pl->tiles[ti];
-    int64_t c0 = (int64_t)tr->k_tile * BN, nc = c0 + BN < p->seq_k ? BN : p->seq_k - c0;
+    int64_t nc = tile_keys(pl, tr, x->key), c0 = (int64_t)tr->k_tile * BN;
     for (rr = 0; rr < nr; rr++) {
       int64_t seg = pl->qblk[r0 + rr] - pl->qblk[r0];
-      const tsr_u32 *w = tr->mem >= 0 ? pl->membership + tr->mem + seg * WN : NULL;
+      const tsr_u32 *w = tr->mem >= 0 && !gather ? pl->membership + tr->mem + seg * WN : NULL;
       const float *qr = f8 ? f.q8 + rr * D : qb + rr * D;
       float *ar = x->acc + rr * D, mx = -INFINITY, mnew, msafe, alpha;
       int any = 0;
       for (c = 0; c < nc; c++) {
-        x->on[c] = !w || (w[c >> 5] >> (c & 31) & 1u);
+        x->on[c] = x->key[c] >= 0 && (!w || (w[c >> 5] >> (c & 31) & 1u));
         if (x->on[c]) {
-          const float *kr = f8 ? f.k8 + (c0 + c) * D : kb + (c0 + c) * D;
+          const float *kr = f8 ? f.k8 + x->key[c] * D : kb + x->key[c] * D;
           float dot = 0.0f;
           for (d = 0; d < D; d++)
             dot += qr[d] * kr[d];
           if (f8) { /* the row's Q chunk scale, the key's K chunk scale, folded */
-            float cf = f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[(c0 + c) / TSR_FP8_CHUNK] * x->scale_log2;
+            float cf = f.sq[(r0 + rr) / TSR_FP8_CHUNK] * f.sk[x->key[c] / TSR_FP8_CHUNK] * x->scale_log2;
             cf = cf < FLT_MIN ? FLT_MIN : cf; /* as the kernel: an underflow to 0 would make -inf * 0 */
             x->t[c] = TSR_FP8_BIAS + dot; /* exact: |dot| < 2^22 */
             x->cf[c] = cf;
@@ -351,7 +373,7 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           /* fp8: p' = 256 p in the kernel's one FFMA (the header) */
           float pr = f8 ? exp2f(fmaf(x->t[c], x->cf[c], fmaf(-TSR_FP8_BIAS, x->cf[c], 8.0f - msafe)))
                         : exp2f(x->s[c] - msafe);
-          const float *vr = f8 ? f.v8 + (c0 + c) * D : vb + (c0 + c) * D;
+          const float *vr = f8 ? f.v8 + x->key[c] * D : vb + x->key[c] * D;
           x->l[rr] += pr; /* l sums the unquantized p (fp8: p') */
           if (f8) {
             float q8 = tsri_fp8_e4m3(pr);
@@ -378,7 +400,9 @@ static void run_member(exec_ctx *x, const tsr_task_rec *t, const tsr_member_rec 
           x->s[c] = 0.0f;
         }
       }
-      if (f8 && pv_kind != TSRI_PV_FP32) /* the wgmmas of this tile: pv_group keys each */
+      /* the wgmmas of this tile: pv_group keys each, contiguous from c0 (an
+       * FP8 plan is never gather: map.c refuses it) */
+      if (f8 && pv_kind != TSRI_PV_FP32)
         for (c = 0; c < nc; c += pv_group) {
           int64_t n = nc - c < pv_group ? nc - c : pv_group, j;
           if (pv_kind == TSRI_PV_RZ_ALIGN && pv_frac == 13) {
@@ -546,9 +570,10 @@ static tsr_status execute(const tsr_plan *pl, const tsr_array *q, const tsr_arra
   x.em = malloc((size_t)D * sizeof(int) + 1);
   x.isum = malloc((size_t)D * sizeof(int32_t) + 1);
   x.on = malloc((size_t)pl->tile_n);
+  x.key = malloc((size_t)pl->tile_n * sizeof *x.key);
   x.sel = malloc((size_t)pl->tile_m);
   if (!x.q || !x.k || !x.v || !fo || !fl || !x.part_o || !x.part_m || !x.part_l || !x.acc ||
-      !x.m || !x.l || !x.s || !x.prod || !x.em || !x.isum || !x.on || !x.sel) {
+      !x.m || !x.l || !x.s || !x.prod || !x.em || !x.isum || !x.on || !x.key || !x.sel) {
     st = tsr_error_set(err, TSR_ERR_NOMEM, "cannot execute plan: out of memory for %lld outputs",
                        (long long)n_o);
     goto done;
@@ -619,6 +644,7 @@ done:
   free(x.em);
   free(x.isum);
   free(x.on);
+  free(x.key);
   free(x.sel);
   return st;
 }

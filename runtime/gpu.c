@@ -173,6 +173,8 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
   /* Never a silent native run for an FP8 request (issue 18): only FP8
    * variants serve an FP8 plan (tsri_variant_serves). */
   need.fp8 = pl->opts.precision == TSR_PREC_FP8;
+  /* Gather tiles (plan_layout.h) only for kg variants, and kg only for them. */
+  need.gather = pl->mapping == TSR_MAP_GATHER;
   if (!dt)
     return tsr_error_set(err, TSR_ERR_DTYPE, "GPU plans need bf16 or fp16 data, got %s",
                          tsr_dtype_name(pl->problem.dtype));
@@ -184,18 +186,20 @@ static tsr_status choose_variant(tsr_context *ctx, tsr_plan *pl, int membership,
                            pl->variant, ctx->arch, ctx->bundle.dir);
     if (!tsri_context_serves(ctx, &ctx->bundle.items[i], &need))
       return tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                           "kernel variant '%s' does not fit the plan (%s%s, head dim %d, tile %dx%d%s)",
+                           "kernel variant '%s' does not fit the plan (%s%s, head dim %d, tile %dx%d%s%s)",
                            pl->variant, dt, need.fp8 ? ", precision fp8" : "", need.head_dim, need.bm,
-                           need.bn, need.membership ? ", membership masks" : "");
+                           need.bn, need.membership ? ", membership masks" : "",
+                           need.gather ? ", gather tiles" : "");
     *idx = i;
     return TSR_OK;
   }
   *idx = tsri_bundle_pick(&ctx->bundle, ctx->arch, &need, ctx->smem_optin);
   if (*idx < 0)
     return tsr_error_set(err, TSR_ERR_NO_VARIANT,
-                         "no kernel variant for %shead dim %d, %s, tile %dx%d%s on %s%s",
+                         "no kernel variant for %shead dim %d, %s, tile %dx%d%s%s on %s%s",
                          need.fp8 ? "precision fp8, " : "", need.head_dim, dt, need.bm, need.bn,
-                         need.membership ? " with membership masks" : "", ctx->arch,
+                         need.membership ? " with membership masks" : "",
+                         need.gather ? " with gather tiles (kg)" : "", ctx->arch,
                          need.fp8 ? " (FP8 variants: the sm90 family on sm_90a, catalog tiles only)" : "");
   snprintf(pl->variant, sizeof pl->variant, "%s", ctx->bundle.items[*idx].name);
   snprintf(pl->summary.variant, sizeof pl->summary.variant, "%s", pl->variant);

@@ -20,7 +20,14 @@
  * about 0.08 ns a mask byte (the packing, measured when the planner still
  * packed), 0.5 ns a tile and 20 ns a row with tasks.c (BENCHMARKS.md).
  * Rows that are identical (a batch- or head-broadcast mask, GQA heads with
- * identical rows) share one tile range instead of being emitted again.  All
+ * identical rows) share one tile range instead of being emitted again.
+ *
+ * Gather (plan_layout.h, "Gather plans") is not an intersection: uniform
+ * blocks bq x bk on tiles bq x 2bk, each tile two selected key blocks of
+ * the row, paired in ascending order, so a row of n selected blocks emits
+ * ceil(n / 2) full tiles and no membership words (emit_row_gather).  Its
+ * n_k_tiles is ceil(nk / 2), the most tiles a row can have (the tile
+ * arrays are sized by it and tsr_plan_verify checks it).  All
  * arrays live in the plan's reusable buffers (tsri_plan_buf): replanning
  * into the same plan allocates nothing once the buffers are large enough.
  */
@@ -94,6 +101,11 @@ void tsri_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, i
   axis_uniform(bk, tile_n, sk, combined, subdivided);
 }
 
+int tsri_map_gather_fits(int64_t bq, int64_t bk, int tile_m, int tile_n)
+{
+  return bq > 0 && bk > 0 && bq == tile_m && 2 * bk == tile_n;
+}
+
 int tsri_map_applies(tsr_mapping mapping, int combined, int subdivided)
 {
   switch (mapping) {
@@ -103,9 +115,46 @@ int tsri_map_applies(tsr_mapping mapping, int combined, int subdivided)
     return combined;
   case TSR_MAP_SUBDIVIDE:
     return subdivided;
+  case TSR_MAP_GATHER:
+    return 0; /* not a relation: tsri_map_gather_fits */
   default:
     return 1;
   }
+}
+
+/* Gather: the tile is (bq, 2 bk) of uniform blocks, the tile the options
+ * give (an edge 0: the blocks') or none; native precision only (no FP8
+ * gather kernels, and the CPU executor's FP8 emulation sums V over
+ * contiguous keys). */
+static tsr_status resolve_gather(tsr_plan *pl, const tsr_plan_opts *o, int tm, int tn,
+                                 tsr_error *err)
+{
+  int64_t bq = 0, bk = 0, wm, wn;
+  char blocks[64];
+  block_text(pl->problem.geom, blocks, sizeof blocks);
+  if (!tsr_geom_is_uniform(pl->problem.geom, &bq, &bk))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "mapping 'gather' needs uniform blocks, got blocks %s", blocks);
+  wm = tm ? tm : bq;
+  wn = tn ? tn : 2 * bk;
+  if (!tsri_tile_m_ok(wm) || !tsri_tile_n_ok(wn) || !tsri_map_gather_fits(bq, bk, (int)wm, (int)wn))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "mapping 'gather' needs the tile bq x 2bk of the blocks bq x bk (rows a "
+                         "multiple of 16, columns of 32, at most %d), got tile %lldx%lld and blocks %s",
+                         TSR_MAX_TILE, (long long)wm, (long long)wn, blocks);
+  tm = (int)wm;
+  tn = (int)wn;
+  if (o->precision != TSR_PREC_NATIVE)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "mapping 'gather' runs native precision only, got precision %s",
+                         tsr_precision_name(o->precision));
+  pl->mapping = TSR_MAP_GATHER;
+  pl->tile_m = tm;
+  pl->tile_n = tn;
+  pl->n_q_tiles = (pl->problem.seq_q + tm - 1) / tm;
+  pl->n_k_tiles = (tsr_geom_nk(pl->problem.geom) + 1) / 2;
+  pl->summary.combined = pl->summary.subdivided = 0; /* tiles pair whole blocks */
+  return TSR_OK;
 }
 
 tsr_status tsri_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err)
@@ -149,8 +198,12 @@ tsr_status tsri_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err
       tm = uniform && bq > 128 ? 128 : 64;
       tn = uniform && bk > 128 ? 128 : 64;
       break;
+    case TSR_MAP_GATHER:
+      break; /* resolve_gather */
     }
   }
+  if (o->mapping == TSR_MAP_GATHER)
+    return resolve_gather(pl, o, tm, tn, err);
   if (tm == 0)
     tm = 128;
   if (tn == 0)
@@ -394,6 +447,42 @@ static tsr_i32 partial_words(map_ctx *c, const uint64_t *plane, int64_t i0, int6
   return off;
 }
 
+/* Gather (plan_layout.h): the row's selected key blocks j0 < j1 < ...
+ * paired in order, (j0, j1), (j2, j3), ..., the last alone (mem -1) when
+ * their count is odd.  A tile computes BN columns: each half's keys in
+ * bounds, and a missing half the first half's keys again (masked, so
+ * computed and wasted).  The query tile is one query block (bq == BM). */
+static int64_t block_cols(const map_ctx *c, int64_t j) { return c->ks[j + 1] - c->ks[j]; }
+
+static void emit_row_gather(map_ctx *c, const uint64_t *row, tsr_tile_rec *tiles, int64_t *n,
+                            int64_t *cols)
+{
+  int64_t w, k = 0, pend = -1;
+  *cols = 0;
+  for (w = 0; w < c->W; w++) {
+    uint64_t x;
+    for (x = row[w]; x; x &= x - 1) {
+      int64_t j = w * 64 + __builtin_ctzll(x);
+      if (pend < 0) {
+        pend = j;
+        continue;
+      }
+      tiles[k].k_tile = (tsr_i32)pend;
+      tiles[k].mem = (tsr_i32)j;
+      *cols += block_cols(c, pend) + block_cols(c, j);
+      k++;
+      pend = -1;
+    }
+  }
+  if (pend >= 0) {
+    tiles[k].k_tile = (tsr_i32)pend;
+    tiles[k].mem = -1;
+    *cols += 2 * block_cols(c, pend);
+    k++;
+  }
+  *n = k;
+}
+
 /* Emits the tiles of query tile t for the packed plane `plane`.  The tile
  * array is grown once per row (a row emits at most n_k_tiles tiles), so the
  * inner loops only store. */
@@ -427,7 +516,9 @@ static int emit_row(map_ctx *c, const uint64_t *plane, int64_t t, prow *out)
     return -1;
   tiles = pl->tiles + pl->n_tiles;
   n = 0;
-  if (c->k_retain && orb == andb) {
+  if (pl->mapping == TSR_MAP_GATHER) {
+    emit_row_gather(c, orb, tiles, &n, &cols);
+  } else if (c->k_retain && orb == andb) {
     /* Retained keys and one query segment: every tile is full, one per set
      * bit; the columns follow from the count (only the last tile is short). */
 #ifdef TSR_X86
@@ -744,6 +835,23 @@ static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c)
   return r;
 }
 
+/* tsri_map_count for gather: ceil(selected blocks / 2) tiles a row (each
+ * query tile is one query block), no words. */
+static void count_gather(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles)
+{
+  int64_t np = tsr_mask_batch(m) * tsr_mask_heads(m), nq = tsr_geom_nq(pl->problem.geom);
+  int64_t W = (tsr_geom_nk(pl->problem.geom) + 63) / 64, pi, i, w;
+  for (pi = 0; pi < np && *tiles <= TSR_MAX_TILE_RECORDS; pi++) {
+    const uint64_t *packed = tsr_mask_packed_plane(m, pi / tsr_mask_heads(m), pi % tsr_mask_heads(m), NULL);
+    for (i = 0; i < nq; i++) {
+      int64_t cnt = 0;
+      for (w = 0; w < W; w++)
+        cnt += pop64(packed[i * W + w]);
+      *tiles += (cnt + 1) / 2;
+    }
+  }
+}
+
 int tsri_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_t *words)
 {
   const tsr_geom *g = pl->problem.geom;
@@ -759,6 +867,10 @@ int tsri_map_count(const tsr_plan *pl, const tsr_mask *m, int64_t *tiles, int64_
   c.nk = tsr_geom_nk(g);
   c.W = (c.nk + 63) / 64;
   *tiles = *words = 0;
+  if (pl->mapping == TSR_MAP_GATHER) {
+    count_gather(pl, m, tiles);
+    return 0;
+  }
   buf = malloc((size_t)c.W * 2 * sizeof *buf);
   ks = malloc((size_t)(c.nk + 1) * sizeof *ks);
   if (!buf || !ks) {

@@ -16,12 +16,13 @@
 
 #include "plan_impl.h"
 
-static const char *const mapping_names[] = {"auto", "retain", "combine", "subdivide"};
+static const char *const mapping_names[] = {"auto", "retain", "combine", "subdivide", "gather"};
+#define N_MAPPINGS ((int)(sizeof mapping_names / sizeof *mapping_names))
 static const char *const tasks_names[] = {"auto", "row", "split", "pack"};
 
 const char *tsr_plan_mapping_name(tsr_mapping m)
 {
-  return (unsigned)m < 4 ? mapping_names[m] : "unknown";
+  return (unsigned)m < (unsigned)N_MAPPINGS ? mapping_names[m] : "unknown";
 }
 
 const char *tsr_plan_tasks_name(tsr_tasks t)
@@ -32,7 +33,7 @@ const char *tsr_plan_tasks_name(tsr_tasks t)
 int tsr_plan_parse_mapping(const char *s, tsr_mapping *out)
 {
   int i;
-  for (i = 0; s && i < 4; i++)
+  for (i = 0; s && i < N_MAPPINGS; i++)
     if (!strcmp(s, mapping_names[i])) {
       *out = (tsr_mapping)i;
       return 0;
@@ -134,7 +135,7 @@ tsr_status tsr_plan_opts_check(const tsr_plan_opts *o, tsr_error *err)
                          "tile %dx%d is not supported: rows must be a multiple of 16 and "
                          "columns a multiple of 32, each at most %d",
                          o->tile_m, o->tile_n, TSR_MAX_TILE);
-  if ((unsigned)o->mapping > TSR_MAP_SUBDIVIDE)
+  if ((unsigned)o->mapping > TSR_MAP_GATHER)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid plan mapping %d", (int)o->mapping);
   if ((unsigned)o->tasks > TSR_TASKS_PACK)
     return tsr_error_set(err, TSR_ERR_INVALID, "invalid plan task layout %d", (int)o->tasks);

@@ -111,8 +111,12 @@ typedef struct {
  * the last ragged) in O(1). */
 void tsri_map_relation_uniform(int64_t bq, int64_t bk, int64_t sq, int64_t sk, int tile_m,
                               int tile_n, int *combined, int *subdivided);
-/* Whether `mapping` applies to tiles with that relation (AUTO always). */
+/* Whether `mapping` applies to tiles with that relation (AUTO always;
+ * GATHER never: it is no relation, see tsri_map_gather_fits). */
 int tsri_map_applies(tsr_mapping mapping, int combined, int subdivided);
+/* The gather rule (plan_layout.h, "Gather plans"), for the planner and the
+ * selection: uniform blocks bq x bk on the tile bq x 2bk. */
+int tsri_map_gather_fits(int64_t bq, int64_t bk, int tile_m, int tile_n);
 
 /* Chooses the tile (opts or default) and resolves the mapping against the
  * geometry: fills pl->tile_m, tile_n, mapping, n_q_tiles, n_k_tiles and

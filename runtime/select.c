@@ -436,11 +436,16 @@ int tsr_select_eligible(const tsr_features *f, tsr_mapping mapping, int tile_m, 
   /* Why each mapping does not apply, as reasons say it. */
   static const char *const needs[] = {[TSR_MAP_RETAIN] = "retain needs blocks equal to the tile",
                                       [TSR_MAP_COMBINE] = "combine needs tiles that span several blocks",
-                                      [TSR_MAP_SUBDIVIDE] = "subdivide needs blocks larger than the tile"};
+                                      [TSR_MAP_SUBDIVIDE] = "subdivide needs blocks larger than the tile",
+                                      [TSR_MAP_GATHER] = "gather needs uniform blocks bq x bk and the tile bq x 2bk"};
   const char *w = NULL;
   int comb = 0, sub = 0;
   if (tile_m <= 0 || tile_n <= 0) {
     w = "the tile is not positive";
+  } else if (mapping == TSR_MAP_GATHER) {
+    /* The planner's rule (map.c); variable blocks (bq, bk 0) fail it. */
+    if (!tsri_map_gather_fits(f->bq, f->bk, tile_m, tile_n))
+      w = needs[TSR_MAP_GATHER];
   } else if (!f->bq || !f->bk) {
     /* Variable blocks: only the planner can tell; it reports a mapping that
      * does not fit as unsupported and the caller falls back. */

@@ -332,7 +332,15 @@ typedef enum {
   TSR_MAP_AUTO,
   TSR_MAP_RETAIN,    /* tile = logical block (needs uniform blocks equal to the tile) */
   TSR_MAP_COMBINE,   /* a tile spans several blocks or parts of them */
-  TSR_MAP_SUBDIVIDE  /* a block spans several tiles */
+  TSR_MAP_SUBDIVIDE, /* a block spans several tiles */
+  TSR_MAP_GATHER     /* uniform blocks bq x bk with tile_m == bq and tile_n == 2 * bk:
+                        a key tile is two selected key blocks of the row, any two (the
+                        row's blocks paired in ascending order; an odd count leaves the
+                        last tile's second half masked), so 128x64 blocks run on
+                        128x128 tiles (plan_layout.h, "Gather plans"); native precision
+                        only; n_k_tiles is ceil(key blocks / 2), the most tiles a row.
+                        Never AUTO's choice: asked for, or the device's selection
+                        upgrades retained 128x64 blocks to it (tsr_context_select) */
 } tsr_mapping;
 
 typedef enum {
@@ -419,7 +427,7 @@ typedef struct {
   int64_t membership_words;
 } tsr_plan_summary;
 
-/* "retain", "combine", "subdivide", "auto"; "row", "split", "pack", "auto". */
+/* "retain", "combine", "subdivide", "gather", "auto"; "row", "split", "pack", "auto". */
 const char *tsr_plan_mapping_name(tsr_mapping m);
 const char *tsr_plan_tasks_name(tsr_tasks t);
 /* Parses those names; returns 0 on success, -1 for an unknown name. */
@@ -651,7 +659,12 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
  * plan with it, else no name (tsr_gpu_upload picks the bundle's variant for
  * the same tile, dtype and head dim; the reason says so), else, when the
  * bundle has no variant for that tile at all, the automatic plan (base).
- * out->opts is ready for tsr_plan_create while *out lives (opts.variant
+ * On a device context (not a host-only one), a native plan retaining
+ * uniform 128x64 blocks on 128x64 tiles then becomes TSR_MAP_GATHER on
+ * 128x128 tiles when the bundle has a gather (kg) variant for it, unless
+ * the fallback is the caller's own tile, mapping or variant, or the
+ * environment sets TESSERA_GATHER=0 (the reason says so; context.c has
+ * why).  out->opts is ready for tsr_plan_create while *out lives (opts.variant
  * points into it).  from_table, level (0 region, 1 nearest region, 2
  * geometry, -1 fallback), row_id and reason say why.  Host work only,
  * microseconds on top of the features; works on a host-only context

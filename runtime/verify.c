@@ -15,6 +15,14 @@
  * tiles x members + membership words); tens of milliseconds for the
  * largest video masks.  Bad plans (corrupted indices) are reported, never
  * followed out of bounds.
+ *
+ * Gather plans (plan_layout.h) are checked against their own contract:
+ * uniform blocks bq x bk on tiles bq x 2bk, each record two key blocks
+ * k_tile < mem (or mem -1: the row's last tile, second half masked), a
+ * task's records in ascending order, and each row's records, sorted,
+ * pairing exactly its selected blocks in ascending order.  A block is
+ * covered whole, so coverage is block-exact (keys past seq_k lie in no
+ * block: the kernels mask them).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +62,7 @@ typedef struct {
   const tsr_mask *m;
   const tsr_problem *p;
   int64_t BM, BN, WN, sq, sk, nq, nk, nqt, nkt, nrows, group, total;
+  int gather;           /* TSR_MAP_GATHER: records are block pairs */
   int64_t *qs, *ks;     /* block starts (nq + 1, nk + 1) */
   int64_t *off;         /* each row's first entry in ents (nrows + 1) */
   tsr_i32 *direct;      /* direct writers of each row; then the fill cursor */
@@ -84,6 +93,15 @@ static tsr_status check_shape(verifier *v, tsr_error *err)
   v->WN = v->BN / 32;
   v->nqt = (v->sq + v->BM - 1) / v->BM;
   v->nkt = (v->sk + v->BN - 1) / v->BN;
+  v->gather = pl->mapping == TSR_MAP_GATHER;
+  if (v->gather) {
+    int64_t bq = 0, bk = 0;
+    if (!tsr_geom_is_uniform(p->geom, &bq, &bk) || bq != v->BM || 2 * bk != v->BN)
+      FAIL("gather plan tile %dx%d does not pair the blocks (%s %lldx%lld): the tile must be "
+           "bq x 2bk",
+           pl->tile_m, pl->tile_n, bq ? "uniform" : "variable", (long long)bq, (long long)bk);
+    v->nkt = (v->nk + 1) / 2; /* its n_k_tiles: the most tiles a row */
+  }
   if (pl->n_q_tiles != v->nqt || pl->n_k_tiles != v->nkt)
     FAIL("plan has %lldx%lld tiles, %lldx%lld tokens need %lldx%lld", (long long)pl->n_q_tiles,
          (long long)pl->n_k_tiles, (long long)v->sq, (long long)v->sk, (long long)v->nqt,
@@ -132,6 +150,33 @@ static tsr_status check_qblk(const verifier *v, tsr_error *err)
   return TSR_OK;
 }
 
+/* A gather task's tile records: both halves' key blocks in range and
+ * ascending, the records ascending, a missing second half only last. */
+static tsr_status check_gather_tiles(const verifier *v, const tsr_task_rec *t, tsr_error *err)
+{
+  const tsr_plan *pl = v->pl;
+  int64_t u, last = -1;
+  for (u = t->tile_begin; u < t->tile_end; u++) {
+    const tsr_tile_rec *tr = &pl->tiles[u];
+    if (tr->k_tile < 0 || tr->k_tile >= v->nk)
+      FAIL("tile record %lld: first half's key block %d out of range [0, %lld)", (long long)u,
+           tr->k_tile, (long long)v->nk);
+    if (tr->mem < -1 || tr->mem >= v->nk)
+      FAIL("tile record %lld: second half's key block %d out of range [0, %lld) (or -1)",
+           (long long)u, tr->mem, (long long)v->nk);
+    if (tr->mem >= 0 && tr->mem <= tr->k_tile)
+      FAIL("tile record %lld: halves' key blocks %d and %d are not ascending", (long long)u,
+           tr->k_tile, tr->mem);
+    if (tr->k_tile <= last)
+      FAIL("tile record %lld: key block %d follows block %lld in its task: not ascending",
+           (long long)u, tr->k_tile, (long long)last);
+    if (tr->mem < 0 && u + 1 < t->tile_end)
+      FAIL("tile record %lld: no second half before the task's last tile", (long long)u);
+    last = tr->mem >= 0 ? tr->mem : tr->k_tile;
+  }
+  return TSR_OK;
+}
+
 /* Task t's tile records, for its member mr: key tiles in range, and
  * membership words for every segment of the member's query tile. */
 static tsr_status check_task_tiles(const verifier *v, const tsr_task_rec *t,
@@ -140,6 +185,8 @@ static tsr_status check_task_tiles(const verifier *v, const tsr_task_rec *t,
   const tsr_plan *pl = v->pl;
   int64_t r0 = (int64_t)mr->q_tile * v->BM, r1 = r0 + v->BM < v->sq ? r0 + v->BM : v->sq;
   int64_t nseg = pl->qblk[r1 - 1] - pl->qblk[r0] + 1, u;
+  if (v->gather)
+    return check_gather_tiles(v, t, err);
   for (u = t->tile_begin; u < t->tile_end; u++) {
     const tsr_tile_rec *tr = &pl->tiles[u];
     if (tr->k_tile < 0 || tr->k_tile >= v->nkt)
@@ -334,6 +381,59 @@ static tsr_status check_segment(const verifier *v, int64_t b, int64_t h, int64_t
   return TSR_OK;
 }
 
+/* The block of half `half` of a gather row's sorted record e (-1: none). */
+static int64_t gather_block(const entry *E, int64_t e, int half) { return half ? E[e].mem : E[e].k_tile; }
+
+/* Step 5 for a gather row (batch b, head h, query tokens [r0, r1), one
+ * query block): its n records, sorted by first half, must list blocks in
+ * ascending order, two a record, a missing second half only in the last
+ * (so they pair the blocks they list as the contract does), and those
+ * blocks must be the row's selected ones. */
+static tsr_status check_gather_row(const verifier *v, int64_t b, int64_t h, int64_t r0, int64_t r1,
+                                   const entry *E, int64_t n, tsr_error *err)
+{
+  int64_t iblk = v->pl->qblk[r0], prev = -1, e, j, blk;
+  int half;
+  const uint8_t *mrow = tsr_mask_plane(v->m, b, h) + iblk * v->nk;
+#define GATHER_FAIL(blk, what, ...)                                                            \
+  FAIL("batch %lld head %lld: query tokens [%lld, %lld) (block %lld) x key tokens [%lld, %lld) " \
+       "(block %lld) " what,                                                                   \
+       (long long)b, (long long)h, (long long)r0, (long long)r1, (long long)iblk,              \
+       (long long)v->ks[blk], (long long)v->ks[(blk) + 1], (long long)(blk), __VA_ARGS__)
+  for (e = 0; e < n; e++)
+    for (half = 0; half < 2; half++) {
+      blk = gather_block(E, e, half);
+      if (blk < 0) {
+        if (e + 1 < n)
+          FAIL("batch %lld head %lld q tile %lld: tile record of task %d has no second half but "
+               "is not the row's last",
+               (long long)b, (long long)h, (long long)(r0 / v->BM), E[e].task);
+        continue;
+      }
+      if (blk == prev)
+        GATHER_FAIL(blk, "are covered twice (task %d)", E[e].task);
+      if (blk < prev)
+        GATHER_FAIL(blk, "are paired out of ascending order, after block %lld (task %d)",
+                    (long long)prev, E[e].task);
+      prev = blk;
+    }
+  /* The blocks ascending, one walk over the key blocks compares them with
+   * the mask. */
+  for (e = 0, half = 0, j = 0; j < v->nk; j++) {
+    while (e < n && gather_block(E, e, half) < j) { /* -1, or a block already passed */
+      half ^= 1;
+      e += !half;
+    }
+    blk = e < n ? gather_block(E, e, half) : -1;
+    if (blk == j && !mrow[j])
+      GATHER_FAIL(j, "are not selected but reach the output (task %d)", E[e].task);
+    if (blk != j && mrow[j])
+      GATHER_FAIL(j, "are selected but not covered%s", "");
+  }
+#undef GATHER_FAIL
+  return TSR_OK;
+}
+
 /* 5. Token-pair coverage, row by row, segment by segment. */
 static tsr_status check_coverage(verifier *v, tsr_error *err)
 {
@@ -350,6 +450,11 @@ static tsr_status check_coverage(verifier *v, tsr_error *err)
       ;
     if (e < n)
       qsort(E, (size_t)n, sizeof *E, entry_cmp);
+    if (v->gather) {
+      if ((st = check_gather_row(v, b, h, r0, r1, E, n, err)))
+        return st;
+      continue;
+    }
     for (e = 1; e < n; e++)
       if (E[e - 1].k_tile == E[e].k_tile)
         FAIL("batch %lld head %lld: query tokens [%lld, %lld) x key tile %d (tokens [%lld, "

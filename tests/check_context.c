@@ -19,7 +19,10 @@
  *    moved into C (transcribed here), over the tables and shapes
  *    tests/python-binding.sh uses and random stats, ties of the split
  *    estimate's rounding included;
- *  - where the bundle is found (tsri_bundle_dir).
+ *  - where the bundle is found (tsri_bundle_dir);
+ *  - the gather upgrade (tsri_context_gather): which selections become
+ *    gather plans on 128x128 tiles, over bundles with and without a kg
+ *    variant, and that a host-only context never upgrades.
  * Host-only contexts over the build's bundle: no GPU needed.
  */
 #include <check.h>
@@ -1178,6 +1181,164 @@ START_TEST(test_sm80_route)
 }
 END_TEST
 
+/* ---- The gather upgrade ---------------------------------------------------- */
+
+/* Expects tsri_context_gather to leave `in` as it is (0) or upgrade it (1):
+ * then mapping gather, tile 128x128, no variant, everything else kept, and
+ * the reason naming the kg variant; the upgraded options plan and verify. */
+static void gather_expect(const tsr_bundle *b, const char *arch, int device, const rules_req *r,
+                          const tsr_selection *in, int want, const char *label)
+{
+  tsr_selection s = *in;
+  tsr_plan *pl = NULL;
+  tsr_plan_summary sum;
+  tsr_error err = {0};
+  int got;
+  if (in->opts.variant == in->variant)
+    s.opts.variant = s.variant; /* the copy's own */
+  got = tsri_context_gather(b, arch, tsri_arch_smem_limit(arch), device, &r->f, &s);
+  ck_assert_msg(got == want, "%s: upgraded %d, want %d (%s)", label, got, want, s.reason);
+  ck_assert_int_eq(s.opts.tasks, in->opts.tasks);
+  ck_assert_int_eq(s.opts.split_tiles, in->opts.split_tiles);
+  ck_assert_int_eq(s.opts.num_sms, in->opts.num_sms);
+  ck_assert_int_eq(s.opts.precision, in->opts.precision);
+  ck_assert_int_eq(s.from_table, in->from_table);
+  if (!want) {
+    ck_assert_int_eq(s.opts.mapping, in->opts.mapping);
+    ck_assert_int_eq(s.opts.tile_m, in->opts.tile_m);
+    ck_assert_int_eq(s.opts.tile_n, in->opts.tile_n);
+    ck_assert(s.opts.variant == (in->opts.variant == in->variant ? s.variant : in->opts.variant));
+    ck_assert_str_eq(s.variant, in->variant);
+    ck_assert_str_eq(s.reason, in->reason);
+    return;
+  }
+  ck_assert_int_eq(s.opts.mapping, TSR_MAP_GATHER);
+  ck_assert_int_eq(s.opts.tile_m, 128);
+  ck_assert_int_eq(s.opts.tile_n, 128);
+  ck_assert_ptr_null(s.opts.variant);
+  ck_assert_str_eq(s.variant, "");
+  ck_assert_msg(strstr(s.reason, "; gather: 128x64 blocks on 128x128 tiles (tsr_sm90_") &&
+                    strstr(s.reason, "_kgtest)") && !strncmp(s.reason, in->reason, strlen(in->reason)),
+                "%s: reason '%s'", label, s.reason);
+  /* the upgraded options plan a gather plan that verifies */
+  ck_assert_msg(tsr_plan_create(&r->p, r->m, &s.opts, &pl, &err) == TSR_OK, "%s: %s", label, err.text);
+  tsr_plan_summarize(pl, &sum);
+  ck_assert_int_eq(sum.mapping, TSR_MAP_GATHER);
+  ck_assert_msg(tsr_plan_verify(pl, r->m, &err) == TSR_OK, "%s: %s", label, err.text);
+  tsr_plan_destroy(pl);
+}
+
+START_TEST(test_gather_upgrade)
+{
+  tu_rng rng = {tu_seed("gather_upgrade", 53)};
+  char path[300];
+  tsr_db *db = NULL;
+  tsr_context *ctx;
+  tsr_error err = {0};
+  tsr_bundle kg, plain;
+  tsr_bundle_entry kge, *plain_items;
+  tsr_selection auto_sel, row_sel, s;
+  rules_req r, r16, r128;
+  size_t i;
+  long src = -1;
+  snprintf(path, sizeof path, "%s/empty.db", tmpdir);
+  ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
+  tsr_db_close(db);
+  ctx = rules_context(path);
+  /* A kg variant made from the bundle's sm90 bf16 d128 128x128 flat one, the
+   * only entry of one bundle; the other: the build's bundle without kg. */
+  plain_items = malloc((ctx->bundle.n + 1) * sizeof *plain_items);
+  memset(&plain, 0, sizeof plain);
+  plain.items = plain_items;
+  for (i = 0; i < ctx->bundle.n; i++) {
+    const tsr_bundle_entry *e = &ctx->bundle.items[i];
+    if (!e->v.gather)
+      plain_items[plain.n++] = *e;
+    if (src < 0 && e->v.family == TSR_FAMILY_SM90 && e->v.dtype == TSR_DT_BF16 && e->v.head_dim == 128 &&
+        e->v.bm == 128 && e->v.bn == 128 && !e->v.fp8 && !e->v.gather && e->v.layout == TSR_TL_FLAT &&
+        (e->targets & (1u << tsri_arch_index("sm_90a"))))
+      src = (long)i;
+  }
+  ck_assert_int_ge(src, 0);
+  kge = ctx->bundle.items[src];
+  kge.v.gather = 1;
+  kge.v.membership = 0;
+  snprintf(kge.name, sizeof kge.name, "%.60s_kgtest", ctx->bundle.items[src].name);
+  memset(&kg, 0, sizeof kg);
+  kg.items = &kge;
+  kg.n = 1;
+
+  rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 64, 128, TSR_DT_BF16, &r);
+  rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 64, 128, TSR_DT_F16, &r16);
+  rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 128, 128, TSR_DT_BF16, &r128);
+  /* the fallback to the automatic planner, and a table row retaining 128x64
+   * with split tasks and its (128x64) variant */
+  memset(&auto_sel, 0, sizeof auto_sel);
+  tsr_plan_opts_init(&auto_sel.opts);
+  auto_sel.opts.num_sms = 132;
+  auto_sel.level = -1;
+  auto_sel.row_id = -1;
+  snprintf(auto_sel.reason, sizeof auto_sel.reason, "no lookup table: automatic plan");
+  row_sel = auto_sel;
+  row_sel.from_table = 1;
+  row_sel.level = 0;
+  row_sel.row_id = 7;
+  row_sel.opts.mapping = TSR_MAP_RETAIN;
+  row_sel.opts.tile_m = 128;
+  row_sel.opts.tile_n = 64;
+  row_sel.opts.tasks = TSR_TASKS_SPLIT;
+  row_sel.opts.split_tiles = 3;
+  snprintf(row_sel.variant, sizeof row_sel.variant, "tsr_sm90_bf16_d128_m128n64_s2_g2_flat_nm");
+  row_sel.opts.variant = row_sel.variant;
+  snprintf(row_sel.reason, sizeof row_sel.reason, "table row 7");
+
+  /* upgraded: on a device, with a kg variant for the request */
+  gather_expect(&kg, "sm_90a", 1, &r, &auto_sel, 1, "automatic plan");
+  gather_expect(&kg, "sm_90a", 1, &r, &row_sel, 1, "table row retain 128x64");
+  /* not upgraded */
+  gather_expect(&kg, "sm_90a", 0, &r, &auto_sel, 0, "host only");
+  gather_expect(&plain, "sm_90a", 1, &r, &row_sel, 0, "no kg variant");
+  gather_expect(&kg, "sm_80", 1, &r, &row_sel, 0, "kg not built for sm_80");
+  gather_expect(&kg, "sm_90a", 1, &r16, &row_sel, 0, "no fp16 kg variant");
+  gather_expect(&kg, "sm_90a", 1, &r128, &auto_sel, 0, "128x128 blocks");
+  s = row_sel;
+  s.opts.precision = TSR_PREC_FP8;
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "fp8");
+  s = row_sel;
+  s.opts.mapping = TSR_MAP_COMBINE;
+  s.opts.tile_n = 128;
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "table row combine 128x128");
+  s = row_sel;
+  s.opts.tile_m = 64;
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "table row 64x64");
+  s = auto_sel;
+  s.opts.mapping = TSR_MAP_RETAIN;
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "the caller's retain");
+  s = auto_sel;
+  s.opts.tile_m = 128;
+  s.opts.tile_n = 64;
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "the caller's tile");
+  s = auto_sel;
+  s.opts.variant = "tsr_sm90_bf16_d128_m128n64_s2_g2_flat_nm";
+  gather_expect(&kg, "sm_90a", 1, &r, &s, 0, "the caller's variant");
+  /* TESSERA_GATHER=0 turns it off, any other value leaves it on */
+  setenv("TESSERA_GATHER", "0", 1);
+  gather_expect(&kg, "sm_90a", 1, &r, &row_sel, 0, "TESSERA_GATHER=0");
+  setenv("TESSERA_GATHER", "1", 1);
+  gather_expect(&kg, "sm_90a", 1, &r, &row_sel, 1, "TESSERA_GATHER=1");
+  unsetenv("TESSERA_GATHER");
+  /* A host-only context never upgrades: the CPU path keeps its plans. */
+  ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
+  ck_assert_int_ne(s.opts.mapping, TSR_MAP_GATHER);
+  ck_assert_ptr_null(strstr(s.reason, "gather"));
+  rules_free(&r);
+  rules_free(&r16);
+  rules_free(&r128);
+  free(plain_items);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *context_suite(void)
 {
   Suite *s = suite_create("context");
@@ -1197,6 +1358,7 @@ static Suite *context_suite(void)
   tcase_add_test(tc, test_reselect_rejects);
   tcase_add_test(tc, test_bundle_dir);
   tcase_add_test(tc, test_sm80_route);
+  tcase_add_test(tc, test_gather_upgrade);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,8 +1,9 @@
 /*
  * check_exec.c: the CPU plan executor (tsr_cpu_execute) against the CPU
  * reference (tsr_ref_attention, float64 accumulation) over random problems:
- * every geometry kind, tile shape, mapping and task layout, GQA, broadcast
- * masks, empty rows and heads, cross lengths.  Outputs must agree within
+ * every geometry kind, tile shape, mapping (gather on its own uniform
+ * cases) and task layout, GQA, broadcast masks, empty rows and heads,
+ * cross lengths.  Outputs must agree within
  * 1e-5 relative (max |diff| / max |ref|) and lse likewise, with -inf in
  * exactly the same places; a row the plan forgets stays NaN (the executor
  * poisons its outputs) and fails.
@@ -43,8 +44,8 @@ static double rel_err_f32(const tsr_array *got, const tsr_array *want)
 /* Plans with (tile, mapping, tasks, split), executes, compares with ref.
  * Returns 1 when the combination ran, 0 when the mapping did not fit. */
 static int run_combo(const pc_case *c, const tsr_array *q, const tsr_array *k, const tsr_array *v,
-                     const tsr_array *ro, const tsr_array *rl, int ti, tsr_mapping mp, tsr_tasks tk,
-                     int split, int sms)
+                     const tsr_array *ro, const tsr_array *rl, int tm, int tn, tsr_mapping mp,
+                     tsr_tasks tk, int split, int sms)
 {
   tsr_plan_opts o;
   tsr_plan *pl = NULL;
@@ -53,8 +54,8 @@ static int run_combo(const pc_case *c, const tsr_array *q, const tsr_array *k, c
   tsr_status st;
   double eo, el;
   tsr_plan_opts_init(&o);
-  o.tile_m = pc_tiles[ti][0];
-  o.tile_n = pc_tiles[ti][1];
+  o.tile_m = tm;
+  o.tile_n = tn;
   o.mapping = mp;
   o.tasks = tk;
   o.split_tiles = split;
@@ -99,16 +100,50 @@ START_TEST(test_exec_random)
   ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "ref: %s",
                 err.text);
   /* The planner's defaults, then random combinations. */
-  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
   for (n = 0; n < 6; n++) {
     int ti = (int)tu_range(&r, 0, PC_NTILES - 1);
     tsr_mapping mp = (tsr_mapping)tu_range(&r, 0, 3);
     tsr_tasks tk = (tsr_tasks)tu_range(&r, 0, 3);
     int split = tu_uniform(&r) < 0.5 ? 0 : (int)tu_range(&r, 1, 3);
     int sms = tu_uniform(&r) < 0.5 ? 0 : (int)tu_range(&r, 1, 8);
-    ran += run_combo(&c, &q, &k, &v, &ro, &rl, ti, mp, tk, split, sms);
+    ran += run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[ti][0], pc_tiles[ti][1], mp, tk, split, sms);
   }
   ck_assert_int_ge(ran, 1);
+  tsr_npy_free(&q);
+  tsr_npy_free(&k);
+  tsr_npy_free(&v);
+  tsr_npy_free(&ro);
+  tsr_npy_free(&rl);
+  pc_free(&c);
+}
+END_TEST
+
+/* Gather plans (TSR_MAP_GATHER) on random uniform cases (ragged lengths,
+ * empty rows, GQA heads sharing rows, broadcast planes, odd and even
+ * counts a row): every task layout, split chunks of 1 to 3 tiles, the
+ * planner's tile and the explicit one, against the reference. */
+START_TEST(test_exec_gather)
+{
+  tu_rng r = {tu_seed("exec_gather", 6007) + 7919u * (uint64_t)_i};
+  pc_case c;
+  tsr_array q, k, v, ro, rl;
+  tsr_error err = {0};
+  int64_t bq = 0, bk = 0;
+  int tk;
+  ck_assert_int_eq(pc_make_gather(&r, &c), 0);
+  ck_assert(tsr_geom_is_uniform(c.g, &bq, &bk));
+  rand_array(&r, &q, c.B, c.Hq, c.Sq, c.D);
+  rand_array(&r, &k, c.B, c.Hkv, c.Sk, c.D);
+  rand_array(&r, &v, c.B, c.Hkv, c.Sk, c.D);
+  ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "ref: %s",
+                err.text);
+  for (tk = 0; tk < 4; tk++) {
+    int split = tk == TSR_TASKS_SPLIT || tu_uniform(&r) < 0.3 ? (int)tu_range(&r, 1, 3) : 0;
+    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, tk % 2 ? (int)bq : 0, tk % 2 ? (int)(2 * bk) : 0,
+                               TSR_MAP_GATHER, (tsr_tasks)tk, split, (int)tu_range(&r, 0, 8)),
+                     1);
+  }
   tsr_npy_free(&q);
   tsr_npy_free(&k);
   tsr_npy_free(&v);
@@ -147,14 +182,14 @@ START_TEST(test_exec_nonfinite)
       bad += !isfinite(((float *)ro.data)[i]);
     ck_assert_msg(bad > 0, "%s: no non-finite reference output", c.what);
   }
-  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
-  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 1, TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0);
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0);
+  ran += run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[1][0], pc_tiles[1][1], TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0);
   for (n = 0; n < 6; n++) {
     int ti = (int)tu_range(&r, 0, PC_NTILES - 1);
     tsr_mapping mp = (tsr_mapping)tu_range(&r, 0, 3);
     tsr_tasks tk = (tsr_tasks)tu_range(&r, 0, 3);
     int split = tu_uniform(&r) < 0.3 ? 0 : (int)tu_range(&r, 1, 3);
-    ran += run_combo(&c, &q, &k, &v, &ro, &rl, ti, mp, tk, split, 0);
+    ran += run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[ti][0], pc_tiles[ti][1], mp, tk, split, 0);
   }
   ck_assert_int_ge(ran, 2);
   tsr_npy_free(&q);
@@ -287,8 +322,8 @@ START_TEST(test_exec_corpus)
     rand_array(&r, &k, 1, c.Hkv, c.Sk, c.D);
     rand_array(&r, &v, 1, c.Hkv, c.Sk, c.D);
     ck_assert_msg(tsr_ref_attention(c.g, c.m, &q, &k, &v, 0, &ro, &rl, &err) == TSR_OK, "%s", err.text);
-    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0), 1);
-    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, 1, TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0), 1);
+    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, 0, 0, TSR_MAP_AUTO, TSR_TASKS_AUTO, 0, 0), 1);
+    ck_assert_int_eq(run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[1][0], pc_tiles[1][1], TSR_MAP_AUTO, TSR_TASKS_SPLIT, 2, 0), 1);
     tsr_npy_free(&q), tsr_npy_free(&k), tsr_npy_free(&v), tsr_npy_free(&ro), tsr_npy_free(&rl);
     tsr_geom_destroy(c.g);
     tsr_mask_destroy(c.m);
@@ -306,6 +341,7 @@ int main(void)
   TCase *tc = tcase_create("exec");
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_exec_random, 0, 60);
+  tcase_add_loop_test(tc, test_exec_gather, 0, 40);
   tcase_add_loop_test(tc, test_exec_nonfinite, 0, 4 * TU_NF_KINDS);
   tcase_add_test(tc, test_exec_f16_3d);
   tcase_add_test(tc, test_exec_rejects);

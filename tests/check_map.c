@@ -8,13 +8,17 @@
  *  - retain / combine / subdivide are chosen and reported as the geometry
  *    dictates, and refused with both sizes named when they cannot apply;
  *  - tasks: longest-first order, chunk limits, one merge per split row,
- *    GQA and empty-row packing, balance estimate.
+ *    GQA and empty-row packing, balance estimate;
+ *  - gather: every row walks exactly its selected key blocks paired in
+ *    ascending order (chunks in slot order), with the summary's counts
+ *    derived from the mask alone.
  */
 #include <check.h>
 #include <time.h>
 
 #include "plan_cases.h"
 #include "plan_impl.h"
+#include "plan_rows.h"
 
 static tsr_plan *make_plan(const pc_case *c, int tm, int tn, tsr_mapping mp, tsr_tasks tk,
                            int split, int sms, tsr_status want)
@@ -140,6 +144,106 @@ static void check_tasks(const pc_case *c, const tsr_plan *pl, tsr_tasks asked, i
     ck_assert(sm.balance >= 1.0 - 1e-12);
   }
 }
+
+/* Gather plans (plan_layout.h) against the mask alone: every problem row
+ * (its chunks in slot order) walks its query block's selected key blocks
+ * j0 < j1 < ... as (j0, j1), (j2, j3), ..., (j_last, -1) when odd; the
+ * summary counts ceil(n / 2) tiles a row, the selected pairs, and BN
+ * computed columns a tile clipped at seq_k, a missing half computing the
+ * first half's keys again (bq == BM: a query tile is a query block). */
+static void check_gather_exact(const pc_case *c, const tsr_plan *pl)
+{
+  plan_rows_index ix;
+  char why[160];
+  int64_t b, h, t, bq = 0, bk = 0, tiles = 0;
+  double sel = 0, comp = 0;
+  ck_assert(tsr_geom_is_uniform(c->g, &bq, &bk));
+  ck_assert_int_eq(pl->mapping, TSR_MAP_GATHER);
+  ck_assert_int_eq(pl->tile_m, bq);
+  ck_assert_int_eq(pl->tile_n, 2 * bk);
+  ck_assert_int_eq(pl->n_q_tiles, c->nq);
+  ck_assert_int_eq(pl->n_k_tiles, (c->nk + 1) / 2);
+  ck_assert_int_eq(pl->n_membership, 0);
+  ck_assert_int_eq(pl->summary.partial_tiles, 0);
+  ck_assert_int_eq(pl->summary.combined + pl->summary.subdivided, 0);
+  ck_assert_msg(!plan_rows_build(pl, &ix, why, sizeof why), "%s", why);
+  for (b = 0; b < c->B; b++)
+    for (h = 0; h < c->Hq; h++)
+      for (t = 0; t < c->nq; t++) {
+        const uint8_t *row = c->bits + (((c->mb == 1 ? 0 : b) * c->mh + (c->mh == 1 ? 0 : h)) * c->nq + t) * c->nk;
+        int64_t r = (b * c->Hq + h) * c->nq + t, rows_t = c->qb[t + 1] - c->qb[t], j = 0, k, half = 0;
+        int64_t want[2] = {-1, -1};
+        for (k = ix.off[r]; k < ix.off[r + 1]; k++) {
+          int64_t u;
+          for (u = ix.c[k].tb; u < ix.c[k].te; u++) {
+            const tsr_tile_rec *tr = &pl->tiles[u];
+            for (half = 0; half < 2; half++) { /* the next two selected blocks, or -1 */
+              while (j < c->nk && !row[j])
+                j++;
+              want[half] = j < c->nk ? j++ : -1;
+            }
+            ck_assert_msg(tr->k_tile == want[0] && tr->mem == want[1],
+                          "%s: b %lld h %lld q block %lld: tile (%d, %d), want (%lld, %lld)", c->what,
+                          (long long)b, (long long)h, (long long)t, tr->k_tile, tr->mem,
+                          (long long)want[0], (long long)want[1]);
+            comp += (double)rows_t * (double)(c->kb[want[0] + 1] - c->kb[want[0]] +
+                                              (want[1] >= 0 ? c->kb[want[1] + 1] - c->kb[want[1]]
+                                                            : c->kb[want[0] + 1] - c->kb[want[0]]));
+            tiles++;
+          }
+        }
+        while (j < c->nk && !row[j])
+          j++;
+        ck_assert_msg(j == c->nk, "%s: b %lld h %lld q block %lld: key block %lld selected, not walked",
+                      c->what, (long long)b, (long long)h, (long long)t, (long long)j);
+        for (j = 0; j < c->nk; j++)
+          sel += row[j] ? (double)rows_t * (double)(c->kb[j + 1] - c->kb[j]) : 0.0;
+      }
+  ck_assert_int_eq(pl->summary.tiles, tiles);
+  ck_assert(pl->summary.selected_pairs == sel);
+  ck_assert(pl->summary.computed_pairs == comp);
+  plan_rows_free(&ix);
+}
+
+START_TEST(test_map_gather)
+{
+  tu_rng r = {tu_seed("map_gather", 2718) + 7919u * (uint64_t)_i};
+  pc_case c;
+  tsr_plan *row;
+  char why[200];
+  int tk;
+  ck_assert_int_eq(pc_make_gather(&r, &c), 0);
+  row = make_plan(&c, 0, 0, TSR_MAP_GATHER, TSR_TASKS_ROW, 0, 0, TSR_OK);
+  for (tk = 0; tk < 4; tk++) {
+    int64_t bq = 0, bk = 0, nt = -1, nw = -1;
+    int split = tk == TSR_TASKS_SPLIT || (tk == TSR_TASKS_AUTO && tu_uniform(&r) < 0.5) ? (int)tu_range(&r, 1, 3) : 0;
+    int explicit_tile = tu_uniform(&r) < 0.5;
+    tsr_plan *pl;
+    tsr_error err = {0};
+    ck_assert(tsr_geom_is_uniform(c.g, &bq, &bk));
+    pl = make_plan(&c, explicit_tile ? (int)bq : 0, explicit_tile ? (int)(2 * bk) : 0, TSR_MAP_GATHER,
+                   (tsr_tasks)tk, split, (int)tu_range(&r, 0, 16), TSR_OK);
+    check_gather_exact(&c, pl);
+    check_tasks(&c, pl, (tsr_tasks)tk, split);
+    /* the capacity count: what the plan emits, or more where GQA heads share */
+    ck_assert_int_eq(tsri_map_count(pl, c.m, &nt, &nw), 0);
+    ck_assert_int_eq(nw, 0);
+    if (c.mh > 1 && c.Hq > c.Hkv)
+      ck_assert_int_ge(nt, pl->n_tiles);
+    else
+      ck_assert_msg(nt == pl->n_tiles, "%s: counted %lld tiles, emitted %lld", c.what, (long long)nt,
+                    (long long)pl->n_tiles);
+    ck_assert_msg(tsr_plan_verify(pl, c.m, &err) == TSR_OK, "%s %s split %d: %s", c.what,
+                  tsr_plan_tasks_name((tsr_tasks)tk), split, err.text);
+    /* every layout walks the row layout's tiles, row by row */
+    ck_assert_msg(!plan_rows_diff(row, pl, 0, why, sizeof why), "%s %s: %s", c.what,
+                  tsr_plan_tasks_name((tsr_tasks)tk), why);
+    tsr_plan_destroy(pl);
+  }
+  tsr_plan_destroy(row);
+  pc_free(&c);
+}
+END_TEST
 
 START_TEST(test_map_random)
 {
@@ -686,6 +790,7 @@ int main(void)
   TCase *tc = tcase_create("map");
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_map_random, 0, 40);
+  tcase_add_loop_test(tc, test_map_gather, 0, 40);
   tcase_add_test(tc, test_map_retain);
   tcase_add_test(tc, test_map_combine_subdivide);
   tcase_add_test(tc, test_map_rejects);

@@ -7,6 +7,11 @@
  *    tile marked full, a lost merge, a slot read twice, a wrong qblk entry,
  *    a member on another KV head, an index out of range;
  *  - verify against a different mask fails;
+ *  - gather plans: corrupted gather tiles (a duplicated block, blocks out
+ *    of ascending order or mispaired, a missing block or second half, an
+ *    unselected or out-of-range block, swapped halves, a wrong tile) are
+ *    caught; bad gather geometries are refused naming the sizes; the
+ *    mapping's name round-trips; replanning into used plans;
  *  - the JSON explanation parses and agrees with the summary and arrays;
  *  - the fast paths (SSE2, AVX2, AVX-512 packing and emission, packed-bit
  *    masks, replanning into a used plan) give the plain path's plan byte
@@ -205,6 +210,250 @@ START_TEST(test_verify_corruptions)
   expect_violation(pl, c.m, "is never written", "task dropped");
   tsr_plan_destroy(pl);
   pc_free(&c);
+}
+END_TEST
+
+/* A gather case: blocks 32x16 over 200 x 300 tokens (both ragged), two
+ * query heads on one KV head with the second head's rows mostly the
+ * first's (shared tile ranges), query block 0 of head 0 empty, rows of
+ * odd and even counts, at least one with 4 or more selected blocks. */
+static void gather_case(tu_rng *r, pc_case *c)
+{
+  tsr_error err = {0};
+  int64_t i, best = 0;
+  memset(c, 0, sizeof *c);
+  c->B = 1, c->Hq = 2, c->Hkv = 1, c->Sq = 200, c->Sk = 300, c->D = 16, c->mb = 1, c->mh = 2;
+  ck_assert_int_eq(tsr_geom_uniform(c->Sq, c->Sk, 32, 16, &c->g, &err), TSR_OK);
+  c->nq = tu_uniform_bounds(c->Sq, 32, &c->qb);
+  c->nk = tu_uniform_bounds(c->Sk, 16, &c->kb);
+  c->bits = tu_rand_bits(r, (size_t)(2 * c->nq * c->nk), 0.5);
+  memset(c->bits, 0, (size_t)c->nk);
+  for (i = 0; i < 4; i++) /* query block 1 of head 0: at least 4 blocks */
+    c->bits[c->nk + 5 * i] = 1;
+  memcpy(c->bits + (c->nq + 2) * c->nk, c->bits + 2 * c->nk, (size_t)((c->nq - 2) * c->nk));
+  for (i = c->nk; i < 2 * c->nk; i++)
+    best += c->bits[i];
+  ck_assert_int_ge(best, 4);
+  ck_assert_int_eq(tsr_mask_from_bytes(1, 2, c->nq, c->nk, c->bits, &c->m, &err), TSR_OK);
+  c->p.batch = 1, c->p.heads_q = 2, c->p.heads_kv = 1, c->p.seq_q = c->Sq, c->p.seq_k = c->Sk;
+  c->p.head_dim = 16, c->p.dtype = TSR_DT_BF16, c->p.geom = c->g;
+  snprintf(c->what, sizeof c->what, "gather case");
+}
+
+/* The first tile record of the row task (n_members 1, row tasks) of head 0
+ * query tile 1, which has at least two tiles. */
+static int64_t gather_row_tiles(const tsr_plan *pl, int64_t *end)
+{
+  int64_t i;
+  for (i = 0; i < pl->n_tasks; i++) {
+    const tsr_task_rec *t = &pl->tasks[i];
+    if (t->head == 0 && t->q_tile == 1 && t->partial < 0) {
+      ck_assert_int_ge(t->tile_end - t->tile_begin, 2);
+      *end = t->tile_end;
+      return t->tile_begin;
+    }
+  }
+  ck_abort_msg("no row task for head 0, q tile 1");
+  return -1;
+}
+
+/* Applies `edit` to tile record u (k_tile, mem), expects the violation,
+ * restores the record and expects the plan to verify again. */
+static void gather_mutant(tsr_plan *pl, const tsr_mask *m, int64_t u, tsr_i32 k_tile, tsr_i32 mem,
+                          const char *what, const char *label)
+{
+  tsr_tile_rec save = pl->tiles[u];
+  pl->tiles[u].k_tile = k_tile;
+  pl->tiles[u].mem = mem;
+  expect_violation(pl, m, what, label);
+  pl->tiles[u] = save;
+  ck_assert_int_eq(tsr_plan_verify(pl, m, NULL), TSR_OK);
+}
+
+START_TEST(test_verify_gather_corruptions)
+{
+  tu_rng r = {tu_seed("verify_gather", 41) + 131u * (uint64_t)_i};
+  pc_case c;
+  tsr_plan *pl;
+  tsr_tile_rec a, b;
+  int64_t u, end, i, last;
+  gather_case(&r, &c);
+
+  /* Row tasks: a row's tiles in one task. */
+  pl = plan_with(&c, 0, 0, TSR_MAP_GATHER, TSR_TASKS_ROW, 0);
+  ck_assert_int_eq(pl->mapping, TSR_MAP_GATHER);
+  ck_assert_int_eq(pl->tile_m, 32);
+  ck_assert_int_eq(pl->tile_n, 32);
+  u = gather_row_tiles(pl, &end);
+  a = pl->tiles[u];
+  b = pl->tiles[u + 1];
+  ck_assert(a.mem > a.k_tile && b.k_tile > a.mem);
+  gather_mutant(pl, c.m, u, a.mem, a.k_tile, "are not ascending", "swapped halves");
+  gather_mutant(pl, c.m, u, a.k_tile, a.k_tile, "are not ascending", "k_tile == mem");
+  gather_mutant(pl, c.m, u + 1, a.mem, b.mem >= 0 ? b.mem : -1, "not ascending", "block repeated in the task");
+  gather_mutant(pl, c.m, u, a.k_tile, -1, "no second half before the task's last tile", "half dropped");
+  gather_mutant(pl, c.m, u, a.k_tile, (tsr_i32)c.nk, "out of range", "second half past the blocks");
+  gather_mutant(pl, c.m, u, -1, a.mem, "out of range", "negative first half");
+  /* records of a task out of order (a lone last block then comes first) */
+  pl->tiles[u] = b;
+  pl->tiles[u + 1] = a;
+  expect_violation(pl, c.m, b.mem >= 0 ? "in its task: not ascending" : "no second half before", "records swapped");
+  pl->tiles[u] = a;
+  pl->tiles[u + 1] = b;
+  /* the row's last tile's second half dropped */
+  last = end - 1;
+  if (pl->tiles[last].mem >= 0)
+    gather_mutant(pl, c.m, last, pl->tiles[last].k_tile, -1, "are selected but not covered", "last half dropped");
+  /* against a mask one block pair off: a block covered but not selected,
+   * or selected but not covered */
+  {
+    uint8_t *bits2 = malloc((size_t)(2 * c.nq * c.nk));
+    tsr_mask *m2 = NULL;
+    memcpy(bits2, c.bits, (size_t)(2 * c.nq * c.nk));
+    i = c.nk + tu_range(&r, 0, c.nk - 1); /* head 0, query block 1 */
+    bits2[i] ^= 1;
+    ck_assert_int_eq(tsr_mask_from_bytes(1, 2, c.nq, c.nk, bits2, &m2, NULL), TSR_OK);
+    expect_violation(pl, m2, bits2[i] ? "are selected but not covered" : "are not selected but reach the output",
+                     "other mask");
+    tsr_mask_destroy(m2);
+    free(bits2);
+  }
+  /* a dropped tile: its blocks uncovered */
+  for (i = 0; i < pl->n_tasks && !(pl->tasks[i].head == 0 && pl->tasks[i].q_tile == 1); i++)
+    ;
+  pl->tasks[i].tile_end--;
+  expect_violation(pl, c.m, "are selected but not covered", "dropped tile");
+  pl->tasks[i].tile_end++;
+  /* the tile is not bq x 2bk, or the key tile count not ceil(nk / 2) */
+  pl->tile_n = 64;
+  expect_violation(pl, c.m, "does not pair the blocks", "wrong tile");
+  pl->tile_n = 32;
+  pl->n_k_tiles++;
+  expect_violation(pl, c.m, "plan has", "wrong key tile count");
+  pl->n_k_tiles--;
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
+  tsr_plan_destroy(pl);
+
+  /* Split chunks of one tile: a row's tiles in several tasks, so only the
+   * row's sorted records show a block twice or the blocks mispaired. */
+  pl = plan_with(&c, 32, 32, TSR_MAP_GATHER, TSR_TASKS_SPLIT, 1);
+  ck_assert_int_gt(pl->n_merges, 0);
+  for (i = 0; i < pl->n_tasks; i++) {
+    const tsr_task_rec *t = &pl->tasks[i];
+    ck_assert_int_le(t->tile_end - t->tile_begin, 1);
+  }
+  {
+    /* the chunk tiles of head 0 query tile 1, in slot order: the row's pairs */
+    int64_t ut[64], n = 0, k;
+    for (k = 0; k < pl->n_slots && n < 64; k++)
+      for (i = 0; i < pl->n_tasks; i++)
+        if (pl->tasks[i].partial == k && pl->tasks[i].head == 0 && pl->tasks[i].q_tile == 1)
+          ut[n++] = pl->tasks[i].tile_begin;
+    ck_assert_int_ge(n, 2);
+    a = pl->tiles[ut[0]];
+    b = pl->tiles[ut[1]];
+    ck_assert(a.mem > a.k_tile && b.k_tile > a.mem);
+    gather_mutant(pl, c.m, ut[1], a.mem, b.mem >= 0 ? b.mem : -1, "covered twice", "duplicated block");
+    if (b.mem >= 0) {
+      /* (j0, j1), (j2, j3) as (j0, j2), (j1, j3): each tile ascending, the pairs covering exactly */
+      pl->tiles[ut[0]].mem = b.k_tile;
+      pl->tiles[ut[1]].k_tile = a.mem;
+      expect_violation(pl, c.m, "paired out of ascending order", "mispaired blocks");
+      pl->tiles[ut[0]] = a;
+      pl->tiles[ut[1]] = b;
+    }
+    gather_mutant(pl, c.m, ut[0], a.k_tile, -1, "no second half but is not the row's last", "half dropped mid-row");
+  }
+  ck_assert_int_eq(tsr_plan_verify(pl, c.m, NULL), TSR_OK);
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+}
+END_TEST
+
+/* Bad gather geometries are refused with the sizes named; tile 0 takes
+ * the blocks' bq x 2bk; the name round-trips. */
+START_TEST(test_gather_rejects)
+{
+  tu_rng r = {tu_seed("gather_rejects", 43)};
+  static const struct {
+    int64_t bq, bk;
+    int tm, tn;
+    const char *want;
+  } bad[] = {
+      {128, 64, 64, 128, "tile 64x128 and blocks 128x64"},   /* bq != tile_m */
+      {128, 64, 128, 64, "tile 128x64 and blocks 128x64"},   /* 2 bk != tile_n */
+      {128, 64, 128, 256, "tile 128x256 and blocks 128x64"},
+      {128, 300, 0, 0, "tile 128x600 and blocks 128x300"},   /* 2 bk past the largest tile */
+      {40, 64, 0, 0, "tile 40x128 and blocks 40x64"},        /* rows not a multiple of 16 */
+  };
+  pc_case c;
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_error err = {0};
+  tsr_mapping mp;
+  size_t i;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(pc_make_blocks(&r, &c, 700, bad[i].bq, bad[i].bk), 0);
+    tsr_plan_opts_init(&o);
+    o.mapping = TSR_MAP_GATHER;
+    o.tile_m = bad[i].tm;
+    o.tile_n = bad[i].tn;
+    tsr_error_clear(&err);
+    ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(pl);
+    ck_assert_msg(strstr(err.text, "mapping 'gather'") && strstr(err.text, bad[i].want), "%s", err.text);
+    pc_free(&c);
+  }
+  /* variable blocks */
+  {
+    int64_t qs[] = {64, 64, 40}, ks[] = {32, 32, 32, 20};
+    uint8_t bits[12];
+    memset(bits, 1, sizeof bits);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(tsr_geom_variable(qs, 3, ks, 4, &c.g, &err), TSR_OK);
+    ck_assert_int_eq(tsr_mask_from_bytes(1, 1, 3, 4, bits, &c.m, &err), TSR_OK);
+    c.p.batch = c.p.heads_q = c.p.heads_kv = 1, c.p.seq_q = 168, c.p.seq_k = 116;
+    c.p.head_dim = 16, c.p.dtype = TSR_DT_BF16, c.p.geom = c.g;
+    tsr_plan_opts_init(&o);
+    o.mapping = TSR_MAP_GATHER;
+    o.tile_m = 64, o.tile_n = 64;
+    tsr_error_clear(&err);
+    ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.text, "needs uniform blocks, got blocks variable"), "%s", err.text);
+    tsr_geom_destroy(c.g);
+    tsr_mask_destroy(c.m);
+  }
+  /* FP8: no gather kernels */
+  gather_case(&r, &c);
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_GATHER;
+  o.precision = TSR_PREC_FP8;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_plan_create(&c.p, c.m, &o, &pl, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "native precision only, got precision fp8"), "%s", err.text);
+  /* the planner's tile, one edge given */
+  o.precision = TSR_PREC_NATIVE;
+  o.tile_n = 32;
+  ck_assert_msg(tsr_plan_create(&c.p, c.m, &o, &pl, &err) == TSR_OK, "%s", err.text);
+  ck_assert_int_eq(pl->tile_m, 32);
+  ck_assert_int_eq(pl->tile_n, 32);
+  ck_assert_str_eq(tsr_plan_mapping_name(pl->summary.mapping), "gather");
+  tsr_plan_destroy(pl);
+  pc_free(&c);
+  /* names and option checks */
+  ck_assert_str_eq(tsr_plan_mapping_name(TSR_MAP_GATHER), "gather");
+  ck_assert_str_eq(tsr_plan_mapping_name((tsr_mapping)(TSR_MAP_GATHER + 1)), "unknown");
+  ck_assert_int_eq(tsr_plan_parse_mapping("gather", &mp), 0);
+  ck_assert_int_eq(mp, TSR_MAP_GATHER);
+  ck_assert_int_eq(tsr_plan_parse_mapping("gathers", &mp), -1);
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_GATHER;
+  ck_assert_int_eq(tsr_plan_opts_check(&o, NULL), TSR_OK);
+  o.mapping = (tsr_mapping)(TSR_MAP_GATHER + 1);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_plan_opts_check(&o, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "invalid plan mapping 5") != NULL, "%s", err.text);
 }
 END_TEST
 
@@ -546,6 +795,8 @@ int main(void)
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_verify_sweep, 0, 40);
   tcase_add_test(tc, test_verify_corruptions);
+  tcase_add_loop_test(tc, test_verify_gather_corruptions, 0, 8);
+  tcase_add_test(tc, test_gather_rejects);
   tcase_add_test(tc, test_verify_other_mask_and_kv);
   tcase_add_test(tc, test_explain_json);
   tcase_add_test(tc, test_update_reuse);

@@ -45,6 +45,33 @@ for mode in uniform batch variable f16 uniform batch; do
   fi
 done
 
+# --- mapping gather as asked: the cpu backend runs it (its plan printed) to
+# the same 1e-4; blocks no gather tile pairs are refused naming the sizes ---
+for s in 1 2 3; do
+  rm -f "$D"/*.npy
+  blk=$("$H" gen "$D" $((SEED + 100 + s)) gather) || { bad "gen gather"; continue; }
+  bq=${blk%x*}; bk=${blk#*x}
+  "$T" run --backend cpu --mapping gather --mask "$D/mask.npy" --block "$blk" --q "$D/q.npy" \
+    --k "$D/k.npy" --v "$D/v.npy" --out "$D/out.npy" --lse "$D/lse.npy" >"$D/stdout" 2>"$D/stderr" ||
+    { bad "cpu --mapping gather $blk: exit $?: $(cat "$D/stderr")"; continue; }
+  grep -q "^cpu: plan gather ${bq}x$((2 * bk)), " "$D/stdout" || bad "gather plan not printed: $(cat "$D/stdout")"
+  "$H" check "$D" $((SEED + 100 + s)) gather 0 1e-4 || bad "cpu --mapping gather check seed $s"
+done
+tile="${bq}x$((2 * bk + 32))" # a valid tile, but not bq x 2bk
+"$T" run --backend cpu --mapping gather --tile "$tile" --mask "$D/mask.npy" --block "$blk" --q "$D/q.npy" \
+  --k "$D/k.npy" --v "$D/v.npy" --out "$D/o2.npy" >"$D/stdout" 2>"$D/stderr"
+rc=$?
+{ [ $rc -eq 2 ] && [ "$(wc -l <"$D/stderr")" -eq 1 ] && [ ! -e "$D/o2.npy" ] &&
+  grep -q "mapping 'gather' needs the tile bq x 2bk .*got tile $tile and blocks $blk" "$D/stderr"; } ||
+  bad "gather on tile $tile, blocks $blk: exit $rc: $(cat "$D/stderr")"
+rm -f "$D"/*.npy
+"$H" gen "$D" "$SEED" variable >/dev/null || bad "gen for the gather refusal"
+"$T" run --backend cpu --mapping gather --mask "$D/mask.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" \
+  --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" --out "$D/out.npy" >"$D/stdout" 2>"$D/stderr"
+rc=$?
+{ [ $rc -eq 2 ] && grep -q "mapping 'gather' needs uniform blocks, got blocks variable" "$D/stderr" &&
+  [ ! -e "$D/out.npy" ]; } || bad "gather on variable blocks: exit $rc: $(cat "$D/stderr")"
+
 # --- precision (issue 18): native is the default, byte for byte; fp8 on the
 # cpu backend runs the emulation (a different output: not a silent native
 # run), which its own test measures (tests/check_fp8) -------------------------

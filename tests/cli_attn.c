@@ -21,7 +21,8 @@
  *
  * MODE: uniform (ragged, rectangular, GQA, 3-D), batch (4-D, cross
  * lengths, per-batch masks, empty rows), variable (variable blocks),
- * f16 (float16 inputs), nan (uniform with NaN at one element of a query row
+ * f16 (float16 inputs), gather (uniform with blocks of 16 to 64 tokens,
+ * multiples of 16: what mapping gather takes), nan (uniform with NaN at one element of a query row
  * that selects something: check also requires that whole row of out.npy
  * and its lse to be NaN, as the reference's are).  Inputs are written with
  * the test's own .npy writer.
@@ -67,6 +68,10 @@ static void make(tcase *c, uint64_t seed, const char *mode)
   c->D = tu_range(&r, 8, 48);
   c->bq = tu_range(&r, 16, 70);
   c->bk = tu_range(&r, 16, 70);
+  if (!strcmp(mode, "gather")) { /* blocks a gather tile pairs: 16 to 64, multiples of 16 */
+    c->bq = 16 * (c->bq % 4 + 1);
+    c->bk = 16 * (c->bk % 4 + 1);
+  }
   if (!strcmp(mode, "batch")) {
     c->four = 1;
     c->B = c->mb = 2;

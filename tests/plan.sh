@@ -54,6 +54,8 @@ expect_ok "tile: 64x64, mapping combine+subdivide" $M96 --mapping subdivide --ve
 expect_ok "mapping retain" --mask "$D/m128.npy" --block 128 --seq 700 --head-dim 128 --heads-kv 2 --verify
 expect_ok "tile: 64x128" --mask "$D/m128.npy" --block 128 --seq 700 --head-dim 128 --tile 64x128 --verify
 expect_ok "mapping subdivide" --mask "$D/m384.npy" --block 384 --seq 1100 --head-dim 128 --verify
+expect_ok "tile: 128x256, mapping gather (a tile pairs two selected key blocks)" --mask "$D/m128.npy" --block 128 --seq 700 --head-dim 128 --heads-kv 2 --mapping gather --verify
+expect_ok "tile: 96x192, mapping gather" $M96 --mapping gather --tasks split --split 1 --verify
 expect_ok "blocks: variable, 3 x 4 blocks" --mask "$D/mvar.npy" --q-blocks "$D/qs.npy" --k-blocks "$D/ks.npy" --head-dim 64 --verify
 expect_ok "22 empty rows" --mask "$D/empty.npy" --block 96 --seq 700 --head-dim 64 --tile 64x64 --tasks row --verify
 expect_ok "700 x 760 tokens" --mask "$D/m96.npy" --block 96 --seq 700 --seq-k 760 --head-dim 64 --verify
@@ -150,7 +152,8 @@ expect_exit 2 "mapping 'retain' needs the tile to equal the logical block, got t
 expect_exit 2 "mapping 'subdivide' needs logical blocks larger than the tile" $M96 --mapping subdivide --tile 128x128
 expect_exit 2 "tile 100x128 is not supported" $M96 --tile 100x128
 expect_exit 2 "invalid --tile 'big'" $M96 --tile big
-expect_exit 2 "invalid --mapping 'merge'" $M96 --mapping merge
+expect_exit 2 "invalid --mapping 'merge': expected auto, retain, combine, subdivide or gather" $M96 --mapping merge
+expect_exit 2 "mapping 'gather' needs the tile bq x 2bk of the blocks bq x bk (rows a multiple of 16, columns of 32, at most 512), got tile 96x96 and blocks 96x96" $M96 --mapping gather --tile 96x96
 expect_exit 2 "invalid --tasks 'all'" $M96 --tasks all
 expect_exit 2 "invalid --arch 'hopper'" $M96 --arch hopper
 expect_exit 2 "invalid --split '0'" $M96 --split 0

@@ -90,9 +90,10 @@ static inline void pc_fill(tu_rng *r, pc_case *c, int family)
                (size_t)(c->nq * c->nk));
 }
 
-/* A random case; `max_seq` bounds both lengths.  Returns 0, or -1 when the
+/* A random case; `max_seq` bounds both lengths; bq, bk > 0 force uniform
+ * blocks of that size (0: a random geometry).  Returns 0, or -1 when the
  * library refused the geometry or mask (a test failure for the caller). */
-static inline int pc_make(tu_rng *r, pc_case *c, int64_t max_seq)
+static inline int pc_make_blocks(tu_rng *r, pc_case *c, int64_t max_seq, int64_t fbq, int64_t fbk)
 {
   tsr_error err = {0};
   int geo = (int)tu_range(r, 0, 5), family = (int)tu_range(r, 0, 4);
@@ -105,12 +106,16 @@ static inline int pc_make(tu_rng *r, pc_case *c, int64_t max_seq)
   c->D = 8 * tu_range(r, 1, 4);
   c->Sq = tu_range(r, 1, max_seq);
   c->Sk = tu_uniform(r) < 0.5 ? c->Sq : tu_range(r, 1, max_seq);
-  if (geo <= 3) {
+  if (geo <= 3 || fbq) {
     int64_t bq = pc_block_sizes[tu_range(r, 0, 7)];
     int64_t bk = geo == 0 ? bq : pc_block_sizes[tu_range(r, 0, 7)];
     if (geo == 3) { /* a single block, or nearly */
       bq = c->Sq;
       bk = c->Sk;
+    }
+    if (fbq) {
+      bq = fbq;
+      bk = fbk;
     }
     if (tsr_geom_uniform(c->Sq, c->Sk, bq, bk, &c->g, &err))
       goto fail;
@@ -163,6 +168,22 @@ static inline int pc_make(tu_rng *r, pc_case *c, int64_t max_seq)
 fail:
   fprintf(stderr, "pc_make: %s\n", err.text);
   return -1;
+}
+
+static inline int pc_make(tu_rng *r, pc_case *c, int64_t max_seq)
+{
+  return pc_make_blocks(r, c, max_seq, 0, 0);
+}
+
+/* Gather cases (TSR_MAP_GATHER): uniform blocks bq x bk, each a tile edge
+ * the planner takes (bq a multiple of 16, 2 bk of 32), ragged lengths of
+ * a few to some 40 key blocks, every mask family (empty rows, GQA heads
+ * sharing rows, broadcast planes); the gather tile is bq x 2bk. */
+static inline int pc_make_gather(tu_rng *r, pc_case *c)
+{
+  static const int64_t sizes[] = {16, 32, 48, 64, 128};
+  int64_t bq = sizes[tu_range(r, 0, 4)], bk = sizes[tu_range(r, 0, 4)];
+  return pc_make_blocks(r, c, 40 * bk < 1500 ? 40 * bk : 1500, bq, bk);
 }
 
 static inline void pc_free(pc_case *c)

@@ -2,7 +2,8 @@
  * plan_rows.h: two plans compared as what each problem row (batch, query
  * head, query tile) walks, byte for byte: its key tiles in order, full or
  * partial, the membership words of every partial tile, and (when asked)
- * its chunks' lengths; plus qblk.  Plans of different planners order tasks
+ * its chunks' lengths; plus qblk (gather plans: both halves' key blocks,
+ * no words).  Plans of different planners order tasks
  * differently (the host: groups, longest first, snake; the GPU: length
  * classes) and may share tile ranges between identical rows (the host), so
  * the raw arrays differ while every row's content must not.  Used by
@@ -107,11 +108,14 @@ static int plan_rows_diff(const tsr_plan *a, const tsr_plan *b, int chunks, char
 {
   plan_rows_index ia, ib;
   int64_t r, rows;
-  int bad = 0;
+  int bad = 0, gather = a->mapping == TSR_MAP_GATHER;
   why[0] = '\0';
   if (a->problem.batch != b->problem.batch || a->problem.heads_q != b->problem.heads_q ||
       a->tile_m != b->tile_m || a->tile_n != b->tile_n || a->n_q_tiles != b->n_q_tiles)
     return snprintf(why, n, "different problems or tiles"), 1;
+  if (gather != (b->mapping == TSR_MAP_GATHER))
+    return snprintf(why, n, "one plan is gather, the other %s",
+                    tsr_plan_mapping_name(gather ? b->mapping : a->mapping)), 1;
   if (a->n_qblk != b->n_qblk || memcmp(a->qblk, b->qblk, (size_t)a->n_qblk * sizeof *a->qblk))
     return snprintf(why, n, "qblk differs"), 1;
   memset(&ia, 0, sizeof ia);
@@ -153,12 +157,13 @@ static int plan_rows_diff(const tsr_plan *a, const tsr_plan *b, int chunks, char
       }
       x = &a->tiles[ta++];
       y = &b->tiles[tb++];
-      if (x->k_tile != y->k_tile || (x->mem < 0) != (y->mem < 0)) {
+      /* gather tiles: mem is the second half's key block (plan_layout.h) */
+      if (x->k_tile != y->k_tile || (x->mem < 0) != (y->mem < 0) || (gather && x->mem != y->mem)) {
         bad = snprintf(why, n, "row %lld tile %lld: k tile %d/%d mem %d/%d", (long long)r, (long long)pos, x->k_tile,
                        y->k_tile, x->mem, y->mem);
         break;
       }
-      if (x->mem >= 0 &&
+      if (x->mem >= 0 && !gather &&
           (x->mem + words > a->n_membership || y->mem + words > b->n_membership ||
            memcmp(a->membership + x->mem, b->membership + y->mem, (size_t)words * sizeof *a->membership))) {
         bad = snprintf(why, n, "row %lld tile %lld (k tile %d): membership words differ", (long long)r,

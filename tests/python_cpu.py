@@ -4,7 +4,7 @@ reference (tests/python_ref.py): float32, bf16 and fp16; lse (natural log,
 -inf for empty rows); masks [H, NQ, NK] and [B, H, NQ, NK] with broadcast
 planes; uniform (ragged) and variable blocks; GQA; both layouts, strided
 inputs; cross lengths; empty rows and heads; poisoned out and lse; the
-plan options; non-finite inputs against tsr_ref_attention; bad input refused
+plan options; mapping "gather"; non-finite inputs against tsr_ref_attention; bad input refused
 with out left as it was.  Fresh random inputs every run (the seed is
 printed; SEED= repeats one)."""
 import math
@@ -135,6 +135,44 @@ got = tessera.attention(q, k, v, m, block=(64, 64), tile=(64, 64), tasks="split"
 want, wlse = ref.reference(q, k, v, m, (64, 64))
 check(ref.rel_error(got, want) <= TOL[torch.float32] and ref.rel_error(lse, wlse) <= 1e-5,
       "split rows: error %.3g" % ref.rel_error(got, want))
+
+# ---- mapping="gather" (two selected key blocks a tile) as asked, on ragged
+# uniform blocks with GQA and empty rows, both layouts; refused on a tile
+# that is not bq x 2bk; and never chosen by the CPU path on its own --------
+def gather_checks():
+    for layout in ("bhsd", "bshd"):
+        sq, sk = rng.randint(40, 300), rng.randint(40, 300)
+        q = torch.randn(1, 4, sq, 64) if layout == "bhsd" else torch.randn(1, sq, 4, 64)
+        k, v = ((torch.randn(1, 2, sk, 64) if layout == "bhsd" else torch.randn(1, sk, 2, 64))
+                for _ in range(2))
+        m = torch.rand(4, (sq + 31) // 32, (sk + 15) // 16) < 0.5
+        m[1, 0] = False
+        got = tessera.attention(q, k, v, m, block=(32, 16), layout=layout, mapping="gather", tasks="split")
+        want, _ = ref.reference(q, k, v, m, (32, 16), layout)
+        err = ref.rel_error(got, want)
+        check(err <= TOL[torch.float32], "gather %s: error %.3g" % (layout, err))
+    ctx = tessera.Context(device=tessera.NO_DEVICE)
+    p = tessera.Plan(ctx, m, 1, 4, 2, sq, sk, 64, block=(32, 16), mapping="gather", upload=False)
+    s = p.summary()
+    check(s["mapping"] == tessera.MAPPINGS["gather"] and (s["tile_m"], s["tile_n"]) == (32, 32),
+          "Plan(mapping='gather'): %r" % s)
+    p.close()
+    for kw, words in ((dict(mapping="gather", tile=(32, 64)), "got tile 32x64 and blocks 32x16"),
+                      (dict(mapping="gathered"), "invalid mapping 'gathered'")):
+        try:
+            tessera.attention(q, k, v, m, block=(32, 16), layout=layout, **kw)
+        except tessera.TesseraError as e:
+            check(words in str(e), "gather refusal %s: %r" % (kw, str(e)))
+        else:
+            check(False, "gather refusal %s: accepted" % kw)
+    m = torch.rand(2, 4, 8) < 0.5
+    p = tessera.Plan(ctx, m, 1, 2, 2, 512, 512, 64, block=(128, 64), upload=False)
+    check(p.summary()["mapping"] != tessera.MAPPINGS["gather"] and "gather" not in p.selection,
+          "the CPU path upgraded 128x64 blocks to gather: %s" % p.selection)
+    p.close()
+
+
+gather_checks()
 
 # ---- a variant named on a host plan: kept, and the table's choice off -------
 ctx = tessera.Context(device=tessera.NO_DEVICE)

@@ -63,7 +63,7 @@ __all__ = ["TesseraError", "Context", "Plan", "GpuPlan", "attention", "default_c
 # ---- enums mirrored from tessera.h (keep in order) ------------------------
 DT_BOOL, DT_U8, DT_I32, DT_I64, DT_F16, DT_BF16, DT_F32, DT_F64 = range(8)
 LAYOUT_BHSD, LAYOUT_BSHD = 0, 1
-MAPPINGS = {"auto": 0, "retain": 1, "combine": 2, "subdivide": 3}
+MAPPINGS = {"auto": 0, "retain": 1, "combine": 2, "subdivide": 3, "gather": 4}
 TASKS = {"auto": 0, "row": 1, "split": 2, "pack": 3}
 # tsr_precision: products in the tensors' dtype, or the opt-in FP8 scheme
 # (docs/fp8.md); a GPU without an FP8 variant refuses fp8 (TesseraError).
@@ -458,6 +458,8 @@ def _problem_setup(owner, batch, heads_q, heads_kv, seq_q, seq_k, head_dim, bloc
     lib.tsr_plan_opts_init(ctypes.byref(o))
     if tile:
         o.tile_m, o.tile_n = tile
+    if mapping not in MAPPINGS:
+        raise TesseraError(f"invalid mapping {mapping!r}: expected one of {', '.join(MAPPINGS)}")
     o.mapping, o.tasks, o.split_tiles = MAPPINGS[mapping], TASKS[tasks], split_tiles
     if precision not in PRECISIONS:
         raise TesseraError(f"invalid precision {precision!r}: expected 'native' or 'fp8'")
