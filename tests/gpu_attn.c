@@ -116,7 +116,7 @@ static const tcase cases[] = {
   { "bf16-d128-gather-gqa-split-ragged", 1, 4, 2, 1000, 1000, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 1, 1 },
   { "fp16-d128-gather-empty-bshd", 2, 2, 2, 700, 900, 128, TSR_DT_F16, 1, 128, 64, 128, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0, 1 },
   { "bf16-d64-gather-band-pack", 1, 4, 1, 1100, 1060, 64, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_BAND, 0, TL_PACK, 1, 0, 1 },
-  { "fp16-d64-gather-random-bshd", 1, 3, 3, 1300, 1250, 64, TSR_DT_F16, 1, 128, 64, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 0, 1 },
+  { "fp16-d64-gather-random-bshd", 1, 3, 3, 1300, 1250, 64, TSR_DT_F16, 1, 128, 64, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 1, 1 },
   { "bf16-d128-gather-full-split", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_FULL, 1, TL_SPLIT, 0, 0, 1 },
 };
 
