@@ -149,6 +149,10 @@ tsr_status tsri_map_resolve(tsr_plan *pl, const tsr_plan_opts *o, tsr_error *err
       tm = uniform && bq > 128 ? 128 : 64;
       tn = uniform && bk > 128 ? 128 : 64;
       break;
+    case TSR_MAP_GATHER: /* the blocks' tile bq x 2bk (a stand-in for wip-host's resolve_gather) */
+      tm = uniform ? (int)bq : 0;
+      tn = uniform ? (int)(2 * bk) : 0;
+      break;
     }
   }
   if (tm == 0)

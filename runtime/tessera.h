@@ -332,7 +332,8 @@ typedef enum {
   TSR_MAP_AUTO,
   TSR_MAP_RETAIN,    /* tile = logical block (needs uniform blocks equal to the tile) */
   TSR_MAP_COMBINE,   /* a tile spans several blocks or parts of them */
-  TSR_MAP_SUBDIVIDE  /* a block spans several tiles */
+  TSR_MAP_SUBDIVIDE, /* a block spans several tiles */
+  TSR_MAP_GATHER     /* a tile is two selected key blocks of the row (bq = tile_m, 2 bk = tile_n) */
 } tsr_mapping;
 
 typedef enum {
