@@ -9,7 +9,9 @@
  *
  * Uniform and variable block geometries alike: a variable one uploads its
  * block maps (each token's block, the block starts) once, at create, and
- * the kernels look blocks up there instead of dividing by bq / bk.
+ * the kernels look blocks up there instead of dividing by bq / bk.  Gather
+ * templates (mapping "gather", uniform blocks only) take the kernels'
+ * direct path: tiles pair a row's selected blocks, no membership words.
  *
  * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
  * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
@@ -106,6 +108,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * uploads, and the capacities the buffers are sized for. */
 typedef struct {
   int uniform, multi; /* multi: some tile meets several blocks (membership words) */
+  int gather;         /* mapping "gather": tiles of two selected key blocks */
   int64_t bq, bk, nq, nk, nqt, nkt, rows, chunk, nseg_max;
   int64_t cap_tiles, cap_words, cap_slots, cap_tasks, scan_bytes;
   tsr_i32 *kblk, *qoff, *koff, *tkb, *kcw; /* variable geometry only; freed by create */
@@ -117,7 +120,7 @@ static tsr_status check_args(const tsr_plan_opts *o, const tsr_gpuplan_caps *cap
   if (o->tasks == TSR_TASKS_PACK)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "cannot plan on the GPU: task layout 'pack' is host-only (use row or split)");
-  if ((unsigned)o->tasks > TSR_TASKS_PACK || (unsigned)o->mapping > TSR_MAP_SUBDIVIDE)
+  if ((unsigned)o->tasks > TSR_TASKS_PACK || (unsigned)o->mapping > TSR_MAP_GATHER)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot create GPU plan: invalid mapping %d or task layout %d",
                          (int)o->mapping, (int)o->tasks);
   if (o->split_tiles < 0)
@@ -185,6 +188,15 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
   strcpy(pl->arch, tsri_context_arch(ctx));
   if (o->variant) strcpy(pl->variant, o->variant);
   if ((st = tsri_map_resolve(pl, o, err))) return st;
+  lay->gather = pl->mapping == TSR_MAP_GATHER;
+  /* The planning kernels' gather path assumes the contract's geometry
+   * (plan_layout.h): one query block a query tile, two key blocks a tile. */
+  if (lay->gather && (!lay->uniform || lay->bq != pl->tile_m || 2 * lay->bk != pl->tile_n))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
+                         "cannot plan on the GPU: mapping 'gather' needs uniform blocks bq x bk on tiles "
+                         "bq x 2bk, got blocks %lldx%lld (%s) on tile %dx%d",
+                         (long long)lay->bq, (long long)lay->bk, lay->uniform ? "uniform" : "variable",
+                         pl->tile_m, pl->tile_n);
   if (o->split_tiles > 0 && o->tasks != TSR_TASKS_ROW) lay->chunk = o->split_tiles;
   pl->task_layout = lay->chunk ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
 
@@ -263,18 +275,22 @@ static tsr_status block_maps(tsr_gpuplan *g, gp_layout *lay, tsr_error *err)
     lay->multi = lay->uniform ? c0 / lay->bk != (c1 - 1) / lay->bk : kblk[c0] != kblk[c1 - 1];
   }
   lay->multi |= lay->nseg_max > 1;
+  /* Gather tiles hold two whole blocks: no partial tiles, no words. */
+  if (lay->gather) lay->multi = 0;
   return TSR_OK;
 }
 
 /* Capacities: the worst case of the template, or the caller's, each within
  * 32-bit indices; partial slots at most DEFAULT_SLOT_BYTES of workspace
- * unless the caller says otherwise. */
+ * unless the caller says otherwise.  A row has at most a tile a key tile,
+ * a gather row one a pair of key blocks (ceil(nk / 2)). */
 static void capacities(const tsr_plan *pl, const tsr_gpuplan_caps *caps, gp_layout *lay)
 {
   int64_t rows = lay->rows, wn = pl->tile_n / 32, chunk = lay->chunk;
-  int64_t worst_tiles = rows * lay->nkt;
+  int64_t row_tiles = lay->gather ? (lay->nk + 1) / 2 : lay->nkt;
+  int64_t worst_tiles = rows * row_tiles;
   int64_t worst_words = lay->multi ? worst_tiles * lay->nseg_max * wn : 0;
-  int64_t worst_slots = chunk ? rows * ((lay->nkt + chunk - 1) / chunk) : 0;
+  int64_t worst_slots = chunk ? rows * ((row_tiles + chunk - 1) / chunk) : 0;
   int64_t per_slot = (int64_t)pl->tile_m * (pl->problem.head_dim + 2) * 4;
   lay->cap_tiles = min64(caps->max_tiles ? caps->max_tiles : worst_tiles, INT32_MAX);
   lay->cap_words = min64(caps->max_words ? caps->max_words : worst_words, INT32_MAX);
@@ -423,6 +439,7 @@ static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
   /* the host planner's task groups (runtime/tasks.c): GQA heads of one KV head */
   g->gp.gsz = (tsr_i32)(pl->problem.heads_q / pl->problem.heads_kv * lay->nqt);
   g->gp.num_sms = (tsr_i32)pl->num_sms;
+  g->gp.gather = lay->gather;
   g->gp.cap_tiles = (tsr_i32)lay->cap_tiles;
   g->gp.cap_words = (tsr_i32)lay->cap_words;
   g->gp.cap_slots = (tsr_i32)lay->cap_slots;

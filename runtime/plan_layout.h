@@ -215,6 +215,8 @@ typedef struct {
   tsr_i32 chunk;             /* most tiles a task; 0 = whole rows */
   tsr_i32 gsz;               /* rows of a (batch, KV head) group: GQA heads x nqt */
   tsr_i32 num_sms;           /* the snake's round (the plan's num_sms) */
+  tsr_i32 gather;            /* 1: a gather plan (above): uniform blocks, bq == bm,
+                                bn == 2 bk; a tile is two selected key blocks */
   tsr_i32 cap_tiles, cap_words, cap_slots, cap_tasks;
   tsr_task_rec *tasks;
   tsr_tile_rec *tiles;

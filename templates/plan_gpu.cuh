@@ -8,7 +8,9 @@
  *
  * Scope (runtime/gpuplan.c checks it): uniform blocks bq x bk (ragged last
  * blocks) or variable blocks (p.koff != NULL: block starts and each token's
- * block, uploaded once a template), any tile BM x BN; row tasks, optionally
+ * block, uploaded once a template), any tile BM x BN, or gather plans
+ * (p.gather: uniform blocks, bq == BM, 2 bk == BN, each tile two selected
+ * key blocks, plan_layout.h "Gather plans"); row tasks, optionally
  * split into near-equal chunks of at most `chunk` key tiles (the host planner's rule), merged
  * through partial slots while the slot capacity lasts (later rows then stay
  * whole); an empty row is one task without tiles (it writes zeros and
@@ -42,9 +44,10 @@
  *                   On sm_90 and later order and emit are programmatic
  *                   dependent launches: emit starts while the count kernel
  *                   runs, reads the mask, then waits for the order kernel.
- * Direct rows (one query segment, tile = key block: retain mappings) take a
- * fast path in both kernels: a 32-bit mask word a lane (4 byte blocks or 32
- * bits), no per-tile division.  Other rows use the general per-tile OR/AND.
+ * Direct rows (one query segment, tile = key block: retain mappings; and
+ * gather rows, whose tiles pair the row's selected blocks) take a fast path
+ * in both kernels: a 32-bit mask word a lane (4 byte blocks or 32 bits), no
+ * per-tile division.  Other rows use the general per-tile OR/AND.
  * Cost: reads the mask twice (plus once per segment for the features of
  * general rows), writes the plan; latency-bound: a few dependent memory
  * round trips a kernel (mask, look-back flags and values, fences), about
@@ -352,14 +355,16 @@ static __device__ __forceinline__ T warp_sum(T x)
 }
 
 /* Direct rows: one query segment and tile = key block (retain on the key
- * side, uniform blocks), so tile u is mask bit (row, u).  The row is read
- * in units of a 32-bit word a lane where the layout allows: mode 0 bit-packed (a unit is
- * 32 tiles), mode 1 bytes with word-aligned rows (4 tiles), mode 2 bytes
- * otherwise (1 tile).  unit_bits gives bit t of the unit = tile
- * unit * tiles_per_unit + t selected; tiles past nk read as clear. */
+ * side, uniform blocks), so tile u is mask bit (row, u); or a gather row
+ * (one segment, as bq == BM), whose i-th selected block is half i % 2 of
+ * its tile i / 2.  The row is read in units of a 32-bit word a lane where
+ * the layout allows: mode 0 bit-packed (a unit is 32 blocks), mode 1 bytes
+ * with word-aligned rows (4 blocks), mode 2 bytes otherwise (1 block).
+ * unit_bits gives bit t of the unit = block unit * blocks_per_unit + t
+ * selected; blocks past nk read as clear. */
 static __device__ __forceinline__ bool is_direct(const tsr_gpuplan_params &p, const rowgeo &g)
 {
-  return !p.koff && g.nseg == 1 && p.bn == p.bk;
+  return !p.koff && g.nseg == 1 && (p.bn == p.bk || p.gather);
 }
 
 static __device__ __forceinline__ int unit_mode(const tsr_gpuplan_params &p)
@@ -388,8 +393,9 @@ static __device__ __forceinline__ unsigned unit_bits(const tsr_gpuplan_params &p
   return __ldg((const unsigned char *)p.mask + row * p.pitch + u) != 0;
 }
 
-/* A direct row's tile count, and whether its last tile is selected (it may
- * be ragged: the features count tokens). */
+/* A direct row's selected blocks (its tiles, but for gather rows), and
+ * whether its last block is selected (it may be ragged: the features count
+ * tokens). */
 static __device__ __forceinline__ int direct_count(const tsr_gpuplan_params &p, const rowgeo &g, int lane,
                                                    bool &last_sel)
 {
@@ -629,14 +635,22 @@ static __device__ __forceinline__ void direct_load4(const tsr_gpuplan_params &p,
 }
 
 /* A direct row's tile records, in key order from tile0: each lane's
- * selected tiles at the warp's exclusive scan of their counts.  b holds
- * the first 128 units, loaded before the wait for the count kernel. */
+ * selected blocks at the warp's exclusive scan of their counts.  b holds
+ * the first 128 units, loaded before the wait for the count kernel.
+ * Gather rows: read as ints, the row's tile records are its selected
+ * blocks in order (k_tile, mem, k_tile, ...: the ascending pairs), so
+ * block i of the row is one 4-byte store at int i from tile0 on, and an
+ * odd count ends with mem = -1; no extra pass.  A uniform branch, not a
+ * template: two inlined copies spilled on sm_120 (3 CTAs, 80 registers). */
 static __device__ __forceinline__ void direct_tiles(const tsr_gpuplan_params &p, const rowgeo &g, int lane,
                                                     int tile0, unsigned (&b)[4])
 {
+  const bool G = p.gather;
   const int mode = unit_mode(p), sh = unit_shift(mode), nu = ((p.nk - 1) >> sh) + 1;
   const long long row = g.plane + g.i0;
-  int n = tile0;
+  tsr_tile_rec *const tr = p.tiles + tile0;
+  tsr_i32 *const half = (tsr_i32 *)tr; /* gather: the row's halves */
+  int n = 0;
   for (int u0 = 0; u0 < nu; u0 += 128) {
     if (u0 > 0) direct_load4(p, row, mode, nu, u0, lane, b);
 #pragma unroll
@@ -650,11 +664,14 @@ static __device__ __forceinline__ void direct_tiles(const tsr_gpuplan_params &p,
       }
       int pos = n + x - c;
       const int t0 = (u0 + 32 * k + lane) << sh;
-      for (unsigned bits = b[k]; bits; bits &= bits - 1u)
-        *(int2 *)&p.tiles[pos++] = make_int2(t0 + __ffs(bits) - 1, -1);
+      for (unsigned bits = b[k]; bits; bits &= bits - 1u) {
+        if (G) half[pos++] = t0 + __ffs(bits) - 1;
+        else *(int2 *)&tr[pos++] = make_int2(t0 + __ffs(bits) - 1, -1);
+      }
       n += __shfl_sync(0xffffffffu, x, 31);
     }
   }
+  if (G && (n & 1) && lane == 0) half[n] = -1; /* the last tile has no second half */
 }
 
 }  // namespace tsrgp
@@ -695,8 +712,9 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     unsigned long long sel, sel2;
     if (is_direct(p, g)) {
       bool last;
-      len = direct_count(p, g, lane, last);
-      const long long x = (long long)len * p.bn - (last ? (long long)p.nkt * p.bn - p.seq_k : 0);
+      const int nsel = direct_count(p, g, lane, last);
+      len = p.gather ? (nsel + 1) >> 1 : nsel; /* gather: two blocks a tile */
+      const long long x = (long long)nsel * p.bk - (last ? (long long)p.nk * p.bk - p.seq_k : 0);
       const long long w = g.r1 - g.r0;
       sel = (unsigned long long)(w * x);
       sel2 = (unsigned long long)(w * x) * (unsigned long long)x;

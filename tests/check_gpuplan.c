@@ -2,7 +2,8 @@
  * check_gpuplan.c: the GPU planner's host side, on any machine: what
  * tsr_gpuplan_create accepts and rejects before it touches a device (on a
  * host-only context, TSR_CONTEXT_NO_DEVICE), with variable geometries now
- * accepted; and the row-by-row plan comparison (tests/plan_rows.h) that
+ * accepted, and gather templates on their geometry only; and the row-by-row
+ * plan comparison (tests/plan_rows.h) that
  * tests/gpu_plan holds device plans to, proven on host plans: the same
  * mask planned with different task layouts walks the same rows, and a
  * changed tile or membership word is found.
@@ -108,6 +109,67 @@ START_TEST(test_create_variable_inputs)
 }
 END_TEST
 
+/* Gather templates: uniform blocks bq x bk on tiles bq x 2bk only (the
+ * planning kernels' gather path assumes it); accepted ones get as far as
+ * the device.  Random block edges and sequences: the outcome follows from
+ * them alone. */
+START_TEST(test_create_gather_inputs)
+{
+  uint64_t seed = tu_seed("create_gather_inputs", 67) + (uint64_t)_i;
+  tu_rng r = {seed};
+  int64_t S = tu_range(&r, 200, 3000), Sk = tu_range(&r, 200, 3000), qs[3] = {100, 300, 0};
+  static const int edges[4] = {32, 64, 128, 256};
+  const int bq = edges[tu_range(&r, 1, 2)], bk = edges[tu_range(&r, 0, 2)];
+  tsr_context *ctx = host_context();
+  tsr_geom *g = NULL, *vg = NULL;
+  tsr_problem p;
+  tsr_plan_opts o;
+  tsr_gpuplan *gp = (tsr_gpuplan *)&gp;
+  tsr_error err = {0};
+
+  ck_assert_int_eq(tsr_geom_uniform(S, Sk, bq, bk, &g, &err), TSR_OK);
+  problem_init(&p, g, 2);
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_GATHER;
+  /* The tile the blocks give (edges 0), or the same tile asked for. */
+  ck_assert_msg(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err) == TSR_ERR_NO_DEVICE, "seed %llu: %s",
+                (unsigned long long)seed, err.text);
+  ck_assert_ptr_null(gp);
+  tsr_error_clear(&err);
+  o.tile_m = bq;
+  o.tile_n = 2 * bk;
+  ck_assert_msg(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err) == TSR_ERR_NO_DEVICE, "seed %llu: %s",
+                (unsigned long long)seed, err.text);
+  /* Any other tile: not a gather geometry. */
+  tsr_error_clear(&err);
+  o.tile_n = bk == 32 ? 128 : bk;
+  ck_assert_int_eq(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(gp);
+  ck_assert_msg(strstr(err.text, "'gather'") && strstr(err.text, "bq x 2bk"), "%s", err.text);
+  tsr_error_clear(&err);
+  o.tile_m = bq == 64 ? 128 : 64;
+  o.tile_n = 2 * bk;
+  ck_assert_int_eq(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "'gather'") && strstr(err.text, "bq x 2bk"), "%s", err.text);
+  /* Variable blocks never. */
+  qs[2] = S - 400 > 0 ? S - 400 : 1;
+  ck_assert_int_eq(tsr_geom_variable(qs, 3, qs, 3, &vg, &err), TSR_OK);
+  problem_init(&p, vg, 1);
+  o.tile_m = o.tile_n = 0;
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err), TSR_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(err.text, "'gather'") && strstr(err.text, "uniform"), "%s", err.text);
+  /* Past the last mapping: invalid, named. */
+  tsr_error_clear(&err);
+  o.mapping = (tsr_mapping)(TSR_MAP_GATHER + 1);
+  ck_assert_int_eq(tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "mapping 5"), "%s", err.text);
+  tsr_geom_destroy(g);
+  tsr_geom_destroy(vg);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* Host plans of one mask under every task layout walk the same rows. */
 START_TEST(test_rows_equal_across_layouts)
 {
@@ -175,6 +237,7 @@ int main(void)
   TCase *tc = tcase_create("gpuplan");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_create_variable_inputs);
+  tcase_add_loop_test(tc, test_create_gather_inputs, 0, 8);
   tcase_add_loop_test(tc, test_rows_equal_across_layouts, 0, 16);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);

@@ -6,7 +6,10 @@
  * For random masks (empty rows and an empty head, ragged and rectangular
  * sequences, GQA, batch and head broadcast, byte and bit-packed masks, every
  * tile shape of the bundle, retain / combine / subdivide, row and split
- * tasks), for variable geometries (STA-like ragged tiles, VSA-like cubes,
+ * tasks), for gather plans (128x64 blocks on 128x128 tiles: rows of odd
+ * and even block counts, one block, the ragged last block, all or none;
+ * ragged seq_k, GQA, broadcast, split rows, byte and bit masks of several
+ * mask words a row), for variable geometries (STA-like ragged tiles, VSA-like cubes,
  * random ragged sizes, uniform sizes given as a variable geometry) and for
  * the masks of a generated demo corpus, each case:
  *   - plans the device mask on the GPU and downloads the plan;
@@ -23,12 +26,17 @@
  *   - runs attention with the device plan and with the host plan on the GPU
  *     (outputs poisoned with NaN first) and compares both with the float64
  *     CPU reference (bf16/fp16 tolerance 1e-2, lse 1e-2, -inf exact);
- *   - checks the features the planner wrote (density) against the mask.
+ *   - checks the features the planner wrote (density) against the mask;
+ *   - gather plans: every row's tiles against the mask itself (its selected
+ *     blocks paired in ascending order, an odd last one alone), no words.
+ * Gather cases need kg kernels (the sm90 family): where the bundle has none
+ * for a device other than sm_90, they are skipped with a note.
  * Then: plan-and-run captured once in a CUDA graph and replayed while the
  * mask buffer's contents change every step; capacity overflow (flagged,
  * nothing launched) and a small slot capacity (rows stay whole, still
  * exact); rejected inputs.  Last, timings with CUDA events for Wan2.1-1.3B
- * 480p and Wan2.1-14B 720p.
+ * 480p and Wan2.1-14B 720p, and Wan2.1-1.3B with 128x64 blocks planned on
+ * 128x64 tiles and as a gather plan on 128x128 tiles.
  *
  *   gpu_plan [--seed N] [--no-timing] [--quick]
  *   --quick: four cases, the graph and the rejections (for compute-sanitizer).
@@ -430,6 +438,51 @@ static void same_order(const char *label, const tsr_plan *dev, const tsr_plan *h
              !memcmp(dev->merges, host->merges, (size_t)dev->n_merges * sizeof *dev->merges));
 }
 
+/* A gather plan against the mask itself, independently of the host
+ * planner: row (b, h, t) walks the selected key blocks of mask row t
+ * (bq == tile_m) paired in ascending order, (j0, j1), (j2, j3), ..., an odd
+ * last one with mem -1, across its chunks in order; no membership words. */
+static void gather_rows_check(const char *label, const tsr_plan *pl, const tsr_mask *m)
+{
+  plan_rows_index ix;
+  char why[256];
+  int64_t nk = tsr_mask_nk(m), r, c, i, j;
+  int32_t *sel = malloc((size_t)nk * sizeof *sel);
+
+  memset(&ix, 0, sizeof ix);
+  if (pl->n_membership != 0 || pl->tile_n != 128 || pl->tile_m != 128)
+    fail(label, "gather plan: tile %dx%d, %lld membership words", pl->tile_m, pl->tile_n,
+         (long long)pl->n_membership);
+  if (plan_rows_build(pl, &ix, why, sizeof why)) {
+    fail(label, "gather plan rows: %s", why);
+    goto done;
+  }
+  for (r = 0; r < ix.rows; r++) {
+    int64_t t = r % pl->n_q_tiles, bh = r / pl->n_q_tiles, k = 0, ns = 0;
+    const uint8_t *row = tsr_mask_plane(m, bh / pl->problem.heads_q, bh % pl->problem.heads_q) + t * nk;
+    for (j = 0; j < nk; j++)
+      if (row[j]) sel[ns++] = (int32_t)j;
+    for (c = ix.off[r]; c < ix.off[r + 1]; c++)
+      for (i = ix.c[c].tb; i < ix.c[c].te; i++, k++) {
+        const tsr_tile_rec *x = &pl->tiles[i];
+        if (2 * k >= ns || x->k_tile != sel[2 * k] || x->mem != (2 * k + 1 < ns ? sel[2 * k + 1] : -1)) {
+          fail(label, "gather row %lld (b %lld h %lld t %lld, %lld blocks selected): tile %lld is (%d, %d), want (%d, %d)",
+               (long long)r, (long long)(bh / pl->problem.heads_q), (long long)(bh % pl->problem.heads_q),
+               (long long)t, (long long)ns, (long long)k, x->k_tile, x->mem, 2 * k < ns ? sel[2 * k] : -1,
+               2 * k + 1 < ns ? sel[2 * k + 1] : -1);
+          goto done;
+        }
+      }
+    if (k != (ns + 1) / 2) {
+      fail(label, "gather row %lld: %lld tiles for %lld selected blocks", (long long)r, (long long)k, (long long)ns);
+      goto done;
+    }
+  }
+done:
+  plan_rows_free(&ix);
+  free(sel);
+}
+
 /* ---- one case ----------------------------------------------------------- */
 
 typedef struct {
@@ -497,6 +550,7 @@ static void check_job(const job *jb, tensors *x, CUstream s)
     return;
   }
   if (tsr_plan_verify(dev, jb->m, &err)) fail(jb->label, "device plan does not verify: %s", err.text);
+  if (jb->o.mapping == TSR_MAP_GATHER) gather_rows_check(jb->label, dev, jb->m);
   tsr_error_clear(&err);
   if (tsr_plan_create(&jb->p, jb->m, &jb->o, &host, &err)) {
     fail(jb->label, "host plan: %s", err.text);
@@ -504,14 +558,15 @@ static void check_job(const job *jb, tensors *x, CUstream s)
   }
   tsr_plan_summarize(dev, &ds);
   tsr_plan_summarize(host, &hs);
-  if (ds.tile_m != hs.tile_m || ds.tile_n != hs.tile_n || ds.tiles != hs.tiles ||
+  if (ds.tile_m != hs.tile_m || ds.tile_n != hs.tile_n || ds.mapping != hs.mapping || ds.tiles != hs.tiles ||
       ds.partial_tiles != hs.partial_tiles || ds.empty_rows != hs.empty_rows ||
       (!jb->capped && (ds.split_rows != hs.split_rows || ds.tasks_count != hs.tasks_count)) ||
       (jb->capped && (ds.slots > jb->caps.max_slots || ds.split_rows > hs.split_rows)))
     fail(jb->label,
-         "device vs host plan: tile %dx%d/%dx%d tiles %lld/%lld partial %lld/%lld tasks %lld/%lld "
+         "device vs host plan: tile %dx%d/%dx%d mapping %s/%s tiles %lld/%lld partial %lld/%lld tasks %lld/%lld "
          "empty %lld/%lld split %lld/%lld",
-         ds.tile_m, ds.tile_n, hs.tile_m, hs.tile_n, (long long)ds.tiles, (long long)hs.tiles,
+         ds.tile_m, ds.tile_n, hs.tile_m, hs.tile_n, tsr_plan_mapping_name(ds.mapping),
+         tsr_plan_mapping_name(hs.mapping), (long long)ds.tiles, (long long)hs.tiles,
          (long long)ds.partial_tiles, (long long)hs.partial_tiles, (long long)ds.tasks_count,
          (long long)hs.tasks_count, (long long)ds.empty_rows, (long long)hs.empty_rows,
          (long long)ds.split_rows, (long long)hs.split_rows);
@@ -628,6 +683,123 @@ static void run_case(const tcase *c, CUstream s)
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
   job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
   job_check_first(&jb, c->tm, c->tn, c->mapping, c->tasks, c->split, c->run, &x, s);
+  job_check_last(&jb, c->split, &x, s);
+  free(bytes);
+  tsr_mask_destroy(m);
+  tsr_geom_destroy(g);
+}
+
+/* ---- gather plans ------------------------------------------------------- */
+
+/* Gather masks (128x64 blocks on 128x128 tiles): rows of every shape a
+ * pairing meets, each row one of: empty, one block, only the last (ragged)
+ * block, every block, the first and the last, random at `dens` (odd and
+ * even counts alike); and (heads > 1) one empty head.  Selected bytes are
+ * random nonzero values. */
+static uint8_t *gather_mask(int mb, int mh, int nq, int nk, double dens)
+{
+  uint8_t *m = malloc((size_t)mb * mh * nq * nk);
+  int b, h, i, j;
+  for (b = 0; b < mb; b++)
+    for (h = 0; h < mh; h++)
+      for (i = 0; i < nq; i++) {
+        const int kind = mh > 1 && h == mh - 1 && b == 0 ? 0 : (int)(rnd() % 9), one = (int)(rnd() % nk);
+        uint8_t *row = m + (((size_t)b * mh + h) * nq + i) * nk;
+        for (j = 0; j < nk; j++) {
+          int x;
+          switch (kind) {
+          case 0: x = 0; break;
+          case 1: x = j == one; break;
+          case 2: x = j == nk - 1; break;
+          case 3: x = 1; break;
+          case 4: x = j == 0 || j == nk - 1; break;
+          default: x = urand() < dens; break;
+          }
+          row[j] = x ? (uint8_t)(1 + rnd() % 200) : 0;
+        }
+      }
+  return m;
+}
+
+typedef struct {
+  const char *label;
+  int B, Hq, Hkv, Sq, Sk, D;
+  tsr_dtype dt;
+  tsr_tasks tasks;
+  int split;
+  double density;
+  int mask_b, mask_h; /* 1 = broadcast, 0 = full */
+  tsr_mask_format fmt;
+  int run;
+} gcase;
+
+/* Sequences: 1000 (16 blocks, the last of 40 keys), 1900 (30, 44), 960
+ * (15, odd), 4100 (65: bit rows of three words, a last block of 4 keys),
+ * 9000 (141 blocks: byte rows of odd pitch, past 128 units a warp step),
+ * 38390 (600: word-aligned byte rows past 128 words a warp step). */
+static const gcase gcases[] = {
+  {"gather-row-bytes-gqa", 1, 4, 2, 1000, 1000, 128, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.4, 0, 0, TSR_MASK_BYTES, 1},
+  {"gather-split-bits-rect", 2, 3, 3, 777, 1900, 128, TSR_DT_F16, TSR_TASKS_SPLIT, 3, 0.5, 0, 0, TSR_MASK_BITS, 1},
+  {"gather-split-bytes-headbcast-gqa", 1, 4, 1, 1024, 960, 128, TSR_DT_BF16, TSR_TASKS_SPLIT, 2, 0.6, 0, 1,
+   TSR_MASK_BYTES, 1},
+  {"gather-row-bits-batchbcast-d64", 2, 2, 2, 640, 4100, 64, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.3, 1, 0,
+   TSR_MASK_BITS, 1},
+  {"gather-big-plan-only-split", 2, 8, 8, 6000, 9000, 128, TSR_DT_BF16, TSR_TASKS_SPLIT, 7, 0.2, 0, 0,
+   TSR_MASK_BYTES, 0},
+  {"gather-long-rows-plan-only-bits", 1, 4, 2, 700, 38390, 128, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.1, 0, 0,
+   TSR_MASK_BITS, 0},
+  {"gather-long-rows-plan-only-bytes", 1, 2, 2, 700, 38390, 128, TSR_DT_F16, TSR_TASKS_SPLIT, 5, 0.1, 0, 0,
+   TSR_MASK_BYTES, 0},
+};
+
+/* Whether this device's bundle serves gather plans (kg kernels, the sm90
+ * family): on sm_90 their absence fails; elsewhere the gather cases skip. */
+static int gather_served(void)
+{
+  tsr_geom *g;
+  tsr_problem p;
+  tsr_plan_opts o;
+  tsr_gpuplan *gp = NULL;
+  tsr_error err;
+  tsr_status st;
+  const char *arch = tsri_context_arch(ctx);
+  TRY(tsr_geom_uniform(256, 256, 128, 64, &g, &e_));
+  memset(&p, 0, sizeof p);
+  p.batch = 1, p.heads_q = 1, p.heads_kv = 1, p.seq_q = 256, p.seq_k = 256, p.head_dim = 128;
+  p.dtype = TSR_DT_BF16;
+  p.geom = g;
+  TRY(tsr_problem_check(&p, &e_));
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_GATHER;
+  tsr_error_clear(&err);
+  st = tsr_gpuplan_create(ctx, &p, &o, NULL, &gp, &err);
+  tsr_gpuplan_destroy(gp);
+  tsr_geom_destroy(g);
+  if (st == TSR_OK) return 1;
+  if (st == TSR_ERR_NO_VARIANT && strncmp(arch, "sm_90", 5) != 0) {
+    printf("  gather cases skipped: %s has no gather kernels (%s)\n", arch, err.text);
+    return 0;
+  }
+  fail("gather", "cannot create a gather template on %s: %s", arch, err.text);
+  return 0;
+}
+
+static void gather_case(const gcase *c, CUstream s)
+{
+  tsr_geom *g = NULL;
+  tsr_mask *m = NULL;
+  tensors x;
+  job jb;
+  int nq, nk, mb = c->mask_b ? 1 : c->B, mh = c->mask_h ? 1 : c->Hq;
+  uint8_t *bytes;
+
+  TRY(tsr_geom_uniform(c->Sq, c->Sk, 128, 64, &g, &e_));
+  nq = (int)tsr_geom_nq(g);
+  nk = (int)tsr_geom_nk(g);
+  bytes = gather_mask(mb, mh, nq, nk, c->density);
+  TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
+  job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
+  job_check_first(&jb, 128, 128, TSR_MAP_GATHER, c->tasks, c->split, c->run, &x, s);
   job_check_last(&jb, c->split, &x, s);
   free(bytes);
   tsr_mask_destroy(m);
@@ -1151,8 +1323,9 @@ static int cmp_f(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
+/* Blocks 128 x bk; mapping: the planner's (AUTO: retain) or gather. */
 static void timing(const char *label, int H, int S, double dens, int split, CUstream s, int with_run,
-                   tsr_mask_format fmt, int no_host_stats)
+                   tsr_mask_format fmt, int no_host_stats, int bk, tsr_mapping mapping)
 {
   tsr_gpuplan_caps caps;
   const int bs = 128, D = 128, iters = 200;
@@ -1169,15 +1342,16 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   CUgraphExec exec;
   uint8_t *bytes;
   float ts[200], ms, graph_ms, run_ms = 0, both_ms = 0;
-  int nq, i;
+  int nq, nk, i;
   double t0, host_ms;
   tsr_gpuplan_stats st;
 
-  TRY(tsr_geom_uniform(S, S, bs, bs, &g, &e_));
+  TRY(tsr_geom_uniform(S, S, bs, bk, &g, &e_));
   nq = (int)tsr_geom_nq(g);
-  bytes = make_mask(1, H, nq, nq, MK_RANDOM, dens);
-  TRY(tsr_mask_from_bytes(1, H, nq, nq, bytes, &m, &e_));
-  dmask = upload_mask(bytes, (int64_t)H * nq, nq, fmt, 0);
+  nk = (int)tsr_geom_nk(g);
+  bytes = make_mask(1, H, nq, nk, MK_RANDOM, dens);
+  TRY(tsr_mask_from_bytes(1, H, nq, nk, bytes, &m, &e_));
+  dmask = upload_mask(bytes, (int64_t)H * nq, nk, fmt, 0);
   memset(&p, 0, sizeof p);
   p.batch = 1, p.heads_q = H, p.heads_kv = H, p.seq_q = S, p.seq_k = S, p.head_dim = D;
   p.dtype = TSR_DT_BF16;
@@ -1186,6 +1360,7 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   tsr_plan_opts_init(&o);
   o.tasks = split ? TSR_TASKS_SPLIT : TSR_TASKS_ROW;
   o.split_tiles = split;
+  o.mapping = mapping;
   tsr_gpuplan_caps_init(&caps);
   caps.no_host_stats = no_host_stats;
   TRY(tsr_gpuplan_create(ctx, &p, &o, &caps, &gp, &e_));
@@ -1259,9 +1434,10 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
     both_ms = bs2[2];
     free_tensors(&x);
   }
-  printf("TIMING %-22s H=%d S=%d nq=%d density=%.3f tasks=%s: plan %.2f us (median of %d, events), "
-         "%.2f us (graph replay), host planner %.0f us",
-         label, H, S, nq, st.density, split ? "split" : "row", ms * 1e3, iters, graph_ms * 1e3, host_ms * 1e3);
+  printf("TIMING %-22s H=%d S=%d nq=%d nk=%d density=%.3f tasks=%s tile=%dx%d %s: plan %.2f us (median of %d, "
+         "events), %.2f us (graph replay), host planner %.0f us",
+         label, H, S, nq, nk, st.density, split ? "split" : "row", dev ? dev->tile_m : 0, dev ? dev->tile_n : 0,
+         tsr_plan_mapping_name(dev ? dev->mapping : mapping), ms * 1e3, iters, graph_ms * 1e3, host_ms * 1e3);
   if (with_run)
     printf("; attention %.3f ms, plan+attention %.3f ms, planning %.2f%% of execution", run_ms, both_ms,
            100.0 * ms / run_ms);
@@ -1284,7 +1460,7 @@ int main(int argc, char **argv)
   tsr_status st;
   CUstream s;
   uint64_t seed = (uint64_t)time(NULL);
-  int i, do_timing = 1, quick = 0;
+  int i, do_timing = 1, quick = 0, gathers;
   const char *dir = getenv("TSR_TOP_BUILDDIR");
   char bundle[4096];
 
@@ -1319,6 +1495,9 @@ int main(int argc, char **argv)
 
   printf("random masks:\n");
   for (i = 0; i < (int)(sizeof cases / sizeof cases[0]) && (!quick || i < 4); i++) run_case(&cases[i], s);
+  printf("gather plans:\n");
+  if ((gathers = gather_served()))
+    for (i = 0; i < (int)(sizeof gcases / sizeof gcases[0]) && (!quick || i < 2); i++) gather_case(&gcases[i], s);
   printf("variable geometries:\n");
   for (i = 0; i < (int)(sizeof vcases / sizeof vcases[0]) && (!quick || i < 3); i++) var_case(&vcases[i], s);
   if (!quick) {
@@ -1330,11 +1509,18 @@ int main(int argc, char **argv)
   printf("capacity and rejections:\n");
   reject_cases(s);
   if (do_timing) {
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
-    timing("wan2.1-1.3b-480p/bits", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BITS, 0);
-    timing("wan2.1-1.3b-480p/nostats", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BYTES, 1);
-    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0);
-    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1, TSR_MASK_BYTES, 0);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0, 128, TSR_MAP_AUTO);
+    timing("wan2.1-1.3b-480p/bits", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BITS, 0, 128, TSR_MAP_AUTO);
+    timing("wan2.1-1.3b-480p/nostats", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BYTES, 1, 128, TSR_MAP_AUTO);
+    timing("wan2.1-1.3b-480p", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0, 128, TSR_MAP_AUTO);
+    timing("wan2.1-14b-720p", 40, 75600, 0.10, 0, s, 1, TSR_MASK_BYTES, 0, 128, TSR_MAP_AUTO);
+    /* 128x64 blocks: on 128x64 tiles (retain), then as a gather plan */
+    timing("wan2.1-1.3b-480p/b64", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0, 64, TSR_MAP_AUTO);
+    if (gathers) {
+      timing("wan2.1-1.3b-480p/b64", 12, 32760, 0.10, 0, s, 1, TSR_MASK_BYTES, 0, 64, TSR_MAP_GATHER);
+      timing("wan2.1-1.3b-480p/b64/bits", 12, 32760, 0.10, 0, s, 0, TSR_MASK_BITS, 0, 64, TSR_MAP_GATHER);
+      timing("wan2.1-1.3b-480p/b64", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0, 64, TSR_MAP_GATHER);
+    }
   }
   cu->cuStreamDestroy(s);
   tsr_context_destroy(ctx);
