@@ -756,17 +756,19 @@ START_TEST(test_serves_one_rule)
       need.bm = tm;
       need.bn = tn;
       need.membership = memb;
+      /* a gather plan (no membership words) is served by kg variants only */
+      need.gather = !memb && !need.fp8 && tm == 128 && tn == 128 && tu_uniform(&rng) < 0.5;
       for (i = 0; i < bu->n; i++) {
         const tsr_bundle_entry *e = &bu->items[i];
         int mine = tsri_context_serves(ctx, e, &need);
         int direct = (e->targets & (1u << a)) && e->smem <= smem && e->v.dtype == need.dtype &&
                      e->v.head_dim == need.head_dim && e->v.bm == tm && e->v.bn == tn &&
-                     (!memb || e->v.membership) && !e->v.fp8 == !need.fp8 &&
+                     (!memb || e->v.membership) && !e->v.fp8 == !need.fp8 && !e->v.gather == !need.gather &&
                      tsri_variant_fits(&e->v, "sm_90a", NULL);
         ck_assert_msg(mine == direct, "%s for %s d%d %dx%d%s: context %d, entry %d", e->name,
                       tsr_dtype_name(p.dtype), (int)p.head_dim, tm, tn, memb ? " mb" : "", mine, direct);
         ck_assert_int_eq(mine, tsri_bundle_serves(e, "sm_90a", smem, &need));
-        if (!memb && !need.fp8) /* the sweep times what the request path may run (native) */
+        if (!memb && !need.fp8 && !need.gather) /* the sweep times what the request path may run (native) */
           ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, NULL), mine);
         ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, "no-such-variant*"), 0);
         ck_assert_int_eq(tsr_gpu_has_variant(ctx, e->name), !!(e->targets & (1u << a)));
