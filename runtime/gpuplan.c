@@ -170,7 +170,7 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
                          (long long)pl->problem.heads_q);
   {
     /* The automatic tile as the request path would route it for the sm80
-     * family (tsri_context_route): the template a fallback runs. */
+     * family (tsri_context_route): the template a fallback runs; */
     tsr_features f;
     memset(&f, 0, sizeof f);
     memset(&route, 0, sizeof route);
@@ -179,6 +179,9 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
     if (!tsr_geom_is_uniform(p->geom, &f.bq, &f.bk)) f.bq = f.bk = 0;
     route.opts = *o;
     tsri_context_route(&ctx->bundle, ctx->arch, ctx->smem_optin, &f, &route);
+    /* and 128x64 blocks gathered onto 128x128 tiles from the first step,
+     * as the request path's selection does (an open choice only) */
+    tsri_context_gather(&ctx->bundle, ctx->arch, ctx->smem_optin, 1, &f, &route);
     o = &route.opts;
   }
   pl->opts = *o;
