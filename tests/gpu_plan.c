@@ -38,8 +38,10 @@
  * 480p and Wan2.1-14B 720p, and Wan2.1-1.3B with 128x64 blocks planned on
  * 128x64 tiles and as a gather plan on 128x128 tiles.
  *
- *   gpu_plan [--seed N] [--no-timing] [--quick]
+ *   gpu_plan [--seed N] [--no-timing] [--quick] [--only PREFIX]
  *   --quick: four cases, the graph and the rejections (for compute-sanitizer).
+ *   --only PREFIX: the random, gather and variable cases whose label starts
+ *   with PREFIX, nothing else (the sm80 emulator, tests/device/sm80_emu.sh).
  */
 #include "cuda_impl.h"
 #include "plan_impl.h"
@@ -1453,6 +1455,12 @@ static void timing(const char *label, int H, int S, double dens, int split, CUst
   free(bytes);
 }
 
+/* Whether a case runs under --only PREFIX (NULL: every case). */
+static int picked(const char *only, const char *label)
+{
+  return !only || !strncmp(label, only, strlen(only));
+}
+
 int main(int argc, char **argv)
 {
   tsr_context_opts co;
@@ -1461,6 +1469,7 @@ int main(int argc, char **argv)
   CUstream s;
   uint64_t seed = (uint64_t)time(NULL);
   int i, do_timing = 1, quick = 0, gathers;
+  const char *only = NULL;
   const char *dir = getenv("TSR_TOP_BUILDDIR");
   char bundle[4096];
 
@@ -1468,8 +1477,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--no-timing")) do_timing = 0;
     else if (!strcmp(argv[i], "--quick")) quick = 1, do_timing = 0;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i], do_timing = 0;
     else {
-      fprintf(stderr, "usage: gpu_plan [--seed N] [--no-timing] [--quick]\n");
+      fprintf(stderr, "usage: gpu_plan [--seed N] [--no-timing] [--quick] [--only PREFIX]\n");
       return 2;
     }
   }
@@ -1494,12 +1504,16 @@ int main(int argc, char **argv)
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
   printf("random masks:\n");
-  for (i = 0; i < (int)(sizeof cases / sizeof cases[0]) && (!quick || i < 4); i++) run_case(&cases[i], s);
+  for (i = 0; i < (int)(sizeof cases / sizeof cases[0]) && (!quick || i < 4); i++)
+    if (picked(only, cases[i].label)) run_case(&cases[i], s);
   printf("gather plans:\n");
   if ((gathers = gather_served()))
-    for (i = 0; i < (int)(sizeof gcases / sizeof gcases[0]) && (!quick || i < 2); i++) gather_case(&gcases[i], s);
+    for (i = 0; i < (int)(sizeof gcases / sizeof gcases[0]) && (!quick || i < 2); i++)
+      if (picked(only, gcases[i].label)) gather_case(&gcases[i], s);
   printf("variable geometries:\n");
-  for (i = 0; i < (int)(sizeof vcases / sizeof vcases[0]) && (!quick || i < 3); i++) var_case(&vcases[i], s);
+  for (i = 0; i < (int)(sizeof vcases / sizeof vcases[0]) && (!quick || i < 3); i++)
+    if (picked(only, vcases[i].label)) var_case(&vcases[i], s);
+  if (only) goto end;
   if (!quick) {
     printf("corpus masks:\n");
     corpus_cases(s, seed);
@@ -1522,6 +1536,7 @@ int main(int argc, char **argv)
       timing("wan2.1-1.3b-480p/b64", 12, 32760, 0.10, 8, s, 0, TSR_MASK_BYTES, 0, 64, TSR_MAP_GATHER);
     }
   }
+end:
   cu->cuStreamDestroy(s);
   tsr_context_destroy(ctx);
   if (failures) {

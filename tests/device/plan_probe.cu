@@ -11,9 +11,11 @@
  *
  *   nvcc -O2 -arch=sm_90a -o plan_probe tests/device/plan_probe.cu -lcuda   (tests/device/run BUILD probe)
  *   plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]
- *              [--block B] [--vsa [--tile N] [--topk K]]
+ *              [--block B] [--kblock K [--gather]] [--vsa [--tile N] [--topk K]]
  *
- * --block B: B-token blocks and tiles (default 128).  --vsa: VSA's ragged
+ * --block B: B-token blocks and tiles (default 128).  --kblock K: key
+ * blocks of K tokens (B x K blocks on B x K tiles); with --gather, a gather
+ * plan (B x 2K tiles, each two selected key blocks; plan_layout.h).  --vsa: VSA's ragged
  * 4x4x4 cubes of Wan2.1-1.3B (624 blocks of 64/32/16/8 tokens, whole cubes
  * first), NxN tiles (default 64, combine), top-K (78) blocks a row at
  * random; the hash then covers the membership words and merges too.
@@ -80,12 +82,12 @@ int main(int argc, char **argv)
 {
   if (argc < 2) {
     fprintf(stderr, "usage: plan_probe CUBIN [H S] [--stats] [--iters N] [--split CHUNK] [--pdl] [--timeline]\n"
-                    "                  [--block B] [--vsa [--tile N] [--topk K]]\n");
+                    "                  [--block B] [--kblock K [--gather]] [--vsa [--tile N] [--topk K]]\n");
     return 2;
   }
   const char *cubin = argv[1];
   int H = 12, S = 32760, iters = 200, stats = 0, chunk = 0, ai = 2, pdl = 0, timeline = 0, vsa = 0, bs = 128,
-      topk = 78, vtile = 64;
+      topk = 78, vtile = 64, kb = 0, gather = 0;
   if (argc > 3 && argv[2][0] != '-') {
     H = atoi(argv[2]);
     S = atoi(argv[3]);
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
     else if (!strcmp(argv[ai], "--timeline")) timeline = 1;
     else if (!strcmp(argv[ai], "--vsa")) vsa = 1;
     else if (!strcmp(argv[ai], "--block") && ai + 1 < argc) bs = atoi(argv[++ai]);
+    else if (!strcmp(argv[ai], "--kblock") && ai + 1 < argc) kb = atoi(argv[++ai]);
+    else if (!strcmp(argv[ai], "--gather")) gather = 1;
     else if (!strcmp(argv[ai], "--topk") && ai + 1 < argc) topk = atoi(argv[++ai]);
     else if (!strcmp(argv[ai], "--tile") && ai + 1 < argc) vtile = atoi(argv[++ai]);
   }
@@ -119,8 +123,11 @@ int main(int argc, char **argv)
     for (int x : sz) boff.push_back(boff.back() + x);
     bs = vtile; /* the tile (--tile, default 64) */
   }
-  const int nq = vsa ? (int)boff.size() - 1 : (S + bs - 1) / bs, nk = nq;
-  const int nqt = (S + bs - 1) / bs, nkt = nqt;
+  if (vsa || !kb) kb = bs;
+  if (vsa) gather = 0;
+  const int bn = gather ? 2 * kb : kb; /* the key tile */
+  const int nq = vsa ? (int)boff.size() - 1 : (S + bs - 1) / bs, nk = vsa ? nq : (S + kb - 1) / kb;
+  const int nqt = (S + bs - 1) / bs, nkt = (S + bn - 1) / bn;
   const int rows = H * nqt;
 
   CK(cuInit(0));
@@ -167,9 +174,12 @@ int main(int argc, char **argv)
   p.heads_q = H;
   p.nq = nq;
   p.nk = nk;
-  p.bq = p.bk = vsa ? 0 : bs;
+  p.bq = vsa ? 0 : bs;
+  p.bk = vsa ? 0 : kb;
   p.seq_q = p.seq_k = S;
-  p.bm = p.bn = bs;
+  p.bm = bs;
+  p.bn = bn;
+  p.gather = gather;
   p.nqt = nqt;
   p.nkt = nkt;
   p.n_rows = rows;
@@ -356,8 +366,13 @@ int main(int argc, char **argv)
       h = fnv(h, mg.data(), mg.size() * sizeof(tsr_merge_rec));
     }
     printf("plan: words=%d partial=%d slots=%d\n", nw, cnt[TSR_GP_PARTIAL], cnt[TSR_GP_SLOTS]);
+    /* selected blocks (retain: the tiles), gather: ceil(half) of each row's */
     long long host_tiles = 0;
-    for (size_t i = 0; i < m.size(); i++) host_tiles += m[i] != 0;
+    for (size_t i = 0; i < m.size(); i += nk) {
+      long long c = 0;
+      for (int j = 0; j < nk; j++) c += m[i + j] != 0;
+      host_tiles += gather ? (c + 1) / 2 : c;
+    }
     printf("plan: H=%d S=%d rows=%d tasks=%d tiles=%d (mask %lld) merges=%d empty=%d step=%d hash %016llx\n", H, S,
            rows, nt, nti, host_tiles, cnt[TSR_GP_MERGES], cnt[TSR_GP_EMPTY], cnt[TSR_GP_STEP],
            (unsigned long long)h);
