@@ -41,6 +41,17 @@ static double rel_err_f32(const tsr_array *got, const tsr_array *want)
   return e;
 }
 
+/* A test's case, inputs and reference outputs. */
+static void free_case(pc_case *c, tsr_array *q, tsr_array *k, tsr_array *v, tsr_array *ro, tsr_array *rl)
+{
+  tsr_npy_free(q);
+  tsr_npy_free(k);
+  tsr_npy_free(v);
+  tsr_npy_free(ro);
+  tsr_npy_free(rl);
+  pc_free(c);
+}
+
 /* Plans with (tile, mapping, tasks, split), executes, compares with ref.
  * Returns 1 when the combination ran, 0 when the mapping did not fit. */
 static int run_combo(const pc_case *c, const tsr_array *q, const tsr_array *k, const tsr_array *v,
@@ -110,12 +121,7 @@ START_TEST(test_exec_random)
     ran += run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[ti][0], pc_tiles[ti][1], mp, tk, split, sms);
   }
   ck_assert_int_ge(ran, 1);
-  tsr_npy_free(&q);
-  tsr_npy_free(&k);
-  tsr_npy_free(&v);
-  tsr_npy_free(&ro);
-  tsr_npy_free(&rl);
-  pc_free(&c);
+  free_case(&c, &q, &k, &v, &ro, &rl);
 }
 END_TEST
 
@@ -144,12 +150,7 @@ START_TEST(test_exec_gather)
                                TSR_MAP_GATHER, (tsr_tasks)tk, split, (int)tu_range(&r, 0, 8)),
                      1);
   }
-  tsr_npy_free(&q);
-  tsr_npy_free(&k);
-  tsr_npy_free(&v);
-  tsr_npy_free(&ro);
-  tsr_npy_free(&rl);
-  pc_free(&c);
+  free_case(&c, &q, &k, &v, &ro, &rl);
 }
 END_TEST
 
@@ -192,12 +193,7 @@ START_TEST(test_exec_nonfinite)
     ran += run_combo(&c, &q, &k, &v, &ro, &rl, pc_tiles[ti][0], pc_tiles[ti][1], mp, tk, split, 0);
   }
   ck_assert_int_ge(ran, 2);
-  tsr_npy_free(&q);
-  tsr_npy_free(&k);
-  tsr_npy_free(&v);
-  tsr_npy_free(&ro);
-  tsr_npy_free(&rl);
-  pc_free(&c);
+  free_case(&c, &q, &k, &v, &ro, &rl);
 }
 END_TEST
 
