@@ -552,11 +552,21 @@ static void check_job(const job *jb, tensors *x, CUstream s)
     return;
   }
   if (tsr_plan_verify(dev, jb->m, &err)) fail(jb->label, "device plan does not verify: %s", err.text);
-  if (jb->o.mapping == TSR_MAP_GATHER) gather_rows_check(jb->label, dev, jb->m);
+  if (dev->mapping == TSR_MAP_GATHER) gather_rows_check(jb->label, dev, jb->m);
   tsr_error_clear(&err);
-  if (tsr_plan_create(&jb->p, jb->m, &jb->o, &host, &err)) {
-    fail(jb->label, "host plan: %s", err.text);
-    goto done;
+  {
+    /* the host planner with the template's tile and mapping: an open
+     * choice of 128x64 blocks is gathered onto 128x128 tiles on a device
+     * with kg variants (runtime/gpuplan.c, tsri_context_gather) */
+    tsr_plan_opts ho = jb->o;
+    const tsr_plan *tp = tsri_gpuplan_device_plan(gp);
+    ho.mapping = tp->opts.mapping;
+    ho.tile_m = tp->opts.tile_m;
+    ho.tile_n = tp->opts.tile_n;
+    if (tsr_plan_create(&jb->p, jb->m, &ho, &host, &err)) {
+      fail(jb->label, "host plan: %s", err.text);
+      goto done;
+    }
   }
   tsr_plan_summarize(dev, &ds);
   tsr_plan_summarize(host, &hs);
