@@ -266,47 +266,52 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
   snprintf(out->reason + n, sizeof out->reason - n, "; %s: 128x64 tiles (sm80 family, 32-row warps)", arch);
 }
 
-/* Why gather: retained 128 x 64 blocks (SpargeAttn's geometry) run on
- * 128 x 64 tiles, whose fixed costs per tile make them about 17% slower
- * per selected pair than 128 x 128 tiles on the H200 (FA4 loses only 6%;
- * BENCHMARKS.md has the device figures).  A gather plan runs the same
- * blocks on 128 x 128 tiles of two selected blocks each (plan_layout.h),
- * wasting only half of a row's last tile when its count is odd.  The
- * upgrade applies after the table's pick, to what the pick (or the
- * fallback) chose: the same pairs on wider tiles, same task layout, so
- * the selection still never runs a plan slower than the automatic one. */
+/* Why gather: retained blocks 64 keys wide (SpargeAttn's 128 x 64, VSA's
+ * 64 x 64 cubes) run on tiles 64 keys wide, whose fixed costs per tile
+ * make them about 17% slower per selected pair than 128 x 128 tiles on the
+ * H200 (FA4 loses only 6%; BENCHMARKS.md has the device figures).  A
+ * gather plan runs the same blocks on bq x 128 tiles of two selected
+ * blocks each (plan_layout.h), wasting only half of a row's last tile when
+ * its count is odd.  The upgrade applies after the table's pick, to what
+ * the pick (or the fallback) chose: the same pairs on wider tiles, same
+ * task layout, so the selection still never runs a plan slower than the
+ * automatic one.  Only where the bundle has the kg variant: 64-row ones
+ * exist at head dim 64 only (two tasks a CTA at d128 need 329 KB). */
 int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
                         const tsr_features *f, tsr_selection *out)
 {
   tsr_plan_opts *o = &out->opts;
   tsr_variant_need need = {0};
   const char *knob = getenv("TESSERA_GATHER");
+  const int bq = (int)f->bq;
   int auto_tile = o->mapping == TSR_MAP_AUTO && ((!o->tile_m && !o->tile_n) ||
-                                                 (o->tile_m == 128 && o->tile_n == 64));
+                                                 (o->tile_m == bq && o->tile_n == 64));
   long i;
   size_t n;
   if (!device || (knob && !strcmp(knob, "0")) || o->precision != TSR_PREC_NATIVE ||
-      f->bq != 128 || f->bk != 64)
+      (f->bq != 128 && f->bq != 64) || f->bk != 64)
     return 0;
   /* A fallback to the caller's own variant, tile or mapping keeps them. */
   if (!out->from_table && (o->variant || o->mapping != TSR_MAP_AUTO || o->tile_m || o->tile_n))
     return 0;
-  /* Retain at 128 x 64: the row's, or the automatic planner's for 128 x 64 blocks. */
-  if (!auto_tile && (o->mapping != TSR_MAP_RETAIN || o->tile_m != 128 || o->tile_n != 64))
+  /* Retain at bq x 64: the row's, or the automatic planner's for these blocks. */
+  if (!auto_tile && (o->mapping != TSR_MAP_RETAIN || o->tile_m != bq || o->tile_n != 64))
     return 0;
   need.dtype = (tsr_dtype)f->dtype;
   need.head_dim = (int)f->head_dim;
-  need.bm = need.bn = 128;
+  need.bm = bq;
+  need.bn = 128;
   need.gather = 1;
   i = tsri_bundle_pick(b, arch, &need, smem);
   if (i < 0 || !b->items[i].v.gather) /* kg variants only, whatever the pick's rule */
     return 0;
   o->mapping = TSR_MAP_GATHER;
-  o->tile_m = o->tile_n = 128;
-  o->variant = NULL; /* the table's was a 128 x 64 build: the upload picks the kg one */
+  o->tile_m = bq;
+  o->tile_n = 128;
+  o->variant = NULL; /* the table's was a bq x 64 build: the upload picks the kg one */
   out->variant[0] = '\0';
   n = strlen(out->reason);
-  snprintf(out->reason + n, sizeof out->reason - n, "; gather: 128x64 blocks on 128x128 tiles (%s)",
+  snprintf(out->reason + n, sizeof out->reason - n, "; gather: %dx64 blocks on %dx128 tiles (%s)", bq, bq,
            b->items[i].name);
   return 1;
 }

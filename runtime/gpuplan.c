@@ -179,7 +179,7 @@ static tsr_status template_init(tsr_gpuplan *g, tsr_context *ctx, const tsr_prob
     if (!tsr_geom_is_uniform(p->geom, &f.bq, &f.bk)) f.bq = f.bk = 0;
     route.opts = *o;
     tsri_context_route(&ctx->bundle, ctx->arch, ctx->smem_optin, &f, &route);
-    /* and 128x64 blocks gathered onto 128x128 tiles from the first step,
+    /* and blocks 64 keys wide gathered onto tiles 128 wide from the first step,
      * as the request path's selection does (an open choice only) */
     tsri_context_gather(&ctx->bundle, ctx->arch, ctx->smem_optin, 1, &f, &route);
     o = &route.opts;

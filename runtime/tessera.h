@@ -660,8 +660,9 @@ tsr_status tsr_select_request(const tsr_selector *s, const tsr_features *f,
  * the same tile, dtype and head dim; the reason says so), else, when the
  * bundle has no variant for that tile at all, the automatic plan (base).
  * On a device context (not a host-only one), a native plan retaining
- * uniform 128x64 blocks on 128x64 tiles then becomes TSR_MAP_GATHER on
- * 128x128 tiles when the bundle has a gather (kg) variant for it, unless
+ * uniform 128x64 (64x64) blocks on tiles of the block then becomes
+ * TSR_MAP_GATHER on 128x128 (64x128) tiles when the bundle has a gather
+ * (kg) variant for it, unless
  * the fallback is the caller's own tile, mapping or variant, or the
  * environment sets TESSERA_GATHER=0 (the reason says so; context.c has
  * why).  out->opts is ready for tsr_plan_create while *out lives (opts.variant

@@ -202,12 +202,12 @@ tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': gather must be 0 or 1", name);
   /* What templates/attn_sm90.cuh's TSR_KGATHER implements: two TMA half
    * tiles of BN/2 keys, full tiles only, the native precision (FP8 loads V
-   * transposed, keys innermost, in one box), one task a CTA. */
+   * transposed, keys innermost, in one box), the static task layouts. */
   if (v->gather && (v->family != TSR_FAMILY_SM90 || v->membership || v->fp8 || v->bn != 128 ||
-                    v->bm != 128 || v->layout == TSR_TL_DYN))
+                    v->layout == TSR_TL_DYN))
     return tsr_error_set(err, TSR_ERR_INVALID,
                          "variant '%s': key gather (kg) needs the sm90 family, native precision, "
-                         "tile 128x128 and the flat or pers layout", name);
+                         "tiles 128 keys wide and the flat or pers layout", name);
   if (v->layout == TSR_TL_DYN && v->family != TSR_FAMILY_SM90)
     return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': the dyn task layout needs the sm90 family", name);
   if (v->family == TSR_FAMILY_SM80) {

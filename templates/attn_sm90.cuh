@@ -196,12 +196,14 @@ static_assert(TSR_SMEM_BYTES >= TSR_SM90_SMEM_BYTES, "TSR_SMEM_BYTES too small f
 
 /* Key gather (plan_layout.h, "Gather plans"): each key tile is two half
  * tiles of TSR_BN / 2 keys, each its own TMA box (k and v maps with boxes
- * TSR_BN / 2 rows tall), so a 128x64-block mask runs on 128x128 tiles
- * without waste: per selected pair, 128x64 tiles pay twice the per-tile
- * fixed costs (barriers, row max and sum, O rescale).  Full tiles only (no
- * membership words), native precision, one task a CTA. */
-#if TSR_KGATHER && (TSR_MEMBERSHIP || TSR_FP8 || TSR_BN != 128 || TSR_BM != 128 || TSR_LAYOUT_DYN)
-#error "attn_sm90.cuh: key gather is written for full 128x128 tiles in native precision, flat or pers"
+ * TSR_BN / 2 rows tall), so a 128x64-block mask runs on 128x128 tiles, and a
+ * 64x64-block one on 64x128 tiles, without waste: per selected pair, tiles
+ * 64 keys wide pay twice the per-tile fixed costs (barriers, row max and
+ * sum, O rescale).  Full tiles only (no membership words), native
+ * precision.  Nothing else depends on BM: each consumer warpgroup masks
+ * its own 64 rows' scores by column, whatever the tasks a CTA. */
+#if TSR_KGATHER && (TSR_MEMBERSHIP || TSR_FP8 || TSR_BN != 128 || TSR_LAYOUT_DYN)
+#error "attn_sm90.cuh: key gather is written for full tiles 128 keys wide in native precision, flat or pers"
 #endif
 
 #if (TSR_BM != 64 && TSR_BM != 128) || (TSR_BN != 64 && TSR_BN != 128) || \

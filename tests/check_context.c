@@ -1186,8 +1186,9 @@ END_TEST
 /* ---- The gather upgrade ---------------------------------------------------- */
 
 /* Expects tsri_context_gather to leave `in` as it is (0) or upgrade it (1):
- * then mapping gather, tile 128x128, no variant, everything else kept, and
- * the reason naming the kg variant; the upgraded options plan and verify. */
+ * then mapping gather, tile bq x 128 for the request's blocks bq x 64, no
+ * variant, everything else kept, and the reason naming the kg variant; the
+ * upgraded options plan and verify. */
 static void gather_expect(const tsr_bundle *b, const char *arch, int device, const rules_req *r,
                           const tsr_selection *in, int want, const char *label)
 {
@@ -1195,6 +1196,7 @@ static void gather_expect(const tsr_bundle *b, const char *arch, int device, con
   tsr_plan *pl = NULL;
   tsr_plan_summary sum;
   tsr_error err = {0};
+  char want_reason[64];
   int got;
   if (in->opts.variant == in->variant)
     s.opts.variant = s.variant; /* the copy's own */
@@ -1215,11 +1217,13 @@ static void gather_expect(const tsr_bundle *b, const char *arch, int device, con
     return;
   }
   ck_assert_int_eq(s.opts.mapping, TSR_MAP_GATHER);
-  ck_assert_int_eq(s.opts.tile_m, 128);
+  ck_assert_int_eq(s.opts.tile_m, r->f.bq);
   ck_assert_int_eq(s.opts.tile_n, 128);
   ck_assert_ptr_null(s.opts.variant);
   ck_assert_str_eq(s.variant, "");
-  ck_assert_msg(strstr(s.reason, "; gather: 128x64 blocks on 128x128 tiles (tsr_sm90_") &&
+  snprintf(want_reason, sizeof want_reason, "; gather: %dx64 blocks on %dx128 tiles (tsr_sm90_", (int)r->f.bq,
+           (int)r->f.bq);
+  ck_assert_msg(strstr(s.reason, want_reason) &&
                     strstr(s.reason, "_kgtest)") && !strncmp(s.reason, in->reason, strlen(in->reason)),
                 "%s: reason '%s'", label, s.reason);
   /* the upgraded options plan a gather plan that verifies */
@@ -1237,12 +1241,12 @@ START_TEST(test_gather_upgrade)
   tsr_db *db = NULL;
   tsr_context *ctx;
   tsr_error err = {0};
-  tsr_bundle kg, plain;
-  tsr_bundle_entry kge, *plain_items;
+  tsr_bundle kg, kg2, plain;
+  tsr_bundle_entry kge, kg2e[2], *plain_items;
   tsr_selection auto_sel, row_sel, s;
-  rules_req r, r16, r128;
+  rules_req r, r16, r128, r64, r64d128;
   size_t i;
-  long src = -1;
+  long src = -1, src64 = -1;
   snprintf(path, sizeof path, "%s/empty.db", tmpdir);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_CREATE, &db, &err), TSR_OK);
   tsr_db_close(db);
@@ -1260,8 +1264,13 @@ START_TEST(test_gather_upgrade)
         e->v.bm == 128 && e->v.bn == 128 && !e->v.fp8 && !e->v.gather && e->v.layout == TSR_TL_FLAT &&
         (e->targets & (1u << tsri_arch_index("sm_90a"))))
       src = (long)i;
+    if (src64 < 0 && e->v.family == TSR_FAMILY_SM90 && e->v.dtype == TSR_DT_BF16 && e->v.head_dim == 64 &&
+        e->v.bm == 64 && e->v.bn == 128 && !e->v.fp8 && !e->v.gather && e->v.layout == TSR_TL_FLAT &&
+        (e->targets & (1u << tsri_arch_index("sm_90a"))))
+      src64 = (long)i;
   }
   ck_assert_int_ge(src, 0);
+  ck_assert_int_ge(src64, 0);
   kge = ctx->bundle.items[src];
   kge.v.gather = 1;
   kge.v.membership = 0;
@@ -1269,10 +1278,21 @@ START_TEST(test_gather_upgrade)
   memset(&kg, 0, sizeof kg);
   kg.items = &kge;
   kg.n = 1;
+  /* and one with a 64-row kg variant at head dim 64 beside it */
+  kg2e[0] = kge;
+  kg2e[1] = ctx->bundle.items[src64];
+  kg2e[1].v.gather = 1;
+  kg2e[1].v.membership = 0;
+  snprintf(kg2e[1].name, sizeof kg2e[1].name, "%.60s_kgtest", ctx->bundle.items[src64].name);
+  memset(&kg2, 0, sizeof kg2);
+  kg2.items = kg2e;
+  kg2.n = 2;
 
   rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 64, 128, TSR_DT_BF16, &r);
   rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 64, 128, TSR_DT_F16, &r16);
   rules_request(&rng, tu_range(&rng, 1000, 3000), 128, 128, 128, TSR_DT_BF16, &r128);
+  rules_request(&rng, tu_range(&rng, 1000, 3000), 64, 64, 64, TSR_DT_BF16, &r64);
+  rules_request(&rng, tu_range(&rng, 1000, 3000), 64, 64, 128, TSR_DT_BF16, &r64d128);
   /* the fallback to the automatic planner, and a table row retaining 128x64
    * with split tasks and its (128x64) variant */
   memset(&auto_sel, 0, sizeof auto_sel);
@@ -1329,6 +1349,19 @@ START_TEST(test_gather_upgrade)
   setenv("TESSERA_GATHER", "1", 1);
   gather_expect(&kg, "sm_90a", 1, &r, &row_sel, 1, "TESSERA_GATHER=1");
   unsetenv("TESSERA_GATHER");
+  /* 64x64 blocks: gathered onto 64x128 tiles where a 64-row kg variant
+   * serves the head dim (the catalog's are d64 only) */
+  gather_expect(&kg2, "sm_90a", 1, &r64, &auto_sel, 1, "64x64 blocks, automatic plan");
+  gather_expect(&kg2, "sm_90a", 1, &r, &row_sel, 1, "128x64 beside a 64-row kg variant");
+  s = row_sel;
+  s.opts.tile_m = s.opts.tile_n = 64;
+  gather_expect(&kg2, "sm_90a", 1, &r64, &s, 1, "64x64 blocks, table row retain 64x64");
+  gather_expect(&kg2, "sm_90a", 1, &r64d128, &s, 0, "64x64 blocks at d128: no 64-row kg variant");
+  gather_expect(&kg, "sm_90a", 1, &r64, &auto_sel, 0, "64x64 blocks: 128-row kg variants only");
+  gather_expect(&kg2, "sm_90a", 1, &r64, &row_sel, 0, "64x64 blocks, table row retain 128x64");
+  s.opts.mapping = TSR_MAP_COMBINE;
+  s.opts.tile_m = 128;
+  gather_expect(&kg2, "sm_90a", 1, &r64, &s, 0, "64x64 blocks, table row combine 128x64");
   /* A host-only context never upgrades: the CPU path keeps its plans. */
   ck_assert_int_eq(tsr_context_select(ctx, &r.p, r.m, NULL, &s, &err), TSR_OK);
   ck_assert_int_ne(s.opts.mapping, TSR_MAP_GATHER);
@@ -1336,6 +1369,8 @@ START_TEST(test_gather_upgrade)
   rules_free(&r);
   rules_free(&r16);
   rules_free(&r128);
+  rules_free(&r64);
+  rules_free(&r64d128);
   free(plain_items);
   tsr_context_destroy(ctx);
 }

@@ -185,11 +185,17 @@ START_TEST(test_name_examples)
     need.gather = 0;
     ck_assert(!tsri_variant_serves(&w, "sm_90a", &need));
     ck_assert(tsri_variant_serves(&n, "sm_90a", &need));
+    /* 64-row tiles too (64x64 blocks), two tasks a CTA as their nm twin */
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m64n128_s2_g3_flat_kg_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m64n128_s2_g3_flat_nm_tma64", &n, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), tsri_variant_smem_bytes(&n));
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 2 * ((2 * 64 * 64 + 2 * 2 * 128 * 64) * 2 + 256));
     /* what the template implements, named */
     {
       static const char *const bad[] = { "tsr_sm80_bf16_d128_m128n128_s2_w8_flat_kg",
                                          "tsr_sm90_bf16_d128_m128n64_s2_g3_flat_kg_tma64",
-                                         "tsr_sm90_bf16_d128_m64n128_s2_g2_flat_kg_tma64",
+                                         "tsr_sm90_bf16_d64_m64n64_s3_g3_flat_kg_tma64",
                                          "tsr_sm90_bf16_fp8_d128_m128n128_s2_g3_flat_kg_tma128",
                                          "tsr_sm90_bf16_d128_m128n128_s2_g3_dyn_kg_tma64" };
       size_t i;

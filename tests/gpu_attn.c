@@ -118,6 +118,12 @@ static const tcase cases[] = {
   { "bf16-d64-gather-band-pack", 1, 4, 1, 1100, 1060, 64, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_BAND, 0, TL_PACK, 1, 0, 1 },
   { "fp16-d64-gather-random-bshd", 1, 3, 3, 1300, 1250, 64, TSR_DT_F16, 1, 128, 64, 128, 128, MK_RANDOM, 0.3, TL_ROW, 0, 1, 1 },
   { "bf16-d128-gather-full-split", 1, 2, 2, 1024, 1024, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_FULL, 1, TL_SPLIT, 0, 0, 1 },
+  /* 64x64 blocks on 64x128 tiles (two tasks a CTA, d64 only): ragged query
+   * and key ends, GQA, empty rows, split rows, packs */
+  { "bf16-d64-gather64-gqa-split-ragged", 1, 4, 2, 1000, 1010, 64, TSR_DT_BF16, 0, 64, 64, 64, 128, MK_RANDOM, 0.35, TL_SPLIT, 0, 1, 1 },
+  { "fp16-d64-gather64-empty-bshd", 2, 2, 2, 700, 900, 64, TSR_DT_F16, 1, 64, 64, 64, 128, MK_EMPTY, 0.5, TL_ROW, 0, 0, 1 },
+  { "bf16-d64-gather64-band-pack-bshd", 1, 4, 1, 1100, 1060, 64, TSR_DT_BF16, 1, 64, 64, 64, 128, MK_BAND, 0, TL_PACK, 1, 0, 1 },
+  { "fp16-d64-gather64-random-row", 1, 3, 3, 1300, 1250, 64, TSR_DT_F16, 0, 64, 64, 64, 128, MK_RANDOM, 0.3, TL_ROW, 0, 1, 1 },
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -949,6 +955,7 @@ static const tcase nf_cases[] = {
   /* gather: a non-finite value in a row's odd last block also sits in the
    * masked second half, which loads the first half's keys again */
   { "nf-bf16-d128-gather-split-ragged", 1, 4, 2, 600, 520, 128, TSR_DT_BF16, 0, 128, 64, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 1 },
+  { "nf-fp16-d64-gather64-split-ragged", 1, 4, 2, 600, 520, 64, TSR_DT_F16, 0, 64, 64, 64, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 1 },
 };
 
 /* Poisons P's inputs with `kind` (tests/util.h: up to 2 places, each where
@@ -1118,10 +1125,11 @@ static double bench_mask(int S, int H, int D, tsr_dtype dt, int bq, int bk, doub
 /* Wan2.1-1.3B 480p: S = 32760, 12 heads, BSHD, random bq x bk block
  * masks per head, planned on bq x tn tiles with `map` (--bench: D = 128,
  * bf16, 128 x 128, and 128 x 64 blocks on their own tiles and gathered onto
- * 128 x 128 ones; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and
+ * 128 x 128 ones, then d64 64 x 64 blocks on their own tiles and gathered
+ * onto 64 x 128 ones; --bench-all: D 128 and 64, bf16 and fp16, blocks 128 and
  * 64 on tiles of the block, blocks 128 on 128 x 64 tiles, the shape of
  * FA2's d128 kernel, whose 32-row warps no 128 x 128 tile can hold, and
- * 128 x 64 blocks gathered); every serving variant (named --only PREFIX*,
+ * 128 x 64 and 64 x 64 blocks gathered); every serving variant (named --only PREFIX*,
  * e.g. tsr_sm80 to force that family on sm_90a) is timed.  Median of 10 event-timed launches after 3 warm-ups;
  * eff. TFLOP/s = 4 * selected pairs * D / time. */
 static int bench(tsr_context *ctx, const tsr_cu *cu, const tsr_bundle *bundle, CUstream stream, int D,
@@ -2731,6 +2739,10 @@ int main(int argc, char **argv)
       fails = bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 128, 128, TSR_MAP_AUTO);
       fails += bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 64, 64, TSR_MAP_AUTO);
       fails += bench(ctx, cu, &bundle, stream, 128, TSR_DT_BF16, 128, 64, 128, TSR_MAP_GATHER);
+      /* d64 64x64 blocks (VSA's cubes at head dim 64) on their own tiles and
+       * gathered onto 64x128 ones */
+      fails += bench(ctx, cu, &bundle, stream, 64, TSR_DT_BF16, 64, 64, 64, TSR_MAP_AUTO);
+      fails += bench(ctx, cu, &bundle, stream, 64, TSR_DT_BF16, 64, 64, 128, TSR_MAP_GATHER);
     }
     else if (do_bench == 5) fails = fp8_ab(ctx, cu, stream, ab_list);
     else if (do_bench >= 3) fails = fp8_bench(ctx, cu, stream, do_bench == 4);
@@ -2742,6 +2754,7 @@ int main(int argc, char **argv)
           fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 128, 64, TSR_MAP_AUTO);
           fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64, 64, TSR_MAP_AUTO);
           fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 128, 64, 128, TSR_MAP_GATHER);
+          fails += bench(ctx, cu, &bundle, stream, dims[di], dts[ti], 64, 64, 128, TSR_MAP_GATHER);
         }
     cu->cuStreamDestroy(stream);
     tsri_bundle_free(&bundle);

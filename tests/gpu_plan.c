@@ -6,7 +6,7 @@
  * For random masks (empty rows and an empty head, ragged and rectangular
  * sequences, GQA, batch and head broadcast, byte and bit-packed masks, every
  * tile shape of the bundle, retain / combine / subdivide, row and split
- * tasks), for gather plans (128x64 blocks on 128x128 tiles: rows of odd
+ * tasks), for gather plans (128x64 blocks on 128x128 tiles, 64x64 on 64x128: rows of odd
  * and even block counts, one block, the ragged last block, all or none;
  * ragged seq_k, GQA, broadcast, split rows, byte and bit masks of several
  * mask words a row), for variable geometries (STA-like ragged tiles, VSA-like cubes,
@@ -450,9 +450,11 @@ static void gather_rows_check(const char *label, const tsr_plan *pl, const tsr_m
   char why[256];
   int64_t nk = tsr_mask_nk(m), r, c, i, j;
   int32_t *sel = malloc((size_t)nk * sizeof *sel);
+  int64_t bq = 0, bk = 0;
 
   memset(&ix, 0, sizeof ix);
-  if (pl->n_membership != 0 || pl->tile_n != 128 || pl->tile_m != 128)
+  if (!tsr_geom_is_uniform(pl->problem.geom, &bq, &bk) || pl->n_membership != 0 || pl->tile_n != 2 * bk ||
+      pl->tile_m != bq)
     fail(label, "gather plan: tile %dx%d, %lld membership words", pl->tile_m, pl->tile_n,
          (long long)pl->n_membership);
   if (plan_rows_build(pl, &ix, why, sizeof why)) {
@@ -703,7 +705,7 @@ static void run_case(const tcase *c, CUstream s)
 
 /* ---- gather plans ------------------------------------------------------- */
 
-/* Gather masks (128x64 blocks on 128x128 tiles): rows of every shape a
+/* Gather masks (bq x 64 blocks on bq x 128 tiles): rows of every shape a
  * pairing meets, each row one of: empty, one block, only the last (ragged)
  * block, every block, the first and the last, random at `dens` (odd and
  * even counts alike); and (heads > 1) one empty head.  Selected bytes are
@@ -743,6 +745,7 @@ typedef struct {
   int mask_b, mask_h; /* 1 = broadcast, 0 = full */
   tsr_mask_format fmt;
   int run;
+  int bq; /* query blocks and tiles: 128 (SpargeAttn's 128x64), 64 (64x64 cubes; d64 kernels) */
 } gcase;
 
 /* Sequences: 1000 (16 blocks, the last of 40 keys), 1900 (30, 44), 960
@@ -750,18 +753,25 @@ typedef struct {
  * 9000 (141 blocks: byte rows of odd pitch, past 128 units a warp step),
  * 38390 (600: word-aligned byte rows past 128 words a warp step). */
 static const gcase gcases[] = {
-  {"gather-row-bytes-gqa", 1, 4, 2, 1000, 1000, 128, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.4, 0, 0, TSR_MASK_BYTES, 1},
-  {"gather-split-bits-rect", 2, 3, 3, 777, 1900, 128, TSR_DT_F16, TSR_TASKS_SPLIT, 3, 0.5, 0, 0, TSR_MASK_BITS, 1},
+  {"gather-row-bytes-gqa", 1, 4, 2, 1000, 1000, 128, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.4, 0, 0, TSR_MASK_BYTES, 1, 128},
+  {"gather-split-bits-rect", 2, 3, 3, 777, 1900, 128, TSR_DT_F16, TSR_TASKS_SPLIT, 3, 0.5, 0, 0, TSR_MASK_BITS, 1, 128},
   {"gather-split-bytes-headbcast-gqa", 1, 4, 1, 1024, 960, 128, TSR_DT_BF16, TSR_TASKS_SPLIT, 2, 0.6, 0, 1,
-   TSR_MASK_BYTES, 1},
+   TSR_MASK_BYTES, 1, 128},
   {"gather-row-bits-batchbcast-d64", 2, 2, 2, 640, 4100, 64, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.3, 1, 0,
-   TSR_MASK_BITS, 1},
+   TSR_MASK_BITS, 1, 128},
   {"gather-big-plan-only-split", 2, 8, 8, 6000, 9000, 128, TSR_DT_BF16, TSR_TASKS_SPLIT, 7, 0.2, 0, 0,
-   TSR_MASK_BYTES, 0},
+   TSR_MASK_BYTES, 0, 128},
   {"gather-long-rows-plan-only-bits", 1, 4, 2, 700, 38390, 128, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.1, 0, 0,
-   TSR_MASK_BITS, 0},
+   TSR_MASK_BITS, 0, 128},
   {"gather-long-rows-plan-only-bytes", 1, 2, 2, 700, 38390, 128, TSR_DT_F16, TSR_TASKS_SPLIT, 5, 0.1, 0, 0,
-   TSR_MASK_BYTES, 0},
+   TSR_MASK_BYTES, 0, 128},
+  /* 64x64 blocks on 64x128 tiles (two tasks a CTA; the kg variants are d64) */
+  {"gather64-row-bytes-gqa-d64", 1, 4, 2, 1000, 1000, 64, TSR_DT_BF16, TSR_TASKS_ROW, 0, 0.4, 0, 0,
+   TSR_MASK_BYTES, 1, 64},
+  {"gather64-split-bits-rect-d64", 2, 3, 3, 777, 1900, 64, TSR_DT_F16, TSR_TASKS_SPLIT, 3, 0.5, 0, 1,
+   TSR_MASK_BITS, 1, 64},
+  {"gather64-long-rows-plan-only-bytes-d64", 1, 4, 2, 700, 38390, 64, TSR_DT_BF16, TSR_TASKS_SPLIT, 5, 0.1, 0, 0,
+   TSR_MASK_BYTES, 0, 64},
 };
 
 /* Whether this device's bundle serves gather plans (kg kernels, the sm90
@@ -802,16 +812,16 @@ static void gather_case(const gcase *c, CUstream s)
   tsr_mask *m = NULL;
   tensors x;
   job jb;
-  int nq, nk, mb = c->mask_b ? 1 : c->B, mh = c->mask_h ? 1 : c->Hq;
+  int nq, nk, mb = c->mask_b ? 1 : c->B, mh = c->mask_h ? 1 : c->Hq, bq = c->bq;
   uint8_t *bytes;
 
-  TRY(tsr_geom_uniform(c->Sq, c->Sk, 128, 64, &g, &e_));
+  TRY(tsr_geom_uniform(c->Sq, c->Sk, bq, 64, &g, &e_));
   nq = (int)tsr_geom_nq(g);
   nk = (int)tsr_geom_nk(g);
   bytes = gather_mask(mb, mh, nq, nk, c->density);
   TRY(tsr_mask_from_bytes(mb, mh, nq, nk, bytes, &m, &e_));
   job_init(&jb, c->label, c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->dt, g, m, bytes, c->fmt);
-  job_check_first(&jb, 128, 128, TSR_MAP_GATHER, c->tasks, c->split, c->run, &x, s);
+  job_check_first(&jb, bq, 128, TSR_MAP_GATHER, c->tasks, c->split, c->run, &x, s);
   job_check_last(&jb, c->split, &x, s);
   free(bytes);
   tsr_mask_destroy(m);
