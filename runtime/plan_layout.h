@@ -24,8 +24,8 @@
  * tile.k_tile is the first half's logical key block j (columns c < bk are
  * keys j*bk + c), tile.mem the second half's block (> k_tile; columns
  * c >= bk are keys mem*bk + c - bk), or -1: no second half, its columns
- * are masked (kernels load the first half's keys there again, so the
- * masked half holds finite data whenever the selected one does).  A row's
+ * are masked (kernels load zeros there, never other keys: a masked
+ * column's zero probability times an infinite value would be NaN).  A row's
  * selected blocks are paired in ascending order, (j0, j1), (j2, j3), ...,
  * each exactly once; keys >= seq_k are masked in either half.  Gather
  * plans have no membership words: every half is a whole selected block.

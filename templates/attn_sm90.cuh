@@ -746,10 +746,13 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
         const int s = it % TSR_STAGES;
         const tsr_u32 ph = (it / TSR_STAGES) & 1;
 #if TSR_KGATHER
-        /* two half tiles; a missing second half loads the first's keys
-         * again (masked: finite wherever the selected half is) */
+        /* two half tiles; a missing second half is a box past seq_k, which
+         * TMA fills with zeros: masked scores over zero keys, and P's zeros
+         * times zero values.  (Loading the first half's keys again, as this
+         * once did, multiplied P's zeros by an inf of those values: NaN
+         * where the reference has inf.) */
         const tsr_tile_rec tr = p.tiles[ti];
-        const int row = tr.k_tile * (TSR_BN / 2), row1 = (tr.mem >= 0 ? tr.mem : tr.k_tile) * (TSR_BN / 2);
+        const int row = tr.k_tile * (TSR_BN / 2), row1 = tr.mem >= 0 ? tr.mem * (TSR_BN / 2) : p.seq_k;
 #else
         const int row = p.tiles[ti].k_tile * TSR_BN;
 #endif
