@@ -48,7 +48,6 @@ struct tsr_producer {
   CUfunction pool[PR_NDT][2];  /* [dtype][vector loads]: a CTA a tile */
   CUfunction pool_w[PR_NDT][2][2]; /* [dtype][vector loads][squares]: a warp a tile */
   CUfunction select_t[4]; /* float32 radix select with k transposed, nk <= 256 .. 1024 */
-  CUfunction select_s[4]; /* float32 radix select with k staged in shared memory, nk <= 256 .. 1024 */
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
                                             registers for nk <= 256, 512, 768, 1024, the same
                                             with the top k by radix select] */
@@ -93,12 +92,11 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
                                                       (int)p->ctx->smem_optin - (v >= 6 ? PR_HIST_SMEM : 0)),
                            "cuFuncSetAttribute(producer select)", err);
     }
-  for (v = 0; v < 8 && !st; v++) {
-    CUfunction *f = v < 4 ? &p->select_t[v] : &p->select_s[v - 4];
-    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_%s", 8 * (v % 4 + 1), v < 4 ? "ht" : "hs");
-    st = tsri_cu_check(cu, cu->cuModuleGetFunction(f, p->mod, name), name, err);
+  for (v = 0; v < 4 && !st; v++) {
+    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_ht", 8 * (v + 1));
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select_t[v], p->mod, name), name, err);
     if (!st && p->ctx->smem_optin > 0)
-      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select_t[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     (int)p->ctx->smem_optin - PR_HIST_SMEM),
                          "cuFuncSetAttribute(producer select)", err);
   }
@@ -304,10 +302,9 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->rows < 0 || a->rows > PR_MAX_ROWS)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: rows a CTA must be 0 (automatic) to %d, got %lld",
                          PR_MAX_ROWS, (long long)a->rows);
-  if (a->kernel < 0 || a->kernel > 3)
+  if (a->kernel < 0 || a->kernel > 2)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic), 1 (bitwise "
-                         "search), 2 (radix select, k transposed) or 3 (radix select, k read from global "
-                         "memory), got %lld", (long long)a->kernel);
+                         "search) or 2 (radix select, k transposed), got %lld", (long long)a->kernel);
   if (a->kernel == 2 && (a->dtype != TSR_DT_F32 || a->rule != TSR_SELECT_TOPK || a->dim % 4 || a->nk > 1024))
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 (k transposed) takes float32 top-k "
                          "with dim a multiple of 4 (got %lld) and nk up to 1024 (got %lld)", (long long)a->dim,
@@ -321,7 +318,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz, hist, fast, staged;
+  int f64, vec, esz, hist, fast;
   int64_t rows, smem;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
@@ -347,9 +344,6 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
                          "for pooled q and one row, the device has %lld",
                          (long long)((PR_MAX_ROWS * a->dim + a->nk) * esz), (long long)smem);
-  /* kernel 0 stages pooled k through the scores' space (produce_gpu.cuh
-   * tsr_pr_scores_st): two stages of 8 floats a key, the space of 16 rows */
-  staged = fast && a->kernel == 0 && smem - PR_MAX_ROWS * a->dim * esz >= 16 * a->nk * esz;
   rows = fast ? (smem - PR_MAX_ROWS * a->dim * esz) / (a->nk * esz) : smem / ((a->dim + a->nk) * esz);
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
     rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
@@ -380,11 +374,10 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
                        tsri_context_cu(p->ctx)->cuLaunchKernel(
-                           a->kernel == 2 ? p->select_t[vec - 6] : staged ? p->select_s[vec - 6] : p->select[f64][vec],
+                           a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
                            (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
                            (unsigned)a->batch, PR_THREADS, 1, 1,
-                           (unsigned)(fast ? (PR_MAX_ROWS * a->dim + (staged && rows < 16 ? 16 : rows) * a->nk) * esz
-                                           : rows * (a->dim + a->nk) * esz),
+                           (unsigned)(fast ? (PR_MAX_ROWS * a->dim + rows * a->nk) * esz : rows * (a->dim + a->nk) * esz),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);
 }

@@ -853,13 +853,11 @@ typedef struct {
   int64_t rows;                /* query rows a CTA, 1-16; 0 = automatic, 16 for TOPK and 8
                                   for CDF (tuning: the grid is batch x heads x nq / rows CTAs) */
   int64_t kernel;              /* 0 = automatic: TOPK's k-th largest by an 8-bit radix select
-                                  (a warp's histogram in shared memory, 4 passes for float32),
-                                  float32 pk staged through shared memory where it fits;
+                                  (a warp's histogram in shared memory, 4 passes for float32);
                                   1 = the bitwise search (30 passes), kept to compare;
                                   2 = as 0, pk transposed ([batch, kv_heads, dim, nk]),
                                   float32 top-k, dim % 4 == 0, nk <= 1024 (an experiment
-                                  in coalesced loads of k); 3 = as 0, pk read from global
-                                  memory (0 before the staging); the same mask every way */
+                                  in coalesced loads of k); the same mask every way */
 } tsr_select_args;
 tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err);
 

@@ -318,10 +318,11 @@ template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool
       int r = 0;
       /* Whole batches: every load of the batch issued before the first
        * add.  The loop below alone (a load under `if`, its adds right
-       * after) kept one load a warp in flight: 2.6 TB/s on the H200 for
-       * Wan 480p's q and k, the bound of 32 warps an SM x 512 bytes at
-       * DRAM latency.  Lanes past the row (ok == 0) load its first piece
-       * and add nothing.  Same adds in the same order. */
+       * after) kept one load a warp in flight: 0.078 ms for Wan 480p's q
+       * and k in the cube order on the H200 (2.6 TB/s, about 32 warps an
+       * SM x 512 bytes at DRAM latency); 0.061 ms batched.  Lanes past the
+       * row (ok == 0) load its first piece and add nothing.  Same adds in
+       * the same order.  4 rows: 8 spilled at sm_8x/sm_90a's 64 registers. */
       if (V > 1) {
         const char *pb = ok ? pc : base;
         for (; r + TSR_PR_POOL_BATCH * G <= m; r += TSR_PR_POOL_BATCH * G) {
@@ -609,20 +610,33 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
     const unsigned higher = suf - own; /* keys in lanes above */
     const int here = higher < need && suf >= need;
     const unsigned who = __ballot_sync(0xffffffffu, here);
-    int digit = 0;
+    int digit = 0, whole = 0;
     unsigned left = 0;
     if (here) {
-      unsigned acc = higher;
-      int i = 7;
-      for (; i > 0 && acc + c[i] < need; i--) acc += c[i];
+      /* unrolled, so that c stays in registers (a dynamic c[i] put it on
+       * the stack) */
+      unsigned acc = higher, bin = 0;
+      int i = 0, found = 0;
+#pragma unroll
+      for (int b = 7; b >= 0; b--) {
+        if (!found && (b == 0 || acc + c[b] >= need)) found = 1, i = b, bin = c[b];
+        else if (!found) acc += c[b];
+      }
       digit = lane * 8 + i;
       left = need - acc;
+      whole = bin == left;
     }
     const int src = __ffs(who) - 1;
     digit = __shfl_sync(0xffffffffu, digit, src);
     need = __shfl_sync(0xffffffffu, left, src);
+    whole = __shfl_sync(0xffffffffu, whole, src);
     prefix |= (K)digit << lo;
     __syncwarp(); /* the histogram is cleared for the next pass */
+    /* Every key of the digit's bin is kept: the bin's lower bound (lower
+     * bits zero) is a threshold that keeps the same k keys (all above it,
+     * and any equal to it are in the bin, all kept), so the later passes
+     * are skipped. */
+    if (whole) return prefix;
   }
   return prefix;
 }
@@ -781,91 +795,6 @@ __device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const
   }
 }
 
-/* cp.async without tsr_common.cuh, which needs a variant's dtype: the
- * planner module has none. */
-__device__ __forceinline__ void tsr_pr_cp16(void *dst, const void *src)
-{
-  unsigned d;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(d) : "l"(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-/* Channels of pooled k a stage of tsr_pr_scores_st holds, every key's. */
-#define TSR_PR_SC 8
-
-/* Stage s of pooled k into buf: channels [8 s, 8 s + 8) of every key, key j
- * at buf + 8 j with its two 16-byte pieces swapped where bit 2 of j is set,
- * so that 8 lanes reading the same piece of 8 consecutive keys hit 8
- * distinct 16-byte bank groups (no conflict). */
-__device__ __forceinline__ void tsr_pr_stage(const tsr_pr_select_p &p, const float *k, float *buf, int s)
-{
-  const int c0 = s * TSR_PR_SC, np = min(TSR_PR_SC, p.d - c0) >> 2; /* pieces a key: 2, or 1 at the end */
-  for (int i = threadIdx.x; i < p.nk * np; i += TSR_PR_THREADS) {
-    const int j = np == 2 ? i >> 1 : i, pc = np == 2 ? i & 1 : 0;
-    tsr_pr_cp16(buf + j * TSR_PR_SC + ((pc ^ (j >> 2 & 1)) << 2), k + (long long)j * p.d + c0 + 4 * pc);
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* tsr_pr_scores_kt's U loop with pooled k staged in shared memory: 8
- * channels of every key a stage, two stages (the next one's copies in
- * flight while this one is used), in the scores' own space `sc` (the host
- * sizes it for max(rows, 16) rows: 2 x 8 floats a key).  The loop it
- * replaces read k from global memory each step: 16 bytes of 32 keys 4 dim
- * bytes apart, L1 lines thrashed between two CTAs, an L2 round trip a step
- * exposed with 4 warps a scheduler.  Same products in the same order (c
- * ascending, e ascending): bitwise the same scores. */
-template <int KT, int RM>
-__device__ __forceinline__ void tsr_pr_scores_st(const tsr_pr_select_p &p, const float *qs, float *sc,
-                                                 const float *k, int nr)
-{
-  const int tid = threadIdx.x, nst = (p.d + TSR_PR_SC - 1) / TSR_PR_SC;
-  float acc[RM][KT];
-#pragma unroll
-  for (int i = 0; i < RM; i++)
-#pragma unroll
-    for (int t = 0; t < KT; t++) acc[i][t] = 0;
-  int j[KT], sw[KT];
-#pragma unroll
-  for (int t = 0; t < KT; t++) {
-    j[t] = min(tid + t * TSR_PR_THREADS, p.nk - 1); /* past nk: key nk - 1, never stored */
-    sw[t] = j[t] >> 2 & 1;
-  }
-  tsr_pr_stage(p, k, sc, 0);
-  for (int s = 0; s < nst; s++) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads(); /* stage s landed for all; stage s - 1's buffer is free */
-    if (s + 1 < nst) tsr_pr_stage(p, k, sc + ((s + 1) & 1) * p.nk * TSR_PR_SC, s + 1);
-    const float *buf = sc + (s & 1) * p.nk * TSR_PR_SC;
-    const int c0 = s * TSR_PR_SC, np = min(TSR_PR_SC, p.d - c0) >> 2;
-#pragma unroll
-    for (int pc = 0; pc < 2; pc++) {
-      if (pc >= np) break;
-      float kv[KT][4];
-#pragma unroll
-      for (int t = 0; t < KT; t++) tsr_pr_lds<float, 4>(buf + j[t] * TSR_PR_SC + ((pc ^ sw[t]) << 2), kv[t]);
-#pragma unroll
-      for (int i = 0; i < RM; i++) {
-        float qv[4];
-        tsr_pr_lds<float, 4>(qs + i * p.d + c0 + 4 * pc, qv); /* one 16-byte broadcast */
-#pragma unroll
-        for (int t = 0; t < KT; t++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[i][t] += qv[e] * kv[t][e];
-      }
-    }
-  }
-  __syncthreads(); /* every stage read: the scores go over them */
-#pragma unroll
-  for (int t = 0; t < KT; t++) {
-    const int jj = tid + t * TSR_PR_THREADS;
-    if (jj < p.nk)
-#pragma unroll
-      for (int i = 0; i < RM; i++)
-        if (i < nr) sc[i * p.nk + jj] = acc[i][t] * (float)p.scale;
-  }
-}
-
 /* The scores of any nk: one key a lane, up to 16 rows in registers. */
 template <typename A, int V>
 __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k, int nr)
@@ -908,8 +837,7 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
  * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
  * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
  * memory. */
-template <typename A, int V, int N, int H, int TK = 0, int ST = 0>
-__device__ void tsr_pr_select(const tsr_pr_select_p &p)
+template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
   /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
@@ -926,9 +854,7 @@ __device__ void tsr_pr_select(const tsr_pr_select_p &p)
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
   for (int i = tid; i < (U ? TSR_PR_RM : nr) * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
   __syncthreads();
-  if constexpr (ST && U && !TK)
-    tsr_pr_scores_st<(N > 0 ? N / 8 : 1), TSR_PR_RM>(p, (const float *)qs, (float *)sc, (const float *)k, nr);
-  else if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK, U>(p, qs, sc, k, nr);
+  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK, U>(p, qs, sc, k, nr);
   else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
@@ -969,11 +895,6 @@ __device__ void tsr_pr_select(const tsr_pr_select_p &p)
   {                                                                                     \
     tsr_pr_select<A, V, N, 1, 1>(p);                                                    \
   }
-#define TSR_PR_SELECT_S(name, N, B)                                                     \
-  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
-  {                                                                                     \
-    tsr_pr_select<float, 4, N, 1, 0, 1>(p);                                             \
-  }
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
@@ -997,16 +918,14 @@ TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1, TSR_PR_BOUNDS_1)
-/* _hs: as _h, pooled k staged in shared memory (tsr_pr_scores_st; the
- * automatic kernels where the scores' space holds two stages) */
-TSR_PR_SELECT_S(tsr_pr_select_f32_v4_n8_hs, 8, TSR_PR_SELECT_BOUNDS)
-TSR_PR_SELECT_S(tsr_pr_select_f32_v4_n16_hs, 16, TSR_PR_SELECT_BOUNDS)
-TSR_PR_SELECT_S(tsr_pr_select_f32_v4_n24_hs, 24, TSR_PR_SELECT_BOUNDS)
-TSR_PR_SELECT_S(tsr_pr_select_f32_v4_n32_hs, 32, TSR_PR_BOUNDS_N32)
 /* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_SELECT_BOUNDS)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_SELECT_BOUNDS)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_SELECT_BOUNDS)
+/* (two CTAs an SM asked for: with the thread bound alone ptxas gave n16
+ * 64 registers on sm_90a and spilled once the radix select could stop
+ * early) */
+#define TSR_PR_BOUNDS_2 __launch_bounds__(TSR_PR_THREADS, 2)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_BOUNDS_2)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_BOUNDS_2)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_BOUNDS_2)
 TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
 
 #endif

@@ -40,10 +40,9 @@ TOPK, CDF = 0, 1
 # tuning knob for benchmarks, not part of the ops' results.
 ROWS = 0
 # The select's top-k search (tsr_select_args.kernel): 0 libtessera's choice
-# (radix select, pooled k staged in shared memory), 1 the bitwise search, 2
-# the radix select reading pooled k transposed (transposed here, float32
-# top-k only), 3 the radix select reading pooled k from global memory (what
-# 0 ran before the staging): for benchmarks, the same masks.
+# (radix select), 1 the bitwise search, 2 the radix select reading pooled k
+# transposed (transposed here, float32 top-k only): for benchmarks, the
+# same masks.
 KERNEL = 0
 # The pooling kernel (tsr_pool_args.kernel): 0 libtessera's choice (a warp a
 # tile), 1 a CTA a tile (the previous kernel): for benchmarks, the same

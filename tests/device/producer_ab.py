@@ -68,11 +68,6 @@ def check(name, ok, detail=""):
         FAILS.append(name)
 
 
-# tessera.produce.KERNEL's values (tsr_select_args.kernel)
-KERNELS = ["radix, k staged in shared memory", "bitwise", "radix, k transposed (in the time)",
-           "radix, k read from global memory (kernel 0 before 2026-12-03)"]
-
-
 def mode(new):
     M.PAIR = new
     P.KERNEL = 0 if new else 1
@@ -175,7 +170,7 @@ def bench(q, k, v, grid, reps, sparsity):
         summary.append((label, med[("total", "old")], med[("total", "new")], ta))
         # rows a CTA for the radix select (automatic 16)
         want = P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0)
-        for kern in (0, 1, 2, 3):
+        for kern in (0, 1, 2):
             P.KERNEL = kern
             line = []
             for rows in (8, 12, 16) if kern != 2 else (16,):
@@ -184,7 +179,7 @@ def bench(q, k, v, grid, reps, sparsity):
                 same = torch.equal(P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), want)
                 check(f"{label}: select kernel {kern} rows {rows} gives the automatic mask", same)
                 line.append(f"{rows} rows {ms:.4f}")
-            print(f"  select kernel {kern} ({KERNELS[kern]}): "
+            print(f"  select kernel {kern} ({['radix', 'bitwise', 'radix, k transposed (in the time)'][kern]}): "
                   + ", ".join(line) + " ms")
         P.ROWS, P.KERNEL = 0, 0
         # k = 0 skips the search (every block off): the scores, the softmax's
@@ -252,9 +247,8 @@ def svg_bench(q, k, v, grid, reps):
 
 
 def select_cases(seed, quick=False):
-    """Radix select (kernel 0, k staged) against the bitwise search (kernel
-    1) and against k read from global memory (kernel 3), float32 also
-    against the radix select on k transposed (kernel 2), and float64
+    """Radix select (kernel 0) against the bitwise search (kernel 1), float32
+    also against the radix select on k transposed (kernel 2), and float64
     against the CPU torch rule."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     n = bad = 0
@@ -289,9 +283,6 @@ def select_cases(seed, quick=False):
                         if dt == torch.float32:  # k transposed: the same scores, the same mask
                             P.KERNEL = 2
                             ok = ok and torch.equal(P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu(), g0)
-                        # k read from global memory, not staged: the same products in the same order
-                        P.KERNEL = 3
-                        ok = ok and torch.equal(P.select_blocks(cq, ck, scale, P.TOPK, k, 0.0, 0).cpu(), g0)
                         ok = ok and bool((g0.sum(-1) == min(k, nk)).all())
                         if not ok:
                             bad += 1
@@ -383,7 +374,7 @@ def main():
     if a.ncu:
         o, sizes = M.tile_order(grid, (4, 4, 4), q.device)
         pq, pk = new_pool(q, k, grid, "bhsd", False)
-        for kern in (1, 0, 2, 3):
+        for kern in (1, 0, 2):
             P.KERNEL = kern
             P.select_blocks(pq, pk, 1 / math.sqrt(a.dim), P.TOPK, M.vsa_k(a.sparsity, len(sizes)), 0.0, 0)
         oq, ok_ = (o.permute(t).transpose(1, 2).contiguous() for t in (q, k))
