@@ -269,6 +269,9 @@ TSR_PR_POOL(tsr_pr_pool_bf16_v8, 2, 8)
 TSR_PR_POOL(tsr_pr_pool_f64_v1, 3, 1)
 TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
 
+/* Rows of 16-byte loads a lane has in flight in tsr_pr_pool_w. */
+#define TSR_PR_POOL_BATCH 4
+
 /* One warp a tile (8 a CTA), no shared memory, no barrier.  The CTA kernel
  * above, on the H200 at Wan 480p (VSA's 64-token cubes, q and k in one
  * launch): 41% of DRAM bandwidth and 54% of the SM's issue slots, for a CTA
@@ -280,9 +283,6 @@ TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
  * broadcast by shuffle, the groups' sums joined by shuffles, and SQ picks
  * whether the squares are summed.  Sums in another order than the CTA
  * kernel's: the same means within float32 rounding, not bit for bit. */
-/* Rows of 16-byte loads a lane has in flight in tsr_pr_pool_w. */
-#define TSR_PR_POOL_BATCH 4
-
 template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool_p &p)
 {
   typedef typename tsr_pr_t<DT>::acc A;
