@@ -21,7 +21,9 @@
  *    the request path's) plan and verify for every geometry; the table's
  *    row as tsr_select_plan returns it does for uniform blocks;
  *  - on small problems the CPU plan executor agrees with the reference to
- *    1e-5 (tests/check_exec.c's tolerance).
+ *    1e-5 (tests/check_exec.c's tolerance);
+ *  - uniform blocks that pair into a tile plan with the gather mapping, and
+ *    that plan verifies (and executes, as above).
  */
 #include <jansson.h>
 
@@ -307,6 +309,26 @@ static void check_select(const fuzz_problem *fp, const tsr_mask *m, const tsr_fe
   tsr_plan_destroy(plan_verified(fp, m, &sel.opts, 1, "request path's selection"));
 }
 
+/* Gather (uniform blocks bq x bk on bq x 2bk tiles): planned wherever the
+ * blocks make such a tile, the plan verifies and, on small problems, the
+ * CPU executor agrees with the reference.  The control bytes' mappings do
+ * not reach it (two bits: auto to subdivide), so every uniform input tries
+ * it. */
+static void check_gather(const fuzz_problem *fp, const tsr_mask *m, uint64_t seed)
+{
+  int64_t bq, bk;
+  tsr_plan_opts o = fp->o;
+  tsr_plan *pl;
+  if (!tsr_geom_is_uniform(fp->g, &bq, &bk))
+    return;
+  o.mapping = TSR_MAP_GATHER;
+  o.tile_m = o.tile_n = 0; /* the blocks' pair tile */
+  pl = plan_verified(fp, m, &o, bq % 16 == 0 && bq <= 512 && bk % 16 == 0 && bk <= 256, "gather plan");
+  if (pl && fp->exec)
+    check_exec(pl, fp, m, seed);
+  tsr_plan_destroy(pl);
+}
+
 /* A packed mask plans exactly like its byte form. */
 static void check_packed_bytes(const fuzz_problem *fp, const tsr_mask *m, const tsr_plan *pl)
 {
@@ -386,6 +408,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tsr_plan_destroy(pl);
   }
   check_select(&fp, m, &f);
+  check_gather(&fp, m, seed);
 
   tsr_mask_destroy(m);
   tsr_geom_destroy(fp.g);
