@@ -272,6 +272,16 @@ TSR_PR_POOL(tsr_pr_pool_f64_v2, 3, 2)
 /* Rows of 16-byte loads a lane has in flight in tsr_pr_pool_w. */
 #define TSR_PR_POOL_BATCH 4
 
+/* One row's V elements into the sums (and, SQ, their squares). */
+template <typename A, int V, int SQ> __device__ __forceinline__ void tsr_pr_add(A *acc, A &sq, const A *a)
+{
+#pragma unroll
+  for (int e = 0; e < V; e++) {
+    acc[e] += a[e];
+    if (SQ) sq += a[e] * a[e];
+  }
+}
+
 /* One warp a tile (8 a CTA), no shared memory, no barrier.  The CTA kernel
  * above, on the H200 at Wan 480p (VSA's 64-token cubes, q and k in one
  * launch): 41% of DRAM bandwidth and 54% of the SM's issue slots, for a CTA
@@ -336,12 +346,7 @@ template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool
           for (int u = 0; u < TSR_PR_POOL_BATCH; u++) {
             A a[V];
             tsr_pr_unpack<DT, V>(raw[u], a);
-            if (ok)
-#pragma unroll
-              for (int e = 0; e < V; e++) {
-                acc[e] += a[e];
-                if (SQ) sq += a[e] * a[e];
-              }
+            if (ok) tsr_pr_add<A, V, SQ>(acc, sq, a);
           }
         }
       }
@@ -352,11 +357,7 @@ template <int DT, int V, int SQ> __device__ void tsr_pr_pool_w(const tsr_pr_pool
         if (ok && src < m) {
           A a[V];
           tsr_pr_load<DT, V>(pc + t * ss * tsr_pr_t<DT>::SIZE, a);
-#pragma unroll
-          for (int e = 0; e < V; e++) {
-            acc[e] += a[e];
-            if (SQ) sq += a[e] * a[e];
-          }
+          tsr_pr_add<A, V, SQ>(acc, sq, a);
         }
       }
     }
