@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define PR_THREADS 256 /* TSR_PR_THREADS of the template */
-#define PR_MAX_ROWS 16 /* rows of pooled q a select CTA holds in registers */
+#define PR_MAX_ROWS 16 /* rows a select CTA scores at most: one m16 tile (produce_gpu.cuh) */
 #define PR_SELECT_KINDS 10
 #define PR_HIST_SMEM (PR_THREADS / 32 * 256 * 4) /* the radix select's static histograms */
 
@@ -305,9 +305,9 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->kernel < 0 || a->kernel > 2)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic), 1 (bitwise "
                          "search) or 2 (radix select, k transposed), got %lld", (long long)a->kernel);
-  if (a->kernel == 2 && (a->dtype != TSR_DT_F32 || a->rule != TSR_SELECT_TOPK || a->dim % 4 || a->nk > 1024))
+  if (a->kernel == 2 && (a->dtype != TSR_DT_F32 || a->rule != TSR_SELECT_TOPK || a->dim % 16 || a->nk > 1024))
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 (k transposed) takes float32 top-k "
-                         "with dim a multiple of 4 (got %lld) and nk up to 1024 (got %lld)", (long long)a->dim,
+                         "with dim a multiple of 16 (got %lld) and nk up to 1024 (got %lld)", (long long)a->dim,
                          (long long)a->nk);
   if (!(a->scale == a->scale) || a->scale <= 0.0)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: scale must be positive, got %g", a->scale);
@@ -318,8 +318,8 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz, hist, fast;
-  int64_t rows, smem;
+  int f64, vec, esz, hist;
+  int64_t rows, smem, qfix, row;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
@@ -327,24 +327,27 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   esz = f64 ? 8 : 4;
   /* rows of a CTA: as many as its shared memory holds, up to a->rows or,
    * automatic, 16 for top-k and 8 for the CDF rule: on the H200 at Wan 480p,
-   * with the scores N / 8 keys a thread, VSA's 624-block rows took 0.139 ms
-   * at 16 against 0.170 at 12 and 0.177 at 8; SpargeAttn's 256 x 512 0.051
-   * at 8 against 0.055 at 12 and 0.063 at 16 (notes/pipeline-2026-12-02c.md) */
+   * with the scores on the tensor cores, VSA's 624-block rows took 0.056 ms
+   * at 16 against 0.066 at 12 and 0.085 at 8 (notes/producers-2026-12-03b.md);
+   * SpargeAttn's 256 x 512 0.051 at 8 against 0.055 at 12 and 0.063 at 16
+   * with the FMA scores before them (notes/pipeline-2026-12-02c.md) */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
   /* the top k by radix select (kernel 0) where the row is held in registers */
   if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
   hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
   if (hist) smem -= PR_HIST_SMEM;
-  /* the float radix-select kernels hold PR_MAX_ROWS rows of pooled q
-   * whatever the rows (their scores loop has no branch: produce_gpu.cuh) */
-  fast = hist && !f64 && a->nk <= 1024;
-  if (fast && smem - PR_MAX_ROWS * a->dim * esz < a->nk * esz) hist = fast = 0, smem += PR_HIST_SMEM;
-  if (a->kernel == 2 && !fast)
+  /* float32 scores on the tensor cores (produce_gpu.cuh tsr_pr_tc) read a
+   * whole m16 tile of pooled q, PR_MAX_ROWS rows, whatever the rows */
+  qfix = !f64 && vec && a->dim % 16 == 0 ? PR_MAX_ROWS * a->dim * esz : 0;
+  row = (qfix ? a->nk : a->dim + a->nk) * esz;
+  /* one row beside the histogram, else the bitwise search without it */
+  if (hist && smem < qfix + row) hist = 0, smem += PR_HIST_SMEM;
+  if (a->kernel == 2 && !hist)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
                          "for pooled q and one row, the device has %lld",
-                         (long long)((PR_MAX_ROWS * a->dim + a->nk) * esz), (long long)smem);
-  rows = fast ? (smem - PR_MAX_ROWS * a->dim * esz) / (a->nk * esz) : smem / ((a->dim + a->nk) * esz);
+                         (long long)(qfix + row), (long long)smem);
+  rows = (smem - qfix) / row;
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
     rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
   if (rows > a->nq) rows = a->nq;
@@ -352,7 +355,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "producer select: %lld key blocks of dim %lld need %lld bytes of shared memory a row, "
                          "the device has %lld", (long long)a->nk, (long long)a->dim,
-                         (long long)((a->dim + a->nk) * esz), (long long)smem);
+                         (long long)(qfix + row), (long long)smem);
   /* with vector loads, rows of up to 1024 blocks are held in registers
    * (8, 16, 24 or 32 a lane) for the rule's passes */
   if (vec && a->nk <= 1024) vec = 2 + (int)((a->nk - 1) / 256) + (hist ? 4 : 0);
@@ -377,7 +380,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                            a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
                            (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
                            (unsigned)a->batch, PR_THREADS, 1, 1,
-                           (unsigned)(fast ? (PR_MAX_ROWS * a->dim + rows * a->nk) * esz : rows * (a->dim + a->nk) * esz),
+                           (unsigned)(qfix + rows * row),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);
 }

@@ -19,9 +19,11 @@
  *          top k of each row (ties to the lower index, tsr_corpus_topk), or
  *          the CDF rule (the fewest in decreasing order reaching tau of the
  *          row's sum, at least min_keep; tsr_corpus_cdf).  `rows` query
- *          rows a CTA (their pooled q in shared memory, their scores after
- *          them), nk / 256 keys a thread in float for rows of up to 1024
- *          blocks (else one key a lane): each key row is read once a CTA.  The
+ *          rows a CTA, up to 16 (their pooled q in shared memory, their
+ *          scores after them): in float32 with d % 16 == 0 the scores are one
+ *          m16 tile on the tensor cores (three TF32 products a term: float32
+ *          accuracy, not a float32 sum's bits), else one FMA chain a score
+ *          (float64, other d); each key row is read once a CTA.  The
  *          top k is exact, not a sort: the k-th largest probability
  *          (non-negative floats order as their bits) by an 8-bit radix
  *          select (_h kernels, the automatic ones) or a 32 (64) pass bitwise
@@ -580,12 +582,13 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
  * compares).  Only valid elements (j < nk) count. */
 template <typename A, int N>
 __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typename tsr_pr_kt<A>::K *key, int nk,
-                                                                    long long k, unsigned *hist)
+                                                                    long long k, unsigned *hist, int &all)
 {
   typedef typename tsr_pr_kt<A>::K K;
   const int lane = threadIdx.x & 31;
   K prefix = 0;
   unsigned need = (unsigned)k;
+  int whole = 0;
   for (int hi = tsr_pr_kt<A>::TOP; hi >= 0; hi -= 8) {
     const int lo = hi >= 7 ? hi - 7 : 0;
     /* the bits above hi: fixed by earlier passes (zero above TOP) */
@@ -611,8 +614,9 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
     const unsigned higher = suf - own; /* keys in lanes above */
     const int here = higher < need && suf >= need;
     const unsigned who = __ballot_sync(0xffffffffu, here);
-    int digit = 0, whole = 0;
+    int digit = 0;
     unsigned left = 0;
+    whole = 0;
     if (here) {
       /* unrolled, so that c stays in registers (a dynamic c[i] put it on
        * the stack) */
@@ -637,8 +641,11 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
      * bits zero) is a threshold that keeps the same k keys (all above it,
      * and any equal to it are in the bin, all kept), so the later passes
      * are skipped. */
-    if (whole) return prefix;
+    if (whole) break;
   }
+  /* whole: the keys at or above prefix are exactly the k kept (the last
+   * pass's bin is one key value, whole when all its keys are kept) */
+  all = whole;
   return prefix;
 }
 
@@ -706,7 +713,14 @@ __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, 
       if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
     return;
   }
-  const K t = hist ? tsr_pr_kth_hist<A, N>(key, nk, k, hist) : tsr_pr_kth_reg<A, N>(key, k);
+  int all = 0;
+  const K t = hist ? tsr_pr_kth_hist<A, N>(key, nk, k, hist, all) : tsr_pr_kth_reg<A, N>(key, k);
+  if (all) { /* no ties to cut: no count, no ballots */
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = key[i] >= t;
+    return;
+  }
   int gt = 0;
 #pragma unroll
   for (int i = 0; i < N; i++) gt += key[i] > t;
@@ -731,68 +745,98 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
   tsr_pr_write_topk(row, nk, kk, out);
 }
 
-/* The pooled scores of the CTA's rows for the register-rule kernels (N > 0,
- * nk <= 32 N): KT = N / 8 keys a thread (j = tid, tid + 256, ...: every
- * thread busy, a warp's lanes on consecutive keys), each V-element piece of
- * q broadcast from shared memory used for KT keys, so the CTA's shared-memory
- * loads are a KT-th of one key a thread's (that loop was bound by those
- * loads: VSA's 7,488 rows of 624 took 0.20 ms, 65x the bytes' floor).
- * Same products in the same order (c ascending, e ascending) as
- * tsr_pr_scores_1: bitwise the same scores, so the same masks.  RM: rows a
- * CTA at most (the host caps rows to it). */
-template <typename A, int V, int KT, int RM, int TK, int U>
-__device__ __forceinline__ void tsr_pr_scores_kt(const tsr_pr_select_p &p, const A *qs, A *sc, const A *k,
-                                                 int nr)
+/* float32 operands split for three TF32 products: hi keeps the bits a TF32
+ * operand is read by (sign, exponent, 10 mantissa bits), lo = x - hi
+ * exactly, of which the tensor core reads the top 11 bits in turn. */
+__device__ __forceinline__ void tsr_pr_split(float x, unsigned &hi, unsigned &lo)
 {
-  /* U: no branch in the loop.  With `if (i < nr)` around each row and
-   * `if (j < nk)` around each key load, ptxas kept every row's broadcast and
-   * products in a block of its own, so nothing was scheduled across rows
-   * (H200, VSA at Wan 480p: 0.103 ms for the scores alone, issue slots 55%
-   * busy at 4 warps a scheduler).  With U, qs holds RM rows (the missing
-   * ones zero: the host sizes shared memory for RM) and a key past nk reads
-   * key nk - 1; neither result is stored. */
-  /* TK: k transposed, [dim, nk] a head: a warp's lanes read consecutive
-   * keys of one channel (coalesced 4-byte loads) instead of 16 bytes of 32
-   * keys 4*dim bytes apart; the same products in the same order */
-  const int tid = threadIdx.x;
-  A acc[RM][KT];
+  hi = __float_as_uint(x) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void tsr_pr_mma(float *c, const unsigned *a, unsigned b0, unsigned b1)
+{
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The pooled scores of the CTA's rows (up to 16: one m16 tile) on the tensor
+ * cores, float32 by three TF32 products a term (lo.hi + hi.lo + hi.hi, the
+ * dropped lo.lo and the rounding of lo about 2^-20 of a product: the error of
+ * a float32 sum of the same 128 terms, not its bits).  The FMA loop this
+ * replaces (3 keys a thread, 16 rows) was 65% of the select's instructions at
+ * VSA's Wan 480p rows, and 19% of its FMAs fell on clamped key slots (768 for
+ * 624 keys): 0.06 of 0.097 ms on the H200 (notes/producers-2026-12-03b.md).
+ * A warp takes 8-key tiles w, w + 8, ... two at a time; a 16-channel step
+ * is two k8 steps whose 8 k indices map to the channels 4 t + {0, 1} and
+ * 4 t + {2, 3} of lane t of a quad, so that a lane's q and k come in one
+ * 16-byte load each, k's a step ahead (the loop stalled on them).  TK: k
+ * transposed ([dim, nk] a head).  d % 16 == 0; qs holds 16 rows, those past
+ * nr zero (nothing of them is stored). */
+template <int TK> __device__ __forceinline__ float4 tsr_pr_kload(const float *kp, int c, int nk)
+{
+  if (!TK) return __ldg((const float4 *)(kp + c));
+  const long long s = (long long)c * nk;
+  return make_float4(__ldg(kp + s), __ldg(kp + s + nk), __ldg(kp + s + 2 * nk), __ldg(kp + s + 3 * nk));
+}
+
+template <int TK>
+__device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const float *qs, float *sc,
+                                                 const float *k, int nr)
+{
+  enum { G = 2, NW = TSR_PR_THREADS / 32 };
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int ntile = (p.nk + 7) >> 3;
+  const float *qa = qs + g * p.d + 4 * t, *qb = qs + (g + 8) * p.d + 4 * t;
+  for (int n0 = warp; n0 < ntile; n0 += NW * G) {
+    float acc[G][4];
+    const float *kp[G];
+    float4 kv[G];
 #pragma unroll
-  for (int i = 0; i < RM; i++)
+    for (int u = 0; u < G; u++) {
+      /* a tile past the last, or a key past nk, reads key nk - 1 (not stored) */
+      const int j = min((n0 + u * NW) * 8 + g, p.nk - 1);
+      kp[u] = TK ? k + j + (long long)(4 * t) * p.nk : k + (long long)j * p.d + 4 * t;
+      kv[u] = tsr_pr_kload<TK>(kp[u], 0, p.nk);
 #pragma unroll
-    for (int t = 0; t < KT; t++) acc[i][t] = 0;
-#pragma unroll(U ? 1 : 2) /* U: unrolled twice, ptxas spilled n24 (20 bytes) */
-  for (int c = 0; c < p.d; c += V) {
-    A kv[KT][V];
-#pragma unroll
-    for (int t = 0; t < KT; t++) {
-      const int j = U ? min(tid + t * TSR_PR_THREADS, p.nk - 1) : tid + t * TSR_PR_THREADS;
-      if (TK && (U || j < p.nk))
-#pragma unroll
-        for (int e = 0; e < V; e++) kv[t][e] = __ldg(k + (long long)(c + e) * p.nk + j);
-      else if (U || j < p.nk)
-        tsr_pr_load<sizeof(A) == 8 ? 3 : 0, V>((const char *)(k + (long long)j * p.d + c), kv[t]);
-      else
-#pragma unroll
-        for (int e = 0; e < V; e++) kv[t][e] = 0;
+      for (int e = 0; e < 4; e++) acc[u][e] = 0.f;
     }
+#pragma unroll 1
+    for (int c = 0; c < p.d; c += 16) {
+      const float4 x = *(const float4 *)(qa + c), y = *(const float4 *)(qb + c);
+      /* a[s]: k8 step s's A fragment (rows g, g + 8 at k index t, t + 4) */
+      unsigned ah[2][4], al[2][4];
+      tsr_pr_split(x.x, ah[0][0], al[0][0]), tsr_pr_split(y.x, ah[0][1], al[0][1]);
+      tsr_pr_split(x.y, ah[0][2], al[0][2]), tsr_pr_split(y.y, ah[0][3], al[0][3]);
+      tsr_pr_split(x.z, ah[1][0], al[1][0]), tsr_pr_split(y.z, ah[1][1], al[1][1]);
+      tsr_pr_split(x.w, ah[1][2], al[1][2]), tsr_pr_split(y.w, ah[1][3], al[1][3]);
+      const int cn = c + 16 < p.d ? c + 16 : c; /* the next step's k (the last reloads its own) */
 #pragma unroll
-    for (int i = 0; i < RM; i++)
-      if (U || i < nr) {
-        A qv[V];
-        tsr_pr_lds<A, V>(qs + i * p.d + c, qv); /* one 16-byte broadcast */
+      for (int u = 0; u < G; u++) {
+        unsigned bh[4], bl[4];
+        tsr_pr_split(kv[u].x, bh[0], bl[0]), tsr_pr_split(kv[u].y, bh[1], bl[1]);
+        tsr_pr_split(kv[u].z, bh[2], bl[2]), tsr_pr_split(kv[u].w, bh[3], bl[3]);
+        kv[u] = tsr_pr_kload<TK>(kp[u], cn, p.nk);
 #pragma unroll
-        for (int t = 0; t < KT; t++)
-#pragma unroll
-          for (int e = 0; e < V; e++) acc[i][t] += qv[e] * kv[t][e];
+        for (int s = 0; s < 2; s++) {
+          tsr_pr_mma(acc[u], al[s], bh[2 * s], bh[2 * s + 1]);
+          tsr_pr_mma(acc[u], ah[s], bl[2 * s], bl[2 * s + 1]);
+          tsr_pr_mma(acc[u], ah[s], bh[2 * s], bh[2 * s + 1]);
+        }
       }
-  }
+    }
+    /* C fragment: rows g, g + 8; keys 2 t, 2 t + 1 of the tile */
 #pragma unroll
-  for (int t = 0; t < KT; t++) {
-    const int j = tid + t * TSR_PR_THREADS;
-    if (j < p.nk)
+    for (int u = 0; u < G; u++) {
+      const int j = (n0 + u * NW) * 8 + 2 * t;
 #pragma unroll
-      for (int i = 0; i < RM; i++)
-        if (i < nr) sc[i * p.nk + j] = acc[i][t] * (A)p.scale;
+      for (int e = 0; e < 4; e++) {
+        const int row = g + (e >> 1) * 8, jj = j + (e & 1);
+        if (row < nr && jj < p.nk) sc[row * p.nk + jj] = acc[u][e] * (float)p.scale;
+      }
+    }
   }
 }
 
@@ -828,35 +872,49 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
   }
 }
 
-/* Rows a register-rule float CTA holds at most (runtime/produce.c caps
- * rows to it).  float64 (a test path) keeps tsr_pr_scores_1: with
- * tsr_pr_scores_kt, ptxas spilled its n8 kernel on sm_90a and n24 on
- * sm_120 (gen-sass), even at 4 rows. */
+/* The scores: float32 with 16-byte loads and d % 16 == 0 on the tensor
+ * cores (tsr_pr_tc; runtime/produce.c sizes qs to match), else (any d,
+ * float64: a test path) one FMA chain a score. */
 #define TSR_PR_RM 16
+template <typename A, int V> __device__ __forceinline__ int tsr_pr_tc(const tsr_pr_select_p &p)
+{
+  return sizeof(A) == 4 && V == 4 && p.d % 16 == 0;
+}
+template <int V, int TK>
+__device__ __forceinline__ void tsr_pr_scores(const tsr_pr_select_p &p, const float *qs, float *sc, const float *k,
+                                              int nr)
+{
+  if (tsr_pr_tc<float, V>(p)) tsr_pr_scores_tc<TK>(p, qs, sc, k, nr);
+  else tsr_pr_scores_1<float, V>(p, qs, sc, k, nr);
+}
+template <int V, int TK>
+__device__ __forceinline__ void tsr_pr_scores(const tsr_pr_select_p &p, const double *qs, double *sc,
+                                              const double *k, int nr)
+{
+  tsr_pr_scores_1<double, V>(p, qs, sc, k, nr);
+}
 
-/* Pooled scores of `rows` query rows against every key (tsr_pr_scores_kt
- * for the float register-rule kernels, else tsr_pr_scores_1), then one warp a
- * row for the rule: in registers when N > 0 (nk <= 32 N), else in shared
- * memory. */
+/* Pooled scores of `rows` (at most 16) query rows against every key, then
+ * one warp a row for the rule: in registers when N > 0 (nk <= 32 N), else in
+ * shared memory. */
 template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
   /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
    * static: the host leaves it out of the rows' dynamic budget) */
   __shared__ unsigned tsr_pr_hist[H ? TSR_PR_THREADS / 32 * 256 : 1];
-  /* U: the float radix-select kernels' branch-free scores, qs sized for
-   * TSR_PR_RM rows (runtime/produce.c sizes shared memory to match) */
-  enum { U = H && N > 0 && sizeof(A) == 4 };
-  A *qs = (A *)tsr_pr_smem, *sc = qs + (U ? TSR_PR_RM : p.rows) * p.d;
+  /* the tensor-core scores read a whole m16 tile of q: qs holds TSR_PR_RM
+   * rows there, those past nr zero */
+  const int qrows = tsr_pr_tc<A, V>(p) ? TSR_PR_RM : p.rows;
+  A *qs = (A *)tsr_pr_smem, *sc = qs + qrows * p.d;
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
   const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
   const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
-  for (int i = tid; i < (U ? TSR_PR_RM : nr) * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
+  for (int i = tid; i < qrows * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
   __syncthreads();
-  if (N > 0 && sizeof(A) == 4) tsr_pr_scores_kt<A, V, (N > 0 ? N / 8 : 1), TSR_PR_RM, TK, U>(p, qs, sc, k, nr);
-  else tsr_pr_scores_1<A, V>(p, qs, sc, k, nr);
+  tsr_pr_scores<V, TK>(p, qs, sc, k, nr);
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
@@ -880,6 +938,19 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
  * target: nvcc's sm_90a build of it spilled too). */
 #define TSR_PR_BOUNDS_1 __launch_bounds__(TSR_PR_THREADS, 1)
 #define TSR_PR_BOUNDS_N32 TSR_PR_BOUNDS_1
+/* The float32 register-rule kernels of up to 768 keys (scores on the tensor
+ * cores).  ptxas left to itself chose 64 or 80 registers and spilled 2-4
+ * words on sm_80, sm_89 and sm_90a (gen-sass).  On sm_90a four CTAs an SM
+ * fit in 64 registers without a spill, and VSA's 468 CTAs at Wan 480p are
+ * then one wave of 528 (at three, 1.2 waves of 396 left SMs idle: select
+ * 0.0590 ms at 80 registers, 0.0620 at 96 and two CTAs, 0.0556 at 64 and
+ * four; H200, 2026-12-03).  Elsewhere one CTA an SM lets ptxas take what it
+ * needs (not measured there). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#define TSR_PR_BOUNDS_TC __launch_bounds__(TSR_PR_THREADS, 4)
+#else
+#define TSR_PR_BOUNDS_TC TSR_PR_BOUNDS_1
+#endif
 #define TSR_PR_SELECT_HB(name, A, V, N, H, B)                                           \
   extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
   {                                                                                     \
@@ -899,34 +970,32 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
-TSR_PR_SELECT(tsr_pr_select_f32_v4_n8, float, 4, 8)
-TSR_PR_SELECT(tsr_pr_select_f32_v4_n16, float, 4, 16)
-TSR_PR_SELECT(tsr_pr_select_f32_v4_n24, float, 4, 24)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n8, float, 4, 8, 0, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n16, float, 4, 16, 0, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n24, float, 4, 24, 0, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n32, float, 4, 32)
-TSR_PR_SELECT(tsr_pr_select_f64_v1_n0, double, 1, 0)
-TSR_PR_SELECT(tsr_pr_select_f64_v2_n0, double, 2, 0)
+/* (float64 any-nk: on sm_90a ptxas spilled v1 at 64 registers once q's
+ * rows were sized per kernel kind; one CTA an SM, as the radix ones) */
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v1_n0, double, 1, 0, 0, TSR_PR_BOUNDS_1)
+TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n0, double, 2, 0, 0, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n8, double, 2, 8)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n16, double, 2, 16)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n24, double, 2, 24)
 TSR_PR_SELECT(tsr_pr_select_f64_v2_n32, double, 2, 32)
 /* _h: the top k by radix select (tsr_pr_kth_hist); the CDF rule's search
  * sums floats, in a fixed order, so it stays in the kernels above */
-TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n8_h, float, 4, 8, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n16_h, float, 4, 16, 1)
-TSR_PR_SELECT_H(tsr_pr_select_f32_v4_n24_h, float, 4, 24, 1)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n8_h, float, 4, 8, 1, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n16_h, float, 4, 16, 1, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n24_h, float, 4, 24, 1, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n32_h, float, 4, 32, 1, TSR_PR_BOUNDS_N32)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n8_h, double, 2, 8, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1, TSR_PR_BOUNDS_1)
 /* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
-/* (two CTAs an SM asked for: with the thread bound alone ptxas gave n16
- * 64 registers on sm_90a and spilled once the radix select could stop
- * early) */
-#define TSR_PR_BOUNDS_2 __launch_bounds__(TSR_PR_THREADS, 2)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_BOUNDS_2)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_BOUNDS_2)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_BOUNDS_2)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
 
 #endif

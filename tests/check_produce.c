@@ -133,6 +133,8 @@ START_TEST(test_select_args)
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "kernel must be 0 (automatic), 1");
   a = good_select(), a.kernel = 2, a.dtype = TSR_DT_F64;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "kernel 2 (k transposed) takes");
+  a = good_select(), a.kernel = 2, a.dim = 24;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "multiple of 16 (got 24)");
   a = good_select(), a.kernel = 2, a.nk = 1025;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_UNSUPPORTED, "nk up to 1024 (got 1025)");
   a = good_select();

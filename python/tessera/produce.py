@@ -41,8 +41,8 @@ TOPK, CDF = 0, 1
 ROWS = 0
 # The select's top-k search (tsr_select_args.kernel): 0 libtessera's choice
 # (radix select), 1 the bitwise search, 2 the radix select reading pooled k
-# transposed (transposed here, float32 top-k only): for benchmarks, the
-# same masks.
+# transposed (transposed here, float32 top-k, dim a multiple of 16): for
+# benchmarks, the same masks.
 KERNEL = 0
 # The pooling kernel (tsr_pool_args.kernel): 0 libtessera's choice (a warp a
 # tile), 1 a CTA a tile (the previous kernel): for benchmarks, the same
