@@ -24,10 +24,13 @@
  *          m16 tile on the tensor cores (three TF32 products a term: float32
  *          accuracy, not a float32 sum's bits), else one FMA chain a score
  *          (float64, other d); each key row is read once a CTA.  The
- *          top k is exact, not a sort: the k-th largest probability
- *          (non-negative floats order as their bits) by an 8-bit radix
- *          select (_h kernels, the automatic ones) or a 32 (64) pass bitwise
- *          search, then the ties at it kept in index order.  The CDF rule is
+ *          top k is exact, not a sort: the k-th largest key by an 8-bit
+ *          radix select (_h kernels, the automatic ones) or a bitwise
+ *          search, then the ties at it kept in index order.  Keys: float64,
+ *          the probabilities' bits (non-negative floats order as their
+ *          bits); float32, the scores' order-preserving bits (softmax is
+ *          monotone: the same top k but where float32's exp would round
+ *          distinct scores to one probability).  The CDF rule is
  *          the top K for the K it implies (its kept set is a prefix of the
  *          same order): a bitwise search for the probability where the sum
  *          of those at or above it first reaches tau * sum.
@@ -556,13 +559,13 @@ __device__ __forceinline__ void tsr_pr_write_reg(const typename tsr_pr_kt<A>::K 
 }
 
 /* The k-th largest key (1 <= k <= nk; invalid elements have key 0). */
-template <typename A, int N>
+template <typename A, int N, int TOP = tsr_pr_kt<A>::TOP>
 __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typename tsr_pr_kt<A>::K *key,
                                                                    long long k)
 {
   typedef typename tsr_pr_kt<A>::K K;
   K t = 0;
-  for (int b = tsr_pr_kt<A>::TOP; b >= 0; b--) {
+  for (int b = TOP; b >= 0; b--) {
     const K c = t | ((K)1 << b);
     int n = 0;
 #pragma unroll
@@ -580,7 +583,7 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
  * still wanted.  Exact, integer counts: the same key as tsr_pr_kth_reg,
  * which makes a pass a bit (30 for float, each a warp reduction after N
  * compares).  Only valid elements (j < nk) count. */
-template <typename A, int N>
+template <typename A, int N, int TOP = tsr_pr_kt<A>::TOP>
 __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typename tsr_pr_kt<A>::K *key, int nk,
                                                                     long long k, unsigned *hist, int &all)
 {
@@ -589,7 +592,7 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
   K prefix = 0;
   unsigned need = (unsigned)k;
   int whole = 0;
-  for (int hi = tsr_pr_kt<A>::TOP; hi >= 0; hi -= 8) {
+  for (int hi = TOP; hi >= 0; hi -= 8) {
     const int lo = hi >= 7 ? hi - 7 : 0;
     /* the bits above hi: fixed by earlier passes (zero above TOP) */
     const K above = hi + 1 >= (int)(8 * sizeof(K)) ? (K)0 : ~(K)0 << (hi + 1);
@@ -649,14 +652,62 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
   return prefix;
 }
 
+/* Order-preserving bits of a float32 score (-0 as +0, NaN above all). */
+__device__ __forceinline__ unsigned tsr_pr_skey(float x)
+{
+  const unsigned u = __float_as_uint(x + 0.0f);
+  return x != x ? 0xffffffffu : u >> 31 ? ~u : u | 0x80000000u;
+}
+
+/* The float32 top k on the scores themselves: softmax is monotone, so the k
+ * largest probabilities are the k largest scores, but where float32's exp
+ * rounds distinct scores to one probability the scores' order (the float64
+ * rule's) decides, not the index.  No max, no exps: they were 500 of a
+ * row's instructions (ncu, VSA at Wan 480p).  Keys over all 32 bits: up to
+ * 4 radix passes (32 bitwise ones). */
+template <int N>
+__device__ __forceinline__ void tsr_pr_topk_scores(const float *row, int nk, long long k, unsigned char *out,
+                                                   unsigned *hist)
+{
+  const int lane = threadIdx.x & 31;
+  unsigned key[N];
+#pragma unroll
+  for (int i = 0; i < N; i++) key[i] = i * 32 + lane < nk ? tsr_pr_skey(row[i * 32 + lane]) : 0u;
+  if (k <= 0 || k >= nk) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
+    return;
+  }
+  int all = 0;
+  const unsigned t = hist ? tsr_pr_kth_hist<float, N, 31>(key, nk, k, hist, all) : tsr_pr_kth_reg<float, N, 31>(key, k);
+  if (all) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = key[i] >= t;
+    return;
+  }
+  int gt = 0;
+#pragma unroll
+  for (int i = 0; i < N; i++) gt += key[i] > t;
+  tsr_pr_write_reg<float, N>(key, nk, t, k - (long long)__reduce_add_sync(0xffffffffu, (unsigned)gt), out);
+}
+
 /* The row's rule: top k, or CDF (K from the largest key T whose at-or-above
  * sum reaches tau * sum; the ties at T fit while the running sum before
  * them is below it; at least min_keep). */
-template <typename A, int N>
+template <typename A, int N, int H>
 __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, unsigned char *out,
                                 unsigned *hist)
 {
   typedef typename tsr_pr_kt<A>::K K;
+  /* H: a radix-select kernel, top k only (runtime/produce.c), so the float32
+   * ones compile nothing else (ptxas spilled the n24 one on sm_90a at 64
+   * registers with the probabilities' path beside it) */
+  if (sizeof(A) == 4 && (H || p.rule == 0)) {
+    tsr_pr_topk_scores<N>((const float *)row, nk, p.k, out, hist);
+    return;
+  }
   const int lane = threadIdx.x & 31;
   A v[N], mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
   K key[N];
@@ -731,6 +782,12 @@ __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, 
 template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr_pr_select_p &p, unsigned char *out)
 {
   const int lane = threadIdx.x & 31;
+  if (sizeof(A) == 4 && p.rule == 0) { /* the scores' order, as tsr_pr_topk_scores */
+    for (int j = lane; j < nk; j += 32) row[j] = tsr_pr_val<A>(tsr_pr_skey((float)row[j]));
+    __syncwarp();
+    tsr_pr_write_topk(row, nk, p.k, out);
+    return;
+  }
   A mx = -tsr_pr_val<A>(sizeof(A) == 8 ? 0x7ff0000000000000ull : 0x7f800000ull);
   for (int j = lane; j < nk; j += 32) mx = tsr_pr_max(mx, row[j]);
 #pragma unroll
@@ -918,7 +975,7 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   __syncthreads();
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
-    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1)>(sc + i * p.nk, p.nk, p, out, H ? tsr_pr_hist + warp * 256 : 0);
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1), H>(sc + i * p.nk, p.nk, p, out, H ? tsr_pr_hist + warp * 256 : 0);
     else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
   }
 }
@@ -948,8 +1005,12 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
  * needs (not measured there). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
 #define TSR_PR_BOUNDS_TC __launch_bounds__(TSR_PR_THREADS, 4)
+/* the bitwise-search and CDF ones (the probabilities' path too): two, up to
+ * 128 registers, no spill (at four they spilled 2-4 words) */
+#define TSR_PR_BOUNDS_TCB __launch_bounds__(TSR_PR_THREADS, 2)
 #else
 #define TSR_PR_BOUNDS_TC TSR_PR_BOUNDS_1
+#define TSR_PR_BOUNDS_TCB TSR_PR_BOUNDS_1
 #endif
 #define TSR_PR_SELECT_HB(name, A, V, N, H, B)                                           \
   extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
@@ -970,9 +1031,9 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n0, float, 4, 0)
-TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n8, float, 4, 8, 0, TSR_PR_BOUNDS_TC)
-TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n16, float, 4, 16, 0, TSR_PR_BOUNDS_TC)
-TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n24, float, 4, 24, 0, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n8, float, 4, 8, 0, TSR_PR_BOUNDS_TCB)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n16, float, 4, 16, 0, TSR_PR_BOUNDS_TCB)
+TSR_PR_SELECT_HB(tsr_pr_select_f32_v4_n24, float, 4, 24, 0, TSR_PR_BOUNDS_TCB)
 TSR_PR_SELECT(tsr_pr_select_f32_v4_n32, float, 4, 32)
 /* (float64 any-nk: on sm_90a ptxas spilled v1 at 64 registers once q's
  * rows were sized per kernel kind; one CTA an SM, as the radix ones) */

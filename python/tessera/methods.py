@@ -40,7 +40,11 @@ Each rule is the one the mask corpus generator applies (profiler/
 corpus_families.c, docs/mask-families.md): given the same pooled inputs they
 give the same mask, block for block (tests/python-methods.sh checks it
 through tests/methods_rule, the corpus's C rules as a command).  Ties go to
-the lower block index, as the corpus's.
+the lower block index, as the corpus's.  On CUDA float32 the fused select's
+top k runs on the scores (float32-accurate, from the tensor cores): where
+float32's exp would round distinct scores to one probability the higher
+score wins, not the lower index (float64 and the CPU path follow the rule
+exactly).
 
 No host synchronisation: only torch tensor ops run (no .item(), .cpu(),
 nonzero or data-dependent shapes; geometry comes from the grid, in Python
