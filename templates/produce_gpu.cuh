@@ -659,6 +659,34 @@ __device__ __forceinline__ unsigned tsr_pr_skey(float x)
   return x != x ? 0xffffffffu : u >> 31 ? ~u : u | 0x80000000u;
 }
 
+/* The row's top k of its keys in registers (invalid ones 0; TOP: the
+ * highest bit a key may have). */
+template <typename A, int N, int TOP>
+__device__ __forceinline__ void tsr_pr_topk_reg(const typename tsr_pr_kt<A>::K *key, int nk, long long k,
+                                                unsigned char *out, unsigned *hist)
+{
+  typedef typename tsr_pr_kt<A>::K K;
+  const int lane = threadIdx.x & 31;
+  if (k <= 0 || k >= nk) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
+    return;
+  }
+  int all = 0;
+  const K t = hist ? tsr_pr_kth_hist<A, N, TOP>(key, nk, k, hist, all) : tsr_pr_kth_reg<A, N, TOP>(key, k);
+  if (all) { /* no ties to cut: no count, no ballots */
+#pragma unroll
+    for (int i = 0; i < N; i++)
+      if (i * 32 + lane < nk) out[i * 32 + lane] = key[i] >= t;
+    return;
+  }
+  int gt = 0;
+#pragma unroll
+  for (int i = 0; i < N; i++) gt += key[i] > t;
+  tsr_pr_write_reg<A, N>(key, nk, t, k - (long long)__reduce_add_sync(0xffffffffu, (unsigned)gt), out);
+}
+
 /* The float32 top k on the scores themselves: softmax is monotone, so the k
  * largest probabilities are the k largest scores, but where float32's exp
  * rounds distinct scores to one probability the scores' order (the float64
@@ -673,24 +701,7 @@ __device__ __forceinline__ void tsr_pr_topk_scores(const float *row, int nk, lon
   unsigned key[N];
 #pragma unroll
   for (int i = 0; i < N; i++) key[i] = i * 32 + lane < nk ? tsr_pr_skey(row[i * 32 + lane]) : 0u;
-  if (k <= 0 || k >= nk) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-      if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
-    return;
-  }
-  int all = 0;
-  const unsigned t = hist ? tsr_pr_kth_hist<float, N, 31>(key, nk, k, hist, all) : tsr_pr_kth_reg<float, N, 31>(key, k);
-  if (all) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-      if (i * 32 + lane < nk) out[i * 32 + lane] = key[i] >= t;
-    return;
-  }
-  int gt = 0;
-#pragma unroll
-  for (int i = 0; i < N; i++) gt += key[i] > t;
-  tsr_pr_write_reg<float, N>(key, nk, t, k - (long long)__reduce_add_sync(0xffffffffu, (unsigned)gt), out);
+  tsr_pr_topk_reg<float, N, 31>(key, nk, k, out, hist);
 }
 
 /* The row's rule: top k, or CDF (K from the largest key T whose at-or-above
@@ -758,24 +769,7 @@ __device__ void tsr_pr_rule_reg(const A *row, int nk, const tsr_pr_select_p &p, 
     }
     k = p.min_keep;
   }
-  if (k <= 0 || k >= nk) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-      if (i * 32 + lane < nk) out[i * 32 + lane] = k > 0;
-    return;
-  }
-  int all = 0;
-  const K t = hist ? tsr_pr_kth_hist<A, N>(key, nk, k, hist, all) : tsr_pr_kth_reg<A, N>(key, k);
-  if (all) { /* no ties to cut: no count, no ballots */
-#pragma unroll
-    for (int i = 0; i < N; i++)
-      if (i * 32 + lane < nk) out[i * 32 + lane] = key[i] >= t;
-    return;
-  }
-  int gt = 0;
-#pragma unroll
-  for (int i = 0; i < N; i++) gt += key[i] > t;
-  tsr_pr_write_reg<A, N>(key, nk, t, k - (long long)__reduce_add_sync(0xffffffffu, (unsigned)gt), out);
+  tsr_pr_topk_reg<A, N, tsr_pr_kt<A>::TOP>(key, nk, k, out, hist);
 }
 
 /* The generic rule (any nk): the row in shared memory, a loop a pass. */
