@@ -76,22 +76,6 @@ def mode(new):
     P.POOL_KERNEL = 0 if new else 1
 
 
-def tie_gap(pq, pk, m_a, m_b):
-    """(blocks that differ, rows, the largest float64 probability gap among
-    a differing row's differing blocks over the row's max): masks from
-    pooled inputs within float32 rounding may differ only at ties."""
-    diff = m_a != m_b
-    nrows = int(diff.any(-1).sum())
-    if not nrows:
-        return 0, 0, 0.0
-    p = torch.softmax(torch.matmul(pq.double(), M._kv_heads(pk, pq.shape[1]).double().transpose(-1, -2))
-                      / math.sqrt(pq.shape[-1]), -1)
-    hi = torch.where(diff, p, -torch.inf).amax(-1)
-    lo = torch.where(diff, p, torch.inf).amin(-1)
-    sel = diff.any(-1)
-    return int(diff.sum()), nrows, ((hi - lo)[sel] / p.amax(-1)[sel]).max().item()
-
-
 def prob_gap(p, m_a, m_b):
     """The largest float64 probability gap among a row's differing blocks
     over the row's max (0 where the masks agree)."""
@@ -102,6 +86,19 @@ def prob_gap(p, m_a, m_b):
     hi = torch.where(diff, p, -torch.inf).amax(-1)
     lo = torch.where(diff, p, torch.inf).amin(-1)
     return ((hi - lo)[sel] / p.amax(-1)[sel]).max().item()
+
+
+def tie_gap(pq, pk, m_a, m_b):
+    """(blocks that differ, rows, prob_gap on the float64 probabilities):
+    masks from pooled inputs within float32 rounding may differ only at
+    ties."""
+    diff = m_a != m_b
+    nrows = int(diff.any(-1).sum())
+    if not nrows:
+        return 0, 0, 0.0
+    p = torch.softmax(torch.matmul(pq.double(), M._kv_heads(pk, pq.shape[1]).double().transpose(-1, -2))
+                      / math.sqrt(pq.shape[-1]), -1)
+    return int(diff.sum()), nrows, prob_gap(p, m_a, m_b)
 
 
 def old_pool(x, y, grid, layout, in_order):
