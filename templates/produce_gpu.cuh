@@ -529,7 +529,8 @@ template <typename A, int V> __device__ __forceinline__ void tsr_pr_lds(const A 
  * Each lane holds the row's elements lane, lane + 32, ...: every pass of
  * the bitwise searches is N compares and adds and one warp reduction, no
  * shared memory.  Probabilities are at most exp(0) = 1, so the searches
- * start below the exponent's top bits (float: bit 29; double: bit 61). */
+ * on them start below the exponent's top bits (float: bit 29; double: bit
+ * 61); float32 scores' keys (tsr_pr_skey) use all 32 (TOP 31). */
 template <typename A> struct tsr_pr_kt;
 template <> struct tsr_pr_kt<float> {
   typedef unsigned int K;
@@ -576,12 +577,12 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
 }
 
 /* The k-th largest key (1 <= k <= nk) by an 8-bit radix select: a pass a
- * digit from the top (float: bits 29-22, 21-14, 13-6, 5-0; double: 8
- * passes), each counting the keys that match the digits found so far into
+ * digit from bit TOP down (float probabilities: bits 29-22, 21-14, 13-6,
+ * 5-0; float32 scores: 31-24 ... 7-0; double: 8 passes), each counting the keys that match the digits found so far into
  * the warp's 256-bin histogram in shared memory, then one suffix scan of
  * the bins picks the digit where the count from the top reaches the rank
  * still wanted.  Exact, integer counts: the same key as tsr_pr_kth_reg,
- * which makes a pass a bit (30 for float, each a warp reduction after N
+ * which makes a pass a bit (TOP + 1 of them, each a warp reduction after N
  * compares).  Only valid elements (j < nk) count. */
 template <typename A, int N, int TOP = tsr_pr_kt<A>::TOP>
 __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typename tsr_pr_kt<A>::K *key, int nk,
