@@ -16,7 +16,7 @@
 #define PR_THREADS 256 /* TSR_PR_THREADS of the template */
 #define PR_MAX_ROWS 16 /* rows a select CTA scores at most: one m16 tile (produce_gpu.cuh) */
 #define PR_SELECT_KINDS 10
-#define PR_HIST_SMEM (PR_THREADS / 32 * 256 * 4) /* the radix select's static histograms */
+#define PR_HIST_SMEM (PR_THREADS / 32 * 256 * 4) /* the radix select's histograms (float64: static) */
 
 /* The kernels' parameter records: the layout of templates/produce_gpu.cuh's
  * tsr_pr_pool_p and tsr_pr_select_p. */
@@ -89,7 +89,7 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
       if (!st && p->ctx->smem_optin > 0)
         st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select[i][v],
                                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                      (int)p->ctx->smem_optin - (v >= 6 ? PR_HIST_SMEM : 0)),
+                                                      (int)p->ctx->smem_optin - (i && v >= 6 ? PR_HIST_SMEM : 0)),
                            "cuFuncSetAttribute(producer select)", err);
     }
   for (v = 0; v < 4 && !st; v++) {
@@ -97,7 +97,7 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
     st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select_t[v], p->mod, name), name, err);
     if (!st && p->ctx->smem_optin > 0)
       st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select_t[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                    (int)p->ctx->smem_optin - PR_HIST_SMEM),
+                                                    (int)p->ctx->smem_optin),
                          "cuFuncSetAttribute(producer select)", err);
   }
   return st;
@@ -318,8 +318,8 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz, hist;
-  int64_t rows, smem, qfix, row;
+  int f64, vec, esz, hist, tc;
+  int64_t rows, smem, avail, qfix, row;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
@@ -336,18 +336,26 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   /* the top k by radix select (kernel 0) where the row is held in registers */
   if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
   hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
-  if (hist) smem -= PR_HIST_SMEM;
   /* float32 scores on the tensor cores (produce_gpu.cuh tsr_pr_tc) read a
-   * whole m16 tile of pooled q, PR_MAX_ROWS rows, whatever the rows */
-  qfix = !f64 && vec && a->dim % 16 == 0 ? PR_MAX_ROWS * a->dim * esz : 0;
-  row = (qfix ? a->nk : a->dim + a->nk) * esz;
-  /* one row beside the histogram, else the bitwise search without it */
-  if (hist && smem < qfix + row) hist = 0, smem += PR_HIST_SMEM;
+   * whole m16 tile of pooled q, PR_MAX_ROWS rows split into TF32 hi and lo,
+   * whatever the rows */
+  tc = !f64 && vec && a->dim % 16 == 0;
+  row = (tc ? a->nk : a->dim + a->nk) * esz;
+  /* one row beside the histograms, else the bitwise search without them:
+   * float64's are static; float32's are dynamic, over pooled q once the
+   * scores are done (tc) or after the rows */
+  for (;;) {
+    avail = smem - (hist && f64 ? PR_HIST_SMEM : 0);
+    qfix = tc ? 2 * PR_MAX_ROWS * a->dim * esz : 0;
+    if (hist && !f64) qfix = tc ? (qfix > PR_HIST_SMEM ? qfix : PR_HIST_SMEM) : PR_HIST_SMEM;
+    if (!hist || avail >= qfix + row) break;
+    hist = 0;
+  }
   if (a->kernel == 2 && !hist)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
                          "for pooled q and one row, the device has %lld",
-                         (long long)(qfix + row), (long long)smem);
-  rows = (smem - qfix) / row;
+                         (long long)(2 * PR_MAX_ROWS * a->dim * esz + row), (long long)smem);
+  rows = (avail - qfix) / row;
   if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
     rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
   if (rows > a->nq) rows = a->nq;
@@ -355,7 +363,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
                          "producer select: %lld key blocks of dim %lld need %lld bytes of shared memory a row, "
                          "the device has %lld", (long long)a->nk, (long long)a->dim,
-                         (long long)(qfix + row), (long long)smem);
+                         (long long)(qfix + row), (long long)avail);
   /* with vector loads, rows of up to 1024 blocks are held in registers
    * (8, 16, 24 or 32 a lane) for the rule's passes */
   if (vec && a->nk <= 1024) vec = 2 + (int)((a->nk - 1) / 256) + (hist ? 4 : 0);

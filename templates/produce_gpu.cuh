@@ -797,6 +797,10 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
   tsr_pr_write_topk(row, nk, kk, out);
 }
 
+/* Rows a select CTA scores at most: the tensor cores' m16 tile
+ * (runtime/produce.c PR_MAX_ROWS). */
+#define TSR_PR_RM 16
+
 /* float32 operands split for three TF32 products: hi keeps the bits a TF32
  * operand is read by (sign, exponent, 10 mantissa bits), lo = x - hi
  * exactly, of which the tensor core reads the top 11 bits in turn. */
@@ -814,6 +818,17 @@ __device__ __forceinline__ void tsr_pr_mma(float *c, const unsigned *a, unsigned
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Where q's row r, channel ch goes in tsr_pr_scores_tc's A-fragment order:
+ * for each 8-channel k8 step, lane (g = r % 8, t) holds its four A
+ * registers {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)} in 16 bytes, k
+ * index t the channel 4 t + 2 s, t + 4 the next (s: the step's half of its
+ * 16-channel pair): one conflict-free 16-byte load a lane a step. */
+__device__ __forceinline__ int tsr_pr_qfrag(int r, int ch)
+{
+  const int w = ch & 15, t = w >> 2, s = (w >> 1) & 1, e = w & 1;
+  return ((((ch >> 4) * 2 + s) * 32 + (r & 7) * 4 + t) * 4) + (r >> 3) + 2 * e;
+}
+
 /* The pooled scores of the CTA's rows (up to 16: one m16 tile) on the tensor
  * cores, float32 by three TF32 products a term (lo.hi + hi.lo + hi.hi, the
  * dropped lo.lo and the rounding of lo about 2^-20 of a product: the error of
@@ -825,7 +840,9 @@ __device__ __forceinline__ void tsr_pr_mma(float *c, const unsigned *a, unsigned
  * is two k8 steps whose 8 k indices map to the channels 4 t + {0, 1} and
  * 4 t + {2, 3} of lane t of a quad, so that a lane's q and k come in one
  * 16-byte load each, k's a step ahead (the loop stalled on them).  TK: k
- * transposed ([dim, nk] a head).  d % 16 == 0; qs holds 16 rows, those past
+ * transposed ([dim, nk] a head).  d % 16 == 0; qs holds 16 rows of q's TF32
+ * hi, then 16 of its lo (split once by tsr_pr_select: the split was 16 of
+ * the loop's 100 instructions a step, redone for each tile pair), those past
  * nr zero (nothing of them is stored). */
 template <int TK> __device__ __forceinline__ float4 tsr_pr_kload(const float *kp, int c, int nk)
 {
@@ -841,7 +858,9 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
   enum { G = 2, NW = TSR_PR_THREADS / 32 };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int ntile = (p.nk + 7) >> 3;
-  const float *qa = qs + g * p.d + 4 * t, *qb = qs + (g + 8) * p.d + 4 * t;
+  /* qs: pooled q split once, in A-fragment order (tsr_pr_qfrag) */
+  const uint4 *qf = (const uint4 *)qs + lane;
+  const int lo = TSR_PR_RM * p.d / 4;
   for (int n0 = warp; n0 < ntile; n0 += NW * G) {
     float acc[G][4];
     const float *kp[G];
@@ -857,13 +876,11 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
     }
 #pragma unroll 1
     for (int c = 0; c < p.d; c += 16) {
-      const float4 x = *(const float4 *)(qa + c), y = *(const float4 *)(qb + c);
-      /* a[s]: k8 step s's A fragment (rows g, g + 8 at k index t, t + 4) */
-      unsigned ah[2][4], al[2][4];
-      tsr_pr_split(x.x, ah[0][0], al[0][0]), tsr_pr_split(y.x, ah[0][1], al[0][1]);
-      tsr_pr_split(x.y, ah[0][2], al[0][2]), tsr_pr_split(y.y, ah[0][3], al[0][3]);
-      tsr_pr_split(x.z, ah[1][0], al[1][0]), tsr_pr_split(y.z, ah[1][1], al[1][1]);
-      tsr_pr_split(x.w, ah[1][2], al[1][2]), tsr_pr_split(y.w, ah[1][3], al[1][3]);
+      /* a[s]: k8 step s's A fragment, one 16-byte load each */
+      uint4 fa[2][2];
+#pragma unroll
+      for (int s = 0; s < 2; s++) fa[0][s] = qf[(c / 8 + s) * 32], fa[1][s] = qf[lo + (c / 8 + s) * 32];
+      const unsigned *ah[2] = {&fa[0][0].x, &fa[0][1].x}, *al[2] = {&fa[1][0].x, &fa[1][1].x};
       const int cn = c + 16 < p.d ? c + 16 : c; /* the next step's k (the last reloads its own) */
 #pragma unroll
       for (int u = 0; u < G; u++) {
@@ -925,9 +942,8 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
 }
 
 /* The scores: float32 with 16-byte loads and d % 16 == 0 on the tensor
- * cores (tsr_pr_tc; runtime/produce.c sizes qs to match), else (any d,
- * float64: a test path) one FMA chain a score. */
-#define TSR_PR_RM 16
+ * cores (tsr_pr_tc; runtime/produce.c sizes qs to match: q split), else
+ * (any d, float64: a test path) one FMA chain a score. */
 template <typename A, int V> __device__ __forceinline__ int tsr_pr_tc(const tsr_pr_select_p &p)
 {
   return sizeof(A) == 4 && V == 4 && p.d % 16 == 0;
@@ -952,25 +968,40 @@ __device__ __forceinline__ void tsr_pr_scores(const tsr_pr_select_p &p, const do
 template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
-  /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB,
-   * static: the host leaves it out of the rows' dynamic budget) */
-  __shared__ unsigned tsr_pr_hist[H ? TSR_PR_THREADS / 32 * 256 : 1];
-  /* the tensor-core scores read a whole m16 tile of q: qs holds TSR_PR_RM
-   * rows there, those past nr zero */
-  const int qrows = tsr_pr_tc<A, V>(p) ? TSR_PR_RM : p.rows;
-  A *qs = (A *)tsr_pr_smem, *sc = qs + qrows * p.d;
+  /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB): for
+   * float64 static (the host leaves it out of the rows' dynamic budget);
+   * for float32 dynamic, over pooled q once the scores are done (HD) with
+   * the tensor-core scores, else after the scores (runtime/produce.c sizes
+   * both) */
+  enum { HD = H && sizeof(A) == 4, HW = TSR_PR_THREADS / 32 * 256 };
+  __shared__ unsigned tsr_pr_hist[H && !HD ? HW : 1];
+  /* the tensor-core scores read a whole m16 tile of q, split into TF32 hi
+   * and lo once here: qs holds TSR_PR_RM rows of each, those past nr zero */
+  const int tc = tsr_pr_tc<A, V>(p);
+  const int qwords = tc ? max(2 * TSR_PR_RM * p.d * (int)(sizeof(float) / sizeof(A)), HD ? HW : 0)
+                        : p.rows * p.d * (int)(sizeof(A) / sizeof(float));
+  A *qs = (A *)tsr_pr_smem, *sc = (A *)((float *)tsr_pr_smem + qwords);
+  unsigned *hist = !H ? 0 : !HD ? tsr_pr_hist : tc ? (unsigned *)tsr_pr_smem : (unsigned *)(sc + p.rows * p.nk);
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
   const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
   const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
-  for (int i = tid; i < qrows * p.d; i += TSR_PR_THREADS) qs[i] = i < nr * p.d ? q[i] : (A)0;
+  if (tc) {
+    unsigned *qh = (unsigned *)tsr_pr_smem, *ql = qh + TSR_PR_RM * p.d;
+    for (int i = tid; i < TSR_PR_RM * p.d; i += TSR_PR_THREADS) {
+      const int f = tsr_pr_qfrag(i / p.d, i % p.d);
+      tsr_pr_split(i < nr * p.d ? (float)q[i] : 0.f, qh[f], ql[f]);
+    }
+  } else {
+    for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
+  }
   __syncthreads();
   tsr_pr_scores<V, TK>(p, qs, sc, k, nr);
-  __syncthreads();
+  __syncthreads(); /* q is dead: the histograms may take its place */
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
-    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1), H>(sc + i * p.nk, p.nk, p, out, H ? tsr_pr_hist + warp * 256 : 0);
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1), H>(sc + i * p.nk, p.nk, p, out, H ? hist + warp * 256 : 0);
     else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
   }
 }
