@@ -29,11 +29,13 @@ typedef struct {
   long long sb2, sh2, ss2;
   int heads2, batch, nrun, run_tiles[8], run_size[8];
   int ntiles;
+  uint64_t order;
 } pr_pool_p;
 
 typedef struct {
   uint64_t pq, pk, out;
   int heads, kv_heads, nq, nk, d, rows, rule, min_keep;
+  int ls;
   long long k;
   double scale, tau;
 } pr_select_p;
@@ -173,6 +175,9 @@ static tsr_status check_pool(const tsr_pool_args *a, tsr_error *err)
   if (a->runs < 0 || a->runs > 8)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: runs must be 0 (grid tiles) to 8, got %lld",
                          (long long)a->runs);
+  if (a->order && (a->runs || a->order % 4))
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: order (0x%llx) needs runs = 0 (got %lld) and a "
+                         "4-byte aligned address", (unsigned long long)a->order, (long long)a->runs);
   if (a->x2) {
     if (!a->out2 || (a->sq && !a->sq2))
       return tsr_error_set(err, TSR_ERR_INVALID, "producer pool: x2 is set but out2%s is a null pointer",
@@ -260,6 +265,7 @@ tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *strea
   k.nrun = (int)a->runs;
   for (i = 0; i < a->runs; i++) k.run_tiles[i] = (int)a->run_tiles[i], k.run_size[i] = (int)a->run_size[i];
   k.ntiles = (int)ntiles;
+  k.order = a->order;
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
                        tsri_context_cu(p->ctx)->cuLaunchKernel(a->kernel ? p->pool[dt][vec] : p->pool_w[dt][vec][a->sq != 0],
@@ -319,7 +325,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   pr_select_p k;
   tsr_status st;
   int f64, vec, esz, hist, tc;
-  int64_t rows, smem, avail, qfix, row;
+  int64_t rows, smem, avail, qfix, row, ls;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
@@ -340,7 +346,10 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
    * whole m16 tile of pooled q, PR_MAX_ROWS rows split into TF32 hi and lo,
    * whatever the rows */
   tc = !f64 && vec && a->dim % 16 == 0;
-  row = (tc ? a->nk : a->dim + a->nk) * esz;
+  /* the scores' row stride: the tensor cores store 8-byte pairs of 8 rows at
+   * once, on distinct banks when the stride is 8 (mod 16) words */
+  ls = tc ? a->nk + (24 - a->nk % 16) % 16 : a->nk;
+  row = (tc ? ls : a->dim + a->nk) * esz;
   /* one row beside the histograms, else the bitwise search without them:
    * float64's are static; float32's are dynamic, over pooled q once the
    * scores are done (tc) or after the rows */
@@ -377,6 +386,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   k.nk = (int)a->nk;
   k.d = (int)a->dim;
   k.rows = (int)rows;
+  k.ls = (int)ls;
   k.rule = a->rule == TSR_SELECT_CDF;
   k.min_keep = (int)a->min_keep;
   k.k = a->k;

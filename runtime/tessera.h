@@ -832,6 +832,12 @@ typedef struct {
   int64_t kernel;              /* 0 = automatic: a warp a tile; 1 = a CTA a tile (the previous
                                   kernel, kept to compare); the same means within float32
                                   rounding (sums in another order) */
+  /* 0, or (runs = 0) a device array of int32 [tiles]: out's tile i is the
+   * grid's raster tile order[i] (tessera.methods.tile_order's cube order,
+   * pooled straight into it rather than gathered after; a 4-byte aligned
+   * address).  An index outside [0, tiles) pools no tokens: its means are
+   * NaN (read on the device, it cannot be checked here). */
+  uint64_t order;
 } tsr_pool_args;
 tsr_status tsr_produce_pool(tsr_producer *p, const tsr_pool_args *a, void *stream, tsr_error *err);
 

@@ -59,12 +59,14 @@ struct tsr_pr_pool_p {
   long long sb2, sh2, ss2;
   int heads2, batch, nrun, run_tiles[8], run_size[8];
   int ntiles; /* the warp kernels: tiles (gridDim.x covers them 8 a CTA) */
+  const int *order; /* 0, or out's tile i is the grid's raster tile order[i] (nrun == 0) */
 };
 
 struct tsr_pr_select_p {
   const void *pq, *pk;
   unsigned char *out;
   int heads, kv_heads, nq, nk, d, rows, rule, min_keep;
+  int ls; /* a row's stride in the scores' shared memory (runtime/produce.c) */
   long long k;
   double scale, tau;
 };
@@ -162,6 +164,14 @@ __device__ __forceinline__ void tsr_pr_tile_at(const tsr_pr_pool_p &p, int tile,
     lw = p.run_size[r];
   } else {
     const int nt_hw = p.nh * p.nw;
+    if (p.order) {
+      tile = p.order[tile];
+      /* outside the grid: no tokens, NaN means (the host cannot check it) */
+      if (tile < 0 || tile >= p.ntiles) {
+        lt = lh = lw = 0;
+        return;
+      }
+    }
     t0 = tile / nt_hw * p.ct, h0 = tile / p.nw % p.nh * p.ch, w0 = tile % p.nw * p.cw;
     lt = min(p.ct, p.gt - t0), lh = min(p.ch, p.gh - h0), lw = min(p.cw, p.gw - w0);
   }
@@ -576,6 +586,12 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_reg(const typenam
   return t;
 }
 
+/* Where the radix histogram keeps bin b: in lane b / 8's eight words,
+ * rotated by b / 32, so that the lanes' reads of their i-th bins fall on 32
+ * banks (at word b they were 4-way conflicts) and eight neighbouring bins,
+ * where a pass's keys crowd, still on eight. */
+__device__ __forceinline__ unsigned tsr_pr_bin(unsigned b) { return (b & ~7u) | ((b + (b >> 5)) & 7u); }
+
 /* The k-th largest key (1 <= k <= nk) by an 8-bit radix select: a pass a
  * digit from bit TOP down (float probabilities: bits 29-22, 21-14, 13-6,
  * 5-0; float32 scores: 31-24 ... 7-0; double: 8 passes), each counting the keys that match the digits found so far into
@@ -598,17 +614,18 @@ __device__ __forceinline__ typename tsr_pr_kt<A>::K tsr_pr_kth_hist(const typena
     /* the bits above hi: fixed by earlier passes (zero above TOP) */
     const K above = hi + 1 >= (int)(8 * sizeof(K)) ? (K)0 : ~(K)0 << (hi + 1);
 #pragma unroll
-    for (int i = 0; i < 8; i++) hist[lane * 8 + i] = 0;
+    for (int i = 0; i < 8; i++) hist[i * 32 + lane] = 0; /* all 256 words, one bank a lane */
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < N; i++)
-      if (i * 32 + lane < nk && (key[i] & above) == prefix) atomicAdd(&hist[(unsigned)(key[i] >> lo) & 255u], 1u);
+      if (i * 32 + lane < nk && (key[i] & above) == prefix)
+        atomicAdd(&hist[tsr_pr_bin((unsigned)(key[i] >> lo) & 255u)], 1u);
     __syncwarp();
     /* lane l holds bins 8l..8l+7; counts from the top: the lanes above l,
      * then its bins downwards */
     unsigned c[8], own = 0;
 #pragma unroll
-    for (int i = 0; i < 8; i++) own += c[i] = hist[lane * 8 + i];
+    for (int i = 0; i < 8; i++) own += c[i] = hist[tsr_pr_bin(lane * 8 + i)];
     unsigned suf = own; /* inclusive suffix sum over lanes >= l */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -818,15 +835,19 @@ __device__ __forceinline__ void tsr_pr_mma(float *c, const unsigned *a, unsigned
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Where q's row r, channel ch goes in tsr_pr_scores_tc's A-fragment order:
- * for each 8-channel k8 step, lane (g = r % 8, t) holds its four A
- * registers {(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)} in 16 bytes, k
- * index t the channel 4 t + 2 s, t + 4 the next (s: the step's half of its
- * 16-channel pair): one conflict-free 16-byte load a lane a step. */
-__device__ __forceinline__ int tsr_pr_qfrag(int r, int ch)
+/* tsr_pr_scores_tc's A-fragment order of q: for each 8-channel k8 step,
+ * lane (g = r % 8, t) holds its four A registers {(g, t), (g + 8, t),
+ * (g, t + 4), (g + 8, t + 4)} in 16 bytes, k index t the channel 4 t + 2 s,
+ * t + 4 the next (s: the step's half of its 16-channel pair): one
+ * conflict-free 16-byte load a lane a step.  Word f of that order, from its
+ * bits (low first: r / 8, e, t (2), r % 8 (3), s, then the 16-channel
+ * group), holds row r, channel 16 group + 4 t + 2 s + e: the split walks f,
+ * so that its stores are consecutive (walking q's order they were 8-way
+ * bank conflicts). */
+__device__ __forceinline__ void tsr_pr_qfrag(int f, int &r, int &ch)
 {
-  const int w = ch & 15, t = w >> 2, s = (w >> 1) & 1, e = w & 1;
-  return ((((ch >> 4) * 2 + s) * 32 + (r & 7) * 4 + t) * 4) + (r >> 3) + 2 * e;
+  r = ((f >> 4) & 7) + 8 * (f & 1);
+  ch = (f >> 8) * 16 + ((f >> 2) & 3) * 4 + ((f >> 7) & 1) * 2 + ((f >> 1) & 1);
 }
 
 /* The pooled scores of the CTA's rows (up to 16: one m16 tile) on the tensor
@@ -896,14 +917,22 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
         }
       }
     }
-    /* C fragment: rows g, g + 8; keys 2 t, 2 t + 1 of the tile */
+    /* C fragment: rows g, g + 8; keys 2 t, 2 t + 1 of the tile, stored as
+     * one 8-byte pair: with the row stride p.ls = 8 (mod 16) the warp's
+     * eight rows fall on distinct banks (two wavefronts a store; the 4-byte
+     * stores at stride nk = 624 were four-way conflicts, 83% of the select's
+     * shared-store wavefronts with the q split's, ncu 2026-12-03) */
 #pragma unroll
     for (int u = 0; u < G; u++) {
       const int j = (n0 + u * NW) * 8 + 2 * t;
+      const float sc0 = (float)p.scale;
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int row = g + (e >> 1) * 8, jj = j + (e & 1);
-        if (row < nr && jj < p.nk) sc[row * p.nk + jj] = acc[u][e] * (float)p.scale;
+      for (int h = 0; h < 2; h++) {
+        const int row = g + h * 8;
+        if (row >= nr || j >= p.nk) continue;
+        float *o = sc + row * p.ls + j;
+        if (j + 1 < p.nk) *(float2 *)o = make_float2(acc[u][2 * h] * sc0, acc[u][2 * h + 1] * sc0);
+        else o[0] = acc[u][2 * h] * sc0;
       }
     }
   }
@@ -936,7 +965,7 @@ __device__ __forceinline__ void tsr_pr_scores_1(const tsr_pr_select_p &p, const 
       }
 #pragma unroll
       for (int i = 0; i < 16; i++)
-        if (i < nr) sc[i * p.nk + j] = acc[i] * (A)p.scale;
+        if (i < nr) sc[i * p.ls + j] = acc[i] * (A)p.scale;
     }
   }
 }
@@ -981,7 +1010,7 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   const int qwords = tc ? max(2 * TSR_PR_RM * p.d * (int)(sizeof(float) / sizeof(A)), HD ? HW : 0)
                         : p.rows * p.d * (int)(sizeof(A) / sizeof(float));
   A *qs = (A *)tsr_pr_smem, *sc = (A *)((float *)tsr_pr_smem + qwords);
-  unsigned *hist = !H ? 0 : !HD ? tsr_pr_hist : tc ? (unsigned *)tsr_pr_smem : (unsigned *)(sc + p.rows * p.nk);
+  unsigned *hist = !H ? 0 : !HD ? tsr_pr_hist : tc ? (unsigned *)tsr_pr_smem : (unsigned *)(sc + p.rows * p.ls);
   const int tid = threadIdx.x, warp = tid >> 5, nw = TSR_PR_THREADS / 32;
   const int r0 = blockIdx.x * p.rows, head = blockIdx.y, b = blockIdx.z;
   const int nr = min(p.rows, p.nq - r0), kvh = head / (p.heads / p.kv_heads);
@@ -989,9 +1018,10 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
   if (tc) {
     unsigned *qh = (unsigned *)tsr_pr_smem, *ql = qh + TSR_PR_RM * p.d;
-    for (int i = tid; i < TSR_PR_RM * p.d; i += TSR_PR_THREADS) {
-      const int f = tsr_pr_qfrag(i / p.d, i % p.d);
-      tsr_pr_split(i < nr * p.d ? (float)q[i] : 0.f, qh[f], ql[f]);
+    for (int f = tid; f < TSR_PR_RM * p.d; f += TSR_PR_THREADS) {
+      int r, ch;
+      tsr_pr_qfrag(f, r, ch);
+      tsr_pr_split(r < nr ? (float)q[r * p.d + ch] : 0.f, qh[f], ql[f]);
     }
   } else {
     for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
@@ -1001,8 +1031,8 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   __syncthreads(); /* q is dead: the histograms may take its place */
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
-    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1), H>(sc + i * p.nk, p.nk, p, out, H ? hist + warp * 256 : 0);
-    else tsr_pr_rule_smem(sc + i * p.nk, p.nk, p, out);
+    if (N > 0) tsr_pr_rule_reg<A, (N > 0 ? N : 1), H>(sc + i * p.ls, p.nk, p, out, H ? hist + warp * 256 : 0);
+    else tsr_pr_rule_smem(sc + i * p.ls, p.nk, p, out);
   }
 }
 

@@ -80,6 +80,11 @@ START_TEST(test_pool_args)
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "the runs hold 32 tokens, x has 30");
   a = good_pool(), a.runs = 1, a.run_tiles[0] = 0, a.run_size[0] = 30;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_SHAPE, "got 0 tiles of 30 tokens");
+  a = good_pool(), a.runs = 1, a.run_tiles[0] = 1, a.run_size[0] = 30, a.order = 0x7000;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "order (0x7000) needs runs = 0 (got 1)");
+  a = good_pool(), a.order = 0x7002;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "order (0x7002) needs runs = 0 (got 0) "
+         "and a 4-byte aligned address");
   a = good_pool(), a.x2 = 0x4000;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "out2 is a null pointer");
   a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.sq = 0x6000;
@@ -96,6 +101,8 @@ START_TEST(test_pool_args)
   a.run_tiles[0] = 3, a.run_size[0] = 8, a.run_tiles[1] = 1, a.run_size[1] = 6;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
   a = good_pool(), a.x2 = 0x4000, a.out2 = 0x5000, a.heads2 = 1, a.stride2_s = 8, a.kernel = 1;
+  expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
+  a = good_pool(), a.order = 0x7000;
   expect(tsr_produce_pool(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "producer is NULL");
 }
 END_TEST

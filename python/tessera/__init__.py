@@ -168,7 +168,8 @@ class _PoolArgs(ctypes.Structure):
                 ("sq", ctypes.c_uint64), ("x2", ctypes.c_uint64), ("heads2", ctypes.c_int64),
                 ("stride2_b", ctypes.c_int64), ("stride2_h", ctypes.c_int64), ("stride2_s", ctypes.c_int64),
                 ("out2", ctypes.c_uint64), ("sq2", ctypes.c_uint64), ("runs", ctypes.c_int64),
-                ("run_tiles", ctypes.c_int64 * 8), ("run_size", ctypes.c_int64 * 8), ("kernel", ctypes.c_int64)]
+                ("run_tiles", ctypes.c_int64 * 8), ("run_size", ctypes.c_int64 * 8), ("kernel", ctypes.c_int64),
+                ("order", ctypes.c_uint64)]
 
 
 class _SelectArgs(ctypes.Structure):

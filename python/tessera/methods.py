@@ -304,7 +304,7 @@ def tile_order(grid, tile, device="cpu"):
     later ones half a physical tile off.
     Returns (TokenOrder, sizes): sizes, a list of Python ints, the tokens of
     every tile in this order; order.tiles, the raster index of each tile in
-    it.  Built by device ops and cached per (grid, tile, device)."""
+    it (order.tiles32: the same, int32).  Built by device ops and cached per (grid, tile, device)."""
     grid, tile = tuple(int(g) for g in grid), tuple(int(t) for t in tile)
     dev = torch.device(device)
     def ranked():
@@ -332,6 +332,7 @@ def tile_order(grid, tile, device="cpu"):
         perm = torch.empty_like(pos).scatter_(0, pos, torch.arange(pos.numel(), device=dev))
         order = TokenOrder(perm, pos, "tiles-%dx%dx%d" % tile)
         order.tiles = r
+        order.tiles32 = r.to(torch.int32)  # tessera::pool_pair's order
         return order
     return _cached(("tiles", grid, tile, str(dev)), build), list(sizes)
 
@@ -610,9 +611,9 @@ def vsa(q, k, grid, sparsity=0.875, layout="bhsd", cube=(4, 4, 4), scale=None, i
     if PAIR and _fused(q) and k.dtype == q.dtype and _bhsd(k, layout).shape[2:] == (s, d):
         if in_order:
             pq, pk = _produce.pool_pair(q, k, [], [], _runs(sizes), layout, False)[:2]
-        else:
-            pq, pk = _produce.pool_pair(q, k, list(grid), [int(c) for c in cube], [], layout, False)[:2]
-            pq, pk = pq.index_select(2, order.tiles), pk.index_select(2, order.tiles)
+        else:  # pooled straight into the cube order (two gathers after were 0.018 ms at Wan 480p)
+            pq, pk = _produce.pool_pair(q, k, list(grid), [int(c) for c in cube], [], layout, False,
+                                        order.tiles32)[:2]
     elif in_order:
         pq = _pool_in_order(q, grid, cube, order, sizes, layout)
         pk = _pool_in_order(k, grid, cube, order, sizes, layout)

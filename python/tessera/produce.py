@@ -8,13 +8,16 @@ tsr_produce_select; templates/produce_gpu.cuh):
         (boundary tiles ragged) in raster tile order, float32 (float64 for
         float64 x), and with sq the tiles' mean squared norm ([B, H, 0]
         without).  One read of x, one launch.
-    tessera::pool_pair(x, y, grid, tile, runs, layout, sq)
+    tessera::pool_pair(x, y, grid, tile, runs, layout, sq, order=None)
             -> (means of x, of y, mean |x|^2, mean |y|^2)
         pool_tiles of two tensors (q and k: y's heads may be fewer) in one
         launch.  runs, [tiles, size, tiles, size, ...] (at most 8 pairs):
         x and y are already in tile order (tessera.methods.tile_order's),
         each run that many consecutive tiles of that many tokens, outputs
         in that order, grid and tile unused; [] for the grid's tiles.
+        order (with runs []): int32 [tiles] on x's device, output tile i
+        the grid's raster tile order[i] (tile_order's order.tiles32: the
+        cube order without a gather after).
     tessera::select_blocks(pq, pk, scale, rule, k, tau, min_keep) -> mask
         pooled q [B, H, NQ, D] and k [B, HK, NK, D] (float32 or float64):
         the corpus's rule on softmax(pq pk^T * scale) per row, bool
@@ -99,11 +102,15 @@ def _outputs(xb, n, sq):
             torch.empty(b, h, n if sq else 0, dtype=_acc(xb.dtype), device=xb.device))
 
 
-def _pool_launch(xb, yb, grid, tile, runs, sq):
+def _pool_launch(xb, yb, grid, tile, runs, sq, order=None):
     """One tsr_produce_pool of xb (and yb, or None), both [B, H, S, D] views."""
     if len(runs) % 2 or len(runs) > 16:
         raise ValueError(f"runs must be (tiles, size) pairs, at most 8, got {list(runs)}")
     n = _ntiles(grid, tile, runs)
+    if order is not None and (runs or order.dtype != torch.int32 or order.device != xb.device
+                              or order.dim() != 1 or order.numel() != n or not order.is_contiguous()):
+        raise ValueError(f"pool_pair: order must be a contiguous int32 [{n}] on {xb.device} with runs [], got "
+                         f"{order.dtype} {tuple(order.shape)} on {order.device}, runs {list(runs)}")
     out, sqo = _outputs(xb, n, sq)
     b, h, s, d = xb.shape
     a = tessera._PoolArgs()
@@ -118,6 +125,7 @@ def _pool_launch(xb, yb, grid, tile, runs, sq):
         a.grid[:], a.tile[:] = [int(g) for g in grid], [int(t) for t in tile]
     a.out, a.sq = out.data_ptr(), sqo.data_ptr() if sq else 0
     a.kernel = POOL_KERNEL
+    a.order = order.data_ptr() if order is not None else 0
     res = [out, sqo]
     if yb is not None:
         if yb.dtype != xb.dtype or yb.shape[0] != b or yb.shape[2:] != xb.shape[2:]:
@@ -146,11 +154,11 @@ def _pool_fake(x, grid, tile, layout, sq):
             x.new_empty((b, h, n if sq else 0), dtype=_acc(x.dtype)))
 
 
-def _pair_kernel(x, y, grid, tile, runs, layout, sq):
-    return _pool_launch(_as_bhsd(x, layout), _as_bhsd(y, layout), grid, tile, runs, sq)
+def _pair_kernel(x, y, grid, tile, runs, layout, sq, order=None):
+    return _pool_launch(_as_bhsd(x, layout), _as_bhsd(y, layout), grid, tile, runs, sq, order)
 
 
-def _pair_fake(x, y, grid, tile, runs, layout, sq):
+def _pair_fake(x, y, grid, tile, runs, layout, sq, order=None):
     hx, hy = (x.shape[1], y.shape[1]) if layout == "bhsd" else (x.shape[2], y.shape[2])
     b, d, n = x.shape[0], x.shape[3], _ntiles(grid, tile, runs)
     acc = _acc(x.dtype)
@@ -194,8 +202,8 @@ def _define():
     pool.register_fake(_pool_fake)
     pair = torch.library.custom_op(
         "tessera::pool_pair", _pair_kernel, mutates_args=(), device_types=("cuda",),
-        schema="(Tensor x, Tensor y, int[] grid, int[] tile, int[] runs, str layout, bool sq) "
-               "-> (Tensor, Tensor, Tensor, Tensor)")
+        schema="(Tensor x, Tensor y, int[] grid, int[] tile, int[] runs, str layout, bool sq, "
+               "Tensor? order=None) -> (Tensor, Tensor, Tensor, Tensor)")
     pair.register_fake(_pair_fake)
     sel = torch.library.custom_op(
         "tessera::select_blocks", _select_kernel, mutates_args=(), device_types=("cuda",),

@@ -114,8 +114,7 @@ def new_pool(x, y, grid, layout, in_order):
     o, sizes = M.tile_order(grid, (4, 4, 4), x.device)
     if in_order:
         return P.pool_pair(x, y, [], [], M._runs(sizes), layout, False)[:2]
-    a, b = P.pool_pair(x, y, list(grid), [4, 4, 4], [], layout, False)[:2]
-    return a.index_select(2, o.tiles), b.index_select(2, o.tiles)
+    return P.pool_pair(x, y, list(grid), [4, 4, 4], [], layout, False, o.tiles32)[:2]
 
 
 def bench(q, k, v, grid, reps, sparsity):
@@ -365,15 +364,40 @@ def pool_cases(seed, quick=False):
                         r = P.pool_pair(oq, ok_, [], [], runs, layout, sq)
                         ok = ok and all(torch.equal(x, y.index_select(2, o.tiles) if y.shape[2] else y)
                                         for x, y in zip(r, (wq[0], wk[0], wq[1], wk[1])))
+                        # frame-major, written straight in the cube order (order): both kernels
+                        for pk_, ref in ((0, a), (1, c)):
+                            P.POOL_KERNEL = pk_
+                            r = P.pool_pair(qx, kx, list(grid), list(tile), [], layout, sq, o.tiles32)
+                            P.POOL_KERNEL = 0
+                            ok = ok and all(torch.equal(x, y.index_select(2, o.tiles) if y.shape[2] else y)
+                                            for x, y in zip(r, ref))
                         if dt == torch.float64:
                             ref = M.pool_tiles(q.cpu(), grid, tile)  # the torch path on the CPU
                             ok = ok and (a[0].cpu() - ref).abs().max().item() < 1e-12
                         if not ok:
                             bad += 1
                             print(f"  pool_pair {grid}/{tile} {dt} {layout} h{h}/{hk} d{d} sq {sq}: DIFFERS")
-    check(f"pool_pair against two pool_tiles and in the cube order (runs), bit for bit, and against the "
-          f"previous kernel within rounding: {n} cases",
+    check(f"pool_pair against two pool_tiles, in the cube order (runs) and written in it (order), bit for "
+          f"bit, and against the previous kernel within rounding: {n} cases",
           bad == 0, f"{bad} differ")
+    # an order index outside the grid's tiles pools nothing: NaN means, the
+    # other tiles as before (the library cannot read the device's order)
+    grid, tile = (5, 7, 9), (4, 4, 4)
+    o, _ = M.tile_order(grid, tile, "cuda")
+    q = torch.randn(1, 2, math.prod(grid), 32, generator=gen).cuda()
+    good = P.pool_pair(q, q, list(grid), list(tile), [], "bhsd", True, o.tiles32)
+    bad_order = o.tiles32.clone()
+    bad_order[1], bad_order[-1] = -1, bad_order.numel()
+    for pk_ in (0, 1):
+        P.POOL_KERNEL = pk_
+        r = P.pool_pair(q, q, list(grid), list(tile), [], "bhsd", True, bad_order)
+        P.POOL_KERNEL = 0
+        keep = torch.ones(bad_order.numel(), dtype=torch.bool, device="cuda")
+        keep[1] = keep[-1] = False
+        check(f"pool_pair with order indices -1 and {bad_order.numel()} (kernel {pk_}): NaN means there, the "
+              f"rest unchanged",
+              all(bool(x[:, :, ~keep].isnan().all()) and torch.equal(x[:, :, keep], y[:, :, keep])
+                  for x, y in zip(r, good)))
 
 
 def main():
