@@ -385,11 +385,11 @@ def pool_cases(seed, quick=False):
     grid, tile = (5, 7, 9), (4, 4, 4)
     o, _ = M.tile_order(grid, tile, "cuda")
     q = torch.randn(1, 2, math.prod(grid), 32, generator=gen).cuda()
-    good = P.pool_pair(q, q, list(grid), list(tile), [], "bhsd", True, o.tiles32)
     bad_order = o.tiles32.clone()
     bad_order[1], bad_order[-1] = -1, bad_order.numel()
-    for pk_ in (0, 1):
+    for pk_ in (0, 1):  # each kernel against itself (their sums' orders differ)
         P.POOL_KERNEL = pk_
+        good = P.pool_pair(q, q, list(grid), list(tile), [], "bhsd", True, o.tiles32)
         r = P.pool_pair(q, q, list(grid), list(tile), [], "bhsd", True, bad_order)
         P.POOL_KERNEL = 0
         keep = torch.ones(bad_order.numel(), dtype=torch.bool, device="cuda")
