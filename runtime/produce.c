@@ -15,6 +15,7 @@
 
 #define PR_THREADS 256 /* TSR_PR_THREADS of the template */
 #define PR_MAX_ROWS 16 /* rows a select CTA scores at most: one m16 tile (produce_gpu.cuh) */
+#define PR_MAX_ROWS2 32 /* two m16 tiles: the _h2 kernels (float32 radix select, tensor-core scores) */
 #define PR_SELECT_KINDS 10
 #define PR_HIST_SMEM (PR_THREADS / 32 * 256 * 4) /* the radix select's histograms (float64: static) */
 
@@ -50,6 +51,7 @@ struct tsr_producer {
   CUfunction pool[PR_NDT][2];  /* [dtype][vector loads]: a CTA a tile */
   CUfunction pool_w[PR_NDT][2][2]; /* [dtype][vector loads][squares]: a warp a tile */
   CUfunction select_t[4]; /* float32 radix select with k transposed, nk <= 256 .. 1024 */
+  CUfunction select2[4];  /* float32 radix select, two m16 tiles of rows, nk <= 256 .. 1024 */
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
                                             registers for nk <= 256, 512, 768, 1024, the same
                                             with the top k by radix select] */
@@ -94,11 +96,12 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
                                                       (int)p->ctx->smem_optin - (i && v >= 6 ? PR_HIST_SMEM : 0)),
                            "cuFuncSetAttribute(producer select)", err);
     }
-  for (v = 0; v < 4 && !st; v++) {
-    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_ht", 8 * (v + 1));
-    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->select_t[v], p->mod, name), name, err);
+  for (v = 0; v < 8 && !st; v++) {
+    CUfunction *fn = v < 4 ? &p->select_t[v] : &p->select2[v - 4];
+    snprintf(name, sizeof name, "tsr_pr_select_f32_v4_n%d_%s", 8 * (v % 4 + 1), v < 4 ? "ht" : "h2");
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(fn, p->mod, name), name, err);
     if (!st && p->ctx->smem_optin > 0)
-      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->select_t[v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                     (int)p->ctx->smem_optin),
                          "cuFuncSetAttribute(producer select)", err);
   }
@@ -305,9 +308,9 @@ static tsr_status check_select(const tsr_select_args *a, tsr_error *err)
   if (a->k < 0 || a->min_keep < 0 || a->min_keep > 0x7fffffff)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: k %lld and min_keep %lld must be non-negative",
                          (long long)a->k, (long long)a->min_keep);
-  if (a->rows < 0 || a->rows > PR_MAX_ROWS)
+  if (a->rows < 0 || a->rows > PR_MAX_ROWS2)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: rows a CTA must be 0 (automatic) to %d, got %lld",
-                         PR_MAX_ROWS, (long long)a->rows);
+                         PR_MAX_ROWS2, (long long)a->rows);
   if (a->kernel < 0 || a->kernel > 2)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer select: kernel must be 0 (automatic), 1 (bitwise "
                          "search) or 2 (radix select, k transposed), got %lld", (long long)a->kernel);
@@ -324,7 +327,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
 {
   pr_select_p k;
   tsr_status st;
-  int f64, vec, esz, hist, tc;
+  int f64, vec, esz, hist, tc, mt;
   int64_t rows, smem, avail, qfix, row, ls;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
@@ -332,19 +335,21 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   f64 = a->dtype == TSR_DT_F64;
   esz = f64 ? 8 : 4;
   /* rows of a CTA: as many as its shared memory holds, up to a->rows or,
-   * automatic, 16 for top-k and 8 for the CDF rule: on the H200 at Wan 480p,
-   * with the scores on the tensor cores, VSA's 624-block rows took 0.056 ms
-   * at 16 against 0.066 at 12 and 0.085 at 8 (notes/producers-2026-12-03b.md);
-   * SpargeAttn's 256 x 512 0.051 at 8 against 0.055 at 12 and 0.063 at 16
-   * with the FMA scores before them (notes/pipeline-2026-12-02c.md) */
+   * automatic, 32 for the float32 radix top k (two m16 tiles), else 16 for
+   * top-k and 8 for the CDF rule: on the H200 at Wan 480p, VSA's 624-block
+   * rows took 0.0501 ms at 32 (two CTAs an SM) against 0.0533 at 16 (four),
+   * 0.066 at 24 (two waves) and 0.064 at 12 (notes/producers-2026-12-03c.md;
+   * other shapes not timed at 32); SpargeAttn's 256 x 512 0.051 at 8
+   * against 0.055 at 12 and 0.063 at 16 with the FMA scores before them
+   * (notes/pipeline-2026-12-02c.md) */
   smem = p->ctx->smem_optin > 0 ? p->ctx->smem_optin : 48 * 1024;
   vec = a->dim % (16 / esz) == 0 && a->pk % 16 == 0;
   /* the top k by radix select (kernel 0) where the row is held in registers */
   if (a->kernel == 2) vec = 1; /* k transposed: 4-byte loads of k, the rows' q in 16-byte pieces */
   hist = vec && a->nk <= 1024 && a->rule == TSR_SELECT_TOPK && a->kernel != 1;
-  /* float32 scores on the tensor cores (produce_gpu.cuh tsr_pr_tc) read a
-   * whole m16 tile of pooled q, PR_MAX_ROWS rows split into TF32 hi and lo,
-   * whatever the rows */
+  /* float32 scores on the tensor cores (produce_gpu.cuh tsr_pr_tc) read
+   * whole m16 tiles of pooled q (mt of them), PR_MAX_ROWS rows each split
+   * into TF32 hi and lo, whatever the rows */
   tc = !f64 && vec && a->dim % 16 == 0;
   /* the scores' row stride: the tensor cores store 8-byte pairs of 8 rows at
    * once, on distinct banks when the stride is 8 (mod 16) words */
@@ -354,8 +359,11 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
    * float64's are static; float32's are dynamic, over pooled q once the
    * scores are done (tc) or after the rows */
   for (;;) {
+    /* two m16 tiles (the _h2 kernels) where the float32 radix select serves
+     * the rows, automatic or more than 16 asked for */
+    mt = tc && hist && a->kernel == 0 && (a->rows == 0 || a->rows > PR_MAX_ROWS) ? 2 : 1;
     avail = smem - (hist && f64 ? PR_HIST_SMEM : 0);
-    qfix = tc ? 2 * PR_MAX_ROWS * a->dim * esz : 0;
+    qfix = tc ? 2 * mt * PR_MAX_ROWS * a->dim * esz : 0;
     if (hist && !f64) qfix = tc ? (qfix > PR_HIST_SMEM ? qfix : PR_HIST_SMEM) : PR_HIST_SMEM;
     if (!hist || avail >= qfix + row) break;
     hist = 0;
@@ -365,8 +373,9 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                          "for pooled q and one row, the device has %lld",
                          (long long)(2 * PR_MAX_ROWS * a->dim * esz + row), (long long)smem);
   rows = (avail - qfix) / row;
-  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8))
-    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? 16 : 8;
+  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? mt * PR_MAX_ROWS : 8))
+    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? mt * PR_MAX_ROWS : 8;
+  if (rows > mt * PR_MAX_ROWS) rows = mt * PR_MAX_ROWS; /* 16 where the kernel has one m16 tile */
   if (rows > a->nq) rows = a->nq;
   if (rows < 1)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,
@@ -395,7 +404,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   return tsri_cu_check(tsri_context_cu(p->ctx),
                        tsri_context_cu(p->ctx)->cuLaunchKernel(
-                           a->kernel == 2 ? p->select_t[vec - 6] : p->select[f64][vec],
+                           a->kernel == 2 ? p->select_t[vec - 6] : mt == 2 ? p->select2[vec - 6] : p->select[f64][vec],
                            (unsigned)((a->nq + rows - 1) / rows), (unsigned)a->heads,
                            (unsigned)a->batch, PR_THREADS, 1, 1,
                            (unsigned)(qfix + rows * row),

@@ -19,9 +19,9 @@
  *          top k of each row (ties to the lower index, tsr_corpus_topk), or
  *          the CDF rule (the fewest in decreasing order reaching tau of the
  *          row's sum, at least min_keep; tsr_corpus_cdf).  `rows` query
- *          rows a CTA, up to 16 (their pooled q in shared memory, their
- *          scores after them): in float32 with d % 16 == 0 the scores are one
- *          m16 tile on the tensor cores (three TF32 products a term: float32
+ *          rows a CTA, up to 16 (32 in the _h2 kernels; their pooled q in
+ *          shared memory, their scores after them): in float32 with d % 16
+ *          == 0 the scores are m16 tiles on the tensor cores (three TF32 products a term: float32
  *          accuracy, not a float32 sum's bits), else one FMA chain a score
  *          (float64, other d); each key row is read once a CTA.  The
  *          top k is exact, not a sort: the k-th largest key by an 8-bit
@@ -814,8 +814,8 @@ template <typename A> __device__ void tsr_pr_rule_smem(A *row, int nk, const tsr
   tsr_pr_write_topk(row, nk, kk, out);
 }
 
-/* Rows a select CTA scores at most: the tensor cores' m16 tile
- * (runtime/produce.c PR_MAX_ROWS). */
+/* Rows of the tensor cores' m16 tile: a select CTA scores one (MT = 1), or
+ * two (the _h2 kernels) (runtime/produce.c PR_MAX_ROWS, PR_MAX_ROWS2). */
 #define TSR_PR_RM 16
 
 /* float32 operands split for three TF32 products: hi keeps the bits a TF32
@@ -850,7 +850,7 @@ __device__ __forceinline__ void tsr_pr_qfrag(int f, int &r, int &ch)
   ch = (f >> 8) * 16 + ((f >> 2) & 3) * 4 + ((f >> 7) & 1) * 2 + ((f >> 1) & 1);
 }
 
-/* The pooled scores of the CTA's rows (up to 16: one m16 tile) on the tensor
+/* The pooled scores of the CTA's rows (up to 16 MT: MT m16 tiles) on the tensor
  * cores, float32 by three TF32 products a term (lo.hi + hi.lo + hi.hi, the
  * dropped lo.lo and the rounding of lo about 2^-20 of a product: the error of
  * a float32 sum of the same 128 terms, not its bits).  The FMA loop this
@@ -861,10 +861,11 @@ __device__ __forceinline__ void tsr_pr_qfrag(int f, int &r, int &ch)
  * is two k8 steps whose 8 k indices map to the channels 4 t + {0, 1} and
  * 4 t + {2, 3} of lane t of a quad, so that a lane's q and k come in one
  * 16-byte load each, k's a step ahead (the loop stalled on them).  TK: k
- * transposed ([dim, nk] a head).  d % 16 == 0; qs holds 16 rows of q's TF32
- * hi, then 16 of its lo (split once by tsr_pr_select: the split was 16 of
- * the loop's 100 instructions a step, redone for each tile pair), those past
- * nr zero (nothing of them is stored). */
+ * transposed ([dim, nk] a head).  d % 16 == 0; qs holds MT m16 tiles of q's
+ * TF32 hi, then MT of its lo (split once by tsr_pr_select: the split was 16
+ * of the loop's 100 instructions a step, redone for each tile pair), rows
+ * past nr zero (nothing of them is stored).  With MT = 2 each k fragment
+ * serves both tiles: half the reads of pooled k from L2 for 32 rows. */
 template <int TK> __device__ __forceinline__ float4 tsr_pr_kload(const float *kp, int c, int nk)
 {
   if (!TK) return __ldg((const float4 *)(kp + c));
@@ -872,18 +873,18 @@ template <int TK> __device__ __forceinline__ float4 tsr_pr_kload(const float *kp
   return make_float4(__ldg(kp + s), __ldg(kp + s + nk), __ldg(kp + s + 2 * nk), __ldg(kp + s + 3 * nk));
 }
 
-template <int TK>
+template <int TK, int MT>
 __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const float *qs, float *sc,
                                                  const float *k, int nr)
 {
   enum { G = 2, NW = TSR_PR_THREADS / 32 };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int ntile = (p.nk + 7) >> 3;
-  /* qs: pooled q split once, in A-fragment order (tsr_pr_qfrag) */
+  /* qs: pooled q split once, each m16 tile in A-fragment order (tsr_pr_qfrag) */
   const uint4 *qf = (const uint4 *)qs + lane;
-  const int lo = TSR_PR_RM * p.d / 4;
+  const int tw = TSR_PR_RM * p.d / 4, lo = MT * tw; /* an m16 tile's 16-byte words; the lo half */
   for (int n0 = warp; n0 < ntile; n0 += NW * G) {
-    float acc[G][4];
+    float acc[G][MT][4];
     const float *kp[G];
     float4 kv[G];
 #pragma unroll
@@ -893,15 +894,19 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
       kp[u] = TK ? k + j + (long long)(4 * t) * p.nk : k + (long long)j * p.d + 4 * t;
       kv[u] = tsr_pr_kload<TK>(kp[u], 0, p.nk);
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc[u][e] = 0.f;
+      for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[u][m][e] = 0.f;
     }
 #pragma unroll 1
     for (int c = 0; c < p.d; c += 16) {
       /* a[s]: k8 step s's A fragment, one 16-byte load each */
-      uint4 fa[2][2];
+      uint4 fh[MT][2], fl[MT][2];
 #pragma unroll
-      for (int s = 0; s < 2; s++) fa[0][s] = qf[(c / 8 + s) * 32], fa[1][s] = qf[lo + (c / 8 + s) * 32];
-      const unsigned *ah[2] = {&fa[0][0].x, &fa[0][1].x}, *al[2] = {&fa[1][0].x, &fa[1][1].x};
+      for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int s = 0; s < 2; s++)
+          fh[m][s] = qf[m * tw + (c / 8 + s) * 32], fl[m][s] = qf[lo + m * tw + (c / 8 + s) * 32];
       const int cn = c + 16 < p.d ? c + 16 : c; /* the next step's k (the last reloads its own) */
 #pragma unroll
       for (int u = 0; u < G; u++) {
@@ -910,11 +915,13 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
         tsr_pr_split(kv[u].z, bh[2], bl[2]), tsr_pr_split(kv[u].w, bh[3], bl[3]);
         kv[u] = tsr_pr_kload<TK>(kp[u], cn, p.nk);
 #pragma unroll
-        for (int s = 0; s < 2; s++) {
-          tsr_pr_mma(acc[u], al[s], bh[2 * s], bh[2 * s + 1]);
-          tsr_pr_mma(acc[u], ah[s], bl[2 * s], bl[2 * s + 1]);
-          tsr_pr_mma(acc[u], ah[s], bh[2 * s], bh[2 * s + 1]);
-        }
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+          for (int s = 0; s < 2; s++) {
+            tsr_pr_mma(acc[u][m], &fl[m][s].x, bh[2 * s], bh[2 * s + 1]);
+            tsr_pr_mma(acc[u][m], &fh[m][s].x, bl[2 * s], bl[2 * s + 1]);
+            tsr_pr_mma(acc[u][m], &fh[m][s].x, bh[2 * s], bh[2 * s + 1]);
+          }
       }
     }
     /* C fragment: rows g, g + 8; keys 2 t, 2 t + 1 of the tile, stored as
@@ -927,13 +934,15 @@ __device__ __forceinline__ void tsr_pr_scores_tc(const tsr_pr_select_p &p, const
       const int j = (n0 + u * NW) * 8 + 2 * t;
       const float sc0 = (float)p.scale;
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int row = g + h * 8;
-        if (row >= nr || j >= p.nk) continue;
-        float *o = sc + row * p.ls + j;
-        if (j + 1 < p.nk) *(float2 *)o = make_float2(acc[u][2 * h] * sc0, acc[u][2 * h + 1] * sc0);
-        else o[0] = acc[u][2 * h] * sc0;
-      }
+      for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = m * 16 + g + h * 8;
+          if (row >= nr || j >= p.nk) continue;
+          float *o = sc + row * p.ls + j;
+          if (j + 1 < p.nk) *(float2 *)o = make_float2(acc[u][m][2 * h] * sc0, acc[u][m][2 * h + 1] * sc0);
+          else o[0] = acc[u][m][2 * h] * sc0;
+        }
     }
   }
 }
@@ -977,24 +986,25 @@ template <typename A, int V> __device__ __forceinline__ int tsr_pr_tc(const tsr_
 {
   return sizeof(A) == 4 && V == 4 && p.d % 16 == 0;
 }
-template <int V, int TK>
+template <int V, int TK, int MT>
 __device__ __forceinline__ void tsr_pr_scores(const tsr_pr_select_p &p, const float *qs, float *sc, const float *k,
                                               int nr)
 {
-  if (tsr_pr_tc<float, V>(p)) tsr_pr_scores_tc<TK>(p, qs, sc, k, nr);
+  if (tsr_pr_tc<float, V>(p)) tsr_pr_scores_tc<TK, MT>(p, qs, sc, k, nr);
   else tsr_pr_scores_1<float, V>(p, qs, sc, k, nr);
 }
-template <int V, int TK>
+template <int V, int TK, int MT>
 __device__ __forceinline__ void tsr_pr_scores(const tsr_pr_select_p &p, const double *qs, double *sc,
                                               const double *k, int nr)
 {
   tsr_pr_scores_1<double, V>(p, qs, sc, k, nr);
 }
 
-/* Pooled scores of `rows` (at most 16) query rows against every key, then
+/* Pooled scores of `rows` (at most 16 MT) query rows against every key, then
  * one warp a row for the rule: in registers when N > 0 (nk <= 32 N), else in
  * shared memory. */
-template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_select(const tsr_pr_select_p &p)
+template <typename A, int V, int N, int H, int TK = 0, int MT = 1>
+__device__ void tsr_pr_select(const tsr_pr_select_p &p)
 {
   extern __shared__ __align__(16) unsigned char tsr_pr_smem[];
   /* H: the top k by radix select, a 256-bin histogram a warp (8 KiB): for
@@ -1004,10 +1014,10 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
    * both) */
   enum { HD = H && sizeof(A) == 4, HW = TSR_PR_THREADS / 32 * 256 };
   __shared__ unsigned tsr_pr_hist[H && !HD ? HW : 1];
-  /* the tensor-core scores read a whole m16 tile of q, split into TF32 hi
-   * and lo once here: qs holds TSR_PR_RM rows of each, those past nr zero */
+  /* the tensor-core scores read MT whole m16 tiles of q, split into TF32 hi
+   * and lo once here: qs holds MT TSR_PR_RM rows of each, those past nr zero */
   const int tc = tsr_pr_tc<A, V>(p);
-  const int qwords = tc ? max(2 * TSR_PR_RM * p.d * (int)(sizeof(float) / sizeof(A)), HD ? HW : 0)
+  const int qwords = tc ? max(2 * MT * TSR_PR_RM * p.d * (int)(sizeof(float) / sizeof(A)), HD ? HW : 0)
                         : p.rows * p.d * (int)(sizeof(A) / sizeof(float));
   A *qs = (A *)tsr_pr_smem, *sc = (A *)((float *)tsr_pr_smem + qwords);
   unsigned *hist = !H ? 0 : !HD ? tsr_pr_hist : tc ? (unsigned *)tsr_pr_smem : (unsigned *)(sc + p.rows * p.ls);
@@ -1017,17 +1027,19 @@ template <typename A, int V, int N, int H, int TK = 0> __device__ void tsr_pr_se
   const A *q = (const A *)p.pq + (((long long)b * p.heads + head) * p.nq + r0) * p.d;
   const A *k = (const A *)p.pk + ((long long)b * p.kv_heads + kvh) * p.nk * (long long)p.d;
   if (tc) {
-    unsigned *qh = (unsigned *)tsr_pr_smem, *ql = qh + TSR_PR_RM * p.d;
-    for (int f = tid; f < TSR_PR_RM * p.d; f += TSR_PR_THREADS) {
+    const int tw = TSR_PR_RM * p.d; /* an m16 tile's words */
+    unsigned *qh = (unsigned *)tsr_pr_smem, *ql = qh + MT * tw;
+    for (int f = tid; f < MT * tw; f += TSR_PR_THREADS) {
       int r, ch;
-      tsr_pr_qfrag(f, r, ch);
+      tsr_pr_qfrag(f % tw, r, ch);
+      r += f / tw * TSR_PR_RM;
       tsr_pr_split(r < nr ? (float)q[r * p.d + ch] : 0.f, qh[f], ql[f]);
     }
   } else {
     for (int i = tid; i < nr * p.d; i += TSR_PR_THREADS) qs[i] = q[i];
   }
   __syncthreads();
-  tsr_pr_scores<V, TK>(p, qs, sc, k, nr);
+  tsr_pr_scores<V, TK, MT>(p, qs, sc, k, nr);
   __syncthreads(); /* q is dead: the histograms may take its place */
   for (int i = warp; i < nr; i += nw) {
     unsigned char *out = p.out + (((long long)b * p.heads + head) * p.nq + r0 + i) * p.nk;
@@ -1114,5 +1126,21 @@ TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_BOUNDS_TC)
 TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
+/* _h2: as _h, two m16 tiles (up to 32 rows a CTA: pooled k read from L2 half
+ * as often, each B fragment used twice); on sm_90a two CTAs an SM */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#define TSR_PR_BOUNDS_TC2 __launch_bounds__(TSR_PR_THREADS, 2)
+#else
+#define TSR_PR_BOUNDS_TC2 TSR_PR_BOUNDS_1
+#endif
+#define TSR_PR_SELECT_2(name, N, B)                                                     \
+  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
+  {                                                                                     \
+    tsr_pr_select<float, 4, N, 1, 0, 2>(p);                                             \
+  }
+TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n8_h2, 8, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n16_h2, 16, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n24_h2, 24, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n32_h2, 32, TSR_PR_BOUNDS_N32)
 
 #endif

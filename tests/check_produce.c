@@ -132,8 +132,8 @@ START_TEST(test_select_args)
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "scale must be positive");
   a = good_select(), a.scale = -1.0;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
-  a = good_select(), a.rows = 17;
-  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "0 (automatic) to 16, got 17");
+  a = good_select(), a.rows = 33;
+  expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "0 (automatic) to 32, got 33");
   a = good_select(), a.rows = -1;
   expect(tsr_produce_select(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "got -1");
   a = good_select(), a.kernel = 3;

@@ -39,8 +39,9 @@ import torch
 import tessera
 
 TOPK, CDF = 0, 1
-# Query rows a select CTA takes (1-16; 0: libtessera's choice, 16 top-k, 8 CDF): a
-# tuning knob for benchmarks, not part of the ops' results.
+# Query rows a select CTA takes (1-32, over 16 for the float32 radix select
+# only; 0: libtessera's choice: 32 there, else 16 top-k, 8 CDF): a tuning
+# knob for benchmarks, not part of the ops' results.
 ROWS = 0
 # The select's top-k search (tsr_select_args.kernel): 0 libtessera's choice
 # (radix select), 1 the bitwise search, 2 the radix select reading pooled k

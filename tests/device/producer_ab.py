@@ -35,8 +35,8 @@ Checks (exit 1 on a failure):
     torch rule: ties (keys with 3 distinct rows, all-equal rows), scores
     that underflow to 0, k from 1 to nk, nk from 1 to 1024 (every
     register kernel and ragged warps) and 1100 (the shared-memory rule),
-    GQA, rows a CTA 3, 16 and automatic; float32 against the float64 rule
-    at ties only;
+    GQA, rows a CTA 3, 16, 32 (two m16 tiles) and automatic, 37 query rows;
+    float32 against the float64 rule at ties only;
   * pool_pair against two pool_tiles and, in the cube order (runs), against
     the frame-major pooling taken in that order, bit for bit; against the
     previous kernel within rounding; float32, fp16, bf16, float64, both
@@ -183,7 +183,7 @@ def bench(q, k, v, grid, reps, sparsity):
         for kern in (0, 1, 2):
             P.KERNEL = kern
             line = []
-            for rows in (8, 12, 16) if kern != 2 else (16,):
+            for rows in (8, 12, 16, 24, 32) if kern == 0 else (8, 12, 16) if kern == 1 else (16,):
                 P.ROWS = rows
                 ms = timed(lambda: P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), reps)
                 same = torch.equal(P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0), want)
@@ -270,7 +270,7 @@ def select_cases(seed, quick=False):
                         for nk in nks
                         for kind in (("random", "ties") if quick else ("random", "ties", "equal", "underflow"))
                         for d in ((16,) if quick or kind in ("equal", "underflow") else (16, 24))]:
-        b, h, hk, nq = 2, 4, 2, 7
+        b, h, hk, nq = 2, 4, 2, 37  # 32 rows a CTA: a full CTA and one of 5 rows
         pq = torch.randn(b, h, nq, d, dtype=torch.float64, generator=gen)
         if kind == "random":
             pk = torch.randn(b, hk, nk, d, dtype=torch.float64, generator=gen)
@@ -285,7 +285,7 @@ def select_cases(seed, quick=False):
         pk = pk.contiguous()
         scale = 1e4 if kind == "underflow" else 0.25
         for k in sorted({1, max(1, nk // 8), max(1, nk // 2), max(1, nk - 1), nk}):
-            for rows in (0, 3, 16):
+            for rows in (0, 3, 16, 32):
                 P.ROWS = rows
                 probs = M._probs(pq, pk, scale)
                 want = M.topk_rule(probs, k)  # the CPU's rule, float64
