@@ -76,7 +76,10 @@ select 0.139 ms at 16 rows a CTA (was 0.203), its producer about 0.26 ms
 (8.9%), SpargeAttn's 0.190 ms (notes/pipeline-2026-12-02c.md).  On
 2026-12-03 (notes/producers-2026-12-03.md): VSA 0.161 ms in the cube order
 (pooling 0.061, select 0.097), 6.7% of its attention; the select's scores
-(0.078 ms) are the rest.
+(0.078 ms) are the rest.  With the scores on the tensor cores, 32 rows a
+select CTA and the frame-major pool writing the cube order itself
+(notes/producers-2026-12-03c.md): select 0.050, pooling 0.061-0.062 in
+either order, about 4.7-4.9% of its attention.
 XAttention is the exception: its antidiagonal scores are a matmul at
 1/stride of dense attention's QK^T flops (stride 8 at Wan 480p: 12 x 4095 x
 4095 scores of dimension 1024, about 0.4 TFLOP) and a float32 softmax and
