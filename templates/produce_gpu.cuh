@@ -14,26 +14,26 @@
  *          tokens already in tile order (runs of equal tile sizes).
  *   tsr_pr_pool_<dt>_v<n>_w<sq>  the same, one warp a tile (the automatic
  *          kernel since branch s5-i16; the CTA one is kept to compare).
- *   tsr_pr_select_<acc>_v<n>  pooled scores softmax(pq pk^T * scale) per
- *          row and the corpus's rule on them, written as a byte mask: the
- *          top k of each row (ties to the lower index, tsr_corpus_topk), or
- *          the CDF rule (the fewest in decreasing order reaching tau of the
- *          row's sum, at least min_keep; tsr_corpus_cdf).  `rows` query
- *          rows a CTA, up to 16 (32 in the _h2 kernels; their pooled q in
- *          shared memory, their scores after them): in float32 with d % 16
- *          == 0 the scores are m16 tiles on the tensor cores (three TF32 products a term: float32
- *          accuracy, not a float32 sum's bits), else one FMA chain a score
- *          (float64, other d); each key row is read once a CTA.  The
- *          top k is exact, not a sort: the k-th largest key by an 8-bit
- *          radix select (_h kernels, the automatic ones) or a bitwise
- *          search, then the ties at it kept in index order.  Keys: float64,
- *          the probabilities' bits (non-negative floats order as their
- *          bits); float32, the scores' order-preserving bits (softmax is
- *          monotone: the same top k but where float32's exp would round
- *          distinct scores to one probability).  The CDF rule is
- *          the top K for the K it implies (its kept set is a prefix of the
- *          same order): a bitwise search for the probability where the sum
- *          of those at or above it first reaches tau * sum.
+ *   tsr_pr_select_<acc>_v<n>  pooled scores softmax(pq pk^T * scale) per row
+ *          and the corpus's rule on them, written as a byte mask: the top k
+ *          of each row (ties to the lower index, tsr_corpus_topk), or the CDF
+ *          rule (the fewest in decreasing order reaching tau of the row's
+ *          sum, at least min_keep; tsr_corpus_cdf).  `rows` query rows a CTA,
+ *          up to 16 (32 in the _h2 kernels; their pooled q in shared memory,
+ *          their scores after them): in float32 with d % 16 == 0 the scores
+ *          are m16 tiles on the tensor cores (three TF32 products a term:
+ *          float32 accuracy, not a float32 sum's bits), else one FMA chain a
+ *          score (float64, other d); each key row is read once a CTA.  The
+ *          top k is exact, not a sort: the k-th largest key by an 8-bit radix
+ *          select (_h and _h2 kernels, the automatic ones) or a bitwise
+ *          search, then the ties at it kept in index order.  Keys: float64, the
+ *          probabilities' bits (non-negative floats order as their bits);
+ *          float32, the scores' order-preserving bits (softmax is monotone:
+ *          the same top k but where float32's exp would round distinct scores
+ *          to one probability).  The CDF rule is the top K for the K it
+ *          implies (its kept set is a prefix of the same order): a bitwise
+ *          search for the probability where the sum of those at or above it
+ *          first reaches tau * sum.
  *
  * Why fused: per Wan 480p layer the torch path of VSA took 0.58 ms (two
  * reductions, a 624-wide sort of 7,488 rows, ~20 small kernels), against a
