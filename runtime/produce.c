@@ -360,8 +360,13 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
    * scores are done (tc) or after the rows */
   for (;;) {
     /* two m16 tiles (the _h2 kernels) where the float32 radix select serves
-     * the rows, automatic or more than 16 asked for */
-    mt = tc && hist && a->kernel == 0 && (a->rows == 0 || a->rows > PR_MAX_ROWS) ? 2 : 1;
+     * the rows: more than 16 asked for, or automatic where all 32 fit (the
+     * H200's 227 KiB: two CTAs an SM, as timed; not a 99 KiB Ada SM) */
+    mt = tc && hist && a->kernel == 0 &&
+                 (a->rows > PR_MAX_ROWS ||
+                  (a->rows == 0 && smem >= 2 * PR_MAX_ROWS2 * a->dim * esz + PR_MAX_ROWS2 * row))
+             ? 2
+             : 1;
     avail = smem - (hist && f64 ? PR_HIST_SMEM : 0);
     qfix = tc ? 2 * mt * PR_MAX_ROWS * a->dim * esz : 0;
     if (hist && !f64) qfix = tc ? (qfix > PR_HIST_SMEM ? qfix : PR_HIST_SMEM) : PR_HIST_SMEM;
