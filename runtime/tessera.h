@@ -857,10 +857,10 @@ typedef struct {
   int64_t min_keep;            /* CDF: at least this many a row */
   uint64_t out;                /* bytes [batch, heads, nq, nk]: 1 kept, 0 not */
   int64_t rows;                /* query rows a CTA, 1-32; 0 = automatic: 32 for kernel 0's
-                                  float32 top k with dim % 16 == 0 and nk <= 1024 (two m16
-                                  tiles; the only kernels that take over 16), else 16 for TOPK
-                                  and 8 for CDF (tuning: the grid is batch x heads x nq / rows
-                                  CTAs) */
+                                  float32 top k with dim % 16 == 0 and nk <= 1024 where 32
+                                  rows fit in shared memory (two m16 tiles; the only kernels
+                                  that take over 16), else 16 for TOPK and 8 for CDF (tuning:
+                                  the grid is batch x heads x nq / rows CTAs) */
   int64_t kernel;              /* 0 = automatic: TOPK's k-th largest by an 8-bit radix select
                                   (a warp's histogram in shared memory, 4 passes for float32);
                                   1 = the bitwise search (30 passes), kept to compare;
