@@ -178,7 +178,7 @@ def bench(q, k, v, grid, reps, sparsity):
             print(f"  {st:7} old {a:.4f} ms ({100 * a / ta:5.2f}%)  new {b:.4f} ms ({100 * b / ta:5.2f}%)  "
                   f"{a / b:.2f}x")
         summary.append((label, med[("total", "old")], med[("total", "new")], ta))
-        # rows a CTA for the radix select (automatic 16)
+        # rows a CTA for the radix select (automatic 32 where two m16 tiles fit)
         want = P.select_blocks(pq_new, pk_new, sc, P.TOPK, kk, 0.0, 0)
         for kern in (0, 1, 2):
             P.KERNEL = kern

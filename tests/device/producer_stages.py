@@ -108,7 +108,7 @@ def vsa_stages(q, k, grid, reps, bw, t1):
     stage("vsa", "total, fused, q k in cube order", lambda: M.vsa(oq, ok_, grid, 0.875, in_order=True), reps,
           2 * qb, 6, bw, t1, "same mask" if same else "MASK DIFFERS")
     want = M._topk_scores(fq, fk, sc, kk)
-    for rows in (4, 8, 12, 16, 32):  # the select kernel's rows a CTA (automatic: 16 for top-k)
+    for rows in (4, 8, 12, 16, 32):  # the select kernel's rows a CTA (automatic: 32 here, two m16 tiles)
         M._produce.ROWS = rows
         stage("vsa", f"  select with {rows} rows a CTA", lambda: M._topk_scores(fq, fk, sc, kk), reps,
               2 * pooled + scores // 4, 1, bw, t1,
