@@ -328,7 +328,7 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   pr_select_p k;
   tsr_status st;
   int f64, vec, esz, hist, tc, mt;
-  int64_t rows, smem, avail, qfix, row, ls;
+  int64_t rows, want, smem, avail, qfix, row, ls;
   void *args[1] = {&k};
   if ((st = check_select(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer select: producer is NULL");
@@ -358,29 +358,27 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
   /* one row beside the histograms, else the bitwise search without them:
    * float64's are static; float32's are dynamic, over pooled q once the
    * scores are done (tc) or after the rows */
+  /* two m16 tiles (the _h2 kernels) where the float32 radix select serves
+   * the rows: more than 16 asked for, or automatic where all 32 fit (the
+   * H200's 227 KiB: two CTAs an SM, as timed; not a 99 KiB Ada SM) */
+  mt = tc && hist && a->kernel == 0 && (a->rows == 0 || a->rows > PR_MAX_ROWS) ? 2 : 1;
   for (;;) {
-    /* two m16 tiles (the _h2 kernels) where the float32 radix select serves
-     * the rows: more than 16 asked for, or automatic where all 32 fit (the
-     * H200's 227 KiB: two CTAs an SM, as timed; not a 99 KiB Ada SM) */
-    mt = tc && hist && a->kernel == 0 &&
-                 (a->rows > PR_MAX_ROWS ||
-                  (a->rows == 0 && smem >= 2 * PR_MAX_ROWS2 * a->dim * esz + PR_MAX_ROWS2 * row))
-             ? 2
-             : 1;
     avail = smem - (hist && f64 ? PR_HIST_SMEM : 0);
     qfix = tc ? 2 * mt * PR_MAX_ROWS * a->dim * esz : 0;
     if (hist && !f64) qfix = tc ? (qfix > PR_HIST_SMEM ? qfix : PR_HIST_SMEM) : PR_HIST_SMEM;
-    if (!hist || avail >= qfix + row) break;
-    hist = 0;
+    if (mt == 2 && !a->rows && avail < qfix + PR_MAX_ROWS2 * row) mt = 1;
+    else if (!hist || avail >= qfix + row) break;
+    else hist = 0, mt = 1;
   }
   if (a->kernel == 2 && !hist)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer select: kernel 2 needs %lld bytes of shared memory "
                          "for pooled q and one row, the device has %lld",
                          (long long)(2 * PR_MAX_ROWS * a->dim * esz + row), (long long)smem);
   rows = (avail - qfix) / row;
-  if (rows > (a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? mt * PR_MAX_ROWS : 8))
-    rows = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? mt * PR_MAX_ROWS : 8;
-  if (rows > mt * PR_MAX_ROWS) rows = mt * PR_MAX_ROWS; /* 16 where the kernel has one m16 tile */
+  /* asked for, or automatic; at most the kernel's m16 tiles' rows */
+  want = a->rows ? a->rows : a->rule == TSR_SELECT_TOPK ? mt * PR_MAX_ROWS : 8;
+  if (want > mt * PR_MAX_ROWS) want = mt * PR_MAX_ROWS;
+  if (rows > want) rows = want;
   if (rows > a->nq) rows = a->nq;
   if (rows < 1)
     return tsr_error_set(err, TSR_ERR_UNSUPPORTED,

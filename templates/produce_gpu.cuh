@@ -1091,10 +1091,11 @@ __device__ void tsr_pr_select(const tsr_pr_select_p &p)
     tsr_pr_select<A, V, N, H>(p);                                                       \
   }
 #define TSR_PR_SELECT(name, A, V, N) TSR_PR_SELECT_H(name, A, V, N, 0)
-#define TSR_PR_SELECT_T(name, A, V, N, B)                                               \
+/* the float32 radix-select kernels with k transposed (TK) or two m16 tiles (MT) */
+#define TSR_PR_SELECT_F(name, N, TK, MT, B)                                             \
   extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
   {                                                                                     \
-    tsr_pr_select<A, V, N, 1, 1>(p);                                                    \
+    tsr_pr_select<float, 4, N, 1, TK, MT>(p);                                           \
   }
 /* _n<N>: the row in registers, nk <= 32 N; _n0: any nk */
 TSR_PR_SELECT(tsr_pr_select_f32_v1_n0, float, 1, 0)
@@ -1122,10 +1123,10 @@ TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n16_h, double, 2, 16, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n24_h, double, 2, 24, 1, TSR_PR_BOUNDS_1)
 TSR_PR_SELECT_HB(tsr_pr_select_f64_v2_n32_h, double, 2, 32, 1, TSR_PR_BOUNDS_1)
 /* _ht: as _h, pooled k transposed ([dim, nk] a head; tsr_select_args.kernel 2) */
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n8_ht, float, 4, 8, TSR_PR_BOUNDS_TC)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n16_ht, float, 4, 16, TSR_PR_BOUNDS_TC)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n24_ht, float, 4, 24, TSR_PR_BOUNDS_TC)
-TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n8_ht, 8, 1, 1, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n16_ht, 16, 1, 1, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n24_ht, 24, 1, 1, TSR_PR_BOUNDS_TC)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n32_ht, 32, 1, 1, TSR_PR_BOUNDS_N32)
 /* _h2: as _h, two m16 tiles (up to 32 rows a CTA: pooled k read from L2 half
  * as often, each B fragment used twice); on sm_90a two CTAs an SM */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
@@ -1133,14 +1134,9 @@ TSR_PR_SELECT_T(tsr_pr_select_f32_v4_n32_ht, float, 4, 32, TSR_PR_BOUNDS_N32)
 #else
 #define TSR_PR_BOUNDS_TC2 TSR_PR_BOUNDS_1
 #endif
-#define TSR_PR_SELECT_2(name, N, B)                                                     \
-  extern "C" __global__ void B name(tsr_pr_select_p p)                                  \
-  {                                                                                     \
-    tsr_pr_select<float, 4, N, 1, 0, 2>(p);                                             \
-  }
-TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n8_h2, 8, TSR_PR_BOUNDS_TC2)
-TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n16_h2, 16, TSR_PR_BOUNDS_TC2)
-TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n24_h2, 24, TSR_PR_BOUNDS_TC2)
-TSR_PR_SELECT_2(tsr_pr_select_f32_v4_n32_h2, 32, TSR_PR_BOUNDS_N32)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n8_h2, 8, 0, 2, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n16_h2, 16, 0, 2, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n24_h2, 24, 0, 2, TSR_PR_BOUNDS_TC2)
+TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n32_h2, 32, 0, 2, TSR_PR_BOUNDS_N32)
 
 #endif
