@@ -16,12 +16,13 @@ TSR_TEMPLATES = \
 	$(srcdir)/templates/attn_sm90_fp8_rule.cuh \
 	$(srcdir)/templates/plan_gpu.cuh \
 	$(srcdir)/templates/produce_gpu.cuh \
+	$(srcdir)/templates/produce_sampled.cuh \
 	$(srcdir)/templates/sm90_sync.cuh
 EXTRA_DIST += gen/catalog.json \
 	templates/tsr_common.cuh templates/merge.cuh templates/attn_sm80.cuh \
 	templates/attn_sm90.cuh templates/attn_sm90_fp8.cuh templates/attn_sm90_fp8_rule.cuh \
 	templates/plan_gpu.cuh \
-	templates/produce_gpu.cuh templates/sm90_sync.cuh
+	templates/produce_gpu.cuh templates/produce_sampled.cuh templates/sm90_sync.cuh
 
 # The bundle: build/bundle/registry.json + build/bundle/<arch>/<variant>.cubin.
 # tessera-gen recompiles only what changed (hash per cubin), so this rule

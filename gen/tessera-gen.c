@@ -334,6 +334,7 @@ static char *render(const tsr_catalog_entry *e, const char *tmpl)
 /* The mask producers' kernels share the planner's module (one more module
  * a target would need its own registry entry and loader for two kernels). */
 #define PRODUCER_TEMPLATE "produce_gpu.cuh"
+#define PRODUCER_PREFIX "produce_"
 static int is_planner(const gen_t *g, const job_t *j) { return j->var == g->cat.n; }
 static const char *job_name(const gen_t *g, const job_t *j)
 {
@@ -368,12 +369,13 @@ static void job_hash(const gen_t *g, job_t *j)
   /* Headers this variant reads: the layout, its own family's template
    * (attn_<family>.cuh and its parts attn_<family>_*.cuh) and the shared
    * ones; another family's template does not invalidate it.  The planner
-   * reads the layout, its template and the producers' (produce_gpu.cuh). */
+   * reads the layout, its template and the producers' (produce_*.cuh). */
   for (i = 0; i < g->nhdr; i++) {
     const char *nm = g->hdr[i].name;
     size_t tl = strlen(tmpl) - 4; /* "attn_sm90" of "attn_sm90.cuh" */
     int own = strcmp(nm, tmpl) == 0 || (!planner && strncmp(nm, tmpl, tl) == 0 && nm[tl] == '_');
-    int prod = strcmp(nm, PRODUCER_TEMPLATE) == 0; /* the planner module's second part */
+    /* the planner module's second part and the files it includes (produce_*.cuh) */
+    int prod = strncmp(nm, PRODUCER_PREFIX, strlen(PRODUCER_PREFIX)) == 0;
     if (planner && !own && !prod && strcmp(nm, "plan_layout.h") != 0) continue;
     if (!planner && (prod || (!own && (strncmp(nm, "attn_", 5) == 0 || strcmp(nm, PLANNER_TEMPLATE) == 0))))
       continue;

@@ -24,7 +24,8 @@
   X(tsr_gpuplan_stats)                                                       \
   X(tsr_gpuplan_regime)                                                      \
   X(tsr_pool_args)                                                           \
-  X(tsr_select_args)
+  X(tsr_select_args)                                                         \
+  X(tsr_sampled_args)
 
 static const struct {
   const char *name;

@@ -41,6 +41,19 @@ typedef struct {
   double scale, tau;
 } pr_select_p;
 
+/* tsr_pr_sampled_p: SVG's profile (templates/produce_sampled.cuh) */
+typedef struct {
+  uint64_t q, k, v, rows, planes, part_o, part_ml, row_err, out;
+  long long qsb, qsh, qss, ksb, ksh, kss, vsb, vsh, vss;
+  int heads, tokens, samples, words, chunks, chunk_tiles, groups, d;
+  float scale_log2;
+} pr_sampled_p;
+#define PR_SA_ROWS 64 /* sampled rows a CTA (TSR_SA_ROWS) */
+#define PR_SA_BN 64   /* keys a tile (TSR_SA_BN) */
+/* shared memory: q's 64 rows, two stages of K and V tiles and of the two
+ * patterns' words for the 64 rows (42 or 82 KiB) */
+#define PR_SA_SMEM(d) (5 * PR_SA_ROWS * (d) * 2 + 2 * 2 * PR_SA_ROWS * 2 * 4)
+
 enum { PR_F32, PR_F16, PR_BF16, PR_F64, PR_NDT };
 static const char *const pr_dt_names[PR_NDT] = {"f32", "f16", "bf16", "f64"};
 static const int pr_dt_size[PR_NDT] = {4, 2, 2, 8};
@@ -55,6 +68,8 @@ struct tsr_producer {
   CUfunction select[2][PR_SELECT_KINDS]; /* [float64][scalar, vector, vector with the row in
                                             registers for nk <= 256, 512, 768, 1024, the same
                                             with the top k by radix select] */
+  CUfunction sampled[2][2]; /* [bf16][dim 128]: a chunk of keys a CTA */
+  CUfunction sampled_merge, sampled_sum;
 };
 
 static int pr_dt(tsr_dtype d)
@@ -105,6 +120,21 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
                                                     (int)p->ctx->smem_optin),
                          "cuFuncSetAttribute(producer select)", err);
   }
+  for (i = 0; i < 4 && !st; i++) {
+    snprintf(name, sizeof name, "tsr_pr_sampled_%s_d%d", i & 1 ? "bf16" : "f16", i & 2 ? 128 : 64);
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->sampled[i & 1][i >> 1], p->mod, name), name, err);
+    if (!st)
+      st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->sampled[i & 1][i >> 1],
+                                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    PR_SA_SMEM(i & 2 ? 128 : 64)),
+                         "cuFuncSetAttribute(producer sampled)", err);
+  }
+  if (!st)
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->sampled_merge, p->mod, "tsr_pr_sampled_merge"),
+                       "tsr_pr_sampled_merge", err);
+  if (!st)
+    st = tsri_cu_check(cu, cu->cuModuleGetFunction(&p->sampled_sum, p->mod, "tsr_pr_sampled_sum"),
+                       "tsr_pr_sampled_sum", err);
   return st;
 }
 
@@ -413,4 +443,137 @@ tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *s
                            (unsigned)(qfix + rows * row),
                            (CUstream)stream, args, NULL),
                        "cuLaunchKernel(producer select)", err);
+}
+
+/* ---- SVG's sampled attention (templates/produce_sampled.cuh) ------------- */
+
+static tsr_status check_sampled(const tsr_sampled_args *a, tsr_error *err)
+{
+  static const char *const tn[3] = {"q", "k", "v"};
+  const int64_t *sd[3];
+  const uint64_t *pt[3];
+  int i;
+  if (!a) return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: arguments are NULL");
+  sd[0] = a->q_stride, sd[1] = a->k_stride, sd[2] = a->v_stride;
+  pt[0] = &a->q, pt[1] = &a->k, pt[2] = &a->v;
+  if (a->dtype != TSR_DT_F16 && a->dtype != TSR_DT_BF16)
+    return tsr_error_set(err, TSR_ERR_DTYPE, "producer sampled: q, k and v must be fp16 or bf16, got %s",
+                         tsr_dtype_name(a->dtype));
+  if (!a->q || !a->k || !a->v || !a->rows || !a->planes || !a->out || !a->work)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: q, k, v, rows, planes, work or out is a null "
+                         "pointer");
+  if (!fits_int(a->batch) || !fits_int(a->heads) || !fits_int(a->tokens))
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer sampled: batch, heads and tokens must be positive 32-bit "
+                         "sizes, got %lld, %lld, %lld", (long long)a->batch, (long long)a->heads,
+                         (long long)a->tokens);
+  if (a->batch * a->heads > 65535)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer sampled: batch x heads %lld over 65535",
+                         (long long)(a->batch * a->heads));
+  if (a->dim != 64 && a->dim != 128)
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer sampled: dim must be 64 or 128, got %lld",
+                         (long long)a->dim);
+  if (a->samples < 1 || a->samples > 65535)
+    return tsr_error_set(err, TSR_ERR_SHAPE, "producer sampled: samples must be 1 to 65535, got %lld",
+                         (long long)a->samples);
+  for (i = 0; i < 3; i++) {
+    if (sd[i][0] < 0 || sd[i][1] < 0 || sd[i][2] < a->dim || sd[i][0] % 8 || sd[i][1] % 8 || sd[i][2] % 8 ||
+        *pt[i] % 16)
+      return tsr_error_set(err, TSR_ERR_SHAPE, "producer sampled: %s's strides (batch %lld, head %lld, token "
+                           "%lld) must be non-negative multiples of 8, the token stride at least dim %lld, at a "
+                           "16-byte aligned address (0x%llx)", tn[i], (long long)sd[i][0], (long long)sd[i][1],
+                           (long long)sd[i][2], (long long)a->dim, (unsigned long long)*pt[i]);
+  }
+  if (a->rows % 4 || a->planes % 4 || a->out % 4 || a->work % 16)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: rows (0x%llx), planes (0x%llx) and out (0x%llx) "
+                         "must be 4-byte aligned, work (0x%llx) 16-byte", (unsigned long long)a->rows,
+                         (unsigned long long)a->planes, (unsigned long long)a->out, (unsigned long long)a->work);
+  if (!(a->scale > 0.0) || a->scale > 1e30)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: scale must be positive and finite, got %g",
+                         a->scale);
+  return TSR_OK;
+}
+
+/* The key chunks: about two CTAs a multiprocessor over the grid (the D 128
+ * kernel holds one an SM at a time), each chunk whole 64-key tiles. */
+static void sampled_chunks(const tsr_producer *p, const tsr_sampled_args *a, int64_t *chunks, int64_t *tiles)
+{
+  int64_t ntiles = (a->tokens + PR_SA_BN - 1) / PR_SA_BN;
+  int64_t groups = (a->samples + PR_SA_ROWS - 1) / PR_SA_ROWS;
+  int64_t ctas = a->batch * a->heads * groups, sms = p && p->ctx->num_sms > 0 ? p->ctx->num_sms : 132;
+  int64_t want = (2 * sms + ctas - 1) / ctas;
+  if (want > ntiles) want = ntiles;
+  if (want < 1) want = 1;
+  *tiles = (ntiles + want - 1) / want;
+  *chunks = (ntiles + *tiles - 1) / *tiles;
+}
+
+static int64_t sampled_work(const tsr_producer *p, const tsr_sampled_args *a, int64_t *chunks, int64_t *tiles)
+{
+  int64_t groups = (a->samples + PR_SA_ROWS - 1) / PR_SA_ROWS, bh = a->batch * a->heads;
+  sampled_chunks(p, a, chunks, tiles);
+  /* part_o, part_ml, row_err: each a multiple of 16 bytes */
+  return bh * groups * *chunks * PR_SA_ROWS * (3 * a->dim + 4) * 4 + (bh * a->samples * 2 * 4 + 15) / 16 * 16;
+}
+
+int64_t tsr_produce_sampled_work_bytes(tsr_producer *p, const tsr_sampled_args *a, tsr_error *err)
+{
+  tsr_sampled_args b;
+  int64_t chunks, tiles;
+  if (!a) return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: arguments are NULL"), 0;
+  /* the working space is not there yet: check the rest with it standing in */
+  b = *a;
+  b.work = 16;
+  if (check_sampled(&b, err)) return 0;
+  if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: producer is NULL"), 0;
+  return sampled_work(p, a, &chunks, &tiles);
+}
+
+tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void *stream, tsr_error *err)
+{
+  pr_sampled_p k;
+  tsr_status st;
+  int64_t chunks, tiles, need, groups, bh;
+  const tsr_cu *cu;
+  void *args[1] = {&k};
+  int bf = a && a->dtype == TSR_DT_BF16, big = a && a->dim == 128;
+  if ((st = check_sampled(a, err))) return st;
+  if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: producer is NULL");
+  need = sampled_work(p, a, &chunks, &tiles);
+  if (a->work_bytes < need)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: work holds %lld bytes, %lld needed "
+                         "(tsr_produce_sampled_work_bytes)", (long long)a->work_bytes, (long long)need);
+  groups = (a->samples + PR_SA_ROWS - 1) / PR_SA_ROWS;
+  bh = a->batch * a->heads;
+  memset(&k, 0, sizeof k);
+  k.q = a->q, k.k = a->k, k.v = a->v, k.rows = a->rows, k.planes = a->planes, k.out = a->out;
+  k.part_o = a->work;
+  k.part_ml = k.part_o + (uint64_t)(bh * groups * chunks * PR_SA_ROWS * 3 * a->dim * 4);
+  k.row_err = k.part_ml + (uint64_t)(bh * groups * chunks * PR_SA_ROWS * 4 * 4);
+  k.qsb = a->q_stride[0], k.qsh = a->q_stride[1], k.qss = a->q_stride[2];
+  k.ksb = a->k_stride[0], k.ksh = a->k_stride[1], k.kss = a->k_stride[2];
+  k.vsb = a->v_stride[0], k.vsh = a->v_stride[1], k.vss = a->v_stride[2];
+  k.heads = (int)a->heads;
+  k.tokens = (int)a->tokens;
+  k.samples = (int)a->samples;
+  k.words = (int)((a->tokens + 31) / 32);
+  k.chunks = (int)chunks;
+  k.chunk_tiles = (int)tiles;
+  k.groups = (int)groups;
+  k.d = (int)a->dim;
+  k.scale_log2 = (float)(a->scale * 1.4426950408889634);
+  if ((st = tsri_context_make_current(p->ctx, err))) return st;
+  cu = tsri_context_cu(p->ctx);
+  if ((st = tsri_cu_check(cu, cu->cuLaunchKernel(p->sampled[bf][big], (unsigned)chunks, (unsigned)groups,
+                                                 (unsigned)bh, (unsigned)(128 * (big + 1)), 1, 1,
+                                                 (unsigned)PR_SA_SMEM(a->dim), (CUstream)stream,
+                                                 args, NULL),
+                          "cuLaunchKernel(producer sampled)", err)))
+    return st;
+  if ((st = tsri_cu_check(cu, cu->cuLaunchKernel(p->sampled_merge, (unsigned)a->samples, (unsigned)bh, 1,
+                                                 (unsigned)a->dim, 1, 1, 0, (CUstream)stream, args, NULL),
+                          "cuLaunchKernel(producer sampled merge)", err)))
+    return st;
+  return tsri_cu_check(cu, cu->cuLaunchKernel(p->sampled_sum, (unsigned)bh, 1, 1, 32, 1, 1, 0, (CUstream)stream,
+                                              args, NULL),
+                       "cuLaunchKernel(producer sampled sum)", err);
 }

@@ -870,6 +870,35 @@ typedef struct {
 } tsr_select_args;
 tsr_status tsr_produce_select(tsr_producer *p, const tsr_select_args *a, void *stream, tsr_error *err);
 
+/* Sampled attention's errors under two token patterns (Sparse VideoGen's
+ * online profile): `samples` query rows of each (batch, head) attend to
+ * every key densely and restricted to each pattern, and out holds, per
+ * (batch, head), the mean over samples x dim of the squared difference of
+ * each pattern's output from the dense one.  Three launches (chunks of
+ * keys, their merge, the sum over rows; produce_sampled.cuh), working
+ * space from the caller: tsr_produce_sampled_work_bytes. */
+typedef struct {
+  uint64_t q, k, v;            /* [batch, heads, tokens, dim] at their strides below */
+  tsr_dtype dtype;             /* TSR_DT_F16 or BF16 (all three) */
+  int64_t batch, heads, tokens, dim; /* dim 64 or 128 */
+  int64_t q_stride[3], k_stride[3], v_stride[3]; /* (batch, head, token), in elements;
+                                  channels contiguous; 16-byte aligned rows */
+  uint64_t rows;               /* int32 [samples] on the device: the sampled query tokens; one
+                                  outside [0, tokens) makes its head's errors NaN */
+  int64_t samples;             /* 1 to 65535 */
+  uint64_t planes;             /* uint32 [2][samples][ceil(tokens / 32)]: bit j % 32 of word
+                                  j / 32 of (pattern, row) set where the row keeps key j */
+  double scale;                /* scores q k^T * scale, positive */
+  uint64_t work;               /* tsr_produce_sampled_work_bytes bytes, 16-byte aligned */
+  int64_t work_bytes;
+  uint64_t out;                /* float32 [batch, heads, 2]: pattern 0's error, pattern 1's */
+} tsr_sampled_args;
+/* The working space a call with these arguments needs on p's device (its
+ * key chunks depend on the multiprocessors); 0 with err set when the
+ * arguments are refused. */
+int64_t tsr_produce_sampled_work_bytes(tsr_producer *p, const tsr_sampled_args *a, tsr_error *err);
+tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void *stream, tsr_error *err);
+
 /* ---- ABI (runtime/abi.c) ---------------------------------------------- */
 
 /* sizeof the public struct named `type_name` ("tsr_problem", "tsr_features",

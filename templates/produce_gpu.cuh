@@ -1139,4 +1139,7 @@ TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n16_h2, 16, 0, 2, TSR_PR_BOUNDS_TC2)
 TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n24_h2, 24, 0, 2, TSR_PR_BOUNDS_TC2)
 TSR_PR_SELECT_F(tsr_pr_select_f32_v4_n32_h2, 32, 0, 2, TSR_PR_BOUNDS_N32)
 
+/* SVG's sampled-attention profile: its own file, in this module */
+#include "produce_sampled.cuh"
+
 #endif

@@ -12,7 +12,7 @@
   X(tsr_error) X(tsr_problem) X(tsr_plan_opts) X(tsr_plan_summary)           \
   X(tsr_context_opts) X(tsr_gpu_tensors) X(tsr_features) X(tsr_region)       \
   X(tsr_selection) X(tsr_gpuplan_caps) X(tsr_gpuplan_stats) X(tsr_array)  \
-  X(tsr_pool_args) X(tsr_select_args)
+  X(tsr_pool_args) X(tsr_select_args) X(tsr_sampled_args)
 
 START_TEST(test_known)
 {

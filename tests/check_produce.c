@@ -1,9 +1,10 @@
 /*
  * check_produce.c: the mask producers' entries (tsr_produce_pool,
- * tsr_produce_select, tsr_producer_create) refuse bad arguments with the
+ * tsr_produce_select, tsr_produce_sampled and its work_bytes,
+ * tsr_producer_create) refuse bad arguments with the
  * status and a message naming the value, before they touch a device, so
  * this runs without one.  The kernels themselves are checked on the GPU
- * (tests/device/producer_stages.py, methods_bench.py).
+ * (tests/device/producer_stages.py, producer_ab.py, methods_bench.py).
  */
 #include <check.h>
 #include <string.h>
@@ -35,6 +36,24 @@ static tsr_select_args good_select(void)
   a.scale = 0.25;
   a.rule = TSR_SELECT_TOPK;
   a.k = 3;
+  return a;
+}
+
+static tsr_sampled_args good_sampled(void)
+{
+  tsr_sampled_args a;
+  int i;
+  memset(&a, 0, sizeof a);
+  a.q = 0x1000, a.k = 0x2000, a.v = 0x3000, a.rows = 0x4000, a.planes = 0x5000, a.out = 0x6000;
+  a.work = 0x7000, a.work_bytes = 1 << 20;
+  a.dtype = TSR_DT_BF16;
+  a.batch = 2, a.heads = 3, a.tokens = 100, a.dim = 64;
+  for (i = 0; i < 3; i++) { /* k and v in bshd, q in bhsd */
+    int64_t *st = i == 0 ? a.q_stride : i == 1 ? a.k_stride : a.v_stride;
+    st[0] = 3 * 100 * 64, st[1] = i ? 64 : 100 * 64, st[2] = i ? 3 * 64 : 64;
+  }
+  a.samples = 5;
+  a.scale = 0.125;
   return a;
 }
 
@@ -153,6 +172,69 @@ START_TEST(test_select_args)
 }
 END_TEST
 
+/* every refusal through both entries: the work size checks all but the
+ * working space, the launch that too */
+static void expect_sampled(const tsr_sampled_args *a, tsr_status want_st, const char *want)
+{
+  tsr_error err;
+  memset(&err, 0, sizeof err);
+  ck_assert_int_eq(tsr_produce_sampled_work_bytes(NULL, a, &err), 0);
+  expect(err.status, &err, want_st, want);
+  expect(tsr_produce_sampled(NULL, a, NULL, &err), &err, want_st, want);
+}
+
+START_TEST(test_sampled_args)
+{
+  tsr_sampled_args a;
+  tsr_error err;
+  memset(&err, 0, sizeof err);
+  expect_sampled(NULL, TSR_ERR_INVALID, "arguments are NULL");
+  a = good_sampled(), a.dtype = TSR_DT_F32;
+  expect_sampled(&a, TSR_ERR_DTYPE, "fp16 or bf16, got float32");
+  a = good_sampled(), a.dtype = (tsr_dtype)77;
+  expect_sampled(&a, TSR_ERR_DTYPE, "got unknown");
+  a = good_sampled(), a.planes = 0;
+  expect_sampled(&a, TSR_ERR_INVALID, "null pointer");
+  a = good_sampled(), a.tokens = 0;
+  expect_sampled(&a, TSR_ERR_SHAPE, "got 2, 3, 0");
+  a = good_sampled(), a.heads = -4;
+  expect_sampled(&a, TSR_ERR_SHAPE, "got 2, -4, 100");
+  a = good_sampled(), a.batch = 300, a.heads = 300;
+  expect_sampled(&a, TSR_ERR_SHAPE, "batch x heads 90000 over 65535");
+  a = good_sampled(), a.dim = 96;
+  expect_sampled(&a, TSR_ERR_UNSUPPORTED, "dim must be 64 or 128, got 96");
+  a = good_sampled(), a.samples = 0;
+  expect_sampled(&a, TSR_ERR_SHAPE, "samples must be 1 to 65535, got 0");
+  a = good_sampled(), a.samples = 65536;
+  expect_sampled(&a, TSR_ERR_SHAPE, "got 65536");
+  a = good_sampled(), a.k_stride[2] = 60;
+  expect_sampled(&a, TSR_ERR_SHAPE, "k's strides (batch 19200, head 64, token 60)");
+  a = good_sampled(), a.v_stride[1] = 68;
+  expect_sampled(&a, TSR_ERR_SHAPE, "v's strides (batch 19200, head 68, token 192)");
+  a = good_sampled(), a.q_stride[0] = -8;
+  expect_sampled(&a, TSR_ERR_SHAPE, "q's strides (batch -8");
+  a = good_sampled(), a.q = 0x1008;
+  expect_sampled(&a, TSR_ERR_SHAPE, "16-byte aligned address (0x1008)");
+  a = good_sampled(), a.rows = 0x4002;
+  expect_sampled(&a, TSR_ERR_INVALID, "rows (0x4002)");
+  a = good_sampled(), a.scale = 0.0;
+  expect_sampled(&a, TSR_ERR_INVALID, "scale must be positive and finite, got 0");
+  a = good_sampled(), a.scale = 1.0 / 0.0;
+  expect_sampled(&a, TSR_ERR_INVALID, "got inf");
+  a = good_sampled(), a.scale = 0.0 / 0.0;
+  expect_sampled(&a, TSR_ERR_INVALID, "scale must be positive");
+  /* the working space: only the launch needs it */
+  a = good_sampled(), a.work = 0;
+  ck_assert_int_eq(tsr_produce_sampled_work_bytes(NULL, &a, &err), 0);
+  expect(err.status, &err, TSR_ERR_INVALID, "producer is NULL");
+  expect(tsr_produce_sampled(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "null pointer");
+  a = good_sampled(), a.work = 0x7008;
+  expect(tsr_produce_sampled(NULL, &a, NULL, &err), &err, TSR_ERR_INVALID, "work (0x7008) 16-byte");
+  a = good_sampled();
+  expect_sampled(&a, TSR_ERR_INVALID, "producer is NULL");
+}
+END_TEST
+
 START_TEST(test_create_args)
 {
   tsr_error err;
@@ -171,6 +253,7 @@ int main(void)
   TCase *tc = tcase_create("produce");
   tcase_add_test(tc, test_pool_args);
   tcase_add_test(tc, test_select_args);
+  tcase_add_test(tc, test_sampled_args);
   tcase_add_test(tc, test_create_args);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);

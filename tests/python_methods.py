@@ -380,6 +380,20 @@ qs = q.transpose(1, 2).contiguous()
 y = mm.order.permute(qs, "bshd")
 same("svg order bshd", torch.equal(y.transpose(1, 2), mm.order.permute(q)), True)
 
+# The CUDA profile's bit planes (tessera.produce.pack_planes): random masks
+# over lengths off the multiples of 32, word for word against a plain loop
+# (bit 31 as the int32 sign).
+for s_ in (1, 31, 32, 33, 95, 130):
+    m_ = torch.rand(2, 3, s_, generator=torch.Generator().manual_seed(s_)) < 0.5
+    m_[0, 0, :] = True
+    got = M._produce.pack_planes(m_)
+    want = np.zeros((2, 3, -(-s_ // 32)), dtype=np.int64)
+    for j in range(s_):
+        want[:, :, j // 32] |= m_[:, :, j].numpy().astype(np.int64) << (j % 32)
+    want = np.where(want >= 2**31, want - 2**32, want)
+    same(f"pack_planes {s_} keys: int32", got.dtype == torch.int32, True)
+    same(f"pack_planes {s_} keys", got, want)
+
 # ---- end to end: tessera.attention (the CPU path) with each method's mask ----
 
 

@@ -181,6 +181,15 @@ class _SelectArgs(ctypes.Structure):
                 ("rows", ctypes.c_int64), ("kernel", ctypes.c_int64)]
 
 
+class _SampledArgs(ctypes.Structure):
+    _fields_ = [("q", ctypes.c_uint64), ("k", ctypes.c_uint64), ("v", ctypes.c_uint64),
+                ("dtype", ctypes.c_int), ("batch", ctypes.c_int64), ("heads", ctypes.c_int64),
+                ("tokens", ctypes.c_int64), ("dim", ctypes.c_int64), ("q_stride", ctypes.c_int64 * 3),
+                ("k_stride", ctypes.c_int64 * 3), ("v_stride", ctypes.c_int64 * 3), ("rows", ctypes.c_uint64),
+                ("samples", ctypes.c_int64), ("planes", ctypes.c_uint64), ("scale", ctypes.c_double),
+                ("work", ctypes.c_uint64), ("work_bytes", ctypes.c_int64), ("out", ctypes.c_uint64)]
+
+
 MASK_BYTES, MASK_BITS = 0, 1
 
 # The C struct each ctypes mirror above copies; library() compares their
@@ -190,7 +199,7 @@ _MIRRORS = {"tsr_error": _Error, "tsr_array": _Array, "tsr_problem": _Problem, "
             "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
             "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats,
             "tsr_gpuplan_regime": _Regime, "tsr_pool_args": _PoolArgs,
-            "tsr_select_args": _SelectArgs}
+            "tsr_select_args": _SelectArgs, "tsr_sampled_args": _SampledArgs}
 
 
 def _check_abi(lib, path):
@@ -303,6 +312,8 @@ def library():
             "tsr_producer_destroy": (V, [P]),
             "tsr_produce_pool": (I, [P, P, P, P]),
             "tsr_produce_select": (I, [P, P, P, P]),
+            "tsr_produce_sampled_work_bytes": (I64, [P, P, P]),
+            "tsr_produce_sampled": (I, [P, P, P, P]),
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args

@@ -744,6 +744,11 @@ def _svg_rows(grid, block, density, sink, samples, pos):
 # reference, and the CPU's).
 SVG_FUSED = True
 _svg_compiled = []
+# SVG's profile on CUDA fp16/bf16 with D 64 or 128: libtessera's kernels
+# (tessera::sampled_errors, nothing of samples x S written).  False: the
+# torch path above (to compare; the types agree where the two errors are
+# apart by more than the paths' rounding).
+SVG_KERNEL = True
 
 
 def _svg_weigh(s, planes, acc):
@@ -804,8 +809,14 @@ def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="b
     heads in (spatial, frame) order), so permute q, k and v with it.
     info["temporal"]: bool [B, H].  Needs as many key as query heads.
     Cost: the sampled rows' scores against every key and their three
-    weighted sums of v (reads k and v once; 3 x samples x S weights), then
-    a select between two cached masks."""
+    weighted sums of v (reads k and v once), then a select between two
+    cached masks.  On CUDA fp16/bf16 with D 64 or 128 (and FUSED) the
+    profile is tessera::sampled_errors, libtessera's kernels: one online
+    softmax a sampled row feeding three accumulators, nothing of
+    samples x S written; elsewhere the torch path (_svg_errors: 3 x
+    samples x S weights in q's dtype).  The two compute in different
+    precisions (the kernel's scores and sums in float32), so a head whose
+    two errors lie within rounding of each other may take either type."""
     qb, kb, vb = _bhsd(q, layout), _bhsd(k, layout), _bhsd(v, layout)
     b, h, s, d = qb.shape
     if kb.shape[1] != h:
@@ -817,9 +828,15 @@ def svg(q, k, v, grid, density=0.3, sink=True, block=None, samples=64, layout="b
                                 lambda: _svg_static(grid, block, density, sink, q.device))
     key = ("svg-rows", grid, block, float(density), bool(sink), int(samples), str(q.device))
     rows, m_sp, m_tm = _cached(key, lambda: _svg_rows(grid, block, density, sink, samples, pos))
-    planes = _cached(key + (vb.dtype,), lambda: torch.stack(
-        [torch.ones_like(m_sp), m_sp, m_tm]).to(vb.dtype))
-    err_sp, err_tm = _svg_errors(qb, kb, vb, rows, planes, _scale(scale, d))
+    if SVG_KERNEL and _fused(qb) and _produce.sampled_supported(qb, kb, vb):
+        rows32, bits = _cached(key + ("bits",), lambda: (
+            rows.to(torch.int32), _produce.pack_planes(torch.stack([m_sp, m_tm]))))
+        err = _produce.sampled_errors(qb, kb, vb, rows32, bits, _scale(scale, d), "bhsd")
+        err_sp, err_tm = err[..., 0], err[..., 1]
+    else:
+        planes = _cached(key + (vb.dtype,), lambda: torch.stack(
+            [torch.ones_like(m_sp), m_sp, m_tm]).to(vb.dtype))
+        err_sp, err_tm = _svg_errors(qb, kb, vb, rows, planes, _scale(scale, d))
     temporal = err_tm < err_sp
     mask = torch.where(temporal[:, :, None, None], tm, sp)
     ident = _cached(("arange", s, str(q.device)), lambda: torch.arange(s, device=q.device))

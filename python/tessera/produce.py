@@ -25,8 +25,19 @@ tsr_produce_select; templates/produce_gpu.cuh):
         CDF the fewest reaching tau of the row's sum, at least min_keep.
         Scores, softmax and rule in one launch, nothing of NQ x NK written
         but the mask.
+    tessera::sampled_errors(q, k, v, rows, planes, scale, layout) -> errors
+        Sparse VideoGen's online profile: q, k, v [B, H, S, D] (bhsd) or
+        [B, S, H, D] (bshd), fp16 or bf16, D 64 or 128, as many key as
+        query heads; rows int32 [samples] (query tokens); planes int32
+        [2, samples, ceil(S / 32)], bit j % 32 of word j / 32 set where the
+        pattern lets that row see key j (pack_planes).  float32 [B, H, 2]:
+        per head, the mean over samples x D of each pattern's squared
+        difference from the dense attention output of the sampled rows.
+        Three launches (key chunks with three accumulators, their merge,
+        the sum over rows), nothing of samples x S written; working space
+        from torch's allocator.
 
-Both launch on the current stream without synchronising or allocating
+All launch on the current stream without synchronising or allocating
 inside the library (their outputs come from torch's allocator), so a CUDA
 graph captures them; both have fake implementations, so torch.compile
 traces them.  The CPU (and reference) path is tessera.methods' torch code.
@@ -190,11 +201,82 @@ def _select_fake(pq, pk, scale, rule, k, tau, min_keep):
     return pq.new_empty((pq.shape[0], pq.shape[1], pq.shape[2], pk.shape[2]), dtype=torch.bool)
 
 
+def pack_planes(masks):
+    """bool [P, samples, S] -> int32 [P, samples, ceil(S / 32)]: the bit
+    planes sampled_errors takes (bit j % 32 of word j / 32 is key j)."""
+    p, n, s = masks.shape
+    words = -(-s // 32)
+    m = torch.nn.functional.pad(masks.to(torch.int64), (0, 32 * words - s)).view(p, n, words, 32)
+    w = (m << torch.arange(32, device=masks.device)).sum(-1)
+    return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)  # bit 31 as the sign
+
+
+def sampled_supported(q, k, v, layout="bhsd"):
+    """Whether sampled_errors takes these tensors (else the torch path)."""
+    d = q.shape[-1]
+    return (available(q) and q.dtype in (torch.float16, torch.bfloat16) and d in (64, 128)
+            and k.dtype == q.dtype and v.dtype == q.dtype and k.shape == q.shape and v.shape == q.shape
+            and q.shape[0] * q.shape[1 if layout == "bhsd" else 2] <= 65535)
+
+
+def _sampled_args(qb, kb, vb, rows, planes, scale):
+    """The tsr_sampled_args of bhsd views (all but out and the working
+    space) and the device's producer."""
+    b, h, s, d = qb.shape
+    if kb.shape != qb.shape or vb.shape != qb.shape or kb.dtype != qb.dtype or vb.dtype != qb.dtype:
+        raise ValueError(f"sampled_errors: k {tuple(kb.shape)} {kb.dtype} and v {tuple(vb.shape)} {vb.dtype} "
+                         f"must match q {tuple(qb.shape)} {qb.dtype}")
+    if rows.dtype != torch.int32 or rows.dim() != 1 or rows.device != qb.device or not rows.is_contiguous():
+        raise ValueError(f"sampled_errors: rows must be a contiguous int32 [samples] on {qb.device}, got "
+                         f"{rows.dtype} {tuple(rows.shape)} on {rows.device}")
+    want = (2, rows.numel(), -(-s // 32))
+    if planes.dtype != torch.int32 or tuple(planes.shape) != want or planes.device != qb.device \
+            or not planes.is_contiguous():
+        raise ValueError(f"sampled_errors: planes must be a contiguous int32 {list(want)} on {qb.device} "
+                         f"(pack_planes), got {planes.dtype} {tuple(planes.shape)} on {planes.device}")
+    a = tessera._SampledArgs()
+    a.q, a.k, a.v, a.dtype = qb.data_ptr(), kb.data_ptr(), vb.data_ptr(), _DT.get(qb.dtype, -1)
+    a.batch, a.heads, a.tokens, a.dim = b, h, s, d
+    a.q_stride[:], a.k_stride[:], a.v_stride[:] = qb.stride()[:3], kb.stride()[:3], vb.stride()[:3]
+    a.rows, a.samples, a.planes, a.scale = rows.data_ptr(), rows.numel(), planes.data_ptr(), float(scale)
+    return a, tessera.default_context(qb.device.index).producer()
+
+
+def _sampled_work_bytes(a, prod):
+    err = tessera._Error()
+    n = tessera.library().tsr_produce_sampled_work_bytes(prod, ctypes.byref(a), ctypes.byref(err))
+    if n <= 0:
+        tessera._check(err.status or -1, err)
+    return n
+
+
+def _sampled_launch(a, prod, out, work, dev):
+    a.out, a.work, a.work_bytes = out.data_ptr(), work.data_ptr(), work.numel()
+    err = tessera._Error()
+    tessera._check(tessera.library().tsr_produce_sampled(prod, ctypes.byref(a), _stream(dev), ctypes.byref(err)),
+                   err)
+
+
+def _sampled_kernel(q, k, v, rows, planes, scale, layout):
+    qb, kb, vb = _as_bhsd(q, layout), _as_bhsd(k, layout), _as_bhsd(v, layout)
+    a, prod = _sampled_args(qb, kb, vb, rows, planes, scale)
+    out = torch.empty(qb.shape[0], qb.shape[1], 2, dtype=torch.float32, device=qb.device)
+    work = torch.empty(_sampled_work_bytes(a, prod), dtype=torch.uint8, device=qb.device)
+    _sampled_launch(a, prod, out, work, qb.device)
+    return out
+
+
+def _sampled_fake(q, k, v, rows, planes, scale, layout):
+    h = q.shape[1 if layout == "bhsd" else 2]
+    return q.new_empty((q.shape[0], h, 2), dtype=torch.float32)
+
+
 def _define():
-    """Registers the two ops once per process (a second import of the
-    binding finds them defined)."""
+    """Registers the ops once per process (a second import of the binding
+    finds them defined)."""
     try:
-        return torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks
+        return (torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks,
+                torch.ops.tessera.sampled_errors)
     except (AttributeError, RuntimeError):
         pass
     pool = torch.library.custom_op(
@@ -210,7 +292,12 @@ def _define():
         "tessera::select_blocks", _select_kernel, mutates_args=(), device_types=("cuda",),
         schema="(Tensor pq, Tensor pk, float scale, int rule, int k, float tau, int min_keep) -> Tensor")
     sel.register_fake(_select_fake)
-    return torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks
+    smp = torch.library.custom_op(
+        "tessera::sampled_errors", _sampled_kernel, mutates_args=(), device_types=("cuda",),
+        schema="(Tensor q, Tensor k, Tensor v, Tensor rows, Tensor planes, float scale, str layout) -> Tensor")
+    smp.register_fake(_sampled_fake)
+    return (torch.ops.tessera.pool_tiles, torch.ops.tessera.pool_pair, torch.ops.tessera.select_blocks,
+            torch.ops.tessera.sampled_errors)
 
 
-pool_tiles, pool_pair, select_blocks = _define()
+pool_tiles, pool_pair, select_blocks, sampled_errors = _define()
