@@ -34,6 +34,8 @@
  *          implies (its kept set is a prefix of the same order): a bitwise
  *          search for the probability where the sum of those at or above it
  *          first reaches tau * sum.
+ *   tsr_pr_sampled_*  SVG's online profile (produce_sampled.cuh, included
+ *          at the end of this file: the same module, its own helpers).
  *
  * Why fused: per Wan 480p layer the torch path of VSA took 0.58 ms (two
  * reductions, a 624-wide sort of 7,488 rows, ~20 small kernels), against a
