@@ -45,14 +45,14 @@ typedef struct {
 typedef struct {
   uint64_t q, k, v, rows, planes, part_o, part_ml, row_err, out;
   long long qsb, qsh, qss, ksb, ksh, kss, vsb, vsh, vss;
-  int heads, tokens, samples, words, chunks, chunk_tiles, groups, d;
+  int heads, tokens, samples, words, chunks, chunk_tiles, groups, d, stages;
   float scale_log2;
 } pr_sampled_p;
 #define PR_SA_ROWS 64 /* sampled rows a CTA (TSR_SA_ROWS) */
 #define PR_SA_BN 64   /* keys a tile (TSR_SA_BN) */
-/* shared memory: q's 64 rows, two stages of K and V tiles and of the two
- * patterns' words for the 64 rows (42 or 82 KiB) */
-#define PR_SA_SMEM(d) (5 * PR_SA_ROWS * (d) * 2 + 2 * 2 * PR_SA_ROWS * 2 * 4)
+/* shared memory: q's 64 rows, `st` stages of K and V tiles and of the two
+ * patterns' words for the 64 rows (3 stages: 59 or 115 KiB; 2: 42 or 82) */
+#define PR_SA_SMEM(d, st) (PR_SA_ROWS * (d) * 2 + (st) * (2 * PR_SA_BN * (d) * 2 + 2 * PR_SA_ROWS * 2 * 4))
 
 enum { PR_F32, PR_F16, PR_BF16, PR_F64, PR_NDT };
 static const char *const pr_dt_names[PR_NDT] = {"f32", "f16", "bf16", "f64"};
@@ -81,6 +81,18 @@ static int pr_dt(tsr_dtype d)
   case TSR_DT_F64: return PR_F64;
   default: return -1;
   }
+}
+
+/* The SVG profile's pipeline stages: 3 where the device's shared memory
+ * holds them (all but D 128 on a 99 KiB SM), else 2. */
+static int sampled_fits(const tsr_producer *p, int64_t dim, int stages)
+{
+  return p->ctx->smem_optin <= 0 || (size_t)p->ctx->smem_optin >= (size_t)PR_SA_SMEM(dim, stages);
+}
+
+static int sampled_stages(const tsr_producer *p, const tsr_sampled_args *a)
+{
+  return a->stages ? (int)a->stages : sampled_fits(p, a->dim, 3) ? 3 : 2;
 }
 
 static tsr_status load_functions(tsr_producer *p, tsr_error *err)
@@ -126,7 +138,8 @@ static tsr_status load_functions(tsr_producer *p, tsr_error *err)
     if (!st)
       st = tsri_cu_check(cu, cu->cuFuncSetAttribute(p->sampled[i & 1][i >> 1],
                                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                    PR_SA_SMEM(i & 2 ? 128 : 64)),
+                                                    (int)PR_SA_SMEM(i & 2 ? 128 : 64,
+                                                                    sampled_fits(p, i & 2 ? 128 : 64, 3) ? 3 : 2)),
                          "cuFuncSetAttribute(producer sampled)", err);
   }
   if (!st)
@@ -490,17 +503,22 @@ static tsr_status check_sampled(const tsr_sampled_args *a, tsr_error *err)
   if (!(a->scale > 0.0) || a->scale > 1e30)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: scale must be positive and finite, got %g",
                          a->scale);
+  if (a->stages != 0 && a->stages != 2 && a->stages != 3)
+    return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: stages must be 0 (automatic), 2 or 3, got %lld",
+                         (long long)a->stages);
   return TSR_OK;
 }
 
-/* The key chunks: about two CTAs a multiprocessor over the grid (the D 128
- * kernel holds one an SM at a time), each chunk whole 64-key tiles. */
+/* The key chunks: one wave of CTAs over the multiprocessors (the D 128
+ * kernel holds one an SM, the D 64 one two: their registers), each chunk
+ * whole 64-key tiles.  More chunks would add waves and, with them, the
+ * partial outputs written and merged (26 MB at Wan 480p in two waves). */
 static void sampled_chunks(const tsr_producer *p, const tsr_sampled_args *a, int64_t *chunks, int64_t *tiles)
 {
   int64_t ntiles = (a->tokens + PR_SA_BN - 1) / PR_SA_BN;
   int64_t groups = (a->samples + PR_SA_ROWS - 1) / PR_SA_ROWS;
   int64_t ctas = a->batch * a->heads * groups, sms = p && p->ctx->num_sms > 0 ? p->ctx->num_sms : 132;
-  int64_t want = (2 * sms + ctas - 1) / ctas;
+  int64_t want = ((a->dim == 128 ? 1 : 2) * sms + ctas - 1) / ctas;
   if (want > ntiles) want = ntiles;
   if (want < 1) want = 1;
   *tiles = (ntiles + want - 1) / want;
@@ -538,6 +556,10 @@ tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void 
   int bf = a && a->dtype == TSR_DT_BF16, big = a && a->dim == 128;
   if ((st = check_sampled(a, err))) return st;
   if (!p) return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: producer is NULL");
+  if (a->stages == 3 && !sampled_fits(p, a->dim, 3))
+    return tsr_error_set(err, TSR_ERR_UNSUPPORTED, "producer sampled: 3 stages at dim %lld need %d bytes of shared "
+                         "memory, the device has %lld", (long long)a->dim, (int)PR_SA_SMEM(a->dim, 3),
+                         (long long)p->ctx->smem_optin);
   need = sampled_work(p, a, &chunks, &tiles);
   if (a->work_bytes < need)
     return tsr_error_set(err, TSR_ERR_INVALID, "producer sampled: work holds %lld bytes, %lld needed "
@@ -560,12 +582,13 @@ tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void 
   k.chunk_tiles = (int)tiles;
   k.groups = (int)groups;
   k.d = (int)a->dim;
+  k.stages = sampled_stages(p, a);
   k.scale_log2 = (float)(a->scale * 1.4426950408889634);
   if ((st = tsri_context_make_current(p->ctx, err))) return st;
   cu = tsri_context_cu(p->ctx);
   if ((st = tsri_cu_check(cu, cu->cuLaunchKernel(p->sampled[bf][big], (unsigned)chunks, (unsigned)groups,
                                                  (unsigned)bh, (unsigned)(128 * (big + 1)), 1, 1,
-                                                 (unsigned)PR_SA_SMEM(a->dim), (CUstream)stream,
+                                                 (unsigned)PR_SA_SMEM(a->dim, k.stages), (CUstream)stream,
                                                  args, NULL),
                           "cuLaunchKernel(producer sampled)", err)))
     return st;

@@ -892,6 +892,9 @@ typedef struct {
   uint64_t work;               /* tsr_produce_sampled_work_bytes bytes, 16-byte aligned */
   int64_t work_bytes;
   uint64_t out;                /* float32 [batch, heads, 2]: pattern 0's error, pattern 1's */
+  int64_t stages;              /* 0 = automatic: the key pipeline's depth, 3 where shared memory
+                                  holds it (not D 128 on a 99 KiB SM), else 2; 2 or 3 to compare
+                                  (a tuning knob: the same errors, bit for bit) */
 } tsr_sampled_args;
 /* The working space a call with these arguments needs on p's device (its
  * key chunks depend on the multiprocessors); 0 with err set when the

@@ -12,7 +12,8 @@
  *
  *   tsr_pr_sampled_<dt>_d<D>  flash-decoding over key chunks: a CTA takes
  *          64 sampled rows (four m16 tiles) against one chunk of keys, K and
- *          V tiles of 64 keys through a two-stage cp.async pipeline, scores
+ *          V tiles of 64 keys through a cp.async pipeline of 3 stages (2
+ *          where shared memory is short: sm_89, sm_120 at D 128), scores
  *          and the three P V products on the tensor cores (mma.sync
  *          m16n8k16, fp32 accumulation), one online softmax (base 2) whose
  *          probabilities serve all three outputs, each pattern's masked by
@@ -54,6 +55,7 @@ struct tsr_pr_sampled_p {
   float *out;              /* [bh][2] */
   long long qsb, qsh, qss, ksb, ksh, kss, vsb, vsh, vss;
   int heads, tokens, samples, words, chunks, chunk_tiles, groups, d;
+  int stages;              /* 2 or 3: the pipeline's K, V and plane stages (3 where shared memory allows) */
   float scale_log2;
 };
 
@@ -186,8 +188,8 @@ template <int DT, int D> __device__ void tsr_pr_sampled(const tsr_pr_sampled_p &
   const int t0 = chunk * p.chunk_tiles, t1 = min(t0 + p.chunk_tiles, ntiles);
   const char *qg = (const char *)p.q + (b * p.qsb + h * p.qsh) * 2;
   const unsigned sq = tsr_sa_smem(tsr_sa_sm);
-  const unsigned sk = sq + TSR_SA_ROWS * D * 2, sv = sk + 2 * TSR_SA_BN * D * 2;
-  const unsigned sb = sv + 2 * TSR_SA_BN * D * 2; /* [stage][pattern][row][2 words] */
+  const unsigned sk = sq + TSR_SA_ROWS * D * 2, sv = sk + p.stages * TSR_SA_BN * D * 2;
+  const unsigned sb = sv + p.stages * TSR_SA_BN * D * 2; /* [stage][pattern][row][2 words] */
 
   for (int c = tid; c < TSR_SA_ROWS * DC; c += NT) {
     const int r = c / DC, ch = c % DC, s = grp * TSR_SA_ROWS + r;
@@ -226,10 +228,12 @@ template <int DT, int D> __device__ void tsr_pr_sampled(const tsr_pr_sampled_p &
                  ok ? p.planes + ((long long)pl * p.samples + s) * p.words + word : p.planes, ok ? 4 : 0);
     }
   };
-  load(t0, 0);
-  tsr_sa_commit();
-  if (t0 + 1 < t1) load(t0 + 1, 1);
-  tsr_sa_commit();
+  /* stages - 1 tiles ahead; each iteration loads tile t + stages - 1 into
+   * the stage tile t - 1 used, once every warp is past it */
+  for (int i = 0; i < p.stages - 1; i++) {
+    if (t0 + i < t1) load(t0 + i, i);
+    tsr_sa_commit();
+  }
 
   /* this thread's rows g and g + 8 of its tile; its columns 2 (lane & 3) + {0, 1} of each n8 tile */
   const int g = lane >> 2;
@@ -249,15 +253,24 @@ template <int DT, int D> __device__ void tsr_pr_sampled(const tsr_pr_sampled_p &
   const unsigned k_off = tsr_sa_lane<D>((lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1);
   const unsigned v_off = tsr_sa_lane<D>(lane & 15, lane >> 4);
 
+  int stage = 0;
 #pragma unroll 1 /* one tile's registers live at a time */
   for (int t = t0; t < t1; t++) {
-    const unsigned st = (unsigned)((t - t0) & 1) * TSR_SA_BN * D * 2;
-    tsr_sa_wait<1>(); /* tile t's group (q's with the first): all but the newest one (t + 1's, maybe empty) */
-    __syncthreads();
+    const unsigned st = (unsigned)stage * TSR_SA_BN * D * 2;
+    /* tile t's group (q's with the first) done: all but the newest
+     * stages - 2 (tiles t + 1 .. t + stages - 2, maybe empty) */
+    if (p.stages == 3) tsr_sa_wait<1>();
+    else tsr_sa_wait<0>();
+    __syncthreads(); /* tile t visible to all; every warp done with tile t - 1's stage */
+    {
+      const int ahead = stage + p.stages - 1;
+      if (t + p.stages - 1 < t1) load(t + p.stages - 1, ahead >= p.stages ? ahead - p.stages : ahead);
+      tsr_sa_commit();
+    }
     unsigned bits[2]; /* [pattern]: bit 16 i + 2 n + u: row g + 8 i, column 8 n + 2 (lane & 3) + u */
 #pragma unroll
     for (int pl = 0; pl < 2; pl++) {
-      const unsigned w = sb + (unsigned)((((t - t0) & 1) * 2 + pl) * TSR_SA_ROWS + 16 * mt + g) * 8u;
+      const unsigned w = sb + (unsigned)(((stage * 2 + pl) * TSR_SA_ROWS + 16 * mt + g) * 8);
       bits[pl] = tsr_sa_lane_bits(w, lane) | tsr_sa_lane_bits(w + 64, lane) << 16;
     }
 
@@ -353,9 +366,7 @@ template <int DT, int D> __device__ void tsr_pr_sampled(const tsr_pr_sampled_p &
         }
       }
     }
-    __syncthreads(); /* every warp is done with this stage */
-    if (t + 2 < t1) load(t + 2, (t - t0) & 1);
-    tsr_sa_commit();
+    stage = stage + 1 == p.stages ? 0 : stage + 1;
   }
   tsr_sa_wait<0>();
 

@@ -223,6 +223,10 @@ START_TEST(test_sampled_args)
   expect_sampled(&a, TSR_ERR_INVALID, "got inf");
   a = good_sampled(), a.scale = 0.0 / 0.0;
   expect_sampled(&a, TSR_ERR_INVALID, "scale must be positive");
+  a = good_sampled(), a.stages = 1;
+  expect_sampled(&a, TSR_ERR_INVALID, "stages must be 0 (automatic), 2 or 3, got 1");
+  a = good_sampled(), a.stages = 4;
+  expect_sampled(&a, TSR_ERR_INVALID, "got 4");
   /* the working space: only the launch needs it */
   a = good_sampled(), a.work = 0;
   ck_assert_int_eq(tsr_produce_sampled_work_bytes(NULL, &a, &err), 0);

@@ -187,7 +187,8 @@ class _SampledArgs(ctypes.Structure):
                 ("tokens", ctypes.c_int64), ("dim", ctypes.c_int64), ("q_stride", ctypes.c_int64 * 3),
                 ("k_stride", ctypes.c_int64 * 3), ("v_stride", ctypes.c_int64 * 3), ("rows", ctypes.c_uint64),
                 ("samples", ctypes.c_int64), ("planes", ctypes.c_uint64), ("scale", ctypes.c_double),
-                ("work", ctypes.c_uint64), ("work_bytes", ctypes.c_int64), ("out", ctypes.c_uint64)]
+                ("work", ctypes.c_uint64), ("work_bytes", ctypes.c_int64), ("out", ctypes.c_uint64),
+                ("stages", ctypes.c_int64)]
 
 
 MASK_BYTES, MASK_BITS = 0, 1

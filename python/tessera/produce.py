@@ -63,6 +63,10 @@ KERNEL = 0
 # tile), 1 a CTA a tile (the previous kernel): for benchmarks, the same
 # means within float32 rounding.
 POOL_KERNEL = 0
+# sampled_errors' key pipeline (tsr_sampled_args.stages): 0 libtessera's
+# choice (3 stages where shared memory holds them), 2 or 3 to compare: the
+# same errors, bit for bit.
+SAMPLED_STAGES = 0
 _DT = {torch.float32: tessera.DT_F32, torch.float16: tessera.DT_F16,
        torch.bfloat16: tessera.DT_BF16, torch.float64: tessera.DT_F64}
 
@@ -219,9 +223,9 @@ def sampled_supported(q, k, v, layout="bhsd"):
             and q.shape[0] * q.shape[1 if layout == "bhsd" else 2] <= 65535)
 
 
-def _sampled_args(qb, kb, vb, rows, planes, scale):
-    """The tsr_sampled_args of bhsd views (all but out and the working
-    space) and the device's producer."""
+def _sampled_args(qb, kb, vb, rows, planes, scale, out):
+    """The tsr_sampled_args of bhsd views (all but the working space) and
+    the device's producer."""
     b, h, s, d = qb.shape
     if kb.shape != qb.shape or vb.shape != qb.shape or kb.dtype != qb.dtype or vb.dtype != qb.dtype:
         raise ValueError(f"sampled_errors: k {tuple(kb.shape)} {kb.dtype} and v {tuple(vb.shape)} {vb.dtype} "
@@ -239,6 +243,7 @@ def _sampled_args(qb, kb, vb, rows, planes, scale):
     a.batch, a.heads, a.tokens, a.dim = b, h, s, d
     a.q_stride[:], a.k_stride[:], a.v_stride[:] = qb.stride()[:3], kb.stride()[:3], vb.stride()[:3]
     a.rows, a.samples, a.planes, a.scale = rows.data_ptr(), rows.numel(), planes.data_ptr(), float(scale)
+    a.out, a.stages = out.data_ptr(), SAMPLED_STAGES
     return a, tessera.default_context(qb.device.index).producer()
 
 
@@ -250,8 +255,8 @@ def _sampled_work_bytes(a, prod):
     return n
 
 
-def _sampled_launch(a, prod, out, work, dev):
-    a.out, a.work, a.work_bytes = out.data_ptr(), work.data_ptr(), work.numel()
+def _sampled_launch(a, prod, work, dev):
+    a.work, a.work_bytes = work.data_ptr(), work.numel()
     err = tessera._Error()
     tessera._check(tessera.library().tsr_produce_sampled(prod, ctypes.byref(a), _stream(dev), ctypes.byref(err)),
                    err)
@@ -259,10 +264,10 @@ def _sampled_launch(a, prod, out, work, dev):
 
 def _sampled_kernel(q, k, v, rows, planes, scale, layout):
     qb, kb, vb = _as_bhsd(q, layout), _as_bhsd(k, layout), _as_bhsd(v, layout)
-    a, prod = _sampled_args(qb, kb, vb, rows, planes, scale)
     out = torch.empty(qb.shape[0], qb.shape[1], 2, dtype=torch.float32, device=qb.device)
+    a, prod = _sampled_args(qb, kb, vb, rows, planes, scale, out)
     work = torch.empty(_sampled_work_bytes(a, prod), dtype=torch.uint8, device=qb.device)
-    _sampled_launch(a, prod, out, work, qb.device)
+    _sampled_launch(a, prod, work, qb.device)
     return out
 
 

@@ -16,7 +16,8 @@ word, bit 31 included), out and the working space poisoned with NaN first:
     weights and sums are the dense ones, in the same order);
   * a row that keeps no key, a NaN in q or k, a sampled row outside
     [0, tokens) give NaN where (and only where) the reference does;
-  * two calls give the same bits (fixed-order sums);
+  * two calls give the same bits (fixed-order sums), and so do the 2- and
+    3-stage pipelines (tessera.produce.SAMPLED_STAGES);
   * at Wan2.1-1.3B 480p (bench shape): SVG's head types equal the float64
     reference's wherever its two errors are apart by more than their
     bounds, and the torch path's (tessera.methods.SVG_KERNEL = False)
@@ -86,10 +87,10 @@ def reference(qb, kb, vb, rows, masks, scale):
 
 def run_kernel(qb, kb, vb, rows, planes, scale):
     """The op's launch with out and the working space poisoned (NaN)."""
-    a, prod = P._sampled_args(qb, kb, vb, rows, planes, scale)
     out = torch.full((qb.shape[0], qb.shape[1], 2), math.nan, device=qb.device)
+    a, prod = P._sampled_args(qb, kb, vb, rows, planes, scale, out)
     work = torch.full((P._sampled_work_bytes(a, prod),), 0xFF, dtype=torch.uint8, device=qb.device)
-    P._sampled_launch(a, prod, out, work, qb.device)
+    P._sampled_launch(a, prod, work, qb.device)
     return out
 
 
@@ -113,16 +114,21 @@ def one_case(name, b, h, s, d, n, dtype, layout, gen, density=0.5, edit=None):
     qb, kb, vb = (x if layout == "bhsd" else x.transpose(1, 2) for x in (q, k, v))
     got = run_kernel(qb, kb, vb, rows, P.pack_planes(masks), scale)
     again = run_kernel(qb, kb, vb, rows, P.pack_planes(masks), scale)
+    staged = []
+    for st in (2, 3):  # the pipeline's depth is a tuning knob: the same bits
+        P.SAMPLED_STAGES = st
+        staged.append(run_kernel(qb, kb, vb, rows, P.pack_planes(masks), scale))
+    P.SAMPLED_STAGES = 0
     want, bnd = reference(qb, kb, vb, rows, masks, scale)
     nan_ok = torch.equal(got.isnan(), want.isnan())
     fin = ~want.isnan()
     gap = (got.double() - want).abs()
     within = bool((gap[fin] <= bnd[fin]).all())
     worst = float((gap[fin] / bnd[fin]).max()) if bool(fin.any()) else 0.0
-    same = torch.equal(got.view(torch.int32), again.view(torch.int32))
-    check(f"{name}: errors within the float64 bound, NaN where the reference has it, same bits twice",
-          nan_ok and within and same, f"largest gap / bound {worst:.3f}, NaN {int(got.isnan().sum())} "
-          f"(reference {int(want.isnan().sum())}), bitwise repeat {same}")
+    same = all(torch.equal(got.view(torch.int32), x.view(torch.int32)) for x in [again] + staged)
+    check(f"{name}: errors within the float64 bound, NaN where the reference has it, same bits twice and "
+          f"at 2 and 3 stages", nan_ok and within and same, f"largest gap / bound {worst:.3f}, NaN "
+          f"{int(got.isnan().sum())} (reference {int(want.isnan().sum())}), bitwise repeats {same}")
     return got, want
 
 
