@@ -310,22 +310,15 @@ template <int DT, int D> __device__ void tsr_pr_sampled(const tsr_pr_sampled_p &
       alpha[i] = tsr_sa_ex2((m[i] - x) * p.scale_log2);
       m[i] = x;
       mb[i] = x * p.scale_log2;
+#pragma unroll
+      for (int a = 0; a < 3; a++) l[a][i] *= alpha[i];
     }
-    /* Past the first tiles a row's max seldom moves: alpha is exactly 1
-     * (ex2 of 0) and the 102 multiplications are skipped, warp-uniformly.
-     * A NaN alpha (every score NaN) compares unequal and is applied. */
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < 2; i++)
+    for (int a = 0; a < 3; a++)
 #pragma unroll
-        for (int a = 0; a < 3; a++) l[a][i] *= alpha[i];
+      for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int a = 0; a < 3; a++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int e = 0; e < 8; e++) o[a][j][e >> 2][e & 3] *= alpha[(e & 3) >> 1];
-    }
+        for (int e = 0; e < 8; e++) o[a][j][e >> 2][e & 3] *= alpha[(e & 3) >> 1];
     /* P in q's 16-bit type, two keys a register ([n8 tile][row g, g + 8]):
      * half the registers of the fp32 scores through the products with V */
     unsigned pk[8][2];

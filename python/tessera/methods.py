@@ -87,10 +87,13 @@ block sum over them, chunked by `chunk` query blocks: 6.0 ms against 5.8 ms
 of attention at its 62% density, measured with the key runs unpadded (4095,
 an odd leading dimension that sent the matmul to an unaligned 4 ms kernel);
 they are now padded to a multiple of 8 (not yet measured).
-SVG's profile reads k and v once and makes five passes over its
+SVG's profile in torch reads k and v once and makes five passes over its
 3 x samples x S weights, all in q's dtype (21 kernels, about 0.85 GB at 64
-samples: the most expensive producer; fewer samples shrink the weight passes
-in proportion, not the reads of k and v).
+samples; fewer samples shrink the weight passes in proportion, not the reads
+of k and v).  On CUDA fp16/bf16 (D 64, 128) it is libtessera's
+tessera::sampled_errors instead: one read of k and v, nothing of
+samples x S written (notes/producers-2026-12-06.md: 0.38 -> 0.16 ms, 4.8%
+of its attention on an H100).
 A token permutation is one gather per tensor, on 8-byte words where the rows
 allow (reads and writes it once: 2 x 100 MB for each of q, k, v and the
 output).  A static order (VSA cubes, STA tiles) is the same for every layer:
