@@ -24,8 +24,8 @@ word, bit 31 included), out and the working space poisoned with NaN first:
     likewise; the producer synchronises nothing, and a CUDA graph of it
     replayed on new q, k gives the eager mask.
 Timing (bench shape, CUDA events, median of --reps, two rounds): methods.svg
-with the kernels and with the torch path (compiled), the op alone and its
-three kernels (profiler), and the attention with the produced mask.
+with the kernels and with the torch path (compiled), the op alone, and the
+attention with the produced mask.
 --quick: the checks on small shapes only (for compute-sanitizer)."""
 import argparse
 import math
@@ -218,14 +218,6 @@ def bench(q, k, v, grid, reps):
     rows, m_sp, m_tm = svg_rows(q, grid)
     rows32, bits = rows.int(), P.pack_planes(torch.stack([m_sp, m_tm]))
     top = timed(lambda: P.sampled_errors(q, k, v, rows32, bits, 1 / math.sqrt(q.shape[-1]), "bhsd"), reps)
-    # the op's three kernels (CUDA time from the profiler, mean of 10 calls)
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
-            P.sampled_errors(q, k, v, rows32, bits, 1 / math.sqrt(q.shape[-1]), "bhsd")
-        torch.cuda.synchronize()
-    parts = {e.key: e.device_time_total / e.count / 1e3 for e in prof.key_averages() if "tsr_pr_sampled" in e.key}
-    print("svg: the op's kernels " + ", ".join(f"{n} {t:.4f} ms" for n, t in sorted(parts.items())))
     o = m.order
     qp, kp, vp = o.permute(q), o.permute(k), o.permute(v)
     attn = lambda: tessera.attention(qp, kp, vp, m.mask, block=m.block)  # noqa: E731
