@@ -42,7 +42,8 @@ Checks (exit 1 on a failure):
     previous kernel within rounding; float32, fp16, bf16, float64, both
     layouts, GQA, ragged grids, with and without the squared norms;
     float64 against a CPU float64 mean;
-  * SVG's compiled pass gives the eager head types and masks.
+  * SVG's torch path: its compiled pass gives the eager head types and
+    masks (the kernels' checks are svg_profile.py's).
 --quick: the select and pool checks on small shapes (compute-sanitizer);
 --only select|pool with it; --ncu: one call of each kernel (for ncu)."""
 import argparse
@@ -209,13 +210,36 @@ def bench(q, k, v, grid, reps, sparsity):
     return summary
 
 
+def svg_attention_ms(m, q, k, v, reps):
+    """tessera.attention's time with a produced SVG mask, on q, k, v in its
+    per-head order."""
+    o = m.order
+    qp, kp, vp = o.permute(q), o.permute(k), o.permute(v)
+    attn = lambda: tessera.attention(qp, kp, vp, m.mask, block=m.block)  # noqa: E731
+    attn()
+    return timed(attn, reps)
+
+
+def svg_graph_checks(q, k, v, grid, label):
+    """methods.svg synchronises nothing, and a CUDA graph of it replayed on
+    new q, k gives the eager mask (whichever path the flags pick)."""
+    gen = torch.Generator(device="cuda").manual_seed(98)
+    q2, k2 = rope_qk(q.shape[0], q.shape[1], grid, q.shape[-1], q.dtype, gen)
+    nosync, graph, gms = sync_graph_checks(lambda a_, b_, c_: M.svg(a_, b_, c_, grid), q, k, v, q2, k2)
+    check(f"{label}: synchronises nothing", nosync == "no-sync", nosync)
+    check(f"{label}: a CUDA graph replayed on new q, k gives the eager mask", graph == "graph-replay-ok",
+          f"{graph}, replay {gms:.4f} ms")
+
+
 def svg_bench(q, k, v, grid, reps):
-    """SVG: the producer with its softmax, weightings and normalisers eager
-    (methods.SVG_FUSED = False: a softmax, a copy, two products and a sum)
-    against one torch.compile'd function (SVG_FUSED = True), beside the
-    attention it prepares; the heads' types (spatial or temporal) must be
-    the same.  Then XAttention's producer beside its attention and its
-    antidiagonal scores' matmul alone (its floor)."""
+    """SVG's torch path (methods.SVG_KERNEL = False; the kernels are
+    svg_profile.py's): the producer with its softmax, weightings and
+    normalisers eager (methods.SVG_FUSED = False: a softmax, a copy, two
+    products and a sum) against one torch.compile'd function (SVG_FUSED =
+    True), beside the attention it prepares; the heads' types (spatial or
+    temporal) must be the same.  Then XAttention's producer beside its
+    attention and its antidiagonal scores' matmul alone (its floor)."""
+    M.SVG_KERNEL = False
     M.SVG_FUSED = False
     old = M.svg(q, k, v, grid)
     M.SVG_FUSED = True
@@ -229,20 +253,12 @@ def svg_bench(q, k, v, grid, reps):
             M.SVG_FUSED = fused
             t.setdefault(name, []).append(timed(lambda: M.svg(q, k, v, grid), reps))
     M.SVG_FUSED = True
-    o = new.order
-    qp, kp, vp = o.permute(q), o.permute(k), o.permute(v)
-    attn = lambda: tessera.attention(qp, kp, vp, new.mask, block=new.block)  # noqa: E731
-    attn()
-    ta = timed(attn, reps)
+    ta = svg_attention_ms(new, q, k, v, reps)
     a, b = sorted(t["old"])[1], sorted(t["new"])[1]
     print(f"svg: attention {ta:.4f} ms (density {new.mask.float().mean().item():.3f}); producer old {a:.4f} ms "
           f"({100 * a / ta:.2f}%), new {b:.4f} ms ({100 * b / ta:.2f}%), {a / b:.2f}x")
-    gen = torch.Generator(device="cuda").manual_seed(98)
-    q2, k2 = rope_qk(q.shape[0], q.shape[1], grid, q.shape[-1], q.dtype, gen)
-    nosync, graph, gms = sync_graph_checks(lambda a_, b_, c_: M.svg(a_, b_, c_, grid), q, k, v, q2, k2)
-    check("svg: new producer synchronises nothing", nosync == "no-sync", nosync)
-    check("svg: new producer in a CUDA graph gives the eager mask", graph == "graph-replay-ok",
-          f"{graph}, replay {gms:.4f} ms")
+    svg_graph_checks(q, k, v, grid, "svg (torch path, compiled)")
+    M.SVG_KERNEL = True
     # XAttention: where its floor is
     mx = M.xattention(q, k, grid, 0.9, 8)
     attn = lambda: tessera.attention(q, k, v, mx.mask, block=mx.block)  # noqa: E731

@@ -35,21 +35,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from methods_bench import checks as sync_graph_checks  # noqa: E402
 from methods_bench import rope_qk, timed  # noqa: E402
+from producer_ab import FAILS, check, svg_attention_ms, svg_graph_checks  # noqa: E402
 
-import tessera  # noqa: E402
 from tessera import methods as M  # noqa: E402
 
 P = M._produce
-FAILS = []
-
-
-def check(name, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
-    sys.stdout.flush()
-    if not ok:
-        FAILS.append(name)
 
 
 def reference(qb, kb, vb, rows, masks, scale):
@@ -218,23 +209,14 @@ def bench(q, k, v, grid, reps):
     rows, m_sp, m_tm = svg_rows(q, grid)
     rows32, bits = rows.int(), P.pack_planes(torch.stack([m_sp, m_tm]))
     top = timed(lambda: P.sampled_errors(q, k, v, rows32, bits, 1 / math.sqrt(q.shape[-1]), "bhsd"), reps)
-    o = m.order
-    qp, kp, vp = o.permute(q), o.permute(k), o.permute(v)
-    attn = lambda: tessera.attention(qp, kp, vp, m.mask, block=m.block)  # noqa: E731
-    attn()
-    ta = timed(attn, reps)
+    ta = svg_attention_ms(m, q, k, v, reps)
     a, b = min(t["torch"]), min(t["kernel"])
     print(f"svg: attention {ta:.4f} ms (density {m.mask.float().mean().item():.3f}); producer torch path "
           f"{a:.4f} ms ({100 * a / ta:.2f}%), kernels {b:.4f} ms ({100 * b / ta:.2f}%), op alone {top:.4f} ms; "
           f"rounds torch {t['torch']}, kernel {t['kernel']}")
     print(f"SUMMARY SVG: producer {b:.4f} ms = {100 * b / ta:.2f}% of attention {ta:.4f} ms; "
           f"{'within' if b <= 0.05 * ta else 'OVER'} the 5% budget")
-    gen = torch.Generator(device="cuda").manual_seed(98)
-    q2, k2 = rope_qk(q.shape[0], q.shape[1], grid, q.shape[-1], q.dtype, gen)
-    nosync, graph, gms = sync_graph_checks(lambda a_, b_, c_: M.svg(a_, b_, c_, grid), q, k, v, q2, k2)
-    check("svg (kernels): synchronises nothing", nosync == "no-sync", nosync)
-    check("svg (kernels): a CUDA graph replayed on new q, k gives the eager mask", graph == "graph-replay-ok",
-          f"{graph}, replay {gms:.4f} ms")
+    svg_graph_checks(q, k, v, grid, "svg (kernels)")
 
 
 def main():
