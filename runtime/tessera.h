@@ -883,8 +883,9 @@ typedef struct {
   int64_t batch, heads, tokens, dim; /* dim 64 or 128 */
   int64_t q_stride[3], k_stride[3], v_stride[3]; /* (batch, head, token), in elements;
                                   channels contiguous; 16-byte aligned rows */
-  uint64_t rows;               /* int32 [samples] on the device: the sampled query tokens; one
-                                  outside [0, tokens) makes its head's errors NaN */
+  uint64_t rows;               /* int32 [samples] on the device: the sampled query tokens, the
+                                  same for every head; one outside [0, tokens) makes every
+                                  head's errors NaN */
   int64_t samples;             /* 1 to 65535 */
   uint64_t planes;             /* uint32 [2][samples][ceil(tokens / 32)]: bit j % 32 of word
                                   j / 32 of (pattern, row) set where the row keeps key j */

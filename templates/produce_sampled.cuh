@@ -33,7 +33,7 @@
  * q's 16-bit type for the products with V while the normalisers sum it in
  * fp32 (FA2's choice); the torch path rounded the scores, the softmax and
  * the weights to q's type.  A sampled row index outside [0, tokens) makes
- * that head's errors NaN (the table is on the device; the host cannot check
+ * every head's errors NaN (the table is on the device; the host cannot check
  * it); NaN in q, k or v reaches the errors as NaN, as in the torch path.
  */
 #ifndef TSR_PRODUCE_SAMPLED_CUH

@@ -39,7 +39,7 @@ tsr_produce_select; templates/produce_gpu.cuh):
 
 All launch on the current stream without synchronising or allocating
 inside the library (their outputs come from torch's allocator), so a CUDA
-graph captures them; both have fake implementations, so torch.compile
+graph captures them; all have fake implementations, so torch.compile
 traces them.  The CPU (and reference) path is tessera.methods' torch code.
 """
 import ctypes
