@@ -446,9 +446,10 @@ __device__ void tsr_pr_sampled_sum_rows(const tsr_pr_sampled_p &p)
   }
 }
 
-/* Eight warps at D 128 hold ~200 registers a thread (three accumulators of
- * 16 x 64, a tile's scores and their bf16 copies): one CTA an SM, which
- * the 82 KiB of shared memory would allow twice.  Four warps at D 64: two. */
+/* Eight warps at D 128 hold ~220-245 registers a thread (three accumulators
+ * of 16 x 64, a tile's scores and their 16-bit copies): one CTA an SM, their
+ * registers' limit before shared memory's (115 KiB at 3 stages).  Four warps
+ * at D 64: two. */
 #define TSR_PR_SAMPLED(name, DT, D, B)                                                  \
   extern "C" __global__ void __launch_bounds__(32 * 4 * (D / 64), B) name(tsr_pr_sampled_p p) \
   {                                                                                     \
