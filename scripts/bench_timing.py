@@ -16,8 +16,21 @@ ratios (same round, adjacent in time) give its spread.
 
 Cost a system and case: about warmup_ms + rounds * max(round_ms, one call).
 
+Power.  Under sustained load an H100 or H200 runs at its power cap (700 W)
+and the SM clock falls from 1980 MHz to 1450-1700, by how much depending on
+the kernel; the controller follows within about 100 ms.  A round of 30 ms
+right after another system's round then runs at the clock that system's
+power draw set, which favours whichever system draws more power a clock
+(measured on the H100, 2026-12-06: FA4 620-690 TFLOP/s in 30 ms rounds after
+Tessera's, 580-670 in 1.5 s blocks of its own; Tessera the same both ways).
+So before each timed round a system first runs --settle-ms of its own calls,
+untimed, and the clock it is timed at is its own.  Where NVML answers
+(libnvidia-ml, with the driver), each round also records the device's energy
+(joules a call) and SM clock, read around the round with the queue drained.
+
 The timer is passed in: CudaTimer (CUDA events; one synchronize at the end)
-on the GPU, WallTimer for CPU callables, or a fake one in tests.
+on the GPU, WallTimer for CPU callables, or a fake one in tests; the power
+meter likewise: Nvml, None, or a fake.
 """
 import math
 import time
@@ -54,6 +67,39 @@ class WallTimer:
     @staticmethod
     def elapsed_ms(a, b):
         return (b - a) * 1e3
+
+
+class Nvml:
+    """The device's total energy (mJ) and SM clock (MHz) through NVML, by
+    ctypes; open() returns None where NVML does not answer."""
+
+    def __init__(self, lib, handle):
+        import ctypes
+        self.ctypes, self.lib, self.h = ctypes, lib, handle
+
+    @classmethod
+    def open(cls, index=0):
+        try:
+            import ctypes
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            h = ctypes.c_void_p()
+            if lib.nvmlInit_v2() != 0 or lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) != 0:
+                return None
+            me = cls(lib, h)
+            me.energy_mj()
+            return me
+        except (OSError, AttributeError, RuntimeError):
+            return None
+
+    def energy_mj(self):
+        e = self.ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.h, self.ctypes.byref(e)) != 0:
+            raise RuntimeError("nvmlDeviceGetTotalEnergyConsumption failed")
+        return e.value
+
+    def sm_mhz(self):
+        c = self.ctypes.c_uint()
+        return c.value if self.lib.nvmlDeviceGetClockInfo(self.h, 1, self.ctypes.byref(c)) == 0 else None
 
 
 def quantile(xs, f):
@@ -94,31 +140,71 @@ def calls_per_round(call_ms, round_ms, cap=1000):
     return max(1, min(cap, round(round_ms / call_ms)))
 
 
-def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_counter):
+# NVML's energy counter over a shorter window than this is too coarse to
+# read (30 ms rounds gave 0.5-3x the cap); over the 0.28 s of a default
+# settle and round it reads within about 10% of 1.5 s blocks' figures.
+POWER_MIN_MS = 200.0
+
+
+def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_counter, settle_ms=0.0,
+                power=None):
     """systems: [(name, fn)], fn() runs one call.  Returns {name: summary +
-    calls_per_round + warmup_call_ms}, ms = the median over rounds of the
-    time a call.  Each system is warmed up in turn, then the rounds run
-    A B C A B C ...; nothing is synchronized between marks, so the device
-    queue stays full and the first call of a round does not carry a launch
-    gap."""
+    calls_per_round + settle_calls + warmup_call_ms}, ms = the median over
+    rounds of the time a call.  Each system is warmed up in turn, then the
+    rounds run A B C A B C ...; before each timed round the system runs
+    settle_ms of its own calls untimed (so that the clock it is timed at is
+    the one its own power draw sets).  Without a power meter nothing is
+    synchronized between marks, so the device queue stays full and the
+    first call of a round does not carry a launch gap; with one (Nvml) the
+    queue is drained before each settle and after each timed round to read
+    the energy of both (where settle_ms + round_ms >= POWER_MIN_MS), and
+    the summary gains joules (a call), watts and
+    sm_mhz (sampled once a round, while its calls run): medians over rounds,
+    per-round lists beside them."""
     if rounds < 1:
         raise ValueError(f"rounds {rounds}: must be at least 1")
     if not systems:
         return {}
+    if settle_ms + round_ms < POWER_MIN_MS:
+        power = None
     warm = {name: warm_up(fn, warmup_ms, timer, clock) for name, fn in systems}
     n = {name: calls_per_round(warm[name], round_ms) for name, _ in systems}
+    ns = {name: calls_per_round(warm[name], settle_ms) if settle_ms > 0 else 0 for name, _ in systems}
     marks = {name: [] for name, _ in systems}
+    meter = {name: [] for name, _ in systems}
     for _ in range(rounds):
         for name, fn in systems:
+            if power is not None:
+                timer.sync()
+                e0, s0 = power.energy_mj(), timer.mark()
+            for _ in range(ns[name]):
+                fn()
             a = timer.mark()
             for _ in range(n[name]):
                 fn()
-            marks[name].append((a, timer.mark()))
+            b = timer.mark()
+            marks[name].append((a, b))
+            if power is not None:
+                mhz = power.sm_mhz()  # while the round's calls still run
+                timer.sync()
+                meter[name].append(((power.energy_mj() - e0) / 1e3, s0, b, mhz))
     timer.sync()
     out = {}
     for name, _ in systems:
         per_call = [timer.elapsed_ms(a, b) / n[name] for a, b in marks[name]]
-        out[name] = dict(summary(per_call), calls_per_round=n[name], warmup_call_ms=warm[name])
+        out[name] = dict(summary(per_call), calls_per_round=n[name], settle_calls=ns[name],
+                         warmup_call_ms=warm[name])
+        if meter[name]:
+            # the energy window holds the settle calls too (the counter's
+            # resolution wants more than a 30 ms round): watts over the
+            # window, joules a call at the timed calls' time
+            watts = [j * 1e3 / timer.elapsed_ms(s0, b) for j, s0, b, _ in meter[name]
+                     if timer.elapsed_ms(s0, b) > 0]
+            joules = [w * t * 1e-3 for w, t in zip(watts, per_call)]
+            mhz = [m for *_, m in meter[name] if m is not None]
+            out[name].update(joules=quantile(joules, .5), rounds_joules=joules,
+                             watts=quantile(watts, .5) if watts else None,
+                             sm_mhz=quantile(mhz, .5) if mhz else None, rounds_sm_mhz=mhz)
     return out
 
 
@@ -132,11 +218,13 @@ def ratio(num, den):
                 round_max=max(per))
 
 
-def describe(rounds, warmup_ms, round_ms):
+def describe(rounds, warmup_ms, round_ms, settle_ms=0.0, power=False):
     """One line for logs and tables: how the figures were taken."""
     return (f"CUDA events; each system warmed up >= {warmup_ms:g} ms, then {rounds} rounds interleaved "
-            f"across systems, a round = N back-to-back calls (N: about {round_ms:g} ms a round); "
-            f"median over rounds of the time a call, spread = (max - min) / median")
+            f"across systems, a round = {settle_ms:g} ms of the system's calls untimed (its own clock), then "
+            f"N back-to-back calls timed (N: about {round_ms:g} ms a round); "
+            f"median over rounds of the time a call, spread = (max - min) / median"
+            + ("; energy and SM clock from NVML around each timed round" if power else ""))
 
 
 def add_args(ap):
@@ -147,6 +235,9 @@ def add_args(ap):
                     help="warm-up of each system before its case's rounds, in ms of calls; default 100")
     ap.add_argument("--round-ms", type=float, default=30.0,
                     help="about how long one round of a system lasts (N back-to-back calls); default 30")
+    ap.add_argument("--settle-ms", type=float, default=250.0,
+                    help="untimed calls of a system before each of its rounds, in ms, so that it is timed at "
+                         "the clock its own power draw sets (0: none); default 250")
 
 
 def check_args(ap, args):
@@ -155,6 +246,7 @@ def check_args(ap, args):
     non-finite duration."""
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: must be at least 1")
-    for name, x in (("--warmup-ms", args.warmup_ms), ("--round-ms", args.round_ms)):
+    for name, x in (("--warmup-ms", args.warmup_ms), ("--round-ms", args.round_ms),
+                    ("--settle-ms", args.settle_ms)):
         if not (x >= 0 and math.isfinite(x)):
             ap.error(f"{name} {x:g}: must be a finite number of ms, 0 or more")

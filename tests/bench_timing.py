@@ -86,22 +86,27 @@ for _ in range(20):
     cost = {n: rng.choice([0.375, 1.125, 2.5, 7.25, 45.0, 180.0]) for n in names}  # exact in binary
     # warm-ups: no exact multiple of a cost (the fake clock's seconds are not exact)
     rounds, warmup, rms = rng.randint(1, 15), rng.choice([0, 50.3, 100.7, 250.1]), rng.choice([0, 10, 30])
+    settle = rng.choice([0, 0, 20.3, 60.7])
     res = bt.interleaved([(n, f.system(n, lambda i, c=cost[n]: c)) for n in names], rounds, warmup, rms, f,
-                         clock=f.clock)
+                         clock=f.clock, settle_ms=settle)
     for n in names:
         r = res[n]
         want_n = bt.calls_per_round(cost[n], rms)
+        want_s = bt.calls_per_round(cost[n], settle) if settle else 0
         warm_calls = max(1, int(-(-warmup // cost[n])))
         expect(r["calls_per_round"] == want_n, f"{n}: {r['calls_per_round']} calls a round, want {want_n}")
+        expect(r["settle_calls"] == want_s, f"{n}: {r['settle_calls']} settle calls, want {want_s}")
+        expect("joules" not in r, f"{n}: energy without a power meter")
         expect(close(r["ms"], cost[n]) and close(r["ms_min"], cost[n]) and close(r["ms_max"], cost[n]),
                f"{n}: median {r['ms']} for a constant {cost[n]} ms")
         expect(len(r["rounds_ms"]) == rounds and close(r["spread"], 0.0, 1e-9), f"{n}: rounds {r['rounds_ms']}")
         expect(close(r["warmup_call_ms"], cost[n]), f"{n}: warm-up mean {r['warmup_call_ms']}")
-        expect(f.log.count(n) == warm_calls + rounds * want_n,
-               f"{n}: {f.log.count(n)} calls, want {warm_calls} warm-up + {rounds} x {want_n}")
-    # after the warm-ups, the log is the rounds: each system's N calls in turn, A B C A B C
+        expect(f.log.count(n) == warm_calls + rounds * (want_s + want_n),
+               f"{n}: {f.log.count(n)} calls, want {warm_calls} warm-up + {rounds} x ({want_s} + {want_n})")
+    # after the warm-ups, the log is the rounds: each system's settle and N calls in turn, A B C A B C
     tail = f.log[sum(max(1, int(-(-warmup // cost[n]))) for n in names):]
-    want = [n for _ in range(rounds) for n in names for _ in range(res[n]["calls_per_round"])]
+    want = [n for _ in range(rounds) for n in names
+            for _ in range(res[n]["settle_calls"] + res[n]["calls_per_round"])]
     expect(tail == want, f"interleaving: {tail[:12]}... want {want[:12]}...")
 
 # a slowdown common to a round (clocks) moves every system's rounds, not the per-round ratio
@@ -121,6 +126,52 @@ expect(close(r["ratio"], 1.25) and close(r["round_min"], 1.25) and close(r["roun
 expect(close(res["a"]["ms_max"], 1.25 * 1.125) and close(res["a"]["ms_min"], 1.25 * .875)
        and close(res["a"]["ms"], 1.25), f"a's rounds under the drift: {res['a']['rounds_ms']}")
 expect(close(res["a"]["spread"], .25), f"spread {res['a']['spread']}")
+
+class Governor(Fake):
+    """A device at its power cap: a call's time is its cycles over the
+    clock, and the clock moves a fraction of the way to the calling
+    system's own steady clock with every call (the controller's lag), so a
+    round inherits the clock the previous system's calls set."""
+
+    def __init__(self):
+        super().__init__()
+        self.mhz = 1500.0
+        self.mj = 0.0
+
+    def powered(self, name, kcycles, steady_mhz, watts):
+        def fn():
+            self.log.append(name)
+            t = kcycles / self.mhz
+            self.now += t
+            self.mj += watts * t
+            self.mhz += (steady_mhz - self.mhz) * 0.2
+        return fn
+
+    # the power meter's side
+    def energy_mj(self):
+        return self.mj
+
+    def sm_mhz(self):
+        return self.mhz
+
+
+# settle: each system timed at its own clock (a: 1500 MHz, b: 1700), not at the one the other left
+for settle, worst in ((0.0, None), (240.0, .005)):
+    g = Governor()
+    sy = [("a", g.powered("a", 1500.0, 1500.0, 700.0)), ("b", g.powered("b", 1530.0, 1700.0, 650.0))]
+    res = bt.interleaved(sy, 7, 50, 6, g, clock=g.clock, settle_ms=settle, power=g)
+    ea, eb = abs(res["a"]["ms"] / 1.0 - 1), abs(res["b"]["ms"] / 0.9 - 1)
+    if worst is None:
+        expect(ea > .03 and eb > .03, f"no settle: a {res['a']['ms']}, b {res['b']['ms']} should be off steady")
+        expect("joules" not in res["a"], "energy read over a window under POWER_MIN_MS")
+    else:
+        expect(ea < worst and eb < worst, f"settle {settle}: a {res['a']['ms']} (1.0), b {res['b']['ms']} (0.9)")
+        expect(abs(res["a"]["watts"] - 700) < 1e-6 and abs(res["b"]["watts"] - 650) < 1e-6,
+               f"watts {res['a']['watts']}, {res['b']['watts']}")
+        expect(abs(res["a"]["joules"] - 0.7) < .005 and abs(res["b"]["joules"] - .65 * .9) < .005,
+               f"joules a call {res['a']['joules']}, {res['b']['joules']}")
+        expect(abs(res["b"]["sm_mhz"] - 1700) < 10 and len(res["b"]["rounds_sm_mhz"]) == 7,
+               f"sm_mhz {res['b']['sm_mhz']}")
 try:
     bt.interleaved([("a", lambda: None)], 0, 0, 0, bt.WallTimer())
     expect(False, "rounds 0 accepted")
@@ -155,7 +206,7 @@ expect(bp.tessera_vs_host(rows[:1], "c1") is None, "gpu/host without a host row"
 
 # bench-peers refuses bad timing flags, naming them (exit 2)
 for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "--warmup-ms -1"),
-                   (["--round-ms", "inf"], "--round-ms inf")):
+                   (["--round-ms", "inf"], "--round-ms inf"), (["--settle-ms", "-5"], "--settle-ms -5")):
     p = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "bench-peers"), "--peers", "."] + argv,
                        capture_output=True, text=True)
     expect(p.returncode == 2 and word in p.stderr, f"{argv}: exit {p.returncode}, {p.stderr.strip()[-120:]}")
@@ -164,7 +215,7 @@ for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "-
 ap = argparse.ArgumentParser()
 bt.add_args(ap)
 a = ap.parse_args([])
-expect((a.rounds, a.warmup_ms, a.round_ms) == (11, 100.0, 30.0), f"timing defaults: {a}")
+expect((a.rounds, a.warmup_ms, a.round_ms, a.settle_ms) == (11, 100.0, 30.0, 250.0), f"timing defaults: {a}")
 try:
     bt.check_args(ap, ap.parse_args(["--round-ms", "nan"]))
     expect(False, "--round-ms nan accepted")

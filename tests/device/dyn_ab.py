@@ -125,7 +125,7 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows, adapters):
         if r["status"] == "ok":
             ready.append((r, fn))
     res = bench_timing.interleaved([(r["system"], fn) for r, fn in ready], args.rounds, args.warmup_ms,
-                                   args.round_ms, bench_timing.CudaTimer(torch))
+                                   args.round_ms, bench_timing.CudaTimer(torch), settle_ms=args.settle_ms)
     for r, fn in ready:
         r.update(res[r["system"]])
         r["tflops"] = 4 * pairs * D / (r["ms"] * 1e-3) / 1e12

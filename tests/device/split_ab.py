@@ -108,7 +108,7 @@ def run_case(torch, tessera, ctx, c, args, gen, out_rows):
             r.update(variant=s["variant"], tasks_count=s.get("tasks_count"))
         out_rows.append(r)
     res = bench_timing.interleaved([(r["system"], fn) for r, fn in ready], args.rounds, args.warmup_ms,
-                                   args.round_ms, bench_timing.CudaTimer(torch))
+                                   args.round_ms, bench_timing.CudaTimer(torch), settle_ms=args.settle_ms)
     for r, _ in ready:
         r.update(res[r["system"]])
         r["tflops"] = 4 * pairs * D / (r["ms"] * 1e-3) / 1e12
@@ -149,7 +149,8 @@ def drive(args, cases, run_case, *extra):
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(dict(format=2, card=torch.cuda.get_device_name(), rows=rows,
-                               timing=bench_timing.describe(args.rounds, args.warmup_ms, args.round_ms)),
+                               timing=bench_timing.describe(args.rounds, args.warmup_ms, args.round_ms,
+                                                            args.settle_ms)),
                           fh, indent=1)
     bad = [r for r in rows if r["status"] != "ok"]
     for r in bad:
