@@ -128,6 +128,22 @@
 #if TSR_SM90_S2F && (!TSR_FP8 || TSR_SM90_SKIP || TSR_SM90_PINGPONG)
 #error "attn_sm90.cuh: two S tiles in flight are written for FP8 without skipping or ping-pong"
 #endif
+/* FA3's order of a tile step: S_u is issued as soon as K_u is in (the
+ * pending V is waited for after), and O is rescaled by the softmax's alpha
+ * once the pending P V is in, at the end of the step, rather than between
+ * the issues of S and P V.  The same operations on O in the same order, so
+ * the same bits.  Measured in steady state at the power cap on the H100
+ * (tests/device/steady_ab.py, notes/power-2026-12-06.md), bf16 d128
+ * 128x128 nm: +0.5 / +1.0 / +1.0% (random 10%, dense, top-k 16%) in one
+ * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
+ * tiles at d128; the other tiles and FP8 were not measured and keep the
+ * old order. */
+#ifndef TSR_SM90_LATE_RESCALE
+#define TSR_SM90_LATE_RESCALE (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !TSR_FP8 && !TSR_SM90_S2F)
+#endif
+#if TSR_SM90_LATE_RESCALE && TSR_SM90_S2F
+#error "attn_sm90.cuh: the late rescale is written for the one-S steps (not S2F)"
+#endif
 
 #if TSR_DTYPE_BF16
 #define TSR_WG_T "bf16"
@@ -1003,11 +1019,11 @@ static __device__ __forceinline__ void scores_in(
  * pending tile. */
 static __device__ __forceinline__ void first_tile(
     const tsr_kernel_params &p, const tsr_task_rec &tk, const tsr_u32 &bars, const int &it, int u,
-    int &st, tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, float *s, TSR_SACC_PARAM tsr_u32 *pf,
+    int &st, tsr_u32 &ph, const tsr_u64 &dq, const tsr_u64 &dk, float *o, float *s, TSR_SACC_PARAM tsr_u32 *pf,
     const bool &arriver, const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held,
     const int &seg0, const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1,
     float &l0, float &l1, float &a0, float &a1, TSR_F8_PARAM int my_turn, int other_turn) {
-  (void)my_turn, (void)other_turn;
+  (void)my_turn, (void)other_turn, (void)o;
   st = (it + u) % TSR_STAGES;
   ph = ((it + u) / TSR_STAGES) & 1;
   const tsr_tile_rec tr = p.tiles[tk.tile_begin + u];
@@ -1026,6 +1042,9 @@ static __device__ __forceinline__ void first_tile(
   scores_in(p, u, st, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
   pack_p(pf, s);
+#if TSR_SM90_LATE_RESCALE
+  tsr_rescale(o, a0, a1); /* no P V pending: O holds every tile before u */
+#endif
 }
 
 /* Tile u = pending + 1, first half: once K_u and the pending V are in,
@@ -1037,6 +1056,14 @@ static __device__ __forceinline__ void next_tile_issue(
     const float &a0, const float &a1, int my_turn, int other_turn) {
   (void)my_turn, (void)other_turn;
   tsr_mbar_wait(TSR_K_FULL(sn), phn);
+#if TSR_SM90_LATE_RESCALE
+  (void)a0, (void)a1;
+  TSR_TURN_BEGIN();
+  tsr_wg_fence();
+  issue_qk(TSR_SACC, dq, dk, sn);
+  tsr_wg_commit();
+  tsr_mbar_wait(TSR_V_FULL(st), ph);
+#else
   tsr_mbar_wait(TSR_V_FULL(st), ph);
   TSR_TURN_BEGIN();
   tsr_wg_fence();
@@ -1044,6 +1071,7 @@ static __device__ __forceinline__ void next_tile_issue(
   tsr_wg_commit();
   /* the pending tile's rescale runs while S = Q K^T is computed */
   tsr_rescale(o, a0, a1);
+#endif
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
@@ -1081,6 +1109,9 @@ static __device__ __forceinline__ void next_tile_end(
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
   if (arriver) tsr_mbar_arrive(TSR_V_EMPTY(st) + dz);
   pack_p(pf, s);
+#if TSR_SM90_LATE_RESCALE
+  tsr_rescale(o, a0, a1); /* the pending P V is in: O holds every tile before u */
+#endif
   st = sn;
   ph = phn;
 }
@@ -1094,7 +1125,11 @@ static __device__ __forceinline__ void drain(const tsr_u32 &bars, const int &st,
   (void)my_turn, (void)other_turn;
   tsr_mbar_wait(TSR_V_FULL(st), ph);
   TSR_EDGE_BEGIN();
+#if TSR_SM90_LATE_RESCALE
+  (void)a0, (void)a1; /* O was rescaled at the end of the pending tile's step */
+#else
   tsr_rescale(o, a0, a1);
+#endif
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
@@ -1405,8 +1440,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       int u = 0;
       while (u < nt && !TSR_ACTIVE(u)) skip_tile(bars, it, u++, arriver);
       if (u < nt) {
-        first_tile(p, tk, bars, it, u, st, ph, dq, dk, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
-                   seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
+        first_tile(p, tk, bars, it, u, st, ph, dq, dk, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e,
+                   q_held, seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
 #if TSR_SM90_QPF
         if (i == 0 && has_next && tkn.n_members > 0) {
           mbn = p.members[tkn.member_begin];
@@ -1423,8 +1458,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
           drain(bars, st, ph, dv, o, pf, a0, a1, arriver, TSR_TURNS);
           while (nx < nt && !TSR_ACTIVE(nx)) skip_tile(bars, it, nx++, arriver);
           if (nx >= nt) break;
-          first_tile(p, tk, bars, it, nx, st, ph, dq, dk, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held,
-                     seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
+          first_tile(p, tk, bars, it, nx, st, ph, dq, dk, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e,
+                     q_held, seg0, seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1, TSR_F8_ARG TSR_TURNS);
           u = nx;
         }
       }
