@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""steady_ab.py: Tessera's kernels against each other and FA4 in steady
+state at the power cap, on the GPU machine (issue 20).
+
+Why: under sustained load an H100 or H200 runs at its 700 W cap and its SM
+clock falls to 1450-1700 MHz, by how much depending on the kernel's power
+draw.  gpu_attn --bench (one launch at a time, idle between) runs at 1980
+MHz; bench-peers' 30 ms rounds run at the clock the previous system set
+(scripts/bench_timing.py).  Here every system runs blocks of --ms of
+back-to-back calls after 300 ms of its own, and each block reports its time
+a call, the card's energy (NVML) and SM clock: so an A/B of two builds of a
+kernel says what a pipeline running it would get.
+
+Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
+each bundle's host plan of the mask (tessera.Plan on the block's tile, row
+tasks, the bundle's own selection), the GPU-planned request of the first
+(tessera.attention with the CUDA mask), and FA4's block-sparse kernel with
+--kit (the baselines kit) on 128-token blocks.  Every output is checked
+against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
+timed.  Cases: r10, r25 (random 128x128 blocks with the diagonal), t16
+(top-k 16%), dense, b64r10, b64r25 (64x64 blocks).
+
+  TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
+    python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--cases r10,dense]
+      [--kit KIT] [--ms 1500] [--reps 2] [--no-gpu-planned] [--json PATH]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..", "..", "scripts"), HERE]
+import bench_timing  # noqa: E402 -- Nvml
+from split_ab import check, make_mask  # noqa: E402 -- the same masks and reference as split_ab / dyn_ab
+
+CASES = {"r10": (128, "random", .10), "r25": (128, "random", .25), "t16": (128, "topk", .16),
+         "dense": (128, "dense", 1.0), "b64r10": (64, "random", .10), "b64r25": (64, "random", .25)}
+T0 = time.time()
+
+
+def log(*a):
+    print(f"[{time.time() - T0:7.2f}]", *a, flush=True)
+
+
+def steady(torch, nv, fn, ms):
+    """300 ms of calls, then back-to-back calls for about ms: (ms a call, J
+    a call, W, mean SM MHz) with NVML, else J, W and MHz None."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < .3:
+        fn()
+        torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0 = nv.energy_mj() if nv else None
+    a.record()
+    n, clocks, t0 = 0, [], time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(5):
+            fn()
+        n += 5
+        if nv:
+            clocks.append(nv.sm_mhz())
+        if n % 50 == 0:  # the host a few calls ahead at most: the queue never drains
+            torch.cuda.current_stream().synchronize()
+    b.record()
+    b.synchronize()
+    el = a.elapsed_time(b)
+    if not nv:
+        return el / n, None, None, None
+    j = (nv.energy_mj() - e0) / 1e3
+    return el / n, j / n, j * 1e3 / el, sum(clocks) / len(clocks)
+
+
+def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
+    S, H, D = q.shape[2], q.shape[1], q.shape[3]
+    out = []
+    for name, ctx in ctxs:
+        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b), tasks="row")
+        o = torch.full_like(q, float("nan"))
+        fn = (lambda p=p, o=o: p.run(q, k, v, out=o))
+        fn()
+        torch.cuda.synchronize()
+        out.append((name, fn, p.summary()["variant"], check(torch, o, q, k, v, mb, b, rows), p))
+    if not args.no_gpu_planned:
+        o = torch.full_like(q, float("nan"))
+        fn = (lambda o=o: tessera.attention(q, k, v, mb, block=(b, b), context=ctxs[0][1], out=o))
+        for _ in range(3):  # the template re-selected from the previous calls' features
+            fn()
+        torch.cuda.synchronize()
+        out.append(("gpu-planned", fn, tessera.last_selection().get("selection"),
+                    check(torch, o, q, k, v, mb, b, rows), None))
+    if fa4 is not None and b == 128:
+        try:
+            run, _ = fa4.fa4_bsr(q, k, v, mb, b, b)
+            o = run()
+            torch.cuda.synchronize()
+            out.append(("fa4", run, "FA4 CuTe BSR", check(torch, o, q, k, v, mb, b, rows), None))
+        except Exception as e:  # noqa: BLE001 -- a peer that cannot run is reported, not fatal
+            log(f"fa4 failed: {e!r}"[:300])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bundles", default="", help="NAME=DIR,...: more bundles, each planned beside the base")
+    ap.add_argument("--cases", default="r10,dense")
+    ap.add_argument("--kit", default=None, help="the baselines kit folder, for FA4")
+    ap.add_argument("--ms", type=float, default=1500.0, help="length of a steady block; default 1500")
+    ap.add_argument("--reps", type=int, default=2, help="blocks a system, in alternating order; default 2")
+    ap.add_argument("--no-gpu-planned", action="store_true")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    for c in args.cases.split(","):
+        if c not in CASES:
+            ap.error(f"--cases: unknown case '{c}' (expected some of {','.join(CASES)})")
+    if not (args.ms > 0 and args.reps >= 1):
+        ap.error(f"--ms {args.ms:g} / --reps {args.reps}: must be > 0 and >= 1")
+    import torch
+    import tessera
+    fa4 = None
+    if args.kit:
+        sys.path.insert(0, args.kit)
+        import fa4_adapter as fa4
+    ctxs = [("base", tessera.Context())] + [(kv.split("=", 1)[0], tessera.Context(bundle=kv.split("=", 1)[1]))
+                                            for kv in args.bundles.split(",") if kv]
+    nv = bench_timing.Nvml.open(torch.cuda.current_device())
+    log(f"{torch.cuda.get_device_name()}, NVML {'on' if nv else 'off'}, bundles {[n for n, _ in ctxs]}")
+    gen = torch.Generator(device="cuda").manual_seed(20261206)
+    S, H, D = 32768, 12, 128
+    rows = torch.cat([torch.randint(0, S, (255,), device="cuda", generator=gen),
+                      torch.tensor([S - 1], device="cuda")])
+    res, bad = [], 0
+    for cname in args.cases.split(","):
+        b, kind, dens = CASES[cname]
+        n = S // b
+        mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
+              else make_mask(torch, kind, H, n, dens, gen))
+        flops = 4 * mb.double().sum().item() * b * b * D
+        q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+        sy = systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4)
+        ok = []
+        for name, fn, what, err, _ in sy:
+            log(f"{cname} {name}: err {err:.2e}  {what}")
+            if err < 3e-2:
+                ok.append((name, fn))
+            else:
+                bad += 1
+        blocks = {}
+        for rep in range(args.reps):
+            for name, fn in (ok if rep % 2 == 0 else ok[::-1]):
+                blocks.setdefault(name, []).append(steady(torch, nv, fn, args.ms))
+        for name, _ in ok:
+            for ms, j, w, mhz in blocks[name]:
+                r = dict(case=cname, system=name, ms=ms, tflops=flops / ms / 1e9, joules=j, watts=w, sm_mhz=mhz,
+                         pj_per_flop=j / flops * 1e12 if j else None)
+                res.append(r)
+                pw = f"  {w:4.0f} W  {mhz:5.0f} MHz  {r['pj_per_flop']:.3f} pJ/FLOP" if j else ""
+                log(f"  {cname:7s} {name:12s} {r['tflops']:6.1f} TFLOP/s  {ms:8.3f} ms{pw}")
+        for *_, p in sy:
+            if p is not None:
+                p.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(card=torch.cuda.get_device_name(), ms=args.ms, reps=args.reps, rows=res), f, indent=1)
+    print(f"steady_ab: {'FAIL' if bad else 'ok'} ({bad} failed checks)")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
