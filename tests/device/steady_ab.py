@@ -13,7 +13,8 @@ kernel says what a pipeline running it would get.
 
 Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
 each bundle's host plan of the mask (tessera.Plan on the block's tile, row
-tasks, the bundle's own selection), the GPU-planned request of the first
+tasks, the bundle's own selection), the base bundle's plan on each variant
+--variants names (of the case's tile), the GPU-planned request of the first
 (tessera.attention with the CUDA mask), and FA4's block-sparse kernel with
 --kit (the baselines kit) on 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
@@ -21,7 +22,7 @@ timed.  Cases: r10, r25 (random 128x128 blocks with the diagonal), t16
 (top-k 16%), dense, b64r10, b64r25 (64x64 blocks).
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
-    python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--cases r10,dense]
+    python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
       [--kit KIT] [--ms 1500] [--reps 2] [--no-gpu-planned] [--json PATH]
 """
 import argparse
@@ -75,8 +76,11 @@ def steady(torch, nv, fn, ms):
 def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
     S, H, D = q.shape[2], q.shape[1], q.shape[3]
     out = []
-    for name, ctx in ctxs:
-        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b), tasks="row")
+    plans = [(name, ctx, {}) for name, ctx in ctxs]
+    plans += [(v, ctxs[0][1], dict(select=False, variant=v)) for v in args.variants.split(",")
+              if v and f"_m{b}n{b}_" in v]
+    for name, ctx, kw in plans:
+        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b), tasks="row", **kw)
         o = torch.full_like(q, float("nan"))
         fn = (lambda p=p, o=o: p.run(q, k, v, out=o))
         fn()
@@ -104,6 +108,8 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundles", default="", help="NAME=DIR,...: more bundles, each planned beside the base")
+    ap.add_argument("--variants", default="", help="V,...: the base bundle's plan run on each named variant too "
+                                                 "(those of the case's block tile)")
     ap.add_argument("--cases", default="r10,dense")
     ap.add_argument("--kit", default=None, help="the baselines kit folder, for FA4")
     ap.add_argument("--ms", type=float, default=1500.0, help="length of a steady block; default 1500")
