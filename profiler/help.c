@@ -17,7 +17,7 @@ typedef struct {
 static const help_cmd commands[] = {
     {"sweep",
      "--corpus DIR --db FILE [--device N] [--budget SECONDS] [--variants GLOB]\n"
-     "[--split NAME] [--repeats N] [--warmup N] [--limit N] [--bundle DIR]",
+     "[--split NAME] [--repeats N] [--warmup N] [--settle-ms MS] [--limit N] [--bundle DIR]",
      "time every eligible candidate plan of every mask on this GPU",
      "  --corpus DIR        mask corpus folder (with its manifest.json)\n"
      "  --db FILE           timings database, created when missing; a sweep resumes\n"
@@ -27,6 +27,8 @@ static const help_cmd commands[] = {
      "  --split NAME        corpus split to sweep: profile (default) or eval\n"
      "  --repeats N         timed launches per candidate (default 10)\n"
      "  --warmup N          untimed launches before timing (default 3)\n"
+     "  --settle-ms MS      then untimed launches until MS ms have passed, so that a GPU at\n"
+     "                      its power cap times each candidate at its own clock (default 0)\n"
      "  --limit N           only the first N masks of the split\n"
      "  --bundle DIR        kernel bundle (default: $TESSERA_BUNDLE, else the installed one)\n"},
     {"build", "--db FILE [--gpu NAME] [--split NAME]",

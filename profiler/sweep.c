@@ -7,16 +7,19 @@
  * with and without membership code),
  * the mappings that apply to the geometry (retain, combine, subdivide), and
  * task layouts row / split / pack.  Each candidate is planned on the host,
- * uploaded, launched `warmup` times, then timed `repeats` times with CUDA
- * events around single launches; q/k/v rotate through enough copies that
+ * uploaded, launched `warmup` times (then, with --settle-ms, for that long
+ * more: at its power cap a GPU's clock follows the running kernel's power
+ * draw within about 100 ms, so a few warm-up launches are timed at the
+ * clock the previous candidate set; notes/power-2026-12-06.md), then timed
+ * `repeats` times with CUDA events around single launches; q/k/v rotate through enough copies that
  * each timed launch reads inputs not left in L2 by the previous one.  The
  * samples and their median go to the database in one transaction per
  * candidate, so an interrupted sweep resumes where it stopped and two sweeps
  * on one file never duplicate a row; a candidate whose variant build (hash)
  * changed is timed again because its variant row is new.
  *
- * Cost: dominated by the GPU: (warmup + repeats) launches per candidate,
- * about 12 candidates a mask, plus planning (milliseconds).
+ * Cost: dominated by the GPU: (warmup + repeats) launches per candidate and
+ * the settle time, about 12 candidates a mask, plus planning (milliseconds).
  */
 #include <dlfcn.h>
 #include <fnmatch.h>
@@ -43,7 +46,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 typedef struct {
   const char *corpus, *db, *variants, *split, *bundle;
   int device, repeats, warmup;
-  double budget;
+  double budget, settle_ms;
   int64_t limit;
 } sweep_opts;
 
@@ -175,15 +178,18 @@ static void strides(int64_t h, int64_t s, int64_t d, int64_t *st)
   st[0] = h * s * d;
 }
 
-/* Times one uploaded plan: warm-up, then `repeats` event-timed launches. */
+/* Times one uploaded plan: warm-up (`warmup` launches, then launches until
+ * settle_ms of wall time has passed, each synchronised), then `repeats`
+ * event-timed launches. */
 static tsr_status time_plan(tsr_context *ctx, const tsr_cu *cu, tsr_plan *pl,
                             const tsr_problem *p, const buffers *b, CUstream stream,
-                            CUevent e0, CUevent e1, int warmup, int repeats, double *ms,
-                            tsr_error *err)
+                            CUevent e0, CUevent e1, int warmup, double settle_ms, int repeats,
+                            double *ms, tsr_error *err)
 {
   tsr_gpu_tensors t;
   tsr_status st = TSR_OK;
   int r, n = warmup + repeats;
+  const double t0 = now_s();
   memset(&t, 0, sizeof t);
   strides(p->heads_q, p->seq_q, p->head_dim, t.q_stride);
   strides(p->heads_kv, p->seq_k, p->head_dim, t.k_stride);
@@ -193,6 +199,19 @@ static tsr_status time_plan(tsr_context *ctx, const tsr_cu *cu, tsr_plan *pl,
   for (r = 0; r < n && st == TSR_OK; r++) {
     int c = r % b->copies;
     float f = 0;
+    /* the settle, before the first timed launch: launches, each
+     * synchronised, until settle_ms has passed since the warm-up began */
+    if (r == warmup && settle_ms > 0)
+      while (st == TSR_OK && (now_s() - t0) * 1e3 < settle_ms) {
+        t.q = b->q[c];
+        t.k = b->k[c];
+        t.v = b->v[c];
+        st = tsr_gpu_launch(ctx, pl, &t, stream, err);
+        if (st == TSR_OK)
+          st = tsri_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err);
+      }
+    if (st != TSR_OK)
+      break;
     t.q = b->q[c];
     t.k = b->k[c];
     t.v = b->v[c];
@@ -382,7 +401,7 @@ static tsr_status sweep_prepare(sweep *s)
 {
   const sweep_opts *o = s->o;
   tsr_error *err = &s->err;
-  char cmdline[512];
+  char cmdline[512], settle[48];
   const char *bdir;
   int64_t i;
   /* The same bundle the context loaded, for names and template hashes. */
@@ -400,8 +419,11 @@ static tsr_status sweep_prepare(sweep *s)
     return failed(err);
   if (record_gpu(s->db, s->ctx, &s->gpu_id, &s->l2, s->gpu_name, sizeof s->gpu_name, err) != TSR_OK)
     return failed(err);
-  snprintf(cmdline, sizeof cmdline, "sweep --corpus %s --split %s --repeats %d --warmup %d%s%s",
-           o->corpus, o->split, o->repeats, o->warmup, o->variants ? " --variants " : "",
+  settle[0] = '\0';
+  if (o->settle_ms > 0)
+    snprintf(settle, sizeof settle, " --settle-ms %g", o->settle_ms);
+  snprintf(cmdline, sizeof cmdline, "sweep --corpus %s --split %s --repeats %d --warmup %d%s%s%s",
+           o->corpus, o->split, o->repeats, o->warmup, settle, o->variants ? " --variants " : "",
            o->variants ? o->variants : "");
   if (tsr_db_start_sweep(s->db, s->gpu_id, o->corpus, cmdline, &s->sweep_id, err) != TSR_OK)
     return failed(err);
@@ -543,7 +565,7 @@ static tsr_status sweep_candidate(sweep *s, sweep_mask *sm, const tsr_bundle_ent
     st = tsr_gpu_upload(s->ctx, pl, &perr);
   if (st == TSR_OK)
     st = time_plan(s->ctx, s->cu, pl, &sm->p, &sm->bufs, s->stream, s->e0, s->e1, o->warmup,
-                   o->repeats, s->samples, &perr);
+                   o->settle_ms, o->repeats, s->samples, &perr);
   tsr_plan_destroy(pl);
   if (st == TSR_ERR_CUDA) {
     /* A kernel fault poisons the context: record the candidate as failed
@@ -705,7 +727,7 @@ int tsrp_sweep_main(int argc, char **argv)
       {"corpus", 1, 0, 'c'},  {"db", 1, 0, 'd'},     {"device", 1, 0, 'D'},
       {"budget", 1, 0, 'b'},  {"variants", 1, 0, 'v'}, {"split", 1, 0, 's'},
       {"repeats", 1, 0, 'r'}, {"warmup", 1, 0, 'w'}, {"limit", 1, 0, 'l'},
-      {"bundle", 1, 0, 'B'},  {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+      {"bundle", 1, 0, 'B'},  {"settle-ms", 1, 0, 'S'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
   sweep_opts o;
   int c, v;
   char *end;
@@ -738,6 +760,10 @@ int tsrp_sweep_main(int argc, char **argv)
       o.budget = strtod(optarg, &end);
       if (!*optarg || *end || !(o.budget > 0) || !isfinite(o.budget)) goto bad;
       break;
+    case 'S':
+      o.settle_ms = strtod(optarg, &end);
+      if (!*optarg || *end || !(o.settle_ms >= 0) || !isfinite(o.settle_ms)) goto bad;
+      break;
     case 'h':
       tsrp_help(stdout, "sweep");
       return EXIT_OK;
@@ -751,7 +777,13 @@ int tsrp_sweep_main(int argc, char **argv)
   }
   return run_sweep(&o);
 bad:
-  fprintf(stderr, "tessera-profile sweep: invalid value '%s' for %s\n", optarg,
-          argv[optind - 1][0] == '-' ? argv[optind - 1] : argv[optind - 2]);
+  /* "--opt VALUE" leaves optarg at argv[optind - 1], the option before it;
+   * "--opt=VALUE" in one word: print the option part.  (Testing for a leading
+   * '-' named a negative value as its own option.) */
+  if (optarg == argv[optind - 1])
+    fprintf(stderr, "tessera-profile sweep: invalid value '%s' for %s\n", optarg, argv[optind - 2]);
+  else
+    fprintf(stderr, "tessera-profile sweep: invalid value '%s' for %.*s\n", optarg,
+            (int)(optarg - 1 - argv[optind - 1]), argv[optind - 1]);
   return EXIT_USAGE;
 }

@@ -25,8 +25,9 @@ n1=$(sed -n 's/^timed \([0-9]*\) candidates.*/\1/p' "$tmp/sweep1")
 "$prof" sweep --corpus "$tmp/demo" --db "$tmp/p.db" --limit 4 --repeats 5 --warmup 2 \
   2>"$tmp/sweep2" || die "resumed sweep failed: $(tail -1 "$tmp/sweep2")"
 grep -q "^timed 0 candidates" "$tmp/sweep2" || die "resumed sweep re-timed: $(tail -1 "$tmp/sweep2")"
+# (with a settle: launches until 20 ms have passed before each candidate's timing)
 "$prof" sweep --corpus "$tmp/demo" --db "$tmp/p.db" --split eval --limit 4 --repeats 5 \
-  --warmup 2 2>"$tmp/sweep3" || die "eval sweep failed: $(tail -1 "$tmp/sweep3")"
+  --warmup 2 --settle-ms 20 2>"$tmp/sweep3" || die "eval sweep failed: $(tail -1 "$tmp/sweep3")"
 "$prof" build --db "$tmp/p.db" >"$tmp/build" || die "build failed"
 cat "$tmp/build"
 grep -q "^derived [1-9][0-9]* lookup rows" "$tmp/build" || die "no lookup rows"

@@ -106,6 +106,13 @@ timeout 1 "$prof" init --db "$tmp/x.db" --sql "$tmp/in.sql" 2>"$tmp/err"; rc=$?
 "$prof" frobnicate >/dev/null 2>&1; [ $? -eq 2 ] || bad "unknown command accepted"
 "$prof" build >/dev/null 2>&1; [ $? -eq 2 ] || bad "build without --db accepted"
 "$tess" db show --level 7 >/dev/null 2>&1; [ $? -eq 2 ] || bad "db show --level 7 accepted"
+# sweep's numeric options: a bad value is named, exit 2, before any GPU is touched
+for opt in "--settle-ms -5" "--settle-ms nan" "--settle-ms 3x" "--settle-ms inf" "--repeats 0" "--budget -1"; do
+  "$prof" sweep --corpus "$tmp/none" --db "$tmp/s.db" $opt >/dev/null 2>"$tmp/err"; rc=$?
+  v=${opt#* }
+  [ $rc -eq 2 ] && grep -q "invalid value '$v' for ${opt% *}" "$tmp/err" || bad "sweep $opt: exit $rc: $(cat "$tmp/err")"
+done
+[ ! -e "$tmp/s.db" ] || bad "a refused sweep left a database"
 
 # sweep: without a GPU, exit 77 (skip); with one, it needs a corpus.
 "$prof" sweep --corpus "$tmp/none" --db "$tmp/s.db" >/dev/null 2>"$tmp/err"; rc=$?
