@@ -71,7 +71,9 @@ class WallTimer:
 
 class Nvml:
     """The device's total energy (mJ) and SM clock (MHz) through NVML, by
-    ctypes; open() returns None where NVML does not answer."""
+    ctypes; open(cuda_index) returns None where NVML does not answer.
+    NVML counts every GPU of the machine, CUDA only the visible ones: the
+    index goes through CUDA_VISIBLE_DEVICES (ordinals or GPU-UUIDs)."""
 
     def __init__(self, lib, handle):
         import ctypes
@@ -79,11 +81,22 @@ class Nvml:
 
     @classmethod
     def open(cls, index=0):
+        import os
+        vis = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+        if vis and index >= len(vis):
+            return None
+        which = vis[index] if vis else str(index)
         try:
             import ctypes
             lib = ctypes.CDLL("libnvidia-ml.so.1")
             h = ctypes.c_void_p()
-            if lib.nvmlInit_v2() != 0 or lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) != 0:
+            if lib.nvmlInit_v2() != 0:
+                return None
+            if which.isdigit():
+                rc = lib.nvmlDeviceGetHandleByIndex_v2(int(which), ctypes.byref(h))
+            else:
+                rc = lib.nvmlDeviceGetHandleByUUID(which.encode(), ctypes.byref(h))
+            if rc != 0:
                 return None
             me = cls(lib, h)
             me.energy_mj()
@@ -142,7 +155,8 @@ def calls_per_round(call_ms, round_ms, cap=1000):
 
 # NVML's energy counter over a shorter window than this is too coarse to
 # read (30 ms rounds gave 0.5-3x the cap); over the 0.28 s of a default
-# settle and round it reads within about 10% of 1.5 s blocks' figures.
+# settle and round it read 690-790 W where 1.5 s blocks read 670-730 W
+# (H100): within about 10-15%.
 POWER_MIN_MS = 200.0
 
 
@@ -158,9 +172,9 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
     first call of a round does not carry a launch gap; with one (Nvml) the
     queue is drained before each settle and after each timed round to read
     the energy of both (where settle_ms + round_ms >= POWER_MIN_MS), and
-    the summary gains joules (a call), watts and
-    sm_mhz (sampled once a round, while its calls run): medians over rounds,
-    per-round lists beside them."""
+    the summary gains joules (a call), watts and sm_mhz (sampled once a
+    round, while its calls run): medians over rounds, per-round lists
+    beside them."""
     if rounds < 1:
         raise ValueError(f"rounds {rounds}: must be at least 1")
     if not systems:
