@@ -7,11 +7,12 @@
  * with and without membership code),
  * the mappings that apply to the geometry (retain, combine, subdivide), and
  * task layouts row / split / pack.  Each candidate is planned on the host,
- * uploaded, launched `warmup` times (then, with --settle-ms, for that long
- * more: at its power cap a GPU's clock follows the running kernel's power
- * draw within about 100 ms, so a few warm-up launches are timed at the
- * clock the previous candidate set; notes/power-2026-12-06.md), then timed
- * `repeats` times with CUDA events around single launches; q/k/v rotate through enough copies that
+ * uploaded, launched `warmup` times (then, with --settle-ms, until that
+ * long has passed: at its power cap a GPU's clock follows the running
+ * kernel's power draw within about 100 ms, so after a few warm-up launches
+ * the clock is still the one the previous candidate set;
+ * notes/power-2026-12-06.md), then timed `repeats` times with CUDA events
+ * around single launches; q/k/v rotate through enough copies that
  * each timed launch reads inputs not left in L2 by the previous one.  The
  * samples and their median go to the database in one transaction per
  * candidate, so an interrupted sweep resumes where it stopped and two sweeps
