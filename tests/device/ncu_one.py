@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""ncu_one.py: one launch of one system on one of steady_ab.py's cases, for
+Nsight Compute with --profile-from-start off (issue 20: our sm90 kernel
+beside FA4's on the same mask, notes/power-2026-12-06.md).  Five warm-up
+calls, then the profiler is started and stopped around a single call, so
+`ncu --profile-from-start off --launch-count 1` profiles exactly that
+launch (tessera's host plan is one kernel; FA4's run() is one kernel).
+
+  ncu --profile-from-start off --launch-count 1 --section WarpStateStats ... -o REPORT \\
+    python3 tests/device/ncu_one.py tessera|fa4 CASE [--kit KIT] [--variant V]
+
+CASE: steady_ab.py's (r10, r25, t16, dense, b64r10, b64r25); --variant runs
+tessera's plan on the named variant (select=False), else the bundle's own
+choice; --kit: the baselines kit folder, for fa4.
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..", "..", "scripts"), HERE]
+from split_ab import make_mask  # noqa: E402
+from steady_ab import CASES  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("system", choices=("tessera", "fa4"))
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--kit", default=None)
+    ap.add_argument("--variant", default=None)
+    args = ap.parse_args()
+    if args.system == "fa4" and not args.kit:
+        ap.error("fa4 needs --kit KIT (the baselines kit folder)")
+    import torch
+    import tessera
+    S, H, D = 32768, 12, 128
+    b, kind, dens = CASES[args.case]
+    n = S // b
+    gen = torch.Generator(device="cuda").manual_seed(20261206)
+    mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
+          else make_mask(torch, kind, H, n, dens, gen))
+    q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+    if args.system == "fa4":
+        sys.path.insert(0, args.kit)
+        import fa4_adapter
+        fn, _ = fa4_adapter.fa4_bsr(q, k, v, mb, b, b)
+        what = "FA4 CuTe BSR"
+    else:
+        kw = dict(select=False, variant=args.variant) if args.variant else {}
+        p = tessera.Plan(tessera.Context(), mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b),
+                         tasks="row", **kw)
+        o = torch.empty_like(q)
+        fn = (lambda: p.run(q, k, v, out=o))
+        what = p.summary()["variant"]
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"ncu_one: {args.system} {args.case}: {what}")
+
+
+if __name__ == "__main__":
+    main()
