@@ -127,6 +127,7 @@ expect(close(res["a"]["ms_max"], 1.25 * 1.125) and close(res["a"]["ms_min"], 1.2
        and close(res["a"]["ms"], 1.25), f"a's rounds under the drift: {res['a']['rounds_ms']}")
 expect(close(res["a"]["spread"], .25), f"spread {res['a']['spread']}")
 
+
 class Governor(Fake):
     """A device at its power cap: a call's time is its cycles over the
     clock, and the clock moves a fraction of the way to the calling
