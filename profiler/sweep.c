@@ -200,22 +200,19 @@ static tsr_status time_plan(tsr_context *ctx, const tsr_cu *cu, tsr_plan *pl,
   for (r = 0; r < n && st == TSR_OK; r++) {
     int c = r % b->copies;
     float f = 0;
+    t.q = b->q[c];
+    t.k = b->k[c];
+    t.v = b->v[c];
     /* the settle, before the first timed launch: launches, each
      * synchronised, until settle_ms has passed since the warm-up began */
     if (r == warmup && settle_ms > 0)
       while (st == TSR_OK && (now_s() - t0) * 1e3 < settle_ms) {
-        t.q = b->q[c];
-        t.k = b->k[c];
-        t.v = b->v[c];
         st = tsr_gpu_launch(ctx, pl, &t, stream, err);
         if (st == TSR_OK)
           st = tsri_cu_check(cu, cu->cuStreamSynchronize(stream), "cuStreamSynchronize", err);
       }
     if (st != TSR_OK)
       break;
-    t.q = b->q[c];
-    t.k = b->k[c];
-    t.v = b->v[c];
     if (r >= warmup)
       st = tsri_cu_check(cu, cu->cuEventRecord(e0, stream), "cuEventRecord", err);
     if (st == TSR_OK)

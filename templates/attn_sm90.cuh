@@ -1056,19 +1056,17 @@ static __device__ __forceinline__ void next_tile_issue(
     const float &a0, const float &a1, int my_turn, int other_turn) {
   (void)my_turn, (void)other_turn;
   tsr_mbar_wait(TSR_K_FULL(sn), phn);
-#if TSR_SM90_LATE_RESCALE
-  (void)a0, (void)a1;
+#if !TSR_SM90_LATE_RESCALE
+  tsr_mbar_wait(TSR_V_FULL(st), ph);
+#endif
   TSR_TURN_BEGIN();
   tsr_wg_fence();
   issue_qk(TSR_SACC, dq, dk, sn);
   tsr_wg_commit();
+#if TSR_SM90_LATE_RESCALE
+  (void)a0, (void)a1; /* O was rescaled at the end of the pending tile's step */
   tsr_mbar_wait(TSR_V_FULL(st), ph);
 #else
-  tsr_mbar_wait(TSR_V_FULL(st), ph);
-  TSR_TURN_BEGIN();
-  tsr_wg_fence();
-  issue_qk(TSR_SACC, dq, dk, sn);
-  tsr_wg_commit();
   /* the pending tile's rescale runs while S = Q K^T is computed */
   tsr_rescale(o, a0, a1);
 #endif

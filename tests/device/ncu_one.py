@@ -19,8 +19,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..", "..", "scripts"), HERE]
-from split_ab import make_mask  # noqa: E402
-from steady_ab import CASES  # noqa: E402
+from steady_ab import CASES, case_inputs  # noqa: E402
 
 
 def main():
@@ -34,13 +33,8 @@ def main():
         ap.error("fa4 needs --kit KIT (the baselines kit folder)")
     import torch
     import tessera
-    S, H, D = 32768, 12, 128
-    b, kind, dens = CASES[args.case]
-    n = S // b
-    gen = torch.Generator(device="cuda").manual_seed(20261206)
-    mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
-          else make_mask(torch, kind, H, n, dens, gen))
-    q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+    b, mb, q, k, v, _ = case_inputs(torch, args.case, torch.Generator(device="cuda").manual_seed(20261206))
+    _, H, S, D = q.shape
     if args.system == "fa4":
         sys.path.insert(0, args.kit)
         import fa4_adapter

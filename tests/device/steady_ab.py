@@ -35,7 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..", "..", "scripts"), HERE]
 import bench_timing  # noqa: E402 -- Nvml
-from split_ab import check, make_mask  # noqa: E402 -- the same masks and reference as split_ab / dyn_ab
+from split_ab import check, make_mask, reference  # noqa: E402 -- the masks and reference of split_ab / dyn_ab
 
 CASES = {"r10": (128, "random", .10), "r25": (128, "random", .25), "t16": (128, "topk", .16),
          "dense": (128, "dense", 1.0), "b64r10": (64, "random", .10), "b64r25": (64, "random", .25)}
@@ -76,15 +76,22 @@ def steady(torch, nv, fn, ms):
 
 def rel_l2(torch, o, q, k, v, mb, b, rows):
     """Relative L2 error of o against float32 on `rows` of heads 0 and H-1."""
-    H, S, D = q.shape[1], q.shape[2], q.shape[3]
     num = den = 0.0
-    for h in (0, H - 1):
-        s = q[0, h, rows].float() @ k[0, h].float().T / D ** .5
-        keep = mb[h][rows // b].repeat_interleave(b, dim=1)[:, :S]
-        ref = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v[0, h].float()
+    for h in (0, q.shape[1] - 1):
+        ref = reference(torch, q, k, v, mb, b, rows, h)
         num += (o[0, h, rows].float() - ref).pow(2).sum().item()
         den += ref.pow(2).sum().item()
     return (num / den) ** .5 if den > 0 else float("inf")
+
+
+def case_inputs(torch, cname, gen, S=32768, H=12, D=128):
+    """Case cname's block size, mask, q, k, v (bf16, BHSD, randn) and FLOPs."""
+    b, kind, dens = CASES[cname]
+    n = S // b
+    mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
+          else make_mask(torch, kind, H, n, dens, gen))
+    q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+    return b, mb, q, k, v, 4 * mb.double().sum().item() * b * b * D
 
 
 def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
@@ -168,17 +175,12 @@ def main():
     nv = bench_timing.Nvml.open(torch.cuda.current_device())
     log(f"{torch.cuda.get_device_name()}, NVML {'on' if nv else 'off'}, bundles {[n for n, _ in ctxs]}")
     gen = torch.Generator(device="cuda").manual_seed(20261206)
-    S, H, D = 32768, 12, 128
+    S = 32768
     rows = torch.cat([torch.randint(0, S, (255,), device="cuda", generator=gen),
                       torch.tensor([S - 1], device="cuda")])
     res, bad = [], 0
     for cname in args.cases.split(","):
-        b, kind, dens = CASES[cname]
-        n = S // b
-        mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
-              else make_mask(torch, kind, H, n, dens, gen))
-        flops = 4 * mb.double().sum().item() * b * b * D
-        q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
+        b, mb, q, k, v, flops = case_inputs(torch, cname, gen, S)
         sy = systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4)
         ok = []
         for name, fn, what, err, good, _ in sy:
