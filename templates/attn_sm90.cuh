@@ -138,6 +138,10 @@
  * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
  * tiles at d128; the other tiles and FP8 were not measured and keep the
  * old order. */
+/* The warpgroup index as a warp-uniform value (the kernel entry says why). */
+#ifndef TSR_SM90_WG_UNIFORM
+#define TSR_SM90_WG_UNIFORM 1
+#endif
 #ifndef TSR_SM90_LATE_RESCALE
 #define TSR_SM90_LATE_RESCALE (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !TSR_FP8 && !TSR_SM90_S2F)
 #endif
@@ -831,13 +835,32 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
 #else
 #define TSR_TURNS 0, 0
 #endif
-/* PINGPONG 1 orders every issue block; 2 only the main loop's. */
-#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 1
+/* PINGPONG 1 orders every issue block; 2 only the main loop's.  3 orders
+ * every block too, but a warpgroup passes the turn once its S is in rather
+ * than once its products are issued: the other's products then queue
+ * behind this one's P V, so the two softmaxes cannot run at the same time
+ * (a drain, with no S, passes it at once). */
+#if TSR_SM90_NC == 2 && (TSR_SM90_PINGPONG == 1 || TSR_SM90_PINGPONG == 3)
 #define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
-#define TSR_EDGE_END() TSR_TURN_END()
+#define TSR_EDGE_PV_END() TSR_TURN_END()
 #else
 #define TSR_EDGE_BEGIN() ((void)0)
+#define TSR_EDGE_PV_END() ((void)0)
+#endif
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 3
 #define TSR_EDGE_END() ((void)0)
+#define TSR_EDGE_S_END() TSR_TURN_END()
+#define TSR_ISSUE_TURN_END() ((void)0)
+#define TSR_S_TURN_END() TSR_TURN_END()
+#define TSR_S_TURN_PARAM , int other_turn
+#define TSR_S_TURN_ARG , other_turn
+#else
+#define TSR_EDGE_END() TSR_EDGE_PV_END()
+#define TSR_EDGE_S_END() ((void)0)
+#define TSR_ISSUE_TURN_END() TSR_TURN_END()
+#define TSR_S_TURN_END() ((void)0)
+#define TSR_S_TURN_PARAM
+#define TSR_S_TURN_ARG
 #endif
 
 /* The query segments (membership word rows) of rows r and r + k of query
@@ -1038,6 +1061,7 @@ static __device__ __forceinline__ void first_tile(
   tsr_wg_commit();
   TSR_EDGE_END();
   tsr_wg_wait<0>();
+  TSR_EDGE_S_END();
   TSR_FENCE_SACC();
   scores_in(p, u, st, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
@@ -1073,7 +1097,7 @@ static __device__ __forceinline__ void next_tile_issue(
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
-  TSR_TURN_END();
+  TSR_ISSUE_TURN_END();
 }
 
 /* Tile u = pending + 1, second half: once S_u is in, K_u's stage goes
@@ -1085,8 +1109,9 @@ static __device__ __forceinline__ void next_tile_end(
     const tsr_tile_rec &tr, const tsr_u32 &bars, float *o, float *s, TSR_SACC_PARAM tsr_u32 *pf, const bool &arriver,
     const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held, const int &seg0,
     const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1, float &l0,
-    float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
+    float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM TSR_S_TURN_PARAM) {
   tsr_wg_wait<1>();
+  TSR_S_TURN_END();
   TSR_FENCE_SACC();
   scores_in(p, u, sn, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
@@ -1131,7 +1156,7 @@ static __device__ __forceinline__ void drain(const tsr_u32 &bars, const int &st,
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
-  TSR_EDGE_END();
+  TSR_EDGE_PV_END();
   tsr_wg_wait<0>();
   tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
@@ -1430,7 +1455,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #endif
         next_tile_issue(bars, sn, phn, st, ph, dq, dk, dv, s, TSR_SACC_ARG o, pf, a0, a1, TSR_TURNS);
         next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
-                      seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
+                      seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG TSR_S_TURN_ARG);
       };
       /* Runs of active tiles are software-pipelined; a skipped tile ends the run first (drain), so
        * this warpgroup never holds a V stage while waiting on loads further ahead than the next
@@ -1484,6 +1509,12 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_TURNS
 #undef TSR_EDGE_BEGIN
 #undef TSR_EDGE_END
+#undef TSR_EDGE_PV_END
+#undef TSR_EDGE_S_END
+#undef TSR_ISSUE_TURN_END
+#undef TSR_S_TURN_END
+#undef TSR_S_TURN_PARAM
+#undef TSR_S_TURN_ARG
 #undef TSR_ACTIVE
 #undef TSR_LAST_ACTIVE_ARGS
 #undef TSR_ACT_BITS_PARAM
@@ -1515,7 +1546,14 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
   const tsr_u32 base = (raw + 1023u) & ~1023u;
   const tsr_u32 bars0 = base + TPC * STREAM;
   const int tid = threadIdx.x;
+  /* Read through a shuffle so that the compiler knows it is warp-uniform:
+   * then the Q descriptors (which depend on the warpgroup) live in uniform
+   * registers and each wgmma issues without an R2UR beside it. */
+#if TSR_SM90_WG_UNIFORM
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+#else
   const int wg = tid / 128;
+#endif
   /* the stream this thread serves: producer warp w serves stream w (warps
    * w >= TPC idle), consumer warpgroup c serves stream c / NC */
   const int stream = TPC == 1 ? 0 : wg == 0 ? (tid / 32) % TPC : (wg - 1) / NC;

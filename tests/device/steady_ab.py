@@ -16,8 +16,9 @@ each bundle's host plan of the mask (tessera.Plan on the block's tile, row
 tasks, the bundle's own selection), the base bundle's plan on each variant
 --variants names (of the case's tile), the GPU-planned request of the first
 (tessera.attention with the CUDA mask; with --precision native,fp8 also at
-FP8, quantization included, judged by relative L2 <= 3%), and FA4's block-sparse kernel with
---kit (the baselines kit) on 128-token blocks.  Every output is checked
+FP8, quantization included, judged by relative L2 <= 4.5%: docs/fp8.md's
+figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
+baselines kit) on 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
 timed.  Cases: r10, r25 (random 128x128 blocks with the diagonal), t16
 (top-k 16%), dense, b64r10, b64r25 (64x64 blocks).
@@ -40,6 +41,7 @@ from split_ab import check, make_mask, reference  # noqa: E402 -- the masks and 
 CASES = {"r10": (128, "random", .10), "r25": (128, "random", .25), "t16": (128, "topk", .16),
          "dense": (128, "dense", 1.0), "b64r10": (64, "random", .10), "b64r25": (64, "random", .25)}
 T0 = time.time()
+FP8_IID_REL_L2 = .045  # docs/fp8.md, "i.i.d. normal v": 3.4-4.5% relative L2 a head
 
 
 def log(*a):
@@ -118,8 +120,13 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         out.append(("gpu-planned", fn, tessera.last_selection().get("selection"), f"max |err| {err:.2e}",
                     err < 3e-2, None))
     for prec in (x for x in args.precision.split(",") if x and x != "native"):
-        # the user path at that precision (quantization included); judged by
-        # docs/fp8.md's bound (relative L2 <= 3% on the sampled rows), not max |err|
+        # the user path at that precision (quantization included), judged by
+        # relative L2 on the sampled rows, not max |err|.  The 3% of docs/fp8.md is
+        # for the corpus's structured q/k/v; on these i.i.d. normal inputs each
+        # output is a small average of unrelated rows of v, and docs/fp8.md
+        # measures 3.4-4.5% relative L2 a head (its "i.i.d. normal v" row), so
+        # the bound here is that row's 4.5%: a dropped tile or a wrong scale
+        # (docs/fp8.md's mutants) is far beyond it.
         o = torch.full_like(q, float("nan"))
         fn = (lambda o=o, prec=prec: tessera.attention(q, k, v, mb, block=(b, b), context=ctxs[0][1], out=o,
                                                        precision=prec))
@@ -132,7 +139,7 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
             continue
         rel = rel_l2(torch, o, q, k, v, mb, b, rows)
         out.append((f"gpu-planned-{prec}", fn, tessera.last_selection().get("selection"),
-                    f"relative L2 {rel:.2e}", rel <= .03, None))
+                    f"relative L2 {rel:.2e}", rel <= FP8_IID_REL_L2, None))
     if fa4 is not None and b == 128:
         try:
             run, _ = fa4.fa4_bsr(q, k, v, mb, b, b)
