@@ -138,7 +138,12 @@
  * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
  * tiles at d128; the other tiles and FP8 were not measured and keep the
  * old order. */
-/* The warpgroup index as a warp-uniform value (the kernel entry says why). */
+/* The warpgroup index as a warp-uniform value (the kernel entry says why):
+ * without it each Q K^T wgmma of the d128 128x128 nm variant sat behind an
+ * R2UR and its carry arithmetic (53 R2UR in the cubin, 22 with it; 2944 ->
+ * 2904 instructions).  At the power cap on the H100, 1.5 s blocks
+ * (tests/device/steady_ab.py, notes/sm90-2026-12-06b.md): +0.9% random 10%,
+ * +0.4% dense, +0.8% top-k 16%; FP8 +0.5 / -1.2% (single launches, noise). */
 #ifndef TSR_SM90_WG_UNIFORM
 #define TSR_SM90_WG_UNIFORM 1
 #endif
@@ -839,7 +844,9 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
  * every block too, but a warpgroup passes the turn once its S is in rather
  * than once its products are issued: the other's products then queue
  * behind this one's P V, so the two softmaxes cannot run at the same time
- * (a drain, with no S, passes it at once). */
+ * (a drain, with no S, passes it at once).  At the cap on the H100 (bf16
+ * d128 128x128 nm, notes/sm90-2026-12-06b.md) 3 was +0.3 / -0.7 / +0.2%
+ * (random 10%, dense, top-k 16%), 1 and 2 -0.8 to +0.1%: all off there. */
 #if TSR_SM90_NC == 2 && (TSR_SM90_PINGPONG == 1 || TSR_SM90_PINGPONG == 3)
 #define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
 #define TSR_EDGE_PV_END() TSR_TURN_END()

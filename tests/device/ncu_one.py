@@ -7,11 +7,13 @@ calls, then the profiler is started and stopped around a single call, so
 launch (tessera's host plan is one kernel; FA4's run() is one kernel).
 
   ncu --profile-from-start off --launch-count 1 --section WarpStateStats ... -o REPORT \\
-    python3 tests/device/ncu_one.py tessera|fa4 CASE [--kit KIT] [--variant V]
+    python3 tests/device/ncu_one.py tessera|fa4 CASE [--kit KIT] [--variant V] [--precision fp8]
 
-CASE: steady_ab.py's (r10, r25, t16, dense, b64r10, b64r25); --variant runs
-tessera's plan on the named variant (select=False), else the bundle's own
-choice; --kit: the baselines kit folder, for fa4.
+CASE: one of steady_ab.py's; --variant runs tessera's plan on the named
+variant (select=False), else the bundle's own choice; --precision fp8 plans
+tessera's FP8 scheme (its run is the quantization kernels, then the
+attention: give ncu --kernel-name regex:tsr_sm90 to profile the attention);
+--kit: the baselines kit folder, for fa4.
 """
 import argparse
 import os
@@ -28,6 +30,7 @@ def main():
     ap.add_argument("case", choices=sorted(CASES))
     ap.add_argument("--kit", default=None)
     ap.add_argument("--variant", default=None)
+    ap.add_argument("--precision", default="native", choices=("native", "fp8"))
     args = ap.parse_args()
     if args.system == "fa4" and not args.kit:
         ap.error("fa4 needs --kit KIT (the baselines kit folder)")
@@ -43,7 +46,7 @@ def main():
     else:
         kw = dict(select=False, variant=args.variant) if args.variant else {}
         p = tessera.Plan(tessera.Context(), mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b),
-                         tasks="row", **kw)
+                         tasks="row", precision=args.precision, **kw)
         o = torch.empty_like(q)
         fn = (lambda: p.run(q, k, v, out=o))
         what = p.summary()["variant"]

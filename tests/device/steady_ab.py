@@ -20,8 +20,9 @@ FP8, quantization included, judged by relative L2 <= 4.5%: docs/fp8.md's
 figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
 baselines kit) on 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
-timed.  Cases: r10, r25 (random 128x128 blocks with the diagonal), t16
-(top-k 16%), dense, b64r10, b64r25 (64x64 blocks).
+timed.  Cases at 32,768 tokens, 12 heads: r10, r25 (random 128x128 blocks
+with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25 (64x64 blocks);
+at Wan2.1-14B 720p's 75,600 tokens, 40 heads: L10, L25, Ldense.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
@@ -40,6 +41,9 @@ from split_ab import check, make_mask, reference  # noqa: E402 -- the masks and 
 
 CASES = {"r10": (128, "random", .10), "r25": (128, "random", .25), "t16": (128, "topk", .16),
          "dense": (128, "dense", 1.0), "b64r10": (64, "random", .10), "b64r25": (64, "random", .25)}
+# Wan2.1-14B 720p's shape (75,600 tokens, 40 heads; the last 128-block holds 80 tokens)
+LONG = {"L10": (128, "random", .10), "L25": (128, "random", .25), "Ldense": (128, "dense", 1.0)}
+CASES.update(LONG)
 T0 = time.time()
 FP8_IID_REL_L2 = .045  # docs/fp8.md, "i.i.d. normal v": 3.4-4.5% relative L2 a head
 
@@ -86,14 +90,23 @@ def rel_l2(torch, o, q, k, v, mb, b, rows):
     return (num / den) ** .5 if den > 0 else float("inf")
 
 
-def case_inputs(torch, cname, gen, S=32768, H=12, D=128):
-    """Case cname's block size, mask, q, k, v (bf16, BHSD, randn) and FLOPs."""
+def case_shape(cname):
+    """(S, H) of case cname."""
+    return (75600, 40) if cname in LONG else (32768, 12)
+
+
+def case_inputs(torch, cname, gen, D=128):
+    """Case cname's block size, mask, q, k, v (bf16, BHSD, randn) and FLOPs
+    (over the selected pairs, the ragged last block at its size)."""
     b, kind, dens = CASES[cname]
-    n = S // b
+    S, H = case_shape(cname)
+    n = -(-S // b)
     mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
           else make_mask(torch, kind, H, n, dens, gen))
     q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
-    return b, mb, q, k, v, 4 * mb.double().sum().item() * b * b * D
+    sizes = torch.full((n,), float(b), device="cuda", dtype=torch.float64)
+    sizes[-1] = S - b * (n - 1)
+    return b, mb, q, k, v, 4 * torch.einsum("hij,i,j->", mb.double(), sizes, sizes).item() * D
 
 
 def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
@@ -182,12 +195,12 @@ def main():
     nv = bench_timing.Nvml.open(torch.cuda.current_device())
     log(f"{torch.cuda.get_device_name()}, NVML {'on' if nv else 'off'}, bundles {[n for n, _ in ctxs]}")
     gen = torch.Generator(device="cuda").manual_seed(20261206)
-    S = 32768
-    rows = torch.cat([torch.randint(0, S, (255,), device="cuda", generator=gen),
-                      torch.tensor([S - 1], device="cuda")])
     res, bad = [], 0
     for cname in args.cases.split(","):
-        b, mb, q, k, v, flops = case_inputs(torch, cname, gen, S)
+        b, mb, q, k, v, flops = case_inputs(torch, cname, gen)
+        S = q.shape[2]
+        rows = torch.cat([torch.randint(0, S, (255,), device="cuda", generator=gen),
+                          torch.tensor([S - 1], device="cuda")])
         sy = systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4)
         ok = []
         for name, fn, what, err, good, _ in sy:
