@@ -87,7 +87,8 @@
 
 /* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
  * not part of the variant name): 0 off, 1 every GEMM issue block alternates,
- * 2 only the main loop's blocks alternate. */
+ * 2 only the main loop's blocks alternate, 3 as 1 with the turn passed once
+ * S is in (TSR_EDGE_*). */
 /* Skipping: with two consumer warpgroups and membership code, a warpgroup
  * whose 64 rows select nothing in a tile skips that tile's GEMMs and
  * softmax (it still waits on the stage's loads and hands the stage back).
@@ -95,21 +96,21 @@
  * differ: K/V tiles both select are loaded once, and neither computes the
  * other's tiles (notes/sm90.md, v5). */
 #define TSR_SM90_SKIP (TSR_MEMBERSHIP && TSR_BM == 128)
+/* d128 128x128 tiles at bf16/fp16, the shape of FA4's sm90 kernel: they
+ * take FA3's tile step (the late rescale and the pinned P V wait, below)
+ * and its ping-pong. */
+#define TSR_SM90_FA3_TILE (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !TSR_FP8)
 #ifndef TSR_SM90_PINGPONG
-/* measured on the H200 (notes/sm90.md): off is best at d128; loop-only
- * alternation gains 2-3% at d64, where the softmax outweighs the GEMMs.
- * The alternation needs both warpgroups to run the same tiles, so it is
- * off where they skip independently. */
-#define TSR_SM90_PINGPONG (TSR_HEAD_DIM == 64 && !TSR_SM90_SKIP ? 2 : 0)
-#endif
-/* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
- * overlap): measured slower on every bf16 variant with two stages
- * (notes/sm90-64x64-2026-12-02.md) and on the FP8 ones with two; with
- * three, FP8 128x128 gained 1-3% and 128x64 lost up to 5%, also beside
- * consumer ping-pong (notes/fp8-kernel-2026-12-02.md).  So off: a knob
- * for the next measurement. */
-#ifndef TSR_SM90_PVPIN
-#define TSR_SM90_PVPIN 0
+/* measured on the H200 (notes/sm90.md): loop-only alternation gains 2-3%
+ * at d64, where the softmax outweighs the GEMMs; at d128 it lost, until
+ * the P V wait was pinned after the softmax: with the pin, every block
+ * alternating gains +0.9 / +0.6 / +0.2% (random 10%, dense, top-k 16%) at
+ * the cap on the H100 (notes/sm90-2026-12-06b.md), so 1 there (not on the
+ * dyn layout, whose registers the pin already fills).  The alternation
+ * needs both warpgroups to run the same tiles, so it is off where they
+ * skip independently. */
+#define TSR_SM90_PINGPONG \
+  (TSR_SM90_SKIP ? 0 : TSR_HEAD_DIM == 64 ? 2 : TSR_SM90_FA3_TILE && !TSR_LAYOUT_DYN ? 1 : 0)
 #endif
 #if TSR_SM90_SKIP && TSR_SM90_PINGPONG
 #error "attn_sm90.cuh: the consumer ping-pong needs both warpgroups on every tile (no skipping)"
@@ -148,10 +149,25 @@
 #define TSR_SM90_WG_UNIFORM 1
 #endif
 #ifndef TSR_SM90_LATE_RESCALE
-#define TSR_SM90_LATE_RESCALE (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !TSR_FP8 && !TSR_SM90_S2F)
+#define TSR_SM90_LATE_RESCALE (TSR_SM90_FA3_TILE && !TSR_SM90_S2F)
 #endif
 #if TSR_SM90_LATE_RESCALE && TSR_SM90_S2F
 #error "attn_sm90.cuh: the late rescale is written for the one-S steps (not S2F)"
+#endif
+/* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
+ * overlap; without the pin ptxas hoists the wait above the exponentials).
+ * With the old step order it measured slower on every bf16 variant with
+ * two stages (notes/sm90-64x64-2026-12-02.md) and on the FP8 ones with two;
+ * with three, FP8 128x128 gained 1-3% and 128x64 lost up to 5%
+ * (notes/fp8-kernel-2026-12-02.md).  Beside the late rescale and the
+ * uniform descriptors it gains at the cap on the H100 (d128 128x128 nm,
+ * notes/sm90-2026-12-06b.md): +0.8% random 10%, +2.2% dense, +1.4% top-k
+ * 16%, 3% fewer cycles (ncu, dense), the warpgroups' waits for their own
+ * P V gone from the stall samples.  So on where the late rescale is, but
+ * for the dyn layout: at its 232 consumer registers the pin spilled (174
+ * and 287 LDL/STL in the nm and mb cubins). */
+#ifndef TSR_SM90_PVPIN
+#define TSR_SM90_PVPIN (TSR_SM90_LATE_RESCALE && !TSR_SM90_DYN)
 #endif
 
 #if TSR_DTYPE_BF16
@@ -845,8 +861,9 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
  * than once its products are issued: the other's products then queue
  * behind this one's P V, so the two softmaxes cannot run at the same time
  * (a drain, with no S, passes it at once).  At the cap on the H100 (bf16
- * d128 128x128 nm, notes/sm90-2026-12-06b.md) 3 was +0.3 / -0.7 / +0.2%
- * (random 10%, dense, top-k 16%), 1 and 2 -0.8 to +0.1%: all off there. */
+ * d128 128x128 nm, notes/sm90-2026-12-06b.md), before the P V pin: 3 was
+ * +0.3 / -0.7 / +0.2% (random 10%, dense, top-k 16%), 1 and 2 -0.8 to
+ * +0.1%; with the pin 3 and 1 are equal (+0.1 to +0.9%), and 1 is FA3's. */
 #if TSR_SM90_NC == 2 && (TSR_SM90_PINGPONG == 1 || TSR_SM90_PINGPONG == 3)
 #define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
 #define TSR_EDGE_PV_END() TSR_TURN_END()
