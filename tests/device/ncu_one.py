@@ -41,11 +41,11 @@ def main():
     if args.system == "fa4":
         sys.path.insert(0, args.kit)
         import fa4_adapter
-        fn, _ = fa4_adapter.fa4_bsr(q, k, v, mb, b, b)
+        fn, _ = fa4_adapter.fa4_bsr(q, k, v, mb, b[0], b[1])
         what = "FA4 CuTe BSR"
     else:
         kw = dict(select=False, variant=args.variant) if args.variant else {}
-        p = tessera.Plan(tessera.Context(), mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b),
+        p = tessera.Plan(tessera.Context(), mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=b,
                          tasks="row", precision=args.precision, **kw)
         o = torch.empty_like(q)
         fn = (lambda: p.run(q, k, v, out=o))

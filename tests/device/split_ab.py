@@ -56,10 +56,12 @@ def make_mask(torch, mask, H, n, density, gen):
 
 
 def reference(torch, q, k, v, mb, b, rows, h):
-    """float32 masked softmax of head h's `rows` (b x b blocks of mb)."""
+    """float32 masked softmax of head h's `rows` (b x b blocks of mb, or
+    bq x bk for b = (bq, bk))."""
     S, D = q.shape[2], q.shape[3]
+    bq, bk = b if isinstance(b, tuple) else (b, b)
     s = q[0, h, rows].float() @ k[0, h].float().T / math.sqrt(D)
-    keep = mb[h][rows // b].repeat_interleave(b, dim=1)[:, :S]
+    keep = mb[h][rows // bq].repeat_interleave(bk, dim=1)[:, :S]
     return torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v[0, h].float()
 
 

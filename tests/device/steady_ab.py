@@ -20,9 +20,11 @@ FP8, quantization included, judged by relative L2 <= 4.5%: docs/fp8.md's
 figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
 baselines kit) on 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
-timed.  Cases at 32,768 tokens, 12 heads: r10, r25 (random 128x128 blocks
-with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25 (64x64 blocks);
-at Wan2.1-14B 720p's 75,600 tokens, 40 heads: L10, L25, Ldense.
+timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
+128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25
+(64x64 blocks), k64r25 (128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens,
+40 heads: L10, L25, Ldense; d64r25: head dim 64, CogVideoX-5B's 17,550
+tokens and 48 heads.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
@@ -39,11 +41,16 @@ sys.path[:0] = [os.path.join(HERE, "..", "..", "python"), os.path.join(HERE, "..
 import bench_timing  # noqa: E402 -- Nvml
 from split_ab import check, make_mask, reference  # noqa: E402 -- the masks and reference of split_ab / dyn_ab
 
-CASES = {"r10": (128, "random", .10), "r25": (128, "random", .25), "t16": (128, "topk", .16),
-         "dense": (128, "dense", 1.0), "b64r10": (64, "random", .10), "b64r25": (64, "random", .25)}
-# Wan2.1-14B 720p's shape (75,600 tokens, 40 heads; the last 128-block holds 80 tokens)
-LONG = {"L10": (128, "random", .10), "L25": (128, "random", .25), "Ldense": (128, "dense", 1.0)}
-CASES.update(LONG)
+# name: ((block rows, block columns), mask, density, tokens, heads, head dim)
+CASES = {"r10": ((128, 128), "random", .10, 32768, 12, 128), "r25": ((128, 128), "random", .25, 32768, 12, 128),
+         "t16": ((128, 128), "topk", .16, 32768, 12, 128), "dense": ((128, 128), "dense", 1.0, 32768, 12, 128),
+         "b64r10": ((64, 64), "random", .10, 32768, 12, 128), "b64r25": ((64, 64), "random", .25, 32768, 12, 128),
+         # Wan2.1-14B 720p's shape (75,600 tokens, 40 heads; the last block holds 80 tokens)
+         "L10": ((128, 128), "random", .10, 75600, 40, 128), "L25": ((128, 128), "random", .25, 75600, 40, 128),
+         "Ldense": ((128, 128), "dense", 1.0, 75600, 40, 128),
+         # FA4's other geometries (issue 20's table): 128x64 blocks; head dim 64 at CogVideoX-5B's
+         # 17,550 tokens and 48 heads
+         "k64r25": ((128, 64), "random", .25, 32768, 12, 128), "d64r25": ((128, 128), "random", .25, 17550, 48, 64)}
 T0 = time.time()
 FP8_IID_REL_L2 = .045  # docs/fp8.md, "i.i.d. normal v": 3.4-4.5% relative L2 a head
 
@@ -90,23 +97,35 @@ def rel_l2(torch, o, q, k, v, mb, b, rows):
     return (num / den) ** .5 if den > 0 else float("inf")
 
 
-def case_shape(cname):
-    """(S, H) of case cname."""
-    return (75600, 40) if cname in LONG else (32768, 12)
+def block_mask(torch, kind, H, nq, nk, dens, gen):
+    """split_ab.make_mask's masks on nq x nk blocks: dense, random with each
+    row's block on the diagonal (the key block at the row's start), top-k."""
+    if kind == "dense":
+        return torch.ones(H, nq, nk, dtype=torch.bool, device="cuda")
+    if nq == nk:
+        return make_mask(torch, kind, H, nq, dens, gen)
+    if kind == "random":
+        m = torch.rand(H, nq, nk, device="cuda", generator=gen) < dens
+        i = torch.arange(nq, device="cuda")
+        m[:, i, i * nk // nq] = True
+        return m
+    idx = torch.rand(H, nq, nk, device="cuda", generator=gen).topk(max(1, round(dens * nk)), -1).indices
+    return torch.zeros(H, nq, nk, dtype=torch.bool, device="cuda").scatter_(-1, idx, True)
 
 
-def case_inputs(torch, cname, gen, D=128):
-    """Case cname's block size, mask, q, k, v (bf16, BHSD, randn) and FLOPs
-    (over the selected pairs, the ragged last block at its size)."""
-    b, kind, dens = CASES[cname]
-    S, H = case_shape(cname)
-    n = -(-S // b)
-    mb = (torch.ones(H, n, n, dtype=torch.bool, device="cuda") if kind == "dense"
-          else make_mask(torch, kind, H, n, dens, gen))
+def case_inputs(torch, cname, gen):
+    """Case cname's block (bq, bk), mask, q, k, v (bf16, BHSD, randn) and
+    FLOPs (over the selected pairs, ragged last blocks at their sizes)."""
+    (bq, bk), kind, dens, S, H, D = CASES[cname]
+    nq, nk = -(-S // bq), -(-S // bk)
+    mb = block_mask(torch, kind, H, nq, nk, dens, gen)
     q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
-    sizes = torch.full((n,), float(b), device="cuda", dtype=torch.float64)
-    sizes[-1] = S - b * (n - 1)
-    return b, mb, q, k, v, 4 * torch.einsum("hij,i,j->", mb.double(), sizes, sizes).item() * D
+
+    def sizes(n, b):
+        x = torch.full((n,), float(b), device="cuda", dtype=torch.float64)
+        x[-1] = S - b * (n - 1)
+        return x
+    return (bq, bk), mb, q, k, v, 4 * torch.einsum("hij,i,j->", mb.double(), sizes(nq, bq), sizes(nk, bk)).item() * D
 
 
 def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
@@ -114,9 +133,9 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
     out = []
     plans = [(name, ctx, {}) for name, ctx in ctxs]
     plans += [(var, ctxs[0][1], dict(select=False, variant=var)) for var in args.variants.split(",")
-              if var and f"_m{b}n{b}_" in var]
+              if var and f"_m{b[0]}n{b[1]}_" in var]
     for name, ctx, kw in plans:
-        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=(b, b), dtype=q.dtype, tile=(b, b), tasks="row", **kw)
+        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=b, tasks="row", **kw)
         o = torch.full_like(q, float("nan"))
         fn = (lambda p=p, o=o: p.run(q, k, v, out=o))
         fn()
@@ -125,7 +144,7 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         out.append((name, fn, p.summary()["variant"], f"max |err| {err:.2e}", err < 3e-2, p))
     if not args.no_gpu_planned:
         o = torch.full_like(q, float("nan"))
-        fn = (lambda o=o: tessera.attention(q, k, v, mb, block=(b, b), context=ctxs[0][1], out=o))
+        fn = (lambda o=o: tessera.attention(q, k, v, mb, block=b, context=ctxs[0][1], out=o))
         for _ in range(3):  # the template re-selected from the previous calls' features
             fn()
         torch.cuda.synchronize()
@@ -141,7 +160,7 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         # the bound here is that row's 4.5%: a dropped tile or a wrong scale
         # (docs/fp8.md's mutants) is far beyond it.
         o = torch.full_like(q, float("nan"))
-        fn = (lambda o=o, prec=prec: tessera.attention(q, k, v, mb, block=(b, b), context=ctxs[0][1], out=o,
+        fn = (lambda o=o, prec=prec: tessera.attention(q, k, v, mb, block=b, context=ctxs[0][1], out=o,
                                                        precision=prec))
         try:
             for _ in range(3):
@@ -153,9 +172,9 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         rel = rel_l2(torch, o, q, k, v, mb, b, rows)
         out.append((f"gpu-planned-{prec}", fn, tessera.last_selection().get("selection"),
                     f"relative L2 {rel:.2e}", rel <= FP8_IID_REL_L2, None))
-    if fa4 is not None and b == 128:
+    if fa4 is not None and b[0] == 128:
         try:
-            run, _ = fa4.fa4_bsr(q, k, v, mb, b, b)
+            run, _ = fa4.fa4_bsr(q, k, v, mb, b[0], b[1])
             o = run()
             torch.cuda.synchronize()
             err = check(torch, o, q, k, v, mb, b, rows)
