@@ -166,6 +166,17 @@
  * P V gone from the stall samples.  So on where the late rescale is, but
  * for the dyn layout: at its 232 consumer registers the pin spilled (174
  * and 287 LDL/STL in the nm and mb cubins). */
+/* Softmax knobs for the next A/B (off; compiled without spills on the d128
+ * 128x128 flat variants, not yet timed): the row max in four partial
+ * chains (FA4's fmax_reduce), the O rescale without its skip test (FA4
+ * always multiplies).  Both leave the outputs' bits as they are.  Where
+ * ncu sees them: notes/sm90-2026-12-06b.md section 6. */
+#ifndef TSR_SM90_MAX4
+#define TSR_SM90_MAX4 0
+#endif
+#ifndef TSR_SM90_RESCALE_ALWAYS
+#define TSR_SM90_RESCALE_ALWAYS 0
+#endif
 #ifndef TSR_SM90_PVPIN
 #define TSR_SM90_PVPIN (TSR_SM90_LATE_RESCALE && !TSR_SM90_DYN)
 #endif
@@ -481,11 +492,26 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
                                                    float &l0, float &l1, float &a0, float &a1) {
   const float NEG_INF = -__int_as_float(0x7f800000);
   float x0 = NEG_INF, x1 = NEG_INF;
+#if TSR_SM90_MAX4
+  /* four partial maxima a row (FA4's fmax_reduce): a chain a quarter as
+   * deep; max is exact, so the same value */
+  float y0[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, y1[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF};
+#pragma unroll
+  for (int j = 0; j < TSR_BN / 8; ++j) {
+    y0[(2 * j) % 4] = fmaxf(y0[(2 * j) % 4], s[4 * j]);
+    y0[(2 * j + 1) % 4] = fmaxf(y0[(2 * j + 1) % 4], s[4 * j + 1]);
+    y1[(2 * j) % 4] = fmaxf(y1[(2 * j) % 4], s[4 * j + 2]);
+    y1[(2 * j + 1) % 4] = fmaxf(y1[(2 * j + 1) % 4], s[4 * j + 3]);
+  }
+  x0 = fmaxf(fmaxf(y0[0], y0[1]), fmaxf(y0[2], y0[3]));
+  x1 = fmaxf(fmaxf(y1[0], y1[1]), fmaxf(y1[2], y1[3]));
+#else
 #pragma unroll
   for (int j = 0; j < TSR_BN / 8; ++j) {
     x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
     x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
   }
+#endif
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
   x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
@@ -515,7 +541,11 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
 /* O *= alpha per row; once the row maxima settle alpha is 1 for whole
  * warps and the multiplies are skipped. */
 static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1) {
+#if TSR_SM90_RESCALE_ALWAYS
+  if (true) { /* FA4's way: no test, no vote; x * 1 is x, so the same bits */
+#else
   if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#endif
 #pragma unroll
     for (int j = 0; j < TSR_HEAD_DIM / 8; ++j) {
       o[4 * j] *= a0;

@@ -8,7 +8,11 @@
 #    NVRTC log under the variant's name, and no registry is written;
 #  - a second run reuses the cubin (hash match), also after a comment-only
 #    template edit, and recompiles after a code edit;
-#  - with $TESSERA_GEN_CACHE, a fresh output folder is filled from the cache.
+#  - with $TESSERA_GEN_CACHE, a fresh output folder is filled from the cache;
+#  - --define: a bad name or value, a name no template tests with #ifndef,
+#    and a name given twice are refused (exit 2, named); a knob's define
+#    reaches the rendered source and the registry, recompiles the variant
+#    (not the planner) and leaves the defaults' cubin in the cache.
 set -u
 B=${TSR_TOP_BUILDDIR:-.}
 S=${TSR_TOP_SRCDIR:-.}
@@ -25,9 +29,11 @@ cat >"$tmp/cat.json" <<'JSON'
   "tile": [64, 64], "stages": 2, "warps": 4}]}
 JSON
 name=tsr_sm80_bf16_d64_m64n64_s2_w4_pers_mb
-run() { # OUTDIR -> prints tessera-gen's output, returns its status
+run() { # OUTDIR [ARGS...] -> prints tessera-gen's output, returns its status
+  o=$1
+  shift
   "$gen" --catalog "$tmp/cat.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" \
-    --out "$1" --targets sm_80 2>&1
+    --out "$o" --targets sm_80 "$@" 2>&1
 }
 
 # 1. a bad catalog
@@ -95,5 +101,43 @@ rm -f "$tmp/t/zz_fifo.cuh"
 mv "$tmp/o2/registry.json" "$tmp/o2/registry.real" && ln -s registry.real "$tmp/o2/registry.json"
 out=$(run "$tmp/o2") || die "build over a registry link failed: $out"
 [ -L "$tmp/o2/registry.json" ] && grep -q "\"hash\"" "$tmp/o2/registry.real" || die "the registry link was replaced"
+
+# 5. --define
+def() { # ARGS... -> tessera-gen's output on a fresh folder, its status
+  "$gen" --catalog "$tmp/cat.json" --templates "$tmp/t" --layout "$S/runtime/plan_layout.h" \
+    --out "$tmp/o5" --targets sm_80 "$@" 2>&1
+}
+for bad in "sm80=1|the name must be TSR_ then capitals" "TSR_knob|the name must be TSR_ then capitals" \
+  "TSR_GEN_KNOB_TEST=|the value must be 1 to 127 printable" "TSR_GEN_KNOB_TEST=a\\b|the value must be" \
+  "TSR_GEN_KNOB_TEST=1/*x|the value must be"; do
+  arg=${bad%%|*}
+  out=$(def -D "$arg")
+  rc=$?
+  [ $rc -eq 2 ] || die "--define '$arg': exit $rc, want 2"
+  printf '%s\n' "$out" | grep -qF -- "--define '$arg': ${bad#*|}" || die "--define '$arg' message: $out"
+done
+out=$(def --define TSR_GEN_KNOB_TEST=1)
+rc=$?
+[ $rc -eq 2 ] || die "--define of no knob: exit $rc, want 2"
+printf '%s\n' "$out" | grep -qF "no template in '$tmp/t' has that knob (no '#ifndef TSR_GEN_KNOB_TEST')" ||
+  die "--define of no knob message: $out"
+[ ! -e "$tmp/o5/registry.json" ] || die "registry written after a refused --define"
+printf '#ifndef TSR_GEN_KNOB_TEST\n#define TSR_GEN_KNOB_TEST 0\n#endif\n' >>"$tmp/t/attn_sm80.cuh"
+out=$(def -D TSR_GEN_KNOB_TEST=1 -D TSR_GEN_KNOB_TEST=2)
+rc=$?
+[ $rc -eq 2 ] || die "a name defined twice: exit $rc, want 2"
+printf '%s\n' "$out" | grep -qF "TSR_GEN_KNOB_TEST is defined twice" || die "a name defined twice: $out"
+out=$(run "$tmp/o2") || die "build with the knob's default failed: $out"
+printf '%s\n' "$out" | grep -q "(1 compiled, " || die "the knob's code edit did not recompile (only) the variant: $out"
+grep -q '"defines"' "$tmp/o2/registry.json" && die "a registry without --define lists defines"
+out=$(run "$tmp/o2" --define 'TSR_GEN_KNOB_TEST=(TSR_HEAD_DIM + 1)') || die "build with --define failed: $out"
+printf '%s\n' "$out" | grep -q "(1 compiled, " || die "--define did not recompile (only) the variant: $out"
+printf '%s\n' "$out" | grep -qF "every variant built with TSR_GEN_KNOB_TEST=(TSR_HEAD_DIM + 1) (--define)" ||
+  die "--define not reported: $out"
+grep -qF '#define TSR_GEN_KNOB_TEST (TSR_HEAD_DIM + 1)' "$tmp/o2/src/$name.cu" || die "--define not in the source"
+grep -qF '"TSR_GEN_KNOB_TEST=(TSR_HEAD_DIM + 1)"' "$tmp/o2/registry.json" || die "--define not in the registry"
+out=$(run "$tmp/o2") || die "build back at the default failed: $out"
+printf '%s\n' "$out" | grep -q "(0 compiled, " || die "the default's cubin was not reused from the cache: $out"
+
 [ $fail -eq 0 ] && echo "gen-errors: ok"
 exit $fail
