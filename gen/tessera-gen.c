@@ -708,6 +708,16 @@ static int add_define(gen_t *g, const char *arg)
   return -1;
 }
 
+static void free_headers(gen_t *g)
+{
+  int i;
+  for (i = 0; i < g->nhdr; i++) {
+    free(g->hdr[i].name);
+    free(g->hdr[i].text);
+  }
+  g->nhdr = 0;
+}
+
 /* Each define must name a knob: a template holds "#ifndef NAME" (a typo
  * would build the defaults again under new hashes).  Then the generated
  * sources' lines.  0, or 2 with the reason said. */
@@ -964,7 +974,12 @@ int main(int argc, char **argv)
     return 0;
   }
   if (!ga.tdir || !ga.layout || !g.out) die_usage("missing --templates, --layout or --out");
-  if (load_headers(&g, ga.tdir, ga.layout) != 0 || check_defines(&g, ga.tdir) != 0) {
+  if (load_headers(&g, ga.tdir, ga.layout) != 0) {
+    tsr_catalog_free(&g.cat);
+    return 2;
+  }
+  if (check_defines(&g, ga.tdir) != 0) {
+    free_headers(&g);
     tsr_catalog_free(&g.cat);
     return 2;
   }
@@ -998,10 +1013,7 @@ int main(int argc, char **argv)
   free(g.def_text);
   for (i = 0; i <= g.cat.n; i++) free(g.src[i]);
   free(g.src);
-  for (a = 0; a < g.nhdr; a++) {
-    free(g.hdr[a].name);
-    free(g.hdr[a].text);
-  }
+  free_headers(&g);
   free(q.jobs);
   tsr_catalog_free(&g.cat);
   return 0;
