@@ -129,16 +129,6 @@
 #if TSR_SM90_S2F && (!TSR_FP8 || TSR_SM90_SKIP || TSR_SM90_PINGPONG)
 #error "attn_sm90.cuh: two S tiles in flight are written for FP8 without skipping or ping-pong"
 #endif
-/* FA3's order of a tile step: S_u is issued as soon as K_u is in (the
- * pending V is waited for after), and O is rescaled by the softmax's alpha
- * once the pending P V is in, at the end of the step, rather than between
- * the issues of S and P V.  The same operations on O in the same order, so
- * the same bits.  Measured in steady state at the power cap on the H100
- * (tests/device/steady_ab.py, notes/power-2026-12-06.md), bf16 d128
- * 128x128 nm: +0.5 / +1.0 / +1.0% (random 10%, dense, top-k 16%) in one
- * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
- * tiles at d128; the other tiles and FP8 were not measured and keep the
- * old order. */
 /* The warpgroup index as a warp-uniform value (the kernel entry says why):
  * without it each Q K^T wgmma of the d128 128x128 nm variant sat behind an
  * R2UR and its carry arithmetic (53 R2UR in the cubin, 22 with it; 2944 ->
@@ -148,11 +138,33 @@
 #ifndef TSR_SM90_WG_UNIFORM
 #define TSR_SM90_WG_UNIFORM 1
 #endif
+/* FA3's order of a tile step: S_u is issued as soon as K_u is in (the
+ * pending V is waited for after), and O is rescaled by the softmax's alpha
+ * once the pending P V is in, at the end of the step, rather than between
+ * the issues of S and P V.  The same operations on O in the same order, so
+ * the same bits.  Measured in steady state at the power cap on the H100
+ * (tests/device/steady_ab.py, notes/power-2026-12-06.md), bf16 d128
+ * 128x128 nm: +0.5 / +1.0 / +1.0% (random 10%, dense, top-k 16%) in one
+ * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
+ * tiles at d128.  With the pin (below) on 128x64 and d64 128x128 tiles it
+ * lost 1.7 and 1.2% (notes/sm90-2026-12-06b.md section 5); FP8 was not
+ * measured.  Those keep the old order. */
 #ifndef TSR_SM90_LATE_RESCALE
 #define TSR_SM90_LATE_RESCALE (TSR_SM90_FA3_TILE && !TSR_SM90_S2F)
 #endif
 #if TSR_SM90_LATE_RESCALE && TSR_SM90_S2F
 #error "attn_sm90.cuh: the late rescale is written for the one-S steps (not S2F)"
+#endif
+/* Softmax knobs for the next A/B (off; compiled without spills on the d128
+ * 128x128 flat variants, not yet timed): the row max in four partial
+ * chains (FA4's fmax_reduce), the O rescale without its skip test (FA4
+ * always multiplies).  Both leave the outputs' bits as they are.  Where
+ * ncu sees them: notes/sm90-2026-12-06b.md section 6. */
+#ifndef TSR_SM90_MAX4
+#define TSR_SM90_MAX4 0
+#endif
+#ifndef TSR_SM90_RESCALE_ALWAYS
+#define TSR_SM90_RESCALE_ALWAYS 0
 #endif
 /* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
  * overlap; without the pin ptxas hoists the wait above the exponentials).
@@ -166,17 +178,6 @@
  * P V gone from the stall samples.  So on where the late rescale is, but
  * for the dyn layout: at its 232 consumer registers the pin spilled (174
  * and 287 LDL/STL in the nm and mb cubins). */
-/* Softmax knobs for the next A/B (off; compiled without spills on the d128
- * 128x128 flat variants, not yet timed): the row max in four partial
- * chains (FA4's fmax_reduce), the O rescale without its skip test (FA4
- * always multiplies).  Both leave the outputs' bits as they are.  Where
- * ncu sees them: notes/sm90-2026-12-06b.md section 6. */
-#ifndef TSR_SM90_MAX4
-#define TSR_SM90_MAX4 0
-#endif
-#ifndef TSR_SM90_RESCALE_ALWAYS
-#define TSR_SM90_RESCALE_ALWAYS 0
-#endif
 #ifndef TSR_SM90_PVPIN
 #define TSR_SM90_PVPIN (TSR_SM90_LATE_RESCALE && !TSR_SM90_DYN)
 #endif
