@@ -11,8 +11,9 @@ launch (tessera's host plan is one kernel; FA4's run() is one kernel).
 
 CASE: one of steady_ab.py's; --variant runs tessera's plan on the named
 variant (select=False), else the bundle's own choice; --precision fp8 plans
-tessera's FP8 scheme (its run is the quantization kernels, then the
-attention: give ncu --kernel-name regex:tsr_sm90 to profile the attention);
+tessera's FP8 scheme (its run is the K/V statistics and quantization
+kernels, then the attention, whose name alone ends in the TMA box: give ncu
+--kernel-name 'regex:_tma[0-9]+$' to profile the attention);
 --kit: the baselines kit folder, for fa4.
 """
 import argparse
