@@ -44,15 +44,20 @@ CASES = [  # name, S, H, D, block, mask, density
 ]
 
 
-def make_mask(torch, mask, H, n, density, gen):
+def make_mask(torch, mask, H, n, density, gen, nk=None):
+    """H x n x nk block masks (nk = n unless given): dense, random with each
+    row's block on the diagonal (the key block at the row's start), top-k."""
+    nk = n if nk is None else nk
+    if mask == "dense":
+        return torch.ones(H, n, nk, dtype=torch.bool, device="cuda")
     if mask == "random":
-        m = torch.rand(H, n, n, device="cuda", generator=gen) < density
+        m = torch.rand(H, n, nk, device="cuda", generator=gen) < density
         i = torch.arange(n, device="cuda")
-        m[:, i, i] = True
+        m[:, i, i * nk // n] = True
         return m
-    k = max(1, round(density * n))
-    idx = torch.rand(H, n, n, device="cuda", generator=gen).topk(k, -1).indices
-    return torch.zeros(H, n, n, dtype=torch.bool, device="cuda").scatter_(-1, idx, True)
+    k = max(1, round(density * nk))
+    idx = torch.rand(H, n, nk, device="cuda", generator=gen).topk(k, -1).indices
+    return torch.zeros(H, n, nk, dtype=torch.bool, device="cuda").scatter_(-1, idx, True)
 
 
 def reference(torch, q, k, v, mb, b, rows, h):

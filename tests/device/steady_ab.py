@@ -97,28 +97,12 @@ def rel_l2(torch, o, q, k, v, mb, b, rows):
     return (num / den) ** .5 if den > 0 else float("inf")
 
 
-def block_mask(torch, kind, H, nq, nk, dens, gen):
-    """split_ab.make_mask's masks on nq x nk blocks: dense, random with each
-    row's block on the diagonal (the key block at the row's start), top-k."""
-    if kind == "dense":
-        return torch.ones(H, nq, nk, dtype=torch.bool, device="cuda")
-    if nq == nk:
-        return make_mask(torch, kind, H, nq, dens, gen)
-    if kind == "random":
-        m = torch.rand(H, nq, nk, device="cuda", generator=gen) < dens
-        i = torch.arange(nq, device="cuda")
-        m[:, i, i * nk // nq] = True
-        return m
-    idx = torch.rand(H, nq, nk, device="cuda", generator=gen).topk(max(1, round(dens * nk)), -1).indices
-    return torch.zeros(H, nq, nk, dtype=torch.bool, device="cuda").scatter_(-1, idx, True)
-
-
 def case_inputs(torch, cname, gen):
     """Case cname's block (bq, bk), mask, q, k, v (bf16, BHSD, randn) and
     FLOPs (over the selected pairs, ragged last blocks at their sizes)."""
     (bq, bk), kind, dens, S, H, D = CASES[cname]
     nq, nk = -(-S // bq), -(-S // bk)
-    mb = block_mask(torch, kind, H, nq, nk, dens, gen)
+    mb = make_mask(torch, kind, H, nq, dens, gen, nk)
     q, k, v = (torch.randn(1, H, S, D, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(3))
 
     def sizes(n, b):
