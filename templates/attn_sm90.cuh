@@ -87,8 +87,7 @@
 
 /* Ping-pong of the two consumer warpgroups at the tensor cores (tuning knob,
  * not part of the variant name): 0 off, 1 every GEMM issue block alternates,
- * 2 only the main loop's blocks alternate, 3 as 1 with the turn passed once
- * S is in (TSR_EDGE_*). */
+ * 2 only the main loop's blocks alternate. */
 /* Skipping: with two consumer warpgroups and membership code, a warpgroup
  * whose 64 rows select nothing in a tile skips that tile's GEMMs and
  * softmax (it still waits on the stage's loads and hands the stage back).
@@ -887,35 +886,16 @@ static __device__ __forceinline__ void producer(const tsr_kernel_params &p, int 
 #else
 #define TSR_TURNS 0, 0
 #endif
-/* PINGPONG 1 orders every issue block; 2 only the main loop's.  3 orders
- * every block too, but a warpgroup passes the turn once its S is in rather
- * than once its products are issued: the other's products then queue
- * behind this one's P V, so the two softmaxes cannot run at the same time
- * (a drain, with no S, passes it at once).  At the cap on the H100 (bf16
- * d128 128x128 nm, notes/sm90-2026-12-06b.md), before the P V pin: 3 was
- * +0.3 / -0.7 / +0.2% (random 10%, dense, top-k 16%), 1 and 2 -0.8 to
- * +0.1%; with the pin 3 and 1 are equal (+0.1 to +0.9%), and 1 is FA3's. */
-#if TSR_SM90_NC == 2 && (TSR_SM90_PINGPONG == 1 || TSR_SM90_PINGPONG == 3)
+/* PINGPONG 1 orders every issue block; 2 only the main loop's.  (A mode
+ * passing the turn once S is in, rather than once the products are issued,
+ * measured the same as 1 with the pinned P V wait and no better without
+ * it; removed: notes/sm90-2026-12-06b.md section 2.) */
+#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 1
 #define TSR_EDGE_BEGIN() TSR_TURN_BEGIN()
-#define TSR_EDGE_PV_END() TSR_TURN_END()
+#define TSR_EDGE_END() TSR_TURN_END()
 #else
 #define TSR_EDGE_BEGIN() ((void)0)
-#define TSR_EDGE_PV_END() ((void)0)
-#endif
-#if TSR_SM90_NC == 2 && TSR_SM90_PINGPONG == 3
 #define TSR_EDGE_END() ((void)0)
-#define TSR_EDGE_S_END() TSR_TURN_END()
-#define TSR_ISSUE_TURN_END() ((void)0)
-#define TSR_S_TURN_END() TSR_TURN_END()
-#define TSR_S_TURN_PARAM , int other_turn
-#define TSR_S_TURN_ARG , other_turn
-#else
-#define TSR_EDGE_END() TSR_EDGE_PV_END()
-#define TSR_EDGE_S_END() ((void)0)
-#define TSR_ISSUE_TURN_END() TSR_TURN_END()
-#define TSR_S_TURN_END() ((void)0)
-#define TSR_S_TURN_PARAM
-#define TSR_S_TURN_ARG
 #endif
 
 /* The query segments (membership word rows) of rows r and r + k of query
@@ -1116,7 +1096,6 @@ static __device__ __forceinline__ void first_tile(
   tsr_wg_commit();
   TSR_EDGE_END();
   tsr_wg_wait<0>();
-  TSR_EDGE_S_END();
   TSR_FENCE_SACC();
   scores_in(p, u, st, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
@@ -1152,7 +1131,7 @@ static __device__ __forceinline__ void next_tile_issue(
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
-  TSR_ISSUE_TURN_END();
+  TSR_TURN_END();
 }
 
 /* Tile u = pending + 1, second half: once S_u is in, K_u's stage goes
@@ -1164,9 +1143,8 @@ static __device__ __forceinline__ void next_tile_end(
     const tsr_tile_rec &tr, const tsr_u32 &bars, float *o, float *s, TSR_SACC_PARAM tsr_u32 *pf, const bool &arriver,
     const int &nt, TSR_ACT_BITS_PARAM const tsr_u32 &q_e, bool &q_held, const int &seg0,
     const int &seg1, const int &t, bool &sel0, bool &sel1, float &m0, float &m1, float &l0,
-    float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM TSR_S_TURN_PARAM) {
+    float &l1, float &a0, float &a1 TSR_F8_FACTORS_PARAM) {
   tsr_wg_wait<1>();
-  TSR_S_TURN_END();
   TSR_FENCE_SACC();
   scores_in(p, u, sn, tr, bars, s, TSR_SACC_ARG arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0, seg1, t,
             sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
@@ -1211,7 +1189,7 @@ static __device__ __forceinline__ void drain(const tsr_u32 &bars, const int &st,
   tsr_wg_fence();
   issue_pv(o, pf, dv, st);
   tsr_wg_commit();
-  TSR_EDGE_PV_END();
+  TSR_EDGE_END();
   tsr_wg_wait<0>();
   tsr_fence_regs<TSR_HEAD_DIM / 2>(o);
   tsr_fence_regs_u<TSR_SM90_NPF>(pf);
@@ -1510,7 +1488,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #endif
         next_tile_issue(bars, sn, phn, st, ph, dq, dk, dv, s, TSR_SACC_ARG o, pf, a0, a1, TSR_TURNS);
         next_tile_end(p, u, st, ph, sn, phn, tr, bars, o, s, TSR_SACC_ARG pf, arriver, nt, TSR_ACT_BITS_ARG q_e, q_held, seg0,
-                      seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG TSR_S_TURN_ARG);
+                      seg1, t, sel0, sel1, m0, m1, l0, l1, a0, a1 TSR_F8_FACTORS_ARG);
       };
       /* Runs of active tiles are software-pipelined; a skipped tile ends the run first (drain), so
        * this warpgroup never holds a V stage while waiting on loads further ahead than the next
@@ -1564,12 +1542,6 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_TURNS
 #undef TSR_EDGE_BEGIN
 #undef TSR_EDGE_END
-#undef TSR_EDGE_PV_END
-#undef TSR_EDGE_S_END
-#undef TSR_ISSUE_TURN_END
-#undef TSR_S_TURN_END
-#undef TSR_S_TURN_PARAM
-#undef TSR_S_TURN_ARG
 #undef TSR_ACTIVE
 #undef TSR_LAST_ACTIVE_ARGS
 #undef TSR_ACT_BITS_PARAM
