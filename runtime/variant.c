@@ -386,8 +386,12 @@ int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_
    * (notes/sm90.md, v6): worth more than a pipeline stage */
   r += 50 * (tsri_variant_tasks_per_cta(v) - 1);
   if (v->layout == TSR_TL_PERS) r += 1;
-  /* a dyn variant runs where a lookup-table row or the caller names it,
-   * never in place of the same tile's flat one unmeasured (issue 20) */
-  if (v->layout == TSR_TL_DYN) r -= 5;
+  /* dyn against the same tile's flat variant (issue 20): at d64 dyn was
+   * faster on both cards we have (H200 +6-10%, notes/sm90-sched-2026-12-02.md;
+   * H100 at the power cap +3.4%, notes/sm90-2026-12-06c.md), so it comes
+   * first there; at d128 the flat variants have FA3's tile step, which dyn's
+   * registers cannot hold (H100: dense -2.7%, sparse equal), so a d128 dyn
+   * variant runs only where a lookup-table row or the caller names it. */
+  if (v->layout == TSR_TL_DYN) r += v->head_dim == 64 ? 5 : -5;
   return r;
 }

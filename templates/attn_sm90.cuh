@@ -95,19 +95,24 @@
  * differ: K/V tiles both select are loaded once, and neither computes the
  * other's tiles (notes/sm90.md, v5). */
 #define TSR_SM90_SKIP (TSR_MEMBERSHIP && TSR_BM == 128)
-/* d128 128x128 tiles at bf16/fp16, the shape of FA4's sm90 kernel: they
- * take FA3's tile step (the late rescale and the pinned P V wait, below)
- * and its ping-pong. */
-#define TSR_SM90_FA3_TILE (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !TSR_FP8)
+/* d128 128x128 tiles, the shape of FA4's sm90 kernel: they take FA3's tile
+ * step (the late rescale and the pinned P V wait, below), and at bf16/fp16
+ * its ping-pong too (FP8: below).  FP8 takes the step without membership
+ * only: its mb variants spilled a register with it (gen-sass.sh). */
+#define TSR_SM90_FA3_STEP \
+  (TSR_BM == 128 && TSR_BN == 128 && TSR_HEAD_DIM == 128 && !(TSR_FP8 && TSR_MEMBERSHIP))
+#define TSR_SM90_FA3_TILE (TSR_SM90_FA3_STEP && !TSR_FP8)
 #ifndef TSR_SM90_PINGPONG
 /* measured on the H200 (notes/sm90.md): loop-only alternation gains 2-3%
  * at d64, where the softmax outweighs the GEMMs; at d128 it lost, until
  * the P V wait was pinned after the softmax: with the pin, every block
  * alternating gains +0.9 / +0.6 / +0.2% (random 10%, dense, top-k 16%) at
  * the cap on the H100 (notes/sm90-2026-12-06b.md), so 1 there (not on the
- * dyn layout, whose registers the pin already fills).  The alternation
- * needs both warpgroups to run the same tiles, so it is off where they
- * skip independently. */
+ * dyn layout, whose registers the pin already fills).  FP8's 128x128
+ * tiles with FA3's step: -0.9 / -0.9 / -1.0% (top-k 16%, dense, 75,600 x
+ * 40 random 25%), +0.5% random 10% (notes/sm90-2026-12-06c.md), so off.
+ * The alternation needs both warpgroups to run the same tiles, so it is
+ * off where they skip independently. */
 #define TSR_SM90_PINGPONG \
   (TSR_SM90_SKIP ? 0 : TSR_HEAD_DIM == 64 ? 2 : TSR_SM90_FA3_TILE && !TSR_LAYOUT_DYN ? 1 : 0)
 #endif
@@ -146,24 +151,16 @@
  * 128x128 nm: +0.5 / +1.0 / +1.0% (random 10%, dense, top-k 16%) in one
  * call, +0.3 / +0.9 / +0.1% in another; never slower.  So on for 128x128
  * tiles at d128.  With the pin (below) on 128x64 and d64 128x128 tiles it
- * lost 1.7 and 1.2% (notes/sm90-2026-12-06b.md section 5); FP8 was not
- * measured.  Those keep the old order. */
+ * lost 1.7 and 1.2% (notes/sm90-2026-12-06b.md section 5): those keep the
+ * old order.  FP8 d128 128x128 nm, step and pin against neither, GPU-planned
+ * at the cap on the H100 (notes/sm90-2026-12-06c.md): +3.2 / +5.4 / +6.8%
+ * (random 10%, top-k 16%, dense at 32,768 x 12), +5.6% at 75,600 x 40
+ * random 25%; the pin alone -5.6 / -3.2 / +2.5 / +0.8%. */
 #ifndef TSR_SM90_LATE_RESCALE
-#define TSR_SM90_LATE_RESCALE (TSR_SM90_FA3_TILE && !TSR_SM90_S2F)
+#define TSR_SM90_LATE_RESCALE (TSR_SM90_FA3_STEP && !TSR_SM90_S2F)
 #endif
 #if TSR_SM90_LATE_RESCALE && TSR_SM90_S2F
 #error "attn_sm90.cuh: the late rescale is written for the one-S steps (not S2F)"
-#endif
-/* Softmax knobs for the next A/B (off; compiled without spills on the d128
- * 128x128 flat variants, not yet timed): the row max in four partial
- * chains (FA4's fmax_reduce), the O rescale without its skip test (FA4
- * always multiplies).  Both leave the outputs' bits as they are.  Where
- * ncu sees them: notes/sm90-2026-12-06b.md section 6. */
-#ifndef TSR_SM90_MAX4
-#define TSR_SM90_MAX4 0
-#endif
-#ifndef TSR_SM90_RESCALE_ALWAYS
-#define TSR_SM90_RESCALE_ALWAYS 0
 #endif
 /* Pin the pending P V's wait after the softmax (FA3's intra-warpgroup
  * overlap; without the pin ptxas hoists the wait above the exponentials).
@@ -492,26 +489,11 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
                                                    float &l0, float &l1, float &a0, float &a1) {
   const float NEG_INF = -__int_as_float(0x7f800000);
   float x0 = NEG_INF, x1 = NEG_INF;
-#if TSR_SM90_MAX4
-  /* four partial maxima a row (FA4's fmax_reduce): a chain a quarter as
-   * deep; max is exact, so the same value */
-  float y0[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, y1[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF};
-#pragma unroll
-  for (int j = 0; j < TSR_BN / 8; ++j) {
-    y0[(2 * j) % 4] = fmaxf(y0[(2 * j) % 4], s[4 * j]);
-    y0[(2 * j + 1) % 4] = fmaxf(y0[(2 * j + 1) % 4], s[4 * j + 1]);
-    y1[(2 * j) % 4] = fmaxf(y1[(2 * j) % 4], s[4 * j + 2]);
-    y1[(2 * j + 1) % 4] = fmaxf(y1[(2 * j + 1) % 4], s[4 * j + 3]);
-  }
-  x0 = fmaxf(fmaxf(y0[0], y0[1]), fmaxf(y0[2], y0[3]));
-  x1 = fmaxf(fmaxf(y1[0], y1[1]), fmaxf(y1[2], y1[3]));
-#else
 #pragma unroll
   for (int j = 0; j < TSR_BN / 8; ++j) {
     x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
     x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
   }
-#endif
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
   x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
@@ -539,13 +521,11 @@ static __device__ __forceinline__ void tsr_softmax(float *s, float scale, float 
 }
 
 /* O *= alpha per row; once the row maxima settle alpha is 1 for whole
- * warps and the multiplies are skipped. */
+ * warps and the multiplies are skipped.  Multiplying always, as FA4 does
+ * (x * 1 is x: the same bits), measured 7-10% slower on d128 128x128 at
+ * the cap on the H100 (notes/sm90-2026-12-06c.md). */
 static __device__ __forceinline__ void tsr_rescale(float *o, float a0, float a1) {
-#if TSR_SM90_RESCALE_ALWAYS
-  if (true) { /* FA4's way: no test, no vote; x * 1 is x, so the same bits */
-#else
   if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
-#endif
 #pragma unroll
     for (int j = 0; j < TSR_HEAD_DIM / 8; ++j) {
       o[4 * j] *= a0;

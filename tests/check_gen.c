@@ -133,7 +133,7 @@ START_TEST(test_name_examples)
   }
   {
     /* the dyn task layout (issue 20): sm90 only, ranked below the same
-     * tile's flat variant so that nothing selects it unmeasured */
+     * tile's flat variant at d128, where FA3's step makes flat faster */
     tsr_variant w, f;
     tsr_variant_need need = { TSR_DT_BF16, 128, 64, 64, 1, 0, 0 };
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_mb_tma64", &w, &err), TSR_OK);
@@ -143,6 +143,14 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_flat_mb_tma64", &f, &err), TSR_OK);
     ck_assert(tsri_variant_serves(&w, "sm_90a", &need));
     ck_assert_int_lt(tsri_variant_rank(&w, "sm_90a", &need), tsri_variant_rank(&f, "sm_90a", &need));
+    /* at d64 above it (measured faster on the H200 and the H100) */
+    need.head_dim = 64;
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m128n128_s2_g3_dyn_nm_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m128n128_s2_g3_flat_nm_tma64", &f, &err), TSR_OK);
+    need.bm = need.bn = 128;
+    need.membership = 0;
+    ck_assert(tsri_variant_serves(&w, "sm_90a", &need) && tsri_variant_serves(&f, "sm_90a", &need));
+    ck_assert_int_gt(tsri_variant_rank(&w, "sm_90a", &need), tsri_variant_rank(&f, "sm_90a", &need));
     ck_assert_int_eq(tsri_variant_parse("tsr_sm80_bf16_d128_m128n64_s2_w4_dyn_mb", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_ERR_INVALID);
     ck_assert_msg(strstr(err.text, "the dyn task layout needs the sm90 family") != NULL, "%s", err.text);

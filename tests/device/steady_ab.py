@@ -14,10 +14,10 @@ kernel says what a pipeline running it would get.
 Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
 each bundle's host plan of the mask (tessera.Plan on the block's tile, row
 tasks, the bundle's own selection), the base bundle's plan on each variant
---variants names (of the case's tile), the GPU-planned request of the first
-(tessera.attention with the CUDA mask; with --precision native,fp8 also at
-FP8, quantization included, judged by relative L2 <= 4.5%: docs/fp8.md's
-figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
+--variants names (of the case's tile and head dim), the GPU-planned request of the first
+(tessera.attention with the CUDA mask); with --precision native,fp8 each
+bundle's GPU-planned request at FP8 too (quantization included, judged by
+relative L2 <= 4.5%: docs/fp8.md's figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
 baselines kit) on 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
 timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
@@ -117,7 +117,7 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
     out = []
     plans = [(name, ctx, {}) for name, ctx in ctxs]
     plans += [(var, ctxs[0][1], dict(select=False, variant=var)) for var in args.variants.split(",")
-              if var and f"_m{b[0]}n{b[1]}_" in var]
+              if var and f"_m{b[0]}n{b[1]}_" in var and f"_d{D}_" in var]
     for name, ctx, kw in plans:
         p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=b, tasks="row", **kw)
         o = torch.full_like(q, float("nan"))
@@ -135,7 +135,8 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         err = check(torch, o, q, k, v, mb, b, rows)
         out.append(("gpu-planned", fn, tessera.last_selection().get("selection"), f"max |err| {err:.2e}",
                     err < 3e-2, None))
-    for prec in (x for x in args.precision.split(",") if x and x != "native"):
+    precs = [x for x in args.precision.split(",") if x and x != "native"]
+    for (name, ctx), prec in ((c, x) for x in precs for c in ctxs):  # each bundle: an A/B of its kernels
         # the user path at that precision (quantization included), judged by
         # relative L2 on the sampled rows, not max |err|.  The 3% of docs/fp8.md is
         # for the corpus's structured q/k/v; on these i.i.d. normal inputs each
@@ -143,18 +144,19 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         # measures 3.4-4.5% relative L2 a head (its "i.i.d. normal v" row), so
         # the bound here is that row's 4.5%: a dropped tile or a wrong scale
         # (docs/fp8.md's mutants) is far beyond it.
+        label = f"gpu-planned-{prec}" if name == "base" else f"{name}-{prec}"
         o = torch.full_like(q, float("nan"))
-        fn = (lambda o=o, prec=prec: tessera.attention(q, k, v, mb, block=b, context=ctxs[0][1], out=o,
-                                                       precision=prec))
+        fn = (lambda o=o, prec=prec, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o,
+                                                                precision=prec))
         try:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
         except tessera.TesseraError as e:  # no variant at that precision for this case: said, not timed
-            log(f"gpu-planned-{prec}: not run: {e}")
+            log(f"{label}: not run: {e}")
             continue
         rel = rel_l2(torch, o, q, k, v, mb, b, rows)
-        out.append((f"gpu-planned-{prec}", fn, tessera.last_selection().get("selection"),
+        out.append((label, fn, tessera.last_selection().get("selection"),
                     f"relative L2 {rel:.2e}", rel <= FP8_IID_REL_L2, None))
     if fa4 is not None and b[0] == 128:
         try:
