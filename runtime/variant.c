@@ -388,7 +388,7 @@ int tsri_variant_rank(const tsr_variant *v, const char *arch, const tsr_variant_
   if (v->layout == TSR_TL_PERS) r += 1;
   /* dyn against the same tile's flat variant (issue 20): at d64 dyn was
    * faster on both cards we have (H200 +6-10%, notes/sm90-sched-2026-12-02.md;
-   * H100 at the power cap +3.4%, notes/sm90-2026-12-06c.md), so it comes
+   * H100 at the power cap +3.3%, notes/sm90-2026-12-06c.md), so it comes
    * first there; at d128 the flat variants have FA3's tile step, which dyn's
    * registers cannot hold (H100: dense -2.7%, sparse equal), so a d128 dyn
    * variant runs only where a lookup-table row or the caller names it. */

@@ -1310,7 +1310,7 @@ static const fp8_case fp8_cases[] = {
   { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0, 0 }, 0 },
   { { "fp8-fp16-d128-128x64-ragged-bshd", 1, 3, 1, 830, 1010, 128, TSR_DT_F16, 1, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
-  /* fp16 on the d128 128x128 tiles (FA3's tile step there, nm and mb), split rows */
+  /* fp16 on the d128 128x128 tiles (FA3's tile step on their nm variant), split rows */
   { { "fp8-fp16-d128-128x128-gqa-split", 1, 4, 2, 1100, 1000, 128, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_SPLIT, 0, 0, 0 }, 0 },
   { { "fp8-bf16-d128-64x64-gqa-empty", 2, 4, 1, 640, 700, 128, TSR_DT_BF16, 1, 64, 64, 64, 64, MK_EMPTY, 0.4, TL_ROW, 0, 1, 0 }, 0 },
   { { "fp8-fp16-d64-64x64-full", 1, 2, 2, 1024, 1024, 64, TSR_DT_F16, 0, 64, 64, 64, 64, MK_FULL, 1, TL_ROW, 0, 0, 0 }, 0 },

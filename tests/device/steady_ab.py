@@ -14,11 +14,12 @@ kernel says what a pipeline running it would get.
 Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
 each bundle's host plan of the mask (tessera.Plan on the block's tile, row
 tasks, the bundle's own selection), the base bundle's plan on each variant
---variants names (of the case's tile and head dim), the GPU-planned request of the first
-(tessera.attention with the CUDA mask); with --precision native,fp8 each
-bundle's GPU-planned request at FP8 too (quantization included, judged by
-relative L2 <= 4.5%: docs/fp8.md's figure for i.i.d. inputs), and FA4's block-sparse kernel with --kit (the
-baselines kit) on 128-token blocks.  Every output is checked
+--variants names (of the case's tile and head dim), the GPU-planned request
+of the first (tessera.attention with the CUDA mask); with --precision
+native,fp8 each bundle's GPU-planned request at FP8 too (quantization
+included, judged by relative L2 <= 4.5%: docs/fp8.md's figure for i.i.d.
+inputs), and FA4's block-sparse kernel with --kit (the baselines kit) on
+128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
 timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
 128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25
