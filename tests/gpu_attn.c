@@ -1307,6 +1307,8 @@ static const fp8_case fp8_cases[] = {
   { { "fp8-bf16-d128-128x128-gqa-ragged", 2, 4, 2, 1000, 1100, 128, TSR_DT_BF16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 1, 0 }, 0 },
   { { "fp8-bf16-d128-128x128-bshd-split-empty", 1, 3, 3, 900, 777, 128, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_EMPTY, 0.5, TL_SPLIT, 0, 1, 0 }, 0 },
   { { "fp8-fp16-d64-128x128-pack", 1, 8, 2, 700, 700, 64, TSR_DT_F16, 0, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_PACK, 1, 0, 0 }, 0 },
+  /* d64 128x128 without partial tiles (the nm variant, its ping-pong), GQA, BSHD */
+  { { "fp8-bf16-d64-128x128-gqa-row", 1, 4, 2, 1000, 900, 64, TSR_DT_BF16, 1, 128, 128, 128, 128, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
   { { "fp8-bf16-d64-128x64-variable-bshd", 2, 2, 1, 950, 1000, 64, TSR_DT_BF16, 1, 0, 0, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
   { { "fp8-bf16-d128-128x64-band-split", 1, 4, 2, 1500, 1500, 128, TSR_DT_BF16, 0, 128, 64, 128, 64, MK_BAND, 0, TL_SPLIT, 0, 0, 0 }, 0 },
   { { "fp8-fp16-d128-128x64-ragged-bshd", 1, 3, 1, 830, 1010, 128, TSR_DT_F16, 1, 128, 64, 128, 64, MK_RANDOM, 0.4, TL_ROW, 0, 0, 0 }, 0 },
