@@ -108,7 +108,8 @@
  * the P V wait was pinned after the softmax: with the pin, every block
  * alternating gains +0.9 / +0.6 / +0.2% (random 10%, dense, top-k 16%) at
  * the cap on the H100 (notes/sm90-2026-12-06b.md), so 1 there (not on the
- * dyn layout, whose registers the pin already fills).  FP8's 128x128
+ * dyn layout, whose registers cannot hold the pin: without it ping-pong
+ * measured -0.8 to +0.3%).  FP8's 128x128
  * tiles with FA3's step: -0.9 / -0.9 / -1.0% (top-k 16%, dense, 75,600 x
  * 40 random 25%), +0.5% random 10% (notes/sm90-2026-12-06c.md), so off.
  * The alternation needs both warpgroups to run the same tiles, so it is
