@@ -4,7 +4,7 @@
  * the host planner would for the same options) bound to device buffers
  * sized for the worst case or the caller's capacities.  Each launch runs
  * the planning kernels of templates/plan_gpu.cuh (tsr_plan_count,
- * tsr_plan_order, tsr_plan_emit) on the caller's stream and then the attention kernel,
+ * tsr_plan_emit) on the caller's stream and then the attention kernel,
  * which reads its task count from the device (tsri_gpu_bind in gpu.c).
  *
  * Uniform and variable block geometries alike: a variable one uploads its
@@ -15,7 +15,7 @@
  *
  * Cost: create allocates and uploads once (qblk, zeroed counters) and loads
  * the variant's module and the planner's (tsr_plan.cubin of the bundle); a launch is host work of a few microseconds (three
- * or five cuLaunchKernel calls, no allocation, no synchronisation).
+ * or four cuLaunchKernel calls, no allocation, no synchronisation).
  * Download synchronises and copies the plan back (tests, verification).
  * The features record lives in pinned host memory that the emit kernel's first thread writes
  * through unified addressing; reading it is a seqlock-guarded copy.
@@ -38,11 +38,11 @@ struct tsr_gpuplan {
   tsr_gpuplan_params gp;     /* kernel parameters (mask filled per launch) */
   int64_t mask_b, mask_h;
   CUmodule mod;              /* the bundle's planner module (tsr_plan.cubin) */
-  CUfunction count_fn, order_fn, emit_fn;
-  int pdl;                   /* order and emit launched as programmatic dependents (sm_90 on) */
+  CUfunction count_fn, emit_fn;
+  int pdl;                   /* emit launched as a programmatic dependent (sm_90 on) */
   CUdeviceptr d_tasks, d_tiles, d_members, d_membership, d_merges, d_qblk;
   CUdeviceptr d_kblk, d_qoff, d_koff, d_tkb, d_kcw; /* variable geometry only */
-  CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_counts, d_scan;
+  CUdeviceptr d_part_o, d_part_m, d_part_l, d_row_len, d_row_part, d_row_off, d_row_task, d_counts, d_scan;
   tsr_gp_stats *stats;       /* pinned, written by the device */
 };
 
@@ -56,7 +56,7 @@ static void free_buffers(tsr_gpuplan *g)
   const tsr_cu *cu = tsri_context_cu(g->ctx);
   CUdeviceptr *ptrs[] = {&g->d_tasks,   &g->d_tiles,   &g->d_members,  &g->d_membership,
                          &g->d_merges,  &g->d_qblk,    &g->d_part_o,   &g->d_part_m,
-                         &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off,
+                         &g->d_part_l,  &g->d_row_len, &g->d_row_part, &g->d_row_off, &g->d_row_task,
                          &g->d_counts,  &g->d_scan,     &g->d_kblk,     &g->d_qoff,
                          &g->d_koff,    &g->d_tkb,      &g->d_kcw};
   size_t i;
@@ -325,6 +325,7 @@ static tsr_status device_alloc(tsr_gpuplan *g, const tsr_gpuplan_caps *caps, con
       (st = dalloc(g, &g->d_part_l, slot_rows * 4, "partial sums", err)) ||
       (st = dalloc(g, &g->d_row_len, rows * 4, "row lengths", err)) ||
       (st = dalloc(g, &g->d_row_part, rows * 4, "row partial tiles", err)) ||
+      (st = dalloc(g, &g->d_row_task, rows * 4, "row tasks", err)) ||
       (st = dalloc(g, &g->d_row_off, rows * TSR_GP_ROW_INTS * 4, "row offsets", err)) ||
       (st = dalloc(g, &g->d_counts, TSR_GP_DSTATS * 4 + (int64_t)sizeof(tsr_gp_stats), "counts", err)) ||
       (st = dalloc(g, &g->d_scan, lay->scan_bytes, "look-back state", err)) ||
@@ -406,8 +407,6 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   if ((st = tsri_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsri_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
                          "cuModuleGetFunction(tsr_plan_count)", err)) ||
-      (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->order_fn, g->mod, "tsr_plan_order"),
-                         "cuModuleGetFunction(tsr_plan_order)", err)) ||
       (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->emit_fn, g->mod, "tsr_plan_emit"),
                          "cuModuleGetFunction(tsr_plan_emit)", err)))
     return st;
@@ -418,8 +417,8 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
 static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
 {
   const tsr_plan *pl = g->pl;
-  /* sm_90 and later overlap the order and emit kernels' launches and emit's
-   * first mask reads with the count kernel (griddepcontrol in
+  /* sm_90 and later overlap the emit kernel's launch and its first mask
+   * reads with the count kernel (griddepcontrol in
    * templates/plan_gpu.cuh). */
   g->pdl = strncmp(pl->arch, "sm_", 3) == 0 && atoi(pl->arch + 3) >= 90;
   memset(&g->gp, 0, sizeof g->gp);
@@ -454,6 +453,7 @@ static void kernel_params(tsr_gpuplan *g, const gp_layout *lay)
   g->gp.merges = (tsr_merge_rec *)(uintptr_t)g->d_merges;
   g->gp.row_len = (tsr_i32 *)(uintptr_t)g->d_row_len;
   g->gp.row_part = (tsr_i32 *)(uintptr_t)g->d_row_part;
+  g->gp.row_task = (tsr_i32 *)(uintptr_t)g->d_row_task;
   g->gp.row_off = (tsr_i32 *)(uintptr_t)g->d_row_off;
   g->gp.counts = (tsr_i32 *)(uintptr_t)g->d_counts;
   g->gp.scan = (unsigned long long *)(uintptr_t)g->d_scan;
@@ -592,9 +592,6 @@ tsr_status tsr_gpuplan_plan(tsr_gpuplan *g, uint64_t mask, tsr_mask_format forma
                                             32 * TSR_GP_COUNT_ROWS, 1, 1, 0,
                                             (CUstream)stream, args, NULL),
                          "cuLaunchKernel(tsr_plan_count)", err)))
-    return st;
-  if ((st = launch_dep(g, g->order_fn, (unsigned)(prm.n_rows / prm.gsz), TSR_GP_ORDER_THREADS, stream, args,
-                       "tsr_plan_order", err)))
     return st;
   return launch_dep(g, g->emit_fn, (nrows + 7) / 8, 256, stream, args, "tsr_plan_emit", err);
 }

@@ -158,10 +158,10 @@ typedef struct {
  * counts[] (device ints, TSR_GP_*): written by the planner every step; the
  * attention kernels read counts[TSR_GP_TASKS] and counts[TSR_GP_MERGES].
  * row_off[r * TSR_GP_ROW_INTS + k]: per row, tile offset, word offset, slot
- * offset (-1 unsplit), merge index, then the task positions of its short
- * and long chunks: the count kernel writes the tasks of the rows before it
- * at [4], the order kernel overwrites [4] and [5] with the positions in
- * the host planner's order (before the snake, which emit applies).  stats
+ * offset (-1 unsplit), merge index, the tasks of the rows before it.
+ * row_task[r]: the row's tiles | split << 30, read by every emit warp of
+ * its (batch, KV head) group to rank the tasks into the host planner's
+ * order (4 bytes a row, contiguous: the reads are coalesced).  stats
  * (host-visible, may be NULL) carries the features.
  *
  * scan[]: the count kernel's decoupled look-back state, TSR_GP_SCAN_STRIDE
@@ -182,16 +182,10 @@ enum {
    * host-visible record off the critical path */
   TSR_GP_DSTATS = 24
 };
-#define TSR_GP_ROW_INTS 6
+#define TSR_GP_ROW_INTS 5
 #define TSR_GP_COUNT_ROWS 32     /* problem rows a count CTA (one a warp) */
 #define TSR_GP_SCAN_VALS 10      /* look-back values a count CTA */
 #define TSR_GP_SCAN_STRIDE 48    /* 64-bit words of look-back state a count CTA */
-/* The order kernel (one CTA a (batch, KV head) group): its threads, the
- * task lengths it tells apart (longer tasks tie, in creation order), and
- * the group rows it keeps in shared memory (more are read again). */
-#define TSR_GP_ORDER_THREADS 256
-#define TSR_GP_ORDER_KEYS 4096
-#define TSR_GP_ORDER_ROWS 4096
 
 /* Host-visible features of the latest planning, written last-to-first with
  * `step` last, so a reader that sees the same step before and after copying
@@ -225,6 +219,7 @@ typedef struct {
   tsr_merge_rec *merges;
   tsr_i32 *row_len, *row_part; /* per row: tiles, partial tiles */
   tsr_i32 *row_off;            /* per row: TSR_GP_ROW_INTS ints */
+  tsr_i32 *row_task;           /* per row: tiles | split << 30 */
   tsr_i32 *counts;             /* TSR_GP_COUNTS ints, then the device features */
   unsigned long long *scan;    /* look-back state (above) */
   tsr_gp_stats *stats;         /* host-mapped, or NULL */

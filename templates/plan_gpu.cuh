@@ -21,7 +21,7 @@
  * tasks the device plan is then byte-identical to tsr_plan_create's
  * (tests/gpu_plan checks it).
  *
- * Three launches:
+ * Two launches:
  *   tsr_plan_count  one warp per problem row, TSR_GP_COUNT_ROWS rows a CTA:
  *                   the row's tiles and partial tiles (the OR / AND of the
  *                   mask bits under each tile) and the features' sums; a
@@ -31,19 +31,13 @@
  *                   second look-back, as the split decisions need the
  *                   wanted-slot prefix).  The last CTA writes the counts
  *                   and the features.
- *   tsr_plan_order  one CTA per (batch, KV head) group: a histogram of its
- *                   task lengths, an exclusive scan from the longest down
- *                   (each length's first position), then one warp walks the
- *                   group's rows in order, 32 tasks a step, ranking a
- *                   length's tasks inside the step by match / ballot: each
- *                   row's chunk positions (a stable counting sort, as the
- *                   host's).
  *   tsr_plan_emit   one warp per row: the row's tiles and membership words
- *                   (ballot / scan + popc give positions), its tasks,
- *                   members and merge record, at the snaked positions.
- *                   On sm_90 and later order and emit are programmatic
- *                   dependent launches: emit starts while the count kernel
- *                   runs, reads the mask, then waits for the order kernel.
+ *                   (ballot / scan + popc give positions), the positions of
+ *                   its tasks in the host's order (a pass over its group's
+ *                   task lengths), its tasks, members and merge record, at
+ *                   the snaked positions.  On sm_90 and later emit is a
+ *                   programmatic dependent launch: it starts while the
+ *                   count kernel runs, reads the mask, then waits for it.
  * Direct rows (one query segment, tile = key block: retain mappings; and
  * gather rows, whose tiles pair the row's selected blocks) take a fast path
  * in both kernels: a 32-bit mask word a lane (4 byte blocks or 32 bits), no
@@ -51,9 +45,8 @@
  * Cost: reads the mask twice (plus once per segment for the features of
  * general rows), writes the plan; latency-bound: a few dependent memory
  * round trips a kernel (mask, look-back flags and values, fences), about
- * 1 us each under load, plus the launches (notes/gpuplan.md).  The order
- * kernel adds group rows / 32 warp steps and lengths / 256 scan steps per
- * group, the groups in parallel, and one launch.
+ * 1 us each under load, plus the launches (notes/gpuplan.md); the
+ * ranking adds group rows / 32 loads a lane to each emit warp.
  */
 #ifndef TSR_PLAN_GPU_CUH
 #define TSR_PLAN_GPU_CUH
@@ -692,13 +685,14 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   TSR_GP_MARK(0);
-  if (threadIdx.x == 0) s_step = *(volatile int *)&p.counts[TSR_GP_STEP];
-  __syncthreads();
+  /* The previous step, the look-back's epoch: loaded now, used once the
+   * rows are counted, so that its round trip overlaps the mask loads
+   * instead of holding them behind a barrier. */
+  const int step0 = threadIdx.x == 0 ? *(volatile int *)&p.counts[TSR_GP_STEP] : 0;
   /* CTAs look back in blockIdx order: like CUB's single-pass scan, this
    * relies on CTAs being dispatched in index order, so that a CTA's
    * predecessors are running or done when it waits for them. */
-  const int cta = blockIdx.x, step = s_step + 1;
-  const unsigned long long epoch = (unsigned)step & 0x3fffffffu;
+  const int cta = blockIdx.x;
   const int r = cta * TSR_GP_COUNT_ROWS + warp;
   const int wn = p.bn / 32;
   const bool two = p.chunk > 0; /* split decisions need the wanted-slot prefix first */
@@ -738,8 +732,11 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     }
     TSR_GP_RMARK(r, 0);
   }
+  if (threadIdx.x == 0) s_step = step0;
   __syncthreads();
   TSR_GP_MARK(1);
+  const int step = s_step + 1;
+  const unsigned long long epoch = (unsigned)step & 0x3fffffffu;
   cta_scan_lookback(p, cta, epoch, 0, 0, two ? 6 : TSR_GP_SCAN_VALS, s_v, s_tot, s_pre, s_ctl);
   __syncthreads();
   TSR_GP_MARK(4);
@@ -760,7 +757,8 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_COUNT_THREADS)
     o[1] = (tsr_i32)(s_pre[1] + pv[1]);
     o[2] = split ? (tsr_i32)slot : -1;
     o[3] = split ? (tsr_i32)(s_pre[6] + pv[6]) : -1;
-    o[4] = (tsr_i32)(s_pre[8] + pv[8]); /* tasks of the rows before: the order kernel's group base */
+    o[4] = (tsr_i32)(s_pre[8] + pv[8]); /* tasks of the rows before (at a group's first row: its base) */
+    p.row_task[r] = len | (split ? 1 << 30 : 0);
   }
   if (cta == (int)gridDim.x - 1 && threadIdx.x == 0) write_counts(p, s_pre, s_tot, step);
   TSR_GP_MARK(5);
@@ -774,178 +772,6 @@ static __device__ __forceinline__ void grid_dep_wait()
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-
-namespace tsrgp {
-
-/* A row's tasks as at most two (length, count) items in creation order:
- * its short chunks (length q, nch - big of them), then its long ones
- * (q + 1, big of them; runtime/tasks.c: near-equal chunks, in chunk order
- * within a length); an empty row is one task of length 0.  Lengths from
- * TSR_GP_ORDER_KEYS - 1 on share the last key (ties in creation order). */
-struct rowitems {
-  int k0, c0, k1, c1;
-};
-
-static __device__ __forceinline__ rowitems row_items(const tsr_gpuplan_params &p, int len, bool split)
-{
-  rowitems it = {0, 1, 0, 0};
-  if (len == 0) return it;
-  const int nch = split ? want_chunks(p, len) : 1, q = len / nch, big = len - nch * q;
-  it.k0 = min(q, TSR_GP_ORDER_KEYS - 1);
-  it.c0 = nch - big;
-  it.k1 = min(q + 1, TSR_GP_ORDER_KEYS - 1);
-  it.c1 = big;
-  return it;
-}
-
-/* Row i of the group as length | split << 30: from shared memory for the
- * first TSR_GP_ORDER_ROWS rows, else from the count kernel's output. */
-static __device__ __forceinline__ int group_row(const tsr_gpuplan_params &p, const int *s_row, int r0, int i)
-{
-  if (i < TSR_GP_ORDER_ROWS) return s_row[i];
-  const long long r = (long long)r0 + i;
-  return p.row_len[r] | (p.row_off[r * TSR_GP_ROW_INTS + 2] >= 0 ? 1 << 30 : 0);
-}
-
-static __device__ __forceinline__ rowitems group_items(const tsr_gpuplan_params &p, int v)
-{
-  return row_items(p, v & ((1 << 30) - 1), (v >> 30) & 1);
-}
-
-/* Over the lanes `peers` (this lane's key's lanes): the sum of c below this
- * lane and in all of them, bit by bit (one round when every c is 0 or 1). */
-static __device__ __forceinline__ void peer_sums(unsigned peers, int c, int lane, int &below, int &all)
-{
-  const unsigned lt = (1u << lane) - 1u;
-  below = all = 0;
-  for (int b = 0; __any_sync(0xffffffffu, (c >> b) != 0); ++b) {
-    const unsigned bits = __ballot_sync(0xffffffffu, (c >> b) & 1) & peers;
-    below += __popc(bits & lt) << b;
-    all += __popc(bits) << b;
-  }
-}
-
-/* Adds count c at key k (k < 0: nothing) to the histogram, one shared
- * atomic per distinct key of the warp.  Warp-wide. */
-static __device__ __forceinline__ void hist_add(int *hist, int k, int c, int lane)
-{
-  const unsigned peers = __match_any_sync(0xffffffffu, k);
-  int below, all;
-  peer_sums(peers, k >= 0 ? c : 0, lane, below, all);
-  if (k >= 0 && (peers & ((1u << lane) - 1u)) == 0) atomicAdd(hist + k, all);
-}
-
-}  // namespace tsrgp
-
-/* The host planner's task order for one (batch, KV head) group a CTA:
- * rows [blockIdx.x * gsz, + gsz).  Counts the group's tasks by length,
- * turns the counts into each length's first position (longest first, from
- * the tasks of the groups before: row_off[first row][4]), then warp 0
- * walks the rows in order and hands out positions, 32 tasks a step; the
- * positions of a row's short and long chunks go to row_off[4], [5]. */
-extern "C" __global__ void __launch_bounds__(TSR_GP_ORDER_THREADS)
-    tsr_plan_order(const __grid_constant__ tsr_gpuplan_params p)
-{
-  using namespace tsrgp;
-  __shared__ int s_pos[TSR_GP_ORDER_KEYS]; /* per length: its tasks, then its next position */
-  __shared__ int s_row[TSR_GP_ORDER_ROWS]; /* the group's rows, length | split << 30 */
-  __shared__ int s_item[64][2];            /* one step's items: length, count, then position */
-  __shared__ int s_wsum[TSR_GP_ORDER_THREADS / 32];
-  __shared__ int s_base;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  /* emit may start now: it reads the mask, then waits for this grid */
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const int r0 = blockIdx.x * p.gsz, nr = p.gsz, nb = min(p.nkt, TSR_GP_ORDER_KEYS - 1) + 1;
-  for (int k = tid; k < nb; k += TSR_GP_ORDER_THREADS) s_pos[k] = 0;
-  grid_dep_wait();
-  if (p.counts[TSR_GP_OVERFLOW]) return; /* the same for every thread */
-  __syncthreads();
-  for (int i0 = warp * 32; i0 < nr; i0 += TSR_GP_ORDER_THREADS) {
-    const int i = i0 + lane;
-    rowitems it = {-1, 0, -1, 0};
-    if (i < nr) {
-      const long long r = (long long)r0 + i;
-      const int v = p.row_len[r] | (p.row_off[r * TSR_GP_ROW_INTS + 2] >= 0 ? 1 << 30 : 0);
-      if (i < TSR_GP_ORDER_ROWS) s_row[i] = v;
-      it = group_items(p, v);
-    }
-    hist_add(s_pos, it.k0, it.c0, lane);
-    hist_add(s_pos, it.c1 ? it.k1 : -1, it.c1, lane);
-  }
-  if (tid == 0) s_base = p.row_off[(long long)r0 * TSR_GP_ROW_INTS + 4];
-  __syncthreads();
-  /* Exclusive scan from the longest length down: thread t takes lengths
-   * nb - 1 - d for d in its run [d0, d1). */
-  {
-    const int per = (nb + TSR_GP_ORDER_THREADS - 1) / TSR_GP_ORDER_THREADS, d0 = min(tid * per, nb),
-              d1 = min(d0 + per, nb);
-    int sum = 0;
-    for (int d = d0; d < d1; ++d) sum += s_pos[nb - 1 - d];
-    int x = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, x, o);
-      if (lane >= o) x += y;
-    }
-    if (lane == 31) s_wsum[warp] = x;
-    __syncthreads();
-    int run = s_base + x - sum;
-    for (int w = 0; w < warp; ++w) run += s_wsum[w];
-    for (int d = d0; d < d1; ++d) {
-      const int k = nb - 1 - d, h = s_pos[k];
-      s_pos[k] = run;
-      run += h;
-    }
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  /* Rows in order: a step's items (a row's short chunks, then its long
-   * ones) go to s_item by a warp scan of their number, then each length's
-   * items take consecutive positions, lower items first. */
-  for (int i0 = 0; i0 < nr; i0 += 32) {
-    const int i = i0 + lane;
-    const rowitems it = i < nr ? group_items(p, group_row(p, s_row, r0, i)) : rowitems{0, 0, 0, 0};
-    const int n = (it.c0 > 0) + (it.c1 > 0);
-    int at = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, at, o);
-      if (lane >= o) at += y;
-    }
-    const int total = __shfl_sync(0xffffffffu, at, 31);
-    at -= n;
-    if (it.c0) {
-      s_item[at][0] = it.k0;
-      s_item[at][1] = it.c0;
-    }
-    if (it.c1) {
-      s_item[at + 1][0] = it.k1;
-      s_item[at + 1][1] = it.c1;
-    }
-    __syncwarp();
-    for (int j0 = 0; j0 < total; j0 += 32) {
-      const int j = j0 + lane;
-      const bool act = j < total;
-      const int key = act ? s_item[j][0] : -1, c = act ? s_item[j][1] : 0;
-      const unsigned peers = __match_any_sync(0xffffffffu, key);
-      int below, all;
-      peer_sums(peers, c, lane, below, all);
-      const int first = act ? s_pos[key] : 0;
-      __syncwarp();
-      if (act && (peers >> lane) == 1u) s_pos[key] = first + all; /* the key's last item here */
-      if (act) s_item[j][1] = first + below;
-      __syncwarp();
-    }
-    if (i < nr) {
-      tsr_i32 *o = p.row_off + ((long long)r0 + i) * TSR_GP_ROW_INTS;
-      o[4] = s_item[at][1];
-      o[5] = it.c1 ? s_item[at + 1][1] : o[4];
-    }
-    __syncwarp();
-  }
 }
 
 /* Copies the device features to the host-visible record: step = -1, the
@@ -1080,11 +906,60 @@ static __device__ __forceinline__ int snake(const tsr_gpuplan_params &p, int pos
   return (pos / g) & 1 ? k0 + min(g, n - k0) - 1 - (pos - k0) : pos;
 }
 
+/* A row's tasks as two (length, count) items, from row_task (tiles |
+ * split << 30): its short chunks (length q, c0 of them) and its long ones
+ * (q + 1, c1; runtime/tasks.c: near-equal chunks); an empty row is one
+ * task of length 0.  Divides only in split templates. */
+struct rowitems {
+  int q, c0, c1;
+};
+
+static __device__ __forceinline__ rowitems row_items(const tsr_gpuplan_params &p, int v)
+{
+  const int len = v & ((1 << 30) - 1);
+  if (!(v >> 30)) return rowitems{len, 1, 0};
+  const int nch = want_chunks(p, len), q = len / nch, big = len - nch * q;
+  return rowitems{q, nch - big, big};
+}
+
+/* The host planner's order (runtime/tasks.c protos_order) of row r's
+ * tasks, before the snake: within its (batch, KV head) group, longest
+ * first, ties in creation order (rows in order; a row's short chunks
+ * before its long ones), after the tasks of the groups before.  Counting
+ * sort ranks without the sort: the first position of the row's short
+ * chunks (pos0) is the group's base plus the tasks of the group that are
+ * longer, or as long and in an earlier row; likewise its long chunks
+ * (pos1).  The warp reads the group's row_task words in one pass, gsz / 32
+ * coalesced loads a lane: a group's rows are ranked in parallel instead
+ * of one warp walking them in order (the third kernel that did,
+ * tsr_plan_order, cost 8 us of the 28 us of planning at 32,768 tokens x
+ * 12 heads: notes/gpuplan.md).  The reads grow as rows x group rows:
+ * 14 x 10^6 words at 75,600 tokens x 40 heads (128-token tiles). */
+static __device__ __forceinline__ void task_positions(const tsr_gpuplan_params &p, long long r, int lane, int &pos0,
+                                                      int &pos1)
+{
+  const int i = (int)(r % p.gsz);
+  const long long r0 = r - i;
+  const int k0 = row_items(p, p.row_task[r]).q, k1 = k0 + 1;
+  int s0 = 0, s1 = 0;
+#pragma unroll 4
+  for (int j = lane; j < p.gsz; j += 32) {
+    const rowitems it = row_items(p, p.row_task[r0 + j]);
+    const bool before = j < i;
+    const int q = it.q;
+    s0 += (q > k0 || (q == k0 && before) ? it.c0 : 0) + (q + 1 > k0 || (q + 1 == k0 && before) ? it.c1 : 0);
+    s1 += (q > k1 || (q == k1 && before) ? it.c0 : 0) + (q + 1 > k1 || (q + 1 == k1 && before) ? it.c1 : 0);
+  }
+  const int base = p.row_off[r0 * TSR_GP_ROW_INTS + 4];
+  pos0 = base + warp_sum(s0);
+  pos1 = base + warp_sum(s1);
+}
+
 /* The row's tasks (one, or its near-equal chunks), members and merge
- * record, at the positions the order kernel gave its short and long
- * chunks (ro[4], ro[5]), snaked. */
+ * record, at the positions of its short and long chunks (pos0, pos1;
+ * task_positions), snaked. */
 static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, int lane, int len, int tile0,
-                                  int slot, const tsr_i32 *ro)
+                                  int slot, int pos0, int pos1, const tsr_i32 *ro)
 {
   tsr_member_rec mr;
   mr.batch = g.b;
@@ -1094,7 +969,7 @@ static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, 
   const int n_tasks = p.counts[TSR_GP_TASKS];
   if (len == 0) {
     if (lane == 0) {
-      const int pos = snake(p, ro[4], n_tasks);
+      const int pos = snake(p, pos0, n_tasks);
       tsr_task_rec tk;
       tk.batch = g.b;
       tk.head = g.h;
@@ -1113,7 +988,7 @@ static __device__ void emit_tasks(const tsr_gpuplan_params &p, const rowgeo &g, 
     const int tb = (int)((long long)k * len / nch), te = (int)((long long)(k + 1) * len / nch);
     const int size = te - tb, big_before = tb - k * q;
     const bool is_big = size == q + 1;
-    const int pos = snake(p, is_big ? ro[5] + big_before : ro[4] + k - big_before, n_tasks);
+    const int pos = snake(p, is_big ? pos1 + big_before : pos0 + k - big_before, n_tasks);
     tsr_task_rec tk;
     tk.batch = g.b;
     tk.head = g.h;
@@ -1181,13 +1056,18 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   grid_dep_wait();
   TSR_GP_EMARK(1);
   if (p.stats && blockIdx.x == 0 && threadIdx.x == 0) publish_stats(p);
+  /* The count kernel's output, loads together (one round trip): row_off
+   * and row_len are written whatever the overflow flag says. */
   const tsr_i32 *ro = p.row_off + (long long)r * TSR_GP_ROW_INTS;
-  if (p.counts[TSR_GP_OVERFLOW]) return;
+  const int overflow = p.counts[TSR_GP_OVERFLOW];
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
+  int pos0, pos1;
+  task_positions(p, r, lane, pos0, pos1);
+  if (overflow) return;
   if (direct) direct_tiles(p, g, lane, tile0, b);
   else general_tiles(p, g, st ? s_sw[warp] : nullptr, ui, lane, tile0, word0, s_pl[warp]);
   TSR_GP_RMARK(r, 1);
-  emit_tasks(p, g, lane, len, tile0, slot, ro);
+  emit_tasks(p, g, lane, len, tile0, slot, pos0, pos1, ro);
   TSR_GP_RMARK(r, 2);
   TSR_GP_EMARK(2);
 }

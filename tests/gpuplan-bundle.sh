@@ -2,7 +2,7 @@
 # gpuplan-bundle.sh: tessera-gen compiles the GPU planner
 # (templates/plan_gpu.cuh) for every compile target: the registry lists a
 # planner module for each target, and each tsr_plan.cubin is an ELF file that
-# defines tsr_plan_count, tsr_plan_order and tsr_plan_emit.  Runs anywhere (reads the ELF
+# defines tsr_plan_count and tsr_plan_emit.  Runs anywhere (reads the ELF
 # symbol names; no GPU needed).
 set -u
 top_build=${TSR_TOP_BUILDDIR:-.}
@@ -27,7 +27,7 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
     fail=1
     continue
   fi
-  for sym in tsr_plan_count tsr_plan_order tsr_plan_emit; do
+  for sym in tsr_plan_count tsr_plan_emit; do
     if ! LC_ALL=C grep -q -a "$sym" "$f"; then
       echo "gpuplan-bundle: $f lacks the kernel $sym" >&2
       fail=1

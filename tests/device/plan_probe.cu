@@ -29,9 +29,9 @@
  * (min / mean / max over CTAs, from the first count CTA's entry).
  *
  * Kernel names and launch shapes follow the cubin: if it has
- * tsr_plan_scan, three launches (count, scan, emit); if it has
- * tsr_plan_order (the shipped planner), count, order (one CTA a head: no
- * GQA here), emit; else two.  Grid sizes
+ * tsr_plan_scan, three launches (count, scan, emit); else two (count and
+ * emit, the shipped planner).  The parameter block is this tree's
+ * plan_layout.h, so cubins of other trees may not match it.  Grid sizes
  * come from the rows a CTA of each kernel handles, read from the cubin's
  * global `tsr_gp_shape` (threads and rows a CTA per kernel) when present,
  * else 1024 threads x 32 rows and 256 x 8 rows (the shipped kernels).
@@ -250,6 +250,8 @@ int main(int argc, char **argv)
   p.row_part = (tsr_i32 *)(uintptr_t)d;
   d = alloc((size_t)rows * TSR_GP_ROW_INTS * 4);
   p.row_off = (tsr_i32 *)(uintptr_t)d;
+  d = alloc((size_t)rows * 4);
+  p.row_task = (tsr_i32 *)(uintptr_t)d;
   CUdeviceptr dcounts = alloc(TSR_GP_DSTATS * 4 + sizeof(tsr_gp_stats) + 4096);
   p.counts = (tsr_i32 *)(uintptr_t)dcounts;
   const int ncta = (rows + TSR_GP_COUNT_ROWS - 1) / TSR_GP_COUNT_ROWS;
@@ -279,12 +281,7 @@ int main(int argc, char **argv)
     c.grid = (rows + shape[1] - 1) / shape[1];
     c.name = "count";
     ls.push_back(c);
-    if (cuModuleGetFunction(&s.f, mod, "tsr_plan_order") == CUDA_SUCCESS) {
-      s.threads = TSR_GP_ORDER_THREADS;
-      s.grid = rows / nqt;
-      s.name = "order";
-      ls.push_back(s);
-    } else if (cuModuleGetFunction(&s.f, mod, "tsr_plan_scan") == CUDA_SUCCESS) {
+    if (cuModuleGetFunction(&s.f, mod, "tsr_plan_scan") == CUDA_SUCCESS) {
       s.threads = shape[4];
       s.grid = shape[5] ? (rows + shape[5] - 1) / shape[5] : 1;
       s.name = "scan";

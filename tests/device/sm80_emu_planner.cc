@@ -20,6 +20,9 @@ struct int2 {
   int x, y;
 };
 static inline int2 make_int2(int x, int y) { return int2{ x, y }; }
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
 static inline long long min(long long a, long long b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -134,5 +137,4 @@ static inline void __syncwarp(unsigned = 0xffffffffu) { emu_all64(0, 26); }
   static void emu_##fn(const void *p) { fn(*(const tsr_gpuplan_params *)p); }         \
   static int emu_reg_##fn = (emu_register(#fn, emu_##fn, sizeof(tsr_gpuplan_params)), 0);
 EMU_PLANNER(tsr_plan_count)
-EMU_PLANNER(tsr_plan_order)
 EMU_PLANNER(tsr_plan_emit)
