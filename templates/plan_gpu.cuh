@@ -1061,12 +1061,14 @@ extern "C" __global__ void __launch_bounds__(TSR_GP_EMIT_THREADS, TSR_GP_EMIT_MI
   const tsr_i32 *ro = p.row_off + (long long)r * TSR_GP_ROW_INTS;
   const int overflow = p.counts[TSR_GP_OVERFLOW];
   const int len = p.row_len[r], tile0 = ro[0], word0 = ro[1], slot = ro[2];
-  int pos0, pos1;
-  task_positions(p, r, lane, pos0, pos1);
   if (overflow) return;
   if (direct) direct_tiles(p, g, lane, tile0, b);
   else general_tiles(p, g, st ? s_sw[warp] : nullptr, ui, lane, tile0, word0, s_pl[warp]);
   TSR_GP_RMARK(r, 1);
+  /* after the tiles: with the mask words and the staged state live, the
+   * ranking's registers spilled at the 64 of four CTAs (tests/gen-sass.sh) */
+  int pos0, pos1;
+  task_positions(p, r, lane, pos0, pos1);
   emit_tasks(p, g, lane, len, tile0, slot, pos0, pos1, ro);
   TSR_GP_RMARK(r, 2);
   TSR_GP_EMARK(2);
