@@ -3,7 +3,7 @@
 host plan of the same mask (issue 20: the GPU-planned request must be within
 2% of the best host plan).  For each steady_ab.py case: torch.profiler's
 CUDA time a call over 20 calls of tessera.attention with the CUDA mask (the
-attention kernel and the planner's count / order / emit kernels) and of the
+attention kernel and the planner's kernels, count and emit) and of the
 host plan's run (tessera.Plan, row tasks).  Single process, not at the power
 cap: a share of the request's GPU time, not a timing (the clock moves with
 the card's power between the paths; steady_ab.py times them, and checks

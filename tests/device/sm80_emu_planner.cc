@@ -20,9 +20,6 @@ struct int2 {
   int x, y;
 };
 static inline int2 make_int2(int x, int y) { return int2{ x, y }; }
-struct alignas(16) int4 {
-  int x, y, z, w;
-};
 static inline long long min(long long a, long long b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
