@@ -114,8 +114,6 @@ constexpr int SB = QREG ? pick_sb(true) : (pick_sb(false) > 0 ? pick_sb(false) :
  * spilled on sm_90a (the barrier after the product changes the schedule),
  * 4 fits on all five targets. */
 constexpr int QUNROLL = ST == 1 ? 4 : 2;
-/* Rows a thread copies between loop branches in load_rows at two warps. */
-constexpr int COPY_UNROLL = 2;
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
@@ -148,7 +146,10 @@ static __device__ __forceinline__ long long opaque(long long x)
 
 /* Copies `rows` rows of D elements (row stride `stride` elements) into a
  * swizzled tile of CAP rows at shared address dst; rows past `rows` are
- * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC. */
+ * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC.
+ * A row past `rows` keeps its (possibly out-of-bounds) source address: a
+ * cp.async with source size 0 reads nothing (PTX ISA), so only the size is
+ * selected, and ptxas turns that into LDGSTS's own predicate. */
 template <int CAP>
 static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *src, long long stride, int rows)
 {
@@ -156,23 +157,35 @@ static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *sr
   const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
   const long long step = opaque(stride * STEP);
   const tsr_u16 *g = src + r0 * stride + c * 8;
+  const int left = rows - r0;
   if constexpr (W == 2) {
-    /* Two warps copy twice the rows a thread of four do: unrolled whole,
-     * the row addresses and predicates held across the copy spilled at d128
-     * (2-76 LDL/STL); in steps of COPY_UNROLL they fit. */
-#pragma unroll (COPY_UNROLL)
-    for (int k = 0; k < CAP / STEP; ++k) {
-      const int r = r0 + k * STEP;
-      const bool ok = r < rows;
-      tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
-      g += step;
+    /* Two warps copy twice the rows a thread of four do.  Unrolled whole,
+     * the row addresses held across the copy spilled at d128; a loop that
+     * recomputes each address from k cost 11.5 instructions a copy
+     * (notes/sm80.md, 2026-12-06b).  So the loop carries only the source
+     * pointer, stepped through opaque() so ptxas cannot precompute the
+     * U addresses of an iteration into registers, the destination,
+     * and the rows left; within an iteration the swizzle alternates between
+     * two phases (STEP 4 at d128) that d1 and immediates cover. */
+    constexpr int U = CAP / STEP < 8 ? CAP / STEP : 8; /* copies an iteration */
+    static_assert((CAP / STEP) % U == 0 && U % 2 == 0 && (2 * STEP) % 8 == 0, "copy loop steps");
+    unsigned d = dst + sw(r0, c);
+    const unsigned d1 = sw(r0 + STEP, c) - sw(r0, c);
+    int n = left;
+#pragma unroll 1
+    for (int k = 0; k < CAP / STEP; k += U) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        tsr_cp_async16(d + (u & 1 ? d1 : 0) + (u >> 1) * 2 * STEP * RB, g, u * STEP < n ? 16 : 0);
+        g = (const tsr_u16 *)opaque((long long)(g + step));
+      }
+      d += U * STEP * RB;
+      n -= U * STEP;
     }
   } else {
 #pragma unroll
     for (int k = 0; k < CAP / STEP; ++k) {
-      const int r = r0 + k * STEP;
-      const bool ok = r < rows;
-      tsr_cp_async16(dst + sw(r, c), ok ? g : src, ok ? 16 : 0);
+      tsr_cp_async16(dst + sw(r0 + k * STEP, c), g, k * STEP < left ? 16 : 0);
       g += step;
     }
   }
