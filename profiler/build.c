@@ -90,8 +90,11 @@ double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id)
   return best;
 }
 
-double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
-                          const tsr_plan_opts *o)
+/* tsrp_build_time_of; with by_rank, the time of the plan the request path
+ * runs without a row for that shape: the timed variant of the highest
+ * tsri_variant_rank (the bundle's pick among the variants that served). */
+static double time_of(const tsrp_dataset *ds, const tsrp_mask_times *m, const tsr_plan_opts *o,
+                      int by_rank)
 {
   /* AUTO resolves as the planner does: combine, else subdivide, else retain. */
   static const tsr_mapping order[] = {TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE, TSR_MAP_RETAIN};
@@ -99,22 +102,56 @@ double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
   for (k = 0; k < 3; k++) {
     tsr_mapping want = o->mapping == TSR_MAP_AUTO ? order[k] : o->mapping;
     double t = 0;
-    int i;
+    int i, rank = 0;
     for (i = 0; i < m->n; i++) {
       int64_t pi = tsrp_build_plan_index(ds, m->plan_ids[i]);
       const tsrp_plan_row *p;
       if (pi < 0)
         continue;
       p = &ds->plans[pi];
-      if (p->mapping == want && p->tile_m == o->tile_m && p->tile_n == o->tile_n &&
-          p->tasks == o->tasks && (!o->variant || !strcmp(o->variant, p->variant)))
-        if (t == 0 || m->ms[i] < t)
-          t = m->ms[i];
+      if (p->mapping != want || p->tile_m != o->tile_m || p->tile_n != o->tile_n ||
+          p->tasks != o->tasks || (o->variant && strcmp(o->variant, p->variant)))
+        continue;
+      if (t == 0 || (by_rank && p->rank > rank) ||
+          ((!by_rank || p->rank == rank) && m->ms[i] < t)) {
+        t = m->ms[i];
+        rank = p->rank;
+      }
     }
     if (t > 0 || o->mapping != TSR_MAP_AUTO)
       return t;
   }
   return 0;
+}
+
+double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                          const tsr_plan_opts *o)
+{
+  return time_of(ds, m, o, 0);
+}
+
+double tsrp_build_auto_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                               const tsr_plan_opts *o)
+{
+  return time_of(ds, m, o, 1);
+}
+
+/* The plan's variant as the bundle ranks it on arch (tsri_variant_rank for
+ * a plan without partial tiles: a nm variant is timed only where it serves,
+ * and there the bundle prefers it). */
+static void plan_variant(const char *arch, tsrp_plan_row *p)
+{
+  tsr_variant v;
+  tsr_variant_need need = {0};
+  tsr_error e = {0};
+  p->membership = p->head_dim = p->dtype = 0;
+  p->rank = -1;
+  if (tsri_variant_parse(p->variant, &v, &e) != TSR_OK)
+    return;
+  p->membership = v.membership;
+  p->head_dim = v.head_dim;
+  p->dtype = (int)v.dtype;
+  p->rank = tsri_variant_rank(&v, arch, &need);
 }
 
 static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
@@ -158,6 +195,7 @@ static tsr_status load_plans(tsr_db *db, tsrp_dataset *ds, tsr_error *err)
     p->tile_n = sqlite3_column_int(st, 3);
     p->tasks = (tsr_tasks)tk;
     snprintf(p->variant, sizeof p->variant, "%s", (const char *)sqlite3_column_text(st, 5));
+    plan_variant(ds->arch, p);
   }
   sqlite3_finalize(st);
   return rc == SQLITE_DONE ? TSR_OK : sql_fail(db, err);
@@ -178,6 +216,14 @@ tsr_status tsrp_build_load(tsr_db *db, const char *gpu, int multiprocessors, con
   ds->multiprocessors = multiprocessors;
   if (!split)
     split = "profile";
+  if (sqlite3_prepare_v2(h, "SELECT arch FROM gpus WHERE name=? ORDER BY id DESC", -1, &st,
+                         NULL) != SQLITE_OK)
+    goto dbfail;
+  sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    snprintf(ds->arch, sizeof ds->arch, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  st = NULL;
   if ((s = load_plans(db, ds, err)) != TSR_OK)
     goto fail;
   /* Masks with features, sorted by id. */
@@ -314,22 +360,29 @@ static const char *dtype_text(int dt)
  * base plan on the evaluation split's radial masks. */
 #define TSRP_BUILD_MARGIN 1.02
 
-/* Whether plan pr is the base plan o on a variant the request path runs
+/* Whether plan pr is the base plan o on the variant the request path runs
  * without a row (an automatic base mapping matches every mapping, as
- * tsrp_build_time_of resolves it).  A dyn-layout variant is never one:
- * tsri_variant_rank puts it below the same tile's flat variant, so the
- * automatic plan never runs it, and a row that names it leaves the base
- * plan like any other and needs the margin (issue 20: without this, rows
- * of the 2026-12-02 sweep took dyn variants for gains under the margin,
- * and on its evaluation split they ran up to 6% slower than flat). */
-static int is_base(const tsrp_plan_row *pr, const tsr_plan_opts *o)
+ * tsrp_build_time_of resolves it): the highest-ranked variant of its shape,
+ * dtype and head dim among those with the same membership code (the bundle picks the nm one
+ * where it serves, else the mb one).  Any other variant leaves the base
+ * plan like another shape and needs the margin (issue 20: when every flat
+ * variant counted as base, rows of the 2026-12-02 sweep took dyn variants
+ * for gains under the margin, and on its evaluation split ran up to 6%
+ * slower than the automatic plan). */
+static int is_base(const tsrp_dataset *ds, const tsrp_plan_row *pr, const tsr_plan_opts *o)
 {
-  tsr_variant v;
-  tsr_error e = {0};
+  int64_t q;
   if (pr->tile_m != o->tile_m || pr->tile_n != o->tile_n || pr->tasks != o->tasks ||
       (o->mapping != TSR_MAP_AUTO && pr->mapping != o->mapping))
     return 0;
-  return !(tsri_variant_parse(pr->variant, &v, &e) == TSR_OK && v.layout == TSR_TL_DYN);
+  for (q = 0; q < ds->n_plans; q++) {
+    const tsrp_plan_row *x = &ds->plans[q];
+    if (x->mapping == pr->mapping && x->tile_m == pr->tile_m && x->tile_n == pr->tile_n &&
+        x->tasks == pr->tasks && x->membership == pr->membership && x->dtype == pr->dtype &&
+        x->head_dim == pr->head_dim && x->rank > pr->rank)
+      return 0;
+  }
+  return 1;
 }
 
 /* Plan p on the group's masks: how many timed it (returned), and the sum
@@ -380,7 +433,7 @@ static tsr_status emit_row(tsr_db *db, const tsrp_dataset *ds, const char *arch,
   for (p = 0; p < ds->n_plans; p++) {
     double score;
     int64_t cover;
-    if (!is_base(&ds->plans[p], &base0))
+    if (!is_base(ds, &ds->plans[p], &base0))
       continue;
     cover = plan_score(ds, group, n, p, &score);
     if (cover == best_cover && (base_p < 0 || score < base_score)) {
@@ -448,20 +501,13 @@ static tsr_status build_gpu(tsr_db *db, const char *gpu, int sms, const char *sp
 {
   tsrp_dataset ds;
   keyed *k = NULL;
-  char arch[32] = "";
+  const char *arch = ds.arch;
   int64_t i, rows = 0, used = 0;
   int level;
   sqlite3_stmt *st = NULL;
   tsr_status s = tsrp_build_load(db, gpu, sms, split, &ds, err);
   if (s != TSR_OK)
     return s;
-  if (sqlite3_prepare_v2(tsri_db_sqlite(db), "SELECT arch FROM gpus WHERE name=? ORDER BY id DESC",
-                         -1, &st, NULL) == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, gpu, -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) == SQLITE_ROW)
-      snprintf(arch, sizeof arch, "%s", (const char *)sqlite3_column_text(st, 0));
-  }
-  sqlite3_finalize(st);
   k = malloc(sizeof *k * (size_t)(ds.n_masks ? ds.n_masks : 1));
   if (!k) {
     tsrp_build_free(&ds);

@@ -48,10 +48,14 @@ typedef struct {
   int tile_m, tile_n;
   tsr_tasks tasks;
   char variant[96];
+  int dtype, head_dim; /* the variant's (0 for an unparsed name) */
+  int membership;      /* the variant has membership code (mb) */
+  int rank;            /* tsri_variant_rank on the GPU's arch (-1: unparsed name) */
 } tsrp_plan_row;
 
 typedef struct {
   char gpu[128];
+  char arch[32]; /* the GPU's, as the gpus table names it */
   int multiprocessors;
   tsrp_mask_times *masks;
   int64_t n_masks;
@@ -72,6 +76,10 @@ double tsrp_build_best(const tsrp_mask_times *m, int64_t *plan_id);
 /* Time of the plan matching opts (mapping, tile, tasks; variant when set). */
 double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
                           const tsr_plan_opts *o);
+/* Time of the plan matching opts on the variant the request path runs
+ * without a row: the timed one of the highest tsri_variant_rank. */
+double tsrp_build_auto_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                               const tsr_plan_opts *o);
 
 /* ---- Evaluation and report (report.c) ---------------------------------- */
 
@@ -80,6 +88,17 @@ double tsrp_build_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
  * candidate computes the same tiles and the speed-up over the direct plan
  * is 1 by construction.  The sparse_* figures leave them out. */
 #define TSRP_SPARSE_DENSITY 0.95
+
+/* Selected against automatic (the plan the request path runs without a
+ * table, on its fastest flat variant): masks with both timed, geometric
+ * mean of t(automatic) / t(selected), masks more than 2% slower than
+ * automatic, and the lowest ratio. */
+typedef struct {
+  int64_t masks;
+  double geo_speedup;
+  int64_t slower;
+  double worst;
+} tsrp_auto_figures;
 
 typedef struct {
   int64_t masks;           /* eval masks with timings */
@@ -93,6 +112,7 @@ typedef struct {
    * (0 when there are none). */
   int64_t sparse_masks;
   double sparse_within5, sparse_geo_regret, sparse_geo_speedup, sparse_geo_best_speedup;
+  tsrp_auto_figures vs_auto, sparse_vs_auto;
 } tsrp_eval_stats;
 
 /* Selects a plan for each mask of `split` through the lookup table in db

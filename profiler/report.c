@@ -35,6 +35,41 @@ static void plan_text(const tsrp_dataset *ds, int64_t plan_id, char *buf, size_t
            ds->plans[i].tile_m, ds->plans[i].tile_n, tsr_plan_tasks_name(ds->plans[i].tasks));
 }
 
+/* The plan the request path runs for opts on a device context: a plan that
+ * retains bq x 64 blocks on bq x 64 tiles runs as gather on bq x 128 tiles,
+ * same task layout, where a kg variant serves it (tsri_context_gather; here:
+ * where the sweep timed that gather plan). */
+static void as_requested(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_plan_opts *o)
+{
+  tsr_plan_opts g = *o;
+  const int64_t bq = m->f.bq;
+  if (m->f.bk != 64 || (bq != 64 && bq != 128) || o->tile_m != bq || o->tile_n != 64 ||
+      (o->mapping != TSR_MAP_RETAIN && o->mapping != TSR_MAP_AUTO))
+    return;
+  g.mapping = TSR_MAP_GATHER;
+  g.tile_n = 128;
+  g.variant = NULL;
+  if (tsrp_build_time_of(ds, m, &g) > 0)
+    *o = g;
+}
+
+/* Times of one mask: the selected plan (as the request path runs it), the
+ * direct plan (the base plan's shape on its best variant, dyn included) and
+ * the automatic plan (what the request path runs without a table: the base
+ * plan's shape, upgraded to gather where it applies, on the variant of the
+ * bundle's rank). */
+static void mask_times(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_selection *c,
+                       double *ts, double *td, double *ta)
+{
+  tsr_plan_opts base;
+  as_requested(ds, m, &c->opts);
+  *ts = tsrp_build_time_of(ds, m, &c->opts);
+  tsr_select_base(&m->f, &base);
+  *td = tsrp_build_time_of(ds, m, &base);
+  as_requested(ds, m, &base);
+  *ta = tsrp_build_auto_time_of(ds, m, &base);
+}
+
 /* Finds the GPU (name, multiprocessors) to report on: the one named, else
  * the first with timings. */
 static tsr_status pick_gpu(tsr_db *db, const char *gpu, char *name, size_t n, int *sms,
@@ -63,13 +98,15 @@ static tsr_status pick_gpu(tsr_db *db, const char *gpu, char *name, size_t n, in
   return TSR_OK;
 }
 
-/* Sums over one set of masks: count, within 5%, log ratios. */
+/* Sums over one set of masks: count, within 5%, log ratios; against the
+ * automatic plan, the count, log ratios, masks more than 2% slower and the
+ * worst ratio. */
 typedef struct {
-  int64_t n, within, sp_n;
-  double lr, ls, lb;
+  int64_t n, within, sp_n, au_n, au_slower;
+  double lr, ls, lb, la, au_worst;
 } eval_sums;
 
-static void sums_add(eval_sums *a, double ts, double tb, double td)
+static void sums_add(eval_sums *a, double ts, double tb, double td, double ta)
 {
   a->n++;
   a->within += ts <= 1.05 * tb;
@@ -78,6 +115,13 @@ static void sums_add(eval_sums *a, double ts, double tb, double td)
     a->ls += log(td / ts);
     a->lb += log(td / tb);
     a->sp_n++;
+  }
+  if (ta > 0) {
+    a->la += log(ta / ts);
+    a->au_slower += ts > 1.02 * ta;
+    if (a->au_n == 0 || ta / ts < a->au_worst)
+      a->au_worst = ta / ts;
+    a->au_n++;
   }
 }
 
@@ -88,6 +132,14 @@ static void sums_figures(const eval_sums *a, double *within5, double *regret, do
   *regret = a->n ? exp(a->lr / (double)a->n) - 1 : 0;
   *speedup = a->sp_n ? exp(a->ls / (double)a->sp_n) : 0;
   *best = a->sp_n ? exp(a->lb / (double)a->sp_n) : 0;
+}
+
+static void sums_auto(const eval_sums *a, tsrp_auto_figures *f)
+{
+  f->masks = a->au_n;
+  f->geo_speedup = a->au_n ? exp(a->la / (double)a->au_n) : 0;
+  f->slower = a->au_slower;
+  f->worst = a->au_n ? a->au_worst : 0;
 }
 
 tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const char *split,
@@ -107,36 +159,34 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
   }
   if (csv)
     fprintf(csv, "mask,family,density,row_cv,fill_128x128,bq,bk,selected,level,t_selected_ms,"
-                 "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct\n");
+                 "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct,t_auto_ms,speedup_vs_auto\n");
   for (i = 0; i < ds.n_masks; i++) {
     const tsrp_mask_times *m = &ds.masks[i];
     tsr_selection c;
-    tsr_plan_opts direct;
     int64_t best_id;
-    double tb = tsrp_build_best(m, &best_id), ts, td;
+    double tb = tsrp_build_best(m, &best_id), ts, td, ta;
     char bt[64];
     if (tb <= 0)
       continue;
     if ((s = tsr_select_plan(sel, &m->f, &c, err)) != TSR_OK)
       break;
-    ts = tsrp_build_time_of(&ds, m, &c.opts);
-    tsr_select_base(&m->f, &direct);
-    td = tsrp_build_time_of(&ds, m, &direct);
+    mask_times(&ds, m, &c, &ts, &td, &ta);
     if (ts <= 0) {
       out->unmeasured++;
       continue;
     }
     out->from_table += c.from_table;
-    sums_add(&all, ts, tb, td);
+    sums_add(&all, ts, tb, td, ta);
     if (m->f.density < TSRP_SPARSE_DENSITY)
-      sums_add(&sparse, ts, tb, td);
+      sums_add(&sparse, ts, tb, td, ta);
     plan_text(&ds, best_id, bt, sizeof bt);
     if (csv)
-      fprintf(csv, "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f\n",
+      fprintf(csv,
+              "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f,%.6f,%.4f\n",
               m->path, m->family, m->f.density, m->f.row_cv, m->f.fill[TSR_FEATURE_TILES - 1],
               (long long)m->f.bq, (long long)m->f.bk, tsr_plan_mapping_name(c.opts.mapping),
               c.opts.tile_m, c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.level, ts, bt,
-              tb, td, ts / tb - 1, td > 0 ? td / ts : 0);
+              tb, td, ts / tb - 1, td > 0 ? td / ts : 0, ta, ta > 0 ? ta / ts : 0);
   }
   if (s == TSR_OK) {
     out->masks = all.n;
@@ -145,6 +195,8 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
     out->sparse_masks = sparse.n;
     sums_figures(&sparse, &out->sparse_within5, &out->sparse_geo_regret,
                  &out->sparse_geo_speedup, &out->sparse_geo_best_speedup);
+    sums_auto(&all, &out->vs_auto);
+    sums_auto(&sparse, &out->sparse_vs_auto);
   }
   tsr_select_destroy(sel);
   tsrp_build_free(&ds);
@@ -266,12 +318,9 @@ static tsr_status draw_speedup(tsr_db *db, const tsrp_dataset *ds, const char *p
   for (i = 0; i < ds->n_masks; i++) {
     const tsrp_mask_times *m = &ds->masks[i];
     tsr_selection c;
-    tsr_plan_opts direct;
-    double tb = tsrp_build_best(m, NULL), ts, td;
+    double tb = tsrp_build_best(m, NULL), ts, td, ta;
     tsr_select_plan(sel, &m->f, &c, NULL);
-    tsr_select_base(&m->f, &direct);
-    ts = tsrp_build_time_of(ds, m, &c.opts);
-    td = tsrp_build_time_of(ds, m, &direct);
+    mask_times(ds, m, &c, &ts, &td, &ta);
     if (tb <= 0 || ts <= 0 || td <= 0)
       continue;
     for (k = 0; k < nf && strcmp(fam[k], m->family); k++)
@@ -327,12 +376,15 @@ static tsr_status draw_speedup(tsr_db *db, const tsrp_dataset *ds, const char *p
 static void write_summary(FILE *f, const char *gpu, const char *split, const tsrp_eval_stats *st)
 {
   fprintf(f, "gpu,split,masks_set,density,masks,within5,geo_regret,geo_speedup_vs_direct,"
-             "geo_best_speedup_vs_direct\n");
-  fprintf(f, "%s,%s,all,any,%lld,%.4f,%.5f,%.4f,%.4f\n", gpu, split, (long long)st->masks,
-          st->within5, st->geo_regret, st->geo_speedup, st->geo_best_speedup);
-  fprintf(f, "%s,%s,sparse,<%.2f,%lld,%.4f,%.5f,%.4f,%.4f\n", gpu, split, TSRP_SPARSE_DENSITY,
-          (long long)st->sparse_masks, st->sparse_within5, st->sparse_geo_regret,
-          st->sparse_geo_speedup, st->sparse_geo_best_speedup);
+             "geo_best_speedup_vs_direct,geo_speedup_vs_auto,slower_than_auto,worst_vs_auto\n");
+  fprintf(f, "%s,%s,all,any,%lld,%.4f,%.5f,%.4f,%.4f,%.4f,%lld,%.4f\n", gpu, split,
+          (long long)st->masks, st->within5, st->geo_regret, st->geo_speedup, st->geo_best_speedup,
+          st->vs_auto.geo_speedup, (long long)st->vs_auto.slower, st->vs_auto.worst);
+  fprintf(f, "%s,%s,sparse,<%.2f,%lld,%.4f,%.5f,%.4f,%.4f,%.4f,%lld,%.4f\n", gpu, split,
+          TSRP_SPARSE_DENSITY, (long long)st->sparse_masks, st->sparse_within5,
+          st->sparse_geo_regret, st->sparse_geo_speedup, st->sparse_geo_best_speedup,
+          st->sparse_vs_auto.geo_speedup, (long long)st->sparse_vs_auto.slower,
+          st->sparse_vs_auto.worst);
 }
 
 static const char *const report_files[] = {"selection.csv", "summary.csv", "regime.png",
@@ -421,12 +473,15 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE 
             "  geometric-mean regret: %.2f%%\n"
             "  geometric-mean speed-up over the direct plan: %.3fx (best possible %.3fx)\n"
             "  sparse masks (density < %.2f): %lld of %lld: within 5%% %.1f%%, regret %.2f%%, "
-            "speed-up over direct %.3fx (best possible %.3fx)\n",
+            "speed-up over direct %.3fx (best possible %.3fx)\n"
+            "  against the automatic plan: %.3fx, %lld of %lld masks more than 2%% slower "
+            "(worst %.3fx)\n",
             name, sms, split, (long long)st.masks, (long long)st.unmeasured,
             (long long)st.from_table, 100 * st.within5, 100 * st.geo_regret, st.geo_speedup,
             st.geo_best_speedup, TSRP_SPARSE_DENSITY, (long long)st.sparse_masks,
             (long long)st.masks, 100 * st.sparse_within5, 100 * st.sparse_geo_regret,
-            st.sparse_geo_speedup, st.sparse_geo_best_speedup);
+            st.sparse_geo_speedup, st.sparse_geo_best_speedup, st.vs_auto.geo_speedup,
+            (long long)st.vs_auto.slower, (long long)st.vs_auto.masks, st.vs_auto.worst);
 done:
   tsri_out_abort(t);
   tsrp_build_free(&prof);

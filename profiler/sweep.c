@@ -280,7 +280,7 @@ static int parse_int(const char *s, int lo, int *out)
 /* Whether a bundle entry is a candidate variant for the problem and tile
  * on the context's device (the request path's rule, tsri_context_serves). */
 int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, const tsr_problem *p,
-                         int tm, int tn, const char *glob)
+                         int tm, int tn, int gather, const char *glob)
 {
   tsr_variant_need need = {0}; /* native precision unless set */
   if (glob && fnmatch(glob, e->name, 0) != 0)
@@ -289,6 +289,7 @@ int tsrp_sweep_candidate(const tsr_context *ctx, const tsr_bundle_entry *e, cons
   need.head_dim = (int)p->head_dim;
   need.bm = tm;
   need.bn = tn;
+  need.gather = gather; /* gather tiles run on kg variants only, and only they */
   /* Variants without membership code are candidates too: they serve plans
    * with no partial tiles (retain always, combine on a mask whose tiles are
    * all full) 6-11% faster on the H200; for a plan with partial tiles the
@@ -366,7 +367,14 @@ static tsr_status failed(const tsr_error *err)
   return err->status != TSR_OK ? err->status : TSR_ERR_INVALID;
 }
 
-static const tsr_mapping sweep_maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE};
+/* Gather is a candidate like the others, so that the table, not only the
+ * request path's upgrade of retained bq x 64 blocks (tsri_context_gather),
+ * sees it beside combine: the 2026-12-02 sweep, without it, picked combine
+ * 128x128 for 128x64-block masks at 75K-119K tokens, where the upgrade
+ * does not apply. */
+static const tsr_mapping sweep_maps[] = {TSR_MAP_RETAIN, TSR_MAP_COMBINE, TSR_MAP_SUBDIVIDE,
+                                         TSR_MAP_GATHER};
+#define SWEEP_MAPS ((int)(sizeof sweep_maps / sizeof sweep_maps[0]))
 static const tsr_tasks sweep_layouts[] = {TSR_TASKS_ROW, TSR_TASKS_SPLIT, TSR_TASKS_PACK};
 
 /* Corpus, database and context; on failure the message is printed and the
@@ -438,7 +446,7 @@ static tsr_status sweep_prepare(sweep *s)
   /* Candidate count for the progress bar: tiles x mappings x layouts. */
   for (i = 0; i < s->n_entries; i++)
     if (!strcmp(tsr_corpus_get(s->corpus, i)->split, o->split))
-      s->total += TSR_FEATURE_TILES * 3 * 3;
+      s->total += TSR_FEATURE_TILES * SWEEP_MAPS * 3;
   return TSR_OK;
 }
 
@@ -605,12 +613,13 @@ static tsr_status sweep_candidates(sweep *s, sweep_mask *sm)
     int tm, tn, mi, li;
     size_t vi;
     tsr_features_tile(t, &tm, &tn);
-    for (mi = 0; mi < 3; mi++)
+    for (mi = 0; mi < SWEEP_MAPS; mi++)
       for (li = 0; li < 3; li++) {
         s->done++;
         for (vi = 0; vi < s->bundle.n && !stop_requested; vi++) {
           const tsr_bundle_entry *be = &s->bundle.items[vi];
-          if (!tsrp_sweep_candidate(s->ctx, be, &sm->p, tm, tn, s->o->variants))
+          if (!tsrp_sweep_candidate(s->ctx, be, &sm->p, tm, tn, sweep_maps[mi] == TSR_MAP_GATHER,
+                                    s->o->variants))
             continue;
           if ((st = sweep_candidate(s, sm, be, tm, tn, mi, li)) != TSR_OK)
             return st;

@@ -768,9 +768,9 @@ START_TEST(test_serves_one_rule)
         ck_assert_msg(mine == direct, "%s for %s d%d %dx%d%s: context %d, entry %d", e->name,
                       tsr_dtype_name(p.dtype), (int)p.head_dim, tm, tn, memb ? " mb" : "", mine, direct);
         ck_assert_int_eq(mine, tsri_bundle_serves(e, "sm_90a", smem, &need));
-        if (!memb && !need.fp8 && !need.gather) /* the sweep times what the request path may run (native) */
-          ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, NULL), mine);
-        ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, "no-such-variant*"), 0);
+        if (!memb && !need.fp8) /* the sweep times what the request path may run (native) */
+          ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, need.gather, NULL), mine);
+        ck_assert_int_eq(tsrp_sweep_candidate(ctx, e, &p, tm, tn, need.gather, "no-such-variant*"), 0);
         ck_assert_int_eq(tsr_gpu_has_variant(ctx, e->name), !!(e->targets & (1u << a)));
         yes += mine;
         no += !mine;

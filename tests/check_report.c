@@ -79,6 +79,16 @@ START_TEST(test_eval_and_report)
   ck_assert_double_eq_tol(es.sparse_geo_best_speedup, want, want * 0.003);
   ck_assert_double_eq_tol(es.geo_speedup, all, all * 0.003);
   ck_assert_double_eq_tol(es.geo_best_speedup, all, all * 0.003);
+  /* The automatic plan is the direct plan's shape on the variant the bundle
+   * ranks first, here the fixture's one variant of it: the same figures,
+   * and no mask slower than it beyond the jitter. */
+  ck_assert_int_eq(es.vs_auto.masks, 20);
+  ck_assert_int_eq(es.sparse_vs_auto.masks, 15);
+  ck_assert_double_eq_tol(es.vs_auto.geo_speedup, all, all * 0.003);
+  ck_assert_double_eq_tol(es.sparse_vs_auto.geo_speedup, want, want * 0.003);
+  ck_assert_int_eq(es.vs_auto.slower, 0);
+  ck_assert_double_ge(es.vs_auto.worst, 0.995);
+  ck_assert_double_le(es.vs_auto.worst, 1.005);
   tsr_db_close(fx.db);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
   snprintf(out, sizeof out, "%s/report", tmpdir);
@@ -91,6 +101,7 @@ START_TEST(test_eval_and_report)
   n = 0;
   while (fgets(line, sizeof line, text)) {
     double a, b, c, d;
+    long long slow, masks;
     if (sscanf(line, "  geometric-mean speed-up over the direct plan: %lfx (best possible %lfx)",
                &a, &b) == 2) {
       ck_assert_double_eq_tol(a, es.geo_speedup, 0.0005);
@@ -107,24 +118,36 @@ START_TEST(test_eval_and_report)
       ck_assert_double_eq_tol(d, want, want * 0.003);
       n++;
     }
+    if (sscanf(line, "  against the automatic plan: %lfx, %lld of %lld masks more than 2%% slower "
+               "(worst %lfx)", &a, &slow, &masks, &d) == 4) {
+      ck_assert_double_eq_tol(a, all, all * 0.003);
+      ck_assert_int_eq(slow, 0);
+      ck_assert_int_eq(masks, 20);
+      ck_assert_double_eq_tol(d, es.vs_auto.worst, 0.0005);
+      n++;
+    }
   }
   fclose(text);
-  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(n, 3);
   /* summary.csv: a header and the two sets. */
   snprintf(path, sizeof path, "%s/summary.csv", out);
   f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
   ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
   ck_assert_str_eq(line, "gpu,split,masks_set,density,masks,within5,geo_regret,"
-                         "geo_speedup_vs_direct,geo_best_speedup_vs_direct\n");
+                         "geo_speedup_vs_direct,geo_best_speedup_vs_direct,geo_speedup_vs_auto,"
+                         "slower_than_auto,worst_vs_auto\n");
   for (i = 0; i < 2; i++) {
     char set[16], dens[16];
-    long long masks;
-    double w5, rg, sp, bsp;
+    long long masks, slower;
+    double w5, rg, sp, bsp, sa, worst;
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf", set,
-                            dens, &masks, &w5, &rg, &sp, &bsp),
-                     7);
+    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf,%lf,%lld,%lf",
+                            set, dens, &masks, &w5, &rg, &sp, &bsp, &sa, &slower, &worst),
+                     10);
+    ck_assert_double_eq_tol(sa, i ? want : all, 0.003 * sa);
+    ck_assert_int_eq(slower, 0);
+    ck_assert_double_eq_tol(worst, i ? es.sparse_vs_auto.worst : es.vs_auto.worst, 0.0001);
     ck_assert_str_eq(set, i ? "sparse" : "all");
     ck_assert_str_eq(dens, i ? "<0.95" : "any");
     ck_assert_int_eq(masks, i ? 15 : 20);

@@ -24,10 +24,10 @@
 /* Plans of the fixture, in this order. */
 enum { P_RETAIN_ROW, P_COMB128_ROW, P_COMB128_SPLIT, P_COMB64_PACK, N_PLANS };
 static const tsr_db_plan fixture_plans[N_PLANS] = {
-    {TSR_MAP_RETAIN, 64, 64, TSR_TASKS_ROW, "tsr_sm90_bf16_d128_m64n64"},
-    {TSR_MAP_COMBINE, 128, 128, TSR_TASKS_ROW, "tsr_sm90_bf16_d128_m128n128"},
-    {TSR_MAP_COMBINE, 128, 128, TSR_TASKS_SPLIT, "tsr_sm90_bf16_d128_m128n128"},
-    {TSR_MAP_COMBINE, 64, 128, TSR_TASKS_PACK, "tsr_sm90_bf16_d128_m64n128"},
+    {TSR_MAP_RETAIN, 64, 64, TSR_TASKS_ROW, "tsr_sm90_bf16_d128_m64n64_s2_g3_flat_mb_tma64"},
+    {TSR_MAP_COMBINE, 128, 128, TSR_TASKS_ROW, "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_mb_tma64"},
+    {TSR_MAP_COMBINE, 128, 128, TSR_TASKS_SPLIT, "tsr_sm90_bf16_d128_m128n128_s2_g3_flat_mb_tma64"},
+    {TSR_MAP_COMBINE, 64, 128, TSR_TASKS_PACK, "tsr_sm90_bf16_d128_m64n128_s2_g3_flat_mb_tma64"},
 };
 
 typedef struct {
