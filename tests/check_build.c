@@ -168,6 +168,68 @@ START_TEST(test_build_dyn_margin)
 }
 END_TEST
 
+/* The automatic plan's time (tsrp_build_auto_time_of) is that of the
+ * variant the bundle's rank runs for the shape, not the fastest one timed:
+ * at head dim 128 flat nm before dyn nm and before flat mb (three stages
+ * here, beside the fixture's two-stage one), even where they ran faster;
+ * at head dim 64 dyn nm first.  tsrp_build_time_of keeps the fastest. */
+START_TEST(test_auto_time_rank)
+{
+  static const char *const names[2][3] = {
+      {"tsr_sm90_bf16_d128_m64n64_s2_g3_flat_nm_tma64", "tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_nm_tma64",
+       "tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64"},
+      {"tsr_sm90_bf16_d64_m64n64_s2_g3_flat_nm_tma64", "tsr_sm90_bf16_d64_m64n64_s2_g3_dyn_nm_tma64",
+       "tsr_sm90_bf16_d64_m64n64_s3_g3_flat_mb_tma64"}};
+  tu_rng rng = {base_seed + 43};
+  char path[300];
+  tsr_error err = {0};
+  int d;
+  for (d = 0; d < 2; d++) {
+    /* flat nm slowest, then dyn nm, flat mb fastest; the fixture's own
+     * variant of the shape (flat mb) slower than all three */
+    const double t[3] = {1.0 + 0.5 * tu_uniform(&rng), 0.8 + 0.1 * tu_uniform(&rng),
+                         0.5 + 0.1 * tu_uniform(&rng)};
+    fixture fx;
+    tsr_features f;
+    tsrp_dataset ds;
+    tsr_plan_opts o;
+    double ms[N_PLANS], smp[5];
+    int64_t mid;
+    int i, r;
+    snprintf(path, sizeof path, "%s/r%d.db", tmpdir, d);
+    fixture_open(&fx, path);
+    kind_features(&rng, 0, &f);
+    ms[P_RETAIN_ROW] = 2.0;
+    ms[P_COMB64_PACK] = ms[P_COMB128_ROW] = ms[P_COMB128_SPLIT] = 4.0;
+    mid = record_mask(&fx, &rng, "m.npy", "profile", &f, ms);
+    for (i = 0; i < 3; i++) {
+      tsr_db_variant dv = {names[d][i], "{}", "hash1", "1", "13.0", "sm_90a"};
+      tsr_db_plan dp = {TSR_MAP_RETAIN, 64, 64, TSR_TASKS_ROW, names[d][i]};
+      tsr_db_measurement m = {fx.gpu, mid, 0, 0, fx.sweep, "ok", NULL, 2, 5, smp};
+      ck_assert_int_eq(tsr_db_put_variant(fx.db, &dv, &m.variant_id, &err), TSR_OK);
+      ck_assert_int_eq(tsr_db_put_plan(fx.db, &dp, &m.plan_id, &err), TSR_OK);
+      for (r = 0; r < 5; r++)
+        smp[r] = t[i];
+      ck_assert_msg(tsr_db_record(fx.db, &m, NULL, &err) == TSR_OK, "%s", err.text);
+    }
+    ck_assert_msg(tsrp_build_load(fx.db, "NVIDIA Test", 132, "profile", &ds, &err) == TSR_OK, "%s",
+                  err.text);
+    ck_assert_int_eq(ds.n_masks, 1);
+    ck_assert_str_eq(ds.arch, "sm_90a");
+    tsr_plan_opts_init(&o);
+    o.mapping = TSR_MAP_RETAIN;
+    o.tile_m = o.tile_n = 64;
+    o.tasks = TSR_TASKS_ROW;
+    ck_assert_double_eq_tol(tsrp_build_auto_time_of(&ds, &ds.masks[0], &o), t[d ? 1 : 0], 1e-9);
+    ck_assert_double_eq_tol(tsrp_build_time_of(&ds, &ds.masks[0], &o), t[2], 1e-9);
+    o.tasks = TSR_TASKS_SPLIT; /* a shape nothing timed */
+    ck_assert_double_eq(tsrp_build_auto_time_of(&ds, &ds.masks[0], &o), 0);
+    tsrp_build_free(&ds);
+    tsr_db_close(fx.db);
+  }
+}
+END_TEST
+
 static Suite *build_suite(void)
 {
   Suite *s = suite_create("build");
@@ -177,6 +239,7 @@ static Suite *build_suite(void)
   tcase_add_test(tc, test_stale_variant);
   tcase_add_test(tc, test_build_margin);
   tcase_add_test(tc, test_build_dyn_margin);
+  tcase_add_test(tc, test_auto_time_rank);
   suite_add_tcase(s, tc);
   return s;
 }
