@@ -90,7 +90,7 @@ double tsrp_build_auto_time_of(const tsrp_dataset *ds, const tsrp_mask_times *m,
 #define TSRP_SPARSE_DENSITY 0.95
 
 /* Selected against automatic (the plan the request path runs without a
- * table, on its fastest flat variant): masks with both timed, geometric
+ * table, on the variant the bundle ranks first): masks with both timed, geometric
  * mean of t(automatic) / t(selected), masks more than 2% slower than
  * automatic, and the lowest ratio. */
 typedef struct {
