@@ -18,7 +18,7 @@
 -- 2026-12-06 when the base variant became the rank's: the d64 rows); the
 -- evaluation split (96 masks) is in the notes and BENCHMARKS.md.
 -- The variant names key builds whose template hashes are in the sweep
--- database, whose timings are db/h200-timings.sql.gz (tests/h200-table.sh
+-- database, whose timings are db/h200-timings.sql.gz (tests/lookup-tables.sh
 -- derives these rows from them and compares).
 -- Regenerate: tessera-profile export --db FILE --gpu 'NVIDIA H200' --out db/h200.sql
 -- Lookup table exported by tessera-profile from a sweep's database.

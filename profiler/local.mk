@@ -27,5 +27,5 @@ tessera_profile_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 # compiled into the library.
 nodist_pkgdata_DATA += tessera.db
 CLEANFILES += tessera.db
-tessera.db: tessera-profile$(EXEEXT) $(srcdir)/db/schema.sql $(srcdir)/db/h200.sql
+tessera.db: tessera-profile$(EXEEXT) $(srcdir)/db/schema.sql $(srcdir)/db/h200.sql $(srcdir)/db/h100.sql
 	$(AM_V_GEN)rm -f $@ && ./tessera-profile$(EXEEXT) init --db $@

@@ -235,18 +235,21 @@ static int dtype_parse(const char *s)
   return tsr_dtype_parse(s, &d) ? -1 : (int)d;
 }
 
-/* The first GPU the table knows (by name, then multiprocessors) into s;
- * none leaves s->gpu empty. */
+/* The GPU a selection without a device name reads into s: TSR_DEFAULT_GPU
+ * where the table has rows for it (the embedded tables hold several cards,
+ * and a host-only context stands for the H200), else the first the table
+ * knows (by name, then multiprocessors); none leaves s->gpu empty. */
 static int first_gpu(sqlite3 *h, tsr_selector *s)
 {
   sqlite3_stmt *st = NULL;
   int rc;
   if (sqlite3_prepare_v2(h,
                          "SELECT gpu_name, multiprocessors FROM lookup WHERE feature_version=? "
-                         "ORDER BY gpu_name, multiprocessors LIMIT 1",
+                         "ORDER BY gpu_name <> ?2, gpu_name, multiprocessors LIMIT 1",
                          -1, &st, NULL) != SQLITE_OK)
     return -1;
   sqlite3_bind_int(st, 1, TSR_FEATURES_VERSION);
+  sqlite3_bind_text(st, 2, TSR_DEFAULT_GPU, -1, SQLITE_STATIC);
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     snprintf(s->gpu, sizeof s->gpu, "%s", col_text(st, 0));
@@ -362,7 +365,7 @@ tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors, tsr
   s = calloc(1, sizeof *s);
   if (!s)
     return tsr_error_set(err, TSR_ERR_NOMEM, "out of memory loading lookup table");
-  /* Which GPU: the one asked for, else the first the table knows. */
+  /* Which GPU: the one asked for, else the default one or the first. */
   if (gpu && *gpu) {
     snprintf(s->gpu, sizeof s->gpu, "%s", gpu);
     s->multiprocessors = multiprocessors;

@@ -351,10 +351,12 @@ typedef enum {
 } tsr_tasks;
 
 /* What a plan is made for when the options do not say: the H200's grid and
- * compile target, which the shipped lookup table was profiled on (also
- * what a host-only context stands for). */
+ * compile target, which the shipped lookup tables were profiled on (also
+ * what a host-only context stands for, and whose table rows it reads when
+ * the table has them). */
 #define TSR_DEFAULT_NUM_SMS 132
 #define TSR_DEFAULT_ARCH "sm_90a"
+#define TSR_DEFAULT_GPU "NVIDIA H200"
 
 /* Arithmetic of the attention products.  NATIVE: the problem's dtype (bf16
  * or fp16) into fp32 accumulators, as always.  FP8: the opt-in scheme of
@@ -467,7 +469,8 @@ typedef struct {
 } tsr_context_opts;
 
 /* device: a host-only context, with the bundle (TSR_DEFAULT_ARCH) and the
- * lookup table (its only GPU, TSR_DEFAULT_NUM_SMS multiprocessors) but no
+ * lookup table (TSR_DEFAULT_GPU's rows, else its only GPU's;
+ * TSR_DEFAULT_NUM_SMS multiprocessors) but no
  * driver: selection works
  * on a machine without a GPU; every device call fails with
  * TSR_ERR_NO_DEVICE. */
@@ -600,7 +603,8 @@ void tsr_select_region(const tsr_features *f, tsr_region *r);
 void tsr_select_region_at(const tsr_region *r, int level, tsr_region *out);
 
 /* gpu: the device's name ("NVIDIA H200") and multiprocessor count; NULL /
- * 0 = the only GPU of the table (the first by name when several).  A table
+ * 0 = TSR_DEFAULT_GPU when the table has rows for it, else the table's
+ * first GPU by name (its only one, in a table swept on one card).  A table
  * with no rows for the GPU loads as empty: every selection falls back. */
 tsr_status tsr_select_load(tsr_db *db, const char *gpu, int multiprocessors,
                            tsr_selector **out, tsr_error *err);

@@ -199,10 +199,10 @@ tests_check_png_LDADD = $(TSR_SELECT_DEPS)
 tests_check_png_LDFLAGS = $(AM_LDFLAGS) $(TSR_STATIC_LINK)
 TESTS += tests/profile_cli.sh
 EXTRA_DIST += tests/profile_cli.sh
-# h200-table.sh: db/h200.sql and the published selection figures reproduce
-# from the recorded timings (db/h200-timings.sql.gz).
-TESTS += tests/h200-table.sh
-EXTRA_DIST += tests/h200-table.sh
+# lookup-tables.sh: db/h200.sql, db/h100.sql and the published selection figures reproduce
+# from the recorded timings (db/h200-timings.sql.gz, db/h100-timings.sql.gz).
+TESTS += tests/lookup-tables.sh
+EXTRA_DIST += tests/lookup-tables.sh
 
 # GPU planning: gpu_plan is plain C (no Check on the GPU machine) and exits
 # 77 without a GPU; gpuplan-bundle.sh checks on any machine that every cubin

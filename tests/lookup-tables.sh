@@ -1,0 +1,59 @@
+#!/bin/sh
+# lookup-tables.sh: each shipped lookup table is what the shipped
+# derivation makes of its recorded timings, and the selection figures
+# BENCHMARKS.md publishes for its sweep are what the shipped evaluation
+# gives: db/h200.sql from db/h200-timings.sql.gz (run E's timings, derived
+# with the rank's base variant), db/h100.sql from db/h100-timings.sql.gz
+# (run F).
+# For each: loads the timings into a new database (tessera-profile init
+# --sql), derives the table (build), compares its rows with the shipped
+# file's byte for byte, then checks the report's figures.  A change to the
+# derivation, the features or the selection rules that moves a table or
+# its figures fails here until the .sql file and BENCHMARKS.md are
+# regenerated from the same timings.  About two seconds.
+set -u
+top=${TSR_TOP_BUILDDIR:-.}
+src=${TSR_TOP_SRCDIR:-..}
+prof="$top/tessera-profile"
+tmp=$(mktemp -d /tmp/tsr_lookup_tables.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "lookup-tables: FAIL: $*"; fail=1; }
+
+# check NAME GPU BUILD_LINE FIGURE...: db/NAME.sql against db/NAME-timings.sql.gz.
+check() {
+  name=$1 gpu=$2 built=$3
+  shift 3
+  d="$tmp/$name"
+  mkdir -p "$d"
+  gzip -dc "$src/db/$name-timings.sql.gz" >"$d/t.sql" ||
+    { echo "lookup-tables: cannot read $src/db/$name-timings.sql.gz"; exit 99; }
+  "$prof" init --db "$d/t.db" --sql "$d/t.sql" || { echo "lookup-tables: init of $name failed"; exit 99; }
+  "$prof" build --db "$d/t.db" >"$d/build.out" 2>&1 || bad "$name: build failed: $(cat "$d/build.out")"
+  grep -qF "$built" "$d/build.out" || bad "$name: build: $(cat "$d/build.out")"
+  "$prof" export --db "$d/t.db" --gpu "$gpu" --out "$d/t.out.sql" 2>/dev/null || bad "$name: export failed"
+  grep "^INSERT OR IGNORE INTO lookup " "$d/t.out.sql" >"$d/derived"
+  grep "^INSERT OR IGNORE INTO lookup " "$src/db/$name.sql" >"$d/shipped"
+  [ -s "$d/shipped" ] || bad "db/$name.sql has no lookup rows"
+  cmp -s "$d/derived" "$d/shipped" ||
+    bad "db/$name.sql differs from the derivation of db/$name-timings.sql.gz: $(diff "$d/shipped" "$d/derived" | head -4)"
+  "$prof" report --db "$d/t.db" --out "$d/report" >"$d/report.out" 2>&1 || bad "$name: report failed"
+  for want in "$@"; do
+    grep -qF "$want" "$d/report.out" || bad "$name: report lacks '$want': $(cat "$d/report.out")"
+  done
+}
+
+check h200 "NVIDIA H200" "derived 51 lookup rows for 1 GPU(s) from 162 masks, 4161 timings" \
+  "96 masks (0 not timed for the selected plan), 96 from the table" \
+  "selected within 5% of best: 94.8%" "geometric-mean regret: 1.34%" \
+  "speed-up over the direct plan: 1.021x (best possible 1.035x)" \
+  "52 of 96: within 5% 92.3%, regret 1.45%, speed-up over direct 1.030x (best possible 1.045x)" \
+  "against the automatic plan: 1.024x, 4 of 96 masks more than 2% slower (worst 0.936x)"
+check h100 "NVIDIA H100 80GB HBM3" "derived 52 lookup rows for 1 GPU(s) from 168 masks, 4344 timings" \
+  "96 masks (0 not timed for the selected plan), 96 from the table" \
+  "selected within 5% of best: 91.7%" "geometric-mean regret: 1.37%" \
+  "speed-up over the direct plan: 1.024x (best possible 1.038x)" \
+  "52 of 96: within 5% 90.4%, regret 1.45%, speed-up over direct 1.031x (best possible 1.046x)" \
+  "against the automatic plan: 1.014x, 4 of 96 masks more than 2% slower (worst 0.940x)"
+[ $fail -eq 0 ] && echo "lookup-tables: db/h200.sql, db/h100.sql and their figures reproduce from the recorded timings"
+exit $fail
