@@ -10,7 +10,9 @@ BUILT_SOURCES += db/embedded.c
 CLEANFILES += db/embedded.c db/embedded.c.tmp
 
 # Each line becomes a C string literal: backslashes and quotes escaped, a
-# newline kept, so the embedded text is byte for byte the file's.
+# newline kept, so the embedded text is byte for byte the file's.  The
+# tables in GPU-name order, as tessera-profile export writes them, so that
+# an export of the embedded default loads back with the same row ids.
 TSR_SQL_TO_C = sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'
 db/embedded.c: $(srcdir)/db/schema.sql $(srcdir)/db/h200.sql $(srcdir)/db/h100.sql $(srcdir)/db/local.mk
 	$(AM_V_GEN)$(MKDIR_P) db && { \
@@ -21,7 +23,7 @@ db/embedded.c: $(srcdir)/db/schema.sql $(srcdir)/db/h200.sql $(srcdir)/db/h100.s
 	  $(TSR_SQL_TO_C) $(srcdir)/db/schema.sql; \
 	  echo ';'; \
 	  echo 'const char tsri_db_embedded_tables[] = ""'; \
-	  $(TSR_SQL_TO_C) $(srcdir)/db/h200.sql; \
 	  $(TSR_SQL_TO_C) $(srcdir)/db/h100.sql; \
+	  $(TSR_SQL_TO_C) $(srcdir)/db/h200.sql; \
 	  echo ';'; \
 	} > $@.tmp && mv $@.tmp $@
