@@ -243,7 +243,8 @@ EXTRA_DIST += tests/device/README tests/device/run tests/device/plan_probe.cu \
 	tests/device/methods_bench.py tests/device/split_ab.py tests/device/producer_stages.py \
 	tests/device/producer_ab.py tests/device/svg_profile.py \
 	tests/device/dyn_ab.py tests/device/ring_handoff.cu tests/device/run-i20.sh \
-	tests/device/steady_ab.py tests/device/ncu_one.py tests/device/ncu_stalls.py
+	tests/device/steady_ab.py tests/device/ncu_one.py tests/device/ncu_stalls.py \
+	tests/device/table_ab.py
 # bench-timing.sh: the timing helper of scripts/bench-peers and split_ab.py
 # under a fake clock (no GPU; the device runs above use it).
 TESTS += tests/bench-timing.sh
