@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "context_impl.h"
 #include "files.h"
 #include "profile.h"
 
@@ -35,39 +36,46 @@ static void plan_text(const tsrp_dataset *ds, int64_t plan_id, char *buf, size_t
            ds->plans[i].tile_m, ds->plans[i].tile_n, tsr_plan_tasks_name(ds->plans[i].tasks));
 }
 
-/* The plan the request path runs for opts on a device context: a plan that
- * retains bq x 64 blocks on bq x 64 tiles runs as gather on bq x 128 tiles,
- * same task layout, where a kg variant serves it (tsri_context_gather; here:
- * where the sweep timed that gather plan). */
-static void as_requested(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_plan_opts *o)
+/* Selection sel as the request path runs it on a device context: upgraded
+ * to gather on bq x 128 tiles, same task layout, where the runtime's rule
+ * applies (tsri_context_gather_applies) and a kg variant serves it (here:
+ * where the sweep timed that gather plan).  Returns the plan's options. */
+static tsr_plan_opts as_requested(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                                  const tsr_selection *sel)
 {
-  tsr_plan_opts g = *o;
-  const int64_t bq = m->f.bq;
-  if (m->f.bk != 64 || (bq != 64 && bq != 128) || o->tile_m != bq || o->tile_n != 64 ||
-      (o->mapping != TSR_MAP_RETAIN && o->mapping != TSR_MAP_AUTO))
-    return;
+  tsr_plan_opts g = sel->opts;
+  if (!tsri_context_gather_applies(&m->f, sel))
+    return sel->opts;
   g.mapping = TSR_MAP_GATHER;
+  g.tile_m = (int)m->f.bq;
   g.tile_n = 128;
   g.variant = NULL;
-  if (tsrp_build_time_of(ds, m, &g) > 0)
-    *o = g;
+  return tsrp_build_time_of(ds, m, &g) > 0 ? g : sel->opts;
 }
 
 /* Times of one mask: the selected plan (as the request path runs it), the
  * direct plan (the base plan's shape on its best variant, dyn included) and
- * the automatic plan (what the request path runs without a table: the base
- * plan's shape, upgraded to gather where it applies, on the variant of the
- * bundle's rank). */
+ * the automatic plan (what the request path runs without a table: the
+ * automatic planner with the tile open, so the base plan's shape, upgraded
+ * to gather where that applies, on the variant of the bundle's rank). */
 static void mask_times(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_selection *c,
                        double *ts, double *td, double *ta)
 {
+  tsr_selection a;
   tsr_plan_opts base;
-  as_requested(ds, m, &c->opts);
-  *ts = tsrp_build_time_of(ds, m, &c->opts);
   tsr_select_base(&m->f, &base);
   *td = tsrp_build_time_of(ds, m, &base);
-  as_requested(ds, m, &base);
-  *ta = tsrp_build_auto_time_of(ds, m, &base);
+  /* Without a row the request path keeps the caller's open options
+   * (tsr_select_request), which the upgrade may turn into gather. */
+  memset(&a, 0, sizeof a);
+  tsr_plan_opts_init(&a.opts);
+  a.opts.tasks = base.tasks; /* the automatic planner's, as tsr_select_base takes them */
+  a.opts = as_requested(ds, m, &a);
+  if (a.opts.mapping != TSR_MAP_GATHER)
+    a.opts = base;
+  *ta = tsrp_build_auto_time_of(ds, m, &a.opts);
+  c->opts = c->from_table ? as_requested(ds, m, c) : a.opts;
+  *ts = tsrp_build_time_of(ds, m, &c->opts);
 }
 
 /* Finds the GPU (name, multiprocessors) to report on: the one named, else

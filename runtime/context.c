@@ -277,6 +277,21 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
  * task layout, so the selection still never runs a plan slower than the
  * automatic one.  Only where the bundle has the kg variant: 64-row ones
  * exist at head dim 64 only (two tasks a CTA at d128 need 329 KB). */
+int tsri_context_gather_applies(const tsr_features *f, const tsr_selection *sel)
+{
+  const tsr_plan_opts *o = &sel->opts;
+  const int bq = (int)f->bq;
+  int auto_tile = o->mapping == TSR_MAP_AUTO && ((!o->tile_m && !o->tile_n) ||
+                                                 (o->tile_m == bq && o->tile_n == 64));
+  if (o->precision != TSR_PREC_NATIVE || (f->bq != 128 && f->bq != 64) || f->bk != 64)
+    return 0;
+  /* A fallback to the caller's own variant, tile or mapping keeps them. */
+  if (!sel->from_table && (o->variant || o->mapping != TSR_MAP_AUTO || o->tile_m || o->tile_n))
+    return 0;
+  /* Retain at bq x 64: the row's, or the automatic planner's for these blocks. */
+  return auto_tile || (o->mapping == TSR_MAP_RETAIN && o->tile_m == bq && o->tile_n == 64);
+}
+
 int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
                         const tsr_features *f, tsr_selection *out)
 {
@@ -284,18 +299,9 @@ int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int
   tsr_variant_need need = {0};
   const char *knob = getenv("TESSERA_GATHER");
   const int bq = (int)f->bq;
-  int auto_tile = o->mapping == TSR_MAP_AUTO && ((!o->tile_m && !o->tile_n) ||
-                                                 (o->tile_m == bq && o->tile_n == 64));
   long i;
   size_t n;
-  if (!device || (knob && !strcmp(knob, "0")) || o->precision != TSR_PREC_NATIVE ||
-      (f->bq != 128 && f->bq != 64) || f->bk != 64)
-    return 0;
-  /* A fallback to the caller's own variant, tile or mapping keeps them. */
-  if (!out->from_table && (o->variant || o->mapping != TSR_MAP_AUTO || o->tile_m || o->tile_n))
-    return 0;
-  /* Retain at bq x 64: the row's, or the automatic planner's for these blocks. */
-  if (!auto_tile && (o->mapping != TSR_MAP_RETAIN || o->tile_m != bq || o->tile_n != 64))
+  if (!device || (knob && !strcmp(knob, "0")) || !tsri_context_gather_applies(f, out))
     return 0;
   need.dtype = (tsr_dtype)f->dtype;
   need.head_dim = (int)f->head_dim;

@@ -66,6 +66,12 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
  * rule: tsr_context_select_features applies it after tsri_context_route. */
 int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
                         const tsr_features *f, tsr_selection *out);
+/* The rule's part that needs no bundle or device: whether selection sel
+ * for features f is one the upgrade applies to (native precision, bq x 64
+ * blocks with bq 64 or 128, retain at bq x 64 or the automatic planner's
+ * open tile, and not a fallback to the caller's own plan options).  The
+ * profiler's report replays it. */
+int tsri_context_gather_applies(const tsr_features *f, const tsr_selection *sel);
 
 /* The regime policy from its inputs (tsr_gpuplan_reselect's core, testable
  * without a device): f are the features of the template's latest completed
