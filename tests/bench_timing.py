@@ -205,6 +205,61 @@ sp = bp.spread_table(rows)
 expect("| c1 | tessera | 1.0100 | 0.9900 | 1.0500 |" in sp and "5.9% | 25 |" in sp, f"spread table:\n{sp}")
 expect(bp.tessera_vs_host(rows[:1], "c1") is None, "gpu/host without a host row")
 
+# bench-peers: each peer gets the mask at its own block size.  On 128x128
+# blocks FA4 takes the mask as it is and VSA one refined to 64x64; the
+# builders run after every branch, so a builder reading the name m (not its
+# value when built) handed FA4 VSA's 512x512 mask (found on the device).
+class FakeMask:
+    """The block mask's shape, and the methods peer_runs calls on it."""
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def any(self, dim):
+        return self
+
+    def all(self):
+        return True
+
+    def repeat_interleave(self, f, dim):
+        return FakeMask(n * f if i == dim else n for i, n in enumerate(self.shape))
+
+    def contiguous(self):
+        return self
+
+
+class Got:
+    """Records the mask shape each fake peer is given."""
+    def __init__(self):
+        self.shapes = {}
+
+    to_bhsd = None  # the run object the adapters return: this one
+
+    def __call__(self):
+        return None
+
+    def fa4_bsr(self, q, k, v, m, bq, bk):
+        self.shapes["fa4"] = (m.shape, bq, bk)
+        return self, 0.0
+
+    def vsa_blocks(self, q, k, v, m):
+        self.shapes["vsa"] = m.shape
+        return self, 0.0
+
+
+sys.modules.setdefault("torch", type(sys)("torch"))  # peer_runs imports it; the fakes need nothing of it
+got = Got()
+fake_peers = type("P", (), dict(fa4=got, adapters=got, flashinfer=None))()
+for blk, want_fa4, want_vsa in (((128, 128), ((12, 256, 256), 128, 128), (12, 512, 512)),
+                                ((64, 64), ((12, 512, 512), 64, 64), (12, 512, 512)),
+                                ((384, 384), ((12, 255, 255), 128, 128), (12, 510, 510))):
+    n = 32768 // blk[0] if blk[0] != 384 else 85
+    c = dict(S=n * blk[0], D=128, block=blk, mask="random")
+    got.shapes.clear()
+    for system, make in bp.peer_runs(c, None, None, None, FakeMask((12, n, n)), fake_peers, None, ()):
+        make()
+    expect(got.shapes.get("fa4") == want_fa4 and got.shapes.get("vsa") == want_vsa,
+           f"{blk} blocks: the peers got {got.shapes}, want fa4 {want_fa4}, vsa {want_vsa}")
+
 # bench-peers refuses bad timing flags, naming them (exit 2)
 for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "--warmup-ms -1"),
                    (["--round-ms", "inf"], "--round-ms inf"), (["--settle-ms", "-5"], "--settle-ms -5")):
