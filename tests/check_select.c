@@ -658,6 +658,55 @@ START_TEST(test_select_bounded)
 END_TEST
 
 
+/* A row borrowed for a 128x64-block mask (the geometry-wide row here) must
+ * not waste more than the base plan's 128x64 tiles (fill_ok).  A combine
+ * 128x128 row does: at 10% a 128x128 tile holds 0.53 of selected pairs.
+ * A gather 128x128 row does not: it packs two selected key blocks a tile,
+ * fill 0.99; judged as combine's tile it was skipped, so the table's gather
+ * rows never applied outside their own regions (found on the H100 table:
+ * "row 49 (gather 128x128) skipped: its tile computes more masked-out
+ * pairs"). */
+START_TEST(test_select_gather_fill)
+{
+  static const char *const maps[] = {"gather", "combine"};
+  tu_rng rng = {base_seed + 151};
+  request r;
+  tsr_features f;
+  tsr_error err = {0};
+  int i;
+  random_request(&rng, 32768, 128, 64, 128, 0.08 + 0.04 * tu_uniform(&rng), &r);
+  ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
+  for (i = 0; i < 2; i++) {
+    char path[300], sql[600], name[32];
+    tsr_selector *sel = NULL;
+    tsr_selection s;
+    snprintf(name, sizeof name, "%s.db", maps[i]);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, "
+             "head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, "
+             "tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', "
+             "132, 1, 2, 'bf16', 128, 128, 64, -1, -1, -1, -1, '%s', 128, 128, 'pack', '', 12, "
+             "1.0, 1.2)",
+             maps[i]);
+    crafted_db(path, sizeof path, name, sql);
+    ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    if (i == 0) {
+      ck_assert_msg(s.from_table && s.level == 2, "density %.3f: %s", f.density, s.reason);
+      ck_assert_int_eq(s.opts.mapping, TSR_MAP_GATHER);
+      ck_assert_int_eq(s.opts.tasks, TSR_TASKS_PACK);
+    } else {
+      ck_assert_msg(!s.from_table && strstr(s.reason, "masked-out pairs"), "density %.3f: %s",
+                    f.density, s.reason);
+      ck_assert_int_eq(s.opts.mapping, TSR_MAP_RETAIN);
+      ck_assert_int_eq(s.opts.tile_n, 64);
+    }
+    tsr_select_destroy(sel);
+  }
+  free_request(&r);
+}
+END_TEST
+
 static Suite *select_suite(void)
 {
   Suite *s = suite_create("select");
@@ -669,6 +718,7 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_select_time);
   tcase_add_test(tc, test_open_errors);
   tcase_add_test(tc, test_select_h200_regressions);
+  tcase_add_test(tc, test_select_gather_fill);
   suite_add_tcase(s, tc);
   /* Unbounded, these ran forever: a short timeout is part of the test. */
   tc = tcase_create("bounded");
