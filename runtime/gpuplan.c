@@ -741,16 +741,13 @@ int64_t tsr_gpuplan_stats_read(const tsr_gpuplan *g, tsr_gpuplan_stats *out)
   return 0;
 }
 
-void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_features *f)
+void tsri_gpuplan_features_of(const tsr_problem *p, int tile_m, int tile_n, int gather, int num_sms,
+                              const tsr_gpuplan_stats *s, tsr_features *f)
 {
-  const tsr_problem *p;
   int64_t bq = 0, bk = 0;
   double fill = 0;
   int i;
-  if (!f) return;
   memset(f, 0, sizeof *f);
-  if (!g || !s) return;
-  p = &g->pl->problem;
   tsr_geom_is_uniform(p->geom, &bq, &bk);
   f->density = s->density;
   f->block_density = s->density;
@@ -758,28 +755,42 @@ void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_
   f->empty_rows = s->empty_rows;
   if (s->tiles > 0)
     fill = s->density * (double)p->batch * (double)p->heads_q * (double)p->seq_q * (double)p->seq_k /
-           ((double)s->tiles * g->pl->tile_m * g->pl->tile_n);
+           ((double)s->tiles * tile_m * tile_n);
   /* Only the planner's own tile was counted: the others are marked not
-   * measured (the selector estimates them, see select.c fill_est). */
+   * measured (the selector estimates them, see select.c fill_est).  A
+   * gather template's tiles each hold two selected key blocks, so their
+   * count is not the fill of its tile (which counts every block a tile
+   * spans, as combine computes them: 0.53 against gather's 0.99 for random
+   * 128x64 blocks at 10%).  What it does know is the blocks' own tile:
+   * whole logical blocks, fill 1 (their count, touched, is not kept). */
   for (i = 0; i < TSR_FEATURE_TILES; i++) {
     int tm, tn;
     tsr_features_tile(i, &tm, &tn);
-    if (tm == g->pl->tile_m && tn == g->pl->tile_n) {
-      f->fill[i] = fill > 1 ? 1 : fill;
-      f->touched[i] = s->tiles;
+    if (gather ? tm == bq && tn == bk : tm == tile_m && tn == tile_n) {
+      f->fill[i] = gather || fill > 1 ? 1 : fill;
+      f->touched[i] = gather ? -1 : s->tiles;
     } else {
       f->fill[i] = -1;
       f->touched[i] = -1;
     }
   }
-  f->rows_per_sm = (double)p->batch * (double)p->heads_q * ceil((double)p->seq_q / 128.0) / g->pl->num_sms;
+  f->rows_per_sm = (double)p->batch * (double)p->heads_q * ceil((double)p->seq_q / 128.0) / num_sms;
   f->bq = bq;
   f->bk = bk;
   f->seq_q = p->seq_q;
   f->seq_k = p->seq_k;
   f->head_dim = p->head_dim;
   f->dtype = p->dtype;
-  f->num_sms = g->pl->num_sms;
+  f->num_sms = num_sms;
+}
+
+void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_features *f)
+{
+  if (!f) return;
+  memset(f, 0, sizeof *f);
+  if (!g || !s) return;
+  tsri_gpuplan_features_of(&g->pl->problem, g->pl->tile_m, g->pl->tile_n, g->pl->mapping == TSR_MAP_GATHER,
+                           g->pl->num_sms, s, f);
 }
 
 tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *g, const tsr_gpuplan_stats *s,

@@ -156,6 +156,12 @@ double tsri_tasks_balance(const tsr_plan *pl);
 static inline int tsri_tile_m_ok(int64_t v) { return v >= 16 && v <= TSR_MAX_TILE && v % 16 == 0; }
 static inline int tsri_tile_n_ok(int64_t v) { return v >= 32 && v <= TSR_MAX_TILE && v % 32 == 0; }
 
+/* tsr_gpuplan_features' core, testable without a device: the features of
+ * a GPU template's step s, planned for problem p on tile_m x tile_n tiles
+ * (gather: mapping "gather") with num_sms multiprocessors. */
+void tsri_gpuplan_features_of(const tsr_problem *p, int tile_m, int tile_n, int gather, int num_sms,
+                              const tsr_gpuplan_stats *s, tsr_features *f);
+
 /* Largest members per task the planner emits (GQA groups, empty rows). */
 #define TSR_PLAN_MAX_MEMBERS 8
 

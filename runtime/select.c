@@ -107,22 +107,21 @@ static double fill_est(const tsr_features *f, int tile_m, int tile_n, int *measu
 }
 
 /* The fill of a row's tiles on this mask.  A gather tile packs g = tile_n /
- * bk selected key blocks of one query block, so it wastes only the last
- * tile of a row whose count is not a multiple of g: with n selected blocks
- * a row on average, about (g - 1) / 2 blocks a row, fill n / (n + (g-1)/2)
- * times the blocks' own fill.  Its tile's fill as combine would count the
- * key blocks the gather never computes (0.53 for random 128x64 blocks at
- * 10%, against 0.99). */
+ * bk selected key blocks of one query block, so it computes only selected
+ * blocks (whole logical blocks: their own fill is 1) but for the last tile
+ * of a row whose count is not a multiple of g: with n selected blocks a
+ * row on average, about (g - 1) / 2 blocks a row, fill n / (n + (g-1)/2).
+ * Its tile's fill as combine would count the key blocks the gather never
+ * computes (0.53 for random 128x64 blocks at 10%, against 0.99). */
 static double row_fill(const tsr_features *f, int mapping, int tile_m, int tile_n, int *measured)
 {
-  double n, fb;
+  double n;
   if (mapping != TSR_MAP_GATHER || f->bk <= 0 || f->seq_k <= 0)
     return fill_est(f, tile_m, tile_n, measured);
-  fb = fill_est(f, (int)f->bq, (int)f->bk, measured);
+  if (measured)
+    *measured = 1; /* from the density alone, which is always measured */
   n = f->block_density * (double)((f->seq_k + f->bk - 1) / f->bk);
-  if (fb < 0 || n <= 0)
-    return fb;
-  return fb * n / (n + (double)(tile_n / f->bk - 1) / 2);
+  return n > 0 ? n / (n + (double)(tile_n / f->bk - 1) / 2) : 1;
 }
 
 void tsr_select_region(const tsr_features *f, tsr_region *r)

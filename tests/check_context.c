@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "context_impl.h"
+#include "plan_impl.h"
 #include "profile.h"
 #include "sweep.h"
 #include "tessera.h"
@@ -841,33 +842,6 @@ static void python_pick(tsr_context *ctx, const tsr_features *f, const tsr_gpupl
   snprintf(out->variant, sizeof out->variant, "%s", sel.variant);
 }
 
-/* What tsr_gpuplan_features gives for a template planned for p at tile
- * tm x tn (fill at that tile only). */
-static void gpu_features(const tsr_problem *p, int tm, int tn, const tsr_gpuplan_stats *s, tsr_features *f)
-{
-  double fill = 0;
-  int i;
-  memset(f, 0, sizeof *f);
-  tsr_geom_is_uniform(p->geom, &f->bq, &f->bk);
-  f->density = f->block_density = s->density;
-  f->row_cv = s->row_cv;
-  f->empty_rows = s->empty_rows;
-  if (s->tiles > 0)
-    fill = s->density * (double)p->batch * p->heads_q * p->seq_q * p->seq_k / ((double)s->tiles * tm * tn);
-  for (i = 0; i < TSR_FEATURE_TILES; i++) {
-    int m, n;
-    tsr_features_tile(i, &m, &n);
-    f->fill[i] = m == tm && n == tn ? (fill > 1 ? 1 : fill) : -1;
-    f->touched[i] = m == tm && n == tn ? s->tiles : -1;
-  }
-  f->rows_per_sm = (double)p->batch * p->heads_q * ceil(p->seq_q / 128.0) / TSR_DEFAULT_NUM_SMS;
-  f->seq_q = p->seq_q;
-  f->seq_k = p->seq_k;
-  f->head_dim = p->head_dim;
-  f->dtype = p->dtype;
-  f->num_sms = TSR_DEFAULT_NUM_SMS;
-}
-
 /* The recorded table of tests/python-binding.sh: a geometry row for bf16
  * d128 96x96 blocks (split tasks) and one naming a build the bundle does
  * not have (64x64 blocks). */
@@ -933,7 +907,7 @@ START_TEST(test_regime_as_python_chose)
       st.tiles = tu_range(&rng, 1, rows * ((seq + tn - 1) / tn));
       if (c % 10 == 0)
         st.tiles = 2 * tu_range(&rng, 0, 40) + 1; /* odd over 2 rows */
-      gpu_features(&p, tm, tn, &st, &f);
+      tsri_gpuplan_features_of(&p, tm, tn, 0, TSR_DEFAULT_NUM_SMS, &st, &f);
       python_pick(ctx, &f, &st, &p, tm, tn, &want);
       memset(&got, 0xa5, sizeof got);
       ck_assert_int_eq(tsri_context_regime(ctx, &f, &st, &p, tm, tn, TSR_PREC_NATIVE, &got, &err), TSR_OK);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "plan_impl.h"
 #include "profile.h"
 #include "tessera.h"
 #include "util.h"
@@ -668,36 +669,68 @@ END_TEST
  * pairs"). */
 START_TEST(test_select_gather_fill)
 {
-  static const char *const maps[] = {"gather", "combine"};
+  static const char *const maps[] = {"gather", "combine"}; /* i & 1 */
   tu_rng rng = {base_seed + 151};
   request r;
   tsr_features f;
   tsr_error err = {0};
-  int i;
+  int i, t, t128 = -1;
+  tsr_features gf;
+  tsr_gpuplan_stats st;
+  tsr_plan_opts o;
+  tsr_plan *pl = NULL;
+  tsr_plan_summary sum;
   random_request(&rng, 32768, 128, 64, 128, 0.08 + 0.04 * tu_uniform(&rng), &r);
   ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
-  for (i = 0; i < 2; i++) {
+  /* The same mask's features as a gather template on the GPU publishes
+   * them: its step's counts (the host plan's gather tiles), the fill of
+   * its 128x128 tiles not taken for theirs */
+  tsr_plan_opts_init(&o);
+  o.mapping = TSR_MAP_GATHER;
+  o.tile_m = o.tile_n = 128;
+  ck_assert_msg(tsr_plan_create(&r.p, r.m, &o, &pl, &err) == TSR_OK, "%s", err.text);
+  tsr_plan_summarize(pl, &sum);
+  tsr_plan_destroy(pl);
+  memset(&st, 0, sizeof st);
+  st.step = 1;
+  st.density = f.density;
+  st.row_cv = f.row_cv;
+  st.tiles = sum.tiles;
+  tsri_gpuplan_features_of(&r.p, 128, 128, 1, 132, &st, &gf);
+  for (t = 0; t < TSR_FEATURE_TILES; t++) {
+    int tm, tn;
+    tsr_features_tile(t, &tm, &tn);
+    if (tm == 128 && tn == 128)
+      t128 = t;
+  }
+  for (i = 0; i < 4; i++) {
+    const tsr_features *ff = i & 2 ? &gf : &f;
     char path[300], sql[600], name[32];
     tsr_selector *sel = NULL;
     tsr_selection s;
-    snprintf(name, sizeof name, "%s.db", maps[i]);
+    snprintf(name, sizeof name, "%s%d.db", maps[i & 1], i);
     snprintf(sql, sizeof sql,
              "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, level, dtype, "
              "head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, tile_m, "
              "tile_n, tasks, variant, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', "
              "132, 1, 2, 'bf16', 128, 128, 64, -1, -1, -1, -1, '%s', 128, 128, 'pack', '', 12, "
              "1.0, 1.2)",
-             maps[i]);
+             maps[i & 1]);
     crafted_db(path, sizeof path, name, sql);
     ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
-    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
-    if (i == 0) {
-      ck_assert_msg(s.from_table && s.level == 2, "density %.3f: %s", f.density, s.reason);
+    ck_assert_int_eq(tsr_select_plan(sel, ff, &s, &err), TSR_OK);
+    if (i & 2) /* the fill bin estimated from the blocks' fill: the host's on a random mask */
+      ck_assert_msg(ff->fill[t128] == -1 && s.region.fill_bin == 1,
+                    "GPU features: fill 128x128 %.3f, fill bin %d (host %.3f)", ff->fill[t128],
+                    s.region.fill_bin, f.fill[t128]);
+    if (!(i & 1)) {
+      ck_assert_msg(s.from_table && s.level == 2, "%s features, density %.3f: %s",
+                    i & 2 ? "GPU" : "host", f.density, s.reason);
       ck_assert_int_eq(s.opts.mapping, TSR_MAP_GATHER);
       ck_assert_int_eq(s.opts.tasks, TSR_TASKS_PACK);
     } else {
-      ck_assert_msg(!s.from_table && strstr(s.reason, "masked-out pairs"), "density %.3f: %s",
-                    f.density, s.reason);
+      ck_assert_msg(!s.from_table && strstr(s.reason, "masked-out pairs"), "%s features, density %.3f: %s",
+                    i & 2 ? "GPU" : "host", f.density, s.reason);
       ck_assert_int_eq(s.opts.mapping, TSR_MAP_RETAIN);
       ck_assert_int_eq(s.opts.tile_n, 64);
     }
