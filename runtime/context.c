@@ -275,8 +275,7 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
  * its count is odd.  The upgrade applies after the table's pick, to what
  * the pick (or the fallback) chose: the same pairs on wider tiles, same
  * task layout, so the selection still never runs a plan slower than the
- * automatic one.  Only where the bundle has the kg variant: 64-row ones
- * exist at head dim 64 only (two tasks a CTA at d128 need 329 KB). */
+ * automatic one. */
 int tsri_context_gather_applies(const tsr_features *f, const tsr_selection *sel)
 {
   const tsr_plan_opts *o = &sel->opts;
@@ -292,6 +291,8 @@ int tsri_context_gather_applies(const tsr_features *f, const tsr_selection *sel)
   return auto_tile || (o->mapping == TSR_MAP_RETAIN && o->tile_m == bq && o->tile_n == 64);
 }
 
+/* The upgrade itself, only where the bundle has the kg variant: 64-row ones
+ * exist at head dim 64 only (two tasks a CTA at d128 need 329 KB). */
 int tsri_context_gather(const tsr_bundle *b, const char *arch, int64_t smem, int device,
                         const tsr_features *f, tsr_selection *out)
 {

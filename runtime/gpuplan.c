@@ -787,8 +787,10 @@ void tsri_gpuplan_features_of(const tsr_problem *p, int tile_m, int tile_n, int 
 void tsr_gpuplan_features(const tsr_gpuplan *g, const tsr_gpuplan_stats *s, tsr_features *f)
 {
   if (!f) return;
-  memset(f, 0, sizeof *f);
-  if (!g || !s) return;
+  if (!g || !s) {
+    memset(f, 0, sizeof *f);
+    return;
+  }
   tsri_gpuplan_features_of(&g->pl->problem, g->pl->tile_m, g->pl->tile_n, g->pl->mapping == TSR_MAP_GATHER,
                            g->pl->num_sms, s, f);
 }
