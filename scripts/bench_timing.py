@@ -131,17 +131,18 @@ def summary(per_call):
                 rounds_ms=per_call)
 
 
-def warm_up(fn, warmup_ms, timer, clock=time.perf_counter):
-    """Calls fn until warmup_ms of wall time has passed (at least once, each
-    call synchronized); returns the mean wall ms a call."""
+def warm_up(fn, warmup_ms, timer, clock=time.perf_counter, max_calls=None):
+    """Calls fn until warmup_ms of wall time has passed or max_calls calls
+    were made (at least once, each call synchronized); returns the mean wall
+    ms a call and the calls made."""
     n, t0 = 0, clock()
     while True:
         fn()
         timer.sync()
         n += 1
         el = (clock() - t0) * 1e3
-        if el >= warmup_ms:
-            return el / n
+        if el >= warmup_ms or (max_calls is not None and n >= max_calls):
+            return el / n, n
 
 
 def calls_per_round(call_ms, round_ms, cap=1000):
@@ -161,7 +162,7 @@ POWER_MIN_MS = 200.0
 
 
 def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_counter, settle_ms=0.0,
-                power=None):
+                power=None, max_calls=None):
     """systems: [(name, fn)], fn() runs one call.  Returns {name: summary +
     calls_per_round + settle_calls + warmup_call_ms}, ms = the median over
     rounds of the time a call.  Each system is warmed up in turn, then the
@@ -174,16 +175,29 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
     the energy of both (where settle_ms + round_ms >= POWER_MIN_MS), and
     the summary gains joules (a call), watts and sm_mhz (sampled once a
     round, while its calls run): medians over rounds, per-round lists
-    beside them."""
+    beside them.
+    max_calls: {name: most calls} for systems that cannot make as many as
+    the durations ask for (a peer that keeps GPU memory on every call):
+    such a system's warm-up takes at most a fifth of them, and each round
+    what is left over the rounds, timed calls first, settle calls after
+    (at least one timed call a round); its summary gains call_cap."""
     if rounds < 1:
         raise ValueError(f"rounds {rounds}: must be at least 1")
     if not systems:
         return {}
     if settle_ms + round_ms < POWER_MIN_MS:
         power = None
-    warm = {name: warm_up(fn, warmup_ms, timer, clock) for name, fn in systems}
+    caps = {name: cap for name, cap in (max_calls or {}).items() if any(name == x for x, _ in systems)}
+    warm, warm_calls = {}, {}
+    for name, fn in systems:
+        cap = caps.get(name)
+        warm[name], warm_calls[name] = warm_up(fn, warmup_ms, timer, clock, None if cap is None else max(1, cap // 5))
     n = {name: calls_per_round(warm[name], round_ms) for name, _ in systems}
     ns = {name: calls_per_round(warm[name], settle_ms) if settle_ms > 0 else 0 for name, _ in systems}
+    for name, cap in caps.items():
+        per_round = max(1, (cap - warm_calls[name]) // rounds)
+        n[name] = min(n[name], per_round)
+        ns[name] = min(ns[name], per_round - n[name])
     marks = {name: [] for name, _ in systems}
     meter = {name: [] for name, _ in systems}
     for _ in range(rounds):
@@ -208,6 +222,8 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
         per_call = [timer.elapsed_ms(a, b) / n[name] for a, b in marks[name]]
         out[name] = dict(summary(per_call), calls_per_round=n[name], settle_calls=ns[name],
                          warmup_call_ms=warm[name])
+        if name in caps:
+            out[name]["call_cap"] = caps[name]
         if meter[name]:
             # the energy window holds the settle calls too (the counter's
             # resolution wants more than a 30 ms round): watts over the

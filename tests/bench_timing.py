@@ -173,6 +173,25 @@ for settle, worst in ((0.0, None), (240.0, .005)):
                f"joules a call {res['a']['joules']}, {res['b']['joules']}")
         expect(abs(res["b"]["sm_mhz"] - 1700) < 10 and len(res["b"]["rounds_sm_mhz"]) == 7,
                f"sm_mhz {res['b']['sm_mhz']}")
+# max_calls: a capped system makes at most its cap of calls (warm-up a fifth
+# of it, each round at least one timed call), the others what the durations ask
+for _ in range(20):
+    f = Fake()
+    rounds, cap = rng.randint(1, 11), rng.randint(1, 400)
+    cost = rng.choice([0.375, 1.125, 2.5])
+    res = bt.interleaved([("a", f.system("a", lambda i: cost)), ("b", f.system("b", lambda i: cost))], rounds,
+                         100.7, 30, f, clock=f.clock, settle_ms=250.1, max_calls={"a": cap, "zz": 3})
+    made = f.log.count("a")
+    want_b = max(1, int(-(-100.7 // cost))) + rounds * (bt.calls_per_round(cost, 250.1) + bt.calls_per_round(cost, 30))
+    expect(made <= max(cap, max(1, cap // 5) + rounds), f"cap {cap}, {rounds} rounds: {made} calls")
+    expect(res["a"]["calls_per_round"] >= 1 and res["a"]["call_cap"] == cap and close(res["a"]["ms"], cost),
+           f"cap {cap}: {res['a']}")
+    expect(res["a"]["calls_per_round"] + res["a"]["settle_calls"] ==
+           min(bt.calls_per_round(cost, 30) + bt.calls_per_round(cost, 250.1),
+               max(1, (cap - min(max(1, cap // 5), max(1, int(-(-100.7 // cost))))) // rounds)),
+           f"cap {cap}, {rounds} rounds: {res['a']['calls_per_round']} + {res['a']['settle_calls']} a round")
+    expect(f.log.count("b") == want_b and "call_cap" not in res["b"], f"uncapped b: {f.log.count('b')} calls")
+
 try:
     bt.interleaved([("a", lambda: None)], 0, 0, 0, bt.WallTimer())
     expect(False, "rounds 0 accepted")
@@ -259,6 +278,42 @@ for blk, want_fa4, want_vsa in (((128, 128), ((12, 256, 256), 128, 128), (12, 51
         make()
     expect(got.shapes.get("fa4") == want_fa4 and got.shapes.get("vsa") == want_vsa,
            f"{blk} blocks: the peers got {got.shapes}, want fa4 {want_fa4}, vsa {want_vsa}")
+
+# bench-peers: a system that keeps GPU memory on every call is found after
+# its check, and its calls are capped so the case fits what is free
+class FakeCuda:
+    def __init__(self):
+        self.allocated = rng.randint(1, 1 << 30)
+
+    def synchronize(self):
+        pass
+
+    def memory_allocated(self):
+        return self.allocated
+
+
+ft = type("T", (), {})()
+ft.cuda = FakeCuda()
+keep = rng.randint(1, 200) << 20
+
+
+def leaky():
+    ft.cuda.allocated += keep
+
+
+expect(bp.kept_per_call(leaky, ft) == keep, f"kept {bp.kept_per_call(leaky, ft)} a call, want {keep}")
+expect(bp.kept_per_call(lambda: None, ft) == 0, "a call that keeps nothing")
+ready = [(dict(system="tessera"), None, 1), (dict(system="vsa", kept_mib_per_call=96.0), None, 1),
+         (dict(system="x", kept_mib_per_call=1000.0), None, 1)]
+caps = bp.call_caps(ready, 5, 80 << 30)
+expect(caps == {"vsa": int(0.8 * (80 << 30) / 2 / 5 / (96 << 20)), "x": int(0.8 * (80 << 30) / 2 / 5 / (1000 << 20))},
+       f"caps {caps}")
+expect(bp.call_caps(ready[:1], 3, 1 << 30) == {}, "no cap without kept memory")
+expect(bp.call_caps(ready[1:2], 1, 1 << 20) == {"vsa": 2}, "at least 2 calls")
+kr = dict(base, system="vsa", status="ok", kept_mib_per_call=96.0, call_cap=333, settle_calls=7)
+md = bp.table(rows + [kr], {})
+expect("- vsa (c1): keeps 96 MiB of GPU memory a call, never given back; timed with at most 333 calls "
+       "(7 settle a round)" in md, f"kept-memory note in:\n{md}")
 
 # bench-peers refuses bad timing flags, naming them (exit 2)
 for argv, word in ((["--rounds", "0"], "--rounds 0"), (["--warmup-ms", "-1"], "--warmup-ms -1"),
