@@ -180,7 +180,8 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
     the durations ask for (a peer that keeps GPU memory on every call):
     such a system's warm-up takes at most a fifth of them, and each round
     what is left over the rounds, timed calls first, settle calls after
-    (at least one timed call a round); its summary gains call_cap."""
+    (at least one timed call a round); its summary gains call_cap, and
+    energy only where its settle and round still last POWER_MIN_MS."""
     if rounds < 1:
         raise ValueError(f"rounds {rounds}: must be at least 1")
     if not systems:
@@ -198,11 +199,13 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
         per_round = max(1, (cap - warm_calls[name]) // rounds)
         n[name] = min(n[name], per_round)
         ns[name] = min(ns[name], per_round - n[name])
+    # energy only over windows the counter can read (a capped system's may be short)
+    metered = {name: power is not None and (ns[name] + n[name]) * warm[name] >= POWER_MIN_MS for name, _ in systems}
     marks = {name: [] for name, _ in systems}
     meter = {name: [] for name, _ in systems}
     for _ in range(rounds):
         for name, fn in systems:
-            if power is not None:
+            if metered[name]:
                 timer.sync()
                 e0, s0 = power.energy_mj(), timer.mark()
             for _ in range(ns[name]):
@@ -212,7 +215,7 @@ def interleaved(systems, rounds, warmup_ms, round_ms, timer, clock=time.perf_cou
                 fn()
             b = timer.mark()
             marks[name].append((a, b))
-            if power is not None:
+            if metered[name]:
                 mhz = power.sm_mhz()  # while the round's calls still run
                 timer.sync()
                 meter[name].append(((power.energy_mj() - e0) / 1e3, s0, b, mhz))

@@ -192,6 +192,14 @@ for _ in range(20):
            f"cap {cap}, {rounds} rounds: {res['a']['calls_per_round']} + {res['a']['settle_calls']} a round")
     expect(f.log.count("b") == want_b and "call_cap" not in res["b"], f"uncapped b: {f.log.count('b')} calls")
 
+# a capped system's rounds too short for the energy counter: no energy for it, the others keep theirs
+g = Governor()
+sy = [("a", g.powered("a", 1500.0, 1500.0, 700.0)), ("b", g.powered("b", 1530.0, 1700.0, 650.0))]
+res = bt.interleaved(sy, 7, 50, 6, g, clock=g.clock, settle_ms=240.0, power=g, max_calls={"b": 60})
+expect("joules" not in res["b"] and "watts" not in res["b"] and g.log.count("b") <= 60,
+       f"capped b: {g.log.count('b')} calls, {res['b'].get('watts')} W")
+expect(abs(res["a"]["watts"] - 700) < 1e-6, f"uncapped a beside a capped b: {res['a'].get('watts')} W")
+
 try:
     bt.interleaved([("a", lambda: None)], 0, 0, 0, bt.WallTimer())
     expect(False, "rounds 0 accepted")
