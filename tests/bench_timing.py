@@ -313,11 +313,11 @@ expect(bp.kept_per_call(leaky, ft) == keep, f"kept {bp.kept_per_call(leaky, ft)}
 expect(bp.kept_per_call(lambda: None, ft) == 0, "a call that keeps nothing")
 ready = [(dict(system="tessera"), None, 1), (dict(system="vsa", kept_mib_per_call=96.0), None, 1),
          (dict(system="x", kept_mib_per_call=1000.0), None, 1)]
-caps = bp.call_caps(ready, 5, 80 << 30)
-expect(caps == {"vsa": int(0.8 * (80 << 30) / 2 / 5 / (96 << 20)), "x": int(0.8 * (80 << 30) / 2 / 5 / (1000 << 20))},
-       f"caps {caps}")
-expect(bp.call_caps(ready[:1], 3, 1 << 30) == {}, "no cap without kept memory")
-expect(bp.call_caps(ready[1:2], 1, 1 << 20) == {"vsa": 2}, "at least 2 calls")
+caps = bp.call_caps(ready, 5, 80 << 30, 5)
+expect(caps == {"vsa": int(0.8 * (80 << 30) / 2 / 5 / (96 << 20)),
+                "x": max(10, int(0.8 * (80 << 30) / 2 / 5 / (1000 << 20)))}, f"caps {caps}")
+expect(bp.call_caps(ready[:1], 3, 1 << 30, 5) == {}, "no cap without kept memory")
+expect(bp.call_caps(ready[1:2], 1, 1 << 20, 7) == {"vsa": 14}, "at least 2 calls a round")
 kr = dict(base, system="vsa", status="ok", kept_mib_per_call=96.0, call_cap=333, settle_calls=7)
 md = bp.table(rows + [kr], {})
 expect("- vsa (c1): keeps 96 MiB of GPU memory a call, never given back; timed with at most 333 calls "
