@@ -252,12 +252,13 @@ tsr_status tsri_variant_check(const tsr_variant *v, tsr_error *err)
     if (v->head_dim != 64 && v->head_dim != 128)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': sm90 head dim must be 64 or 128, got %d",
                            name, v->head_dim);
-    /* BM 64 may also run two tasks a CTA (g3), one consumer warpgroup each */
-    if (v->warpgroups != 1 + v->bm / 64 && !(v->bm == 64 && v->warpgroups == 3))
+    /* BM 64 may also run two or three tasks a CTA (g3, g4), one consumer
+     * warpgroup each */
+    if (v->warpgroups != 1 + v->bm / 64 && !(v->bm == 64 && v->warpgroups >= 3))
       return tsr_error_set(err, TSR_ERR_INVALID,
                            "variant '%s': sm90 with BM %d needs %d warpgroups (producer + one per 64 rows)%s, got %d",
                            name, v->bm, 1 + v->bm / 64,
-                           v->bm == 64 ? " or 3 (two tasks a CTA)" : "", v->warpgroups);
+                           v->bm == 64 ? " or 3 or 4 (two or three tasks a CTA)" : "", v->warpgroups);
     /* FP8 rows of D bytes load whole (one swizzle panel of D bytes) */
     if (v->fp8 && v->tma_box != v->head_dim)
       return tsr_error_set(err, TSR_ERR_INVALID, "variant '%s': FP8 sm90 variants load whole rows through TMA "

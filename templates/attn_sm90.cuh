@@ -34,7 +34,8 @@
  * ---- Launch contract (what the host provides) ------------------------------
  *   threads per CTA   TSR_THREADS = 128 * TSR_WARPGROUPS: 1 + TSR_BM / 64
  *                     (warpgroup 0 = TMA producer, 1.. = consumers), or
- *                     3 with TSR_BM 64: two tasks a CTA (TPC = 2)
+ *                     3 with TSR_BM 64: two tasks a CTA (TPC = 2), or 4
+ *                     with TSR_BM 64: three tasks a CTA (TPC = 3)
  *   dynamic smem      TSR_SM90_SMEM_BYTES = 1024 + TPC * (QBUF*TSR_BM*TSR_HEAD_DIM*2
  *                       + 2*TSR_STAGES*TSR_BN*TSR_HEAD_DIM*2 + 256), QBUF = 2 with
  *                     two tasks a CTA and 2 stages (TSR_SM90_QPF), else 1
@@ -192,6 +193,23 @@
  * warp), so that two 64-row tasks keep the tensor cores busy together
  * (notes/sm90.md, v6). */
 #define TSR_SM90_NC (TSR_BM / 64)
+/* Registers of the producer and of each consumer with three tasks a CTA
+ * (tuning knobs, not part of the variant name; at the kernel's entry). */
+#ifndef TSR_SM90_TPC3_PREG
+#define TSR_SM90_TPC3_PREG 32
+#endif
+#ifndef TSR_SM90_TPC3_CREG
+#define TSR_SM90_TPC3_CREG 160
+#endif
+#define TSR_SM90_STR_(x) #x
+#define TSR_SM90_STR(x) TSR_SM90_STR_(x)
+/* Three tasks a CTA (g4 at BM 64): VSA's ThunderKittens kernel keeps four
+ * 64-row tiles a multiprocessor in flight (four one-warpgroup CTAs, one K/V
+ * stage each) where two streams keep two; with three, each warpgroup's
+ * softmax hides behind two others' GEMMs.  Each stream has its own producer
+ * warp (warp w of warpgroup 0 serves stream w) and, at d128, one K/V stage
+ * (shared memory).  Four (g5) would leave a consumer 112 registers: the
+ * tile step spilled 400 bytes at d128 and 48 at d64. */
 #define TSR_SM90_TPC ((TSR_WARPGROUPS - 1) / TSR_SM90_NC)
 /* Dynamic scheduling (layout "dyn", issue 20): each stream's producer takes
  * its next task with an atomicAdd on a per-launch counter, one task ahead
@@ -233,8 +251,9 @@
 #define TSR_SM90_SMEM_BYTES                                                                \
   (1024 + TSR_SM90_TPC * (TSR_SM90_QBUF * TSR_BM * TSR_HEAD_DIM * TSR_SM90_EB +            \
                           2 * TSR_STAGES * TSR_BN * TSR_HEAD_DIM * TSR_SM90_EB + 256))
-static_assert(TSR_WARPGROUPS - 1 == TSR_SM90_TPC * TSR_SM90_NC && TSR_WARPGROUPS <= 3,
-              "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 with BM 64");
+static_assert(TSR_WARPGROUPS - 1 == TSR_SM90_TPC * TSR_SM90_NC &&
+                  (TSR_WARPGROUPS <= 3 || (TSR_BM == 64 && TSR_WARPGROUPS == 4)),
+              "attn_sm90.cuh: warpgroups must be 1 + BM / 64, or 3 or 4 with BM 64");
 
 /* tessera-gen also passes what it computed from the variant name: they must
  * agree with this template's own layout. */
@@ -1592,6 +1611,12 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 #elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+#elif TSR_SM90_TPC == 3
+    /* 512 threads enter at 128 (the file / threads, in steps of 8) and
+     * hold the whole file: 32 + 3 x 160 takes all of it back, the least
+     * consumer count that does not spill at d128 (152 spilled 11 values,
+     * 144 51); at 24 values live across the decrease spill */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 " TSR_SM90_STR(TSR_SM90_TPC3_PREG) ";\n");
 #elif TSR_SM90_QPF
     /* the prefetched records need more: 56 + 2 x 224, the same sum */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
@@ -1605,6 +1630,8 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #elif TSR_SM90_TPC == 1
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+#elif TSR_SM90_TPC == 3
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 " TSR_SM90_STR(TSR_SM90_TPC3_CREG) ";\n");
 #elif TSR_SM90_QPF
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
 #else

@@ -125,6 +125,15 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s3_g2_flat_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 1);
     ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + (64 * 128 + 2 * 3 * 64 * 128) * 2 + 256);
+    /* three tasks a CTA (g4): one Q buffer a stream */
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s1_g4_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_check(&w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 3);
+    ck_assert_int_eq(tsri_variant_threads(&w), 512);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 3 * ((64 * 128 + 2 * 64 * 128) * 2 + 256));
+    ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
+    ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m64n64_s2_g4_flat_mb_tma64", &w, &err), TSR_OK);
+    ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 3 * ((64 * 64 + 2 * 2 * 64 * 64) * 2 + 256));
     /* two tasks a CTA with 2 stages: a second Q buffer a stream (v7) */
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_pers_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
@@ -265,7 +274,8 @@ static const struct {
   { "tsr_sm80_bf16_d128_m64n64_s2_w3_pers_mb", "warps must be 2, 4 or 8" },
   { "tsr_sm80_bf16_d128_m64n64_s2_w4_pers_mb_tma64", "does not use TMA" },
   { "tsr_sm90_bf16_d128_m128n128_s2_g2_pers_mb_tma64", "needs 3 warpgroups" },
-  { "tsr_sm90_bf16_d128_m64n64_s2_g4_pers_mb_tma64", "needs 2 warpgroups (producer + one per 64 rows) or 3" },
+  { "tsr_sm90_bf16_d128_m128n128_s1_g4_flat_mb_tma64", "needs 3 warpgroups" },
+  { "tsr_sm90_bf16_d128_m64n64_s1_g5_flat_mb_tma64", "warpgroups must be 2 to 4, got 5" },
   { "tsr_sm90_bf16_d128_m128n128_s2_g3_pers_mb", "TMA boxes of 64" },
   { "tsr_sm90_bf16_d128_m192n128_s2_g4_pers_mb_tma64", "BM must be 64 or 128" },
   { "tsr_sm90_bf16_d256_m128n128_s2_g3_pers_mb_tma64", "head dim must be 64 or 128" },

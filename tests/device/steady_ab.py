@@ -14,8 +14,8 @@ kernel says what a pipeline running it would get.
 Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
 each bundle's host plan of the mask (tessera.Plan on the block's tile, row
 tasks, the bundle's own selection), the base bundle's plan on each variant
---variants names (of the case's tile and head dim), the GPU-planned request
-of the first (tessera.attention with the CUDA mask); with --precision
+--variants names (of the case's tile and head dim), each bundle's
+GPU-planned request (tessera.attention with the CUDA mask); with --precision
 native,fp8 each bundle's GPU-planned request at FP8 too (quantization
 included, judged by relative L2 <= 4.5%: docs/fp8.md's figure for i.i.d.
 inputs), and FA4's block-sparse kernel with --kit (the baselines kit) on
@@ -25,7 +25,7 @@ timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
 128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25
 (64x64 blocks), k64r25 (128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens,
 40 heads: L10, L25, Ldense; d64r25: head dim 64, CogVideoX-5B's 17,550
-tokens and 48 heads.
+tokens and 48 heads; d64b64r25: 64x64 blocks at head dim 64, 32,768 x 12.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
@@ -51,7 +51,9 @@ CASES = {"r10": ((128, 128), "random", .10, 32768, 12, 128), "r25": ((128, 128),
          "Ldense": ((128, 128), "dense", 1.0, 75600, 40, 128),
          # FA4's other geometries (issue 20's table): 128x64 blocks; head dim 64 at CogVideoX-5B's
          # 17,550 tokens and 48 heads
-         "k64r25": ((128, 64), "random", .25, 32768, 12, 128), "d64r25": ((128, 128), "random", .25, 17550, 48, 64)}
+         "k64r25": ((128, 64), "random", .25, 32768, 12, 128), "d64r25": ((128, 128), "random", .25, 17550, 48, 64),
+         # VSA's geometry at head dim 64
+         "d64b64r25": ((64, 64), "random", .25, 32768, 12, 64)}
 T0 = time.time()
 FP8_IID_REL_L2 = .045  # docs/fp8.md, "i.i.d. normal v": 3.4-4.5% relative L2 a head
 
@@ -127,15 +129,15 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         torch.cuda.synchronize()
         err = check(torch, o, q, k, v, mb, b, rows)
         out.append((name, fn, p.summary()["variant"], f"max |err| {err:.2e}", err < 3e-2, p))
-    if not args.no_gpu_planned:
+    for name, ctx in ([] if args.no_gpu_planned else ctxs):  # each bundle's request path
         o = torch.full_like(q, float("nan"))
-        fn = (lambda o=o: tessera.attention(q, k, v, mb, block=b, context=ctxs[0][1], out=o))
+        fn = (lambda o=o, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o))
         for _ in range(3):  # the template re-selected from the previous calls' features
             fn()
         torch.cuda.synchronize()
         err = check(torch, o, q, k, v, mb, b, rows)
-        out.append(("gpu-planned", fn, tessera.last_selection().get("selection"), f"max |err| {err:.2e}",
-                    err < 3e-2, None))
+        out.append(("gpu-planned" if name == "base" else f"{name}-gpu-planned", fn,
+                    tessera.last_selection().get("selection"), f"max |err| {err:.2e}", err < 3e-2, None))
     precs = [x for x in args.precision.split(",") if x and x != "native"]
     for (name, ctx), prec in ((c, x) for x in precs for c in ctxs):  # each bundle: an A/B of its kernels
         # the user path at that precision (quantization included), judged by
