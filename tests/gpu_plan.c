@@ -162,6 +162,13 @@ static const tcase cases[] = {
    TSR_TASKS_ROW, 0, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BYTES, 1},
   {"tiles-32-on-128x128", 1, 2, 1, 700, 650, 64, TSR_DT_BF16, 32, 32, 128, 128, TSR_MAP_COMBINE,
    TSR_TASKS_SPLIT, 2, MK_RANDOM, 0.3, 0, 0, TSR_MASK_BITS, 1},
+  /* bench-peers' long shapes (Wan2.1-14B's 75,600 tokens, 40 heads; 118,800 x
+   * 24), where the GPU-planned request trailed the host plan by 1-5%: the
+   * device's order is the host's there too, not only on small plans. */
+  {"long-plan-only-75600x40", 1, 40, 40, 75600, 75600, 128, TSR_DT_BF16, 128, 128, 128, 128,
+   TSR_MAP_AUTO, TSR_TASKS_ROW, 0, MK_RANDOM, 0.25, 0, 0, TSR_MASK_BITS, 0},
+  {"long-plan-only-118800x24", 1, 24, 24, 118800, 118800, 128, TSR_DT_BF16, 128, 128, 128, 128,
+   TSR_MAP_AUTO, TSR_TASKS_ROW, 0, MK_RANDOM, 0.10, 0, 0, TSR_MASK_BITS, 0},
   {"big-plan-only-48-on-128x128", 2, 8, 8, 6000, 6000, 128, TSR_DT_BF16, 48, 48, 128, 128,
    TSR_MAP_AUTO, TSR_TASKS_SPLIT, 7, MK_RANDOM, 0.2, 0, 0, TSR_MASK_BITS, 0},
 };
