@@ -1360,6 +1360,36 @@ static __device__ __forceinline__ tsr_u64 v_desc(tsr_u32 sv) {
 #endif
 }
 
+/* Three tasks a CTA (g4): the task loop's values that the tile loop does
+ * not use (the task count, the task's member count and first member) are
+ * read again from memory where needed rather than held across the tile
+ * loop: at 160 consumer registers the d64 64x128 gather tiles otherwise
+ * spilled them (16 LDL/STL, once a task; tests/gen-sass.sh rejects any).
+ * The read is an asm volatile, so that the compiler neither hoists nor
+ * reuses it; the planner wrote these records in an earlier launch, so the
+ * non-coherent path may cache them.
+ * Other variants hold them as before. */
+#ifndef TSR_SM90_REREAD
+#define TSR_SM90_REREAD (TSR_SM90_TPC == 3)
+#endif
+static __device__ __forceinline__ int reread(const int *a) {
+  int v;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(a));
+  return v;
+}
+static __device__ __forceinline__ tsr_member_rec member_again(const tsr_member_rec *r) {
+  tsr_member_rec m;
+  m.batch = reread(&r->batch), m.head = reread(&r->head), m.q_tile = reread(&r->q_tile), m.pad = 0;
+  return m;
+}
+static __device__ __forceinline__ int task_count(const tsr_kernel_params &p, int n_tasks) {
+#if TSR_SM90_REREAD
+  return p.n_tasks_dev ? reread(p.n_tasks_dev) : p.n_tasks;
+#else
+  return n_tasks;
+#endif
+}
+
 /* The consumer's walk over its stream's tasks (without QPF), opening the
  * loop body with the task's record tk: the static stride, or with the dyn
  * layout the producer's tasks in its order through the stream's task ring
@@ -1372,11 +1402,24 @@ static __device__ __forceinline__ tsr_u64 v_desc(tsr_u32 sv) {
     const tsr_task_rec tk = dyn_get(bars, j, arriver, mb0);                                \
     if (tk.n_members < 0) break; /* none left */
 #define TSR_CONSUMER_MEMBER(i) ((i) == 0 ? mb0 : p.members[tk.member_begin + (i)])
+#define TSR_CONSUMER_N_MEMBERS tk.n_members
 #else
 #define TSR_CONSUMER_TASKS_BEGIN                                                           \
-  for (int task = blockIdx.x * TPC + stream; task < n_tasks; task += gridDim.x * TPC) {    \
+  for (int task = blockIdx.x * TPC + stream; task < task_count(p, n_tasks);                 \
+       task += gridDim.x * TPC) {                                                          \
     const tsr_task_rec tk = p.tasks[task];
+#if TSR_SM90_REREAD
+#define TSR_CONSUMER_N_MEMBERS reread(&p.tasks[task].n_members)
+#define TSR_CONSUMER_MEMBER(i) p.members[reread(&p.tasks[task].member_begin) + (i)]
+/* the member's record again for its epilogue, after the tile loop */
+#define TSR_CONSUMER_MEMBER_AGAIN(i, mb) member_again(p.members + reread(&p.tasks[task].member_begin) + (i))
+#else
+#define TSR_CONSUMER_N_MEMBERS tk.n_members
 #define TSR_CONSUMER_MEMBER(i) p.members[tk.member_begin + i]
+#endif
+#endif
+#ifndef TSR_CONSUMER_MEMBER_AGAIN
+#define TSR_CONSUMER_MEMBER_AGAIN(i, mb) (mb)
 #endif
 
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
@@ -1432,7 +1475,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #else
   TSR_CONSUMER_TASKS_BEGIN
     const int nt = tk.tile_end - tk.tile_begin;
-    for (int i = 0; i < tk.n_members; ++i) {
+    for (int i = 0; i < TSR_CONSUMER_N_MEMBERS; ++i) {
       const tsr_member_rec mb = TSR_CONSUMER_MEMBER(i);
       const tsr_u32 q_f = q_full, q_e = q_empty, q_par = q_uses & 1;
 #endif
@@ -1526,7 +1569,7 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
       if (i == 0 && mbn_ok) /* the next task's first member's segments */
         row_segs(p, mbn.q_tile, rl0, 8, sgn0, sgn1);
 #endif
-      finish(p, mb, slot, o, m0, m1, l0, l1, sel0, sel1, rl0, t, hq_per_kv);
+      finish(p, TSR_CONSUMER_MEMBER_AGAIN(i, mb), slot, o, m0, m1, l0, l1, sel0, sel1, rl0, t, hq_per_kv);
     }
   }
   /* warpgroup 1's first arrival is still pending on warpgroup 0's turn
@@ -1539,6 +1582,8 @@ static __device__ __forceinline__ void consumer(const tsr_kernel_params &p, int 
 #undef TSR_TURN_END
 #undef TSR_CONSUMER_TASKS_BEGIN
 #undef TSR_CONSUMER_MEMBER
+#undef TSR_CONSUMER_N_MEMBERS
+#undef TSR_CONSUMER_MEMBER_AGAIN
 #undef TSR_TURNS
 #undef TSR_EDGE_BEGIN
 #undef TSR_EDGE_END
