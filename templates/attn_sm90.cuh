@@ -1660,8 +1660,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS, 1)
     /* 512 threads enter at 128 (the file / threads, in steps of 8) and
      * hold the whole file: 32 + 3 x 160 takes all of it back; 160 is the
      * least consumer count without spills at d128 (152 left 11 LDL/STL,
-     * 144 51), and at 24 the producer's values live across the decrease
-     * spill.  Ran on the H100 without hanging (notes/sm90-g4-2026-12-07.md). */
+     * 144 51, before TSR_SM90_REREAD; the d64 64x128 gather tiles fit 160
+     * only with it), and at 24 the producer's values live across the
+     * decrease spill.  Ran on the H100 without hanging, 0 hazards under
+     * racecheck (notes/sm90-g4-2026-12-07.md). */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 " TSR_SM90_STR(TSR_SM90_TPC3_PREG) ";\n");
 #elif TSR_SM90_QPF
     /* the prefetched records need more: 56 + 2 x 224, the same sum */
