@@ -134,6 +134,24 @@ START_TEST(test_name_examples)
     ck_assert(tsri_variant_fits(&w, "sm_90a", NULL));
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d64_m64n64_s2_g4_flat_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 3 * ((64 * 64 + 2 * 2 * 64 * 64) * 2 + 256));
+    {
+      /* the automatic plan takes g4 over g3 (flat and dyn) on the same
+       * tile: at the power cap on the H100 +2-4% at d128, +13% at d64
+       * (BENCHMARKS.md, 2026-12-07) */
+      static const char *const below[] = {"tsr_sm90_bf16_d128_m64n64_s2_g3_flat_mb_tma64",
+                                          "tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_mb_tma64",
+                                          "tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64"};
+      tsr_variant g4, g3;
+      tsr_variant_need need = {TSR_DT_BF16, 128, 64, 64, 1, 0, 0};
+      size_t k;
+      ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s1_g4_flat_mb_tma64", &g4, &err), TSR_OK);
+      ck_assert(tsri_variant_serves(&g4, "sm_90a", &need));
+      for (k = 0; k < sizeof below / sizeof below[0]; k++) {
+        ck_assert_int_eq(tsri_variant_parse(below[k], &g3, &err), TSR_OK);
+        ck_assert_msg(tsri_variant_rank(&g4, "sm_90a", &need) > tsri_variant_rank(&g3, "sm_90a", &need),
+                      "g4 ranks below %s", below[k]);
+      }
+    }
     /* two tasks a CTA with 2 stages: a second Q buffer a stream (v7) */
     ck_assert_int_eq(tsri_variant_parse("tsr_sm90_bf16_d128_m64n64_s2_g3_pers_mb_tma64", &w, &err), TSR_OK);
     ck_assert_int_eq(tsri_variant_tasks_per_cta(&w), 2);
