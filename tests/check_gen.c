@@ -136,8 +136,8 @@ START_TEST(test_name_examples)
     ck_assert_int_eq(tsri_variant_smem_bytes(&w), 1024 + 3 * ((64 * 64 + 2 * 2 * 64 * 64) * 2 + 256));
     {
       /* the automatic plan takes g4 over g3 (flat and dyn) on the same
-       * tile: at the power cap on the H100 +2-4% at d128, +13% at d64
-       * (BENCHMARKS.md, 2026-12-07) */
+       * tile: at the power cap on the H100, uniform 64x64 blocks, +1-6% at
+       * d128 and +13% at d64 (BENCHMARKS.md, 2026-12-07) */
       static const char *const below[] = {"tsr_sm90_bf16_d128_m64n64_s2_g3_flat_mb_tma64",
                                           "tsr_sm90_bf16_d128_m64n64_s2_g3_dyn_mb_tma64",
                                           "tsr_sm90_bf16_d128_m64n64_s3_g3_flat_mb_tma64"};
