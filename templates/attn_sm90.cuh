@@ -1403,6 +1403,7 @@ static __device__ __forceinline__ int task_count(const tsr_kernel_params &p, int
     if (tk.n_members < 0) break; /* none left */
 #define TSR_CONSUMER_MEMBER(i) ((i) == 0 ? mb0 : p.members[tk.member_begin + (i)])
 #define TSR_CONSUMER_N_MEMBERS tk.n_members
+#define TSR_CONSUMER_MEMBER_AGAIN(i, mb) (mb)
 #else
 #define TSR_CONSUMER_TASKS_BEGIN                                                           \
   for (int task = blockIdx.x * TPC + stream; task < task_count(p, n_tasks);                 \
@@ -1416,10 +1417,8 @@ static __device__ __forceinline__ int task_count(const tsr_kernel_params &p, int
 #else
 #define TSR_CONSUMER_N_MEMBERS tk.n_members
 #define TSR_CONSUMER_MEMBER(i) p.members[tk.member_begin + i]
-#endif
-#endif
-#ifndef TSR_CONSUMER_MEMBER_AGAIN
 #define TSR_CONSUMER_MEMBER_AGAIN(i, mb) (mb)
+#endif
 #endif
 
 /* A consumer thread: warpgroup c of stream `stream` owns query rows [64c,
