@@ -234,7 +234,7 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
   /* A variant named by the table (timed so) or the caller, an FP8 plan
    * (sm90 only), or a fallback to a tile or mapping the caller fixed keeps
    * its plan. */
-  if (o->variant || o->precision != TSR_PREC_NATIVE || f->head_dim != 128)
+  if (o->variant || o->precision != TSR_PREC_NATIVE || (f->head_dim != 128 && f->head_dim != 64))
     return;
   if (!out->from_table && (o->mapping != TSR_MAP_AUTO || tm || tn))
     return;
@@ -250,12 +250,16 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
   /* The sm80 family holds 128 x 128 at head dim 128 only with 16-row warps
    * (O, scores and Q of 32 rows do not fit 255 registers): 0.79-0.83x FA2
    * dense on the H200, where 128 x 64 tiles on 32-row warps ran
-   * 0.99-1.06x on the same masks (notes/sm80.md).  So where the sm80
-   * family serves both (every target but sm_90a; sm_90a too when its
-   * bundle holds only the sm80 family), the plan takes 128 x 64 tiles and
-   * the planner's mapping for them (128 x 128 blocks: subdivided). */
-  v128 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, 128, 128, 128);
-  v64 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, 128, 128, 64);
+   * 0.99-1.06x on the same masks (notes/sm80.md).  At head dim 64 the
+   * 32-row 128 x 64 variant takes the fused softmax schedule that the
+   * 128 x 128 one cannot hold (templates/attn_sm80.cuh, FUSED_PV): 1.07-1.12x
+   * it on the same 128 x 128 block masks (H100, notes/sm80.md 2026-12-07).
+   * So where the sm80 family serves both (every target but sm_90a; sm_90a
+   * too when its bundle holds only the sm80 family), the plan takes
+   * 128 x 64 tiles and the planner's mapping for them (128 x 128 blocks:
+   * subdivided). */
+  v128 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, (int)f->head_dim, 128, 128);
+  v64 = route_pick(b, arch, smem, (tsr_dtype)f->dtype, (int)f->head_dim, 128, 64);
   if ((v128 && v128->family != TSR_FAMILY_SM80) || !v64 || v64->family != TSR_FAMILY_SM80 ||
       v64->bm != 32 * v64->warps)
     return;

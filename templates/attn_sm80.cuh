@@ -33,7 +33,7 @@
  *
  * Functions (issue 15): the kernel walks tasks and members and runs the
  * pipeline; the Q fragment load, a softmax step's parts (step_scores,
- * step_mask, step_softmax, step_pv) and the epilogue (member_end) are
+ * step_mask, step_softmax_pv) and the epilogue (member_end) are
  * inlined functions that take the kernel's locals by reference, which
  * keeps the SASS of the uncut kernel (a struct of the member's state did
  * not: notes/sm80.md, 2026-12-02).
@@ -77,7 +77,7 @@ constexpr int MW = BN / 32;        /* membership words a segment */
 __host__ __device__ constexpr int data_regs(int sb, bool q) { return MT * (D / 2 + sb / 2 + (q ? D / 4 : 0)); }
 /* What fits next to the fragments, addresses and softmax state without
  * spilling, tests/gen-sass.sh being the judge.  The probabilities are packed
- * into the 16-bit P as they are made (step_softmax), so the fp32 scores
+ * into the 16-bit P as they are made (step_probs), so the fp32 scores
  * die before P V, and the widest steps load their membership words after
  * the product (LAZY_WORDS); with both, on all five targets:
  *  - Q in registers: 160 (MT 1 D 128 with 128-key steps, MT 2 D 64 with
@@ -117,6 +117,22 @@ constexpr int QUNROLL = ST == 1 ? 4 : 2;
 constexpr int NS = SB / 8;         /* n8 score tiles a step */
 constexpr int MWS = SB / 32;       /* membership words a step */
 static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
+/* The schedule of a softmax step's exponentials and P V.  Fused
+ * (step_softmax_pv): O's rescale first, then each k16 step's probabilities
+ * right before its products, in one basic block, so ptxas issues the EX2s
+ * between the HMMAs.  Unfused (step_softmax, step_pv_all): every
+ * probability, then the rescale (a branch), then P V, whose HMMAs issue back
+ * to back, each waiting its fixed latency (ncu against FA2 at d64,
+ * notes/sm80.md 2026-12-07).  Measured on the H100 (sm_90a cubins,
+ * --bench-all, 10-50%), fused against unfused: +10% on d64 128x64 w4, +2-5%
+ * on d64 64x64 w2, +6-16% on the 16-row warps at d128 (the w8 ones, 64x64
+ * s2 w4); but -8 to -10% on d64 64x64 s2 w4, -2 to -3% on d64 128x128 w8,
+ * -4 to -7% on the one-stage 32-row warps at d128 (64x64 s1 w2, 128x64 s1
+ * w4: 192 data registers leave no room to interleave), 0 on d128 128x64 s2
+ * w4.  d64 128x128 w4 gained 5% but spilled on sm_80 and sm_89 (6 LDL/STL;
+ * with Q re-read from shared memory instead, 3% slower than unfused), and
+ * the sm80 route takes 128x64 tiles at d64 now (tsri_context_route). */
+constexpr bool FUSED_PV = D == 64 ? MT == 2 && BN == 64 : MT == 1;
 /* Wide steps (data over DATA_REGS_EAGER) load the membership words after the
  * product rather than before it: MT x 2 x MWS registers fewer across it. */
 constexpr bool LAZY_WORDS = data_regs(SB, QREG) > DATA_REGS_EAGER;
@@ -142,6 +158,16 @@ static __device__ __forceinline__ long long opaque(long long x)
 {
   asm volatile("" : "+l"(x));
   return x;
+}
+
+/* threadIdx.x, read where it is used: a volatile read is neither hoisted
+ * nor reused, so values derived from it are recomputed rather than held
+ * (and spilled) across the tile loop. */
+static __device__ __forceinline__ int tid_again()
+{
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
 }
 
 /* Copies `rows` rows of D elements (row stride `stride` elements) into a
@@ -322,12 +348,112 @@ static __device__ __forceinline__ void step_mask(int lane, int kr, const unsigne
   }
 }
 
+/* The raw max of row hh of m16 slice i over the step's scores: the
+ * thread's, then across the quad that holds the row. */
+static __device__ __forceinline__ float row_max(const float (&s)[MT][NS][4], int i, int hh)
+{
+  float mx = TSR_NEG_INF;
+#pragma unroll
+  for (int n = 0; n < NS; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+}
+
+/* The online softmax's bookkeeping for a step: each row's new max (raw
+ * scores, scaled once: scale_log2 > 0, so each probability is one FFMA and
+ * one EX2), the exponent offset msafe its probabilities take, alpha, and l
+ * rescaled (the step's sum is added as its probabilities are made). */
+static __device__ __forceinline__ void step_max(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
+                                                const float (&s)[MT][NS][4], float (&alphas)[MT][2],
+                                                float (&msafes)[MT][2])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float mx = row_max(s, i, hh);
+      const float mnew = fmaxf(m[i][hh], mx * scale_log2);
+      /* A row with nothing selected so far keeps m = -inf; subtract 0 then
+       * so that exp2(-inf - -inf) never makes a NaN. */
+      msafes[i][hh] = mnew == TSR_NEG_INF ? 0.f : mnew;
+      alphas[i][hh] = tsr_ex2(m[i][hh] - msafes[i][hh]);
+      m[i][hh] = mnew;
+      l[i][hh] *= alphas[i][hh];
+    }
+  }
+}
+
+/* O rescaled by alpha unless no row of the warp moved its max (alpha is then
+ * exactly 1, ex2(0): after the first tiles the usual case, and MT x D / 2
+ * multiplications a step saved). */
+static __device__ __forceinline__ void step_rescale(const float (&alphas)[MT][2], float (&acc)[MT][ND][4])
+{
+  bool moved = false;
+#pragma unroll
+  for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
+  if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int n = 0; n < ND; ++n) {
+        acc[i][n][0] *= alphas[i][0];
+        acc[i][n][1] *= alphas[i][0];
+        acc[i][n][2] *= alphas[i][1];
+        acc[i][n][3] *= alphas[i][1];
+      }
+  }
+}
+
+/* The probabilities of n8 tiles 2 kk and 2 kk + 1, packed into P's 16-bit A
+ * fragment of k16 step kk (row hh's pair of tile 2 kk + t is register
+ * hh + 2 t), and added to the rows' sums.  FA2: the fp32 scores die as P is
+ * made. */
+static __device__ __forceinline__ void step_probs(int kk, float scale_log2, const float (&msafes)[MT][2],
+                                                  const float (&s)[MT][NS][4], float (&l)[MT][2],
+                                                  unsigned (&pa)[MT][4])
+{
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const int n = 2 * kk + t;
+        const float p0 = tsr_ex2(fmaf(s[i][n][2 * hh], scale_log2, -msafes[i][hh]));
+        const float p1 = tsr_ex2(fmaf(s[i][n][2 * hh + 1], scale_log2, -msafes[i][hh]));
+        l[i][hh] += p0;
+        l[i][hh] += p1;
+        pa[i][hh + 2 * t] = tsr_pack2(p0, p1);
+      }
+}
+
+/* O += P V for k16 step kk of the softmax step: V^T fragments by
+ * ldmatrix.trans. */
+static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0, int kk,
+                                               const unsigned (&pa)[MT][4], float (&acc)[MT][ND][4])
+{
+#pragma unroll
+  for (int dd = 0; dd < ND / 2; ++dd) {
+    unsigned b0, b1, b2, b3;
+    tsr_ldmatrix_x4_trans(frag(cV, qv_off, c0 / 16 + kk, dd), b0, b1, b2, b3);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      tsr_mma16816(acc[i][2 * dd], pa[i], b0, b1);
+      tsr_mma16816(acc[i][2 * dd + 1], pa[i], b2, b3);
+    }
+  }
+}
+
 /* Scales the step's scores into the base-2 domain and updates the online
  * softmax; the probabilities go straight into P, the 16-bit A operand of
  * P V (FA2: the fp32 scores are dead before the product, MT x SB / 4
  * registers instead of MT x SB / 2 across it).  O is rescaled unless no row
  * of the warp changed its max (alpha is then exactly 1, ex2(0)): after the
- * first tiles the usual case, and MT x D / 2 multiplications a step saved. */
+ * first tiles the usual case: step_rescale).  The unfused schedule's form
+ * (FUSED_PV). */
 static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)[MT][2], float (&l)[MT][2],
                                                     float (&acc)[MT][ND][4], const float (&s)[MT][NS][4],
                                                     unsigned (&pa)[MT][NS / 2][4])
@@ -368,26 +494,11 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
       alphas[i][hh] = alpha;
     }
   }
-  {
-    bool moved = false;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) moved = moved || alphas[i][0] != 1.f || alphas[i][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int n = 0; n < ND; ++n) {
-          acc[i][n][0] *= alphas[i][0];
-          acc[i][n][1] *= alphas[i][0];
-          acc[i][n][2] *= alphas[i][1];
-          acc[i][n][3] *= alphas[i][1];
-        }
-    }
-  }
+  step_rescale(alphas, acc);
 }
 
-/* O += P V: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
-static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int c0,
+/* O += P V, unfused: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
+static __device__ __forceinline__ void step_pv_all(unsigned cV, unsigned qv_off, int c0,
                                                const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
 {
 #pragma unroll
@@ -402,6 +513,24 @@ static __device__ __forceinline__ void step_pv(unsigned cV, unsigned qv_off, int
         tsr_mma16816(acc[i][2 * dd + 1], pa[i][kk], b2, b3);
       }
     }
+  }
+}
+
+/* The fused schedule (FUSED_PV) of the softmax step after its scores: O's
+ * rescale first, then each k16 step's probabilities just before its
+ * products, all in one basic block. */
+static __device__ __forceinline__ void step_softmax_pv(unsigned cV, unsigned qv_off, int c0, float scale_log2,
+                                                       float (&m)[MT][2], float (&l)[MT][2],
+                                                       const float (&s)[MT][NS][4], float (&acc)[MT][ND][4])
+{
+  float alphas[MT][2], msafes[MT][2];
+  step_max(scale_log2, m, l, s, alphas, msafes);
+  step_rescale(alphas, acc);
+#pragma unroll
+  for (int kk = 0; kk < NS / 2; ++kk) {
+    unsigned pa[MT][4];
+    step_probs(kk, scale_log2, msafes, s, l, pa);
+    step_pv(cV, qv_off, c0, kk, pa, acc);
   }
 }
 
@@ -583,16 +712,26 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           /* Mask keys past seq_k and unselected columns of partial tiles; a
            * full in-bounds step (the common case) skips this pass. */
           if (partial || k0 + c0 + SB > p.seq_k) step_mask(lane, p.seq_k - k0 - c0, words, s);
-          unsigned pa[MT][NS / 2][4]; /* P, 16-bit pairs */
-          step_softmax(p.scale_log2, m, l, acc, s, pa);
-          step_pv(cV, qv_off, c0, pa, acc);
+          if constexpr (FUSED_PV) {
+            step_softmax_pv(cV, qv_off, c0, p.scale_log2, m, l, s, acc);
+          } else {
+            unsigned pa[MT][NS / 2][4]; /* P, 16-bit pairs */
+            step_softmax(p.scale_log2, m, l, acc, s, pa);
+            step_pv_all(cV, qv_off, c0, pa, acc);
+          }
         }
       }
       tsr_cp_async_wait<0>();
+      /* The fused schedule reads the thread's lane and warp again
+       * (tid_again) rather than hold them across the tile loop: ptxas kept
+       * row_base + lane / 4 and spilled it (the unfused one has no spill,
+       * and its SASS stays as it was). */
+      const int t_end = FUSED_PV ? tid_again() : (int)threadIdx.x;
+      const int rb_end = FUSED_PV ? (t_end >> 5) * MT * 16 : row_base, lane_end = FUSED_PV ? t_end & 31 : lane;
 #if TSR_MEMBERSHIP
-      member_end(p, acc, m, l, sel, task.partial, mi, row_base, lane, q0, b, h);
+      member_end(p, acc, m, l, sel, task.partial, mi, rb_end, lane_end, q0, b, h);
 #else
-      member_end(p, acc, m, l, ntiles > 0 ? ~0u : 0u, task.partial, mi, row_base, lane, q0, b, h); /* every tile is full */
+      member_end(p, acc, m, l, ntiles > 0 ? ~0u : 0u, task.partial, mi, rb_end, lane_end, q0, b, h); /* every tile is full */
 #endif
     }
   }
