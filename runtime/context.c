@@ -252,7 +252,7 @@ void tsri_context_route(const tsr_bundle *b, const char *arch, int64_t smem, con
    * dense on the H200, where 128 x 64 tiles on 32-row warps ran
    * 0.99-1.06x on the same masks (notes/sm80.md).  At head dim 64 the
    * 32-row 128 x 64 variant takes the fused softmax schedule that the
-   * 128 x 128 one cannot hold (templates/attn_sm80.cuh, FUSED_PV): 1.07-1.12x
+   * 128 x 128 one cannot hold (templates/attn_sm80.cuh, FUSED_PV): 1.09-1.12x
    * it on the same 128 x 128 block masks (H100, notes/sm80.md 2026-12-07).
    * So where the sm80 family serves both (every target but sm_90a; sm_90a
    * too when its bundle holds only the sm80 family), the plan takes

@@ -499,7 +499,7 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
 
 /* O += P V, unfused: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
 static __device__ __forceinline__ void step_pv_all(unsigned cV, unsigned qv_off, int c0,
-                                               const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
+                                                   const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
 {
 #pragma unroll
   for (int kk = 0; kk < NS / 2; ++kk) {

@@ -1027,10 +1027,9 @@ END_TEST
  * on the 32-row w4 variant wherever the sm80 family serves them, one stage
  * on sm_80 (two CTAs in 164 KiB) and two elsewhere; at head dim 64 too, on
  * the two-stage one (2026-12-07: its fused softmax schedule); 64 x 64
- * blocks run the 32-row
- * w2 variant where the target holds 8 warps of it; sm_90a keeps the sm90
- * family.  The old rule (128 x 128 tiles, the first-listed 16-row w8
- * variants) fails every sm80 target here. */
+ * blocks run the 32-row w2 variant where the target holds 8 warps of it;
+ * sm_90a keeps the sm90 family.  The old rule (128 x 128 tiles, the
+ * first-listed 16-row w8 variants) fails every sm80 target here. */
 static void route_expect(tsr_context *ctx, const char *arch, rules_req *r, const tsr_plan_opts *base,
                          int want_tm, int want_tn, const char *want_variant)
 {
