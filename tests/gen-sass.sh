@@ -4,7 +4,9 @@
 # (cp.async) loads; the sm90 family (sm_90a) must show HGMMA (wgmma), its
 # FP8 variants IGMMA int8 products for Q K^T, QGMMA e4m3 products for P V
 # and their quantization kernels (issue 18); the
-# GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE).
+# GPU planner (tsr_plan.cubin, every target) its warp ballots (VOTE); the
+# sm80 variants on the fused softmax schedule their exponentials among the
+# HMMAs of P V (checked to fail with the schedule turned off, 2026-12-07).
 # Skips (77) only when cuobjdump is truly absent.
 #
 # And every cubin fits its target (issue 17), function by function:
@@ -157,6 +159,37 @@ for arch in sm_80 sm_89 sm_90a sm_100a sm_120; do
         fi
         if printf '%s\n' "$sass" | grep -q "HGMMA"; then
           echo "gen-sass: $arch/$name: a 16-bit HGMMA in an FP8 variant"; fail=1
+        fi ;;
+    esac
+    # The sm80 variants on the fused softmax schedule (attn_sm80.cuh,
+    # FUSED_PV: 32-row warps on 64-key tiles at d64, 16-row warps at d128)
+    # issue their exponentials between P V's HMMAs: at least a third of the
+    # MUFU.EX2s lie within four instructions of an HMMA (51-80% in the five
+    # targets' cubins of 2026-12-07; the unfused form, whose rescale branch
+    # separates the two, has none so placed).
+    case $name in
+      tsr_sm80_*)
+        set -- $(printf '%s\n' "$name" | sed 's/^tsr_sm80_[a-z0-9]*_d\([0-9]*\)_m\([0-9]*\)n\([0-9]*\)_s[0-9]*_w\([0-9]*\)_.*/\1 \2 \3 \4/')
+        fused=0
+        if test "$1" = 64; then
+          test $(($2 / (16 * $4))) = 2 && test "$3" = 64 && fused=1
+        else
+          test $(($2 / (16 * $4))) = 1 && fused=1
+        fi
+        if test $fused = 1; then
+          near=$(printf '%s\n' "$sass" | grep -E '^[[:space:]]+/\*[0-9a-f]{4}\*/' | awk '
+            { ins[NR] = $0 }
+            END {
+              for (i = 1; i <= NR; i++) if (ins[i] ~ /MUFU\.EX2/) {
+                t++
+                for (j = i - 4; j <= i + 4; j++) if (j != i && ins[j] ~ /HMMA/) { k++; break }
+              }
+              printf "%d %d", k, t
+            }')
+          set -- $near
+          if test $(($1 * 3)) -lt "$2"; then
+            echo "gen-sass: $arch/$name: $1 of $2 MUFU.EX2 next to an HMMA: not the fused schedule"; fail=1
+          fi
         fi ;;
     esac
     bad=$(fit "$arch" "$name" "$f" "$sass")
