@@ -497,7 +497,11 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
   step_rescale(alphas, acc);
 }
 
-/* O += P V, unfused: P from registers (step_softmax), V^T fragments by ldmatrix.trans. */
+/* O += P V, unfused: P from registers (step_softmax), V^T fragments by
+ * ldmatrix.trans.  step_pv's body over every k16 step; written out rather
+ * than calling step_pv with each step's fragments copied out, which changed
+ * the SASS of the 32-row warps' cubins on all five targets (checked
+ * 2026-12-07), and this form's SASS is the one measured. */
 static __device__ __forceinline__ void step_pv_all(unsigned cV, unsigned qv_off, int c0,
                                                    const unsigned (&pa)[MT][NS / 2][4], float (&acc)[MT][ND][4])
 {
