@@ -463,14 +463,7 @@ static __device__ __forceinline__ void step_softmax(float scale_log2, float (&m)
   for (int i = 0; i < MT; ++i) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float mx = TSR_NEG_INF;
-#pragma unroll
-      for (int n = 0; n < NS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[i][n][2 * hh + e]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mx = row_max(s, i, hh);
       /* Maxima are taken on raw scores and scaled once (scale_log2 > 0), so
        * each probability is one FFMA and one EX2. */
       const float mnew = fmaxf(m[i][hh], mx * scale_log2);
