@@ -131,11 +131,13 @@ static_assert(SB >= 32 && BN % SB == 0, "bad softmax step");
  * w4: 192 data registers leave no room to interleave), 0 on d128 128x64 s2
  * w4.  d64 128x128 w4 gained 5% but spilled on sm_80 and sm_89 (6 LDL/STL;
  * with Q re-read from shared memory instead, 3% slower than unfused), and
- * the sm80 route takes 128x64 tiles at d64 now (tsri_context_route). */
-#ifndef TSR_SM80_PIPE
-#define TSR_SM80_PIPE 0
-#endif
-#ifndef TSR_SM80_FUSED /* -D knob for device A/B (tests/device/README): 0 unfused, 1 fused */
+ * the sm80 route takes 128x64 tiles at d64 now (tsri_context_route).
+ * Neither helped (notes/sm80.md, 2026-12-07 second session): the next
+ * step's probabilities issued before this step's products (within 2%), nor
+ * the d128 32-row warps fused with their member's K/V pointers and
+ * segments moved to shared memory so that nothing spilled (still -1 to
+ * -7%, with 51 of 70 EX2s beside an HMMA). */
+#ifndef TSR_SM80_FUSED /* knob for device A/B (tests/device/README): 1 fused everywhere, 0 nowhere */
 constexpr bool FUSED_PV = D == 64 ? MT == 2 && BN == 64 : MT == 1;
 #else
 constexpr bool FUSED_PV = TSR_SM80_FUSED;
@@ -143,24 +145,6 @@ constexpr bool FUSED_PV = TSR_SM80_FUSED;
 /* Wide steps (data over DATA_REGS_EAGER) load the membership words after the
  * product rather than before it: MT x 2 x MWS registers fewer across it. */
 constexpr bool LAZY_WORDS = data_regs(SB, QREG) > DATA_REGS_EAGER;
-/* The fused schedule at 192 data registers (the 32-row warps at d128) has
- * no register to spare across the tile loop for the member's K and V
- * pointers and the rows' segments: they wait in shared memory (SPARE) and
- * are read where a tile needs them, after a barrier, so not hoisted. */
-constexpr bool SPARE_SMEM = FUSED_PV && data_regs(SB, QREG) >= DATA_REGS_SMEMQ;
-struct spare_smem {
-  const tsr_u16 *gk, *gv;
-  unsigned seg[NT]; /* a thread's segments, 8 bits each at 8 (2 i + hh) */
-};
-/* Instantiated only where SPARE_SMEM uses it, so the other variants have no
- * static shared memory. */
-template <bool ON>
-static __device__ __forceinline__ spare_smem &spare()
-{
-  static_assert(ON, "spare() without SPARE_SMEM");
-  __shared__ spare_smem s;
-  return s;
-}
 static_assert(MT >= 1 && MT * 16 * W == BM, "BM must be 16 or 32 rows a warp");
 static_assert(D % 64 == 0 && BN % 32 == 0 && ST >= 1, "bad variant constants");
 /* One stage: K and V single-buffered in separate cp.async groups (the
@@ -193,16 +177,6 @@ static __device__ __forceinline__ int tid_again()
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
-}
-
-/* *a read again from global memory (written by an earlier launch): a
- * volatile load is neither hoisted nor reused, so the value is not held
- * across a loop. */
-static __device__ __forceinline__ int reread(const int *a)
-{
-  int v;
-  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(a));
-  return v;
 }
 
 /* Copies `rows` rows of D elements (row stride `stride` elements) into a
@@ -558,22 +532,12 @@ static __device__ __forceinline__ void step_softmax_pv(unsigned cV, unsigned qv_
   float alphas[MT][2], msafes[MT][2];
   step_max(scale_log2, m, l, s, alphas, msafes);
   step_rescale(alphas, acc);
-#if TSR_SM80_PIPE
-  unsigned pa[2][MT][4];
-  step_probs(0, scale_log2, msafes, s, l, pa[0]);
-#pragma unroll
-  for (int kk = 0; kk < NS / 2; ++kk) {
-    if (kk + 1 < NS / 2) step_probs(kk + 1, scale_log2, msafes, s, l, pa[(kk + 1) & 1]);
-    step_pv(cV, qv_off, c0, kk, pa[kk & 1], acc);
-  }
-#else
 #pragma unroll
   for (int kk = 0; kk < NS / 2; ++kk) {
     unsigned pa[MT][4];
     step_probs(kk, scale_log2, msafes, s, l, pa);
     step_pv(cV, qv_off, c0, kk, pa, acc);
   }
-#endif
 }
 
 /* Epilogue: finishes the row sums across the quad, then writes the rows
@@ -655,13 +619,10 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
     const tsr_task_rec task = p.tasks[t];
     const int ntiles = task.tile_end - task.tile_begin;
     const tsr_tile_rec *trec = p.tiles + task.tile_begin;
-    /* SPARE_SMEM: the member count read again rather than held (reread) */
-    for (int mi = 0; mi < (SPARE_SMEM ? reread(&p.tasks[t].n_members) : task.n_members); ++mi) {
+    for (int mi = 0; mi < task.n_members; ++mi) {
       const tsr_member_rec mem = p.members[task.member_begin + mi];
       const int b = mem.batch, h = mem.head, q0 = mem.q_tile * BM;
-      /* SPARE_SMEM: h / group without holding group across the member loop
-       * (h / group == h * heads_kv / heads_q, heads_q being group * heads_kv). */
-      const int hk = SPARE_SMEM ? h * p.heads_kv / p.heads_q : h / group;
+      const int hk = h / group;
       const int qrows = min(BM, p.seq_q - q0);
       const tsr_u16 *gq = (const tsr_u16 *)p.q + b * p.q_stride[0] + h * p.q_stride[1] + q0 * p.q_stride[2];
       const tsr_u16 *gk = (const tsr_u16 *)p.k + b * p.k_stride[0] + hk * p.k_stride[1];
@@ -690,7 +651,6 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
       unsigned qf[QREG ? MT : 1][QREG ? KD : 1][4]; /* Q fragments (QREG) */
 #if TSR_MEMBERSHIP
       int seg[MT][2];
-      unsigned seg_word = 0u; /* SPARE_SMEM: spare.seg's word */
       unsigned sel = 0u; /* bit 2 i + hh: that row selected some key of the task's tiles
                             (one register: an array of flags spilled on sm_120) */
 #endif
@@ -705,15 +665,8 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
 #if TSR_MEMBERSHIP
           const int r = q0 + row_base + i * 16 + (lane >> 2) + 8 * hh;
           seg[i][hh] = r < p.seq_q ? p.qblk[r] - p.qblk[q0] : 0;
-          seg_word |= (unsigned)seg[i][hh] << (8 * (2 * i + hh));
 #endif
         }
-      }
-      if constexpr (SPARE_SMEM) { /* read after the tile loop's barriers */
-#if TSR_MEMBERSHIP
-        spare<SPARE_SMEM>().seg[threadIdx.x] = seg_word;
-#endif
-        if (threadIdx.x == 0) spare<SPARE_SMEM>().gk = gk, spare<SPARE_SMEM>().gv = gv;
       }
 
       for (int j = 0; j < ntiles; ++j) {
@@ -722,8 +675,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
         tsr_cp_async_wait<ST == 1 ? 0 : ST - 2>(); /* this thread's copies of tile j (ST 1: its K) and Q */
         __syncthreads(); /* everyone's; and tile j - 1's stage (ST 1: V's buffer) is free */
         if constexpr (ST == 1) { /* V of tile j lands during the product */
-          if constexpr (SPARE_SMEM) load_kv<false, true>(p, sK, sV, 0u, gk, spare<SPARE_SMEM>().gv, tr.k_tile);
-          else load_kv<false, true>(p, sK, sV, 0u, gk, gv, tr.k_tile);
+          load_kv<false, true>(p, sK, sV, 0u, gk, gv, tr.k_tile);
         } else {
           const int jn = j + ST - 1;
           if (jn < ntiles) {
@@ -750,13 +702,6 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           const int c0 = sb * SB; /* first column of the step in the tile */
           unsigned words[MT][2][MWS]; /* membership words of the rows (TSR_MEMBERSHIP) */
 #if TSR_MEMBERSHIP
-          if constexpr (SPARE_SMEM) {
-            const unsigned sg = spare<SPARE_SMEM>().seg[tid_again()];
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) seg[i][hh] = (sg >> (8 * (2 * i + hh))) & 0xffu;
-          }
           if constexpr (!LAZY_WORDS) step_words(p, tr.mem, seg, c0, partial, sel, words);
 #endif
           float s[MT][NS][4];
@@ -764,10 +709,7 @@ extern "C" __global__ void __launch_bounds__(TSR_THREADS)
           if constexpr (ST == 1) { /* V landed, K is free: tile j + 1's K lands during softmax and P V */
             tsr_cp_async_wait<0>();
             __syncthreads();
-            if (j + 1 < ntiles) {
-              if constexpr (SPARE_SMEM) load_kv<true, false>(p, sK, sV, 0u, spare<SPARE_SMEM>().gk, gv, tr_next.k_tile);
-              else load_kv<true, false>(p, sK, sV, 0u, gk, gv, tr_next.k_tile);
-            }
+            if (j + 1 < ntiles) load_kv<true, false>(p, sK, sV, 0u, gk, gv, tr_next.k_tile);
             tsr_cp_async_commit();
           }
 #if TSR_MEMBERSHIP
