@@ -652,11 +652,13 @@ tsr_status tsri_gpu_bind(tsr_context *ctx, tsr_plan *pl, const tsr_gpu_binding *
   g->counts = b->counts;
   /* The count is known on the device only: a persistent grid of resident
    * CTAs (flat variants run the same strided loop) and merge CTAs; but a
-   * flat variant whose task count has a known bound (row tasks) gets one
-   * CTA a task, as the host-planned launch of the same plan: the hardware
-   * then balances the tasks, where a resident grid's static stride does
-   * not (STA on Wan2.1-1.3B: 4.33 ms device-planned vs 3.84 ms
-   * host-planned, notes/varplan.md).  Extra CTAs exit at once. */
+   * flat variant whose task count has a known bound (row tasks; the
+   * capacity of split tasks) gets one CTA a task, as the host-planned
+   * launch of the same plan: the hardware then balances the tasks, where a
+   * resident grid's static stride does not (STA on Wan2.1-1.3B: 4.33 ms
+   * device-planned vs 3.84 ms host-planned, notes/varplan.md; split plans
+   * of 64x64 random masks 8-11% on the H100, notes/gpuplan.md).  Extra
+   * CTAs exit at once. */
   g->grid = (unsigned)((int64_t)ctx->num_sms * m->occupancy);
   if (b->max_tasks > 0 && b->max_tasks <= INT32_MAX && ctx->bundle.items[idx].v.layout == TSR_TL_FLAT) {
     int64_t tpc = tsri_variant_tasks_per_cta(&ctx->bundle.items[idx].v);

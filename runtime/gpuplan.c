@@ -396,13 +396,15 @@ static tsr_status bind_kernels(tsr_gpuplan *g, const gp_layout *lay, tsr_error *
   b.counts = g->d_counts + 4 * TSR_GP_TASKS; /* [TSR_GP_TASKS], then [TSR_GP_MERGES] */
   b.masking = lay->multi;
   b.may_merge = lay->chunk > 0 && lay->cap_slots > 0;
-  /* Row tasks: one a row, empty rows included, so flat variants get one CTA
-   * a task.  Split templates keep the resident grid on purpose: their
-   * chunks are near-equal, so the static stride balances them and the
-   * next task's Q is prefetched; one CTA a task (the capacity, rows +
-   * slots, as the bound) measured 0-5% slower on the H200, never faster
-   * (notes/sm90.md, 2026-12-02; issue 20). */
-  b.max_tasks = lay->chunk ? 0 : lay->rows;
+  /* Flat variants get one CTA a task, as the host-planned launch of the same
+   * plan: row tasks are one a row, empty rows included; split tasks are
+   * bounded by the capacity (rows + slots), the CTAs past the device's count
+   * exiting at once.  A resident grid striding split tasks statically
+   * measured 0-5% slower on the H200 (2026-12-02) and, on the H100
+   * (2026-12-07, split_ab.py), 8-11% slower on 64x64 random masks at 10-50%
+   * (where one CTA a task matches the host-planned split plan) and within
+   * 1% on the others (notes/gpuplan.md; issue 20). */
+  b.max_tasks = lay->chunk ? lay->cap_tasks : lay->rows;
   b.cap_tasks = lay->cap_tasks;
   if ((st = tsri_gpu_bind(g->ctx, g->pl, &b, err)) || (st = tsri_gpu_load_planner(g->ctx, &g->mod, err)) ||
       (st = tsri_cu_check(cu, cu->cuModuleGetFunction(&g->count_fn, g->mod, "tsr_plan_count"),
