@@ -174,50 +174,61 @@ static __device__ __forceinline__ long long opaque(long long x)
  * (and spilled) across the tile loop. */
 static __device__ __forceinline__ int tid_again()
 {
+#ifdef SM80_EMU_H /* the CPU emulator (tests/device/sm80_emu.h): no PTX there */
+  return threadIdx.x;
+#else
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
+#endif
 }
 
 /* Copies `rows` rows of D elements (row stride `stride` elements) into a
  * swizzled tile of CAP rows at shared address dst; rows past `rows` are
- * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC.
+ * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC
+ * (two warps: chunks tid % 8 + 8 j of rows tid / 8 + 8 k, below).
  * A row past `rows` keeps its (possibly out-of-bounds) source address: a
  * cp.async with source size 0 reads nothing (PTX ISA), so only the size is
  * selected, and ptxas turns that into LDGSTS's own predicate. */
 template <int CAP>
 static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *src, long long stride, int rows)
 {
-  constexpr int STEP = NT / DC;
-  const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
-  const long long step = opaque(stride * STEP);
-  const tsr_u16 *g = src + r0 * stride + c * 8;
-  const int left = rows - r0;
   if constexpr (W == 2) {
-    /* Two warps copy twice the rows a thread of four do.  Unrolled whole,
-     * the row addresses held across the copy spilled at d128; a loop that
-     * recomputes each address from k cost 11.5 instructions a copy
-     * (notes/sm80.md, 2026-12-06b).  So the loop carries only the source
-     * pointer, stepped through opaque() so ptxas cannot precompute the
-     * U addresses of an iteration into registers, the destination,
-     * and the rows left; within an iteration the swizzle alternates between
-     * two phases (STEP 4 at d128) that d1 and immediates cover. */
-    constexpr int U = CAP / STEP < 8 ? CAP / STEP : 8; /* copies an iteration */
-    static_assert((CAP / STEP) % U == 0 && U % 2 == 0 && (2 * STEP) % 8 == 0, "copy loop steps");
-    unsigned d = dst + sw(r0, c);
-    const unsigned d1 = sw(r0 + STEP, c) - sw(r0, c);
-    int n = left;
-#pragma unroll 1
-    for (int k = 0; k < CAP / STEP; k += U) {
+    /* Two warps copy twice the rows a thread of four do.  A thread takes
+     * chunk c8 = tid % 8 of each 128-byte piece of rows r0 = tid / 8 + k RS
+     * (RS = 8): at d128 both pieces of a row, 128 bytes apart in global memory
+     * and, the swizzle being an XOR of the low three chunk bits, in shared
+     * memory too.  So one source pointer step (the LDGSTS's immediate offset
+     * does the second piece) and one bound test serve two copies, and, the
+     * swizzle phase r & 7 being the same for every row a thread copies, each
+     * destination is an immediate away from one register; the copy is
+     * unrolled whole, no loop.  A warp's copy instruction still covers whole
+     * 128-byte lines (four rows' pieces at d128, as two whole rows were).
+     * At d64 (one piece a row) this is the chunk-a-thread mapping unrolled.
+     * The source pointer is stepped through opaque(): ptxas would otherwise
+     * precompute the row addresses into registers and spill (notes/sm80.md,
+     * 2026-12-06b; the loop this replaces cost 5.4 instructions a copy). */
+    constexpr int H = DC / 8;  /* 128-byte pieces a row */
+    constexpr int RS = NT / 8; /* rows a pass */
+    static_assert(DC % 8 == 0 && CAP % RS == 0 && RS % 8 == 0, "copy steps");
+    const int r0 = threadIdx.x / 8, c8 = threadIdx.x % 8;
+    const long long step = opaque(stride * RS);
+    const tsr_u16 *g = src + r0 * stride + c8 * 8;
+    const unsigned d = dst + sw(r0, c8);
+    const int n = rows - r0;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        tsr_cp_async16(d + (u & 1 ? d1 : 0) + (u >> 1) * 2 * STEP * RB, g, u * STEP < n ? 16 : 0);
-        g = (const tsr_u16 *)opaque((long long)(g + step));
-      }
-      d += U * STEP * RB;
-      n -= U * STEP;
+    for (int k = 0; k < CAP / RS; ++k) {
+#pragma unroll
+      for (int j = 0; j < H; ++j)
+        tsr_cp_async16(d + k * RS * RB + j * 128, g + j * 64, k * RS < n ? 16 : 0);
+      g = (const tsr_u16 *)opaque((long long)(g + step));
     }
   } else {
+    constexpr int STEP = NT / DC;
+    const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
+    const long long step = opaque(stride * STEP);
+    const tsr_u16 *g = src + r0 * stride + c * 8;
+    const int left = rows - r0;
 #pragma unroll
     for (int k = 0; k < CAP / STEP; ++k) {
       tsr_cp_async16(dst + sw(r0 + k * STEP, c), g, k * STEP < left ? 16 : 0);
