@@ -185,32 +185,34 @@ static __device__ __forceinline__ int tid_again()
 
 /* Copies `rows` rows of D elements (row stride `stride` elements) into a
  * swizzled tile of CAP rows at shared address dst; rows past `rows` are
- * zero-filled.  Each thread copies chunk tid % DC of rows tid / DC + k NT/DC
- * (two warps: chunks tid % 8 + 8 j of rows tid / 8 + 8 k, below).
+ * zero-filled.  A thread takes chunk c8 = tid % 8 of each 128-byte piece of
+ * rows r0 = tid / 8 + k RS (RS = NT / 8 rows a pass: 8, 16 or 32): at d128
+ * both pieces of a row, 128 bytes apart in global memory and, the swizzle
+ * being an XOR of the low three chunk bits, in shared memory too.  So one
+ * source pointer step (the LDGSTS's immediate offset does the second piece)
+ * and one bound test serve two copies, and, RS being a multiple of 8, the
+ * swizzle phase r & 7 is the same for every row a thread copies: each
+ * destination is an immediate away from one register; the copy is unrolled
+ * whole, no loop.  A warp's copy instruction still covers whole 128-byte
+ * lines (four rows' pieces at d128, as two whole rows were).  At d64 (one
+ * piece a row) this is the chunk-a-thread mapping unrolled.
  * A row past `rows` keeps its (possibly out-of-bounds) source address: a
  * cp.async with source size 0 reads nothing (PTX ISA), so only the size is
- * selected, and ptxas turns that into LDGSTS's own predicate. */
+ * selected, and ptxas turns that into LDGSTS's own predicate.
+ * The source pointer is stepped through opaque(): ptxas would otherwise
+ * precompute the row addresses into registers and spill (notes/sm80.md,
+ * 2026-12-06b; the two-warp loop this replaced cost 5.4 instructions a
+ * copy).  At d128 the four- and eight-warp copies took chunk tid % 16 of
+ * rows tid / 16 + k NT/16 before, a pointer step and bound test a copy:
+ * 11-25 instructions more a d128 w4 tile step (notes/sm80.md, 2026-12-07,
+ * third session). */
 template <int CAP>
 static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *src, long long stride, int rows)
 {
-  if constexpr (W == 2) {
-    /* Two warps copy twice the rows a thread of four do.  A thread takes
-     * chunk c8 = tid % 8 of each 128-byte piece of rows r0 = tid / 8 + k RS
-     * (RS = 8): at d128 both pieces of a row, 128 bytes apart in global memory
-     * and, the swizzle being an XOR of the low three chunk bits, in shared
-     * memory too.  So one source pointer step (the LDGSTS's immediate offset
-     * does the second piece) and one bound test serve two copies, and, the
-     * swizzle phase r & 7 being the same for every row a thread copies, each
-     * destination is an immediate away from one register; the copy is
-     * unrolled whole, no loop.  A warp's copy instruction still covers whole
-     * 128-byte lines (four rows' pieces at d128, as two whole rows were).
-     * At d64 (one piece a row) this is the chunk-a-thread mapping unrolled.
-     * The source pointer is stepped through opaque(): ptxas would otherwise
-     * precompute the row addresses into registers and spill (notes/sm80.md,
-     * 2026-12-06b; the loop this replaces cost 5.4 instructions a copy). */
-    constexpr int H = DC / 8;  /* 128-byte pieces a row */
-    constexpr int RS = NT / 8; /* rows a pass */
-    static_assert(DC % 8 == 0 && CAP % RS == 0 && RS % 8 == 0, "copy steps");
+  constexpr int H = DC / 8;  /* 128-byte pieces a row */
+  constexpr int RS = NT / 8; /* rows a pass */
+  static_assert(DC % 8 == 0 && CAP % RS == 0 && RS % 8 == 0, "copy steps");
+  if constexpr (W == 2 || H > 1) {
     const int r0 = threadIdx.x / 8, c8 = threadIdx.x % 8;
     const long long step = opaque(stride * RS);
     const tsr_u16 *g = src + r0 * stride + c8 * 8;
@@ -224,14 +226,16 @@ static __device__ __forceinline__ void load_rows(unsigned dst, const tsr_u16 *sr
       g = (const tsr_u16 *)opaque((long long)(g + step));
     }
   } else {
-    constexpr int STEP = NT / DC;
+    /* d64, four and eight warps: the same copies, written as before.  The
+     * form above made 128x128 w4 spill 2 registers on sm_80 (while saving
+     * 48-56 instructions on sm_90a at 64x64 w4 and 128x64 w8). */
     const int r0 = threadIdx.x / DC, c = threadIdx.x % DC;
-    const long long step = opaque(stride * STEP);
+    const long long step = opaque(stride * RS);
     const tsr_u16 *g = src + r0 * stride + c * 8;
     const int left = rows - r0;
 #pragma unroll
-    for (int k = 0; k < CAP / STEP; ++k) {
-      tsr_cp_async16(dst + sw(r0 + k * STEP, c), g, k * STEP < left ? 16 : 0);
+    for (int k = 0; k < CAP / RS; ++k) {
+      tsr_cp_async16(dst + sw(r0 + k * RS, c), g, k * RS < left ? 16 : 0);
       g += step;
     }
   }
