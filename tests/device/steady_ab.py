@@ -14,7 +14,9 @@ kernel says what a pipeline running it would get.
 Systems per case (bf16, BHSD, one batch, S = 32,768, 12 heads, D = 128):
 each bundle's host plan of the mask (tessera.Plan on the block's tile, row
 tasks, the bundle's own selection), the base bundle's plan on each variant
---variants names (of the case's tile and head dim), each bundle's
+--variants names (of the case's tile and head dim), the base bundle's host
+plan and GPU-planned request on each --tiles tile and mapping (e.g.
+128x64:combine: two 64-token query blocks a 128-row tile), each bundle's
 GPU-planned request (tessera.attention with the CUDA mask); with --precision
 native,fp8 each bundle's GPU-planned request at FP8 too (quantization
 included, judged by relative L2 <= 4.5%: docs/fp8.md's figure for i.i.d.
@@ -23,13 +25,13 @@ inputs), and FA4's block-sparse kernel with --kit (the baselines kit) on
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
 timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
 128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25
-(64x64 blocks), k64r25 (128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens,
+b64r50, b64t10, b64t25 (64x64 blocks: bench-peers' VSA group), k64r25 (128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens,
 40 heads: L10, L25, Ldense; d64r25: head dim 64, CogVideoX-5B's 17,550
 tokens and 48 heads; d64b64r25: 64x64 blocks at head dim 64, 32,768 x 12.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
-      [--precision native,fp8] [--kit KIT] [--ms 1500] [--reps 2] [--no-gpu-planned] [--json PATH]
+      [--tiles MxN:MAPPING,...] [--precision native,fp8] [--kit KIT] [--ms 1500] [--reps 2] [--no-gpu-planned] [--json PATH]
 """
 import argparse
 import json
@@ -46,6 +48,8 @@ from split_ab import check, make_mask, reference  # noqa: E402 -- the masks and 
 CASES = {"r10": ((128, 128), "random", .10, 32768, 12, 128), "r25": ((128, 128), "random", .25, 32768, 12, 128),
          "t16": ((128, 128), "topk", .16, 32768, 12, 128), "dense": ((128, 128), "dense", 1.0, 32768, 12, 128),
          "b64r10": ((64, 64), "random", .10, 32768, 12, 128), "b64r25": ((64, 64), "random", .25, 32768, 12, 128),
+         "b64r50": ((64, 64), "random", .50, 32768, 12, 128), "b64t10": ((64, 64), "topk", .10, 32768, 12, 128),
+         "b64t25": ((64, 64), "topk", .25, 32768, 12, 128),
          # Wan2.1-14B 720p's shape (75,600 tokens, 40 heads; the last block holds 80 tokens)
          "L10": ((128, 128), "random", .10, 75600, 40, 128), "L25": ((128, 128), "random", .25, 75600, 40, 128),
          "Ldense": ((128, 128), "dense", 1.0, 75600, 40, 128),
@@ -129,6 +133,21 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         torch.cuda.synchronize()
         err = check(torch, o, q, k, v, mb, b, rows)
         out.append((name, fn, p.summary()["variant"], f"max |err| {err:.2e}", err < 3e-2, p))
+    for tm in (x for x in args.tiles.split(",") if x):  # the base bundle on other tiles, both paths
+        (tile, mapping), ctx = tm.split(":"), ctxs[0][1]
+        tile = tuple(int(x) for x in tile.split("x"))
+        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=tile, mapping=mapping, tasks="row")
+        oh, og = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+        fh = (lambda p=p, o=oh: p.run(q, k, v, out=o))
+        fg = (lambda o=og, tile=tile, mapping=mapping: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o,
+                                                                          tile=tile, mapping=mapping))
+        for label, fn, o, what in ((f"host-{tm}", fh, oh, p.summary()["variant"]), (f"gpu-{tm}", fg, og, None)):
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            err = check(torch, o, q, k, v, mb, b, rows)
+            out.append((label, fn, what or tessera.last_selection().get("selection"), f"max |err| {err:.2e}",
+                        err < 3e-2, p if label.startswith("host") else None))
     for name, ctx in ([] if args.no_gpu_planned else ctxs):  # each bundle's request path
         o = torch.full_like(q, float("nan"))
         fn = (lambda o=o, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o))
@@ -178,6 +197,8 @@ def main():
     ap.add_argument("--bundles", default="", help="NAME=DIR,...: more bundles, each planned beside the base")
     ap.add_argument("--variants", default="", help="V,...: the base bundle's plan run on each named variant too "
                                                  "(those of the case's block tile)")
+    ap.add_argument("--tiles", default="", help="MxN:MAPPING,...: the base bundle's host plan and GPU-planned "
+                                               "request on each tile and mapping too")
     ap.add_argument("--precision", default="native",
                     help="native,fp8: the GPU-planned request at each further precision too; default native")
     ap.add_argument("--cases", default="r10,dense")
