@@ -184,34 +184,45 @@ static __device__ __forceinline__ bool is_staged_emit(const tsr_gpuplan_params &
   return p.tkb && (g.nseg + (g.nseg > 1 ? 2 : 0)) * ((p.nk + 31) >> 5) <= TSR_GP_VSEG * TSR_GP_VWORDS;
 }
 
-/* Copies the row's segments as bits (bits past nk clear).  Warp-wide. */
+/* Copies the row's segments as bits (bits past nk clear).  Warp-wide.
+ * Word i = s * nw + q of the staged row is lane i % 32's: every segment's
+ * words in one pass, so a row of several segments takes one load round
+ * trip a 32 words, not one a segment (VSA's boundary tiles: 4-7 segments of
+ * 20 words, each pass leaving 12 lanes idle). */
 static __device__ void stage_row(const tsr_gpuplan_params &p, const rowgeo &g, int lane, unsigned *sw)
 {
-  const int nw = (p.nk + 31) >> 5;
+  const int nw = (p.nk + 31) >> 5, n = g.nseg * nw;
   const bool aligned = p.format == 0 && (p.pitch & 3) == 0 && ((unsigned long long)p.mask & 3) == 0;
-  for (int s = 0; s < g.nseg; ++s) {
+  /* (s, q) of word i, advanced by 32 words a pass without a division */
+  const int ds = 32 / nw, dq = 32 - ds * nw;
+  int s = lane / nw, q = lane - s * nw;
+  for (int i = lane; i < n; i += 32) {
     const long long row = g.plane + g.i0 + s;
-    for (int q = lane; q < nw; q += 32) {
-      unsigned w = 0;
-      if (p.format != 0) {
-        w = __ldg((const unsigned *)p.mask + row * p.pitch + q);
-      } else if (aligned) {
-        /* pitch = nk is a multiple of 4 here: whole words stay in the row */
-        const unsigned *src = (const unsigned *)((const unsigned char *)p.mask + row * p.pitch) + 8 * q;
-        unsigned x[8];
+    unsigned w = 0;
+    if (p.format != 0) {
+      w = __ldg((const unsigned *)p.mask + row * p.pitch + q);
+    } else if (aligned) {
+      /* pitch = nk is a multiple of 4 here: whole words stay in the row */
+      const unsigned *src = (const unsigned *)((const unsigned char *)p.mask + row * p.pitch) + 8 * q;
+      unsigned x[8];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) x[k] = 32 * q + 4 * k < p.nk ? __ldg(src + k) : 0u;
+      for (int k = 0; k < 8; ++k) x[k] = 32 * q + 4 * k < p.nk ? __ldg(src + k) : 0u;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const unsigned y = __vcmpne4(x[k], 0u);
-          w |= ((y & 1u) | (y >> 7 & 2u) | (y >> 14 & 4u) | (y >> 21 & 8u)) << (4 * k);
-        }
-      } else {
-        const unsigned char *src = (const unsigned char *)p.mask + row * p.pitch + 32 * q;
-        for (int k = 0; k < 32 && 32 * q + k < p.nk; ++k) w |= (unsigned)(__ldg(src + k) != 0) << k;
+      for (int k = 0; k < 8; ++k) {
+        const unsigned y = __vcmpne4(x[k], 0u);
+        w |= ((y & 1u) | (y >> 7 & 2u) | (y >> 14 & 4u) | (y >> 21 & 8u)) << (4 * k);
       }
-      const int rem = p.nk - 32 * q;
-      sw[s * nw + q] = rem >= 32 ? w : w & ((1u << rem) - 1u);
+    } else {
+      const unsigned char *src = (const unsigned char *)p.mask + row * p.pitch + 32 * q;
+      for (int k = 0; k < 32 && 32 * q + k < p.nk; ++k) w |= (unsigned)(__ldg(src + k) != 0) << k;
+    }
+    const int rem = p.nk - 32 * q;
+    sw[i] = rem >= 32 ? w : w & ((1u << rem) - 1u);
+    s += ds;
+    q += dq;
+    if (q >= nw) {
+      q -= nw;
+      ++s;
     }
   }
   __syncwarp();
