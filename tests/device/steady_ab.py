@@ -24,14 +24,16 @@ inputs), and FA4's block-sparse kernel with --kit (the baselines kit) on
 128-token blocks.  Every output is checked
 against float32 on 256 rows of heads 0 and H-1 (split_ab.check) before it is
 timed.  Cases (CASES) at 32,768 tokens, 12 heads, d128: r10, r25 (random
-128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25
-b64r50, b64t10, b64t25 (64x64 blocks: bench-peers' VSA group), k64r25 (128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens,
-40 heads: L10, L25, Ldense; d64r25: head dim 64, CogVideoX-5B's 17,550
-tokens and 48 heads; d64b64r25: 64x64 blocks at head dim 64, 32,768 x 12.
+128x128 blocks with the diagonal), t16 (top-k 16%), dense, b64r10, b64r25,
+b64r50, b64t10, b64t25 (64x64 blocks: bench-peers' VSA group), k64r25
+(128x64 blocks); at Wan2.1-14B 720p's 75,600 tokens, 40 heads: L10, L25,
+Ldense; d64r25: head dim 64, CogVideoX-5B's 17,550 tokens and 48 heads;
+d64b64r25: 64x64 blocks at head dim 64, 32,768 x 12.
 
   TESSERA_LIBRARY=BUILD/.libs/libtessera.so TESSERA_BUNDLE=BUILD/bundle \\
     python3 tests/device/steady_ab.py [--bundles NAME=DIR,...] [--variants V,...] [--cases r10,dense]
-      [--tiles MxN:MAPPING,...] [--precision native,fp8] [--kit KIT] [--ms 1500] [--reps 2] [--no-gpu-planned] [--json PATH]
+      [--tiles MxN:MAPPING,...] [--precision native,fp8] [--kit KIT] [--ms 1500] [--reps 2]
+      [--no-gpu-planned] [--json PATH]
 """
 import argparse
 import json
