@@ -143,13 +143,13 @@ def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
         fh = (lambda p=p, o=oh: p.run(q, k, v, out=o))
         fg = (lambda o=og, tile=tile, mapping=mapping: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o,
                                                                           tile=tile, mapping=mapping))
-        for label, fn, o, what in ((f"host-{tm}", fh, oh, p.summary()["variant"]), (f"gpu-{tm}", fg, og, None)):
+        for label, fn, o, plan in ((f"host-{tm}", fh, oh, p), (f"gpu-{tm}", fg, og, None)):
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
             err = check(torch, o, q, k, v, mb, b, rows)
-            out.append((label, fn, what or tessera.last_selection().get("selection"), f"max |err| {err:.2e}",
-                        err < 3e-2, p if label.startswith("host") else None))
+            what = plan.summary()["variant"] if plan else tessera.last_selection().get("selection")
+            out.append((label, fn, what, f"max |err| {err:.2e}", err < 3e-2, plan))
     for name, ctx in ([] if args.no_gpu_planned else ctxs):  # each bundle's request path
         o = torch.full_like(q, float("nan"))
         fn = (lambda o=o, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o))
@@ -213,6 +213,11 @@ def main():
     for c in args.cases.split(","):
         if c not in CASES:
             ap.error(f"--cases: unknown case '{c}' (expected some of {','.join(CASES)})")
+    for tm in (x for x in args.tiles.split(",") if x):
+        tile, _, mapping = tm.partition(":")
+        dims = tile.split("x")
+        if not (mapping and len(dims) == 2 and all(d.isdigit() and int(d) > 0 for d in dims)):
+            ap.error(f"--tiles: '{tm}' is not MxN:MAPPING (e.g. 128x64:combine)")
     if not (args.ms > 0 and args.reps >= 1):
         ap.error(f"--ms {args.ms:g} / --reps {args.reps}: must be > 0 and >= 1")
     import torch
