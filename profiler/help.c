@@ -36,11 +36,12 @@ static const help_cmd commands[] = {
      "  --db FILE           timings database; the GPU's lookup rows are replaced\n"
      "  --gpu NAME          only this GPU's table (default: every GPU with timings)\n"
      "  --split NAME        corpus split to derive from (default profile)\n"},
-    {"report", "--db FILE --out DIR [--gpu NAME]",
+    {"report", "--db FILE --out DIR [--gpu NAME] [--split NAME]",
      "selection quality, regime map and speed-ups (PNG, CSV)",
      "  --db FILE           timings database, read only\n"
      "  --out DIR           report folder (selection.csv, summary.csv, regime.png, speedup.png)\n"
-     "  --gpu NAME          the GPU to report on (default: the first, by name, with timings)\n"},
+     "  --gpu NAME          the GPU to report on (default: the first, by name, with timings)\n"
+     "  --split NAME        masks to replay selection on (default eval, else profile)\n"},
     {"export", "--db FILE [--gpu NAME] [--out FILE]",
      "the lookup table as SQL text (what db/h200.sql holds)",
      "  --db FILE           database to export from, read only\n"

@@ -123,9 +123,11 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
 
 /* Writes regime.png, speedup.png, selection.csv and summary.csv (the
  * figures of all masks and of the sparse ones) into dir; log (may be NULL)
- * receives the figures as text. */
-tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
-                             tsr_error *err);
+ * receives the figures as text.  split: the masks to replay selection on;
+ * NULL = eval, or profile when eval has no timings.  A split named but
+ * without timings is TSR_ERR_INVALID. */
+tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *split, const char *dir,
+                             FILE *log, tsr_error *err);
 
 /* Writes the GPU's lookup rows (and GPU and meta rows) as SQL INSERTs that
  * load over db/schema.sql: the format of db/h200.sql.  gpu NULL = all. */

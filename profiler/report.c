@@ -440,26 +440,32 @@ static tsr_status write_csvs(const char *work, tsr_db *db, const char *gpu, int 
   return s;
 }
 
-tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *dir, FILE *log,
-                             tsr_error *err)
+tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *split, const char *dir,
+                             FILE *log, tsr_error *err)
 {
   char name[128], path[1200];
   int sms = 0;
   tsrp_dataset prof, ev;
   tsrp_eval_stats st;
-  const char *split = "eval", *work = NULL;
+  const char *work = NULL;
   tsr_out *t = NULL;
   tsr_status s;
   if ((s = pick_gpu(db, gpu, name, sizeof name, &sms, err)) != TSR_OK)
     return s;
   if ((s = tsrp_build_load(db, name, sms, "profile", &prof, err)) != TSR_OK)
     return s;
-  if ((s = tsrp_build_load(db, name, sms, "eval", &ev, err)) != TSR_OK) {
+  if ((s = tsrp_build_load(db, name, sms, split ? split : "eval", &ev, err)) != TSR_OK) {
     tsrp_build_free(&prof);
     return s;
   }
-  if (ev.measurements == 0)
-    split = "profile"; /* no evaluation sweep: report on the profiling masks */
+  if (split && ev.measurements == 0) {
+    s = tsr_error_set(err, TSR_ERR_INVALID,
+                      "cannot report on split '%s' in '%s': no timings of that split for %s",
+                      split, tsr_db_path(db), name);
+    goto done;
+  }
+  if (!split)
+    split = ev.measurements ? "eval" : "profile"; /* no evaluation sweep: the profiling masks */
   if ((s = tsri_out_begin(&t, err)) != TSR_OK ||
       (s = tsri_out_dir(t, dir, is_report, NULL, &work, err)) != TSR_OK)
     goto done;

@@ -3,7 +3,7 @@
  *
  *   tessera-profile sweep  --corpus DIR --db FILE [--device N] [--budget S] [--variants GLOB]
  *   tessera-profile build  --db FILE [--gpu NAME] [--split NAME]
- *   tessera-profile report --db FILE --out DIR [--gpu NAME]
+ *   tessera-profile report --db FILE --out DIR [--gpu NAME] [--split NAME]
  *   tessera-profile export --db FILE [--gpu NAME] [--out FILE]
  *   tessera-profile init   --db FILE [--sql FILE]
  *
@@ -126,7 +126,8 @@ static int cmd_report(int argc, char **argv)
   const char *v[O_COUNT], *dbp, *out, *gpu;
   tsr_error err = {0};
   tsr_db *db;
-  int rc = parse_opts("report", argc, argv, 1u << O_DB | 1u << O_GPU | 1u << O_OUT, v);
+  int rc = parse_opts("report", argc, argv,
+                      1u << O_DB | 1u << O_GPU | 1u << O_SPLIT | 1u << O_OUT, v);
   if (rc >= 0)
     return rc;
   dbp = v[O_DB];
@@ -140,7 +141,7 @@ static int cmd_report(int argc, char **argv)
     errorf("report", "%s", err.text);
     return EXIT_USAGE;
   }
-  if (tsrp_report_write(db, gpu, out, stdout, &err) != TSR_OK) {
+  if (tsrp_report_write(db, gpu, v[O_SPLIT], out, stdout, &err) != TSR_OK) {
     errorf("report", "%s", err.text);
     tsr_db_close(db);
     return status_exit(err.status);

@@ -94,7 +94,7 @@ START_TEST(test_eval_and_report)
   snprintf(out, sizeof out, "%s/report", tmpdir);
   text = tmpfile();
   ck_assert_ptr_nonnull(text);
-  ck_assert_msg(tsrp_report_write(fx.db, NULL, out, text, &err) == TSR_OK, "%s", err.text);
+  ck_assert_msg(tsrp_report_write(fx.db, NULL, NULL, out, text, &err) == TSR_OK, "%s", err.text);
   tsr_db_close(fx.db);
   /* The text names the threshold and gives both sets. */
   rewind(text);
@@ -185,7 +185,7 @@ START_TEST(test_eval_and_report)
     snprintf(sel, sizeof sel, "%s/selection.csv", out);
     ck_assert_int_eq(stat(sel, &s1), 0);
     tsr_error_clear(&err);
-    ck_assert_msg(tsrp_report_write(fx.db, NULL, out, NULL, &err) == TSR_OK, "%s", err.text);
+    ck_assert_msg(tsrp_report_write(fx.db, NULL, NULL, out, NULL, &err) == TSR_OK, "%s", err.text);
     ck_assert_int_eq(stat(sel, &s2), 0);
     ck_assert_int_ne(s1.st_ino, s2.st_ino);
     snprintf(notes, sizeof notes, "%s/notes.txt", out);
@@ -194,7 +194,7 @@ START_TEST(test_eval_and_report)
     fputs("mine\n", f);
     fclose(f);
     tsr_error_clear(&err);
-    ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
+    ck_assert_int_eq(tsrp_report_write(fx.db, NULL, NULL, out, NULL, &err), TSR_ERR_IO);
     ck_assert_msg(strstr(err.text, out) && strstr(err.text, "not empty"), "%s", err.text);
     ck_assert_int_eq(access(notes, R_OK), 0);
     ck_assert_int_eq(stat(sel, &s1), 0);
@@ -203,7 +203,7 @@ START_TEST(test_eval_and_report)
   /* A report folder that cannot be made is an error naming it. */
   snprintf(out, sizeof out, "%s/no/such/report", tmpdir);
   tsr_error_clear(&err);
-  ck_assert_int_eq(tsrp_report_write(fx.db, NULL, out, NULL, &err), TSR_ERR_IO);
+  ck_assert_int_eq(tsrp_report_write(fx.db, NULL, NULL, out, NULL, &err), TSR_ERR_IO);
   ck_assert_msg(strstr(err.text, "cannot write folder '") && strstr(err.text, "/no/such/report'"),
                 "%s", err.text);
   tsr_db_close(fx.db);

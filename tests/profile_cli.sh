@@ -60,6 +60,21 @@ grep -q "no timings" "$tmp/err" || bad "build without timings: $(cat "$tmp/err")
 grep -q "no timings" "$tmp/err" || bad "report without timings: $(cat "$tmp/err")"
 [ ! -e "$tmp/rep" ] || bad "report without timings left the --out folder"
 ls "$tmp" | grep -q 'rep.tmp' && bad "report without timings left a temporary folder"
+# A split nothing was timed on: build and report name it with exit 2, and
+# the table derived before stays as it was (build once wiped it and said
+# "derived 0 lookup rows").
+gzip -dc "$src/db/h100-timings.sql.gz" >"$tmp/t.sql" &&
+  "$prof" init --db "$tmp/t.db" --sql "$tmp/t.sql" && "$prof" build --db "$tmp/t.db" >/dev/null ||
+  bad "init and build of the recorded timings failed"
+"$tess" db show --db "$tmp/t.db" >"$tmp/before" || bad "db show failed"
+grep -q "combine" "$tmp/before" || bad "db show lists no derived rows: $(head -3 "$tmp/before")"
+"$prof" build --db "$tmp/t.db" --split evl >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "no timings of split 'evl'" "$tmp/err" || bad "build --split evl: exit $rc: $(cat "$tmp/err")"
+"$tess" db show --db "$tmp/t.db" >"$tmp/after" || bad "db show failed"
+cmp -s "$tmp/before" "$tmp/after" || bad "build --split evl changed the table"
+"$prof" report --db "$tmp/t.db" --split evl --out "$tmp/xr" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "cannot report on split 'evl'" "$tmp/err" || bad "report --split evl: exit $rc: $(cat "$tmp/err")"
+[ ! -e "$tmp/xr" ] || bad "report --split evl left its --out folder"
 
 # Files written through links (the link stays), into FIFOs directly (they
 # stay FIFOs); folders refused.
