@@ -572,6 +572,20 @@ static void region_text(text *t, const tsr_region *r)
   put_i(t, r->fill_bin);
 }
 
+/* "row 12 (combine 128x128)" */
+static void row_text(text *t, const row *r)
+{
+  put_s(t, "row ");
+  put_i(t, r->id);
+  put_s(t, " (");
+  put_s(t, tsr_plan_mapping_name((tsr_mapping)r->mapping));
+  put_s(t, " ");
+  put_i(t, r->tile_m);
+  put_s(t, "x");
+  put_i(t, r->tile_n);
+  put_s(t, ")");
+}
+
 /* Distance between two level-0 keys of one geometry: density and fill
  * bins count twice (they move the best tile and mapping most), sequence
  * length and row spread once. */
@@ -801,15 +815,9 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
     put_s(&t, "no usable row for ");
     region_text(&t, &out->region);
     if (weak) {
-      put_s(&t, "; the nearest region's row ");
-      put_i(&t, weak->id);
-      put_s(&t, " (");
-      put_s(&t, tsr_plan_mapping_name((tsr_mapping)weak->mapping));
-      put_s(&t, " ");
-      put_i(&t, weak->tile_m);
-      put_s(&t, "x");
-      put_i(&t, weak->tile_n);
-      put_s(&t, ") gains ");
+      put_s(&t, "; the nearest region's ");
+      row_text(&t, weak);
+      put_s(&t, " gains ");
       put_f2(&t, weak->speedup);
       put_s(&t, "x over the base plan on its own masks, under the ");
       put_f2(&t, TSR_SELECT_BORROW_GAIN);
@@ -818,15 +826,9 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
       put_s(&t, " at any level");
     }
     if (skipped) {
-      put_s(&t, "; row ");
-      put_i(&t, skipped->id);
-      put_s(&t, " (");
-      put_s(&t, tsr_plan_mapping_name((tsr_mapping)skipped->mapping));
-      put_s(&t, " ");
-      put_i(&t, skipped->tile_m);
-      put_s(&t, "x");
-      put_i(&t, skipped->tile_n);
-      put_s(&t, ") skipped: ");
+      put_s(&t, "; ");
+      row_text(&t, skipped);
+      put_s(&t, " skipped: ");
       put_s(&t, skipped_why);
     }
   }
