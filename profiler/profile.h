@@ -113,6 +113,15 @@ typedef struct {
   int64_t sparse_masks;
   double sparse_within5, sparse_geo_regret, sparse_geo_speedup, sparse_geo_best_speedup;
   tsrp_auto_figures vs_auto, sparse_vs_auto;
+  /* The same figures for the plans GPU-planned requests run
+   * (tsr_gpuplan_reselect): selected from the features a GPU template
+   * publishes (fill known at its own tile only), pack run as row, from the
+   * automatic template on until a template repeats; a cycle of templates
+   * counts the mean of their times.  gpu_other: masks whose time differs
+   * from the selection above; gpu_cycles: masks alternating templates. */
+  int64_t gpu_masks, gpu_other, gpu_cycles;
+  double gpu_within5, gpu_geo_regret, gpu_geo_speedup, gpu_geo_best_speedup;
+  tsrp_auto_figures gpu_vs_auto;
 } tsrp_eval_stats;
 
 /* Selects a plan for each mask of `split` through the lookup table in db

@@ -58,24 +58,100 @@ static tsr_plan_opts as_requested(const tsrp_dataset *ds, const tsrp_mask_times 
  * the automatic plan (what the request path runs without a table: the
  * automatic planner with the tile open, so the base plan's shape, upgraded
  * to gather where that applies, on the variant of the bundle's rank). */
-static void mask_times(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_selection *c,
-                       double *ts, double *td, double *ta)
+/* The automatic plan's options: without a row the request path keeps the
+ * caller's open options (tsr_select_request), which the upgrade may turn
+ * into gather; else the base plan. */
+static tsr_plan_opts auto_opts(const tsrp_dataset *ds, const tsrp_mask_times *m)
 {
   tsr_selection a;
-  tsr_plan_opts base;
+  tsr_plan_opts base, g;
   tsr_select_base(&m->f, &base);
-  *td = tsrp_build_time_of(ds, m, &base);
-  /* Without a row the request path keeps the caller's open options
-   * (tsr_select_request), which the upgrade may turn into gather. */
   memset(&a, 0, sizeof a);
   tsr_plan_opts_init(&a.opts);
   a.opts.tasks = base.tasks; /* the automatic planner's, as tsr_select_base takes them */
-  a.opts = as_requested(ds, m, &a);
-  if (a.opts.mapping != TSR_MAP_GATHER)
-    a.opts = base;
-  *ta = tsrp_build_auto_time_of(ds, m, &a.opts);
-  c->opts = c->from_table ? as_requested(ds, m, c) : a.opts;
+  g = as_requested(ds, m, &a);
+  return g.mapping == TSR_MAP_GATHER ? g : base;
+}
+
+static void mask_times(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_selection *c,
+                       double *ts, double *td, double *ta)
+{
+  tsr_plan_opts base, a = auto_opts(ds, m);
+  tsr_select_base(&m->f, &base);
+  *td = tsrp_build_time_of(ds, m, &base);
+  *ta = tsrp_build_auto_time_of(ds, m, &a);
+  c->opts = c->from_table ? as_requested(ds, m, c) : a;
   *ts = tsrp_build_time_of(ds, m, &c->opts);
+}
+
+/* ---- The GPU-planned request's selection ------------------------------- */
+
+/* Features h as a GPU template with options t publishes them
+ * (tsri_gpuplan_features_of): fill and touched tiles at t's tile only (a
+ * gather template: fill 1 at the blocks' tile), the others unknown. */
+static void template_features(const tsr_features *h, const tsr_plan_opts *t, tsr_features *g)
+{
+  int i, tm, tn, gather = t->mapping == TSR_MAP_GATHER;
+  *g = *h;
+  for (i = 0; i < TSR_FEATURE_TILES; i++) {
+    tsr_features_tile(i, &tm, &tn);
+    if (gather ? tm == h->bq && tn == h->bk : tm == t->tile_m && tn == t->tile_n) {
+      g->fill[i] = gather ? 1 : h->fill[i];
+      g->touched[i] = gather ? -1 : h->touched[i];
+    } else {
+      g->fill[i] = -1;
+      g->touched[i] = -1;
+    }
+  }
+}
+
+static int same_template(const tsr_plan_opts *a, const tsr_plan_opts *b)
+{
+  return a->mapping == b->mapping && a->tile_m == b->tile_m && a->tile_n == b->tile_n &&
+         a->tasks == b->tasks &&
+         (a->variant && b->variant ? !strcmp(a->variant, b->variant) : a->variant == b->variant);
+}
+
+#define GPU_STEPS 8
+
+/* The time of the plans a GPU-planned request settles on for mask m (0
+ * when one of them was not timed): from the automatic template, each
+ * step's template is selected from the previous step's features
+ * (tsri_context_regime: a row's plan, pack as row; no row, the automatic
+ * template) until a template repeats; *cycle is set when the repeat is
+ * not the last one (templates alternate) and the time is their mean. */
+static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
+                            const tsrp_mask_times *m, int *cycle)
+{
+  tsr_selection steps[GPU_STEPS];
+  tsr_plan_opts t[GPU_STEPS + 1];
+  tsr_features g;
+  tsr_error err = {0};
+  double sum = 0;
+  int k, j, q;
+  *cycle = 0;
+  t[0] = auto_opts(ds, m);
+  for (k = 0; k < GPU_STEPS; k++) {
+    template_features(&m->f, &t[k], &g);
+    if (tsr_select_plan(sel, &g, &steps[k], &err) != TSR_OK)
+      return 0;
+    t[k + 1] = steps[k].from_table ? as_requested(ds, m, &steps[k]) : t[0];
+    if (t[k + 1].tasks == TSR_TASKS_PACK)
+      t[k + 1].tasks = TSR_TASKS_ROW;
+    for (j = 0; j <= k && !same_template(&t[j], &t[k + 1]); j++)
+      ;
+    if (j <= k) { /* t[j..k] repeat from here on */
+      for (q = j; q <= k; q++) {
+        double tq = tsrp_build_time_of(ds, m, &t[q]);
+        if (tq <= 0)
+          return 0;
+        sum += tq;
+      }
+      *cycle = j < k;
+      return sum / (k + 1 - j);
+    }
+  }
+  return 0; /* no repeat within GPU_STEPS: not judged */
 }
 
 /* Finds the GPU (name, multiprocessors) to report on: the one named, else
@@ -157,7 +233,7 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
   tsr_selector *sel = NULL;
   tsr_status s;
   int64_t i;
-  eval_sums all = {0}, sparse = {0};
+  eval_sums all = {0}, sparse = {0}, gpu_sums = {0};
   memset(out, 0, sizeof *out);
   if ((s = tsrp_build_load(db, gpu, multiprocessors, split, &ds, err)) != TSR_OK)
     return s;
@@ -187,6 +263,15 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
     sums_add(&all, ts, tb, td, ta);
     if (m->f.density < TSRP_SPARSE_DENSITY)
       sums_add(&sparse, ts, tb, td, ta);
+    {
+      int cycle;
+      double tg = gpu_path_time(&ds, sel, m, &cycle);
+      if (tg > 0) {
+        sums_add(&gpu_sums, tg, tb, td, ta);
+        out->gpu_other += tg != ts;
+        out->gpu_cycles += cycle;
+      }
+    }
     plan_text(&ds, best_id, bt, sizeof bt);
     if (csv)
       fprintf(csv,
@@ -205,6 +290,10 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
                  &out->sparse_geo_speedup, &out->sparse_geo_best_speedup);
     sums_auto(&all, &out->vs_auto);
     sums_auto(&sparse, &out->sparse_vs_auto);
+    out->gpu_masks = gpu_sums.n;
+    sums_figures(&gpu_sums, &out->gpu_within5, &out->gpu_geo_regret, &out->gpu_geo_speedup,
+                 &out->gpu_geo_best_speedup);
+    sums_auto(&gpu_sums, &out->gpu_vs_auto);
   }
   tsr_select_destroy(sel);
   tsrp_build_free(&ds);
@@ -380,7 +469,8 @@ static tsr_status draw_speedup(tsr_db *db, const tsrp_dataset *ds, const char *p
   return s;
 }
 
-/* summary.csv: the figures of all masks and of the sparse ones. */
+/* summary.csv: the figures of all masks, of the sparse ones, and of the
+ * GPU-planned requests' selection. */
 static void write_summary(FILE *f, const char *gpu, const char *split, const tsrp_eval_stats *st)
 {
   fprintf(f, "gpu,split,masks_set,density,masks,within5,geo_regret,geo_speedup_vs_direct,"
@@ -393,6 +483,10 @@ static void write_summary(FILE *f, const char *gpu, const char *split, const tsr
           st->sparse_geo_regret, st->sparse_geo_speedup, st->sparse_geo_best_speedup,
           st->sparse_vs_auto.geo_speedup, (long long)st->sparse_vs_auto.slower,
           st->sparse_vs_auto.worst);
+  fprintf(f, "%s,%s,gpu-planned,any,%lld,%.4f,%.5f,%.4f,%.4f,%.4f,%lld,%.4f\n", gpu, split,
+          (long long)st->gpu_masks, st->gpu_within5, st->gpu_geo_regret, st->gpu_geo_speedup,
+          st->gpu_geo_best_speedup, st->gpu_vs_auto.geo_speedup,
+          (long long)st->gpu_vs_auto.slower, st->gpu_vs_auto.worst);
 }
 
 static const char *const report_files[] = {"selection.csv", "summary.csv", "regime.png",
@@ -489,13 +583,19 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *split, con
             "  sparse masks (density < %.2f): %lld of %lld: within 5%% %.1f%%, regret %.2f%%, "
             "speed-up over direct %.3fx (best possible %.3fx)\n"
             "  against the automatic plan: %.3fx, %lld of %lld masks more than 2%% slower "
-            "(worst %.3fx)\n",
+            "(worst %.3fx)\n"
+            "  GPU-planned requests (features of the template's tile, pack as row): %lld masks, "
+            "%lld run another plan, %lld alternate templates; within 5%% %.1f%%, regret %.2f%%, "
+            "against the automatic plan %.3fx, %lld more than 2%% slower (worst %.3fx)\n",
             name, sms, split, (long long)st.masks, (long long)st.unmeasured,
             (long long)st.from_table, 100 * st.within5, 100 * st.geo_regret, st.geo_speedup,
             st.geo_best_speedup, TSRP_SPARSE_DENSITY, (long long)st.sparse_masks,
             (long long)st.masks, 100 * st.sparse_within5, 100 * st.sparse_geo_regret,
             st.sparse_geo_speedup, st.sparse_geo_best_speedup, st.vs_auto.geo_speedup,
-            (long long)st.vs_auto.slower, (long long)st.vs_auto.masks, st.vs_auto.worst);
+            (long long)st.vs_auto.slower, (long long)st.vs_auto.masks, st.vs_auto.worst,
+            (long long)st.gpu_masks, (long long)st.gpu_other, (long long)st.gpu_cycles,
+            100 * st.gpu_within5, 100 * st.gpu_geo_regret, st.gpu_vs_auto.geo_speedup,
+            (long long)st.gpu_vs_auto.slower, st.gpu_vs_auto.worst);
 done:
   tsri_out_abort(t);
   tsrp_build_free(&prof);

@@ -752,8 +752,15 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
     make_key(&out->region, level, key);
     if (level == 1) {
       const row *r = nearest(s, key, f, &base);
-      /* In float, as rows hold it: a row of 1.06 reads as 1.0599999. */
-      if (r && r->speedup < (float)TSR_SELECT_BORROW_GAIN) {
+      int fill_known;
+      fill_est(f, 128, 128, &fill_known);
+      /* In float, as rows hold it: a row of 1.06 reads as 1.0599999.  Only
+       * where the region's fill is measured: estimated (a GPU template's
+       * features at another tile), the region is itself uncertain, and the
+       * nearest row is often the one of the mask's own region; refused, it
+       * made GPU templates alternate between its plan and the automatic
+       * one step after step (6 masks of the H100's eval split). */
+      if (r && fill_known && r->speedup < (float)TSR_SELECT_BORROW_GAIN) {
         /* Nor the geometry-wide row: borrowed too, and falling to it
          * instead left 17 masks more than 2% slower, not 14. */
         weak = r;

@@ -39,7 +39,7 @@ START_TEST(test_eval_and_report)
   tsrp_build_stats bs;
   tsrp_eval_stats es;
   tsr_error err = {0};
-  double want, all;
+  double want, all, want_gpu;
   FILE *f, *text;
   int i, n;
   snprintf(path, sizeof path, "%s/e.db", tmpdir);
@@ -89,6 +89,25 @@ START_TEST(test_eval_and_report)
   ck_assert_int_eq(es.vs_auto.slower, 0);
   ck_assert_double_ge(es.vs_auto.worst, 0.995);
   ck_assert_double_le(es.vs_auto.worst, 1.005);
+  /* As GPU-planned requests select: from the automatic template (retain
+   * 64x64), whose features know the fill at 64x64 only.  The uneven kind's
+   * 128x128 fill (0.3) is estimated, and no 128x128 tile gambles on an
+   * estimate (select.c fill_ok): it keeps retain 64x64, 1.6 / 0.9 times
+   * slower than the host's selection.  The 0.6 kind borrows combine
+   * 128x128, then reads its fill there and stays.  The dense masks (every
+   * plan 10 ms) alternate: at 64x64 the estimate puts them in a region
+   * whose nearest row is combine 128x128; there, with the fill measured,
+   * in one whose nearest row is retain 64x64. */
+  ck_assert_int_eq(es.gpu_masks, 20);
+  ck_assert_int_eq(es.gpu_other, 10);
+  ck_assert_int_eq(es.gpu_cycles, 5);
+  ck_assert_double_eq_tol(es.gpu_within5, 0.75, 1e-12);
+  want_gpu = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.0) + 5 * log(1.0)) / 20);
+  ck_assert_double_eq_tol(es.gpu_geo_speedup, want_gpu, want_gpu * 0.003);
+  ck_assert_double_eq_tol(es.gpu_vs_auto.geo_speedup, want_gpu, want_gpu * 0.003);
+  ck_assert_double_eq_tol(es.gpu_geo_regret + 1, exp(5 * log(1.6 / 0.9) / 20),
+                          0.003 * (es.gpu_geo_regret + 1));
+  ck_assert_int_eq(es.gpu_vs_auto.slower, 0);
   tsr_db_close(fx.db);
   ck_assert_int_eq(tsr_db_open(path, TSR_DB_READONLY, &fx.db, &err), TSR_OK);
   snprintf(out, sizeof out, "%s/report", tmpdir);
@@ -101,7 +120,7 @@ START_TEST(test_eval_and_report)
   n = 0;
   while (fgets(line, sizeof line, text)) {
     double a, b, c, d;
-    long long slow, masks;
+    long long slow, masks, other, cycles;
     if (sscanf(line, "  geometric-mean speed-up over the direct plan: %lfx (best possible %lfx)",
                &a, &b) == 2) {
       ck_assert_double_eq_tol(a, es.geo_speedup, 0.0005);
@@ -118,6 +137,20 @@ START_TEST(test_eval_and_report)
       ck_assert_double_eq_tol(d, want, want * 0.003);
       n++;
     }
+    if (sscanf(line, "  GPU-planned requests (features of the template's tile, pack as row): "
+               "%lld masks, %lld run another plan, %lld alternate templates; within 5%% %lf%%, "
+               "regret %lf%%, against the automatic plan %lfx, %lld more than 2%% slower "
+               "(worst %lfx)", &masks, &other, &cycles, &a, &b, &c, &slow, &d) == 8) {
+      ck_assert_int_eq(masks, 20);
+      ck_assert_int_eq(other, 10);
+      ck_assert_int_eq(cycles, 5);
+      ck_assert_double_eq_tol(a, 75.0, 0.05);
+      ck_assert_double_eq_tol(b, 100 * es.gpu_geo_regret, 0.005);
+      ck_assert_double_eq_tol(c, want_gpu, 0.0005 + want_gpu * 0.003);
+      ck_assert_int_eq(slow, 0);
+      ck_assert_double_eq_tol(d, es.gpu_vs_auto.worst, 0.0005);
+      n++;
+    }
     if (sscanf(line, "  against the automatic plan: %lfx, %lld of %lld masks more than 2%% slower "
                "(worst %lfx)", &a, &slow, &masks, &d) == 4) {
       ck_assert_double_eq_tol(a, all, all * 0.003);
@@ -128,7 +161,7 @@ START_TEST(test_eval_and_report)
     }
   }
   fclose(text);
-  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(n, 4);
   /* summary.csv: a header and the two sets. */
   snprintf(path, sizeof path, "%s/summary.csv", out);
   f = fopen(path, "r");
@@ -155,6 +188,26 @@ START_TEST(test_eval_and_report)
     ck_assert_double_eq_tol(rg, i ? es.sparse_geo_regret : es.geo_regret, 0.00001);
     ck_assert_double_eq_tol(sp, i ? want : all, 0.003 * sp);
     ck_assert_double_eq_tol(bsp, i ? want : all, 0.003 * bsp);
+  }
+  /* and the GPU-planned requests' line */
+  {
+    char set[16], dens[16];
+    long long masks, slower;
+    double w5, rg, sp, bsp, sa, worst;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf,%lf,%lld,%lf",
+                            set, dens, &masks, &w5, &rg, &sp, &bsp, &sa, &slower, &worst),
+                     10);
+    ck_assert_str_eq(set, "gpu-planned");
+    ck_assert_str_eq(dens, "any");
+    ck_assert_int_eq(masks, 20);
+    ck_assert_double_eq_tol(w5, 0.75, 1e-9);
+    ck_assert_double_eq_tol(rg, es.gpu_geo_regret, 0.00001);
+    ck_assert_double_eq_tol(sp, want_gpu, 0.003 * sp);
+    ck_assert_double_eq_tol(bsp, all, 0.003 * bsp);
+    ck_assert_double_eq_tol(sa, want_gpu, 0.003 * sa);
+    ck_assert_int_eq(slower, 0);
+    ck_assert_double_eq_tol(worst, es.gpu_vs_auto.worst, 0.0001);
   }
   ck_assert_ptr_null(fgets(line, sizeof line, f));
   fclose(f);

@@ -237,14 +237,11 @@ START_TEST(test_build_and_select)
       assert_plan(&sh, expected_plan[kind]);
       if (kind == 2) {
         /* density ~0.3 at fill 1: estimate 0.3 / (1 - 0.7^4) = 0.39 < 0.5:
-         * the exact row is refused; the nearest row that keeps 64x64 tiles
-         * (the sparse kind's) is the base plan, too weak to borrow, so the
-         * base plan runs: 64x64 tiles all the same. */
-        ck_assert_msg(sg.level == -1 && strstr(sg.reason, "a borrowed row needs"), "%s",
-                      sg.reason);
-        ck_assert_int_eq(sg.opts.mapping, TSR_MAP_RETAIN);
-        ck_assert_int_eq(sg.opts.tile_m, 64);
-        ck_assert_int_eq(sg.opts.tile_n, 64);
+         * the exact row is refused, the nearest row that keeps 64x64 tiles
+         * (the sparse kind's) is taken: with the region's fill estimated,
+         * its gain of 1.00x is not held against it. */
+        ck_assert_int_eq(sg.level, 1);
+        assert_plan(&sg, P_RETAIN_ROW);
       } else {
         ck_assert_int_eq(sg.region.fill_bin, sh.region.fill_bin);
         assert_plan(&sg, expected_plan[kind]);
@@ -765,7 +762,7 @@ START_TEST(test_select_borrow_gain)
   tsr_features f;
   tsr_region rg;
   tsr_error err = {0};
-  int i;
+  int i, estimated_same_bin = 0;
   random_request(&rng, 32768, 64, 64, 128, 0.2 + 0.05 * tu_uniform(&rng), &r);
   ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
   tsr_select_region(&f, &rg);
@@ -803,8 +800,33 @@ START_TEST(test_select_borrow_gain)
       snprintf(want, sizeof want, "the nearest region's row 5 (retain 64x64) gains %.2fx", gain);
       ck_assert_msg(strstr(s.reason, want), "gain %.4f: %s", gain, s.reason);
     }
+    /* The same mask as a GPU template at 64x64 publishes it (the 128x128
+     * fill, and with it the region's fill bin, estimated): the row is
+     * borrowed whatever its gain, as GPU templates would otherwise
+     * alternate between its plan and the automatic one. */
+    {
+      tsr_features g = f;
+      int t;
+      for (t = 0; t < TSR_FEATURE_TILES; t++) {
+        int tm, tn;
+        tsr_features_tile(t, &tm, &tn);
+        if (tm != 64 || tn != 64) {
+          g.fill[t] = -1;
+          g.touched[t] = -1;
+        }
+      }
+      ck_assert_int_eq(tsr_select_plan(sel, &g, &s, &err), TSR_OK);
+      if (s.region.fill_bin == rg.fill_bin) {
+        ck_assert_msg(s.from_table && s.level == 1 && s.row_id == 5, "gain %.4f, fill estimated: %s",
+                      gain, s.reason);
+        ck_assert_int_eq(s.opts.tasks, TSR_TASKS_SPLIT);
+        estimated_same_bin++;
+      }
+    }
     tsr_select_destroy(sel);
   }
+  /* The estimate kept this mask's fill bin: the case was tested. */
+  ck_assert_int_eq(estimated_same_bin, 8);
   free_request(&r);
 }
 END_TEST
