@@ -162,7 +162,7 @@ START_TEST(test_eval_and_report)
   }
   fclose(text);
   ck_assert_int_eq(n, 4);
-  /* summary.csv: a header and the two sets. */
+  /* summary.csv: a header and the three sets. */
   snprintf(path, sizeof path, "%s/summary.csv", out);
   f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
@@ -170,44 +170,35 @@ START_TEST(test_eval_and_report)
   ck_assert_str_eq(line, "gpu,split,masks_set,density,masks,within5,geo_regret,"
                          "geo_speedup_vs_direct,geo_best_speedup_vs_direct,geo_speedup_vs_auto,"
                          "slower_than_auto,worst_vs_auto\n");
-  for (i = 0; i < 2; i++) {
-    char set[16], dens[16];
-    long long masks, slower;
-    double w5, rg, sp, bsp, sa, worst;
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf,%lf,%lld,%lf",
-                            set, dens, &masks, &w5, &rg, &sp, &bsp, &sa, &slower, &worst),
-                     10);
-    ck_assert_double_eq_tol(sa, i ? want : all, 0.003 * sa);
-    ck_assert_int_eq(slower, 0);
-    ck_assert_double_eq_tol(worst, i ? es.sparse_vs_auto.worst : es.vs_auto.worst, 0.0001);
-    ck_assert_str_eq(set, i ? "sparse" : "all");
-    ck_assert_str_eq(dens, i ? "<0.95" : "any");
-    ck_assert_int_eq(masks, i ? 15 : 20);
-    ck_assert_double_eq_tol(w5, 1.0, 1e-9);
-    ck_assert_double_eq_tol(rg, i ? es.sparse_geo_regret : es.geo_regret, 0.00001);
-    ck_assert_double_eq_tol(sp, i ? want : all, 0.003 * sp);
-    ck_assert_double_eq_tol(bsp, i ? want : all, 0.003 * bsp);
-  }
-  /* and the GPU-planned requests' line */
   {
-    char set[16], dens[16];
-    long long masks, slower;
-    double w5, rg, sp, bsp, sa, worst;
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf,%lf,%lld,%lf",
-                            set, dens, &masks, &w5, &rg, &sp, &bsp, &sa, &slower, &worst),
-                     10);
-    ck_assert_str_eq(set, "gpu-planned");
-    ck_assert_str_eq(dens, "any");
-    ck_assert_int_eq(masks, 20);
-    ck_assert_double_eq_tol(w5, 0.75, 1e-9);
-    ck_assert_double_eq_tol(rg, es.gpu_geo_regret, 0.00001);
-    ck_assert_double_eq_tol(sp, want_gpu, 0.003 * sp);
-    ck_assert_double_eq_tol(bsp, all, 0.003 * bsp);
-    ck_assert_double_eq_tol(sa, want_gpu, 0.003 * sa);
-    ck_assert_int_eq(slower, 0);
-    ck_assert_double_eq_tol(worst, es.gpu_vs_auto.worst, 0.0001);
+    /* all, sparse, gpu-planned */
+    static const char *const sets[] = {"all", "sparse", "gpu-planned"};
+    static const char *const denss[] = {"any", "<0.95", "any"};
+    const long long nmasks[] = {20, 15, 20};
+    const double w5s[] = {1.0, 1.0, 0.75};
+    const double rgs[] = {es.geo_regret, es.sparse_geo_regret, es.gpu_geo_regret};
+    const double sps[] = {all, want, want_gpu}, bsps[] = {all, want, all};
+    const double worsts[] = {es.vs_auto.worst, es.sparse_vs_auto.worst, es.gpu_vs_auto.worst};
+    for (i = 0; i < 3; i++) {
+      char set[16], dens[16];
+      long long masks, slower;
+      double w5, rg, sp, bsp, sa, worst;
+      ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+      ck_assert_int_eq(sscanf(line, "NVIDIA Test,eval,%15[^,],%15[^,],%lld,%lf,%lf,%lf,%lf,%lf,%lld,%lf",
+                              set, dens, &masks, &w5, &rg, &sp, &bsp, &sa, &slower, &worst),
+                       10);
+      ck_assert_str_eq(set, sets[i]);
+      ck_assert_str_eq(dens, denss[i]);
+      ck_assert_int_eq(masks, nmasks[i]);
+      ck_assert_double_eq_tol(w5, w5s[i], 1e-9);
+      ck_assert_double_eq_tol(rg, rgs[i], 0.00001);
+      ck_assert_double_eq_tol(sp, sps[i], 0.003 * sp);
+      ck_assert_double_eq_tol(bsp, bsps[i], 0.003 * bsp);
+      /* the automatic plan is the direct plan here */
+      ck_assert_double_eq_tol(sa, sps[i], 0.003 * sa);
+      ck_assert_int_eq(slower, 0);
+      ck_assert_double_eq_tol(worst, worsts[i], 0.0001);
+    }
   }
   ck_assert_ptr_null(fgets(line, sizeof line, f));
   fclose(f);
