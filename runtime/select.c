@@ -670,6 +670,15 @@ static int seq_near(const tsr_selector *s, const int32_t *key0)
  * derivation's margin at 1.025; BENCHMARKS.md, 2026-12-07 21:00 UTC). */
 #define TSR_SELECT_BORROW_GAIN 1.06
 
+/* A geometry-wide row (level 2) is one plan for every mask of a geometry;
+ * one that runs more than this much slower than each of its own masks' best
+ * (its regret) fits none of them, and borrowed for a mask outside every
+ * profiled region it is a gamble: GPU-planned CogVideoX sparge masks took
+ * such a row (subdivide 64x128, regret 1.074) at 0.80x the automatic plan's
+ * speed in the H200's cross-validation, the one evaluation it moved
+ * (BENCHMARKS.md, 2026-12-07 21:00 UTC).  Such a row is skipped. */
+#define TSR_SELECT_GEOMETRY_REGRET 1.05
+
 /* The eligible level-0 row of the same dtype, head dim and geometry whose
  * region is nearest to `key` (ties: more profiled masks), within one seq
  * bin of it (seq_near), and whose tile wastes no more than the base plan's
@@ -788,6 +797,10 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
         if (ok && level > 0 && !seq_near(s, key0)) {
           ok = 0;
           why = "no mask of its geometry was profiled within an octave of this sequence length";
+        }
+        if (ok && level == 2 && r->regret > (float)TSR_SELECT_GEOMETRY_REGRET) {
+          ok = 0;
+          why = "a geometry-wide row more than 5% slower than the best on its own masks";
         }
         if (!ok) {
           if (!skipped) {

@@ -831,6 +831,53 @@ START_TEST(test_select_borrow_gain)
 }
 END_TEST
 
+/* A geometry-wide row whose regret on its own masks is over 5% is not
+ * borrowed (TSR_SELECT_GEOMETRY_REGRET): the base plan runs, naming it. */
+START_TEST(test_select_geometry_regret)
+{
+  tu_rng rng = {base_seed + 173};
+  request r;
+  tsr_features f;
+  tsr_error err = {0};
+  int i;
+  random_request(&rng, 32768, 128, 128, 128, 0.1 + 0.2 * tu_uniform(&rng), &r);
+  ck_assert_int_eq(tsr_features_compute(&r.p, r.m, 132, &f, &err), TSR_OK);
+  for (i = 0; i < 6; i++) {
+    /* 1.05 and 1.0501, then random regrets on either side */
+    double regret = i == 0 ? 1.05 : i == 1 ? 1.0501 : 1.0 + 0.1 * tu_uniform(&rng);
+    int taken = (float)regret <= (float)1.05;
+    char path[300], sql[700], name[32];
+    tsr_selector *sel = NULL;
+    tsr_selection s;
+    snprintf(name, sizeof name, "geo%d.db", i);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO lookup (id, gpu_name, arch, multiprocessors, feature_version, level, "
+             "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
+             "tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES (9, 'NVIDIA H200', "
+             "'sm_90a', 132, %d, 2, 'bf16', 128, 128, 128, -1, -1, -1, -1, 'subdivide', 64, 128, "
+             "'row', '', 8, %.17g, 1.2)",
+             TSR_FEATURES_VERSION, regret);
+    crafted_db(path, sizeof path, name, sql);
+    ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
+    ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
+    if (taken) {
+      ck_assert_msg(s.from_table && s.level == 2 && s.row_id == 9, "regret %.5f: %s", regret,
+                    s.reason);
+      ck_assert_int_eq(s.opts.mapping, TSR_MAP_SUBDIVIDE);
+      ck_assert_int_eq(s.opts.tile_m, 64);
+    } else {
+      ck_assert_msg(!s.from_table && strstr(s.reason, "row 9 (subdivide 64x128) skipped: a "
+                                                      "geometry-wide row more than 5% slower"),
+                    "regret %.5f: %s", regret, s.reason);
+      ck_assert_int_eq(s.opts.mapping, TSR_MAP_RETAIN);
+      ck_assert_int_eq(s.opts.tile_m, 128);
+    }
+    tsr_select_destroy(sel);
+  }
+  free_request(&r);
+}
+END_TEST
+
 static Suite *select_suite(void)
 {
   Suite *s = suite_create("select");
@@ -844,6 +891,7 @@ static Suite *select_suite(void)
   tcase_add_test(tc, test_select_h200_regressions);
   tcase_add_test(tc, test_select_gather_fill);
   tcase_add_test(tc, test_select_borrow_gain);
+  tcase_add_test(tc, test_select_geometry_regret);
   suite_add_tcase(s, tc);
   /* Unbounded, these ran forever: a short timeout is part of the test. */
   tc = tcase_create("bounded");
