@@ -750,6 +750,21 @@ START_TEST(test_select_gather_fill)
 }
 END_TEST
 
+/* A table of one bf16 d128 row of the H200: `cols` gives the SQL values of
+ * id, level, bq, bk, the four bins, mapping, tile_m, tile_n, tasks, masks,
+ * regret and speedup. */
+static void one_row_db(char *path, size_t n, const char *name, const char *cols)
+{
+  char sql[900];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, dtype, head_dim, "
+           "variant, id, level, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
+           "tile_m, tile_n, tasks, masks, regret, speedup) VALUES ('NVIDIA H200', 'sm_90a', 132, "
+           "%d, 'bf16', 128, '', %s)",
+           TSR_FEATURES_VERSION, cols);
+  crafted_db(path, n, name, sql);
+}
+
 /* A row borrowed from the nearest region runs only for a gain of at least
  * 1.06x over the base plan on its own masks (TSR_SELECT_BORROW_GAIN): under
  * it the base plan runs, naming the row and its gain.  Cross-validated on
@@ -775,15 +790,10 @@ START_TEST(test_select_borrow_gain)
     tsr_selection s;
     /* One level-0 row, a density bin away: split tasks on the base plan's tiles. */
     snprintf(name, sizeof name, "gain%d.db", i);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO lookup (id, gpu_name, arch, multiprocessors, feature_version, level, "
-             "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
-             "tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES (5, 'NVIDIA H200', "
-             "'sm_90a', 132, %d, 0, 'bf16', 128, 64, 64, %d, %d, %d, %d, 'retain', 64, 64, "
-             "'split', '', 4, 1.0, %.17g)",
-             TSR_FEATURES_VERSION, rg.seq_bin, rg.density_bin < 7 ? rg.density_bin + 1 : 6,
-             rg.spread_bin, rg.fill_bin, gain);
-    crafted_db(path, sizeof path, name, sql);
+    snprintf(sql, sizeof sql, "5, 0, 64, 64, %d, %d, %d, %d, 'retain', 64, 64, 'split', 4, 1.0, %.17g",
+             rg.seq_bin, rg.density_bin < 7 ? rg.density_bin + 1 : 6, rg.spread_bin, rg.fill_bin,
+             gain);
+    one_row_db(path, sizeof path, name, sql);
     ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
     memset(&s, 0xa5, sizeof s);
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
@@ -850,14 +860,9 @@ START_TEST(test_select_geometry_regret)
     tsr_selector *sel = NULL;
     tsr_selection s;
     snprintf(name, sizeof name, "geo%d.db", i);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO lookup (id, gpu_name, arch, multiprocessors, feature_version, level, "
-             "dtype, head_dim, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
-             "tile_m, tile_n, tasks, variant, masks, regret, speedup) VALUES (9, 'NVIDIA H200', "
-             "'sm_90a', 132, %d, 2, 'bf16', 128, 128, 128, -1, -1, -1, -1, 'subdivide', 64, 128, "
-             "'row', '', 8, %.17g, 1.2)",
-             TSR_FEATURES_VERSION, regret);
-    crafted_db(path, sizeof path, name, sql);
+    snprintf(sql, sizeof sql, "9, 2, 128, 128, -1, -1, -1, -1, 'subdivide', 64, 128, 'row', 8, %.17g, 1.2",
+             regret);
+    one_row_db(path, sizeof path, name, sql);
     ck_assert_msg(tsr_select_open(path, NULL, 0, &sel, &err) == TSR_OK, "%s", err.text);
     ck_assert_int_eq(tsr_select_plan(sel, &f, &s, &err), TSR_OK);
     if (taken) {
