@@ -2,7 +2,8 @@
  * report.c: how good the lookup table is, and pictures of it.
  *
  * The evaluation replays run-time selection (tsr_select_plan on the stored
- * features) for every mask of a split and compares the selected plan's
+ * features, and as GPU-planned requests select, on the features their
+ * templates publish) for every mask of a split and compares the selected plan's
  * measured median with the best measured candidate of that mask (exhaustive
  * sweep, same GPU) and with the direct plan (the base plan: retain where the
  * geometry allows).  The report writes selection.csv (one line a mask),
@@ -53,11 +54,6 @@ static tsr_plan_opts as_requested(const tsrp_dataset *ds, const tsrp_mask_times 
   return tsrp_build_time_of(ds, m, &g) > 0 ? g : sel->opts;
 }
 
-/* Times of one mask: the selected plan (as the request path runs it), the
- * direct plan (the base plan's shape on its best variant, dyn included) and
- * the automatic plan (what the request path runs without a table: the
- * automatic planner with the tile open, so the base plan's shape, upgraded
- * to gather where that applies, on the variant of the bundle's rank). */
 /* The automatic plan's options: without a row the request path keeps the
  * caller's open options (tsr_select_request), which the upgrade may turn
  * into gather; else the base plan. */
@@ -73,6 +69,11 @@ static tsr_plan_opts auto_opts(const tsrp_dataset *ds, const tsrp_mask_times *m)
   return g.mapping == TSR_MAP_GATHER ? g : base;
 }
 
+/* Times of one mask: the selected plan (as the request path runs it), the
+ * direct plan (the base plan's shape on its best variant, dyn included) and
+ * the automatic plan (what the request path runs without a table: the
+ * automatic planner with the tile open, so the base plan's shape, upgraded
+ * to gather where that applies, on the variant of the bundle's rank). */
 static void mask_times(const tsrp_dataset *ds, const tsrp_mask_times *m, tsr_selection *c,
                        double *ts, double *td, double *ta)
 {
@@ -119,7 +120,9 @@ static int same_template(const tsr_plan_opts *a, const tsr_plan_opts *b)
  * step's template is selected from the previous step's features
  * (tsri_context_regime: a row's plan, pack as row; no row, the automatic
  * template) until a template repeats; *cycle is set when the repeat is
- * not the last one (templates alternate) and the time is their mean. */
+ * not the last one (templates alternate) and the time is their mean.
+ * Plans are timed as the sweep timed them, the host planner's: a split
+ * template's chunks and the GPU planner's task order are not modelled. */
 static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
                             const tsrp_mask_times *m, int *cycle)
 {

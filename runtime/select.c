@@ -662,8 +662,9 @@ static int seq_near(const tsr_selector *s, const int32_t *key0)
  * borrowed rows that gained 1.05x over the base plan on their own masks
  * ran 3-6% slower than the automatic plan on their neighbours' (the demo's
  * SVG masks through subdivide 64x128, on both cards), while rows gaining
- * 1.2x and more mostly kept most of it (VSA's cubes on 64x64 and 64x128
- * tiles: 1.12-1.21x; not Wan2.1-1.3B's, which another fill turned to 0.94x).
+ * 1.2-1.3x mostly kept most of it (VSA's cubes borrowing 64x64 and 64x128
+ * tiles ran 1.12-1.21x faster than the automatic plan; not Wan2.1-1.3B's,
+ * whose other fill turned the gain into 0.94-0.98x).
  * So a borrowed row runs only for a gain of at least this much on its own
  * masks; under it the base plan runs (taking it: 29 -> 14 masks more than
  * 2% slower than the automatic plan over the four evaluations, with the

@@ -755,7 +755,7 @@ END_TEST
  * regret and speedup. */
 static void one_row_db(char *path, size_t n, const char *name, const char *cols)
 {
-  char sql[900];
+  char sql[1024];
   snprintf(sql, sizeof sql,
            "INSERT INTO lookup (gpu_name, arch, multiprocessors, feature_version, dtype, head_dim, "
            "variant, id, level, bq, bk, seq_bin, density_bin, spread_bin, fill_bin, mapping, "
@@ -785,7 +785,7 @@ START_TEST(test_select_borrow_gain)
     /* 1.05 and 1.06 exactly, then random gains on either side */
     double gain = i == 0 ? 1.05 : i == 1 ? 1.06 : 0.95 + 0.2 * tu_uniform(&rng);
     int taken = (float)gain >= (float)1.06;
-    char path[300], sql[700], name[32], want[96];
+    char path[300], sql[200], name[32], want[96];
     tsr_selector *sel = NULL;
     tsr_selection s;
     /* One level-0 row, a density bin away: split tasks on the base plan's tiles. */
@@ -856,7 +856,7 @@ START_TEST(test_select_geometry_regret)
     /* 1.05 and 1.0501, then random regrets on either side */
     double regret = i == 0 ? 1.05 : i == 1 ? 1.0501 : 1.0 + 0.1 * tu_uniform(&rng);
     int taken = (float)regret <= (float)1.05;
-    char path[300], sql[700], name[32];
+    char path[300], sql[200], name[32];
     tsr_selector *sel = NULL;
     tsr_selection s;
     snprintf(name, sizeof name, "geo%d.db", i);
