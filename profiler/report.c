@@ -246,12 +246,14 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
   }
   if (csv)
     fprintf(csv, "mask,family,density,row_cv,fill_128x128,bq,bk,selected,level,t_selected_ms,"
-                 "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct,t_auto_ms,speedup_vs_auto\n");
+                 "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct,t_auto_ms,speedup_vs_auto,"
+                 "t_gpu_planned_ms,gpu_alternates\n");
   for (i = 0; i < ds.n_masks; i++) {
     const tsrp_mask_times *m = &ds.masks[i];
     tsr_selection c;
     int64_t best_id;
-    double tb = tsrp_build_best(m, &best_id), ts, td, ta;
+    double tb = tsrp_build_best(m, &best_id), ts, td, ta, tg;
+    int cycle;
     char bt[64];
     if (tb <= 0)
       continue;
@@ -266,23 +268,21 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
     sums_add(&all, ts, tb, td, ta);
     if (m->f.density < TSRP_SPARSE_DENSITY)
       sums_add(&sparse, ts, tb, td, ta);
-    {
-      int cycle;
-      double tg = gpu_path_time(&ds, sel, m, &cycle);
-      if (tg > 0) {
-        sums_add(&gpu_sums, tg, tb, td, ta);
-        out->gpu_other += tg != ts;
-        out->gpu_cycles += cycle;
-      }
+    tg = gpu_path_time(&ds, sel, m, &cycle);
+    if (tg > 0) {
+      sums_add(&gpu_sums, tg, tb, td, ta);
+      out->gpu_other += tg != ts;
+      out->gpu_cycles += cycle;
     }
     plan_text(&ds, best_id, bt, sizeof bt);
     if (csv)
       fprintf(csv,
-              "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f,%.6f,%.4f\n",
+              "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f,%.6f,%.4f,"
+              "%.6f,%d\n",
               m->path, m->family, m->f.density, m->f.row_cv, m->f.fill[TSR_FEATURE_TILES - 1],
               (long long)m->f.bq, (long long)m->f.bk, tsr_plan_mapping_name(c.opts.mapping),
               c.opts.tile_m, c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.level, ts, bt,
-              tb, td, ts / tb - 1, td > 0 ? td / ts : 0, ta, ta > 0 ? ta / ts : 0);
+              tb, td, ts / tb - 1, td > 0 ? td / ts : 0, ta, ta > 0 ? ta / ts : 0, tg, cycle);
   }
   if (s == TSR_OK) {
     out->masks = all.n;
