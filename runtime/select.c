@@ -539,18 +539,19 @@ static void put_i(text *t, int64_t v)
   t->p[t->len] = '\0';
 }
 
-/* v with two decimals; "?" outside [0, 1e9) (a hand-written row's value). */
-static void put_f2(text *t, double v)
+/* v with three decimals (a gain of 1.0555 is not "1.06", under 1.06);
+ * "?" outside [0, 1e9) (a hand-written row's value). */
+static void put_f3(text *t, double v)
 {
   int64_t c;
   if (!(v >= 0 && v < 1e9)) {
     put_s(t, "?");
     return;
   }
-  c = (int64_t)(v * 100 + 0.5);
-  put_i(t, c / 100);
-  put_s(t, c % 100 < 10 ? ".0" : ".");
-  put_i(t, c % 100);
+  c = (int64_t)(v * 1000 + 0.5);
+  put_i(t, c / 1000);
+  put_s(t, c % 1000 < 10 ? ".00" : c % 1000 < 100 ? ".0" : ".");
+  put_i(t, c % 1000);
 }
 
 static void region_text(text *t, const tsr_region *r)
@@ -839,9 +840,9 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
       put_s(&t, "; the nearest region's ");
       row_text(&t, weak);
       put_s(&t, " gains ");
-      put_f2(&t, weak->speedup);
+      put_f3(&t, weak->speedup);
       put_s(&t, "x over the base plan on its own masks, under the ");
-      put_f2(&t, TSR_SELECT_BORROW_GAIN);
+      put_f3(&t, TSR_SELECT_BORROW_GAIN);
       put_s(&t, "x a borrowed row needs");
     } else {
       put_s(&t, " at any level");

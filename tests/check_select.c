@@ -185,7 +185,7 @@ START_TEST(test_build_and_select)
     ck_assert_int_eq(s.opts.tile_m, 64);
     ck_assert_int_eq(s.opts.tile_n, 64);
     ck_assert_int_eq(s.opts.tasks, TSR_TASKS_ROW);
-    ck_assert_msg(strstr(s.reason, "x over the base plan on its own masks, under the 1.06x a "
+    ck_assert_msg(strstr(s.reason, "x over the base plan on its own masks, under the 1.060x a "
                                    "borrowed row needs: base plan"),
                   "%s", s.reason);
     /* At fill 0.55 the dense kind's row is the nearest one allowed. */
@@ -785,7 +785,7 @@ START_TEST(test_select_borrow_gain)
     /* 1.05 and 1.06 exactly, then random gains on either side */
     double gain = i == 0 ? 1.05 : i == 1 ? 1.06 : 0.95 + 0.2 * tu_uniform(&rng);
     int taken = (float)gain >= (float)1.06;
-    char path[300], sql[200], name[32], want[96];
+    char path[300], sql[200], name[32], want[160];
     tsr_selector *sel = NULL;
     tsr_selection s;
     /* One level-0 row, a density bin away: split tasks on the base plan's tiles. */
@@ -807,7 +807,10 @@ START_TEST(test_select_borrow_gain)
     } else {
       ck_assert_msg(!s.from_table && s.level == -1, "gain %.4f: %s", gain, s.reason);
       ck_assert_int_eq(s.opts.tasks, TSR_TASKS_ROW);
-      snprintf(want, sizeof want, "the nearest region's row 5 (retain 64x64) gains %.2fx", gain);
+      snprintf(want, sizeof want,
+               "the nearest region's row 5 (retain 64x64) gains %.3fx over the base plan on its "
+               "own masks, under the 1.060x",
+               (double)(float)gain);
       ck_assert_msg(strstr(s.reason, want), "gain %.4f: %s", gain, s.reason);
     }
     /* The same mask as a GPU template at 64x64 publishes it (the 128x128
