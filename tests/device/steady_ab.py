@@ -124,41 +124,39 @@ def case_inputs(torch, cname, gen):
 def systems_of(torch, tessera, ctxs, args, q, k, v, mb, b, rows, fa4):
     S, H, D = q.shape[2], q.shape[1], q.shape[3]
     out = []
+
+    def checked(label, fn, o, what, plan=None, warm=1):
+        """fn run warm times, its output o checked, the system listed; what:
+        the plan's text, or a callable read after the runs (the selection)."""
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        err = check(torch, o, q, k, v, mb, b, rows)
+        out.append((label, fn, what() if callable(what) else what, f"max |err| {err:.2e}", err < 3e-2, plan))
+
+    def selection():
+        return tessera.last_selection().get("selection")
     plans = [(name, ctx, {}) for name, ctx in ctxs]
     plans += [(var, ctxs[0][1], dict(select=False, variant=var)) for var in args.variants.split(",")
               if var and f"_m{b[0]}n{b[1]}_" in var and f"_d{D}_" in var]
     for name, ctx, kw in plans:
         p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=b, tasks="row", **kw)
         o = torch.full_like(q, float("nan"))
-        fn = (lambda p=p, o=o: p.run(q, k, v, out=o))
-        fn()
-        torch.cuda.synchronize()
-        err = check(torch, o, q, k, v, mb, b, rows)
-        out.append((name, fn, p.summary()["variant"], f"max |err| {err:.2e}", err < 3e-2, p))
-    for tm in (x for x in args.tiles.split(",") if x):  # the base bundle on other tiles, both paths
-        (tile, mapping), ctx = tm.split(":"), ctxs[0][1]
-        tile = tuple(int(x) for x in tile.split("x"))
-        p = tessera.Plan(ctx, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=tile, mapping=mapping, tasks="row")
+        checked(name, (lambda p=p, o=o: p.run(q, k, v, out=o)), o, p.summary()["variant"], p)
+    base = ctxs[0][1]
+    for tm, tile, mapping in args.tile_specs:  # the base bundle on other tiles, both paths
+        p = tessera.Plan(base, mb, 1, H, H, S, S, D, block=b, dtype=q.dtype, tile=tile, mapping=mapping, tasks="row")
         oh, og = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
-        fh = (lambda p=p, o=oh: p.run(q, k, v, out=o))
-        fg = (lambda o=og, tile=tile, mapping=mapping: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o,
-                                                                          tile=tile, mapping=mapping))
-        for label, fn, o, plan in ((f"host-{tm}", fh, oh, p), (f"gpu-{tm}", fg, og, None)):
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            err = check(torch, o, q, k, v, mb, b, rows)
-            what = plan.summary()["variant"] if plan else tessera.last_selection().get("selection")
-            out.append((label, fn, what, f"max |err| {err:.2e}", err < 3e-2, plan))
+        checked(f"host-{tm}", (lambda p=p, o=oh: p.run(q, k, v, out=o)), oh, p.summary()["variant"], p, warm=3)
+        # base, not ctx: the loops below rebind ctx before these run again to be timed
+        checked(f"gpu-{tm}", (lambda o=og, tile=tile, mapping=mapping: tessera.attention(
+            q, k, v, mb, block=b, context=base, out=o, tile=tile, mapping=mapping)), og, selection, warm=3)
     for name, ctx in ([] if args.no_gpu_planned else ctxs):  # each bundle's request path
         o = torch.full_like(q, float("nan"))
-        fn = (lambda o=o, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o))
-        for _ in range(3):  # the template re-selected from the previous calls' features
-            fn()
-        torch.cuda.synchronize()
-        err = check(torch, o, q, k, v, mb, b, rows)
-        out.append(("gpu-planned" if name == "base" else f"{name}-gpu-planned", fn,
-                    tessera.last_selection().get("selection"), f"max |err| {err:.2e}", err < 3e-2, None))
+        # three calls: the template re-selected from the previous calls' features
+        checked("gpu-planned" if name == "base" else f"{name}-gpu-planned",
+                (lambda o=o, ctx=ctx: tessera.attention(q, k, v, mb, block=b, context=ctx, out=o)), o,
+                selection, warm=3)
     precs = [x for x in args.precision.split(",") if x and x != "native"]
     for (name, ctx), prec in ((c, x) for x in precs for c in ctxs):  # each bundle: an A/B of its kernels
         # the user path at that precision (quantization included), judged by
@@ -213,11 +211,13 @@ def main():
     for c in args.cases.split(","):
         if c not in CASES:
             ap.error(f"--cases: unknown case '{c}' (expected some of {','.join(CASES)})")
+    args.tile_specs = []  # (label, (M, N), mapping), parsed once
     for tm in (x for x in args.tiles.split(",") if x):
         tile, _, mapping = tm.partition(":")
         dims = tile.split("x")
         if not (mapping and len(dims) == 2 and all(d.isdigit() and int(d) > 0 for d in dims)):
             ap.error(f"--tiles: '{tm}' is not MxN:MAPPING (e.g. 128x64:combine)")
+        args.tile_specs.append((tm, (int(dims[0]), int(dims[1])), mapping))
     if not (args.ms > 0 and args.reps >= 1):
         ap.error(f"--ms {args.ms:g} / --reps {args.reps}: must be > 0 and >= 1")
     import torch
