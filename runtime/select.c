@@ -634,6 +634,15 @@ static int fill_estimated(const tsr_features *f, const row *r)
   return !measured;
 }
 
+/* Whether the fill the region's fill bin comes from (128x128) was measured,
+ * not estimated from another tile's. */
+static int region_fill_measured(const tsr_features *f)
+{
+  int measured;
+  fill_est(f, 128, 128, &measured);
+  return measured;
+}
+
 /* Plan preferences move with the sequence length (at a few thousand tokens
  * load balance favours smaller tiles, at tens of thousands it does not):
  * a borrowed row applies only within one octave (seq bin) of a level-0 row
@@ -763,15 +772,13 @@ static tsr_status select_core(const tsr_selector *s, const tsr_features *f, tsr_
     make_key(&out->region, level, key);
     if (level == 1) {
       const row *r = nearest(s, key, f, &base);
-      int fill_known;
-      fill_est(f, 128, 128, &fill_known);
       /* In float, as rows hold it: a row of 1.06 reads as 1.0599999.  Only
        * where the region's fill is measured: estimated (a GPU template's
        * features at another tile), the region is itself uncertain, and the
        * nearest row is often the one of the mask's own region; refused, it
        * made GPU templates alternate between its plan and the automatic
        * one step after step (6 masks of the H100's eval split). */
-      if (r && fill_known && r->speedup < (float)TSR_SELECT_BORROW_GAIN) {
+      if (r && r->speedup < (float)TSR_SELECT_BORROW_GAIN && region_fill_measured(f)) {
         /* Nor the geometry-wide row: borrowed too, and falling to it
          * instead left 17 masks more than 2% slower, not 14. */
         weak = r;
