@@ -113,48 +113,87 @@ static int same_template(const tsr_plan_opts *a, const tsr_plan_opts *b)
          (a->variant && b->variant ? !strcmp(a->variant, b->variant) : a->variant == b->variant);
 }
 
-#define GPU_STEPS 8
+/* Steps replayed, the first of them not timed (the templates settle), and
+ * the templates a replay may meet. */
+#define GPU_STEPS 64
+#define GPU_SETTLE 8
+#define GPU_TEMPLATES 16
 
-/* The time of the plans a GPU-planned request settles on for mask m (0
- * when one of them was not timed): from the automatic template, each
- * step's template is selected from the previous step's features
- * (tsri_context_regime: a row's plan, pack as row; no row, the automatic
- * template) until a template repeats; *cycle is set when the repeat is
- * not the last one (templates alternate) and the time is their mean.
- * Plans are timed as the sweep timed them, the host planner's: a split
- * template's chunks and the GPU planner's task order are not modelled. */
-static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
-                            const tsrp_mask_times *m, int *cycle)
+/* Template k of the replay: t[k] its options, tt[k] its time (0 until
+ * looked up). */
+static double template_time(const tsrp_dataset *ds, const tsrp_mask_times *m,
+                            const tsr_plan_opts *t, double *tt, int k)
 {
-  tsr_selection steps[GPU_STEPS];
-  tsr_plan_opts t[GPU_STEPS + 1];
-  tsr_features g;
+  if (tt[k] == 0)
+    tt[k] = tsrp_build_time_of(ds, m, &t[k]);
+  return tt[k];
+}
+
+/* The time per step of the plans a GPU-planned request runs on mask m, step
+ * after step (0 when one of them was not timed): from the automatic
+ * template, each step's template is selected from the previous step's
+ * features (tsri_context_regime: a row's plan, pack as row; no row, the
+ * automatic template), with tsr_gpuplan_hold_step holding back the slower
+ * of two templates that sent each other the mask, as the Python binding
+ * does (each step's time is the sweep's time of its plan).  The mean over
+ * steps GPU_SETTLE to GPU_STEPS: the held template costs its retries
+ * there.  *held is set when the hold refused a selection in those steps,
+ * *alternate when templates still switched more than the retries explain
+ * (a cycle of three or more, which the hold does not catch).  Plans are
+ * timed as the sweep timed them, the host planner's: a split template's
+ * chunks and the GPU planner's task order are not modelled. */
+static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
+                            const tsrp_mask_times *m, int *alternate, int *held)
+{
+  tsr_plan_opts t[GPU_TEMPLATES];
+  double tt[GPU_TEMPLATES] = {0}, sum = 0;
+  tsr_gpuplan_hold h;
   tsr_error err = {0};
-  double sum = 0;
-  int k, j, q;
-  *cycle = 0;
+  int n = 1, cur = 0, k, switches = 0, holds = 0;
+  *alternate = *held = 0;
   t[0] = auto_opts(ds, m);
+  tsr_gpuplan_hold_init(&h);
   for (k = 0; k < GPU_STEPS; k++) {
-    template_features(&m->f, &t[k], &g);
-    if (tsr_select_plan(sel, &g, &steps[k], &err) != TSR_OK)
+    tsr_selection step;
+    tsr_features g;
+    tsr_plan_opts want;
+    int j, next, i, before = 0, after = 0;
+    int64_t held_for;
+    double tq = template_time(ds, m, t, tt, cur);
+    if (tq <= 0)
       return 0;
-    t[k + 1] = steps[k].from_table ? as_requested(ds, m, &steps[k]) : t[0];
-    if (t[k + 1].tasks == TSR_TASKS_PACK)
-      t[k + 1].tasks = TSR_TASKS_ROW;
-    for (j = 0; j <= k && !same_template(&t[j], &t[k + 1]); j++)
+    if (k >= GPU_SETTLE)
+      sum += tq;
+    template_features(&m->f, &t[cur], &g);
+    if (tsr_select_plan(sel, &g, &step, &err) != TSR_OK)
+      return 0;
+    want = step.from_table ? as_requested(ds, m, &step) : t[0];
+    if (want.tasks == TSR_TASKS_PACK)
+      want.tasks = TSR_TASKS_ROW;
+    for (j = 0; j < n && !same_template(&t[j], &want); j++)
       ;
-    if (j <= k) { /* t[j..k] repeat from here on */
-      for (q = j; q <= k; q++) {
-        double tq = tsrp_build_time_of(ds, m, &t[q]);
-        if (tq <= 0)
-          return 0;
-        sum += tq;
-      }
-      *cycle = j < k;
-      return sum / (k + 1 - j);
+    if (j == n) {
+      if (n == GPU_TEMPLATES)
+        return 0; /* more templates than a replay follows: not judged */
+      t[n++] = want;
     }
+    for (i = 0; i < n; i++)
+      before += h.holds[i];
+    if (tsr_gpuplan_hold_step(&h, cur, j, tq, &next, &held_for, &err) != TSR_OK)
+      return 0;
+    for (i = 0; i < n; i++)
+      after += h.holds[i];
+    if (k >= GPU_SETTLE) {
+      *held |= held_for > 0;
+      holds += after != before;
+      switches += next != cur;
+    }
+    cur = next;
   }
-  return 0; /* no repeat within GPU_STEPS: not judged */
+  /* Each retry of a held template is at most two switches: to it, and
+   * back. */
+  *alternate = switches > 2 * holds;
+  return sum / (GPU_STEPS - GPU_SETTLE);
 }
 
 /* Finds the GPU (name, multiprocessors) to report on: the one named, else
@@ -247,13 +286,13 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
   if (csv)
     fprintf(csv, "mask,family,density,row_cv,fill_128x128,bq,bk,selected,level,t_selected_ms,"
                  "best,t_best_ms,t_direct_ms,regret,speedup_vs_direct,t_auto_ms,speedup_vs_auto,"
-                 "t_gpu_planned_ms,gpu_alternates\n");
+                 "t_gpu_planned_ms,gpu_alternates,gpu_held\n");
   for (i = 0; i < ds.n_masks; i++) {
     const tsrp_mask_times *m = &ds.masks[i];
     tsr_selection c;
     int64_t best_id;
     double tb = tsrp_build_best(m, &best_id), ts, td, ta, tg;
-    int cycle;
+    int alternate, held;
     char bt[64];
     if (tb <= 0)
       continue;
@@ -268,21 +307,22 @@ tsr_status tsrp_eval_run(tsr_db *db, const char *gpu, int multiprocessors, const
     sums_add(&all, ts, tb, td, ta);
     if (m->f.density < TSRP_SPARSE_DENSITY)
       sums_add(&sparse, ts, tb, td, ta);
-    tg = gpu_path_time(&ds, sel, m, &cycle);
+    tg = gpu_path_time(&ds, sel, m, &alternate, &held);
     if (tg > 0) {
       sums_add(&gpu_sums, tg, tb, td, ta);
-      out->gpu_other += tg != ts;
-      out->gpu_cycles += cycle;
+      out->gpu_other += fabs(tg - ts) > 1e-9 * ts; /* tg is a mean over steps */
+      out->gpu_cycles += alternate;
+      out->gpu_held += held;
     }
     plan_text(&ds, best_id, bt, sizeof bt);
     if (csv)
       fprintf(csv,
               "%s,%s,%.6f,%.4f,%.4f,%lld,%lld,%s %dx%d %s,%d,%.6f,%s,%.6f,%.6f,%.5f,%.4f,%.6f,%.4f,"
-              "%.6f,%d\n",
+              "%.6f,%d,%d\n",
               m->path, m->family, m->f.density, m->f.row_cv, m->f.fill[TSR_FEATURE_TILES - 1],
               (long long)m->f.bq, (long long)m->f.bk, tsr_plan_mapping_name(c.opts.mapping),
               c.opts.tile_m, c.opts.tile_n, tsr_plan_tasks_name(c.opts.tasks), c.level, ts, bt,
-              tb, td, ts / tb - 1, td > 0 ? td / ts : 0, ta, ta > 0 ? ta / ts : 0, tg, cycle);
+              tb, td, ts / tb - 1, td > 0 ? td / ts : 0, ta, ta > 0 ? ta / ts : 0, tg, alternate, held);
   }
   if (s == TSR_OK) {
     out->masks = all.n;
@@ -588,7 +628,8 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *split, con
             "  against the automatic plan: %.3fx, %lld of %lld masks more than 2%% slower "
             "(worst %.3fx)\n"
             "  GPU-planned requests (features of the template's tile, pack as row): %lld masks, "
-            "%lld run another plan, %lld alternate templates; within 5%% %.1f%%, regret %.2f%%, "
+            "%lld run another plan, %lld alternate templates, %lld hold one back; within 5%% %.1f%%, "
+            "regret %.2f%%, "
             "against the automatic plan %.3fx, %lld more than 2%% slower (worst %.3fx)\n",
             name, sms, split, (long long)st.masks, (long long)st.unmeasured,
             (long long)st.from_table, 100 * st.within5, 100 * st.geo_regret, st.geo_speedup,
@@ -597,6 +638,7 @@ tsr_status tsrp_report_write(tsr_db *db, const char *gpu, const char *split, con
             st.sparse_geo_speedup, st.sparse_geo_best_speedup, st.vs_auto.geo_speedup,
             (long long)st.vs_auto.slower, (long long)st.vs_auto.masks, st.vs_auto.worst,
             (long long)st.gpu_masks, (long long)st.gpu_other, (long long)st.gpu_cycles,
+            (long long)st.gpu_held,
             100 * st.gpu_within5, 100 * st.gpu_geo_regret, st.gpu_vs_auto.geo_speedup,
             (long long)st.gpu_vs_auto.slower, st.gpu_vs_auto.worst);
 done:

@@ -23,6 +23,7 @@
   X(tsr_gpuplan_caps)                                                        \
   X(tsr_gpuplan_stats)                                                       \
   X(tsr_gpuplan_regime)                                                      \
+  X(tsr_gpuplan_hold)                                                        \
   X(tsr_pool_args)                                                           \
   X(tsr_select_args)                                                         \
   X(tsr_sampled_args)

@@ -808,3 +808,83 @@ tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *g, const ts
   return tsri_context_regime(ctx, &f, s, &g->pl->problem, g->pl->tile_m, g->pl->tile_n,
                             g->pl->opts.precision, out, err);
 }
+
+void tsr_gpuplan_hold_init(tsr_gpuplan_hold *h)
+{
+  if (!h)
+    return;
+  memset(h, 0, sizeof *h);
+  h->came_to = h->came_from = -1;
+}
+
+/* The hold grows 4, 8, 16, ... steps a bounce, at most 256: a template
+ * the masks keep sending back costs a step in ever more, while one that
+ * a change in the masks made right is tried again within 256 steps.  A
+ * template that bounced stays only where its step was measured at least 2%
+ * faster than the last step of the one it came from: the two times are of
+ * different steps' masks, and the table's choice wins a near tie. */
+#define HOLD_FIRST 4
+#define HOLD_LAST 256
+#define HOLD_FASTER 0.98
+
+static void hold_back(tsr_gpuplan_hold *h, int t)
+{
+  if (t < TSR_GPUPLAN_HOLD_MAX) {
+    int b = h->holds[t] < 7 ? ++h->holds[t] : h->holds[t];
+    int64_t n = (int64_t)HOLD_FIRST << (b - 1);
+    h->until[t] = h->steps + (n < HOLD_LAST ? n : HOLD_LAST);
+  }
+}
+
+static int64_t held_left(const tsr_gpuplan_hold *h, int t)
+{
+  return t < TSR_GPUPLAN_HOLD_MAX ? h->until[t] - h->steps : 0;
+}
+
+tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, double cur_ms, int *next,
+                                 int64_t *held_for, tsr_error *err)
+{
+  int bounced;
+  int64_t left;
+  if (!h || !next)
+    return tsr_error_set(err, TSR_ERR_INVALID, "cannot hold GPU templates: %s is NULL",
+                         !h ? "the hold" : "next");
+  if (cur < 0 || chosen < 0)
+    return tsr_error_set(err, TSR_ERR_INVALID, "invalid template number %d: expected 0 or more",
+                         cur < 0 ? cur : chosen);
+  if (!(cur_ms >= 0) || isinf(cur_ms))
+    return tsr_error_set(err, TSR_ERR_INVALID,
+                         "invalid step time %g ms: expected 0 (not known) or a positive number", cur_ms);
+  if (held_for)
+    *held_for = 0;
+  *next = cur;
+  h->steps++;
+  if (cur_ms > 0 && cur < TSR_GPUPLAN_HOLD_MAX)
+    h->ms[cur] = cur_ms;
+  /* Only the first step after a switch can bounce: later ones measured
+   * masks the template kept. */
+  bounced = h->came_to == cur && h->came_from == chosen;
+  h->came_to = h->came_from = -1;
+  if (chosen == cur)
+    return TSR_OK;
+  if (bounced) { /* the slower of the two is held; the other runs */
+    int stay = cur < TSR_GPUPLAN_HOLD_MAX && chosen < TSR_GPUPLAN_HOLD_MAX && h->ms[cur] > 0 &&
+               h->ms[chosen] > 0 && h->ms[cur] <= HOLD_FASTER * h->ms[chosen];
+    hold_back(h, stay ? chosen : cur);
+    if (stay && held_for)
+      *held_for = held_left(h, chosen);
+    /* A return is never refused: the template it returns to ran after any
+     * hold of its own had ended. */
+    *next = stay ? cur : chosen;
+    return TSR_OK;
+  }
+  if ((left = held_left(h, chosen)) > 0) {
+    if (held_for)
+      *held_for = left;
+    return TSR_OK;
+  }
+  *next = chosen;
+  h->came_to = chosen;
+  h->came_from = cur;
+  return TSR_OK;
+}

@@ -777,7 +777,8 @@ void tsr_gpuplan_features(const tsr_gpuplan *gp, const tsr_gpuplan_stats *s, tsr
  * the regime the context's table selects for the next steps
  * (tsr_gpuplan_features, then tsr_context_select_features with the
  * automatic planner as the fallback).  The caller keeps one template per
- * regime and switches to it (tsr_gpuplan_create on first use). */
+ * regime and switches to it (tsr_gpuplan_create on first use), unless
+ * tsr_gpuplan_hold_step holds it back. */
 typedef struct {
   int changed;          /* 0: nothing to select from (no completed step, or it
                            overflowed a capacity): keep the current template */
@@ -793,6 +794,37 @@ typedef struct {
 
 tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const tsr_gpuplan_stats *s,
                                 tsr_gpuplan_regime *out, tsr_error *err);
+
+/* Holding a template back, the rest of the policy: at a template the
+ * selector measures the fill of that template's own tile and estimates the
+ * others', so an estimate can send a mask to a template whose first
+ * measured step sends it straight back (A, B, A, B, ... step after step).
+ * When the first completed step of a template selects the one it came from
+ * (a bounce), the slower of the two by their latest step times is held:
+ * the template that bounced, unless its step was measured at least 2%
+ * faster (then it stays and the other is held); with a time not known, the
+ * template that bounced.  Selections of a held template are refused, the
+ * current template staying, for 4 steps, then 8, 16, ... up to 256 after
+ * each further hold, so masks that change over the steps still reach it.
+ * The caller numbers a shape's templates from 0 (the Python binding: 0 the
+ * automatic one); a number of TSR_GPUPLAN_HOLD_MAX or more is never held. */
+#define TSR_GPUPLAN_HOLD_MAX 64
+typedef struct {
+  int64_t steps;                       /* completed steps seen */
+  int came_to, came_from;              /* the switch awaiting its first step; -1 none */
+  int holds[TSR_GPUPLAN_HOLD_MAX];     /* times each template was held */
+  int64_t until[TSR_GPUPLAN_HOLD_MAX]; /* held while steps < until */
+  double ms[TSR_GPUPLAN_HOLD_MAX];     /* each template's latest step time known; 0 none */
+} tsr_gpuplan_hold;
+
+void tsr_gpuplan_hold_init(tsr_gpuplan_hold *h);
+/* After tsr_gpuplan_reselect: one completed step of template cur, which
+ * took cur_ms milliseconds (0: not known), selected template chosen (both
+ * numbers >= 0).  *next is the template to run from now on: chosen, or cur
+ * where chosen is held or a bounce kept cur; *held_for the steps chosen
+ * stays held (0: not held; may be NULL). */
+tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, double cur_ms, int *next,
+                                 int64_t *held_for, tsr_error *err);
 
 /* ---- Mask producers on the GPU (runtime/produce.c, templates/produce_gpu.cuh) */
 
@@ -913,8 +945,8 @@ tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void 
  * ...: every plain struct passed by pointer, tsr_error, tsr_problem,
  * tsr_plan_opts, tsr_plan_summary, tsr_context_opts, tsr_gpu_tensors,
  * tsr_features, tsr_region, tsr_selection, tsr_gpuplan_caps,
- * tsr_gpuplan_stats, tsr_gpuplan_regime), as this library was built; 0 for an unknown name or
- * NULL.  Bindings that copy the structs compare their copies' sizes. */
+ * tsr_gpuplan_stats, tsr_gpuplan_regime, tsr_gpuplan_hold), as this
+ * library was built; 0 for an unknown name or NULL.  Bindings that copy the structs compare their copies' sizes. */
 size_t tsr_abi_sizeof(const char *type_name);
 
 #ifdef __cplusplus

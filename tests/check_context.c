@@ -971,6 +971,211 @@ START_TEST(test_reselect_rejects)
 }
 END_TEST
 
+/* ---- Holding a template back (tsr_gpuplan_hold_step) ---------------------- */
+
+static int hold_next(tsr_gpuplan_hold *h, int cur, int chosen, double ms, int64_t *held)
+{
+  int next = -7;
+  tsr_error err = {0};
+  ck_assert_msg(tsr_gpuplan_hold_step(h, cur, chosen, ms, &next, held, &err) == TSR_OK, "%s", err.text);
+  return next;
+}
+
+/* The scripted story: template 0 selects 1, whose first step sends the
+ * masks back, times not known: 1 is held while 0 runs 4 steps, then tried
+ * again; each further bounce doubles the hold, up to 256. */
+START_TEST(test_hold_bounce)
+{
+  tsr_gpuplan_hold h;
+  int64_t held;
+  int b, k, cur = 0;
+  tsr_gpuplan_hold_init(&h);
+  for (b = 1; b <= 9; b++) {
+    int64_t want = b <= 7 ? 4LL << (b - 1) : 256;
+    ck_assert_int_eq(hold_next(&h, cur, 1, 0, &held), 1); /* selected, not held */
+    ck_assert_int_eq(held, 0);
+    cur = hold_next(&h, 1, 0, 0, &held); /* its first step: back */
+    ck_assert_int_eq(cur, 0);
+    ck_assert_int_eq(held, 0);
+    for (k = 1; k < want; k++) {
+      ck_assert_int_eq(hold_next(&h, 0, 1, 0, &held), 0);
+      ck_assert_int_eq(held, want - k);
+    }
+  }
+  /* A template kept by its first step (settled) leaves without bouncing;
+   * the one it went to bounces if its own first step sends the masks back
+   * (any template, 0 too). */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 2, 0, &held), 2);
+  ck_assert_int_eq(hold_next(&h, 2, 2, 0, &held), 2);
+  ck_assert_int_eq(hold_next(&h, 2, 0, 0, &held), 0);
+  ck_assert_int_eq(h.holds[2], 0);
+  ck_assert_int_eq(hold_next(&h, 0, 2, 0, &held), 2);
+  ck_assert_int_eq(held, 0);
+  ck_assert_int_eq(h.holds[0], 1);
+  /* Sent on to a third template, not back: no bounce. */
+  ck_assert_int_eq(hold_next(&h, 2, 3, 0, &held), 3);
+  ck_assert_int_eq(hold_next(&h, 3, 4, 0, &held), 4);
+  ck_assert_int_eq(held, 0);
+  ck_assert_int_eq(h.holds[3], 0);
+  ck_assert_int_eq(h.holds[4], 0);
+  /* The return from a bounce is not a switch to judge: 3 bounces to 1
+   * here, and 1's next step choosing 3 again is held, not a bounce of 1. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 1, 3, 0, &held), 3);
+  ck_assert_int_eq(hold_next(&h, 3, 1, 0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 3, 0, &held), 1);
+  ck_assert_int_eq(held, 3);
+  ck_assert_int_eq(h.holds[1], 0);
+  /* Times: the template that bounced stays where its step was at least 2%
+   * faster than the last one of the template it came from, which is held
+   * instead; 1.9% is a near tie, and the table's choice (back) wins it. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 9.8, &held), 1);
+  ck_assert_int_eq(held, 4); /* this step and 3 more */
+  ck_assert_int_eq(h.holds[0], 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 9.8, &held), 1); /* 0 held: refused */
+  ck_assert_int_eq(held, 3);
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 9.81, &held), 0);
+  ck_assert_int_eq(h.holds[1], 1);
+  ck_assert_int_eq(h.holds[0], 0);
+  /* One time not known: the template that bounced is held. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 1.0, &held), 0);
+  ck_assert_int_eq(h.holds[1], 1);
+  /* A kept template bounced on its next retry: the one it came from was
+   * held, so on expiry 0 is tried again, and its own first step (0 now the
+   * one that bounced, measured faster) keeps it and holds 1. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 1);
+  for (k = 0; k < 3; k++)
+    ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 0); /* the hold ended: tried */
+  ck_assert_int_eq(hold_next(&h, 0, 1, 4.0, &held), 0); /* the masks changed: 0 faster now */
+  ck_assert_int_eq(held, 4);
+  ck_assert_int_eq(h.holds[1], 1);
+  ck_assert_int_eq(h.holds[0], 1);
+  /* A number past the hold's capacity is never held. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 0, &held), TSR_GPUPLAN_HOLD_MAX);
+  ck_assert_int_eq(hold_next(&h, TSR_GPUPLAN_HOLD_MAX, 0, 0, &held), 0);
+  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 0, &held), TSR_GPUPLAN_HOLD_MAX);
+  ck_assert_int_eq(held, 0);
+}
+END_TEST
+
+/* Random selections and step times over a few templates against the rule
+ * restated from the whole history: step i bounced if the template run at
+ * step i was switched to at step i - 1 by a switch that was no bounce's,
+ * and step i selected the one it came from; then the one of the two whose
+ * latest known time is the larger (the one that bounced unless it is 2%
+ * faster, or a time is not known) is held, and the other runs.  Any other
+ * selection of a template t is held while fewer steps than 4 << (holds of t
+ * - 1) (at most 256) have passed since its latest hold. */
+START_TEST(test_hold_random)
+{
+  enum { STEPS = 3000, T = 5 };
+  tu_rng rng = {tu_seed("hold_random", 41)};
+  int trial, bounced_steps = 0, held_steps = 0, kept = 0;
+  for (trial = 0; trial < 40; trial++) {
+    tsr_gpuplan_hold h;
+    static int ran[STEPS + 1], switched[STEPS + 1];
+    int holds[T] = {0};
+    int64_t last_hold[T] = {0};
+    double speed[T], latest[T] = {0};
+    int pref[T], i;
+    double p_stay = tu_uniform(&rng), p_unknown = tu_uniform(&rng) * 0.3;
+    tsr_gpuplan_hold_init(&h);
+    ran[0] = (int)tu_range(&rng, 0, T - 1);
+    switched[0] = 0;
+    for (i = 0; i < T; i++) {
+      pref[i] = (int)tu_range(&rng, 0, T - 1);
+      speed[i] = 1 + tu_uniform(&rng);
+    }
+    for (i = 0; i < STEPS; i++) {
+      int cur = ran[i], chosen, got, want, bounced, t;
+      int64_t held, want_held = 0;
+      double ms = tu_uniform(&rng) < p_unknown ? 0 : speed[cur] * (0.97 + 0.06 * tu_uniform(&rng));
+      if (tu_uniform(&rng) < 0.02) /* the masks change: new preferences */
+        pref[tu_range(&rng, 0, T - 1)] = (int)tu_range(&rng, 0, T - 1);
+      chosen = tu_uniform(&rng) < p_stay ? cur : pref[cur];
+      if (ms > 0)
+        latest[cur] = ms;
+      bounced = i > 0 && switched[i - 1] && chosen == ran[i - 1] && chosen != cur;
+      want = chosen;
+      if (bounced) {
+        int stay = latest[cur] > 0 && latest[chosen] > 0 && latest[cur] <= 0.98 * latest[chosen];
+        t = stay ? chosen : cur;
+        holds[t]++;
+        last_hold[t] = i + 1;
+        want = stay ? cur : chosen;
+        kept += stay;
+      }
+      t = chosen;
+      if (chosen != cur && holds[t] > 0 && (!bounced || want == cur)) {
+        int b = holds[t] < 7 ? holds[t] : 7;
+        int64_t left = last_hold[t] + (4LL << (b - 1)) - (i + 1);
+        if (left > 0) {
+          want = cur;
+          want_held = left;
+        }
+      }
+      got = hold_next(&h, cur, chosen, ms, &held);
+      ck_assert_msg(got == want && held == want_held,
+                    "trial %d step %d: %d -> %d (%.3f ms): got %d held %lld, want %d held %lld", trial,
+                    i, cur, chosen, ms, got, (long long)held, want, (long long)want_held);
+      bounced_steps += bounced;
+      held_steps += want_held > 0;
+      ran[i + 1] = got;
+      switched[i] = got != cur && !bounced;
+    }
+  }
+  /* The draws reached every rule, many times. */
+  ck_assert_int_gt(bounced_steps, 100);
+  ck_assert_int_gt(kept, 30);
+  ck_assert_int_gt(held_steps, 1000);
+  printf("hold: %d bounces (%d kept the template that bounced), %d held selections in 40 x %d random steps\n",
+         bounced_steps, kept, held_steps, STEPS);
+}
+END_TEST
+
+/* Bad input is refused by name, with the value. */
+START_TEST(test_hold_rejects)
+{
+  tsr_gpuplan_hold h;
+  int next;
+  tsr_error err = {0};
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(NULL, 0, 1, 0, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "the hold is NULL") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, 0, 1, 0, NULL, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "next is NULL") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, -3, 1, 0, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "-3") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, 0, -9, 0, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "-9") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, 0, 1, -2.5, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "-2.5 ms") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, 0, 1, NAN, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "nan ms") != NULL, "%s", err.text);
+  tsr_error_clear(&err);
+  ck_assert_int_eq(tsr_gpuplan_hold_step(&h, 0, 1, INFINITY, &next, NULL, &err), TSR_ERR_INVALID);
+  ck_assert_msg(strstr(err.text, "inf ms") != NULL, "%s", err.text);
+  ck_assert_int_eq(h.steps, 0); /* refused steps change nothing */
+  tsr_gpuplan_hold_init(NULL);  /* harmless */
+}
+END_TEST
+
 /* ---- Where the bundle is --------------------------------------------------- */
 
 START_TEST(test_bundle_dir)
@@ -1365,6 +1570,9 @@ static Suite *context_suite(void)
   tcase_add_test(tc, test_serves_one_rule);
   tcase_add_test(tc, test_regime_as_python_chose);
   tcase_add_test(tc, test_reselect_rejects);
+  tcase_add_test(tc, test_hold_bounce);
+  tcase_add_test(tc, test_hold_random);
+  tcase_add_test(tc, test_hold_rejects);
   tcase_add_test(tc, test_bundle_dir);
   tcase_add_test(tc, test_sm80_route);
   tcase_add_test(tc, test_gather_upgrade);

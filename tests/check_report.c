@@ -95,12 +95,14 @@ START_TEST(test_eval_and_report)
    * estimate (select.c fill_ok): it keeps retain 64x64, 1.6 / 0.9 times
    * slower than the host's selection.  The 0.6 kind borrows combine
    * 128x128, then reads its fill there and stays.  The dense masks (every
-   * plan 10 ms) alternate: at 64x64 the estimate puts them in a region
-   * whose nearest row is combine 128x128; there, with the fill measured,
-   * in one whose nearest row is retain 64x64. */
+   * plan 10 ms) bounce: at 64x64 the estimate puts them in a region whose
+   * nearest row is combine 128x128; there, with the fill measured, in one
+   * whose nearest row is retain 64x64.  The hold keeps them at 64x64 but
+   * for its retries, so they alternate no more. */
   ck_assert_int_eq(es.gpu_masks, 20);
   ck_assert_int_eq(es.gpu_other, 10);
-  ck_assert_int_eq(es.gpu_cycles, 5);
+  ck_assert_int_eq(es.gpu_cycles, 0);
+  ck_assert_int_eq(es.gpu_held, 5);
   ck_assert_double_eq_tol(es.gpu_within5, 0.75, 1e-12);
   want_gpu = exp((5 * log(1.0) + 5 * log(1.6) + 5 * log(1.0) + 5 * log(1.0)) / 20);
   ck_assert_double_eq_tol(es.gpu_geo_speedup, want_gpu, want_gpu * 0.003);
@@ -120,7 +122,7 @@ START_TEST(test_eval_and_report)
   n = 0;
   while (fgets(line, sizeof line, text)) {
     double a, b, c, d;
-    long long slow, masks, other, cycles;
+    long long slow, masks, other, cycles, held;
     if (sscanf(line, "  geometric-mean speed-up over the direct plan: %lfx (best possible %lfx)",
                &a, &b) == 2) {
       ck_assert_double_eq_tol(a, es.geo_speedup, 0.0005);
@@ -138,12 +140,13 @@ START_TEST(test_eval_and_report)
       n++;
     }
     if (sscanf(line, "  GPU-planned requests (features of the template's tile, pack as row): "
-               "%lld masks, %lld run another plan, %lld alternate templates; within 5%% %lf%%, "
-               "regret %lf%%, against the automatic plan %lfx, %lld more than 2%% slower "
-               "(worst %lfx)", &masks, &other, &cycles, &a, &b, &c, &slow, &d) == 8) {
+               "%lld masks, %lld run another plan, %lld alternate templates, %lld hold one back; "
+               "within 5%% %lf%%, regret %lf%%, against the automatic plan %lfx, %lld more than 2%% "
+               "slower (worst %lfx)", &masks, &other, &cycles, &held, &a, &b, &c, &slow, &d) == 9) {
       ck_assert_int_eq(masks, 20);
       ck_assert_int_eq(other, 10);
-      ck_assert_int_eq(cycles, 5);
+      ck_assert_int_eq(cycles, 0);
+      ck_assert_int_eq(held, 5);
       ck_assert_double_eq_tol(a, 75.0, 0.05);
       ck_assert_double_eq_tol(b, 100 * es.gpu_geo_regret, 0.005);
       ck_assert_double_eq_tol(c, want_gpu, 0.0005 + want_gpu * 0.003);
@@ -217,19 +220,24 @@ START_TEST(test_eval_and_report)
       free(px);
     }
   }
-  /* selection.csv: per mask, the GPU-planned requests' time and whether
-   * their templates alternate: the uneven kind (e2_*) slower than the
-   * host's selection (1.6 / 0.9 of it), the dense masks (d_*) alternating. */
+  /* selection.csv: per mask, the GPU-planned requests' time, whether their
+   * templates alternate and whether the hold refused one: the uneven kind
+   * (e2_*) slower than the host's selection (1.6 / 0.9 of it), the dense
+   * masks (d_*) held, none alternating. */
   snprintf(path, sizeof path, "%s/selection.csv", out);
   f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
   ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-  ck_assert_msg(strstr(line, ",speedup_vs_auto,t_gpu_planned_ms,gpu_alternates\n"), "%s", line);
+  ck_assert_msg(strstr(line, ",speedup_vs_auto,t_gpu_planned_ms,gpu_alternates,gpu_held\n"), "%s", line);
   n = 0;
   while (fgets(line, sizeof line, f)) {
     char name[64], *c = strrchr(line, ',');
     double t_sel = 0, t_gpu = 0;
-    int alt = -1, k;
+    int alt = -1, held = -1, k;
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(sscanf(c + 1, "%d", &held), 1);
+    *c = '\0';
+    c = strrchr(line, ',');
     ck_assert_ptr_nonnull(c);
     ck_assert_int_eq(sscanf(c + 1, "%d", &alt), 1);
     *c = '\0';
@@ -242,7 +250,8 @@ START_TEST(test_eval_and_report)
     ck_assert_ptr_nonnull(c);
     t_sel = atof(c);
     ck_assert_double_gt(t_gpu, 0);
-    ck_assert_int_eq(alt, !strncmp(name, "d_", 2));
+    ck_assert_int_eq(alt, 0);
+    ck_assert_int_eq(held, !strncmp(name, "d_", 2));
     if (!strncmp(name, "e2_", 3))
       ck_assert_double_eq_tol(t_gpu / t_sel, 1.6 / 0.9, 0.02);
     else if (strncmp(name, "d_", 2))

@@ -176,7 +176,8 @@ MIRRORS = {"tsr_error": "_Error", "tsr_array": "_Array", "tsr_problem": "_Proble
            "tsr_context_opts": "_ContextOpts", "tsr_gpu_tensors": "_GpuTensors",
            "tsr_plan_summary": "_Summary", "tsr_features": "_Features",
            "tsr_selection": "_Selection", "tsr_gpuplan_caps": "_GpuPlanCaps",
-           "tsr_gpuplan_stats": "_GpuPlanStats", "tsr_gpuplan_regime": "_Regime"}
+           "tsr_gpuplan_stats": "_GpuPlanStats", "tsr_gpuplan_regime": "_Regime",
+           "tsr_gpuplan_hold": "_Hold"}
 lib.tsr_abi_sizeof.restype, lib.tsr_abi_sizeof.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
 for cname, pyname in MIRRORS.items():
     assert lib.tsr_abi_sizeof(cname.encode()) == ctypes.sizeof(getattr(tessera, pyname)), cname
@@ -381,10 +382,110 @@ try:
     answers.append(("fallback", None))
     two.step = 11
     assert tp.pick() is auto and len(made_regimes) == 3 and not answers
+    # libtessera's hold: two came from one, so its return to the automatic
+    # template was no bounce; the automatic template keeps itself a step
+    # (settles), then goes to two again.  There, its first step sends the
+    # masks back (a bounce, no times known): two is held while the
+    # automatic template runs 4 steps (3 selections of two refused, the
+    # reason saying so), then tried again; a split row's chunk changing
+    # step to step is the same template for the hold.
+    answers.append(("fallback", None))
+    auto.step = 12
+    assert tp.pick() is auto
+    answers.append(("table", row))
+    auto.step = 13
+    assert tp.pick() is two
+    answers.append(("fallback", None))
+    two.step = 12
+    assert tp.pick() is auto and tp.selection == "reason 12" and tp.selected_by == "fallback"
+    for n in range(3):
+        answers.append(("table", row))
+        auto.step = 14 + n
+        assert tp.pick() is auto, n
+        assert tp.selected_by == "fallback" and tp.selection.startswith("reason 12; then step %d " % (14 + n)), tp.selection
+        assert "held back for %d more steps" % (3 - n) in tp.selection, tp.selection
+    answers.append(("table", row))
+    auto.step = 17
+    assert tp.pick() is two and tp.selection == "reason 17" and tp.selected_by == "nearest"
+    answers.append(("table", split))  # two sends them on to the split row: no bounce
+    two.step = 13
+    assert tp.pick() is one
+    answers.append(("table", row))  # a bounce of the split row (back to two)...
+    one.step = 11
+    assert tp.pick() is two
+    answers.append(("table", split[:4] + (7,) + split[5:]))  # ...held at any chunk
+    two.step = 14
+    assert tp.pick() is two and "held back for 3 more steps" in tp.selection and not answers
+    assert "it ran these masks slower or sent them back here" in tp.selection, tp.selection
+    assert len(made_regimes) == 3
+    # Timed steps (stand-in event pairs: query, elapsed_time): of two
+    # templates that send each other the masks, the one whose step was 2%
+    # faster stays, and the other is held; no faster, the table's choice.
+    class Ev:
+        def __init__(self, ms, done=True):
+            self.ms, self.done = ms, done
+        def query(self):
+            return self.done
+        def elapsed_time(self, end):
+            return end.ms - self.ms
+    for b_ms, stays in ((7.0, True), (9.9, False)):
+        tp2 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
+        a = tp2.cur
+        tp2.events[a] = [(Ev(1.0), Ev(11.0)), (Ev(0), Ev(99.0, False))]  # the newest not complete
+        answers.append(("table", row))
+        a.step = 1
+        b = tp2.pick()
+        assert b is not a and tp2.selection == "reason 1"
+        tp2.events[b] = [(Ev(0), Ev(b_ms))]
+        answers.append(("fallback", None))
+        b.step = 1
+        assert (tp2.pick() is b) == stays, b_ms
+        if stays:
+            assert tp2.selection == ("reason 1; then step 1 selected another template (reason 1), held back "
+                                     "for 4 more steps: this template's step took 7.000 ms, that one's "
+                                     "10.000 ms"), tp2.selection
+        else:
+            assert tp2.selection == "reason 1" and tp2.hold.holds[1] == 1
+    assert not answers
+    # Which steps run between events (stand-in torch.cuda.Event): never a
+    # template's first call, every 8th call from the second on, every call
+    # of a template just switched to until its first step is judged, none
+    # while selection is off.
+    class Rec:
+        n = 0
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+        def record(self):
+            Rec.n += 1
+        def query(self):  # never complete here: no time known
+            return False
+    Template.__call__ = lambda self, *a, **kw: "out"
+    Busy.cuda.Event = Rec
+    tp3 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
+    a = tp3.cur
+    for n in range(1, 21):
+        assert tp3.run(tp3.pick(), 1, out=None) == "out"
+    assert Rec.n == 2 * 3 and len(tp3.events[a]) == 3, (Rec.n, tp3.events)  # calls 2, 10, 18
+    for n in range(21, 31):
+        tp3.run(tp3.pick())
+    assert Rec.n == 2 * 4 and len(tp3.events[a]) == 4  # call 26; a ring of 4
+    answers.append(("table", row))
+    a.step = 1
+    b = tp3.pick()
+    assert b is not a and tp3.hold.came_to >= 0
+    tp3.run(b)
+    tp3.run(b)
+    tp3.run(b)
+    assert Rec.n == 2 * 6 and len(tp3.events[b]) == 2  # b's calls 2 and 3
+    off = tessera._GpuTemplates(host, lambda **kw: Template(**kw), False)
+    for n in range(12):
+        off.run(off.pick())
+    assert Rec.n == 2 * 6 and not off.events
+    del Busy.cuda.Event, Template.__call__
     host.close()
 finally:
     tessera._torch, lib.tsr_gpuplan_reselect = real_torch, real_reselect
-print("python-binding: GPU templates follow tsr_gpuplan_reselect (keep, fallback, one per regime)")
+print("python-binding: GPU templates follow tsr_gpuplan_reselect (keep, fallback, one per regime) and hold a bounced one")
 # precision (issue 18): native by default, fp8 into tsr_plan_opts.precision,
 # anything else refused with the value named.
 class Owner:

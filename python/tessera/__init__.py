@@ -160,6 +160,15 @@ class _Regime(ctypes.Structure):
     _fields_ = [("changed", ctypes.c_int), ("opts", _PlanOpts), ("sel", _Selection)]
 
 
+_HOLD_MAX = 64  # TSR_GPUPLAN_HOLD_MAX
+
+
+class _Hold(ctypes.Structure):
+    _fields_ = [("steps", ctypes.c_int64), ("came_to", ctypes.c_int), ("came_from", ctypes.c_int),
+                ("holds", ctypes.c_int * _HOLD_MAX), ("until", ctypes.c_int64 * _HOLD_MAX),
+                ("ms", ctypes.c_double * _HOLD_MAX)]
+
+
 class _PoolArgs(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint64), ("dtype", ctypes.c_int), ("batch", ctypes.c_int64),
                 ("heads", ctypes.c_int64), ("tokens", ctypes.c_int64), ("dim", ctypes.c_int64),
@@ -199,7 +208,7 @@ _MIRRORS = {"tsr_error": _Error, "tsr_array": _Array, "tsr_problem": _Problem, "
             "tsr_context_opts": _ContextOpts, "tsr_gpu_tensors": _GpuTensors,
             "tsr_plan_summary": _Summary, "tsr_features": _Features, "tsr_selection": _Selection,
             "tsr_gpuplan_caps": _GpuPlanCaps, "tsr_gpuplan_stats": _GpuPlanStats,
-            "tsr_gpuplan_regime": _Regime, "tsr_pool_args": _PoolArgs,
+            "tsr_gpuplan_regime": _Regime, "tsr_gpuplan_hold": _Hold, "tsr_pool_args": _PoolArgs,
             "tsr_select_args": _SelectArgs, "tsr_sampled_args": _SampledArgs}
 
 
@@ -303,6 +312,8 @@ def library():
             "tsr_gpuplan_stats_read": (I64, [P, P]),
             "tsr_gpuplan_features": (V, [P, P, P]),
             "tsr_gpuplan_reselect": (I, [P, P, P, P, P]),
+            "tsr_gpuplan_hold_init": (V, [P]),
+            "tsr_gpuplan_hold_step": (I, [P, ctypes.c_int, ctypes.c_int, ctypes.c_double, P, P, P]),
         }.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -797,9 +808,12 @@ class GpuPlan:
 class _GpuTemplates:
     """The GPU plan templates of one shape: the automatic one, and those the
     lookup table selects from the features the planner published for the
-    latest completed step (read without synchronising, so a step behind).
-    Templates are kept, so a regime seen before costs nothing; none is made
-    while a CUDA graph is being captured."""
+    latest completed step (read without synchronising, so a step behind),
+    unless libtessera's hold (tsr_gpuplan_hold_step) keeps one back: of two
+    templates that sent each other the masks, the slower by their step
+    times (CUDA events around some steps, see run).  Templates are kept, so
+    a regime seen before costs nothing; none is made while a CUDA graph is
+    being captured."""
 
     _NAMES_M = {v: k for k, v in MAPPINGS.items()}
     _NAMES_T = {v: k for k, v in TASKS.items()}
@@ -808,17 +822,33 @@ class _GpuTemplates:
         self.ctx, self.make, self.select = ctx, make, select
         self.auto = self.cur = make()
         self.plans = {}
+        self.key = None           # the current template's regime (None: the automatic one)
+        # Numbers in the hold, one a regime apart from the split chunk (which
+        # follows each step's mean row): a held split row stays held.
+        self.numbers = {None: 0}
+        self.hold = _Hold()
+        library().tsr_gpuplan_hold_init(ctypes.byref(self.hold))
+        self.timing = False       # whether this step's template runs between events
+        self.calls = {}           # template -> calls
+        self.events = {}          # template -> its latest (start, end) event pairs, oldest first
         self.seen = (id(self.cur), 0)
         self.selected_by = "fallback" if select else "off"
-        self.selection = ("no completed step yet: the automatic template" if select
-                          else "selection off: the automatic template")
+        self.selection = self.reason = ("no completed step yet: the automatic template" if select
+                                        else "selection off: the automatic template")
+
+    def _number(self, regime):
+        """The regime's number in the hold (0: the automatic template)."""
+        return self.numbers.setdefault(regime and regime[:4] + regime[5:], len(self.numbers))
 
     def pick(self):
         """The template for this step: the regime libtessera re-selects
         (tsr_gpuplan_reselect, the policy C callers get) from the latest
-        completed step of the current template, made on first use."""
+        completed step of the current template, made on first use, unless
+        tsr_gpuplan_hold_step holds it back."""
+        self.timing = False
         if not self.select or _torch().cuda.is_current_stream_capturing():
             return self.cur
+        self.timing = True
         lib, err, cur = library(), _Error(), self.cur
         st = cur._stats()
         if (id(cur), st.step) == self.seen:
@@ -830,26 +860,67 @@ class _GpuTemplates:
             return cur
         self.seen = (id(cur), st.step)
         sel, o = r.sel, r.opts
-        self.selection = sel.reason.decode(errors="replace")
-        if not sel.from_table:
-            self.selected_by, self.cur = "fallback", self.auto
-            return self.cur
-        regime = (o.tile_m, o.tile_n, o.mapping, o.tasks, o.split_tiles, sel.variant)
-        if regime not in self.plans:
+        reason = sel.reason.decode(errors="replace")
+        regime = (o.tile_m, o.tile_n, o.mapping, o.tasks, o.split_tiles, sel.variant) if sel.from_table else None
+        chosen, nxt, held = self._number(regime), ctypes.c_int(), ctypes.c_int64()
+        ms, h = self._step_ms(cur), self.hold
+        holds = h.holds[chosen] if chosen < _HOLD_MAX else 0
+        _check(lib.tsr_gpuplan_hold_step(ctypes.byref(h), self._number(self.key), chosen, ctypes.c_double(ms),
+                                         ctypes.byref(nxt), ctypes.byref(held), ctypes.byref(err)), err)
+        if nxt.value != chosen:  # held back: the current template and its selection stay
+            why = (f"this template's step took {ms:.3f} ms, that one's {h.ms[chosen]:.3f} ms"
+                   if chosen < _HOLD_MAX and h.holds[chosen] != holds else
+                   "of the two, it ran these masks slower or sent them back here")
+            self.selection = (f"{self.reason}; then step {st.step} selected another template ({reason}), "
+                              f"held back for {held.value} more steps: {why}")
+            return cur
+        if regime is not None and regime not in self.plans:
             try:
-                self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n),
-                                               mapping=self._NAMES_M[o.mapping],
+                self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n), mapping=self._NAMES_M[o.mapping],
                                                tasks=self._NAMES_T[o.tasks], split_tiles=o.split_tiles,
                                                variant=sel.variant.decode() or None)
             except TesseraError as e:  # a regime the GPU planner cannot take
                 self.plans[regime] = None
-                self.selection += f"; GPU template refused ({e}): the automatic template"
-        gp = self.plans[regime]
-        self.selected_by = _LEVELS.get(sel.level, "table") if gp else "fallback"
-        self.cur = gp or self.auto
+                reason += f"; GPU template refused ({e}): the automatic template"
+        if regime is not None and self.plans[regime] is None:
+            regime = None
+        self.selection = self.reason = reason
+        self.key = regime
+        self.selected_by = _LEVELS.get(sel.level, "table") if regime is not None else "fallback"
+        self.cur = self.plans[regime] if regime is not None else self.auto
         return self.cur
 
+    # Events cost microseconds a call, so only some steps are timed: every
+    # step of a template just switched to (until its first step is judged),
+    # and every 8th of the others.  Never a template's first call: that one
+    # may load its kernels.
+    _TIME_EVERY, _RING = 8, 4
+
+    def run(self, gp, *args, **kw):
+        """Runs template gp (the one pick returned) on the current stream,
+        between two CUDA events where this step is timed."""
+        n = self.calls[gp] = self.calls.get(gp, 0) + 1
+        if not self.timing or n == 1 or (self.hold.came_to < 0 and n % self._TIME_EVERY != 2):
+            return gp(*args, **kw)
+        torch = _torch()
+        ring = self.events.setdefault(gp, [])
+        pair = ring.pop(0) if len(ring) == self._RING else (torch.cuda.Event(enable_timing=True),
+                                                            torch.cuda.Event(enable_timing=True))
+        pair[0].record()
+        o = gp(*args, **kw)
+        pair[1].record()
+        ring.append(pair)
+        return o
+
+    def _step_ms(self, gp):
+        """Template gp's latest timed step that has completed, in ms; 0 if none."""
+        for start, end in reversed(self.events.get(gp, ())):
+            if end.query():
+                return start.elapsed_time(end)
+        return 0.0
+
     def close(self):
+        self.events = {}
         for gp in [self.auto, *self.plans.values()]:
             if gp is not None:
                 gp.close()
@@ -931,8 +1002,8 @@ def _attention(q, k, v, block_mask, block, context, layout, scale, out, lse, sel
         gp = tp.pick()
         _last_selection.update(selected_by=tp.selected_by if open_choice else "options",
                                selection=tp.selection)
-        return gp(q, k, v, block_mask if block_mask.is_contiguous() else block_mask.contiguous(),
-                  out=out, lse=lse)
+        return tp.run(gp, q, k, v, block_mask if block_mask.is_contiguous() else block_mask.contiguous(),
+                      out=out, lse=lse)
     plan = Plan(ctx, block_mask, b, hq, hkv, sq, sk, d, block=block, dtype=q.dtype,
                 layout=layout, scale=scale, select=select, **plan_kw)
     _last_selection.update(selected_by=plan.selected_by, selection=plan.selection)
