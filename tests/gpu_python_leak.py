@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """gpu_python_leak.py: 1,000 calls of tessera.attention without a context
-leave the process's memory flat, on both request paths.
+leave the process's memory flat, on both request paths; the GPU templates'
+step times (what their hold compares) are known and plausible.
 
 For a CUDA mask (GPU planning through the default context's cached
 templates) and for a CPU mask (host planning, a plan per call released when
@@ -66,6 +67,36 @@ def reference(q, k, v, mask, blk):
         q.float(), k.float(), v.float(), attn_mask=tok.unsqueeze(0))
 
 
+def step_times(label, ctx, q, k, v, mask, blk):
+    """The templates' step times the hold compares (CUDA events around some
+    calls, _GpuTemplates.run): every template called twice or more has one,
+    from a ring of at most four event pairs, and the current template's is
+    within 3x of its mean over 20 calls timed here."""
+    (tp,) = ctx._gpuplans.values()
+    torch.cuda.synchronize()
+    ok = True
+    for gp, calls in tp.calls.items():
+        ms, ring = tp._step_ms(gp), len(tp.events.get(gp, ()))
+        print(f"{label}: template {gp.summary()['variant']}: {calls} calls, step time {ms:.4f} ms "
+              f"from {ring} event pairs")
+        if (calls >= 2 and not ms > 0) or ring > tp._RING:
+            print(f"FAIL: {label}: {calls} calls, step time {ms} ms, {ring} event pairs")
+            ok = False
+    gp = tp.cur
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        gp(q, k, v, mask, out=None)
+    end.record()
+    torch.cuda.synchronize()
+    mean, ms = start.elapsed_time(end) / 20, tp._step_ms(gp)
+    print(f"{label}: the current template's step time {ms:.4f} ms, its mean over 20 calls {mean:.4f} ms")
+    if not mean / 3 <= ms <= 3 * mean:
+        print(f"FAIL: {label}: step time {ms} ms against a mean of {mean} ms")
+        ok = False
+    return ok
+
+
 def run(label, on_gpu):
     g = torch.Generator(device="cuda").manual_seed(int.from_bytes(os.urandom(4), "little"))
     heads, seq, d, blk = 4, 2048, 128, 128
@@ -102,6 +133,8 @@ def run(label, on_gpu):
         if grew > bound:
             print(f"FAIL: {label}: {what} grew by {grew} bytes over {CALLS} calls (bound {bound})")
             ok = False
+    if on_gpu and not step_times(label, ctx, q, k, v, masks[0], blk):
+        ok = False
     if len(tessera._contexts) != 1 or len(ctx._gpuplans) > 1:
         print(f"FAIL: {label}: {len(tessera._contexts)} contexts, {len(ctx._gpuplans)} template "
               "sets (expected one of each at most)")
