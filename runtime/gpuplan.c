@@ -868,9 +868,14 @@ tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, doubl
   if (chosen == cur)
     return TSR_OK;
   if (bounced) { /* the slower of the two is held; the other runs */
-    int stay = cur < TSR_GPUPLAN_HOLD_MAX && chosen < TSR_GPUPLAN_HOLD_MAX && h->ms[cur] > 0 &&
-               h->ms[chosen] > 0 && h->ms[cur] <= HOLD_FASTER * h->ms[chosen];
-    hold_back(h, stay ? chosen : cur);
+    int timed = cur < TSR_GPUPLAN_HOLD_MAX && chosen < TSR_GPUPLAN_HOLD_MAX && h->ms[cur] > 0 &&
+                h->ms[chosen] > 0;
+    int stay = timed && h->ms[cur] <= HOLD_FASTER * h->ms[chosen];
+    /* Without both times neither is held, and the two may alternate: on
+     * the recorded sweeps, holding the one that bounced blind ran slower
+     * than alternating (BENCHMARKS.md, 2026-12-07 23:00). */
+    if (timed)
+      hold_back(h, stay ? chosen : cur);
     if (stay && held_for)
       *held_for = held_left(h, chosen);
     /* A return is never refused: the template it returns to ran after any

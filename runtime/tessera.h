@@ -802,10 +802,11 @@ tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const t
  * When the first completed step of a template selects the one it came from
  * (a bounce), the slower of the two by their latest step times is held:
  * the template that bounced, unless its step was measured at least 2%
- * faster (then it stays and the other is held); with a time not known, the
- * template that bounced.  Selections of a held template are refused, the
- * current template staying, for 4 steps, then 8, 16, ... up to 256 after
- * each further hold, so masks that change over the steps still reach it.
+ * faster (then it stays and the other is held); with a time not known,
+ * neither (the two may alternate).  Selections of a held template are
+ * refused, the current template staying, for 4 steps, then 8, 16, ... up
+ * to 256 after each further hold, so masks that change over the steps
+ * still reach it.
  * The caller numbers a shape's templates from 0 (the Python binding: 0 the
  * automatic one); a number of TSR_GPUPLAN_HOLD_MAX or more is never held. */
 #define TSR_GPUPLAN_HOLD_MAX 64

@@ -385,10 +385,19 @@ try:
     # libtessera's hold: two came from one, so its return to the automatic
     # template was no bounce; the automatic template keeps itself a step
     # (settles), then goes to two again.  There, its first step sends the
-    # masks back (a bounce, no times known): two is held while the
-    # automatic template runs 4 steps (3 selections of two refused, the
-    # reason saying so), then tried again; a split row's chunk changing
-    # step to step is the same template for the hold.
+    # masks back (a bounce), and its step took longer (stand-in event pairs:
+    # query, elapsed_time): two is held while the automatic template runs 4
+    # steps (3 selections of two refused, the reason saying so), then tried
+    # again; a split row's chunk changing step to step is the same template
+    # for the hold.
+    class Ev:
+        def __init__(self, ms, done=True):
+            self.ms, self.done = ms, done
+        def query(self):
+            return self.done
+        def elapsed_time(self, end):
+            return end.ms - self.ms
+    tp.events[auto], tp.events[two], tp.events[one] = [(Ev(0), Ev(1.0))], [(Ev(0), Ev(2.0))], [(Ev(0), Ev(3.0))]
     answers.append(("fallback", None))
     auto.step = 12
     assert tp.pick() is auto
@@ -418,17 +427,10 @@ try:
     assert tp.pick() is two and "held back for 3 more steps" in tp.selection and not answers
     assert "it ran these masks slower or sent them back here" in tp.selection, tp.selection
     assert len(made_regimes) == 3
-    # Timed steps (stand-in event pairs: query, elapsed_time): of two
-    # templates that send each other the masks, the one whose step was 2%
-    # faster stays, and the other is held; no faster, the table's choice.
-    class Ev:
-        def __init__(self, ms, done=True):
-            self.ms, self.done = ms, done
-        def query(self):
-            return self.done
-        def elapsed_time(self, end):
-            return end.ms - self.ms
-    for b_ms, stays in ((7.0, True), (9.9, False)):
+    # Of two templates that send each other the masks, the one whose step
+    # was 2% faster stays, and the other is held; no faster, the table's
+    # choice; a time not known, neither is held.
+    for b_ms, stays in ((7.0, True), (9.9, False), (None, False)):
         tp2 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
         a = tp2.cur
         tp2.events[a] = [(Ev(1.0), Ev(11.0)), (Ev(0), Ev(99.0, False))]  # the newest not complete
@@ -436,7 +438,7 @@ try:
         a.step = 1
         b = tp2.pick()
         assert b is not a and tp2.selection == "reason 1"
-        tp2.events[b] = [(Ev(0), Ev(b_ms))]
+        tp2.events[b] = [(Ev(0), Ev(b_ms))] if b_ms else []
         answers.append(("fallback", None))
         b.step = 1
         assert (tp2.pick() is b) == stays, b_ms
@@ -445,7 +447,7 @@ try:
                                      "for 4 more steps: this template's step took 7.000 ms, that one's "
                                      "10.000 ms"), tp2.selection
         else:
-            assert tp2.selection == "reason 1" and tp2.hold.holds[1] == 1
+            assert tp2.selection == "reason 1" and tp2.hold.holds[1] == (b_ms is not None)
     assert not answers
     # Which steps run between events (stand-in torch.cuda.Event): never a
     # template's first call, every 8th call from the second on, every call

@@ -811,7 +811,8 @@ class _GpuTemplates:
     latest completed step (read without synchronising, so a step behind),
     unless libtessera's hold (tsr_gpuplan_hold_step) keeps one back: of two
     templates that sent each other the masks, the slower by their step
-    times (CUDA events around some steps, see run).  Templates are kept, so
+    times (CUDA events around some steps, see run; neither while a time is
+    not known).  Templates are kept, so
     a regime seen before costs nothing; none is made while a CUDA graph is
     being captured."""
 
