@@ -812,9 +812,8 @@ class _GpuTemplates:
     unless libtessera's hold (tsr_gpuplan_hold_step) keeps one back: of two
     templates that sent each other the masks, the slower by their step
     times (CUDA events around some steps, see run; neither while a time is
-    not known).  Templates are kept, so
-    a regime seen before costs nothing; none is made while a CUDA graph is
-    being captured."""
+    not known).  Templates are kept, so a regime seen before costs nothing;
+    none is made while a CUDA graph is being captured."""
 
     _NAMES_M = {v: k for k, v in MAPPINGS.items()}
     _NAMES_T = {v: k for k, v in TASKS.items()}
