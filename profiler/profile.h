@@ -116,11 +116,11 @@ typedef struct {
   /* The same figures for the plans GPU-planned requests run
    * (tsr_gpuplan_reselect): selected from the features a GPU template
    * publishes (fill known at its own tile only), pack run as row, with
-   * tsr_gpuplan_hold_step's hold, from the automatic template on: the mean
-   * time of steps 8 to 64.  gpu_other: masks whose time differs from the
-   * selection above; gpu_cycles: masks whose templates alternate (more
-   * switches than a held template's retries); gpu_held: masks on which the
-   * hold refused a selection. */
+   * tsr_gpuplan_hold_step judging switches by the sweep's times, from the
+   * automatic template on: the mean time of steps 8 to 64.  gpu_other:
+   * masks whose time differs from the selection above; gpu_cycles: masks
+   * whose templates alternate (more switches than a held template's
+   * retries); gpu_held: masks on which the hold refused a selection. */
   int64_t gpu_masks, gpu_other, gpu_cycles, gpu_held;
   double gpu_within5, gpu_geo_regret, gpu_geo_speedup, gpu_geo_best_speedup;
   tsrp_auto_figures gpu_vs_auto;

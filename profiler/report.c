@@ -133,13 +133,13 @@ static double template_time(const tsrp_dataset *ds, const tsrp_mask_times *m,
  * after step (0 when one of them was not timed): from the automatic
  * template, each step's template is selected from the previous step's
  * features (tsri_context_regime: a row's plan, pack as row; no row, the
- * automatic template), with tsr_gpuplan_hold_step holding back the slower
- * of two templates that sent each other the mask, as the Python binding
- * does (each step's time is the sweep's time of its plan).  The mean over
+ * automatic template), with tsr_gpuplan_hold_step judging each switch by
+ * step times, as the Python binding does (each step's time is the sweep's
+ * time of its plan: exact, and the same mask every step).  The mean over
  * steps GPU_SETTLE to GPU_STEPS: the held template costs its retries
  * there.  *held is set when the hold refused a selection in those steps,
  * *alternate when templates still switched more than the retries explain
- * (a cycle of three or more, which the hold does not catch).  Plans are
+ * (the hold did not settle them).  Plans are
  * timed as the sweep timed them, the host planner's: a split template's
  * chunks and the GPU planner's task order are not modelled. */
 static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,

@@ -817,12 +817,11 @@ void tsr_gpuplan_hold_init(tsr_gpuplan_hold *h)
   h->came_to = h->came_from = -1;
 }
 
-/* The hold grows 4, 8, 16, ... steps a bounce, at most 256: a template
- * the masks keep sending back costs a step in ever more, while one that
- * a change in the masks made right is tried again within 256 steps.  A
- * template that bounced stays only where its step was measured at least 2%
- * faster than the last step of the one it came from: the two times are of
- * different steps' masks, and the table's choice wins a near tie. */
+/* The hold grows 4, 8, 16, ... steps each time a template is held, at
+ * most 256: a template the masks keep sending back, or that keeps running
+ * them slower, costs a step in ever more, while one that a change in the
+ * masks made right is tried again within 256 steps.  Times within 2% are a
+ * tie (they are of different steps' masks): the table's choice wins it. */
 #define HOLD_FIRST 4
 #define HOLD_LAST 256
 #define HOLD_FASTER 0.98
@@ -841,10 +840,28 @@ static int64_t held_left(const tsr_gpuplan_hold *h, int t)
   return t < TSR_GPUPLAN_HOLD_MAX ? h->until[t] - h->steps : 0;
 }
 
+/* The switch to cur from `from`, judged by a fresh step time of cur
+ * against from's latest: 1 to go back (cur held: more than 2% slower, or
+ * sent back without being 2% faster), 2 to stay while from is held (sent
+ * back, but 2% faster), 0 to follow the selection. */
+static int judge(tsr_gpuplan_hold *h, int cur, int from, int chosen, double cur_ms)
+{
+  double t_from = from < TSR_GPUPLAN_HOLD_MAX ? h->ms[from] : 0;
+  if (cur_ms * HOLD_FASTER > t_from || (chosen == from && cur_ms > HOLD_FASTER * t_from)) {
+    hold_back(h, cur);
+    return 1;
+  }
+  if (chosen == from) {
+    hold_back(h, from);
+    return 2;
+  }
+  return 0;
+}
+
 tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, double cur_ms, int *next,
                                  int64_t *held_for, tsr_error *err)
 {
-  int bounced;
+  int from;
   int64_t left;
   if (!h || !next)
     return tsr_error_set(err, TSR_ERR_INVALID, "cannot hold GPU templates: %s is NULL",
@@ -861,28 +878,29 @@ tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, doubl
   h->steps++;
   if (cur_ms > 0 && cur < TSR_GPUPLAN_HOLD_MAX)
     h->ms[cur] = cur_ms;
-  /* Only the first step after a switch can bounce: later ones measured
-   * masks the template kept. */
-  bounced = h->came_to == cur && h->came_from == chosen;
-  h->came_to = h->came_from = -1;
+  /* A switch to cur is judged at cur's first step with a time (both times
+   * known); until then a selection of the template it came from returns
+   * there (the two may alternate), and one of cur keeps waiting. */
+  from = h->came_to == cur ? h->came_from : -1;
+  if (from >= 0) {
+    int timed = cur_ms > 0 && from < TSR_GPUPLAN_HOLD_MAX && h->ms[from] > 0;
+    int verdict = timed ? judge(h, cur, from, chosen, cur_ms) : 0;
+    if (timed || chosen != cur)
+      h->came_to = h->came_from = -1;
+    if (verdict == 1 || (!timed && chosen == from)) {
+      *next = from; /* a return is never refused: from ran these masks */
+      return TSR_OK;
+    }
+    if (verdict == 2) {
+      if (held_for)
+        *held_for = held_left(h, from);
+      return TSR_OK;
+    }
+  } else {
+    h->came_to = h->came_from = -1;
+  }
   if (chosen == cur)
     return TSR_OK;
-  if (bounced) { /* the slower of the two is held; the other runs */
-    int timed = cur < TSR_GPUPLAN_HOLD_MAX && chosen < TSR_GPUPLAN_HOLD_MAX && h->ms[cur] > 0 &&
-                h->ms[chosen] > 0;
-    int stay = timed && h->ms[cur] <= HOLD_FASTER * h->ms[chosen];
-    /* Without both times neither is held, and the two may alternate: on
-     * the recorded sweeps, holding the one that bounced blind ran slower
-     * than alternating (BENCHMARKS.md, 2026-12-07 23:00). */
-    if (timed)
-      hold_back(h, stay ? chosen : cur);
-    if (stay && held_for)
-      *held_for = held_left(h, chosen);
-    /* A return is never refused: the template it returns to ran after any
-     * hold of its own had ended. */
-    *next = stay ? cur : chosen;
-    return TSR_OK;
-  }
   if ((left = held_left(h, chosen)) > 0) {
     if (held_for)
       *held_for = left;

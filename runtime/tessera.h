@@ -795,24 +795,25 @@ typedef struct {
 tsr_status tsr_gpuplan_reselect(tsr_context *ctx, const tsr_gpuplan *gp, const tsr_gpuplan_stats *s,
                                 tsr_gpuplan_regime *out, tsr_error *err);
 
-/* Holding a template back, the rest of the policy: at a template the
- * selector measures the fill of that template's own tile and estimates the
- * others', so an estimate can send a mask to a template whose first
- * measured step sends it straight back (A, B, A, B, ... step after step).
- * When the first completed step of a template selects the one it came from
- * (a bounce), the slower of the two by their latest step times is held:
- * the template that bounced, unless its step was measured at least 2%
- * faster (then it stays and the other is held); with a time not known,
- * neither (the two may alternate).  Selections of a held template are
- * refused, the current template staying, for 4 steps, then 8, 16, ... up
- * to 256 after each further hold, so masks that change over the steps
- * still reach it.
- * The caller numbers a shape's templates from 0 (the Python binding: 0 the
- * automatic one); a number of TSR_GPUPLAN_HOLD_MAX or more is never held. */
+/* Holding a template back, the rest of the policy, by measured step
+ * times: a switch from template A to B is judged at B's first step with a
+ * time (A's latest known too).  B more than 2% slower than A: back to A,
+ * and B is held, whatever the selection says (the table's rows are
+ * averages; this mask on this card is what ran).  B's step selecting A
+ * again (at B the selector measures B's tile and estimates the others', so
+ * an estimate can send masks to a template whose first measured step sends
+ * them straight back): the slower of the two is held, B unless it was at
+ * least 2% faster.  Until B has a time, a selection of A returns there
+ * with neither held (the two may alternate).  Selections of a held
+ * template are refused, the current template staying, for 4 steps, then
+ * 8, 16, ... up to 256 after each further hold, so masks that change over
+ * the steps still reach it.  The caller numbers a shape's templates from 0
+ * (the Python binding: 0 the automatic one); a number of
+ * TSR_GPUPLAN_HOLD_MAX or more is never held. */
 #define TSR_GPUPLAN_HOLD_MAX 64
 typedef struct {
   int64_t steps;                       /* completed steps seen */
-  int came_to, came_from;              /* the switch awaiting its first step; -1 none */
+  int came_to, came_from;              /* the switch awaiting its judgement; -1 none */
   int holds[TSR_GPUPLAN_HOLD_MAX];     /* times each template was held */
   int64_t until[TSR_GPUPLAN_HOLD_MAX]; /* held while steps < until */
   double ms[TSR_GPUPLAN_HOLD_MAX];     /* each template's latest step time known; 0 none */
@@ -820,10 +821,13 @@ typedef struct {
 
 void tsr_gpuplan_hold_init(tsr_gpuplan_hold *h);
 /* After tsr_gpuplan_reselect: one completed step of template cur, which
- * took cur_ms milliseconds (0: not known), selected template chosen (both
- * numbers >= 0).  *next is the template to run from now on: chosen, or cur
- * where chosen is held or a bounce kept cur; *held_for the steps chosen
- * stays held (0: not held; may be NULL). */
+ * took cur_ms (0: not known; any unit the caller keeps to: the Python
+ * binding's is milliseconds divided by the step's density, so that layers'
+ * masks of different densities compare), selected template chosen (both
+ * numbers >= 0).  *next is the template to run from now on: chosen; cur
+ * where chosen is held; or the template cur was switched from, where the
+ * switch was judged and cur lost; *held_for the steps chosen stays held
+ * when *next is cur and not chosen (0 otherwise; may be NULL). */
 tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, double cur_ms, int *next,
                                  int64_t *held_for, tsr_error *err);
 

@@ -981,9 +981,9 @@ static int hold_next(tsr_gpuplan_hold *h, int cur, int chosen, double ms, int64_
   return next;
 }
 
-/* The scripted story: template 0 (1 ms a step) selects 1, whose first step
- * (2 ms) sends the masks back: 1 is held while 0 runs 4 steps, then tried
- * again; each further bounce doubles the hold, up to 256. */
+/* The scripted story: template 0 (1 ms a step) selects 1, whose first
+ * timed step (2 ms) sends the masks back: 1 is held while 0 runs 4 steps,
+ * then tried again; each further hold doubles it, up to 256. */
 START_TEST(test_hold_bounce)
 {
   tsr_gpuplan_hold h;
@@ -1002,34 +1002,54 @@ START_TEST(test_hold_bounce)
       ck_assert_int_eq(held, want - k);
     }
   }
-  /* A template kept by its first step (settled) leaves without bouncing;
-   * the one it went to bounces if its own first step sends the masks back
-   * (any template, 0 too). */
+  /* A switch is judged at the new template's first timed step: until then
+   * it waits (selected again, no time) or returns (sent back, no time:
+   * neither is held, and the two may alternate). */
   tsr_gpuplan_hold_init(&h);
-  ck_assert_int_eq(hold_next(&h, 0, 2, 0, &held), 2);
+  ck_assert_int_eq(hold_next(&h, 0, 2, 1.0, &held), 2);
+  ck_assert_int_eq(hold_next(&h, 2, 2, 0, &held), 2);   /* waits */
+  ck_assert_int_eq(hold_next(&h, 2, 0, 0, &held), 0);   /* back, untimed */
+  ck_assert_int_eq(h.holds[0] + h.holds[2], 0);
+  ck_assert_int_eq(hold_next(&h, 0, 2, 0, &held), 2);   /* again */
   ck_assert_int_eq(hold_next(&h, 2, 2, 0, &held), 2);
-  ck_assert_int_eq(hold_next(&h, 2, 0, 1.0, &held), 0);
+  ck_assert_int_eq(hold_next(&h, 2, 2, 1.01, &held), 2); /* timed, within 2%: it stays */
+  ck_assert_int_eq(h.came_to, -1);
+  ck_assert_int_eq(hold_next(&h, 2, 0, 5.0, &held), 0); /* settled: it leaves as selected */
   ck_assert_int_eq(h.holds[2], 0);
-  ck_assert_int_eq(hold_next(&h, 0, 2, 2.0, &held), 2);
+  /* Slower by more than 2% at its first timed step: back, and held, though
+   * the selection kept it. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 1, 10.3, &held), 0);
+  ck_assert_int_eq(h.holds[1], 1);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 0);
+  ck_assert_int_eq(held, 3);
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 1, 10.2, &held), 1); /* within 2%: stays */
+  ck_assert_int_eq(h.holds[1], 0);
+  /* ... or sent on to a third template: back too (the one it came from is
+   * known faster, the third not at all). */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 3, 11.0, &held), 0);
+  ck_assert_int_eq(h.holds[1], 1);
+  /* Not slower, sent on to a third: no hold, the selection followed. */
+  tsr_gpuplan_hold_init(&h);
+  ck_assert_int_eq(hold_next(&h, 2, 3, 1.0, &held), 3);
+  ck_assert_int_eq(hold_next(&h, 3, 4, 1.0, &held), 4);
   ck_assert_int_eq(held, 0);
-  ck_assert_int_eq(h.holds[0], 1);
-  /* Sent on to a third template, not back: no bounce. */
-  ck_assert_int_eq(hold_next(&h, 2, 3, 0, &held), 3);
-  ck_assert_int_eq(hold_next(&h, 3, 4, 0, &held), 4);
-  ck_assert_int_eq(held, 0);
-  ck_assert_int_eq(h.holds[3], 0);
-  ck_assert_int_eq(h.holds[4], 0);
-  /* The return from a bounce is not a switch to judge: 3 bounces to 1
-   * here, and 1's next step choosing 3 again is held, not a bounce of 1. */
+  ck_assert_int_eq(h.holds[3] + h.holds[4], 0);
+  /* A return is not a switch to judge: 3 sent back to 1 (3 held), and 1's
+   * next step choosing 3 again is refused, not judged. */
   tsr_gpuplan_hold_init(&h);
   ck_assert_int_eq(hold_next(&h, 1, 3, 1.0, &held), 3);
   ck_assert_int_eq(hold_next(&h, 3, 1, 1.0, &held), 1);
   ck_assert_int_eq(hold_next(&h, 1, 3, 0, &held), 1);
   ck_assert_int_eq(held, 3);
   ck_assert_int_eq(h.holds[1], 0);
-  /* Times: the template that bounced stays where its step was at least 2%
-   * faster than the last one of the template it came from, which is held
-   * instead; 1.9% is a near tie, and the table's choice (back) wins it. */
+  /* Sent back but at least 2% faster: it stays, and the one it came from
+   * is held; 1.9% is a near tie, and the table's choice (back) wins it. */
   tsr_gpuplan_hold_init(&h);
   ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
   ck_assert_int_eq(hold_next(&h, 1, 0, 9.8, &held), 1);
@@ -1042,71 +1062,67 @@ START_TEST(test_hold_bounce)
   ck_assert_int_eq(hold_next(&h, 1, 0, 9.81, &held), 0);
   ck_assert_int_eq(h.holds[1], 1);
   ck_assert_int_eq(h.holds[0], 0);
-  /* A time not known: neither is held, and the two may alternate until
-   * both are known. */
+  /* The one it came from never timed: no judgement, as without times. */
   tsr_gpuplan_hold_init(&h);
   ck_assert_int_eq(hold_next(&h, 0, 1, 0, &held), 1);
-  ck_assert_int_eq(hold_next(&h, 1, 0, 1.0, &held), 0);
-  ck_assert_int_eq(h.holds[1] + h.holds[0], 0);
-  ck_assert_int_eq(hold_next(&h, 0, 1, 0, &held), 1);
-  ck_assert_int_eq(hold_next(&h, 1, 0, 1.0, &held), 0);
-  ck_assert_int_eq(hold_next(&h, 0, 1, 3.0, &held), 1);
-  ck_assert_int_eq(hold_next(&h, 1, 0, 1.0, &held), 1); /* now both: 1 faster, 0 held */
-  ck_assert_int_eq(h.holds[0], 1);
-  /* A kept template bounced on its next retry: the one it came from was
-   * held, so on expiry 0 is tried again, and its own first step (0 now the
-   * one that bounced, measured faster) keeps it and holds 1. */
+  ck_assert_int_eq(hold_next(&h, 1, 1, 50.0, &held), 1);
+  ck_assert_int_eq(hold_next(&h, 1, 0, 50.0, &held), 0); /* settled before: no bounce */
+  ck_assert_int_eq(h.holds[0] + h.holds[1], 0);
+  /* Kept over the one it came from, which was held; on expiry that one is
+   * tried again, and at its first timed step (faster now: the masks
+   * changed) it stays and holds the other. */
   tsr_gpuplan_hold_init(&h);
   ck_assert_int_eq(hold_next(&h, 0, 1, 10.0, &held), 1);
   ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 1);
   for (k = 0; k < 3; k++)
     ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 1);
   ck_assert_int_eq(hold_next(&h, 1, 0, 5.0, &held), 0); /* the hold ended: tried */
-  ck_assert_int_eq(hold_next(&h, 0, 1, 4.0, &held), 0); /* the masks changed: 0 faster now */
+  ck_assert_int_eq(hold_next(&h, 0, 1, 4.0, &held), 0);
   ck_assert_int_eq(held, 4);
   ck_assert_int_eq(h.holds[1], 1);
   ck_assert_int_eq(h.holds[0], 1);
-  /* A number past the hold's capacity is never held. */
+  /* A number past the hold's capacity is never held, nor judged. */
   tsr_gpuplan_hold_init(&h);
-  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 0, &held), TSR_GPUPLAN_HOLD_MAX);
-  ck_assert_int_eq(hold_next(&h, TSR_GPUPLAN_HOLD_MAX, 0, 0, &held), 0);
-  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 0, &held), TSR_GPUPLAN_HOLD_MAX);
+  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 1.0, &held), TSR_GPUPLAN_HOLD_MAX);
+  ck_assert_int_eq(hold_next(&h, TSR_GPUPLAN_HOLD_MAX, 0, 9.0, &held), 0);
+  ck_assert_int_eq(hold_next(&h, 0, TSR_GPUPLAN_HOLD_MAX, 1.0, &held), TSR_GPUPLAN_HOLD_MAX);
   ck_assert_int_eq(held, 0);
 }
 END_TEST
 
 /* Random selections and step times over a few templates against the rule
- * restated from the whole history: step i bounced if the template run at
- * step i was switched to at step i - 1 by a switch that was no bounce's,
- * and step i selected the one it came from; then, where both have a time
- * known, the one of the two whose latest time is the larger (the one that
- * bounced unless it is 2% faster) is held and the other runs, and with a
- * time not known neither is held and the step returns.  Any other
- * selection of a template t is held while fewer steps than 4 << (holds of t
- * - 1) (at most 256) have passed since its latest hold. */
+ * restated step by step: a switch from f to t waits for t's first step
+ * with a time, f's known too.  Then t goes back to f and is held where its
+ * time exceeds f's latest by more than 2% (1/0.98), or where the step
+ * selected f and t is not 2% faster; f is held and t stays where the step
+ * selected f and t is 2% faster; else the selection is followed.  Before
+ * that, a step selecting f goes back (nobody held), one selecting t waits,
+ * one selecting a third template ends the wait.  A selection of a held
+ * template is refused while fewer steps than 4 << (holds - 1) (at most 256)
+ * have passed since its latest hold. */
+/* Steps template x stays held, from step i + 1 on (test_hold_random's). */
+#define HOLD_LEFT(x) (last_hold[x] + (4LL << ((holds[x] < 7 ? holds[x] : 7) - 1)) - (i + 1))
+
 START_TEST(test_hold_random)
 {
   enum { STEPS = 3000, T = 5 };
   tu_rng rng = {tu_seed("hold_random", 41)};
-  int trial, bounced_steps = 0, held_steps = 0, kept = 0, untimed = 0;
+  int trial, judged = 0, held_steps = 0, kept = 0, back = 0, untimed = 0;
   for (trial = 0; trial < 40; trial++) {
     tsr_gpuplan_hold h;
-    static int ran[STEPS + 1], switched[STEPS + 1];
-    int holds[T] = {0};
+    int holds[T] = {0}, pref[T], i, cur, to = -1, fr = -1;
     int64_t last_hold[T] = {0};
     double speed[T], latest[T] = {0};
-    int pref[T], i;
     /* A quarter of the trials rarely know a time (a caller timing few steps). */
     double p_stay = tu_uniform(&rng), p_unknown = trial % 4 ? tu_uniform(&rng) * 0.3 : 0.995;
     tsr_gpuplan_hold_init(&h);
-    ran[0] = (int)tu_range(&rng, 0, T - 1);
-    switched[0] = 0;
+    cur = (int)tu_range(&rng, 0, T - 1);
     for (i = 0; i < T; i++) {
       pref[i] = (int)tu_range(&rng, 0, T - 1);
-      speed[i] = 1 + tu_uniform(&rng);
+      speed[i] = 1 + 0.2 * tu_uniform(&rng);
     }
     for (i = 0; i < STEPS; i++) {
-      int cur = ran[i], chosen, got, want, bounced, t;
+      int chosen, got, want = -1, t;
       int64_t held, want_held = 0;
       double ms = tu_uniform(&rng) < p_unknown ? 0 : speed[cur] * (0.97 + 0.06 * tu_uniform(&rng));
       if (tu_uniform(&rng) < 0.02) /* the masks change: new preferences */
@@ -1114,46 +1130,62 @@ START_TEST(test_hold_random)
       chosen = tu_uniform(&rng) < p_stay ? cur : pref[cur];
       if (ms > 0)
         latest[cur] = ms;
-      bounced = i > 0 && switched[i - 1] && chosen == ran[i - 1] && chosen != cur;
-      want = chosen;
-      if (bounced) {
-        int timed = latest[cur] > 0 && latest[chosen] > 0;
-        int stay = timed && latest[cur] <= 0.98 * latest[chosen];
-        t = stay ? chosen : cur;
-        if (timed) {
-          holds[t]++;
-          last_hold[t] = i + 1;
-        }
-        want = stay ? cur : chosen;
-        kept += stay;
-        untimed += !timed;
-      }
-      t = chosen;
-      if (chosen != cur && holds[t] > 0 && (!bounced || want == cur)) {
-        int b = holds[t] < 7 ? holds[t] : 7;
-        int64_t left = last_hold[t] + (4LL << (b - 1)) - (i + 1);
-        if (left > 0) {
+      if (to == cur) {
+        int f = fr;
+        if (ms > 0 && latest[f] > 0) {
+          to = fr = -1;
+          judged++;
+          t = -1;
+          if (ms * 0.98 > latest[f] || (chosen == f && ms > 0.98 * latest[f]))
+            t = cur, want = f, back++;
+          else if (chosen == f)
+            t = f, want = cur, kept++;
+          if (t >= 0) {
+            holds[t]++;
+            last_hold[t] = i + 1;
+          }
+          if (t == f)
+            want_held = HOLD_LEFT(f);
+        } else if (chosen == f) {
+          to = fr = -1;
+          want = f;
+          untimed++;
+        } else if (chosen == cur) {
           want = cur;
-          want_held = left;
+        } else {
+          to = fr = -1;
+        }
+      } else {
+        to = fr = -1;
+      }
+      if (want < 0) { /* the selection, unless chosen is held */
+        int64_t left = chosen != cur && holds[chosen] > 0 ? HOLD_LEFT(chosen) : 0;
+        if (chosen == cur || left > 0) {
+          want = cur;
+          want_held = left > 0 ? left : 0;
+        } else {
+          want = chosen;
+          to = chosen;
+          fr = cur;
         }
       }
       got = hold_next(&h, cur, chosen, ms, &held);
       ck_assert_msg(got == want && held == want_held,
                     "trial %d step %d: %d -> %d (%.3f ms): got %d held %lld, want %d held %lld", trial,
                     i, cur, chosen, ms, got, (long long)held, want, (long long)want_held);
-      bounced_steps += bounced;
       held_steps += want_held > 0;
-      ran[i + 1] = got;
-      switched[i] = got != cur && !bounced;
+      cur = got;
     }
   }
   /* The draws reached every rule, many times. */
-  ck_assert_int_gt(bounced_steps, 100);
-  ck_assert_int_gt(kept, 30);
+  ck_assert_int_gt(judged, 300);
+  ck_assert_int_gt(kept, 20);
+  ck_assert_int_gt(back, 100);
   ck_assert_int_gt(untimed, 30);
   ck_assert_int_gt(held_steps, 1000);
-  printf("hold: %d bounces (%d kept the template that bounced, %d untimed), %d held selections in 40 x %d "
-         "random steps\n", bounced_steps, kept, untimed, held_steps, STEPS);
+#undef HOLD_LEFT
+  printf("hold: %d switches judged (%d back, %d kept over the one they came from), %d untimed returns, %d "
+         "held selections in 40 x %d random steps\n", judged, back, kept, untimed, held_steps, STEPS);
 }
 END_TEST
 

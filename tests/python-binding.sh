@@ -329,7 +329,7 @@ class Template:
         made_regimes.append(regime)
     def _stats(self):
         st = tessera._GpuPlanStats()
-        st.step = self.step
+        st.step, st.density = self.step, 1.0
         return st
     def close(self):
         pass
@@ -353,6 +353,9 @@ real_torch, real_reselect = tessera._torch, getattr(lib, "tsr_gpuplan_reselect")
 tessera._torch, lib.tsr_gpuplan_reselect = (lambda: Busy), fake_reselect
 try:
     host = tessera.Context(device=tessera.NO_DEVICE, bundle=bundle)
+    # The regime plumbing first, with no step times (stand-ins are never
+    # timed) and no wait for one before a switch (_DEFER, checked below).
+    defer, tessera._GpuTemplates._DEFER = tessera._GpuTemplates._DEFER, 0
     tp = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
     auto = tp.cur
     assert tp.pick() is auto  # no step completed (the one seen at creation): not asked
@@ -382,14 +385,12 @@ try:
     answers.append(("fallback", None))
     two.step = 11
     assert tp.pick() is auto and len(made_regimes) == 3 and not answers
-    # libtessera's hold: two came from one, so its return to the automatic
-    # template was no bounce; the automatic template keeps itself a step
-    # (settles), then goes to two again.  There, its first step sends the
-    # masks back (a bounce), and its step took longer (stand-in event pairs:
-    # query, elapsed_time): two is held while the automatic template runs 4
-    # steps (3 selections of two refused, the reason saying so), then tried
-    # again; a split row's chunk changing step to step is the same template
-    # for the hold.
+    # libtessera's hold, on a fresh template set with step times (stand-in
+    # event pairs: query, elapsed_time).  A switch is judged at the new
+    # template's first timed step: sent back but 2% faster, it stays and the
+    # one it came from is held (3 selections of it refused, the reason
+    # saying why); sent on to a template whose first step is slower, that
+    # one goes back and is held, at any split chunk.
     class Ev:
         def __init__(self, ms, done=True):
             self.ms, self.done = ms, done
@@ -397,62 +398,76 @@ try:
             return self.done
         def elapsed_time(self, end):
             return end.ms - self.ms
-    tp.events[auto], tp.events[two], tp.events[one] = [(Ev(0), Ev(1.0))], [(Ev(0), Ev(2.0))], [(Ev(0), Ev(3.0))]
-    answers.append(("fallback", None))
-    auto.step = 12
-    assert tp.pick() is auto
+    tessera._GpuTemplates._DEFER = defer
+    n_made = len(made_regimes)
+    tp4 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
+    a4 = tp4.cur
+    tp4.events[a4] = [(1, Ev(0), Ev(3.0))]
     answers.append(("table", row))
-    auto.step = 13
-    assert tp.pick() is two
+    a4.step = 1
+    b4 = tp4.pick()
+    assert b4 is not a4 and tp4.selection == "reason 1"
+    tp4.events[b4] = [(1, Ev(0), Ev(2.0))]
     answers.append(("fallback", None))
-    two.step = 12
-    assert tp.pick() is auto and tp.selection == "reason 12" and tp.selected_by == "fallback"
+    b4.step = 1
+    assert tp4.pick() is b4 and tp4.selected_by == "nearest"
+    assert tp4.selection == ("reason 1; then step 1 selected another template (reason 1), held back for 4 "
+                             "more steps: this template's step took 2.000 ms a unit of density, that one's "
+                             "3.000"), tp4.selection
     for n in range(3):
-        answers.append(("table", row))
-        auto.step = 14 + n
-        assert tp.pick() is auto, n
-        assert tp.selected_by == "fallback" and tp.selection.startswith("reason 12; then step %d " % (14 + n)), tp.selection
-        assert "held back for %d more steps" % (3 - n) in tp.selection, tp.selection
-    answers.append(("table", row))
-    auto.step = 17
-    assert tp.pick() is two and tp.selection == "reason 17" and tp.selected_by == "nearest"
-    answers.append(("table", split))  # two sends them on to the split row: no bounce
-    two.step = 13
-    assert tp.pick() is one
-    answers.append(("table", row))  # a bounce of the split row (back to two)...
-    one.step = 11
-    assert tp.pick() is two
-    answers.append(("table", split[:4] + (7,) + split[5:]))  # ...held at any chunk
-    two.step = 14
-    assert tp.pick() is two and "held back for 3 more steps" in tp.selection and not answers
-    assert "it ran these masks slower or sent them back here" in tp.selection, tp.selection
-    assert len(made_regimes) == 3
+        answers.append(("fallback", None))
+        b4.step = 2 + n
+        assert tp4.pick() is b4, n
+        assert "held back for %d more steps: of the two, it ran these masks slower" % (3 - n) in tp4.selection
+    answers.append(("table", split))
+    b4.step = 5
+    c4 = tp4.pick()
+    assert c4.regime["split_tiles"] == 3 and tp4.selection == "reason 5"
+    tp4.events[c4] = [(1, Ev(0), Ev(2.5))]
+    answers.append(("table", split))  # kept by its selection, but 25% slower: back, held
+    c4.step = 1
+    assert tp4.pick() is b4 and tp4.hold.holds[tp4._number(tp4.key)] == 0 and tp4.selected_by == "nearest"
+    assert tp4.selection == ("reason 1; back from the template it switched to, held for 4 steps: its step "
+                             "took 2.500 ms a unit of density, this one's 2.000"), tp4.selection
+    answers.append(("table", split[:4] + (7,) + split[5:]))  # held at any chunk
+    b4.step = 6
+    assert tp4.pick() is b4 and "held back for 3 more steps" in tp4.selection, tp4.selection
+    assert len(made_regimes) == n_made + 3 and not answers
     # Of two templates that send each other the masks, the one whose step
     # was 2% faster stays, and the other is held; no faster, the table's
-    # choice; a time not known, neither is held.
-    for b_ms, stays in ((7.0, True), (9.9, False), (None, False)):
+    # choice; its time not known yet, it waits for one (deferred).
+    for b_ms, stays in ((7.0, True), (9.9, False), (None, True)):
         tp2 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
         a = tp2.cur
-        tp2.events[a] = [(Ev(1.0), Ev(11.0)), (Ev(0), Ev(99.0, False))]  # the newest not complete
+        # The newest not complete (nor its density known): the one before.
+        tp2.events[a] = [(1, Ev(1.0), Ev(11.0)), (2, Ev(0), Ev(99.0, False))]
         answers.append(("table", row))
         a.step = 1
         b = tp2.pick()
         assert b is not a and tp2.selection == "reason 1"
-        tp2.events[b] = [(Ev(0), Ev(b_ms))] if b_ms else []
+        tp2.events[b] = [(1, Ev(0), Ev(b_ms))] if b_ms else []
         answers.append(("fallback", None))
         b.step = 1
         assert (tp2.pick() is b) == stays, b_ms
-        if stays:
+        if b_ms is None:
+            assert tp2.selection == ("reason 1; then step 1 selected another template (reason 1): deferred, "
+                                     "this template's step not timed yet"), tp2.selection
+            assert tp2.hold.came_to == 1  # the switch still waits to be judged
+            tp2.calls[b] = tessera._GpuTemplates._DEFER  # ran that many calls, never timed:
+            answers.append(("fallback", None))        # back, nobody held (untimed)
+            b.step = 2
+            assert tp2.pick() is a and tp2.selection == "reason 2" and not any(tp2.hold.holds)
+        elif stays:
             assert tp2.selection == ("reason 1; then step 1 selected another template (reason 1), held back "
-                                     "for 4 more steps: this template's step took 7.000 ms, that one's "
-                                     "10.000 ms"), tp2.selection
+                                     "for 4 more steps: this template's step took 7.000 ms a unit of density, "
+                                     "that one's 10.000"), tp2.selection
         else:
             assert tp2.selection == "reason 1" and tp2.hold.holds[1] == (b_ms is not None)
     assert not answers
-    # Which steps run between events (stand-in torch.cuda.Event): never a
-    # template's first call, every 8th call from the second on, every call
-    # of a template just switched to until its first step is judged, none
-    # while selection is off.
+    # Which calls run between events (stand-in torch.cuda.Event): never a
+    # template's first; every call of a template until it has a time; then
+    # every 8th from the second on; every call of a template just switched
+    # to until the switch is judged; none while selection is off.
     class Rec:
         n = 0
         def __init__(self, enable_timing=False):
@@ -465,12 +480,13 @@ try:
     Busy.cuda.Event = Rec
     tp3 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
     a = tp3.cur
-    for n in range(1, 21):
+    for n in range(1, 6):
         assert tp3.run(tp3.pick(), 1, out=None) == "out"
-    assert Rec.n == 2 * 3 and len(tp3.events[a]) == 3, (Rec.n, tp3.events)  # calls 2, 10, 18
-    for n in range(21, 31):
+    assert Rec.n == 2 * 4 and [e[0] for e in tp3.events[a]] == [2, 3, 4, 5], (Rec.n, tp3.events)
+    tp3.known.add(a)  # as _step_ms marks it once a time is read
+    for n in range(6, 31):
         tp3.run(tp3.pick())
-    assert Rec.n == 2 * 4 and len(tp3.events[a]) == 4  # call 26; a ring of 4
+    assert Rec.n == 2 * 7 and [e[0] for e in tp3.events[a]] == [5, 10, 18, 26]  # a ring of 4
     answers.append(("table", row))
     a.step = 1
     b = tp3.pick()
@@ -478,11 +494,11 @@ try:
     tp3.run(b)
     tp3.run(b)
     tp3.run(b)
-    assert Rec.n == 2 * 6 and len(tp3.events[b]) == 2  # b's calls 2 and 3
+    assert Rec.n == 2 * 9 and [e[0] for e in tp3.events[b]] == [2, 3]
     off = tessera._GpuTemplates(host, lambda **kw: Template(**kw), False)
     for n in range(12):
         off.run(off.pick())
-    assert Rec.n == 2 * 6 and not off.events
+    assert Rec.n == 2 * 9 and not off.events
     del Busy.cuda.Event, Template.__call__
     host.close()
 finally:

@@ -809,10 +809,10 @@ class _GpuTemplates:
     """The GPU plan templates of one shape: the automatic one, and those the
     lookup table selects from the features the planner published for the
     latest completed step (read without synchronising, so a step behind),
-    unless libtessera's hold (tsr_gpuplan_hold_step) keeps one back: of two
-    templates that sent each other the masks, the slower by their step
-    times (CUDA events around some steps, see run; neither while a time is
-    not known).  Templates are kept, so a regime seen before costs nothing;
+    unless libtessera's hold (tsr_gpuplan_hold_step) keeps one back: a
+    switch is judged by step times (CUDA events around some steps, see run),
+    and a template more than 2% slower than the one it came from goes back
+    and is held.  Templates are kept, so a regime seen before costs nothing;
     none is made while a CUDA graph is being captured."""
 
     _NAMES_M = {v: k for k, v in MAPPINGS.items()}
@@ -823,6 +823,7 @@ class _GpuTemplates:
         self.auto = self.cur = make()
         self.plans = {}
         self.key = None           # the current template's regime (None: the automatic one)
+        self.prev = None          # the template before it: (regime, reason, selected_by)
         # Numbers in the hold, one a regime apart from the split chunk (which
         # follows each step's mean row): a held split row stays held.
         self.numbers = {None: 0}
@@ -830,7 +831,9 @@ class _GpuTemplates:
         library().tsr_gpuplan_hold_init(ctypes.byref(self.hold))
         self.timing = False       # whether this step's template runs between events
         self.calls = {}           # template -> calls
-        self.events = {}          # template -> its latest (start, end) event pairs, oldest first
+        self.events = {}          # template -> its latest (call, start, end) event triples, oldest first
+        self.density = {}         # template -> {planning step: density}, the latest few
+        self.known = set()        # templates with a step time
         self.seen = (id(self.cur), 0)
         self.selected_by = "fallback" if select else "off"
         self.selection = self.reason = ("no completed step yet: the automatic template" if select
@@ -851,6 +854,10 @@ class _GpuTemplates:
         self.timing = True
         lib, err, cur = library(), _Error(), self.cur
         st = cur._stats()
+        if st.step:  # what a timed call's time is divided by (see _step_ms)
+            d = self.density.setdefault(cur, {})
+            d[st.step] = st.density
+            d.pop(st.step - 16, None)
         if (id(cur), st.step) == self.seen:
             return cur
         r = _Regime()
@@ -862,18 +869,31 @@ class _GpuTemplates:
         sel, o = r.sel, r.opts
         reason = sel.reason.decode(errors="replace")
         regime = (o.tile_m, o.tile_n, o.mapping, o.tasks, o.split_tiles, sel.variant) if sel.from_table else None
-        chosen, nxt, held = self._number(regime), ctypes.c_int(), ctypes.c_int64()
+        chosen, here, nxt, held = self._number(regime), self._number(self.key), ctypes.c_int(), ctypes.c_int64()
         ms, h = self._step_ms(cur), self.hold
+        if chosen != here and not ms and self.calls.get(cur, 0) < self._DEFER:
+            # Time this template before leaving it, so that the switch can be judged.
+            self.selection = (f"{self.reason}; then step {st.step} selected another template ({reason}): "
+                              "deferred, this template's step not timed yet")
+            return cur
         holds = h.holds[chosen] if chosen < _HOLD_MAX else 0
-        _check(lib.tsr_gpuplan_hold_step(ctypes.byref(h), self._number(self.key), chosen, ctypes.c_double(ms),
+        _check(lib.tsr_gpuplan_hold_step(ctypes.byref(h), here, chosen, ctypes.c_double(ms),
                                          ctypes.byref(nxt), ctypes.byref(held), ctypes.byref(err)), err)
-        if nxt.value != chosen:  # held back: the current template and its selection stay
-            why = (f"this template's step took {ms:.3f} ms, that one's {h.ms[chosen]:.3f} ms"
+        if nxt.value == here != chosen:  # held back: the current template and its selection stay
+            why = (f"this template's step took {ms:.3f} ms a unit of density, that one's {h.ms[chosen]:.3f}"
                    if chosen < _HOLD_MAX and h.holds[chosen] != holds else
                    "of the two, it ran these masks slower or sent them back here")
             self.selection = (f"{self.reason}; then step {st.step} selected another template ({reason}), "
                               f"held back for {held.value} more steps: {why}")
             return cur
+        if nxt.value != chosen:  # back to the template it came from: this one ran slower
+            key, back_reason, back_by = self.prev
+            self.selection = (f"{back_reason}; back from the template it switched to, held for "
+                              f"{h.until[here] - h.steps} steps: its step took {ms:.3f} ms a unit of "
+                              f"density, this one's {h.ms[nxt.value]:.3f}")
+            self.key, self.reason, self.selected_by = key, back_reason, back_by
+            self.cur = self.plans[key] if key is not None else self.auto
+            return self.cur
         if regime is not None and regime not in self.plans:
             try:
                 self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n), mapping=self._NAMES_M[o.mapping],
@@ -884,39 +904,49 @@ class _GpuTemplates:
                 reason += f"; GPU template refused ({e}): the automatic template"
         if regime is not None and self.plans[regime] is None:
             regime = None
+        self.prev = (self.key, self.reason, self.selected_by)  # where a judged switch goes back to
         self.selection = self.reason = reason
         self.key = regime
         self.selected_by = _LEVELS.get(sel.level, "table") if regime is not None else "fallback"
         self.cur = self.plans[regime] if regime is not None else self.auto
         return self.cur
 
-    # Events cost microseconds a call, so only some steps are timed: every
-    # step of a template just switched to (until its first step is judged),
-    # and every 8th of the others.  Never a template's first call: that one
-    # may load its kernels.
-    _TIME_EVERY, _RING = 8, 4
+    # Events cost microseconds a call, so only some calls are timed: every
+    # call of a template until it has a time, and of one just switched to
+    # until the switch is judged, then every 8th; never a template's first
+    # (it may load kernels, and the GPU may wait on the host).  A switch away
+    # from a template with no time yet waits up to _DEFER calls for one.
+    # Times are divided by the density the planner published for the same
+    # call (layers' masks differ in density; a time a unit of density
+    # compares templates across them).
+    _TIME_EVERY, _RING, _DEFER = 8, 4, 4
 
     def run(self, gp, *args, **kw):
         """Runs template gp (the one pick returned) on the current stream,
-        between two CUDA events where this step is timed."""
+        between two CUDA events where this call is timed."""
         n = self.calls[gp] = self.calls.get(gp, 0) + 1
-        if not self.timing or n == 1 or (self.hold.came_to < 0 and n % self._TIME_EVERY != 2):
+        if (not self.timing or n == 1 or
+                (gp in self.known and self.hold.came_to < 0 and n % self._TIME_EVERY != 2)):
             return gp(*args, **kw)
         torch = _torch()
         ring = self.events.setdefault(gp, [])
-        pair = ring.pop(0) if len(ring) == self._RING else (torch.cuda.Event(enable_timing=True),
-                                                            torch.cuda.Event(enable_timing=True))
-        pair[0].record()
+        old = ring.pop(0) if len(ring) == self._RING else None
+        start, end = old[1:] if old else (torch.cuda.Event(enable_timing=True),
+                                          torch.cuda.Event(enable_timing=True))
+        start.record()
         o = gp(*args, **kw)
-        pair[1].record()
-        ring.append(pair)
+        end.record()
+        ring.append((n, start, end))
         return o
 
     def _step_ms(self, gp):
-        """Template gp's latest timed step that has completed, in ms; 0 if none."""
-        for start, end in reversed(self.events.get(gp, ())):
-            if end.query():
-                return start.elapsed_time(end)
+        """Template gp's latest timed call that has completed and whose
+        density is known: its time in ms divided by that density; 0 if none."""
+        dens = self.density.get(gp, {})
+        for n, start, end in reversed(self.events.get(gp, ())):
+            if dens.get(n, 0) > 0 and end.query():
+                self.known.add(gp)
+                return start.elapsed_time(end) / dens[n]
         return 0.0
 
     def close(self):

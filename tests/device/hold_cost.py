@@ -68,4 +68,4 @@ for seq, heads in ((2048, 4), (32768, 12)):
     (tp,) = [t for key, t in tessera.default_context(0)._gpuplans.items() if key[3] == seq]
     print(f"S {seq}, {heads} heads, 25% random 128x128 (error {err:.1e}): per call "
           + ", ".join(f"{n} {statistics.median(v):.1f} us (min {min(v):.1f})" for n, v in got.items())
-          + f"; step time {tp._step_ms(tp.cur):.4f} ms")
+          + f"; step time {tp._step_ms(tp.cur) * tp.cur._stats().density:.4f} ms")
