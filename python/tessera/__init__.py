@@ -857,7 +857,8 @@ class _GpuTemplates:
         if st.step:  # what a timed call's time is divided by (see _step_ms)
             d = self.density.setdefault(cur, {})
             d[st.step] = st.density
-            d.pop(st.step - 16, None)
+            if len(d) > 16:
+                del d[min(d)]
         if (id(cur), st.step) == self.seen:
             return cur
         r = _Regime()
