@@ -139,9 +139,10 @@ static double template_time(const tsrp_dataset *ds, const tsrp_mask_times *m,
  * steps GPU_SETTLE to GPU_STEPS: the held template costs its retries
  * there.  *held is set when the hold refused a selection in those steps,
  * *alternate when templates still switched more than the retries explain
- * (the hold did not settle them).  Plans are
- * timed as the sweep timed them, the host planner's: a split template's
- * chunks and the GPU planner's task order are not modelled. */
+ * (the hold did not settle them).  Plans are timed as the sweep timed them,
+ * the host planner's: a split template's chunks, the GPU planner's task
+ * order and the Python binding's wait to time a template before leaving it
+ * (its first steps, before GPU_SETTLE) are not modelled. */
 static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
                             const tsrp_mask_times *m, int *alternate, int *held)
 {
