@@ -888,13 +888,23 @@ class _GpuTemplates:
                               f"held back for {held.value} more steps: {why}")
             return cur
         if nxt.value != chosen:  # back to the template it came from: this one ran slower
-            key, back_reason, back_by = self.prev
-            self.selection = (f"{back_reason}; back from the template it switched to, held for "
-                              f"{h.until[here] - h.steps} steps: its step took {ms:.3f} ms a unit of "
-                              f"density, this one's {h.ms[nxt.value]:.3f}")
-            self.key, self.reason, self.selected_by = key, back_reason, back_by
-            self.cur = self.plans[key] if key is not None else self.auto
-            return self.cur
+            return self._back(ms, here, nxt.value)
+        return self._switch(regime, sel, o, reason)
+
+    def _back(self, ms, here, to):
+        """Back to the template this one was switched from (number `to`),
+        this one held."""
+        h, (key, reason, by) = self.hold, self.prev
+        self.selection = (f"{reason}; back from the template it switched to, held for "
+                          f"{h.until[here] - h.steps} steps: its step took {ms:.3f} ms a unit of "
+                          f"density, this one's {h.ms[to]:.3f}")
+        self.key, self.reason, self.selected_by = key, reason, by
+        self.cur = self.plans[key] if key is not None else self.auto
+        return self.cur
+
+    def _switch(self, regime, sel, o, reason):
+        """To the template of `regime` (None: the automatic one; o its
+        options), made on first use."""
         if regime is not None and regime not in self.plans:
             try:
                 self.plans[regime] = self.make(tile=(o.tile_m, o.tile_n), mapping=self._NAMES_M[o.mapping],
