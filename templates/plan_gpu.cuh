@@ -278,36 +278,44 @@ static __device__ __forceinline__ void ui_state(const unsigned *un, const unsign
   }
 }
 
-/* Membership word of staged segment s over key columns 32 q .. 32 q + 31
- * (clear past seq_k), from the word's blocks (p.kcw: the first, and the
- * columns where the others start): the segment's mask bits of those blocks
- * as one funnel-shifted word, each selected block's columns set.  Shared
- * memory and ALU work only: no walk over the block starts in global memory. */
-static __device__ __forceinline__ unsigned staged_word(const tsr_gpuplan_params &p, const unsigned *sw, int nw,
-                                                       int s, int q)
+/* Membership words over key columns 32 q .. 32 q + 31 (clear past seq_k)
+ * of every staged segment, at d[s * stride]: the column's blocks come from
+ * the word table (p.kcw: the first, and the columns where the others
+ * start) once, then each segment's mask bits of those blocks as one
+ * funnel-shifted word, each selected block's columns set.  Shared memory
+ * and ALU work only: no walk over the block starts in global memory.  One
+ * table load serves all segments of a column, so a row of many segments
+ * (VSA's boundary tiles: 4-7) is not one dependent load chain a word. */
+static __device__ __forceinline__ void staged_words(const tsr_gpuplan_params &p, const unsigned *sw, int nw,
+                                                    int nseg, int q, tsr_u32 *d, int stride)
 {
-  if (32 * q >= p.seq_k) return 0u; /* a ragged last tile's words past the keys */
-  const int2 e = __ldg((const int2 *)p.kcw + q);
-  const unsigned *row = sw + s * nw;
-  const int qw = e.x >> 5;
-  const unsigned lo = row[qw], hi = qw + 1 < nw ? row[qw + 1] : 0u;
-  unsigned x = __funnelshift_r(lo, hi, e.x & 31); /* bit k: block e.x + k selected */
-  unsigned starts = (unsigned)e.y & ~1u, word = 0;
-  if (!starts) {
-    word = 0u - (x & 1u); /* one block covers the word (the usual case) */
-  } else {
-    int a = 0;
-    while (x) {
-      const int b = starts ? __ffs(starts) - 1 : 32;
-      if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
-      x >>= 1;
-      if (!starts) break;
-      starts &= starts - 1u;
-      a = b;
-    }
+  if (32 * q >= p.seq_k) { /* a ragged last tile's words past the keys */
+    for (int s = 0; s < nseg; ++s) d[s * stride] = 0u;
+    return;
   }
-  const int rem = p.seq_k - 32 * q;
-  return rem >= 32 ? word : word & ((1u << rem) - 1u);
+  const int2 e = __ldg((const int2 *)p.kcw + q);
+  const int qw = e.x >> 5, rem = p.seq_k - 32 * q;
+  const unsigned keep = rem >= 32 ? 0xffffffffu : (1u << rem) - 1u, starts0 = (unsigned)e.y & ~1u;
+  for (int s = 0; s < nseg; ++s) {
+    const unsigned *row = sw + s * nw;
+    const unsigned lo = row[qw], hi = qw + 1 < nw ? row[qw + 1] : 0u;
+    unsigned x = __funnelshift_r(lo, hi, e.x & 31); /* bit k: block e.x + k selected */
+    unsigned starts = starts0, word = 0;
+    if (!starts) {
+      word = 0u - (x & 1u); /* one block covers the word (the usual case) */
+    } else {
+      int a = 0;
+      while (x) {
+        const int b = starts ? __ffs(starts) - 1 : 32;
+        if (x & 1u) word |= (b - a == 32 ? 0xffffffffu : ((1u << (b - a)) - 1u)) << a;
+        x >>= 1;
+        if (!starts) break;
+        starts &= starts - 1u;
+        a = b;
+      }
+    }
+    d[s * stride] = word & keep;
+  }
 }
 
 /* Tiles u0 + 32 k + lane (k < 4): the loads first, so that each lane has
@@ -821,12 +829,12 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
   const unsigned below = (1u << lane) - 1u;
   const bool simple = !p.koff && g.nseg == 1 && p.bk % p.bn == 0;
   /* Staged rows with the word table: a group's partial tiles go to s_pl,
-   * then the warp writes their words, one word a lane, in memory order
-   * (i = tile * seg_words + s * wn + w; divisions by multiply-high with
-   * m = ceil(2^32 / d), exact while i * d < 2^32: here i < 128 seg_words
-   * and seg_words <= 320 x 8). */
+   * then the warp writes their words, a (tile, word column) pair a lane,
+   * each pair's words of every segment (tile * seg_words + s * wn + w; the
+   * division by multiply-high with m = ceil(2^32 / wn), exact while
+   * i * wn < 2^32: here i < 128 wn and wn <= 8). */
   const bool wide = sw && p.kcw && s_pl;
-  const unsigned m_sw = 0xffffffffu / (unsigned)seg_words + 1u, m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: d = 1 */
+  const unsigned m_wn = 0xffffffffu / (unsigned)wn + 1u; /* 0: wn = 1 */
   const int nw = (p.nk + 31) >> 5;
   int n = 0, np = 0;
   for (int u0 = 0; u0 < p.nkt; u0 += 128) {
@@ -895,12 +903,11 @@ static __device__ void general_tiles(const tsr_gpuplan_params &p, const rowgeo &
     }
     if (wide && np > np0) {
       __syncwarp();
-      const int total = (np - np0) * seg_words;
+      const int pairs = (np - np0) * wn;
       tsr_u32 *dst = p.membership + word0 + (long long)np0 * seg_words;
-      for (int i = lane; i < total; i += 32) {
-        const int t = m_sw ? (int)__umulhi((unsigned)i, m_sw) : i, r = i - t * seg_words;
-        const int s = m_wn ? (int)__umulhi((unsigned)r, m_wn) : r, w = r - s * wn;
-        dst[i] = staged_word(p, sw, nw, s, ((s_pl[t] * p.bn) >> 5) + w);
+      for (int i = lane; i < pairs; i += 32) {
+        const int t = m_wn ? (int)__umulhi((unsigned)i, m_wn) : i, w = i - t * wn;
+        staged_words(p, sw, nw, g.nseg, ((s_pl[t] * p.bn) >> 5) + w, dst + t * seg_words + w, wn);
       }
       __syncwarp();
     }
