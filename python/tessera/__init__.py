@@ -871,7 +871,11 @@ class _GpuTemplates:
         reason = sel.reason.decode(errors="replace")
         regime = (o.tile_m, o.tile_n, o.mapping, o.tasks, o.split_tiles, sel.variant) if sel.from_table else None
         chosen, here, nxt, held = self._number(regime), self._number(self.key), ctypes.c_int(), ctypes.c_int64()
-        ms, h = self._step_ms(cur), self.hold
+        h = self.hold
+        # A time is read (an event query or two) only where it is judged: a
+        # switch away, or this template's own switch waiting for one; the
+        # hold keeps the latest it was given.
+        ms = self._step_ms(cur) if chosen != here or h.came_to == here else 0.0
         if chosen != here and not ms and self.calls.get(cur, 0) < self._DEFER:
             # Time this template before leaving it, so that the switch can be judged.
             self.selection = (f"{self.reason}; then step {st.step} selected another template ({reason}): "
@@ -942,22 +946,24 @@ class _GpuTemplates:
         torch = _torch()
         ring = self.events.setdefault(gp, [])
         old = ring.pop(0) if len(ring) == self._RING else None
-        start, end = old[1:] if old else (torch.cuda.Event(enable_timing=True),
-                                          torch.cuda.Event(enable_timing=True))
+        start, end = old[1:3] if old else (torch.cuda.Event(enable_timing=True),
+                                           torch.cuda.Event(enable_timing=True))
         start.record()
         o = gp(*args, **kw)
         end.record()
-        ring.append((n, start, end))
+        ring.append([n, start, end, None])  # the last: its time a unit of density, once read
         return o
 
     def _step_ms(self, gp):
         """Template gp's latest timed call that has completed and whose
         density is known: its time in ms divided by that density; 0 if none."""
         dens = self.density.get(gp, {})
-        for n, start, end in reversed(self.events.get(gp, ())):
-            if dens.get(n, 0) > 0 and end.query():
+        for e in reversed(self.events.get(gp, ())):
+            if e[3] is None and dens.get(e[0], 0) > 0 and e[2].query():
+                e[3] = e[1].elapsed_time(e[2]) / dens[e[0]]
+            if e[3] is not None:
                 self.known.add(gp)
-                return start.elapsed_time(end) / dens[n]
+                return e[3]
         return 0.0
 
     def close(self):
