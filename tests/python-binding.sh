@@ -421,8 +421,8 @@ try:
         answers.append(("fallback", None))
         b4.step = 2 + n
         assert tp4.pick() is b4, n
-    assert Ev.queries == q0  # b4's time read once, then kept
         assert "held back for %d more steps: of the two, it ran these masks slower" % (3 - n) in tp4.selection
+    assert Ev.queries == q0  # b4's time read once, then kept
     answers.append(("table", split))
     b4.step = 5
     c4 = tp4.pick()
