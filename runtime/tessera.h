@@ -951,7 +951,8 @@ tsr_status tsr_produce_sampled(tsr_producer *p, const tsr_sampled_args *a, void 
  * tsr_plan_opts, tsr_plan_summary, tsr_context_opts, tsr_gpu_tensors,
  * tsr_features, tsr_region, tsr_selection, tsr_gpuplan_caps,
  * tsr_gpuplan_stats, tsr_gpuplan_regime, tsr_gpuplan_hold), as this
- * library was built; 0 for an unknown name or NULL.  Bindings that copy the structs compare their copies' sizes. */
+ * library was built; 0 for an unknown name or NULL.  Bindings that copy
+ * the structs compare their copies' sizes. */
 size_t tsr_abi_sizeof(const char *type_name);
 
 #ifdef __cplusplus
