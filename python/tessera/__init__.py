@@ -38,7 +38,9 @@ regime on the context and reuses it, so a step is planning kernels +
 attention on the current stream.  The regime is re-selected from the lookup table with the
 features the planner published for the previous completed step (density,
 row spread), by libtessera's tsr_gpuplan_reselect (so C callers choose
-alike), and a shape's first step runs the automatic template.  A
+alike), and each switch is judged by measured step times
+(tsr_gpuplan_hold_step: a template more than 2% slower than the one it came
+from goes back and is held); a shape's first step runs the automatic template.  A
 GpuPlan used directly keeps its regime, capturable in a CUDA graph with the
 mask buffer's contents changing between replays:
 
