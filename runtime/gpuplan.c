@@ -882,12 +882,10 @@ tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, doubl
    * known); until then a selection of the template it came from returns
    * there (the two may alternate), and one of cur keeps waiting. */
   from = h->came_to == cur ? h->came_from : -1;
-  if (from >= 0) {
-    int timed = cur_ms > 0 && from < TSR_GPUPLAN_HOLD_MAX && h->ms[from] > 0;
-    int verdict = timed ? judge(h, cur, from, chosen, cur_ms) : 0;
-    if (timed || chosen != cur)
-      h->came_to = h->came_from = -1;
-    if (verdict == 1 || (!timed && chosen == from)) {
+  h->came_to = h->came_from = -1;
+  if (from >= 0 && cur_ms > 0 && from < TSR_GPUPLAN_HOLD_MAX && h->ms[from] > 0) {
+    int verdict = judge(h, cur, from, chosen, cur_ms);
+    if (verdict == 1) {
       *next = from; /* a return is never refused: from ran these masks */
       return TSR_OK;
     }
@@ -896,8 +894,13 @@ tsr_status tsr_gpuplan_hold_step(tsr_gpuplan_hold *h, int cur, int chosen, doubl
         *held_for = held_left(h, from);
       return TSR_OK;
     }
-  } else {
-    h->came_to = h->came_from = -1;
+  } else if (from >= 0 && chosen == from) {
+    *next = from;
+    return TSR_OK;
+  } else if (from >= 0 && chosen == cur) {
+    h->came_to = cur; /* still waiting for a time */
+    h->came_from = from;
+    return TSR_OK;
   }
   if (chosen == cur)
     return TSR_OK;
