@@ -404,12 +404,12 @@ try:
     n_made = len(made_regimes)
     tp4 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
     a4 = tp4.cur
-    tp4.events[a4] = [[1, Ev(0), Ev(3.0), None]]
+    tp4.events[a4] = [[1, Ev(0), Ev(3.0), None, None]]
     answers.append(("table", row))
     a4.step = 1
     b4 = tp4.pick()
     assert b4 is not a4 and tp4.selection == "reason 1"
-    tp4.events[b4] = [[1, Ev(0), Ev(2.0), None]]
+    tp4.events[b4] = [[1, Ev(0), Ev(2.0), None, None]]
     answers.append(("fallback", None))
     b4.step = 1
     assert tp4.pick() is b4 and tp4.selected_by == "nearest"
@@ -427,7 +427,7 @@ try:
     b4.step = 5
     c4 = tp4.pick()
     assert c4.regime["split_tiles"] == 3 and tp4.selection == "reason 5"
-    tp4.events[c4] = [[1, Ev(0), Ev(2.5), None]]
+    tp4.events[c4] = [[1, Ev(0), Ev(2.5), None, None]]
     answers.append(("table", split))  # kept by its selection, but 25% slower: back, held
     c4.step = 1
     assert tp4.pick() is b4 and tp4.hold.holds[tp4._number(tp4.key)] == 0 and tp4.selected_by == "nearest"
@@ -444,12 +444,12 @@ try:
         tp2 = tessera._GpuTemplates(host, lambda **kw: Template(**kw), True)
         a = tp2.cur
         # The newest not complete (nor its density known): the one before.
-        tp2.events[a] = [[1, Ev(1.0), Ev(11.0), None], [2, Ev(0), Ev(99.0, False), None]]
+        tp2.events[a] = [[1, Ev(1.0), Ev(11.0), None, None], [2, Ev(0), Ev(99.0, False), None, None]]
         answers.append(("table", row))
         a.step = 1
         b = tp2.pick()
         assert b is not a and tp2.selection == "reason 1"
-        tp2.events[b] = [[1, Ev(0), Ev(b_ms), None]] if b_ms else []
+        tp2.events[b] = [[1, Ev(0), Ev(b_ms), None, None]] if b_ms else []
         answers.append(("fallback", None))
         b.step = 1
         assert (tp2.pick() is b) == stays, b_ms

@@ -833,8 +833,9 @@ class _GpuTemplates:
         library().tsr_gpuplan_hold_init(ctypes.byref(self.hold))
         self.timing = False       # whether this step's template runs between events
         self.calls = {}           # template -> calls
-        self.events = {}          # template -> its latest (call, start, end) event triples, oldest first
-        self.density = {}         # template -> {planning step: density}, the latest few
+        # template -> its latest timed calls, oldest first: [call, start event, end event,
+        # the call's density (None until the planner publishes it), its time a unit of density]
+        self.events = {}
         self.known = set()        # templates with a step time
         self.seen = (id(self.cur), 0)
         self.selected_by = "fallback" if select else "off"
@@ -856,13 +857,11 @@ class _GpuTemplates:
         self.timing = True
         lib, err, cur = library(), _Error(), self.cur
         st = cur._stats()
-        if st.step:  # what a timed call's time is divided by (see _step_ms)
-            d = self.density.setdefault(cur, {})
-            d[st.step] = st.density
-            if len(d) > 16:
-                del d[min(d)]
         if (id(cur), st.step) == self.seen:
             return cur
+        for e in self.events.get(cur, ()):  # a timed call's density, what its time is divided by
+            if e[0] == st.step:
+                e[3] = st.density
         r = _Regime()
         _check(lib.tsr_gpuplan_reselect(self.ctx._h, cur._h, ctypes.byref(st), ctypes.byref(r),
                                         ctypes.byref(err)), err)
@@ -953,19 +952,18 @@ class _GpuTemplates:
         start.record()
         o = gp(*args, **kw)
         end.record()
-        ring.append([n, start, end, None])  # the last: its time a unit of density, once read
+        ring.append([n, start, end, None, None])
         return o
 
     def _step_ms(self, gp):
         """Template gp's latest timed call that has completed and whose
         density is known: its time in ms divided by that density; 0 if none."""
-        dens = self.density.get(gp, {})
         for e in reversed(self.events.get(gp, ())):
-            if e[3] is None and dens.get(e[0], 0) > 0 and e[2].query():
-                e[3] = e[1].elapsed_time(e[2]) / dens[e[0]]
-            if e[3] is not None:
+            if e[4] is None and e[3] and e[2].query():
+                e[4] = e[1].elapsed_time(e[2]) / e[3]
+            if e[4] is not None:
                 self.known.add(gp)
-                return e[3]
+                return e[4]
         return 0.0
 
     def close(self):
