@@ -119,14 +119,53 @@ static int same_template(const tsr_plan_opts *a, const tsr_plan_opts *b)
 #define GPU_SETTLE 8
 #define GPU_TEMPLATES 16
 
-/* Template k of the replay: t[k] its options, tt[k] its time (0 until
- * looked up). */
-static double template_time(const tsrp_dataset *ds, const tsrp_mask_times *m,
-                            const tsr_plan_opts *t, double *tt, int k)
+/* The templates a replay has met: t[k] the options of template k (0 the
+ * automatic one), time[k] its time and choice[k] the template its features
+ * select, both found on first use (0 and -1 until then). */
+typedef struct {
+  tsr_plan_opts t[GPU_TEMPLATES];
+  double time[GPU_TEMPLATES];
+  int choice[GPU_TEMPLATES];
+  int n;
+} replay;
+
+/* The template that template k's features select for mask m (one
+ * selection a template: the same mask every step); -1 on an error or more
+ * templates than a replay follows. */
+static int replay_choice(replay *r, const tsrp_dataset *ds, const tsr_selector *sel,
+                         const tsrp_mask_times *m, int k)
 {
-  if (tt[k] == 0)
-    tt[k] = tsrp_build_time_of(ds, m, &t[k]);
-  return tt[k];
+  tsr_selection step;
+  tsr_features g;
+  tsr_plan_opts want;
+  tsr_error err = {0};
+  int j;
+  if (r->choice[k] >= 0)
+    return r->choice[k];
+  template_features(&m->f, &r->t[k], &g);
+  if (tsr_select_plan(sel, &g, &step, &err) != TSR_OK)
+    return -1;
+  want = step.from_table ? as_requested(ds, m, &step) : r->t[0];
+  if (want.tasks == TSR_TASKS_PACK)
+    want.tasks = TSR_TASKS_ROW;
+  for (j = 0; j < r->n && !same_template(&r->t[j], &want); j++)
+    ;
+  if (j == r->n) {
+    if (r->n == GPU_TEMPLATES)
+      return -1;
+    r->t[r->n] = want;
+    r->time[r->n] = 0;
+    r->choice[r->n++] = -1;
+  }
+  return r->choice[k] = j;
+}
+
+static int holds_total(const tsr_gpuplan_hold *h, int n)
+{
+  int i, sum = 0;
+  for (i = 0; i < n; i++)
+    sum += h->holds[i];
+  return sum;
 }
 
 /* The time per step of the plans a GPU-planned request runs on mask m, step
@@ -146,47 +185,32 @@ static double template_time(const tsrp_dataset *ds, const tsrp_mask_times *m,
 static double gpu_path_time(const tsrp_dataset *ds, const tsr_selector *sel,
                             const tsrp_mask_times *m, int *alternate, int *held)
 {
-  tsr_plan_opts t[GPU_TEMPLATES];
-  double tt[GPU_TEMPLATES] = {0}, sum = 0;
+  replay r;
   tsr_gpuplan_hold h;
   tsr_error err = {0};
-  int n = 1, cur = 0, k, switches = 0, holds = 0;
+  double sum = 0;
+  int cur = 0, k, switches = 0, holds = 0;
   *alternate = *held = 0;
-  t[0] = auto_opts(ds, m);
+  r.t[0] = auto_opts(ds, m);
+  r.time[0] = 0;
+  r.choice[0] = -1;
+  r.n = 1;
   tsr_gpuplan_hold_init(&h);
   for (k = 0; k < GPU_STEPS; k++) {
-    tsr_selection step;
-    tsr_features g;
-    tsr_plan_opts want;
-    int j, next, i, before = 0, after = 0;
+    int j, next, before;
     int64_t held_for;
-    double tq = template_time(ds, m, t, tt, cur);
-    if (tq <= 0)
-      return 0;
+    if (r.time[cur] == 0)
+      r.time[cur] = tsrp_build_time_of(ds, m, &r.t[cur]);
+    if (r.time[cur] <= 0 || (j = replay_choice(&r, ds, sel, m, cur)) < 0)
+      return 0; /* a plan not timed, or more templates than followed: not judged */
     if (k >= GPU_SETTLE)
-      sum += tq;
-    template_features(&m->f, &t[cur], &g);
-    if (tsr_select_plan(sel, &g, &step, &err) != TSR_OK)
+      sum += r.time[cur];
+    before = holds_total(&h, r.n);
+    if (tsr_gpuplan_hold_step(&h, cur, j, r.time[cur], &next, &held_for, &err) != TSR_OK)
       return 0;
-    want = step.from_table ? as_requested(ds, m, &step) : t[0];
-    if (want.tasks == TSR_TASKS_PACK)
-      want.tasks = TSR_TASKS_ROW;
-    for (j = 0; j < n && !same_template(&t[j], &want); j++)
-      ;
-    if (j == n) {
-      if (n == GPU_TEMPLATES)
-        return 0; /* more templates than a replay follows: not judged */
-      t[n++] = want;
-    }
-    for (i = 0; i < n; i++)
-      before += h.holds[i];
-    if (tsr_gpuplan_hold_step(&h, cur, j, tq, &next, &held_for, &err) != TSR_OK)
-      return 0;
-    for (i = 0; i < n; i++)
-      after += h.holds[i];
     if (k >= GPU_SETTLE) {
       *held |= held_for > 0;
-      holds += after != before;
+      holds += holds_total(&h, r.n) != before;
       switches += next != cur;
     }
     cur = next;
