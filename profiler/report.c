@@ -120,10 +120,12 @@ static int same_template(const tsr_plan_opts *a, const tsr_plan_opts *b)
 #define GPU_TEMPLATES 16
 
 /* The templates a replay has met: t[k] the options of template k (0 the
- * automatic one), time[k] its time and choice[k] the template its features
- * select, both found on first use (0 and -1 until then). */
+ * automatic one; the variant points into sel[k], the selection that made
+ * it), time[k] its time and choice[k] the template its features select,
+ * both found on first use (0 and -1 until then). */
 typedef struct {
   tsr_plan_opts t[GPU_TEMPLATES];
+  tsr_selection sel[GPU_TEMPLATES];
   double time[GPU_TEMPLATES];
   int choice[GPU_TEMPLATES];
   int n;
@@ -153,7 +155,10 @@ static int replay_choice(replay *r, const tsrp_dataset *ds, const tsr_selector *
   if (j == r->n) {
     if (r->n == GPU_TEMPLATES)
       return -1;
-    r->t[r->n] = want;
+    r->sel[j] = step; /* want's variant points into step, which ends here */
+    r->t[j] = want;
+    if (step.from_table)
+      r->t[j].variant = want.variant ? r->sel[j].variant : NULL;
     r->time[r->n] = 0;
     r->choice[r->n++] = -1;
   }
